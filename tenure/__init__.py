@@ -1,0 +1,76 @@
+"""tenure: expiring job leases with fencing tokens, on etcd, ZooKeeper, SQLite or memory.
+
+    import tenure
+    with tenure.connect("sqlite:///jobs.db") as store:
+        store.submit("job-42")
+        with store.hold("job-42", owner="worker-a", ttl=10.0) as held:
+            held.check()              # raises LeaseLost once the lease cannot be trusted
+            write_somewhere(token=held.token)
+            held.complete(b"done")
+"""
+
+from tenure.core.backend import Backend, Characteristics, RecordBackend, Transaction
+from tenure.core.clock import Clock, ManualClock, SystemClock
+from tenure.core.errors import (
+    AlreadyClaimed,
+    AuthenticationFailed,
+    BackendUnavailable,
+    CorruptRecord,
+    InvalidArgument,
+    JobCompleted,
+    JobNotFound,
+    LeaseError,
+    LeaseLost,
+    StaleLease,
+    StaleToken,
+)
+from tenure.core.records import (
+    Change,
+    HistoryEvent,
+    JobState,
+    JobStatus,
+    Lease,
+    Op,
+    Reason,
+    Rejection,
+    RejectionKind,
+)
+from tenure.core.registry import connect
+from tenure.core.renewal import HeldLease
+from tenure.core.store import Store
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AlreadyClaimed",
+    "AuthenticationFailed",
+    "Backend",
+    "BackendUnavailable",
+    "Change",
+    "Characteristics",
+    "Clock",
+    "CorruptRecord",
+    "HeldLease",
+    "HistoryEvent",
+    "InvalidArgument",
+    "JobCompleted",
+    "JobNotFound",
+    "JobState",
+    "JobStatus",
+    "Lease",
+    "LeaseError",
+    "LeaseLost",
+    "ManualClock",
+    "Op",
+    "Reason",
+    "RecordBackend",
+    "Rejection",
+    "RejectionKind",
+    "StaleLease",
+    "StaleToken",
+    "Store",
+    "SystemClock",
+    "Transaction",
+    "__version__",
+    "connect",
+]

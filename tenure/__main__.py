@@ -1,0 +1,3 @@
+from tenure.cli import main
+
+raise SystemExit(main())

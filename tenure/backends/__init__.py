@@ -1,0 +1,1 @@
+"""Built-in backends, imported lazily by ``tenure.core.registry``."""

@@ -1,0 +1,131 @@
+"""``memory://[name]``: one process, an injectable clock; for tests, demos and examples.
+
+Stores with the same name in one process share their state, so a test or the dashboard can
+open the store a worker thread uses. The clock passed to ``connect`` is the store's clock.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import threading
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+from tenure.core.backend import Characteristics, RecordBackend, Transaction, newest
+from tenure.core.clock import SYSTEM_CLOCK, Clock
+from tenure.core.options import Options, StoreURL
+from tenure.core.records import HistoryEvent, JobState, JobStatus, Rejection
+from tenure.core.transitions import JobRecord, is_claimable, status
+
+
+class _State:
+    def __init__(self, clock: Clock, retention: int) -> None:
+        self.clock = clock
+        self.lock = threading.RLock()
+        self.records: dict[str, JobRecord] = {}
+        self.order: dict[str, int] = {}  # job id -> insertion sequence, for oldest-first claims
+        self.rejections: deque[Rejection] = deque(maxlen=retention)
+        self.events: deque[HistoryEvent] = deque(maxlen=retention)
+
+
+_NAMED: dict[str, _State] = {}
+_NAMED_LOCK = threading.Lock()
+
+
+class _MemoryTransaction(Transaction):
+    def __init__(self, state: _State) -> None:
+        self._s = state
+        self.now = state.clock.time()
+        self._writes: dict[str, JobRecord] = {}
+        self._rejections: list[Rejection] = []
+        self._events: list[HistoryEvent] = []
+
+    def load(self, job_id: str) -> JobRecord | None:
+        return self._writes.get(job_id) or self._s.records.get(job_id)
+
+    def save(self, record: JobRecord) -> None:
+        self._writes[record.job_id] = record
+
+    def next_claimable(self) -> str | None:
+        # Linear in the number of jobs: fine for a test store, not for 100,000 jobs.
+        candidates = [j for j, r in self._s.records.items() if is_claimable(r, self.now)]
+        return min(candidates, key=self._s.order.__getitem__) if candidates else None
+
+    def add_rejection(self, rejection: Rejection) -> None:
+        self._rejections.append(rejection)
+
+    def add_event(self, event: HistoryEvent) -> None:
+        self._events.append(event)
+
+    def commit(self) -> None:
+        for job_id, rec in self._writes.items():
+            self._s.order.setdefault(job_id, len(self._s.order))
+            self._s.records[job_id] = rec
+        self._s.rejections.extend(self._rejections)
+        self._s.events.extend(self._events)
+
+
+class MemoryBackend(RecordBackend):
+    characteristics = Characteristics(
+        name="memory",
+        store_clock="the clock passed to connect() (the process's own by default)",
+        shared_between_processes=False,
+    )
+
+    def __init__(self, clock: Clock, *, name: str = "", retention: int = 10_000) -> None:
+        if name:
+            with _NAMED_LOCK:
+                self._state = _NAMED.setdefault(name, _State(clock, retention))
+        else:
+            self._state = _State(clock, retention)
+        self.name = name
+
+    @classmethod
+    def from_url(cls, url: StoreURL, options: Options, clock: Clock | None) -> MemoryBackend:
+        name = ",".join(h for h, _ in url.hosts) + url.path.strip("/")
+        retention = options.integer("retention", 10_000, low=1)
+        options.finish()
+        return cls(clock or SYSTEM_CLOCK, name=name, retention=retention)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        with self._state.lock:
+            tx = _MemoryTransaction(self._state)
+            yield tx
+            tx.commit()
+
+    def get(self, job_id: str) -> JobStatus | None:
+        with self._state.lock:
+            rec = self._state.records.get(job_id)
+            return None if rec is None else status(rec, self.now())
+
+    def jobs(self) -> Iterator[JobStatus]:
+        with self._state.lock:
+            now = self.now()
+            snapshot = [status(r, now) for r in self._state.records.values()]
+        return iter(snapshot)
+
+    def rejections(self, since: float | None, limit: int | None) -> list[Rejection]:
+        with self._state.lock:
+            found = [r for r in self._state.rejections if since is None or r.at >= since]
+        return newest(found, limit)
+
+    def history(self, job_id: str | None, since: float | None, limit: int | None) -> list[HistoryEvent]:
+        with self._state.lock:
+            events = list(self._state.events)
+        if since is not None:
+            events = events[bisect.bisect_left([e.at for e in events], since):]
+        if job_id is not None:
+            events = [e for e in events if e.job_id == job_id]
+        return newest(events, limit)
+
+    def now(self) -> float:
+        return self._state.clock.time()
+
+    def health(self) -> dict[str, Any]:
+        with self._state.lock:
+            leased = sum(1 for r in self._state.records.values() if r.state is JobState.LEASED)
+            return {"backend": "memory", "name": self.name or "(private)",
+                    "jobs": len(self._state.records), "leased": leased}

@@ -1,0 +1,305 @@
+"""``sqlite:///path/to/jobs.db``: several processes on one machine, through one SQLite file.
+
+Every operation is one ``BEGIN IMMEDIATE`` transaction, so claims from concurrent processes
+are serialised by SQLite's write lock, and the store's clock is read inside that lock.
+
+The store's clock is the *machine's* boot clock (``/proc/uptime``), not ``time.time()`` of
+the calling process: every process on the machine reads the same kernel clock, and a worker
+whose wall clock is skewed (``faketime``, a bad TZ hack, a stepped clock) cannot make a live
+lease look expired. It is turned into epoch seconds by an offset fixed once per boot and kept
+in the database, so expiries read as ordinary timestamps.
+
+Paths follow SQLAlchemy: ``sqlite:///jobs.db`` is relative, ``sqlite:////var/lib/jobs.db``
+absolute.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tenure.core.backend import Characteristics, RecordBackend, Transaction, corrupt_status
+from tenure.core.clock import Clock
+from tenure.core.errors import BackendUnavailable, CorruptRecord, InvalidArgument
+from tenure.core.options import Options, StoreURL
+from tenure.core.records import HistoryEvent, JobState, JobStatus, Op, Rejection, RejectionKind
+from tenure.core.transitions import STORED_STATES, JobRecord, status
+
+SCHEMA_VERSION = "1"
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tenure_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tenure_jobs (
+    job_id TEXT PRIMARY KEY, state TEXT NOT NULL, owner TEXT, token INTEGER NOT NULL,
+    lease_until REAL, ttl REAL, submitted_at REAL, claimed_at REAL, renewed_at REAL,
+    completed_at REAL, runs INTEGER NOT NULL, result BLOB);
+CREATE INDEX IF NOT EXISTS tenure_jobs_pending ON tenure_jobs (submitted_at) WHERE state = 'pending';
+CREATE INDEX IF NOT EXISTS tenure_jobs_leased ON tenure_jobs (lease_until) WHERE state = 'leased';
+CREATE TABLE IF NOT EXISTS tenure_rejections (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, op TEXT NOT NULL,
+    owner TEXT NOT NULL, token INTEGER NOT NULL, current_owner TEXT, current_token INTEGER,
+    at REAL NOT NULL, reason TEXT NOT NULL, kind TEXT NOT NULL, resource TEXT);
+CREATE INDEX IF NOT EXISTS tenure_rejections_at ON tenure_rejections (at);
+CREATE TABLE IF NOT EXISTS tenure_events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, op TEXT NOT NULL,
+    owner TEXT, token INTEGER NOT NULL, at REAL NOT NULL, expires_at REAL);
+CREATE INDEX IF NOT EXISTS tenure_events_job ON tenure_events (job_id, id);
+CREATE INDEX IF NOT EXISTS tenure_events_at ON tenure_events (at);
+"""
+_JOB_COLUMNS = ("job_id, state, owner, token, lease_until, ttl, submitted_at, claimed_at, "
+                "renewed_at, completed_at, runs, result")
+_TRIM_EVERY = 256  # trim audit tables once per this many inserts, not on every write
+
+
+class MachineClock:
+    """The machine's boot clock as epoch seconds; immune to per-process wall-clock fakes."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+        self.boot_id = _read("/proc/sys/kernel/random/boot_id") or "unknown"
+
+    @staticmethod
+    def uptime() -> float:
+        text = _read("/proc/uptime")
+        return float(text.split()[0]) if text else time.monotonic()
+
+    def time(self) -> float:
+        return self.uptime() + self.offset
+
+    def monotonic(self) -> float:
+        return self.uptime()
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def _mapped_errors(path: str) -> Iterator[None]:
+    """The one place where sqlite3 errors become tenure errors."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        raise BackendUnavailable(f"SQLite store {path}: {exc}") from exc
+    except sqlite3.DatabaseError as exc:
+        raise BackendUnavailable(f"SQLite store {path} is not usable: {exc}") from exc
+
+
+def _decode(row: tuple[Any, ...]) -> JobRecord:
+    job_id, state, owner, token, lease_until, ttl, sub, cla, ren, com, runs, result = row
+    key = f"tenure_jobs/{job_id}"
+    try:
+        state = JobState(state)
+    except ValueError:
+        raise CorruptRecord(key, f"unknown state {state!r}") from None
+    if state not in STORED_STATES:
+        raise CorruptRecord(key, f"state {state.value!r} is never stored")
+    if not isinstance(token, int) or token < 0 or not isinstance(runs, int):
+        raise CorruptRecord(key, f"bad token {token!r} or runs {runs!r}")
+    times = (lease_until, ttl, sub, cla, ren, com)
+    if any(t is not None and not isinstance(t, (int, float)) for t in times):
+        raise CorruptRecord(key, "a time column is not a number")
+    if state is JobState.LEASED and (not isinstance(owner, str) or lease_until is None or ttl is None):
+        raise CorruptRecord(key, "leased without owner or expiry")
+    if result is not None and not isinstance(result, bytes):
+        raise CorruptRecord(key, "result is not a blob")
+    return JobRecord(job_id, state, owner, token, lease_until, ttl, sub, cla, ren, com, runs, result)
+
+
+class _SQLiteTransaction(Transaction):
+    def __init__(self, backend: SQLiteBackend) -> None:
+        self._b = backend
+        self._db = backend._db
+        self.now = backend.now()
+
+    def load(self, job_id: str) -> JobRecord | None:
+        row = self._db.execute(f"SELECT {_JOB_COLUMNS} FROM tenure_jobs WHERE job_id = ?",
+                               (job_id,)).fetchone()
+        return None if row is None else _decode(row)
+
+    def save(self, r: JobRecord) -> None:
+        self._db.execute(
+            f"INSERT OR REPLACE INTO tenure_jobs ({_JOB_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (r.job_id, r.state.value, r.owner, r.token, r.lease_until, r.ttl, r.submitted_at,
+             r.claimed_at, r.renewed_at, r.completed_at, r.runs, r.result))
+
+    def next_claimable(self) -> str | None:
+        # Expired leases first (their work is overdue), then pending jobs in submission order;
+        # both through partial indexes, so the cost does not grow with completed jobs.
+        row = self._db.execute(
+            "SELECT job_id FROM tenure_jobs WHERE state = 'leased' AND lease_until <= ? "
+            "ORDER BY lease_until LIMIT 1", (self.now,)).fetchone()
+        if row is None:
+            row = self._db.execute("SELECT job_id FROM tenure_jobs WHERE state = 'pending' "
+                                   "ORDER BY submitted_at LIMIT 1").fetchone()
+        return None if row is None else str(row[0])
+
+    def add_rejection(self, r: Rejection) -> None:
+        cur = self._db.execute(
+            "INSERT INTO tenure_rejections (job_id, op, owner, token, current_owner, current_token,"
+            " at, reason, kind, resource) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (r.job_id, r.op.value, r.owner, r.token, r.current_owner, r.current_token, r.at,
+             r.reason, r.kind.value, r.resource))
+        self._b._trim("tenure_rejections", cur.lastrowid)
+
+    def add_event(self, e: HistoryEvent) -> None:
+        cur = self._db.execute(
+            "INSERT INTO tenure_events (job_id, op, owner, token, at, expires_at) VALUES (?,?,?,?,?,?)",
+            (e.job_id, e.op.value, e.owner, e.token, e.at, e.expires_at))
+        self._b._trim("tenure_events", cur.lastrowid)
+
+
+class SQLiteBackend(RecordBackend):
+    characteristics = Characteristics(
+        name="sqlite",
+        store_clock="the machine's boot clock (shared by every process on the machine)",
+    )
+
+    def __init__(self, path: str, *, clock: Clock | None = None, timeout: float = 5.0,
+                 retention: int = 10_000, synchronous: str = "FULL") -> None:
+        self.path = path
+        self._lock = threading.RLock()
+        self._machine = MachineClock() if clock is None else None
+        self._clock: Clock = clock or self._machine  # type: ignore[assignment]
+        self.retention = retention
+        with _mapped_errors(path):
+            self._db = sqlite3.connect(path, timeout=timeout, isolation_level=None,
+                                       check_same_thread=False)
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute(f"PRAGMA synchronous={synchronous}")
+                self._db.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
+                self._setup()
+            except BaseException:
+                self._db.close()
+                raise
+
+    def _setup(self) -> None:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    self._db.execute(statement)
+                version = self._meta("schema_version")
+                if version is None:
+                    self._db.execute("INSERT INTO tenure_meta VALUES ('schema_version', ?)",
+                                     (SCHEMA_VERSION,))
+                elif version != SCHEMA_VERSION:
+                    raise InvalidArgument(f"{self.path} has tenure schema {version}, "
+                                          f"this version reads {SCHEMA_VERSION}")
+                if self._machine is not None:
+                    # One epoch offset per boot, shared by every process through the file.
+                    key = f"clock_offset:{self._machine.boot_id}"
+                    offset = self._meta(key)
+                    if offset is None:
+                        offset = repr(time.time() - self._machine.uptime())
+                        self._db.execute("INSERT INTO tenure_meta VALUES (?, ?)", (key, offset))
+                    self._machine.offset = float(offset)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def _meta(self, key: str) -> str | None:
+        row = self._db.execute("SELECT value FROM tenure_meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def _trim(self, table: str, last_id: int | None) -> None:
+        if last_id is not None and last_id % _TRIM_EVERY == 0:
+            self._db.execute(f"DELETE FROM {table} WHERE id <= ?", (last_id - self.retention,))
+
+    @classmethod
+    def from_url(cls, url: StoreURL, options: Options, clock: Clock | None) -> SQLiteBackend:
+        if url.hosts or not url.path.strip("/"):
+            raise InvalidArgument("SQLite URLs look like sqlite:///relative.db or sqlite:////abs/path.db")
+        path = url.path[1:]  # one slash separates the empty host from the path
+        if path != ":memory:":
+            parent = Path(path).expanduser().resolve().parent
+            if not parent.is_dir():
+                raise InvalidArgument(f"SQLite store directory does not exist: {parent}")
+            path = str(Path(path).expanduser())
+        kwargs: dict[str, Any] = {
+            "timeout": options.number("timeout", 5.0, low=0.0, high=3600.0, low_open=True),
+            "retention": options.integer("retention", 10_000, low=1),
+            "synchronous": options.text("synchronous", "FULL", choices=("FULL", "NORMAL", "EXTRA")),
+        }
+        options.finish()
+        return cls(path, clock=clock, **kwargs)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        with self._lock, _mapped_errors(self.path):
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield _SQLiteTransaction(self)
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        with self._lock, _mapped_errors(self.path):
+            return self._db.execute(sql, args).fetchall()
+
+    def _status(self, row: tuple[Any, ...], now: float) -> JobStatus:
+        try:
+            return status(_decode(row), now)
+        except CorruptRecord as exc:
+            return corrupt_status(str(row[0]), exc.key, exc)
+
+    def get(self, job_id: str) -> JobStatus | None:
+        rows = self._query(f"SELECT {_JOB_COLUMNS} FROM tenure_jobs WHERE job_id = ?", (job_id,))
+        return self._status(rows[0], self.now()) if rows else None
+
+    def jobs(self) -> Iterator[JobStatus]:
+        # Pages by primary key so a listing of 100,000 jobs never holds them all at once
+        # and never holds the lock across the caller's loop.
+        last = ""
+        first = True
+        while True:
+            rows = self._query(
+                f"SELECT {_JOB_COLUMNS} FROM tenure_jobs WHERE job_id > ? OR ? ORDER BY job_id LIMIT 2000",
+                (last, first))
+            if not rows:
+                return
+            now = self.now()
+            for row in rows:
+                yield self._status(row, now)
+            last, first = rows[-1][0], False
+
+    def rejections(self, since: float | None, limit: int | None) -> list[Rejection]:
+        rows = self._query(
+            "SELECT * FROM (SELECT job_id, op, owner, token, current_owner, current_token, at, reason,"
+            " kind, resource, id FROM tenure_rejections WHERE at >= ? ORDER BY id DESC LIMIT ?)"
+            " ORDER BY id", (-1e300 if since is None else since, -1 if limit is None else limit))
+        return [Rejection(r[0], Op(r[1]), r[2], r[3], r[4], r[5], r[6], r[7],
+                          RejectionKind(r[8]), r[9]) for r in rows]
+
+    def history(self, job_id: str | None, since: float | None, limit: int | None) -> list[HistoryEvent]:
+        rows = self._query(
+            "SELECT * FROM (SELECT job_id, op, owner, token, at, expires_at, id FROM tenure_events"
+            " WHERE (? IS NULL OR job_id = ?) AND at >= ? ORDER BY id DESC LIMIT ?) ORDER BY id",
+            (job_id, job_id, -1e300 if since is None else since, -1 if limit is None else limit))
+        return [HistoryEvent(r[0], Op(r[1]), r[2], r[3], r[4], r[5]) for r in rows]
+
+    def now(self) -> float:
+        return self._clock.time()
+
+    def health(self) -> dict[str, Any]:
+        size = sum(os.path.getsize(p) for p in (self.path, self.path + "-wal") if os.path.exists(p))
+        counts = dict(self._query("SELECT state, count(*) FROM tenure_jobs GROUP BY state"))
+        return {"backend": "sqlite", "file": os.path.abspath(self.path), "bytes": size,
+                "jobs": sum(counts.values()), "store_clock": self.characteristics.store_clock}
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

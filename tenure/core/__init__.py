@@ -1,0 +1,1 @@
+"""The backend-agnostic protocol: records, errors, validation, clocks, renewal, audit."""

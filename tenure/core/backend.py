@@ -1,0 +1,215 @@
+"""The backend interface: a handful of atomic operations on one store.
+
+Everything else (validation, safe deadlines, renewal threads, ``hold()``) lives once in
+``tenure.core.store``. A backend receives arguments that are already validated, decides
+ownership with the *store's* clock, and records every rejected renew/complete/release as a
+``Rejection`` in the same atomic step where the store allows it, then raises ``StaleLease``.
+
+``RecordBackend`` serves stores that can lock and rewrite one record per job (memory,
+SQLite): they provide the transaction and the protocol comes from ``transitions``.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from tenure.core import transitions, watch
+from tenure.core.errors import CorruptRecord, JobNotFound, StaleLease
+from tenure.core.records import Change, HistoryEvent, JobState, JobStatus, Lease, Op, Rejection
+from tenure.core.transitions import JobRecord
+from tenure.core.validation import MAX_TTL
+
+if TYPE_CHECKING:
+    from tenure.core.clock import Clock
+    from tenure.core.options import Options, StoreURL
+
+
+@dataclass(frozen=True)
+class Characteristics:
+    """What a backend guarantees, for callers and for the conformance suite."""
+
+    name: str
+    store_clock: str  # whose clock decides expiry, in words
+    min_ttl: float = 0.0
+    max_ttl: float = MAX_TTL
+    shared_between_processes: bool = True
+    tokens_ordered_across_jobs: bool = False  # true where tokens come from one global counter
+
+
+class Backend(abc.ABC):
+    characteristics: ClassVar[Characteristics]
+
+    @classmethod
+    @abc.abstractmethod
+    def from_url(cls, url: StoreURL, options: Options, clock: Clock | None) -> Backend:
+        """Build from a parsed URL; read options through ``options`` (it rejects leftovers).
+
+        ``clock`` is a clock the caller injected (tests), or None for the store's own.
+        """
+
+    @abc.abstractmethod
+    def submit(self, job_id: str) -> None: ...
+
+    @abc.abstractmethod
+    def claim(self, job_id: str, owner: str, ttl: float) -> Lease: ...
+
+    @abc.abstractmethod
+    def claim_next(self, owner: str, ttl: float) -> Lease | None: ...
+
+    @abc.abstractmethod
+    def renew(self, lease: Lease, ttl: float) -> Lease: ...
+
+    @abc.abstractmethod
+    def complete(self, lease: Lease, result: bytes | None) -> None: ...
+
+    @abc.abstractmethod
+    def release(self, lease: Lease) -> None: ...
+
+    @abc.abstractmethod
+    def get(self, job_id: str) -> JobStatus | None: ...
+
+    @abc.abstractmethod
+    def jobs(self) -> Iterator[JobStatus]: ...
+
+    @abc.abstractmethod
+    def rejections(self, since: float | None, limit: int | None) -> list[Rejection]:
+        """Oldest first; with ``limit``, the most recent ``limit`` records."""
+
+    @abc.abstractmethod
+    def record_rejection(self, rejection: Rejection) -> None:
+        """Add a rejection reported from elsewhere (a fenced destination) to the audit."""
+
+    @abc.abstractmethod
+    def history(self, job_id: str | None, since: float | None, limit: int | None) -> list[HistoryEvent]:
+        """Accepted changes, oldest first, with bounded retention."""
+
+    @abc.abstractmethod
+    def force_expire(self, job_id: str) -> None:
+        """Operator action: end the current lease now by the store's clock."""
+
+    @abc.abstractmethod
+    def now(self) -> float:
+        """The store's clock, in seconds since the epoch."""
+
+    def watch(self, stop: threading.Event, interval: float) -> Iterator[Change]:
+        """Changes as they happen; this default polls, backends with a native watch override."""
+        return watch.poll(self, stop, interval)
+
+    def health(self) -> dict[str, Any]:
+        """Facts about the store for operators (server, version, size ...)."""
+        return {"backend": self.characteristics.name}
+
+    def close(self) -> None:  # noqa: B027 - a no-op is the right default
+        """Release connections. Idempotent."""
+
+
+class Transaction(abc.ABC):
+    """One atomic step on a record store; ``now`` is read once, inside the step."""
+
+    now: float
+
+    @abc.abstractmethod
+    def load(self, job_id: str) -> JobRecord | None:
+        """The job's record; raises CorruptRecord for one that cannot be read."""
+
+    @abc.abstractmethod
+    def save(self, record: JobRecord) -> None: ...
+
+    @abc.abstractmethod
+    def next_claimable(self) -> str | None:
+        """A pending job, or one whose lease expired by ``now``; oldest first."""
+
+    @abc.abstractmethod
+    def add_rejection(self, rejection: Rejection) -> None: ...
+
+    @abc.abstractmethod
+    def add_event(self, event: HistoryEvent) -> None: ...
+
+
+def _event(rec: JobRecord, op: Op, now: float) -> HistoryEvent:
+    return HistoryEvent(rec.job_id, op, rec.owner, rec.token, now, rec.lease_until)
+
+
+class RecordBackend(Backend):
+    """The protocol over ``transitions`` for stores with a per-job record and transactions."""
+
+    @abc.abstractmethod
+    def transaction(self) -> contextlib.AbstractContextManager[Transaction]:
+        """Commit on normal exit, roll back on an exception."""
+
+    def submit(self, job_id: str) -> None:
+        with self.transaction() as tx:
+            new = transitions.submit(tx.load(job_id), job_id, tx.now)
+            if new is not None:
+                tx.save(new)
+                tx.add_event(_event(new, Op.SUBMIT, tx.now))
+
+    def _claim_in(self, tx: Transaction, job_id: str, owner: str, ttl: float) -> Lease:
+        new = transitions.claim(tx.load(job_id), job_id, owner, ttl, tx.now)
+        tx.save(new)
+        tx.add_event(_event(new, Op.CLAIM, tx.now))
+        return transitions.lease_of(new)
+
+    def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
+        with self.transaction() as tx:
+            return self._claim_in(tx, job_id, owner, ttl)
+
+    def claim_next(self, owner: str, ttl: float) -> Lease | None:
+        with self.transaction() as tx:
+            job_id = tx.next_claimable()
+            return None if job_id is None else self._claim_in(tx, job_id, owner, ttl)
+
+    def _holder_op(self, op: Op, lease: Lease, change: Any) -> JobRecord:
+        """Apply ``change`` if the lease is current; otherwise audit and raise StaleLease."""
+        with self.transaction() as tx:
+            rec = tx.load(lease.job_id)
+            reason = transitions.check(rec, lease, tx.now)
+            if reason is None:
+                assert rec is not None
+                new: JobRecord = change(rec, tx.now)
+                tx.save(new)
+                tx.add_event(_event(new, op, tx.now))
+                return new
+            rejected = transitions.rejection(rec, op, lease, reason, tx.now)
+            tx.add_rejection(rejected)
+        raise StaleLease(rejected)
+
+    def renew(self, lease: Lease, ttl: float) -> Lease:
+        rec = self._holder_op(Op.RENEW, lease, lambda r, now: transitions.renew(r, ttl, now))
+        return transitions.lease_of(rec)
+
+    def complete(self, lease: Lease, result: bytes | None) -> None:
+        self._holder_op(Op.COMPLETE, lease, lambda r, now: transitions.complete(r, result, now))
+
+    def release(self, lease: Lease) -> None:
+        self._holder_op(Op.RELEASE, lease, transitions.release)
+
+    def force_expire(self, job_id: str) -> None:
+        with self.transaction() as tx:
+            rec = tx.load(job_id)
+            if rec is None:
+                raise JobNotFound(job_id)
+            if rec.state is JobState.LEASED and transitions.is_claimable(rec, tx.now) is False:
+                new = transitions.force_expire(rec, tx.now)
+                tx.save(new)
+                tx.add_event(_event(new, Op.EXPIRE, tx.now))
+
+    def record_rejection(self, rejection: Rejection) -> None:
+        with self.transaction() as tx:
+            tx.add_rejection(rejection)
+
+
+def newest(items: list[Any], limit: int | None) -> list[Any]:
+    """The last ``limit`` items (all of them for None), keeping their order."""
+    if limit is None:
+        return items
+    return items[len(items) - limit:] if limit else []
+
+
+def corrupt_status(job_id: str, key: str, exc: CorruptRecord) -> JobStatus:
+    return JobStatus(job_id=job_id, state=JobState.CORRUPT, problem=exc.problem, key=key)

@@ -1,0 +1,112 @@
+"""The one exception tree of tenure.
+
+Every error tenure raises on purpose derives from :class:`LeaseError`::
+
+    LeaseError
+    ├── InvalidArgument (also ValueError)   bad job id, owner, TTL, URL or option; nothing written
+    ├── AlreadyClaimed                      the job is held by a lease that has not expired
+    ├── JobCompleted                        the job is completed; submit() it again for a new run
+    ├── JobNotFound (also KeyError)         an operation needs a job that does not exist
+    ├── StaleLease                          renew/complete/release with an owner or token that no
+    │                                       longer matches, or after expiry by the store's clock
+    ├── StaleToken                          a destination fence saw a token lower than it admitted
+    ├── LeaseLost                           a held lease can no longer be trusted (renewal failed or
+    │                                       the safe local deadline passed)
+    ├── CorruptRecord                       a record in the store that tenure cannot read
+    └── BackendUnavailable                  the store cannot be reached, timed out or refused access
+        └── AuthenticationFailed            wrong or missing credentials
+
+Backends map their client library's errors to these in one place each, keeping the
+original as ``__cause__`` (``raise ... from exc``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tenure.core.records import Rejection
+
+
+class LeaseError(Exception):
+    """Root of every error tenure raises on purpose."""
+
+
+class InvalidArgument(LeaseError, ValueError):
+    """An argument, URL or option is malformed or out of range. Nothing was written."""
+
+
+class AlreadyClaimed(LeaseError):
+    """The job is held by another lease that has not expired by the store's clock."""
+
+    def __init__(self, job_id: str, owner: str | None, token: int, expires_at: float | None) -> None:
+        super().__init__(f"job {job_id!r} is held by {owner!r} (token {token}) until {expires_at}")
+        self.job_id = job_id
+        self.owner = owner
+        self.token = token
+        self.expires_at = expires_at
+
+
+class JobCompleted(LeaseError):
+    """The job has been completed; submit it again to start a new run."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id!r} is completed")
+        self.job_id = job_id
+
+
+class JobNotFound(LeaseError, KeyError):
+    """The job does not exist in the store."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id!r} does not exist")
+        self.job_id = job_id
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+class StaleLease(LeaseError):
+    """The store rejected a renew, complete or release made with a stale lease.
+
+    The rejection has been audited; ``rejection`` holds the record the store wrote.
+    """
+
+    def __init__(self, rejection: Rejection) -> None:
+        r = rejection
+        super().__init__(
+            f"{r.op} of job {r.job_id!r} by {r.owner!r} with token {r.token} rejected: {r.reason}"
+            f" (current owner {r.current_owner!r}, token {r.current_token})"
+        )
+        self.rejection = rejection
+
+
+class StaleToken(LeaseError):
+    """A destination fence rejected a token lower than the highest it has admitted."""
+
+    def __init__(self, resource: str, token: int, highest: int) -> None:
+        super().__init__(f"token {token} for {resource!r} is stale: {highest} was already admitted")
+        self.resource = resource
+        self.token = token
+        self.highest = highest
+
+
+class LeaseLost(LeaseError):
+    """A held lease can no longer be trusted: stop producing effects under it."""
+
+
+class CorruptRecord(LeaseError):
+    """A record in the store could not be read as a tenure record; it is never overwritten."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"corrupt record {key!r}: {problem}")
+        self.key = key
+        self.problem = problem
+
+
+class BackendUnavailable(LeaseError):
+    """The store could not be reached, timed out, or refused the request."""
+
+
+class AuthenticationFailed(BackendUnavailable):
+    """The store refused the credentials (or their absence)."""

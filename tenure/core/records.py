@@ -1,0 +1,130 @@
+"""The values tenure hands out: leases, job statuses, rejections and history events.
+
+All times named ``*_at`` or ``expires_at`` are the *store's* clock, in seconds since the
+epoch; ``Lease.deadline`` alone is the worker's own monotonic clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass
+
+
+class JobState(str, enum.Enum):
+    """Where a job stands, judged by the store's clock when it was read."""
+
+    PENDING = "pending"
+    LEASED = "leased"
+    EXPIRED = "expired"  # leased, but the lease ran out and nobody claimed it since
+    COMPLETED = "completed"
+    CORRUPT = "corrupt"  # the record could not be read; see JobStatus.problem
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Op(str, enum.Enum):
+    """Operations that appear in rejections and history."""
+
+    SUBMIT = "submit"
+    CLAIM = "claim"
+    RENEW = "renew"
+    COMPLETE = "complete"
+    RELEASE = "release"
+    EXPIRE = "expire"  # an operator forced a lease to expire
+    EFFECT = "effect"  # a write at a fenced destination (destination rejections)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class RejectionKind(str, enum.Enum):
+    STORE = "store"  # the lease store refused a stale renew/complete/release
+    DESTINATION = "destination"  # a fenced destination refused a stale token
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Reason(str, enum.Enum):
+    """Why the store rejected an operation; the first that applies is reported."""
+
+    NOT_FOUND = "job not found"
+    COMPLETED = "job already completed"
+    SUPERSEDED = "token superseded by a newer claim"
+    NOT_LEASED = "job is not leased"
+    OWNER_MISMATCH = "owner does not match"
+    EXPIRED = "lease expired by store time"
+    STALE_TOKEN = "token lower than one already admitted"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A claim on a job: present ``token`` to the store and to destinations.
+
+    ``deadline`` is on the holder's monotonic clock: the moment after which the holder
+    must stop producing effects even if it has heard nothing from the store.
+    """
+
+    job_id: str
+    owner: str
+    token: int
+    expires_at: float
+    ttl: float
+    deadline: float = dataclasses.field(default=float("inf"), compare=False)
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    job_id: str
+    state: JobState
+    owner: str | None = None
+    token: int = 0  # the generation of the latest claim; 0 if never claimed
+    expires_at: float | None = None
+    submitted_at: float | None = None
+    claimed_at: float | None = None
+    renewed_at: float | None = None
+    completed_at: float | None = None
+    runs: int = 0  # how many times the job was submitted
+    result: bytes | None = None
+    problem: str | None = None  # for CORRUPT records: what is wrong
+    key: str | None = None  # for CORRUPT records: the backend's key of the record
+
+
+@dataclass(frozen=True)
+class Rejection:
+    job_id: str
+    op: Op
+    owner: str
+    token: int
+    current_owner: str | None
+    current_token: int
+    at: float
+    reason: str
+    kind: RejectionKind = RejectionKind.STORE
+    resource: str | None = None  # destination rejections: the fenced resource
+
+
+@dataclass(frozen=True)
+class HistoryEvent:
+    """One accepted change to a job, kept with bounded retention for operators."""
+
+    job_id: str
+    op: Op
+    owner: str | None
+    token: int
+    at: float
+    expires_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Change:
+    """One item from ``Store.watch()``: a job that appeared or changed, or a new rejection."""
+
+    job: JobStatus | None = None
+    rejection: Rejection | None = None
+    removed: str | None = None  # id of a job that disappeared from the store

@@ -1,0 +1,67 @@
+"""Backends by URL scheme: a lazy table of built-ins plus the ``tenure.backends`` entry points.
+
+A third-party backend registers ``myscheme = mypackage.module:MyBackend`` in the
+``tenure.backends`` entry-point group; its class subclasses ``tenure.Backend``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+from typing import Any
+
+from tenure.core.backend import Backend
+from tenure.core.errors import BackendUnavailable, InvalidArgument
+from tenure.core.options import Options, parse_url
+from tenure.core.store import DEFAULT_DRIFT_MARGIN, Store
+
+# scheme -> (module, class, extra that installs its client library)
+BUILTIN: dict[str, tuple[str, str, str | None]] = {
+    "memory": ("tenure.backends.memory", "MemoryBackend", None),
+    "sqlite": ("tenure.backends.sqlite", "SQLiteBackend", None),
+    "etcd": ("tenure.backends.etcd", "EtcdBackend", "etcd"),
+    "zk": ("tenure.backends.zookeeper", "ZooKeeperBackend", "zookeeper"),
+    "zookeeper": ("tenure.backends.zookeeper", "ZooKeeperBackend", "zookeeper"),
+}
+ENTRY_POINT_GROUP = "tenure.backends"
+
+
+def backend_class(scheme: str) -> type[Backend]:
+    if scheme in BUILTIN:
+        module_name, class_name, extra = BUILTIN[scheme]
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if extra is None or (exc.name or "").startswith("tenure"):
+                raise
+            raise BackendUnavailable(
+                f"the {scheme}:// backend needs {exc.name!r}: pip install 'tenure[{extra}]'") from exc
+        cls: type[Backend] = getattr(module, class_name)
+        return cls
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name == scheme:
+            loaded = ep.load()
+            if not (isinstance(loaded, type) and issubclass(loaded, Backend)):
+                raise InvalidArgument(f"entry point {ep.value} for {scheme}:// is not a tenure.Backend")
+            return loaded
+    known = sorted(set(BUILTIN) | {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+    raise InvalidArgument(f"unknown store scheme {scheme!r}; known: {', '.join(known)}")
+
+
+def connect(url: str, **options: Any) -> Store:
+    """Open a store: ``memory://``, ``sqlite:///jobs.db``, ``etcd://h:2379/prefix``, ``zk://h:2181/chroot``.
+
+    Options come from the URL query string; keyword arguments override them. ``clock``
+    injects a clock (tests); ``drift_margin`` is the fraction of each TTL a holder gives up
+    to clock-rate drift when it computes its safe local deadline.
+    """
+    parsed = parse_url(url)
+    cls = backend_class(parsed.scheme)
+    clock = options.pop("clock", None)
+    opts = Options(parsed.query, options, where=f"{parsed.scheme}://")
+    drift = opts.number("drift_margin", DEFAULT_DRIFT_MARGIN, low=0.0, high=0.5)
+    backend = cls.from_url(parsed, opts, clock)
+    assert drift is not None
+    if clock is None:
+        return Store(backend, drift_margin=drift, url=parsed.redacted())
+    return Store(backend, clock=clock, drift_margin=drift, url=parsed.redacted())

@@ -1,0 +1,181 @@
+"""``Store``: the public face of a lease store, the same over every backend.
+
+It validates every argument before the backend sees it, stamps each lease with the
+holder's safe local deadline, and runs the one renewal thread that serves ``hold()``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any
+
+from tenure.core import validation
+from tenure.core.backend import Backend, Characteristics
+from tenure.core.clock import SYSTEM_CLOCK, Clock
+from tenure.core.errors import InvalidArgument
+from tenure.core.records import (
+    Change,
+    HistoryEvent,
+    JobStatus,
+    Lease,
+    Op,
+    Rejection,
+    RejectionKind,
+)
+from tenure.core.renewal import HeldLease, Renewer
+
+DEFAULT_DRIFT_MARGIN = 0.05
+
+
+class Store:
+    """A lease store. Thread-safe; one per process is the usual shape."""
+
+    def __init__(self, backend: Backend, *, clock: Clock = SYSTEM_CLOCK,
+                 drift_margin: float = DEFAULT_DRIFT_MARGIN, url: str = "") -> None:
+        if not 0 <= drift_margin < 1:
+            raise InvalidArgument(f"drift_margin must be in [0, 1), got {drift_margin!r}")
+        self.backend = backend
+        self.clock = clock
+        self.drift_margin = drift_margin
+        self.url = url  # redacted: safe to show
+        self._renewer = Renewer(clock)
+
+    @property
+    def characteristics(self) -> Characteristics:
+        return self.backend.characteristics
+
+    # -- validation shared by every operation -------------------------------------------
+    def _ttl(self, ttl: object) -> float:
+        c = self.characteristics
+        return validation.ttl(ttl, minimum=c.min_ttl, maximum=c.max_ttl, backend=c.name)
+
+    @staticmethod
+    def _lease(lease: object) -> Lease:
+        if not isinstance(lease, Lease):
+            raise InvalidArgument(f"expected a tenure.Lease, not {type(lease).__name__}")
+        return lease
+
+    def _stamped(self, lease: Lease, sent_at: float) -> Lease:
+        # The store started this lease no earlier than sent_at, on a clock that may run a
+        # little faster than ours: trust it for ttl shortened by the drift margin.
+        return dataclasses.replace(lease, deadline=sent_at + lease.ttl * (1 - self.drift_margin))
+
+    # -- the protocol ----------------------------------------------------------------------
+    def submit(self, job_id: str) -> None:
+        """Make a job pending; a no-op on a pending or leased job; a new run of a completed one."""
+        self.backend.submit(validation.job_id(job_id))
+
+    def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
+        """Claim a job that is unowned or whose lease expired by the store's clock."""
+        args = validation.job_id(job_id), validation.owner(owner), self._ttl(ttl)
+        sent_at = self.clock.monotonic()
+        return self._stamped(self.backend.claim(*args), sent_at)
+
+    def claim_next(self, owner: str, ttl: float) -> Lease | None:
+        """Claim some pending or expired job (never a completed one), or return None."""
+        args = validation.owner(owner), self._ttl(ttl)
+        sent_at = self.clock.monotonic()
+        lease = self.backend.claim_next(*args)
+        return None if lease is None else self._stamped(lease, sent_at)
+
+    def renew(self, lease: Lease, ttl: float | None = None) -> Lease:
+        """Extend a current lease; raises StaleLease (audited) if it is no longer current."""
+        lease = self._lease(lease)
+        seconds = self._ttl(lease.ttl if ttl is None else ttl)
+        sent_at = self.clock.monotonic()
+        return self._stamped(self.backend.renew(lease, seconds), sent_at)
+
+    def complete(self, lease: Lease, result: str | bytes | None = None) -> None:
+        """Mark the job completed; raises StaleLease (audited) if the lease is not current."""
+        self.backend.complete(self._lease(lease), validation.result(result))
+
+    def release(self, lease: Lease) -> None:
+        """Give the job back unfinished, so it can be claimed at once."""
+        self.backend.release(self._lease(lease))
+
+    def hold(self, job_id: str, owner: str, ttl: float) -> HeldLease:
+        """Claim a job and keep renewing it in the background; use it as a context manager."""
+        return self.hold_lease(self.claim(job_id, owner, ttl))
+
+    def hold_next(self, owner: str, ttl: float) -> HeldLease | None:
+        """``claim_next`` and hold the lease it gives, or None when nothing is claimable."""
+        lease = self.claim_next(owner, ttl)
+        return None if lease is None else self.hold_lease(lease)
+
+    def hold_lease(self, lease: Lease) -> HeldLease:
+        """Hold a lease this process already claimed."""
+        held = HeldLease(self, self._lease(lease))
+        self._renewer.add(held)
+        return held
+
+    # -- reading -----------------------------------------------------------------------------
+    def get(self, job_id: str) -> JobStatus | None:
+        return self.backend.get(validation.job_id(job_id))
+
+    def jobs(self) -> Iterator[JobStatus]:
+        return self.backend.jobs()
+
+    def rejections(self, since: float | None = None, limit: int | None = None) -> list[Rejection]:
+        """Audited rejections, oldest first; with ``limit``, the most recent ones."""
+        return self.backend.rejections(_since(since), validation.limit(limit))
+
+    def history(self, job_id: str | None = None, since: float | None = None,
+                limit: int | None = None) -> list[HistoryEvent]:
+        """Accepted claims, renewals, completions ... oldest first, with bounded retention."""
+        job = None if job_id is None else validation.job_id(job_id)
+        return self.backend.history(job, _since(since), validation.limit(limit))
+
+    def watch(self, stop: threading.Event | None = None, interval: float = 1.0) -> Iterator[Change]:
+        """Changes to jobs and new rejections until ``stop`` is set."""
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
+            raise InvalidArgument(f"interval must be a positive number, got {interval!r}")
+        return self.backend.watch(stop or threading.Event(), float(interval))
+
+    def now(self) -> float:
+        """The store's clock, seconds since the epoch."""
+        return self.backend.now()
+
+    def health(self) -> dict[str, Any]:
+        return self.backend.health()
+
+    # -- operators and destinations ------------------------------------------------------
+    def force_expire(self, job_id: str) -> None:
+        """End a job's current lease now, so it can be claimed again (an operator action)."""
+        self.backend.force_expire(validation.job_id(job_id))
+
+    def report_rejection(self, job_id: str, owner: str, token: int, *, resource: str,
+                         highest: int, reason: str = "") -> Rejection:
+        """Add a rejection seen at a fenced destination to this store's audit."""
+        rejection = Rejection(
+            job_id=validation.job_id(job_id), op=Op.EFFECT, owner=validation.owner(owner),
+            token=validation.token(token), current_owner=None, current_token=highest,
+            at=self.now(), reason=reason or "token lower than one already admitted",
+            kind=RejectionKind.DESTINATION, resource=resource)
+        self.backend.record_rejection(rejection)
+        return rejection
+
+    # -- lifetime ---------------------------------------------------------------------------
+    def close(self) -> None:
+        self._renewer.close()
+        self.backend.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<tenure.Store {self.url or self.characteristics.name}>"
+
+
+def _since(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgument(f"since must be a store time in seconds, not {type(value).__name__}")
+    return float(value)

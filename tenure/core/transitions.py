@@ -1,0 +1,150 @@
+"""The lease state machine over one job record, as pure functions.
+
+Backends that keep a whole record per job (memory, SQLite) run these inside their own
+atomic step, so the protocol is written once. Stored states are pending, leased and
+completed; "expired" is a leased record whose ``lease_until`` has passed by store time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from tenure.core.errors import AlreadyClaimed, JobCompleted
+from tenure.core.records import JobState, JobStatus, Lease, Op, Reason, Rejection
+
+STORED_STATES = (JobState.PENDING, JobState.LEASED, JobState.COMPLETED)
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    job_id: str
+    state: JobState  # one of STORED_STATES
+    owner: str | None = None
+    token: int = 0  # generation of the latest claim; never goes down
+    lease_until: float | None = None
+    ttl: float | None = None
+    submitted_at: float | None = None
+    claimed_at: float | None = None
+    renewed_at: float | None = None
+    completed_at: float | None = None
+    runs: int = 1
+    result: bytes | None = None
+
+
+def is_claimable(rec: JobRecord | None, now: float) -> bool:
+    if rec is None or rec.state is JobState.PENDING:
+        return True
+    return rec.state is JobState.LEASED and rec.lease_until is not None and rec.lease_until <= now
+
+
+def status(rec: JobRecord, now: float) -> JobStatus:
+    state = rec.state
+    if state is JobState.LEASED and is_claimable(rec, now):
+        state = JobState.EXPIRED
+    return JobStatus(
+        job_id=rec.job_id,
+        state=state,
+        owner=rec.owner,
+        token=rec.token,
+        expires_at=rec.lease_until,
+        submitted_at=rec.submitted_at,
+        claimed_at=rec.claimed_at,
+        renewed_at=rec.renewed_at,
+        completed_at=rec.completed_at,
+        runs=rec.runs,
+        result=rec.result,
+    )
+
+
+def submit(rec: JobRecord | None, job_id: str, now: float) -> JobRecord | None:
+    """A new pending record, a new run of a completed one, or None (nothing to change)."""
+    if rec is None:
+        return JobRecord(job_id=job_id, state=JobState.PENDING, submitted_at=now)
+    if rec.state is JobState.COMPLETED:
+        return dataclasses.replace(
+            rec,
+            state=JobState.PENDING,
+            owner=None,
+            lease_until=None,
+            ttl=None,
+            submitted_at=now,
+            claimed_at=None,
+            renewed_at=None,
+            completed_at=None,
+            runs=rec.runs + 1,
+            result=None,
+        )
+    return None
+
+
+def claim(rec: JobRecord | None, job_id: str, owner: str, ttl: float, now: float) -> JobRecord:
+    if rec is not None and not is_claimable(rec, now):
+        if rec.state is JobState.COMPLETED:
+            raise JobCompleted(job_id)
+        raise AlreadyClaimed(job_id, rec.owner, rec.token, rec.lease_until)
+    base = rec or JobRecord(job_id=job_id, state=JobState.PENDING, submitted_at=now)
+    return dataclasses.replace(
+        base,
+        state=JobState.LEASED,
+        owner=owner,
+        token=base.token + 1,
+        lease_until=now + ttl,
+        ttl=ttl,
+        claimed_at=now,
+        renewed_at=None,
+    )
+
+
+def check(rec: JobRecord | None, lease: Lease, now: float) -> Reason | None:
+    """Why a renew/complete/release with ``lease`` must be refused, or None if it may go on."""
+    if rec is None:
+        return Reason.NOT_FOUND
+    if lease.token != rec.token:
+        return Reason.SUPERSEDED
+    if lease.owner != rec.owner:
+        return Reason.OWNER_MISMATCH
+    if rec.state is JobState.COMPLETED:
+        return Reason.COMPLETED
+    if rec.state is not JobState.LEASED:
+        return Reason.NOT_LEASED
+    if rec.lease_until is None or rec.lease_until <= now:
+        return Reason.EXPIRED
+    return None
+
+
+def rejection(rec: JobRecord | None, op: Op, lease: Lease, reason: Reason, now: float) -> Rejection:
+    return Rejection(
+        job_id=lease.job_id,
+        op=op,
+        owner=lease.owner,
+        token=lease.token,
+        current_owner=rec.owner if rec else None,
+        current_token=rec.token if rec else 0,
+        at=now,
+        reason=str(reason),
+    )
+
+
+def renew(rec: JobRecord, ttl: float, now: float) -> JobRecord:
+    return dataclasses.replace(rec, lease_until=now + ttl, ttl=ttl, renewed_at=now)
+
+
+def complete(rec: JobRecord, result: bytes | None, now: float) -> JobRecord:
+    return dataclasses.replace(
+        rec, state=JobState.COMPLETED, lease_until=None, completed_at=now, result=result
+    )
+
+
+def release(rec: JobRecord, now: float) -> JobRecord:
+    # The token stays: the next claim must still get a higher one.
+    return dataclasses.replace(rec, state=JobState.PENDING, owner=None, lease_until=None, ttl=None)
+
+
+def force_expire(rec: JobRecord, now: float) -> JobRecord:
+    return dataclasses.replace(rec, lease_until=now)
+
+
+def lease_of(rec: JobRecord) -> Lease:
+    assert rec.owner is not None and rec.lease_until is not None and rec.ttl is not None
+    return Lease(rec.job_id, rec.owner, rec.token, rec.lease_until, rec.ttl)

@@ -1,0 +1,1 @@
+"""The Streamlit operations dashboard (see ``tenure dashboard --help``)."""

@@ -1,0 +1,62 @@
+"""hold(): background renewal, safe local deadline, and what leaving the block does."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import tenure
+from tests.harness import Harness
+
+
+def test_hold_renews_past_the_ttl_and_completes(harness: Harness) -> None:
+    with harness.connect(clock=tenure.SystemClock()) as store:
+        ttl = harness.short_ttl
+        with store.hold("j", owner="a", ttl=ttl) as held:
+            first_expiry = held.lease.expires_at
+            time.sleep(ttl * 2.5)  # real time: the renewal thread must keep the lease alive
+            held.check()
+            assert held.lease.expires_at > first_expiry
+            held.complete(b"ok")
+        status = store.get("j")
+        assert status is not None and status.state is tenure.JobState.COMPLETED
+        assert store.rejections() == []
+
+
+def test_leaving_without_complete_releases(harness: Harness, store: tenure.Store) -> None:
+    with store.hold("j", owner="a", ttl=harness.ttl) as held:
+        token = held.token
+    assert store.get("j").state is tenure.JobState.PENDING  # type: ignore[union-attr]
+    assert store.claim("j", owner="b", ttl=harness.ttl).token > token
+
+
+def test_an_exception_leaving_the_block_is_never_replaced(harness: Harness, store: tenure.Store) -> None:
+    with pytest.raises(KeyError, match="mine"), store.hold("j", owner="a", ttl=harness.ttl) as held:
+        store.force_expire("j")
+        store.claim("j", owner="b", ttl=harness.ttl)  # the release on exit will be stale
+        assert held.token
+        raise KeyError("mine")
+
+
+def test_check_fails_when_a_renewal_is_rejected(harness: Harness, store: tenure.Store) -> None:
+    held = store.hold("j", owner="a", ttl=harness.ttl)
+    store.force_expire("j")
+    store.claim("j", owner="b", ttl=harness.ttl)
+    assert held._renew_once() is False  # what the renewal thread does when its turn comes
+    assert held.lost.is_set()
+    with pytest.raises(tenure.LeaseLost):
+        held.check()
+    with pytest.raises(tenure.StaleLease):
+        held.complete()
+    assert [r.op for r in store.rejections()] == [tenure.Op.RENEW, tenure.Op.COMPLETE]
+
+
+def test_one_renewal_thread_serves_every_held_lease(harness: Harness, store: tenure.Store) -> None:
+    import threading
+
+    before = threading.active_count()
+    held = [store.hold(f"j{i}", owner="a", ttl=harness.ttl) for i in range(50)]
+    assert threading.active_count() <= before + 1
+    for h in held:
+        h.complete()

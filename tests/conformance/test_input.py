@@ -1,0 +1,78 @@
+"""Bad input: a clear InvalidArgument, and nothing written."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import tenure
+from tests.harness import Harness
+
+BAD_JOB_IDS = ["", "x" * 257, "tab\there", "nul\x00", "line\nbreak", "\x7f", "\ud800", None, 42, b"bytes"]
+BAD_OWNERS = ["", "o" * 129, "bell\x07", None, 3.5]
+BAD_TTLS = [0, -1, math.nan, math.inf, "10", None, True, 10 ** 9]
+
+
+@pytest.mark.parametrize("job_id", BAD_JOB_IDS)
+def test_bad_job_ids(store: tenure.Store, harness: Harness, job_id: object) -> None:
+    for call in (lambda: store.submit(job_id),  # type: ignore[arg-type]
+                 lambda: store.claim(job_id, owner="a", ttl=harness.ttl),  # type: ignore[arg-type]
+                 lambda: store.get(job_id)):  # type: ignore[arg-type]
+        with pytest.raises(tenure.InvalidArgument, match="job id"):
+            call()
+    assert list(store.jobs()) == []
+
+
+@pytest.mark.parametrize("owner", BAD_OWNERS)
+def test_bad_owners(store: tenure.Store, harness: Harness, owner: object) -> None:
+    with pytest.raises(tenure.InvalidArgument, match="owner"):
+        store.claim("j", owner=owner, ttl=harness.ttl)  # type: ignore[arg-type]
+    with pytest.raises(tenure.InvalidArgument, match="owner"):
+        store.claim_next(owner=owner, ttl=harness.ttl)  # type: ignore[arg-type]
+    assert list(store.jobs()) == []
+
+
+@pytest.mark.parametrize("ttl", BAD_TTLS)
+def test_bad_ttls(store: tenure.Store, ttl: object) -> None:
+    with pytest.raises(tenure.InvalidArgument, match="ttl"):
+        store.claim("j", owner="a", ttl=ttl)  # type: ignore[arg-type]
+    assert list(store.jobs()) == []
+
+
+def test_ttl_below_the_backend_minimum_names_it(store: tenure.Store) -> None:
+    minimum = store.characteristics.min_ttl
+    if minimum <= 0:
+        pytest.skip(f"{store.characteristics.name} has no minimum TTL")
+    with pytest.raises(tenure.InvalidArgument, match="minimum"):
+        store.claim("j", owner="a", ttl=minimum / 2)
+    assert list(store.jobs()) == []
+
+
+def test_invalid_argument_is_a_value_error_and_a_lease_error() -> None:
+    assert issubclass(tenure.InvalidArgument, ValueError)
+    assert issubclass(tenure.InvalidArgument, tenure.LeaseError)
+
+
+def test_bad_lease_and_result_arguments(store: tenure.Store, harness: Harness) -> None:
+    lease = store.claim("j", owner="a", ttl=harness.ttl)
+    with pytest.raises(tenure.InvalidArgument):
+        store.renew("not a lease")  # type: ignore[arg-type]
+    with pytest.raises(tenure.InvalidArgument):
+        store.complete(lease, result=12)  # type: ignore[arg-type]
+    assert store.get("j").state is tenure.JobState.LEASED  # type: ignore[union-attr]
+    assert store.rejections() == []
+
+
+def test_corrupt_record_is_listed_and_never_overwritten(harness: Harness, store: tenure.Store) -> None:
+    store.submit("good")
+    lease = store.claim("bad", owner="a", ttl=harness.ttl)
+    harness.corrupt(store, "bad")
+    listing = {j.job_id: j for j in store.jobs()}
+    assert listing["good"].state is tenure.JobState.PENDING
+    assert listing["bad"].state is tenure.JobState.CORRUPT and listing["bad"].problem
+    for call in (lambda: store.claim("bad", owner="b", ttl=harness.ttl), lambda: store.submit("bad"),
+                 lambda: store.complete(lease)):
+        with pytest.raises(tenure.CorruptRecord):
+            call()
+    assert store.get("bad").state is tenure.JobState.CORRUPT  # type: ignore[union-attr]
