@@ -110,7 +110,7 @@ class Options:
             number = int(value)
         except (TypeError, ValueError):
             raise self._bad(name, value, "an integer") from None
-        if isinstance(value, bool) or isinstance(value, float) or not low <= number <= high:
+        if isinstance(value, (bool, float)) or not low <= number <= high:
             raise self._bad(name, value, f"an integer from {low} to {high}")
         return number
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import threading
 from collections import Counter
@@ -15,7 +16,9 @@ JOBS = [f"job-{i:02d}" for i in range(20)]
 ROUNDS = 3
 
 
-def _compete(url: str, owner: str, barrier: Any, ttl: float, store: tenure.Store | None = None) -> list[tuple[str, int]]:
+def _compete(
+    url: str, owner: str, barrier: Any, ttl: float, store: tenure.Store | None = None
+) -> list[tuple[str, int]]:
     """Try to claim every job each round; complete nothing, release what was won."""
     own = store is None
     store = store or tenure.connect(url)
@@ -25,10 +28,8 @@ def _compete(url: str, owner: str, barrier: Any, ttl: float, store: tenure.Store
             barrier.wait(timeout=60)
             leases = []
             for job_id in JOBS:
-                try:
+                with contextlib.suppress(tenure.AlreadyClaimed):
                     leases.append(store.claim(job_id, owner=owner, ttl=ttl))
-                except tenure.AlreadyClaimed:
-                    pass
             won.extend((lease.job_id, lease.token) for lease in leases)
             barrier.wait(timeout=60)  # everyone has tried before anyone lets go
             for lease in leases:
