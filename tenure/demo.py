@@ -147,18 +147,24 @@ class Demo:
             self.store.submit(job_id)
         self.note(f"submitted {a.jobs} jobs; workers take them with claim_next()")
         job_id = self.fresh_job_id("invoice")
-        paused = self.ctx.Process(target=paused_worker, args=(a.url, "worker-A", job_id, a.ttl, self.events))
+        paused = self.ctx.Process(target=paused_worker, args=(a.url, "worker-A", job_id, a.ttl, self.events),
+                                  daemon=True)
         paused.start()
-        claimed = self.wait_for("worker-A", "claimed", job_id, 30)
-        assert paused.pid is not None
-        os.kill(paused.pid, signal.SIGSTOP)
-        self.note(f"SIGSTOP worker-A (pid {paused.pid}) beyond its {a.ttl:g}s lease on {job_id}")
-        taken = self.wait_for(None, "completed", job_id, 30 + 3 * a.ttl)
-        os.kill(paused.pid, signal.SIGCONT)
-        self.note(f"SIGCONT worker-A: it still holds token {claimed.token}; {taken.who} "
-                  f"completed with token {taken.token}")
-        self.wait_for("worker-A", "REJECTED", job_id, 30)
-        paused.join(timeout=10)
+        try:
+            claimed = self.wait_for("worker-A", "claimed", job_id, 30)
+            assert paused.pid is not None
+            os.kill(paused.pid, signal.SIGSTOP)
+            self.note(f"SIGSTOP worker-A (pid {paused.pid}) beyond its {a.ttl:g}s lease on {job_id}")
+            taken = self.wait_for(None, "completed", job_id, 30 + 3 * a.ttl)
+            os.kill(paused.pid, signal.SIGCONT)
+            self.note(f"SIGCONT worker-A: it still holds token {claimed.token}; {taken.who} "
+                      f"completed with token {taken.token}")
+            self.wait_for("worker-A", "REJECTED", job_id, 30)
+            paused.join(timeout=10)
+        finally:
+            if paused.is_alive():  # never leave a stopped process behind
+                os.kill(paused.pid, signal.SIGCONT)  # type: ignore[arg-type]
+                paused.kill()
         self.timeline(job_id)
         return job_id
 
@@ -173,7 +179,7 @@ class Demo:
                 rows.append((older.expires_at, "expired", older.owner, older.token, "by TTL", ""))
         rows += [(r.at, r.op.value, r.owner, r.token, "REJECTED", f"{r.reason}; current token {r.current_token}")
                  for r in self.store.rejections() if r.job_id == job_id]
-        rows.sort(key=lambda row: row[0])
+        rows.sort(key=lambda row: (row[0], row[1] != "expired"))  # an expiry before the claim it allowed
         print(f"\nTimeline of {job_id} by the store's clock ({self.store.url}):")
         print(table(["at", "op", "owner", "token", "outcome", "expires / reason"],
                     [(when(at, now), *rest) for at, *rest in rows]))

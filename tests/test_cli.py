@@ -1,0 +1,93 @@
+"""The ``tenure`` command line, run in-process and once as ``python -m tenure``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tenure.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'cli.db'}"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_claim_complete_and_stale_completion(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "--url", url, "submit", "job-1", "job 2")[0] == 0
+    code, out, _ = run(capsys, "--url", url, "--json", "claim", "job-1", "--owner", "a", "--ttl", "30")
+    assert code == 0
+    first = json.loads(out)
+    assert (first["job_id"], first["owner"]) == ("job-1", "a")
+    code, out, _ = run(capsys, "--url", url, "claim", "--owner", "b", "--ttl", "30")
+    assert (code, out.startswith("claimed 'job 2': token 1")) == (0, True)
+
+    code, out, _ = run(capsys, "--url", url, "complete", "job-1", "--owner", "a", "--token",
+                       str(first["token"]), "--result", "ok")
+    assert code == 0 and "completed 'job-1'" in out
+    code, _, err = run(capsys, "--url", url, "complete", "job-1", "--owner", "a", "--token", str(first["token"]))
+    assert code == 1 and "StaleLease" in err
+
+    code, out, _ = run(capsys, "ls", "--url", url, "--json")
+    listing = {j["job_id"]: j for j in json.loads(out)}
+    assert (listing["job-1"]["state"], listing["job-1"]["result"]) == ("completed", "ok")
+    assert listing["job 2"]["state"] == "leased"
+    code, out, _ = run(capsys, "--url", url, "rejections")
+    assert code == 0 and "job already completed" in out and "job-1" in out
+    code, out, _ = run(capsys, "--url", url, "get", "job-1")
+    assert code == 0 and "completed" in out
+    code, out, _ = run(capsys, "--url", url, "--json", "history", "job-1")
+    assert [e["op"] for e in json.loads(out)] == ["submit", "claim", "complete"]
+
+
+def test_renew_release_and_ls_filter(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--url", url, "--json", "claim", "j", "--owner", "a", "--ttl", "30")
+    token = str(json.loads(out)["token"])
+    assert run(capsys, "--url", url, "renew", "j", "--owner", "a", "--token", token, "--ttl", "60")[0] == 0
+    code, out, _ = run(capsys, "--url", url, "ls", "--state", "leased")
+    assert code == 0 and "j " in out.splitlines()[2] + " "
+    assert run(capsys, "--url", url, "release", "j", "--owner", "a", "--token", token)[0] == 0
+    code, out, _ = run(capsys, "--url", url, "--json", "ls", "--state", "leased")
+    assert json.loads(out) == []
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--url", "nope://x", "ls"], "unknown store scheme"),
+    (["--url", "sqlite:///x.db?color=red", "ls"], "unknown option"),
+    (["claim", "", "--owner", "a", "--ttl", "5"], "job id"),
+    (["claim", "j", "--owner", "a", "--ttl", "-5"], "ttl"),
+])
+def test_bad_input_exits_2_with_a_message(url: str, capsys: pytest.CaptureFixture[str], argv: list[str],
+                                          message: str) -> None:
+    if "--url" not in argv:
+        argv = ["--url", url, *argv]
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and message in err
+
+
+def test_missing_job_exits_1(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "--url", url, "get", "ghost")
+    assert code == 1 and "ghost" in err
+
+
+def test_python_dash_m_and_tenure_url_env(url: str) -> None:
+    env = {**os.environ, "TENURE_URL": url, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "tenure", "submit", "x"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    done = subprocess.run([sys.executable, "-m", "tenure", "--json", "ls"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert [j["job_id"] for j in json.loads(done.stdout)] == ["x"]

@@ -1,0 +1,29 @@
+"""``tenure demo --once``: the seed's example with real processes and a real SIGSTOP."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import tenure
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_demo_once_shows_the_stale_completion_rejected_and_audited(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "tenure", "demo", "--once", "--url", url],
+                          env=env, capture_output=True, text=True, timeout=150)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SIGSTOP worker-A" in done.stdout
+    assert "REJECTED" in done.stdout and "Timeline of invoice-1" in done.stdout
+    with tenure.connect(url) as store:
+        (rejection,) = store.rejections()
+        assert (rejection.job_id, rejection.op, rejection.owner) == ("invoice-1", tenure.Op.COMPLETE, "worker-A")
+        status = store.get("invoice-1")
+        assert status is not None and status.state is tenure.JobState.COMPLETED
+        assert status.owner != "worker-A" and status.token > rejection.token == 1
+        assert all(j.state is tenure.JobState.COMPLETED for j in store.jobs())

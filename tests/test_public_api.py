@@ -1,0 +1,29 @@
+"""The public surface: what ``tenure`` exports and the shape of its one exception tree."""
+
+from __future__ import annotations
+
+import inspect
+
+import tenure
+
+
+def test_all_names_exist_and_every_public_class_is_exported() -> None:
+    assert sorted(tenure.__all__) == sorted(set(tenure.__all__))
+    for name in tenure.__all__:
+        assert hasattr(tenure, name), name
+    public = {n for n, v in vars(tenure).items() if not n.startswith("_") and inspect.isclass(v)}
+    assert public <= set(tenure.__all__)
+
+
+def test_every_error_derives_from_lease_error() -> None:
+    errors = [v for v in vars(tenure).values() if inspect.isclass(v) and issubclass(v, Exception)]
+    assert len(errors) >= 10
+    assert all(issubclass(e, tenure.LeaseError) for e in errors)
+    assert issubclass(tenure.AuthenticationFailed, tenure.BackendUnavailable)
+    assert issubclass(tenure.JobNotFound, KeyError)
+
+
+def test_stale_lease_carries_its_rejection() -> None:
+    rejection = tenure.Rejection("j", tenure.Op.RENEW, "a", 3, "b", 4, 1.0, "token superseded by a newer claim")
+    err = tenure.StaleLease(rejection)
+    assert err.rejection is rejection and "renew of job 'j' by 'a' with token 3" in str(err)
