@@ -20,6 +20,12 @@ if [ ${#need[@]} -gt 0 ]; then
   for svc in etcd zookeeper; do $sudo_ service "$svc" stop >/dev/null 2>&1 || true; done
 fi
 
+# The fencing tests use the PostgreSQL this kind of machine runs on 127.0.0.1:5432.
+if command -v pg_isready >/dev/null 2>&1 && ! pg_isready -q -h 127.0.0.1 -p 5432; then
+  echo "setup: starting PostgreSQL"
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n 1)" main start || true
+fi
+
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
