@@ -134,7 +134,8 @@ class Nemesis(threading.Thread):
             self.halt.wait(pause)
             w.signal(name, signal.SIGCONT)
         elif fault == "burst":
-            self.burst()
+            if not self.burst():
+                return
         elif fault == "kill-worker":
             name = self.rng.choice([n for n in w.alive() if not n.startswith("b")])
             w.signal(name, signal.SIGKILL)
@@ -155,15 +156,15 @@ class Nemesis(threading.Thread):
             self.env.server_fault(fault, self.rng, seconds)
         self.done[fault] += 1
 
-    def burst(self) -> None:
+    def burst(self) -> bool:
         """Announce jobs held right now; every burst process claims them at the same moment."""
         try:
             with tenure.connect(self.admin_url) as admin:
                 held = [j.job_id for j in admin.jobs() if j.state is tenure.JobState.LEASED]
         except tenure.BackendUnavailable:
-            return
+            return False
         if not held:
-            return
+            return False
         self.bursts += 1
         jobs = self.rng.sample(held, min(3, len(held)))
         path = Path(self.workers.base["burst"])
@@ -171,6 +172,7 @@ class Nemesis(threading.Thread):
         tmp.write_text(json.dumps({"n": self.bursts, "jobs": jobs, "at": true_now() + 0.2}))
         tmp.replace(path)
         self.rec.note("burst", jobs=jobs)
+        return True
 
     def stop(self) -> None:
         self.halt.set()
