@@ -72,6 +72,8 @@ class Driver:
 
     def in_transaction(self, conn: object) -> bool | None:
         """Whether a transaction is open; None when the driver does not say."""
+        if self.name == "sqlite3" and getattr(conn, "autocommit", None) is False:
+            return None  # Python 3.12's PEP 249 mode keeps a transaction open at all times
         flag = getattr(conn, "in_transaction", None)  # sqlite3
         if isinstance(flag, bool):
             return flag
