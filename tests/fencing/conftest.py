@@ -9,8 +9,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, NoReturn
 
-import psycopg
 import pytest
 
 from tests.fencing.databases import PG_CONNINFO, Database
@@ -19,14 +19,21 @@ from tests.harness import in_ci
 KINDS = ("sqlite", "postgres")
 
 
-def _admin() -> psycopg.Connection:
+def _unavailable(message: str) -> NoReturn:
+    if in_ci():
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def _admin() -> Any:
+    try:
+        import psycopg
+    except ImportError:
+        _unavailable("psycopg is not installed: pip install 'tenure[postgres]'")
     try:
         return psycopg.connect(PG_CONNINFO, autocommit=True)
     except psycopg.OperationalError as exc:
-        message = f"PostgreSQL at 127.0.0.1:5432 is unreachable: {exc}"
-        if in_ci():
-            pytest.fail(message)
-        pytest.skip(message)
+        _unavailable(f"PostgreSQL at 127.0.0.1:5432 is unreachable: {exc}")
 
 
 @pytest.fixture(params=KINDS)

@@ -6,13 +6,13 @@ can open their own connections to the same place.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
-
-PG_CONNINFO = "host=127.0.0.1 port=5432 dbname=test connect_timeout=5"
+# TENURE_TEST_POSTGRES points the tests at another server (a libpq connection string).
+PG_CONNINFO = os.environ.get("TENURE_TEST_POSTGRES", "host=127.0.0.1 port=5432 dbname=test connect_timeout=5")
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,8 @@ class Database:
         if self.kind == "sqlite":
             # A generous busy timeout: several processes take turns at one file's write lock.
             return sqlite3.connect(self.where, timeout=30, isolation_level=None if autocommit else "")
+        import psycopg  # the postgres extra; only PostgreSQL tests need it
+
         return psycopg.connect(PG_CONNINFO, autocommit=autocommit, options=f"-c search_path={self.where}")
 
     def q(self, sql: str) -> str:
