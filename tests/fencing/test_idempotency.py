@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -79,3 +80,28 @@ def test_keys_and_a_fence_share_one_transaction(charges: Database) -> None:
         pass
     assert charges.rows("SELECT invoice FROM charges") == [("inv-3",)]
     conn.close()
+
+
+def test_two_holders_racing_on_one_key_apply_the_effect_once(charges: Database) -> None:
+    setup = charges.connect()
+    IdempotencyKeys(setup)  # the table exists before the race
+    setup.close()
+    start = threading.Barrier(4)
+    outcomes: list[bool] = []
+
+    def retry(token: int) -> None:
+        conn = charges.connect()
+        try:
+            keys = IdempotencyKeys(conn, create=False)
+            start.wait(timeout=30)
+            outcomes.append(keys.apply_once("charge inv-4", token, _charge(charges), job_id="bill-4"))
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=retry, args=(t,)) for t in (1, 2, 3, 4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sorted(outcomes) == [False, False, False, True]
+    assert charges.rows("SELECT COUNT(*) FROM charges") == [(1,)]
