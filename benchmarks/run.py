@@ -71,10 +71,12 @@ def bench_scale(s: Subject, args: argparse.Namespace, targets: Targets) -> None:
     section(f"{s.name}: scale")
     url = s.url if s.name != "memory" else "memory://bench-scale"
     base = None
+    have = 0
     with tenure.connect(url, **s.options) as store:
         for size in args.sizes:
             start = time.perf_counter()
-            workloads.seed(store, size)
+            workloads.seed(store, have, size)
+            have = size
             seeded = time.perf_counter() - start
             latency = workloads.claim_next_latency(store, 50)
             listing, count = workloads.listing_seconds(store)

@@ -77,8 +77,8 @@ def process_cycles(url: str, clients: int, n: int, options: dict[str, Any]) -> f
     return clients * n / elapsed
 
 
-def seed(store: tenure.Store, total: int, batch: int = 2000) -> None:
-    have = sum(1 for _ in store.jobs())
+def seed(store: tenure.Store, have: int, total: int, batch: int = 2000) -> None:
+    """Grow the pending pool from ``have`` to ``total`` jobs, in batches."""
     for start in range(have, total, batch):
         store.submit_many(f"scale-{i:07d}" for i in range(start, min(total, start + batch)))
 
