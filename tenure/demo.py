@@ -93,6 +93,9 @@ class Demo:
         self.args = args
         self.ctx = multiprocessing.get_context("spawn")
         self.events: Any = self.ctx.Queue()
+        # Worker A gets a queue of its own: a process stopped while it holds a shared queue's
+        # write lock would silence every other worker until it resumes.
+        self.paused_events: Any = self.ctx.Queue()
         self.stop = self.ctx.Event()
         self.start = time.monotonic()
         self.store = tenure.connect(args.url)
@@ -106,23 +109,27 @@ class Demo:
     def note(self, text: str) -> None:
         print(f"[{time.monotonic() - self.start:6.2f}s] {'demo':<9} {text}", flush=True)
 
+    def next_event(self, timeout: float) -> Event | None:
+        for source in (self.paused_events, self.events):
+            try:
+                event: Event = source.get(timeout=timeout)
+            except queue.Empty:
+                continue
+            self.log(event)
+            return event
+        return None
+
     def wait_for(self, who: str | None, what: str, job_id: str, timeout: float) -> Event:
         deadline = time.monotonic() + timeout
-        while True:
-            try:
-                event: Event = self.events.get(timeout=max(0.01, deadline - time.monotonic()))
-            except queue.Empty:
-                raise TimeoutError(f"no {what!r} of {job_id!r} within {timeout:.0f}s") from None
-            self.log(event)
-            if event.what == what and event.job_id == job_id and who in (None, event.who):
+        while time.monotonic() < deadline:
+            event = self.next_event(POLL / 2)
+            if event and event.what == what and event.job_id == job_id and who in (None, event.who):
                 return event
+        raise TimeoutError(f"no {what!r} of {job_id!r} within {timeout:.0f}s")
 
     def drain(self) -> None:
-        while True:
-            try:
-                self.log(self.events.get_nowait())
-            except queue.Empty:
-                return
+        while self.next_event(0.01):
+            pass
 
     def start_workers(self) -> None:
         a = self.args
@@ -147,7 +154,7 @@ class Demo:
             self.store.submit(job_id)
         self.note(f"submitted {a.jobs} jobs; workers take them with claim_next()")
         job_id = self.fresh_job_id("invoice")
-        paused = self.ctx.Process(target=paused_worker, args=(a.url, "worker-A", job_id, a.ttl, self.events),
+        paused = self.ctx.Process(target=paused_worker, args=(a.url, "worker-A", job_id, a.ttl, self.paused_events),
                                   daemon=True)
         paused.start()
         try:

@@ -55,6 +55,11 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def submit(self, job_id: str) -> None: ...
 
+    def submit_many(self, job_ids: list[str]) -> None:
+        """Submit several jobs; backends that can batch them override this."""
+        for job_id in job_ids:
+            self.submit(job_id)
+
     @abc.abstractmethod
     def claim(self, job_id: str, owner: str, ttl: float) -> Lease: ...
 
@@ -143,11 +148,15 @@ class RecordBackend(Backend):
         """Commit on normal exit, roll back on an exception."""
 
     def submit(self, job_id: str) -> None:
-        with self.transaction() as tx:
-            new = transitions.submit(tx.load(job_id), job_id, tx.now)
-            if new is not None:
-                tx.save(new)
-                tx.add_event(_event(new, Op.SUBMIT, tx.now))
+        self.submit_many([job_id])
+
+    def submit_many(self, job_ids: list[str]) -> None:
+        with self.transaction() as tx:  # one transaction: all of them or none
+            for job_id in job_ids:
+                new = transitions.submit(tx.load(job_id), job_id, tx.now)
+                if new is not None:
+                    tx.save(new)
+                    tx.add_event(_event(new, Op.SUBMIT, tx.now))
 
     def _claim_in(self, tx: Transaction, job_id: str, owner: str, ttl: float) -> Lease:
         new = transitions.claim(tx.load(job_id), job_id, owner, ttl, tx.now)

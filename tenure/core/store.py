@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import Any
 
@@ -67,6 +67,10 @@ class Store:
     def submit(self, job_id: str) -> None:
         """Make a job pending; a no-op on a pending or leased job; a new run of a completed one."""
         self.backend.submit(validation.job_id(job_id))
+
+    def submit_many(self, job_ids: Iterable[str]) -> None:
+        """Submit several jobs at once; all are validated before any is written."""
+        self.backend.submit_many([validation.job_id(job_id) for job_id in job_ids])
 
     def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
         """Claim a job that is unowned or whose lease expired by the store's clock."""

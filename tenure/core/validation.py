@@ -9,6 +9,7 @@ from tenure.core.errors import InvalidArgument
 
 MAX_JOB_ID = 256
 MAX_OWNER = 128
+MAX_RESOURCE = 256
 MAX_TTL = 7 * 24 * 3600.0
 
 
@@ -31,6 +32,16 @@ def job_id(value: object) -> str:
 
 def owner(value: object) -> str:
     return _text("owner", value, MAX_OWNER)
+
+
+def resource(value: object) -> str:
+    """The name of a fenced resource at a destination: text as for job ids."""
+    return _text("resource", value, MAX_RESOURCE)
+
+
+def effect_id(value: object) -> str:
+    """The caller's name for one external effect of a job (an idempotency key)."""
+    return _text("effect id", value, MAX_RESOURCE)
 
 
 def ttl(value: object, *, minimum: float = 0.0, maximum: float = MAX_TTL, backend: str = "") -> float:

@@ -207,3 +207,11 @@ def test_history_records_accepted_operations(harness: Harness, store: tenure.Sto
     events = store.history("j")
     assert [e.op for e in events] == [Op.SUBMIT, Op.CLAIM, Op.RENEW, Op.COMPLETE]
     assert {(e.owner, e.token) for e in events[1:]} == {("a", lease.token)}
+
+
+def test_submit_many_validates_everything_before_writing(store: tenure.Store) -> None:
+    with pytest.raises(tenure.InvalidArgument):
+        store.submit_many(["a", "b", ""])
+    assert list(store.jobs()) == []
+    store.submit_many(f"job-{i}" for i in range(5))
+    assert sorted(j.job_id for j in store.jobs()) == [f"job-{i}" for i in range(5)]

@@ -1,0 +1,129 @@
+"""``python -m benchmarks.run [--quick] [--backends memory,sqlite,etcd,zk]``
+
+Measures tenure side by side with the bare store and the peer lock libraries, in one run on
+the same servers, and prints every target as met or not. Figures in docs/performance.md
+come from this command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+
+import tenure
+from benchmarks import workloads
+from benchmarks.measure import Targets, ms
+from benchmarks.subjects import SUBJECTS, Subject
+
+
+def section(title: str) -> None:
+    print(f"\n## {title}", flush=True)
+
+
+def bench_cycles(s: Subject, args: argparse.Namespace, targets: Targets) -> None:
+    section(f"{s.name}: claim-renew-complete cycles")
+    with tenure.connect(s.url, **s.options) as store:
+        workloads.cycles(store, max(5, args.n // 10))  # warm up connections and caches
+        lat = workloads.cycles(store, args.n)
+        total = sum(sum(v) for v in lat.samples.values())
+        print(f"  1 client: {args.n / total:,.0f} cycles/s")
+        for op in ("claim", "renew", "complete"):
+            print(f"    {op:<9} p50 {ms(lat.pct(op, 0.5)):>10}   p99 {ms(lat.pct(op, 0.99)):>10}")
+        p50, p99 = lat.pct("claim", 0.5), lat.pct("claim", 0.99)
+        targets.check(p99 <= 3 * p50, f"{s.name}: claim p99 {ms(p99)} <= 3 x p50 {ms(p50)}")
+
+        rate, tlat = workloads.threaded_cycles(store, args.clients, max(2, args.n // args.clients))
+        print(f"  {args.clients} threads: {rate:,.0f} cycles/s   claim p50 {ms(tlat.pct('claim', 0.5))} "
+              f"p99 {ms(tlat.pct('claim', 0.99))}")
+    if s.processes:
+        rate = workloads.process_cycles(s.url, args.clients, max(2, args.n // args.clients), s.options)
+        print(f"  {args.clients} processes: {rate:,.0f} cycles/s")
+
+    if s.floor is not None:
+        with tenure.connect(s.url, **s.options) as store:
+            ratios = []
+            for _ in range(args.runs):
+                ours = workloads.claim_complete_seconds(store, args.n)
+                floor = s.floor(args.n)
+                ratios.append(floor / ours)
+        ratio = statistics.median(ratios)
+        print(f"  vs the floor (two bare round trips with the same writes): {ratio:.2f} x "
+              f"(runs: {', '.join(f'{r:.2f}' for r in ratios)})")
+        targets.check(ratio >= 0.9, f"{s.name}: claim+complete at {ratio:.2f} x the floor (>= 0.9)")
+    for peer, measure in s.peers:
+        with tenure.connect(s.url, **s.options) as store:
+            ratios = []
+            for _ in range(args.runs):
+                ours = workloads.claim_complete_seconds(store, args.n)
+                theirs = measure(args.n)
+                ratios.append(theirs / ours)
+        ratio = statistics.median(ratios)
+        print(f"  vs {peer}: tenure cycle is {ratio:.2f} x as fast")
+        need = 1.25 if "etcd3" in peer else (2.0 if peer == "kazoo Lock" else 0.0)
+        if need:
+            targets.check(ratio >= need, f"{s.name}: {ratio:.2f} x {peer} (>= {need})")
+
+
+def bench_scale(s: Subject, args: argparse.Namespace, targets: Targets) -> None:
+    section(f"{s.name}: scale")
+    url = s.url if s.name != "memory" else "memory://bench-scale"
+    base = None
+    have = 0
+    with tenure.connect(url, **s.options) as store:
+        for size in args.sizes:
+            start = time.perf_counter()
+            workloads.seed(store, have, size)
+            have = size
+            seeded = time.perf_counter() - start
+            latency = workloads.claim_next_latency(store, 50)
+            listing, count = workloads.listing_seconds(store)
+            base = base or latency
+            print(f"  {size:>7,} jobs: claim_next p50 {ms(latency):>9} ({latency / base:.2f} x at "
+                  f"{args.sizes[0]:,})   jobs() of {count:,} in {listing:.2f} s   (seeding took {seeded:.1f} s)")
+        targets.check(latency <= 2 * base, f"{s.name}: claim_next at {args.sizes[-1]:,} is "
+                                           f"{latency / base:.2f} x its latency at {args.sizes[0]:,} (<= 2)")
+        targets.check(listing <= 2.0 * args.sizes[-1] / 100_000,
+                      f"{s.name}: listing {args.sizes[-1]:,} jobs in {listing:.2f} s "
+                      f"(<= {2.0 * args.sizes[-1] / 100_000:.1f} s)")
+    if s.processes:
+        ttl = max(3.0, (tenure.connect(s.url, **s.options).characteristics.min_ttl or 0) * 1.5)
+        r = workloads.hold_many(s.url, s.options, args.held, ttl=ttl, seconds=ttl * 2)
+        print(f"  one worker holding {r['count']:,} leases (ttl {ttl:g} s, {ttl * 2:g} s): rss {r['rss_mb']:.0f} MB, "
+              f"{r['threads']} threads, {r['alive']:,} alive by the store, {r['lost']} lost")
+        targets.check(r["rss_mb"] <= 100 and r["threads"] <= 4 and r["lost"] == 0 and r["alive"] == r["count"],
+                      f"{s.name}: {args.held:,} held leases in {r['rss_mb']:.0f} MB, {r['threads']} threads, "
+                      f"{r['lost']} lost")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a smaller run, under two minutes")
+    parser.add_argument("--backends", default=",".join(SUBJECTS))
+    parser.add_argument("--only", choices=["cycles", "scale"], help="one part of the benchmark")
+    args = parser.parse_args()
+    args.n = 200 if args.quick else 1000
+    args.runs = 3 if args.quick else 5
+    args.clients = 16
+    args.sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
+    args.held = 1_000
+    targets = Targets()
+    print(f"# tenure {tenure.__version__} benchmark on {platform.node()}: {os.cpu_count()} cores, "
+          f"Python {platform.python_version()}, {'quick' if args.quick else 'full'} run")
+    for name in args.backends.split(","):
+        with SUBJECTS[name]() as subject:
+            if args.only in (None, "cycles"):
+                bench_cycles(subject, args, targets)
+            if args.only in (None, "scale"):
+                bench_scale(subject, args, targets)
+    section("targets")
+    for ok, text in targets.lines:
+        print(f"  {'MET    ' if ok else 'NOT MET'}  {text}")
+    print(f"\n{targets.summary()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

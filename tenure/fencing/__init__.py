@@ -1,0 +1,44 @@
+"""Fencing at the destination: refuse stale or duplicate work where the effect lands.
+
+The lease store's own check cannot stop a request that was sent before a lease expired and
+arrives after: only the destination can. See ``docs/fencing.md``.
+
+    from tenure.fencing import SQLFence, forward_to
+    fence = SQLFence(conn, on_reject=forward_to(store))
+    with fence.fenced("accounts/42", held) as cur:   # StaleToken if a newer holder wrote
+        cur.execute("UPDATE accounts SET balance = ? WHERE id = 42", (balance,))
+"""
+
+from tenure.fencing.claims import FenceClaim, FenceRejection, RejectHook, forward_to
+from tenure.fencing.http import (
+    JOB_HEADER,
+    OWNER_HEADER,
+    SCOPE_KEY,
+    TOKEN_HEADER,
+    FencingMiddleware,
+    fencing_headers,
+    path_resource,
+    read_headers,
+    sql_admitter,
+)
+from tenure.fencing.idempotency import IdempotencyKeys
+from tenure.fencing.sql import SQLFence, fenced
+
+__all__ = [
+    "JOB_HEADER",
+    "OWNER_HEADER",
+    "SCOPE_KEY",
+    "TOKEN_HEADER",
+    "FenceClaim",
+    "FenceRejection",
+    "FencingMiddleware",
+    "IdempotencyKeys",
+    "RejectHook",
+    "SQLFence",
+    "fenced",
+    "fencing_headers",
+    "forward_to",
+    "path_resource",
+    "read_headers",
+    "sql_admitter",
+]

@@ -1,0 +1,135 @@
+"""What a fenced destination is shown (a claim) and what it keeps when it says no (a rejection).
+
+A claim is checked once, here, for every helper: SQL fences, idempotency keys and the HTTP
+middleware all take their job id, owner and token through ``claim()``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tenure.core import validation
+from tenure.core.errors import InvalidArgument, LeaseError
+from tenure.core.records import Lease
+from tenure.core.renewal import HeldLease
+
+if TYPE_CHECKING:
+    from tenure.core.records import Rejection
+    from tenure.core.store import Store
+
+log = logging.getLogger("tenure.fencing")
+
+MAX_TOKEN = 2**63 - 1  # fence tables keep tokens in signed 64-bit columns (etcd revisions are int64)
+UNKNOWN_OWNER = "(unknown)"  # reported to the store when the destination was not told the owner
+SHARED_SCOPE = ""  # the fence key of a resource shared across jobs; no job id is empty
+
+LeaseLike = Lease | HeldLease
+
+
+@dataclass(frozen=True)
+class FenceClaim:
+    """A request to produce an effect on ``resource`` under ``token`` of ``job_id``.
+
+    ``shared`` fences the resource across jobs with one token; that is only sound where the
+    store's tokens are globally ordered (``store.characteristics.tokens_ordered_across_jobs``,
+    as etcd revisions are). Otherwise each job has its own fence on the resource.
+    """
+
+    resource: str
+    job_id: str
+    token: int
+    owner: str | None = None
+    shared: bool = False
+
+    @property
+    def scope(self) -> str:
+        """The second half of the fence key: the job, or one shared key."""
+        return SHARED_SCOPE if self.shared else self.job_id
+
+
+@dataclass(frozen=True)
+class FenceRejection:
+    """A stale token refused at a destination; ``at`` is the destination's own clock."""
+
+    resource: str
+    job_id: str
+    owner: str | None
+    token: int
+    highest: int
+    at: float
+    shared: bool = False
+
+
+RejectHook = Callable[[FenceRejection], object]
+
+
+def token(value: object) -> int:
+    """A fencing token: a positive int that fits a signed 64-bit column."""
+    checked = validation.token(value)
+    if checked > MAX_TOKEN:
+        raise InvalidArgument(f"token must be at most {MAX_TOKEN}, got {checked}")
+    return checked
+
+
+def holder(token_or_lease: object, *, job_id: object = None,
+           owner: object = None) -> tuple[str, int, str | None]:
+    """Job id, token and owner from a ``Lease``/``HeldLease``, or from an int and ``job_id=``.
+
+    A held lease is checked first: once it is lost no effect may be produced under it.
+    """
+    if isinstance(token_or_lease, (Lease, HeldLease)):
+        if job_id is not None or owner is not None:
+            raise InvalidArgument("pass job_id and owner only with an int token; a lease carries its own")
+        if isinstance(token_or_lease, HeldLease):
+            token_or_lease.check()  # LeaseLost
+        lease = token_or_lease.lease if isinstance(token_or_lease, HeldLease) else token_or_lease
+        return lease.job_id, token(lease.token), lease.owner
+    if job_id is None:
+        raise InvalidArgument("an int token needs job_id=: fences and their audit are per job")
+    return (validation.job_id(job_id), token(token_or_lease),
+            None if owner is None else validation.owner(owner))
+
+
+def claim(resource: object, token_or_lease: object, *, job_id: object = None, owner: object = None,
+          shared: object = False) -> FenceClaim:
+    """Validate what a caller handed a fence (see ``holder`` for the token or lease)."""
+    if not isinstance(shared, bool):
+        raise InvalidArgument(f"shared must be a bool, not {type(shared).__name__}")
+    name = validation.resource(resource)
+    job, checked, who = holder(token_or_lease, job_id=job_id, owner=owner)
+    return FenceClaim(name, job, checked, who, shared)
+
+
+def forward_to(store: Store) -> Callable[[FenceRejection], Rejection]:
+    """An ``on_reject`` hook that adds each destination rejection to ``store``'s audit.
+
+    The store shows them in ``store.rejections()`` (kind ``destination``) and so on the
+    dashboard, next to the stale operations the store refused itself.
+    """
+
+    def forward(rejection: FenceRejection) -> Rejection:
+        return store.report_rejection(
+            rejection.job_id, rejection.owner or UNKNOWN_OWNER, rejection.token,
+            resource=rejection.resource, highest=rejection.highest)
+
+    return forward
+
+
+def report(hook: RejectHook | None, rejection: FenceRejection) -> None:
+    """Call the hook after the rejection is durable at the destination.
+
+    A hook that fails (the store is down) must not change the destination's answer, which is
+    StaleToken either way, and the destination's own record is already committed: log it.
+    """
+    if hook is None:
+        return
+    try:
+        hook(rejection)
+    except LeaseError as exc:
+        log.warning("could not forward the rejection of %r token %d: %s",
+                    rejection.resource, rejection.token, exc)
+    except Exception:
+        log.exception("on_reject hook failed for %r token %d", rejection.resource, rejection.token)
