@@ -169,7 +169,8 @@ class Worker:
 
 
 def main() -> None:
-    logging.getLogger("tenure").setLevel(logging.ERROR)
+    for name in ("tenure", "kazoo"):  # the history is the record; their logs would be noise
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     cfg = json.loads(sys.argv[1])
     worker = Worker(cfg)
     signal.signal(signal.SIGTERM, worker.stop)
