@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import tenure
-from tests.faults import checker, envs, history
+from tests.faults import checker, envs, history, report
 from tests.faults.destination import Destination
 from tests.faults.envs import Env
 from tests.faults.nemesis import BURST_WORKERS, SKEWS, Nemesis, Workers
@@ -118,51 +118,6 @@ def _collect(admin: tenure.Store, dest_path: Path) -> checker.Final:
         dest.close()
 
 
-# -- the report ---------------------------------------------------------------------------
-HEADER = ("| backend | fault | seed | ops | ok | fail | unknown | stale refused by store | "
-          "refused by destination | audit records | effects landed | faults injected | violations | seconds |\n"
-          "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
-
-
-def row(r: Result) -> str:
-    c = r.counts
-    faults = sum(r.injected.values())
-    return (f"| {r.backend} | {r.fault} | {r.seed} | {c['ops']} | {c['ok']} | {c['fail']} | {c['info']} | "
-            f"{c['store rejections seen']} | {c['destination rejections']} | {r.audit} | {c['effects landed']} | "
-            f"{faults} | {len(r.violations)} | {r.seconds:.0f} |")
-
-
-def render(results: list[Result], command: str, seed: int) -> str:
-    total = Counter[str]()
-    for r in results:
-        total.update(r.counts)
-    lines = [
-        "# Reliability: the fault-injection suite",
-        "",
-        "Every number on this page was produced by the suite, by this command:",
-        "",
-        f"    {command}",
-        "",
-        f"Seed of the run: {seed}. Operations in all: {total['ops']}; violations in all: "
-        f"{sum(len(r.violations) for r in results)}; jobs whose linearizability search ran out of budget: "
-        f"{sum(r.unchecked for r in results)}.",
-        "",
-        "Columns: *ops* are claims, renewals, completions and fenced effects, each recorded as "
-        "invoked and then ok, fail or unknown (a timeout or lost connection); *stale refused by "
-        "store* are renewals and completions the workers saw refused as stale, each of which the "
-        "checker found in `rejections()`; *refused by destination* are effects the SQL fence "
-        "refused for a lower token; *audit records* are all rejections in the store's audit.",
-        "",
-        HEADER,
-        *[row(r) for r in results],
-        "",
-        "What the checker verifies in each run is described in `tests/faults/checker.py` and in",
-        "the section below; a violation of any of them fails the run.",
-        "",
-    ]
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.faults.run", description=__doc__.split("\n")[0])
     parser.add_argument("--backend", default="sqlite", help="comma-separated: sqlite, etcd, etcd3, zk, zk3")
@@ -170,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="workload seconds per case")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=1, help="runs per case, with consecutive seeds")
-    parser.add_argument("--report", type=Path, help="write the markdown table here")
+    parser.add_argument("--report", type=Path, help="add the results to this page (and the .json beside it)")
+    parser.add_argument("--note", default="", help="a sentence about this run for the report")
     parser.add_argument("--keep", action="store_true", help="keep the run directories")
     args = parser.parse_args(argv)
     for name in ("kazoo", "tenure"):  # their reconnect chatter would bury the table
@@ -188,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                     for k in range(args.repeat):
                         r = run_case(env, fault, args.seconds, args.seed + k)
                         results.append(r)
-                        print(row(r), flush=True)
+                        print(report.row(report._plain(r)), flush=True)
                         for text in r.violations[:20]:
                             print("   VIOLATION:", text, flush=True)
             finally:
@@ -197,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
     if args.report:
-        args.report.write_text(render(results, command, args.seed))
+        report.save(args.report.with_suffix(".json"), args.report, command, args.seed, results, args.note)
     return 1 if any(r.violations for r in results) else 0
 
 

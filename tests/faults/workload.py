@@ -35,6 +35,9 @@ class Worker:
         self.rng = random.Random(cfg["seed"])
         self.rec = Recorder(file_for(Path(cfg["history"]), self.name), self.name)
         self.stopping = False
+        # A careless worker never checks its safe local deadline and, once refused, still
+        # tries to complete (worker A of the seed): only the store and the fence stop it.
+        self.careless: bool = cfg.get("careless", False)
         self.store = self._connect()
         self.dest = Destination(Path(cfg["destination"]), timeout=cfg.get("dest_timeout", 2.0))
 
@@ -77,6 +80,8 @@ class Worker:
         """One fenced write; False once the lease must not be used any more."""
         op = self.rec.invoke("effect", lease.job_id, lease.token, owner=lease.owner)
 
+        # Even a careless worker checks here, inside the fenced transaction: nothing else can
+        # stop a stale write that lands before the new holder's first one (docs/protocol.md).
         def still_held() -> None:
             if not self.local_ok(lease):
                 raise tenure.LeaseLost("safe local deadline passed")
@@ -97,6 +102,7 @@ class Worker:
 
     def holder_op(self, name: str, lease: tenure.Lease) -> tuple[str, tenure.Lease | None]:
         """Renew or complete, retrying unknown outcomes until the safe deadline."""
+        attempts = 0
         while True:
             op = self.rec.invoke(name, lease.job_id, lease.token, owner=lease.owner, ttl=self.ttl)
             try:
@@ -115,21 +121,26 @@ class Worker:
             except tenure.LeaseError as exc:
                 self.rec.end("fail", op, error=type(exc).__name__)
                 return "error", None
-            if self.stopping or not self.local_ok(lease):
+            attempts += 1
+            if self.stopping or (attempts >= 3 if self.careless else not self.local_ok(lease)):
                 return "unknown", None
             time.sleep(self.ttl / 20)
 
     # -- what a worker does with a lease ---------------------------------------------------
     def work(self, lease: tenure.Lease) -> None:
         for _ in range(self.steps):
-            if not self.local_ok(lease):
+            if not self.careless and not self.local_ok(lease):
                 self.rec.note("deadline", job=lease.job_id, token=lease.token)
                 return
             if not self.effect(lease):
+                if self.careless:
+                    self.holder_op("complete", lease)
                 return
             time.sleep(self.rng.uniform(0.1, 0.3) * self.ttl)
-            _, renewed = self.holder_op("renew", lease)
+            outcome, renewed = self.holder_op("renew", lease)
             if renewed is None:
+                if self.careless and outcome == "stale":
+                    self.holder_op("complete", lease)
                 return
             lease = renewed
         self.holder_op("complete", lease)
