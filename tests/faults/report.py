@@ -57,9 +57,35 @@ the final state of the store and the destination:
 `tests/faults/test_checker.py` feeds the checker hand-made histories that break each rule and
 shows that it flags every one of them.
 
-The short version runs with the test suite (`pytest -m slow tests/faults`, every fault on
-every backend, a few seconds each). The long version is one command (below); each section
-names the command and seed that produced it.
+The short version runs with the test suite (`pytest tests/faults`: every fault on every
+backend, a few seconds each). The long version is one command:
+
+    python -m tests.faults.run --backend sqlite,etcd,etcd3,zk,zk3 --fault all \\
+        --seconds 300 --repeat 5 --seed 1 --report docs/reliability.md
+
+(`etcd3` and `zk3` are the 3-node cluster and ensemble; `--fault all` runs each fault alone
+and then all mixed; `--repeat` runs each case with consecutive seeds; the exit status is 1
+on any violation). Each section below names the command and seed that produced it;
+`python -m tests.faults.report` rewrites this page from `docs/reliability.json`.
+"""
+
+FINDINGS = """## What the runs found
+
+Violations are listed under the run that found them. Two causes were found on etcd, both
+outside this suite and reported to the lead; the rules were not relaxed for them:
+
+- **skew** (the etcd backend, before merge): a lease claimed by a worker whose clock is an
+  hour behind can be claimed again by a worker with a true clock while etcd still holds the
+  first lease, so two workers hold the job at once (then both see `CorruptRecord`). The
+  backend builds a live lease's end from the holder's wall-clock estimate, floored at the
+  reader's `now() + 1 ms`, and checks it against a later `now()`; any millisecond between
+  the two readings makes a live lease look expired. `tests/faults/test_clock_skew.py`
+  reproduces it deterministically.
+- **leader-pause** (etcd 3.4.23 itself, etcd-io/etcd#15247): a leader stopped with SIGSTOP
+  resumes still counting lease TTLs it no longer owns and revokes leases the new leader
+  renewed meanwhile; a renewal is acknowledged, and soon after the lease is gone
+  ("lease expired by store time") well before its TTL. Fixed upstream by etcd-io/etcd#16822,
+  backported to 3.4 in etcd-io/etcd#17465; the Debian package predates it.
 """
 
 
@@ -95,7 +121,7 @@ def render(runs: list[dict[str, Any]]) -> str:
     results = [r for run in runs for r in run["results"]]
     ops = sum(r["counts"].get("ops", 0) for r in results)
     bad = sum(r["violation_count"] for r in results)
-    lines = [INTRO, "## Results", "",
+    lines = [INTRO, FINDINGS, "## Results", "",
              f"In all: {len(results)} runs, {ops} operations, {bad} violations, "
              f"{sum(r['unchecked'] for r in results)} jobs whose linearizability search ran out of budget.", ""]
     for run in runs:
@@ -110,3 +136,13 @@ def render(runs: list[dict[str, Any]]) -> str:
             lines += [f"- {r['backend']}/{r['fault']}/seed {r['seed']}: {v}" for r, v in shown]
             lines.append("")
     return "\n".join(lines)
+
+
+def main() -> None:
+    """Rewrite docs/reliability.md from docs/reliability.json (after editing the prose)."""
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    (docs / "reliability.md").write_text(render(json.loads((docs / "reliability.json").read_text())))
+
+
+if __name__ == "__main__":
+    main()
