@@ -14,6 +14,7 @@ import argparse
 import logging
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -129,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--note", default="", help="a sentence about this run for the report")
     parser.add_argument("--keep", action="store_true", help="keep the run directories")
     args = parser.parse_args(argv)
+    # Stopped by a signal, still stop the workers and servers (a background shell ignores SIGINT).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     for name in ("kazoo", "tenure"):  # their reconnect chatter would bury the table
         logging.getLogger(name).setLevel(logging.CRITICAL)
     command = "python -m tests.faults.run " + " ".join(sys.argv[1:] if argv is None else argv)

@@ -140,6 +140,7 @@ class Worker:
             outcome, renewed = self.holder_op("renew", lease)
             if renewed is None:
                 if self.careless and outcome == "stale":
+                    self.effect(lease)  # refused by the fence, or by the deadline check in it
                     self.holder_op("complete", lease)
                 return
             lease = renewed
