@@ -1,7 +1,8 @@
 """History and rejections as sequential znodes, added inside the multi of the step they record.
 
-Retention is bounded: when a sequence number reaches a multiple of ``TRIM_EVERY``, the
-oldest znodes beyond ``retention`` are deleted, so at most ``retention + TRIM_EVERY`` stay.
+Retention is bounded: when a sequence number reaches a multiple of ``min(TRIM_EVERY,
+retention)``, the oldest znodes beyond ``retention`` are deleted, so at most twice
+``retention`` (and at most ``retention + TRIM_EVERY``) stay.
 Reading goes newest first in pipelined batches and stops as soon as ``limit`` is met.
 """
 
@@ -30,6 +31,7 @@ class Audit:
         self._b = backend
         self._events = backend.layout.events
         self._rejections = backend.layout.rejections
+        self._every = min(TRIM_EVERY, backend.config.retention)
 
     def add_event(self, tx: Any, event: HistoryEvent) -> None:
         tx.create(f"{self._events}/e-", zl.dump_event(event), sequence=True)
@@ -38,10 +40,10 @@ class Audit:
         tx.create(f"{self._rejections}/r-", zl.dump_rejection(rejection), sequence=True)
 
     def trim(self, results: list[Any]) -> None:
-        """After a commit: trim a directory whose counter just passed a multiple of TRIM_EVERY."""
+        """After a commit: trim a directory whose counter just reached a multiple of the period."""
         for path in results:
             if isinstance(path, str) and path.startswith((self._events, self._rejections)) \
-                    and zl.sequence(path) % TRIM_EVERY == 0:
+                    and zl.sequence(path) % self._every == 0:
                 self._trim(path.rsplit("/", 1)[0])
 
     def _trim(self, directory: str) -> None:

@@ -205,3 +205,38 @@ def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
 @pytest.fixture
 def zk_harness(zk_server: ZooKeeperServer) -> ZooKeeperHarness:
     return ZooKeeperHarness(zk_server)
+
+
+@pytest.fixture
+def zk_private(tmp_path: Path) -> Iterator[ZooKeeperServer]:
+    """A standalone server of the test's own, for tests that pause, kill or restart it."""
+    server = ZooKeeperServer(tmp_path / "zk")
+    server.start()
+    try:
+        server.wait_serving()
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture
+def zk_ensemble(tmp_path: Path) -> Iterator[Ensemble]:
+    ensemble = Ensemble(tmp_path)
+    try:
+        ensemble.start()
+        yield ensemble
+    finally:
+        ensemble.stop()
+
+
+def expire_session(store: tenure.Store) -> None:
+    """Make the server expire the store's session, as kazoo's test harness does: a second
+    client takes the session over by id and password, then closes it."""
+    from kazoo.client import KazooClient
+
+    client = store.backend.client  # type: ignore[attr-defined]
+    config = store.backend.config  # type: ignore[attr-defined]
+    thief = KazooClient(hosts=config.hosts, client_id=client.client_id, timeout=config.session_timeout)
+    thief.start(timeout=10)
+    thief.stop()
+    thief.close()
