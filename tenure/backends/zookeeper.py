@@ -192,7 +192,7 @@ class ZooKeeperBackend(Backend):
         return not failed
 
     def _gen_of(self, read: _Read, rec: JobRecord | None, job_id: str,
-                seen: set[tuple[int, int | None]]) -> int | None | bool:
+                seen: set[tuple[int, int | None]]) -> int | bool | None:
         """The generation znode's version, or False to read again.
 
         The two znodes are read one after the other, so a claim committed in between shows

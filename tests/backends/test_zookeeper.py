@@ -198,10 +198,10 @@ def test_other_identities_cannot_claim_renew_complete_or_delete(zk_server: ZooKe
         lease = alice.claim("j", owner="alice", ttl=10.0)
         for creds in ({"username": "mallory", "password": "guess"}, {}):
             with tenure.connect(url, **creds) as other:
-                for call in (lambda: other.claim("j", owner="m", ttl=10.0),  # noqa: B023
-                             lambda: other.renew(lease),  # noqa: B023
-                             lambda: other.complete(lease),  # noqa: B023
-                             lambda: other.submit("new")):  # noqa: B023
+                for call in (lambda: other.claim("j", owner="m", ttl=10.0),
+                             lambda: other.renew(lease),
+                             lambda: other.complete(lease),
+                             lambda: other.submit("new")):
                     with pytest.raises(tenure.AuthenticationFailed):
                         call()
         raw = _kazoo(zk_server, "mallory:guess")
