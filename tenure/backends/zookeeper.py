@@ -16,6 +16,7 @@ and docs/backends/zookeeper.md.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 import uuid
@@ -61,6 +62,7 @@ class _Read:
     """What step 1 saw: the store's time and the job's znodes as of after that time."""
 
     now: float
+    epoch: int  # of the leader whose clock gave ``now`` (the high half of the zxid)
     key: str
     data: bytes | None
     version: int  # of the job znode; -1 if absent
@@ -152,7 +154,8 @@ class ZooKeeperBackend(Backend):
                 job = self.client.get_async(key)
                 gen_stat = self.client.exists_async(self.layout.gen(job_id)) if gen else None
                 try:
-                    now = self._stamp(self._wait(clock))
+                    stat = self._wait(clock)
+                    now = self._stamp(stat)
                 except NoNodeError:
                     self._clock_create()
                     continue
@@ -162,7 +165,7 @@ class ZooKeeperBackend(Backend):
                 except NoNodeError:
                     data, version = None, -1
                 g = None if gen_stat is None else self._wait(gen_stat)
-                return _Read(now, key, data, version, None if g is None else g.version)
+                return _Read(now, stat.mzxid >> 32, key, data, version, None if g is None else g.version)
         raise BackendUnavailable("ZooKeeper keeps losing this client's clock znode")
 
     def now(self) -> float:
@@ -210,9 +213,9 @@ class ZooKeeperBackend(Backend):
         """A multi that writes ``new`` if the job znode is as read, with its history event."""
         tx = self.client.transaction()
         if read.version < 0:
-            tx.create(read.key, zl.dump_record(new))
+            tx.create(read.key, zl.dump_record(new, read.epoch))
         else:
-            tx.set_data(read.key, zl.dump_record(new), version=read.version)
+            tx.set_data(read.key, zl.dump_record(new, read.epoch), version=read.version)
         self.audit.add_event(tx, HistoryEvent(new.job_id, op, new.owner, new.token, read.now,
                                               new.lease_until))
         return tx
@@ -248,6 +251,9 @@ class ZooKeeperBackend(Backend):
                 continue
             if rec is None and gen:
                 rec = JobRecord(job_id, JobState.PENDING, token=gen, submitted_at=read.now)
+            if rec is not None and self._stamped_by_another_leader(read, rec):
+                self._rebase(read, rec)
+                continue
             new = transitions.claim(rec, job_id, owner, ttl, read.now)
             tx = self._write(read, new, Op.CLAIM)
             gen_path = self.layout.gen(job_id)
@@ -258,6 +264,30 @@ class ZooKeeperBackend(Backend):
             if self._commit(tx, f"claiming {job_id!r}"):
                 return transitions.lease_of(new)
         raise _outraced(job_id)
+
+    def _stamped_by_another_leader(self, read: _Read, rec: JobRecord) -> bool:
+        """A lease whose expiry an earlier leader's clock stamped, and which that clock and
+        this leader's disagree on: it looks expired, or longer than its TTL."""
+        if rec.state is not JobState.LEASED or rec.lease_until is None or rec.ttl is None:
+            return False
+        if read.data is None or zl.stamp_epoch(read.data) == read.epoch:
+            return False
+        return rec.lease_until <= read.now or rec.lease_until > read.now + rec.ttl
+
+    def _rebase(self, read: _Read, rec: JobRecord) -> None:
+        """Restart the lease's TTL on this leader's clock, then report it as held.
+
+        The holder's own deadline ends within a TTL of its last renewal, which came before
+        this read, so a lease ending a full TTL from now on the new clock outlasts it
+        whichever way the two leaders' clocks differ. Costs at most a TTL of reclaim delay
+        after a leader change, and only for leases nobody renewed since.
+        """
+        assert rec.ttl is not None
+        rebased = dataclasses.replace(rec, lease_until=read.now + rec.ttl)
+        tx = self.client.transaction()
+        tx.set_data(read.key, zl.dump_record(rebased, read.epoch), version=read.version)
+        if self._commit(tx, f"re-stamping {rec.job_id!r} on the new leader's clock"):
+            raise AlreadyClaimed(rec.job_id, rec.owner, rec.token, rebased.lease_until)
 
     def claim_next(self, owner: str, ttl: float) -> Lease | None:
         # Candidates from a scan (expired leases first, then pending oldest first); each is

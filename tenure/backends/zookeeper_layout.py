@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
 import re
 from typing import Any
@@ -82,9 +83,10 @@ def _b64(data: bytes | None) -> str | None:
     return None if data is None else base64.b64encode(data).decode("ascii")
 
 
-def dump_record(r: JobRecord) -> bytes:
+def dump_record(r: JobRecord, epoch: int) -> bytes:
+    """``epoch`` is the leader epoch whose clock stamped the record's times."""
     return json.dumps({
-        "tenure": FORMAT, "job_id": r.job_id, "state": r.state.value, "owner": r.owner,
+        "tenure": FORMAT, "epoch": epoch, "job_id": r.job_id, "state": r.state.value, "owner": r.owner,
         "token": r.token, "lease_until": r.lease_until, "ttl": r.ttl,
         "submitted_at": r.submitted_at, "claimed_at": r.claimed_at, "renewed_at": r.renewed_at,
         "completed_at": r.completed_at, "runs": r.runs, "result": _b64(r.result),
@@ -125,6 +127,14 @@ def load_record(data: bytes, key: str, job_id: str) -> JobRecord:
     except (ValueError, TypeError, binascii.Error) as exc:
         # json.JSONDecodeError and UnicodeDecodeError are ValueErrors too.
         raise CorruptRecord(key, str(exc) or type(exc).__name__) from None
+
+
+def stamp_epoch(data: bytes) -> int | None:
+    """The leader epoch that stamped a record's times (None if unknown)."""
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        epoch = json.loads(data).get("epoch")
+        return epoch if type(epoch) is int else None
+    return None
 
 
 # -- audit ----------------------------------------------------------------------------------
