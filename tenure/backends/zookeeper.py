@@ -154,8 +154,8 @@ class ZooKeeperBackend(Backend):
                 job = self.client.get_async(key)
                 gen_stat = self.client.exists_async(self.layout.gen(job_id)) if gen else None
                 try:
-                    stat = self._wait(clock)
-                    now = self._stamp(stat)
+                    clock_stat = self._wait(clock)
+                    now = self._stamp(clock_stat)
                 except NoNodeError:
                     self._clock_create()
                     continue
@@ -165,7 +165,8 @@ class ZooKeeperBackend(Backend):
                 except NoNodeError:
                     data, version = None, -1
                 g = None if gen_stat is None else self._wait(gen_stat)
-                return _Read(now, stat.mzxid >> 32, key, data, version, None if g is None else g.version)
+                epoch = clock_stat.mzxid >> 32  # a zxid's high half counts leader elections
+                return _Read(now, epoch, key, data, version, None if g is None else g.version)
         raise BackendUnavailable("ZooKeeper keeps losing this client's clock znode")
 
     def now(self) -> float:
@@ -266,21 +267,19 @@ class ZooKeeperBackend(Backend):
         raise _outraced(job_id)
 
     def _stamped_by_another_leader(self, read: _Read, rec: JobRecord) -> bool:
-        """A lease whose expiry an earlier leader's clock stamped, and which that clock and
-        this leader's disagree on: it looks expired, or longer than its TTL."""
-        if rec.state is not JobState.LEASED or rec.lease_until is None or rec.ttl is None:
+        """A lease whose expiry an earlier leader's clock stamped: this leader's clock may
+        disagree with it in either direction, so its ``lease_until`` means nothing here."""
+        if rec.state is not JobState.LEASED or read.data is None:
             return False
-        if read.data is None or zl.stamp_epoch(read.data) == read.epoch:
-            return False
-        return rec.lease_until <= read.now or rec.lease_until > read.now + rec.ttl
+        return zl.stamp_epoch(read.data) != read.epoch
 
     def _rebase(self, read: _Read, rec: JobRecord) -> None:
         """Restart the lease's TTL on this leader's clock, then report it as held.
 
         The holder's own deadline ends within a TTL of its last renewal, which came before
         this read, so a lease ending a full TTL from now on the new clock outlasts it
-        whichever way the two leaders' clocks differ. Costs at most a TTL of reclaim delay
-        after a leader change, and only for leases nobody renewed since.
+        whichever way the two leaders' clocks differ. Costs up to one TTL of extra reclaim
+        delay after a leader change, once per lease nobody renewed since.
         """
         assert rec.ttl is not None
         rebased = dataclasses.replace(rec, lease_until=read.now + rec.ttl)

@@ -140,20 +140,30 @@ class ZooKeeperServer:
 
 
 class Ensemble:
-    """Three servers on loopback; ``leader()`` finds the current leader."""
+    """Three servers on loopback; ``leader()`` finds the current leader.
 
-    def __init__(self, directory: Path, size: int = 3) -> None:
+    ``wrappers`` runs some members' JVMs under a command, e.g. ``{3: ("faketime", "-f",
+    "+30s")}`` for a member whose clock runs 30 s ahead.
+    """
+
+    def __init__(self, directory: Path, size: int = 3,
+                 wrappers: dict[int, tuple[str, ...]] | None = None) -> None:
         peers = {i: (free_port(), free_port()) for i in range(1, size + 1)}
-        self.servers = [ZooKeeperServer(directory / f"zk{i}", sid=i, peers=peers) for i in peers]
+        self.servers = [ZooKeeperServer(directory / f"zk{i}", sid=i, peers=peers,
+                                        wrapper=(wrappers or {}).get(i, ())) for i in peers]
 
     @property
     def hosts(self) -> str:
         return ",".join(s.hosts for s in self.servers)
 
-    def start(self) -> None:
-        for s in self.servers:
+    def server(self, sid: int) -> ZooKeeperServer:
+        return self.servers[sid - 1]
+
+    def start(self, sids: tuple[int, ...] | None = None) -> None:
+        chosen = [self.server(i) for i in sids] if sids else self.servers
+        for s in chosen:
             s.start()
-        for s in self.servers:
+        for s in chosen:
             s.wait_serving(timeout=60)
 
     def leader(self, timeout: float = 30.0) -> ZooKeeperServer:
