@@ -122,3 +122,5 @@ def mapped_errors(what: str) -> Iterator[None]:
         raise BackendUnavailable(f"ZooKeeper timed out during {what}") from exc
     except KazooException as exc:
         raise BackendUnavailable(f"ZooKeeper failed during {what}: {type(exc).__name__} {exc}") from exc
+    except OSError as exc:  # kazoo's four-letter-word commands use a socket of their own
+        raise BackendUnavailable(f"ZooKeeper unreachable during {what}: {exc}") from exc
