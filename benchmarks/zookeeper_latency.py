@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import tenure  # noqa: E402
-from tests.servers.zookeeper import ZooKeeperServer  # noqa: E402
+import tenure
+from tests.servers.zookeeper import ZooKeeperServer
 
 
 def main(rounds: int) -> None:
