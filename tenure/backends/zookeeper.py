@@ -87,6 +87,7 @@ class ZooKeeperBackend(Backend):
         self._clock_path = f"{self.layout.clocks}/{uuid.uuid4().hex}"
         self._clock_lock = threading.Lock()
         self._last_time = (0.0, time.monotonic())  # (store time, our monotonic) of the last read
+        self._last_zxid = 0
         self.client = KazooClient(**config.client_kwargs())
         self.client.add_listener(self._on_state)
         with mapped_errors("connecting"):
@@ -143,6 +144,7 @@ class ZooKeeperBackend(Backend):
     def _stamp(self, stat: ZnodeStat) -> float:
         now = float(stat.mtime) / 1000.0
         self._last_time = (now, time.monotonic())
+        self._last_zxid = int(stat.mzxid)
         return now
 
     # -- step 1: store time and the job's znodes -------------------------------------------
@@ -404,15 +406,18 @@ class ZooKeeperBackend(Backend):
         info: dict[str, Any] = {"backend": "zookeeper", "hosts": self.config.hosts,
                                 "root": self.config.root, "state": str(self.client.state),
                                 "store_clock": self.characteristics.store_clock}
+        info["store_time"] = self.now()
+        zxid = self._last_zxid
+        info["zxid"], info["leader_epoch"] = hex(zxid), zxid >> 32
         with mapped_errors("reading server facts"):
-            for line in self.client.command(b"srvr").splitlines():
-                name, _, value = line.partition(":")
-                if name in ("Zookeeper version", "Mode", "Zxid", "Node count"):
-                    info[name.lower().replace(" ", "_")] = value.strip()
+            if not self.config.tls:  # kazoo 2.11's four-letter words fail over TLS
+                for line in self.client.command(b"srvr").splitlines():
+                    name, _, value = line.partition(":")
+                    if name in ("Zookeeper version", "Mode", "Node count"):
+                        info[name.lower().replace(" ", "_")] = value.strip()
             stat = self.client.exists(self.layout.jobs)
             info["jobs"] = stat.numChildren if stat else 0
             info["session_id"] = hex(self.client.client_id[0]) if self.client.client_id else None
-        info["store_time"] = self.now()
         return info
 
     def close(self) -> None:

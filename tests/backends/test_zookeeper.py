@@ -229,3 +229,16 @@ def test_health_reports_the_server(zk_harness: ZooKeeperHarness) -> None:
         health = store.health()
         assert health["mode"] == "standalone" and health["jobs"] == 1
         assert health["zxid"].startswith("0x") and health["store_time"] > 0
+
+
+def test_tls_with_the_servers_certificate(zk_tls: tuple[ZooKeeperServer, object]) -> None:
+    server, cert = zk_tls
+    url = f"zk://127.0.0.1:{server.tls_port}/tls"
+    with tenure.connect(url, tls=True, ca=str(cert)) as store:
+        store.complete(store.claim("j", owner="a", ttl=10.0), result="over tls")
+        assert store.get("j").result == b"over tls"  # type: ignore[union-attr]
+        assert store.health()["jobs"] == 1
+    with pytest.raises(tenure.BackendUnavailable):
+        tenure.connect(url, timeout=1.0)  # plain text to the TLS port
+    with pytest.raises(tenure.BackendUnavailable):
+        tenure.connect(url, tls=True, timeout=1.0)  # a certificate nobody vouches for

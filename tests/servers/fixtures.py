@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.harness import Harness
-from tests.servers.zookeeper import zk_ensemble, zk_harness, zk_private, zk_server  # noqa: F401
+from tests.servers.zookeeper import zk_ensemble, zk_harness, zk_private, zk_server, zk_tls  # noqa: F401
 
 
 @pytest.fixture

@@ -23,11 +23,12 @@ import pytest
 import tenure
 from tests.harness import Harness, in_ci
 
-JARS = ("zookeeper", "zookeeper-jute", "slf4j-api", "slf4j-nop", "netty-all", "metrics-core",
-        "snappy-java", "commons-cli")
+JARS = ("zookeeper", "zookeeper-jute", "slf4j-api", "slf4j-simple", "metrics-core", "snappy-java",
+        "commons-cli", "netty-buffer", "netty-codec", "netty-common", "netty-handler", "netty-resolver",
+        "netty-transport", "netty-transport-native-unix-common")
 JAVA_FLAGS = ("-Xmx128m", "-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
               "-XX:-UsePerfData", "-Djava.net.preferIPv4Stack=true",
-              "-Dzookeeper.admin.enableServer=false")
+              "-Dzookeeper.admin.enableServer=false", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
 TICK_MS = 100  # sessions may last 2 to 20 ticks by default; we widen it below
 
 
@@ -68,6 +69,7 @@ class ZooKeeperServer:
         self.env = env or {}
         self.wrapper = wrapper  # e.g. ("faketime", "+30s") to run the JVM on another clock
         self.proc: subprocess.Popen[bytes] | None = None
+        self.tls_port: int | None = None
         data = directory / "data"
         data.mkdir(parents=True, exist_ok=True)
         lines = [f"tickTime={TICK_MS}", "initLimit=20", "syncLimit=10", f"dataDir={data}",
@@ -84,6 +86,28 @@ class ZooKeeperServer:
     @property
     def hosts(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def enable_tls(self, directory: Path) -> int:
+        """Add a TLS port with a fresh self-signed certificate for 127.0.0.1; returns the port.
+
+        The certificate is ``directory / "cert.pem"``, for clients' ``ca=`` option.
+        """
+        key, cert = directory / "key.pem", directory / "cert.pem"
+        try:
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                            "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+                            "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+        except (OSError, subprocess.CalledProcessError) as exc:
+            cannot_start(f"openssl could not make a test certificate: {exc}")
+        keystore = directory / "keystore.pem"
+        keystore.write_bytes(key.read_bytes() + cert.read_bytes())
+        self.tls_port = free_port()
+        with open(self.cfg, "a") as cfg:
+            cfg.write(f"secureClientPort={self.tls_port}\n"
+                      "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n"
+                      f"ssl.keyStore.location={keystore}\nssl.keyStore.type=PEM\n"
+                      f"ssl.trustStore.location={cert}\nssl.trustStore.type=PEM\nssl.clientAuth=none\n")
+        return self.tls_port
 
     def start(self) -> None:
         log = open(self.directory / "server.log", "ab")  # noqa: SIM115 - the child keeps it
@@ -250,3 +274,16 @@ def expire_session(store: tenure.Store) -> None:
     thief.start(timeout=10)
     thief.stop()
     thief.close()
+
+
+@pytest.fixture
+def zk_tls(tmp_path: Path) -> Iterator[tuple[ZooKeeperServer, Path]]:
+    """A standalone server with a TLS port; yields it and its certificate."""
+    server = ZooKeeperServer(tmp_path / "zk")
+    server.enable_tls(tmp_path)
+    server.start()
+    try:
+        server.wait_serving()
+        yield server, tmp_path / "cert.pem"
+    finally:
+        server.kill()
