@@ -85,7 +85,6 @@ class ZooKeeperBackend(Backend):
         self._state_lock = threading.Lock()
         self._link = Link()
         self._clock_path = f"{self.layout.clocks}/{uuid.uuid4().hex}"
-        self._clock_lock = threading.Lock()
         self._last_time = (0.0, time.monotonic())  # (store time, our monotonic) of the last read
         self._last_zxid = 0
         self.client = KazooClient(**config.client_kwargs())
