@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import threading
 import time
@@ -179,16 +180,23 @@ def test_stale_complete_is_audited_in_the_same_multi_as_the_check(zk_harness: Zo
 
 
 # -- watch --------------------------------------------------------------------------------------
-def test_watch_reports_removed_jobs(zk_harness: ZooKeeperHarness) -> None:
+def test_watch_is_driven_by_zookeeper_watches_not_polling(zk_harness: ZooKeeperHarness) -> None:
     with zk_harness.connect() as store:
         client, layout = store.backend.client, store.backend.layout  # type: ignore[attr-defined]
         store.submit("doomed")
         stop = threading.Event()
-        changes = store.watch(stop, interval=0.05)
-        assert next(changes).job.job_id == "doomed"  # type: ignore[union-attr]
-        client.delete(layout.job("doomed"))
-        assert next(changes).removed == "doomed"
-        stop.set()
+        # 30 s between polls: only a ZooKeeper watch can deliver each change within 10 s.
+        changes = store.watch(stop, interval=30)
+        pool = concurrent.futures.ThreadPoolExecutor(1)
+        try:
+            assert pool.submit(next, changes).result(timeout=10).job.job_id == "doomed"
+            store.claim("doomed", owner="a", ttl=zk_harness.ttl)
+            assert pool.submit(next, changes).result(timeout=10).job.owner == "a"
+            client.delete(layout.job("doomed"))
+            assert pool.submit(next, changes).result(timeout=10).removed == "doomed"
+        finally:
+            stop.set()
+            pool.shutdown(wait=False)
 
 
 # -- security --------------------------------------------------------------------------------------
