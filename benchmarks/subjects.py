@@ -5,9 +5,9 @@ from __future__ import annotations
 import contextlib
 import tempfile
 import uuid
-from pathlib import Path
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from benchmarks import floors
