@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from benchmarks import floors
@@ -33,7 +35,28 @@ def sqlite() -> Iterator[Subject]:
                       floor=lambda n: floors.sqlite_floor(f"{tmp}/floor.db", n))
 
 
+@contextlib.contextmanager
+def zookeeper() -> Iterator[Subject]:
+    """A private standalone server started like the tests start theirs (fsync on)."""
+    from benchmarks import zk_peers
+    from tests.servers.zookeeper import ZooKeeperServer
+
+    with tempfile.TemporaryDirectory(prefix="tenure-bench-zk-") as tmp:
+        server = ZooKeeperServer(Path(tmp) / "zk")
+        server.start()
+        try:
+            server.wait_serving()
+            hosts = server.hosts
+            yield Subject("zk", f"zk://{hosts}/bench-{uuid.uuid4().hex[:8]}",
+                          floor=lambda n: zk_peers.floor(hosts, n),
+                          peers=[("kazoo Lock", lambda n: zk_peers.kazoo_lock(hosts, n)),
+                                 ("kazoo NonBlockingLease", lambda n: zk_peers.kazoo_lease(hosts, n))])
+        finally:
+            server.kill()
+
+
 SUBJECTS: dict[str, Callable[[], contextlib.AbstractContextManager[Subject]]] = {
     "memory": memory,
     "sqlite": sqlite,
+    "zk": zookeeper,
 }

@@ -10,6 +10,7 @@ command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 [ -d /usr/share/zookeeper ] || need+=(zookeeper)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v faketime >/dev/null 2>&1 || need+=(faketime)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)  # test certificates for ZooKeeper TLS
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

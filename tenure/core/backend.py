@@ -41,6 +41,20 @@ class Characteristics:
     tokens_ordered_across_jobs: bool = False  # true where tokens come from one global counter
 
 
+@dataclass(frozen=True)
+class Link:
+    """The backend's connection as held leases see it (stores with sessions: ZooKeeper, etcd).
+
+    ``epoch`` counts interruptions: a lease last verified before the current epoch is at risk
+    until a renewal verifies it again. ``lost_epoch`` is the epoch of the latest session loss:
+    leases verified before it are gone for good.
+    """
+
+    epoch: int = 0
+    connected: bool = True
+    lost_epoch: int = 0
+
+
 class Backend(abc.ABC):
     characteristics: ClassVar[Characteristics]
 
@@ -104,6 +118,10 @@ class Backend(abc.ABC):
     def watch(self, stop: threading.Event, interval: float) -> Iterator[Change]:
         """Changes as they happen; this default polls, backends with a native watch override."""
         return watch.poll(self, stop, interval)
+
+    def link(self) -> Link:
+        """The connection's state for ``HeldLease.check()``; always fine without sessions."""
+        return Link()
 
     def health(self) -> dict[str, Any]:
         """Facts about the store for operators (server, version, size ...)."""

@@ -35,9 +35,11 @@ RETRY_FRACTION = 1 / 20  # after a failed attempt, retry this much later (of the
 class HeldLease:
     """A lease kept alive in the background until ``complete()``, ``release()`` or exit."""
 
-    def __init__(self, store: Store, lease: Lease) -> None:
+    def __init__(self, store: Store, lease: Lease, link_epoch: int | None = None) -> None:
         self._store = store
         self._lease = lease
+        # The connection epoch before the claim (or last renewal) was sent; see Backend.link().
+        self._verified = store.backend.link().epoch if link_epoch is None else link_epoch
         self._lock = threading.Lock()  # one of: renewal in flight, complete, release
         self._done = False
         self.lost = threading.Event()
@@ -70,10 +72,17 @@ class HeldLease:
 
     def check(self) -> None:
         """Raise LeaseLost unless effects may still be produced under this lease."""
+        link = self._store.backend.link()
         if not self.lost.is_set() and self.remaining() <= 0:
             self._lose("the safe local deadline passed before a renewal succeeded")
+        if link.lost_epoch > self._verified:
+            self._lose("the store session was lost")
         if self.lost.is_set():
             raise LeaseLost(f"lease on {self.job_id!r} (token {self.token}) lost: {self.lost_reason}")
+        if not link.connected or link.epoch > self._verified:
+            # Not lost yet: a renewal after reconnecting verifies the lease again.
+            raise LeaseLost(f"lease on {self.job_id!r} (token {self.token}) at risk: the connection "
+                            "to the store was interrupted and the lease is not verified since")
 
     # What holders do.
     def complete(self, result: str | bytes | None = None) -> None:
@@ -123,11 +132,16 @@ class HeldLease:
             if self.remaining() <= 0:
                 self._lose("the safe local deadline passed before a renewal succeeded")
                 return False
+            link = self._store.backend.link()
+            if link.lost_epoch > self._verified:
+                self._lose("the store session was lost")  # never renewed from a new session
+                return False
             try:
                 self._lease = self._store.renew(self._lease)
             except StaleLease as exc:
                 self._lose(str(exc))
                 return False
+            self._verified = link.epoch
             return True
 
     def _lose(self, reason: str) -> None:

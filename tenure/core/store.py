@@ -102,16 +102,18 @@ class Store:
 
     def hold(self, job_id: str, owner: str, ttl: float) -> HeldLease:
         """Claim a job and keep renewing it in the background; use it as a context manager."""
-        return self.hold_lease(self.claim(job_id, owner, ttl))
+        epoch = self.backend.link().epoch  # before the claim is sent, like its deadline
+        return self.hold_lease(self.claim(job_id, owner, ttl), _link_epoch=epoch)
 
     def hold_next(self, owner: str, ttl: float) -> HeldLease | None:
         """``claim_next`` and hold the lease it gives, or None when nothing is claimable."""
+        epoch = self.backend.link().epoch
         lease = self.claim_next(owner, ttl)
-        return None if lease is None else self.hold_lease(lease)
+        return None if lease is None else self.hold_lease(lease, _link_epoch=epoch)
 
-    def hold_lease(self, lease: Lease) -> HeldLease:
+    def hold_lease(self, lease: Lease, *, _link_epoch: int | None = None) -> HeldLease:
         """Hold a lease this process already claimed."""
-        held = HeldLease(self, self._lease(lease))
+        held = HeldLease(self, self._lease(lease), _link_epoch)
         self._renewer.add(held)
         return held
 

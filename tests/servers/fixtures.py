@@ -5,13 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tests.harness import Harness
+from tests.servers.zookeeper import zk_ensemble, zk_harness, zk_private, zk_server, zk_tls  # noqa: F401
 
 
 @pytest.fixture
 def etcd_harness() -> Harness:
     pytest.skip("the etcd backend has not landed yet")
-
-
-@pytest.fixture
-def zk_harness() -> Harness:
-    pytest.skip("the ZooKeeper backend has not landed yet")

@@ -1,0 +1,431 @@
+"""``zk://user:pass@h1:2181,h2:2181/root``: leases on ZooKeeper through kazoo.
+
+Every decision follows one pattern, two round trips:
+
+1. *read*: write this client's clock znode and read the job's znodes, pipelined in one round
+   trip. ZooKeeper answers a session's requests in order, so the job data is at least as new
+   as the clock write, whose ``mtime`` the leader stamped: the store's time of this step.
+2. *write*: one ``multi`` that checks the job znode's version (and the generation znode's, for
+   claims) and writes the new record plus a history or rejection znode. If anything changed
+   since step 1 the multi fails as a whole and the step is retried from a fresh read.
+
+The token is the version of ``gen/<job>``, which only claims write; see ``zookeeper_layout``
+and docs/backends/zookeeper.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+    RuntimeInconsistency,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import ZnodeStat
+
+from tenure.backends import zookeeper_layout as zl
+from tenure.backends.zookeeper_audit import Audit
+from tenure.backends.zookeeper_config import Config, mapped_errors
+from tenure.core import transitions
+from tenure.core.backend import Backend, Characteristics, Link, corrupt_status
+from tenure.core.clock import Clock
+from tenure.core.errors import (
+    AlreadyClaimed,
+    BackendUnavailable,
+    CorruptRecord,
+    JobCompleted,
+    JobNotFound,
+    StaleLease,
+)
+from tenure.core.options import Options, StoreURL
+from tenure.core.records import Change, HistoryEvent, JobState, JobStatus, Lease, Op, Rejection
+from tenure.core.transitions import JobRecord
+
+ATTEMPTS = 50  # fresh reads after a lost compare-and-set before giving up
+_CONTENTION = (BadVersionError, NodeExistsError, NoNodeError, RolledBackError, RuntimeInconsistency)
+
+
+@dataclass
+class _Read:
+    """What step 1 saw: the store's time and the job's znodes as of after that time."""
+
+    now: float
+    epoch: int  # of the leader whose clock gave ``now`` (the high half of the zxid)
+    key: str
+    data: bytes | None
+    version: int  # of the job znode; -1 if absent
+    gen_version: int | None  # of the generation znode; None if absent or not read
+
+    def record(self, job_id: str) -> JobRecord | None:
+        return None if self.data is None else zl.load_record(self.data, self.key, job_id)
+
+
+class ZooKeeperBackend(Backend):
+    characteristics = Characteristics(
+        name="zookeeper",
+        store_clock="the ZooKeeper leader's clock, as it stamps znode mtimes",
+        min_ttl=0.1,
+    )
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.layout = zl.Layout(config.root)
+        self._state_lock = threading.Lock()
+        self._link = Link()
+        self._clock_path = f"{self.layout.clocks}/{uuid.uuid4().hex}"
+        self._last_time = (0.0, time.monotonic())  # (store time, our monotonic) of the last read
+        self._last_zxid = 0
+        self.client = KazooClient(**config.client_kwargs())
+        self.client.add_listener(self._on_state)
+        with mapped_errors("connecting"):
+            try:
+                self.client.start(timeout=config.timeout)
+            except KazooTimeoutError as exc:
+                raise BackendUnavailable(f"cannot connect to ZooKeeper at {config.hosts} within "
+                                         f"{config.timeout:g}s") from exc
+        try:
+            self._ensure_layout()
+            self.audit = Audit(self)
+        except BaseException:
+            self.close()
+            raise
+
+    @classmethod
+    def from_url(cls, url: StoreURL, options: Options, clock: Clock | None) -> ZooKeeperBackend:
+        # ``clock`` only sets holders' deadlines (in Store); the store's clock is the leader's.
+        return cls(Config.from_url(url, options))
+
+    # -- connection ----------------------------------------------------------------------
+    def _on_state(self, state: str) -> None:
+        # Called on kazoo's connection thread: only bookkeeping here, never a request.
+        with self._state_lock:
+            link = self._link
+            if state == KazooState.SUSPENDED:
+                self._link = Link(link.epoch + 1, False, link.lost_epoch)
+            elif state == KazooState.LOST:
+                self._link = Link(link.epoch + 1, False, link.epoch + 1)
+            else:
+                self._link = Link(link.epoch, True, link.lost_epoch)
+
+    def link(self) -> Link:
+        with self._state_lock:
+            return self._link
+
+    def _ensure_layout(self) -> None:
+        with mapped_errors("creating the layout"):
+            found = [self.client.exists_async(p) for p in self.layout.dirs]
+            for path, result in zip(self.layout.dirs, found, strict=True):
+                if self._wait(result) is None:
+                    acl = self.config.clocks_acl() if path == self.layout.clocks else None
+                    with contextlib.suppress(NodeExistsError):
+                        self.client.create(path, b"", acl=acl, makepath=True)
+        self._clock_create()
+
+    def _clock_create(self) -> None:
+        with mapped_errors("creating the clock znode"), contextlib.suppress(NodeExistsError):
+            self.client.create(self._clock_path, b"", ephemeral=True)
+
+    def _wait(self, result: Any) -> Any:
+        return result.get(timeout=self.config.timeout)
+
+    def _stamp(self, stat: ZnodeStat) -> float:
+        now = float(stat.mtime) / 1000.0
+        self._last_time = (now, time.monotonic())
+        self._last_zxid = int(stat.mzxid)
+        return now
+
+    # -- step 1: store time and the job's znodes -------------------------------------------
+    def _read(self, job_id: str, *, gen: bool = False) -> _Read:
+        key = self.layout.job(job_id)
+        for _ in range(2):  # a second try after recreating a clock znode lost with its session
+            with mapped_errors(f"reading job {job_id!r}"):
+                clock = self.client.set_async(self._clock_path, b"")
+                job = self.client.get_async(key)
+                gen_stat = self.client.exists_async(self.layout.gen(job_id)) if gen else None
+                try:
+                    clock_stat = self._wait(clock)
+                    now = self._stamp(clock_stat)
+                except NoNodeError:
+                    self._clock_create()
+                    continue
+                try:
+                    data, stat = self._wait(job)
+                    version = stat.version
+                except NoNodeError:
+                    data, version = None, -1
+                g = None if gen_stat is None else self._wait(gen_stat)
+                epoch = clock_stat.mzxid >> 32  # a zxid's high half counts leader elections
+                return _Read(now, epoch, key, data, version, None if g is None else g.version)
+        raise BackendUnavailable("ZooKeeper keeps losing this client's clock znode")
+
+    def now(self) -> float:
+        with mapped_errors("reading the store's clock"):
+            try:
+                return self._stamp(self.client.set(self._clock_path, b""))
+            except NoNodeError:
+                self._clock_create()
+                return self._stamp(self.client.set(self._clock_path, b""))
+
+    def estimated_now(self) -> float:
+        """The last store time read plus our monotonic time since: for display, never decisions."""
+        at, mono = self._last_time
+        return at + time.monotonic() - mono
+
+    # -- step 2: one multi ---------------------------------------------------------------------
+    def _commit(self, tx: Any, what: str) -> bool:
+        """Commit a multi: True, or False if it was outraced (a version moved since the read)."""
+        with mapped_errors(what):
+            results: list[Any] = self._wait(tx.commit_async())
+            failed = [r for r in results if isinstance(r, Exception)]
+            for exc in failed:
+                if not isinstance(exc, _CONTENTION):
+                    raise exc
+        if not failed:
+            self.audit.trim(results)
+        return not failed
+
+    def _gen_of(self, read: _Read, rec: JobRecord | None, job_id: str,
+                seen: set[tuple[int, int | None]]) -> int | bool | None:
+        """The generation znode's version, or False to read again.
+
+        The two znodes are read one after the other, so a claim committed in between shows
+        a mismatch once; the same mismatch seen twice is a record tenure did not write.
+        """
+        if rec is None or read.gen_version == rec.token:
+            return read.gen_version
+        if (read.version, read.gen_version) in seen:
+            raise CorruptRecord(self.layout.gen(job_id), f"generation znode version {read.gen_version}"
+                                f" does not match the record's token {rec.token}")
+        seen.add((read.version, read.gen_version))
+        return False
+
+    def _write(self, read: _Read, new: JobRecord, op: Op) -> Any:
+        """A multi that writes ``new`` if the job znode is as read, with its history event."""
+        tx = self.client.transaction()
+        if read.version < 0:
+            tx.create(read.key, zl.dump_record(new, read.epoch))
+        else:
+            tx.set_data(read.key, zl.dump_record(new, read.epoch), version=read.version)
+        self.audit.add_event(tx, HistoryEvent(new.job_id, op, new.owner, new.token, read.now,
+                                              new.lease_until))
+        return tx
+
+    # -- the protocol ----------------------------------------------------------------------------
+    def submit(self, job_id: str) -> None:
+        seen: set[tuple[int, int | None]] = set()
+        for _ in range(ATTEMPTS):
+            read = self._read(job_id, gen=True)
+            rec = read.record(job_id)
+            gen = self._gen_of(read, rec, job_id, seen)
+            if gen is False:
+                continue
+            new = transitions.submit(rec, job_id, read.now)
+            if new is None:
+                return
+            if rec is None and gen:  # the job znode was deleted; its generations were not
+                new = JobRecord(job_id, JobState.PENDING, token=gen, submitted_at=read.now)
+            tx = self._write(read, new, Op.SUBMIT)
+            if gen is None:
+                tx.create(self.layout.gen(job_id), b"")
+            if self._commit(tx, f"submitting {job_id!r}"):
+                return
+        raise _outraced(job_id)
+
+    def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
+        seen: set[tuple[int, int | None]] = set()
+        for _ in range(ATTEMPTS):
+            read = self._read(job_id, gen=True)
+            rec = read.record(job_id)
+            gen = self._gen_of(read, rec, job_id, seen)
+            if gen is False:
+                continue
+            if rec is None and gen:
+                rec = JobRecord(job_id, JobState.PENDING, token=gen, submitted_at=read.now)
+            if rec is not None and self._stamped_by_another_leader(read, rec):
+                self._rebase(read, rec)
+                continue
+            new = transitions.claim(rec, job_id, owner, ttl, read.now)
+            tx = self._write(read, new, Op.CLAIM)
+            gen_path = self.layout.gen(job_id)
+            if gen is None:
+                tx.create(gen_path, b"")
+            # Only claims write this znode, so its version counts claims: the token.
+            tx.set_data(gen_path, b"", version=gen or 0)
+            if self._commit(tx, f"claiming {job_id!r}"):
+                return transitions.lease_of(new)
+        raise _outraced(job_id)
+
+    def _stamped_by_another_leader(self, read: _Read, rec: JobRecord) -> bool:
+        """A lease whose expiry an earlier leader's clock stamped: this leader's clock may
+        disagree with it in either direction, so its ``lease_until`` means nothing here."""
+        if rec.state is not JobState.LEASED or read.data is None:
+            return False
+        return zl.stamp_epoch(read.data) != read.epoch
+
+    def _rebase(self, read: _Read, rec: JobRecord) -> None:
+        """Restart the lease's TTL on this leader's clock, then report it as held.
+
+        The holder's own deadline ends within a TTL of its last renewal, which came before
+        this read, so a lease ending a full TTL from now on the new clock outlasts it
+        whichever way the two leaders' clocks differ. Costs up to one TTL of extra reclaim
+        delay after a leader change, once per lease nobody renewed since.
+        """
+        assert rec.ttl is not None
+        rebased = dataclasses.replace(rec, lease_until=read.now + rec.ttl)
+        tx = self.client.transaction()
+        tx.set_data(read.key, zl.dump_record(rebased, read.epoch), version=read.version)
+        if self._commit(tx, f"re-stamping {rec.job_id!r} on the new leader's clock"):
+            raise AlreadyClaimed(rec.job_id, rec.owner, rec.token, rebased.lease_until)
+
+    def claim_next(self, owner: str, ttl: float) -> Lease | None:
+        # Candidates from a scan (expired leases first, then pending oldest first); each is
+        # claimed with a fresh read, so a stale scan costs a retry, never a wrong claim.
+        now = self.now()
+        candidates = [(0, r.lease_until or 0.0, r.job_id) if r.state is JobState.LEASED
+                      else (1, r.submitted_at or 0.0, r.job_id)
+                      for r in self._records() if isinstance(r, JobRecord)
+                      and transitions.is_claimable(r, now)]
+        for *_, job_id in sorted(candidates):
+            with contextlib.suppress(AlreadyClaimed, JobCompleted, CorruptRecord):
+                return self.claim(job_id, owner, ttl)
+        return None
+
+    def _holder_op(self, op: Op, lease: Lease, change: Callable[[JobRecord, float], JobRecord]) -> JobRecord:
+        for _ in range(ATTEMPTS):
+            read = self._read(lease.job_id)
+            rec = read.record(lease.job_id)
+            reason = transitions.check(rec, lease, read.now)
+            if reason is None:
+                assert rec is not None
+                new = change(rec, read.now)
+                if self._commit(self._write(read, new, op), f"{op} of {lease.job_id!r}"):
+                    return new
+                continue
+            rejected = transitions.rejection(rec, op, lease, reason, read.now)
+            tx = self.client.transaction()
+            if read.version >= 0:  # the rejection stands only if the record is still as judged
+                tx.check(read.key, read.version)
+            self.audit.add_rejection(tx, rejected)
+            if self._commit(tx, f"auditing a stale {op}"):
+                raise StaleLease(rejected)
+        raise _outraced(lease.job_id)
+
+    def renew(self, lease: Lease, ttl: float) -> Lease:
+        rec = self._holder_op(Op.RENEW, lease, lambda r, now: transitions.renew(r, ttl, now))
+        return transitions.lease_of(rec)
+
+    def complete(self, lease: Lease, result: bytes | None) -> None:
+        self.config.check_result(result)
+        self._holder_op(Op.COMPLETE, lease, lambda r, now: transitions.complete(r, result, now))
+
+    def release(self, lease: Lease) -> None:
+        self._holder_op(Op.RELEASE, lease, transitions.release)
+
+    def force_expire(self, job_id: str) -> None:
+        for _ in range(ATTEMPTS):
+            read = self._read(job_id)
+            rec = read.record(job_id)
+            if rec is None:
+                raise JobNotFound(job_id)
+            if rec.state is not JobState.LEASED or transitions.is_claimable(rec, read.now):
+                return
+            new = transitions.force_expire(rec, read.now)
+            if self._commit(self._write(read, new, Op.EXPIRE), f"expiring {job_id!r}"):
+                return
+        raise _outraced(job_id)
+
+    # -- reading ------------------------------------------------------------------------------------
+    def get(self, job_id: str) -> JobStatus | None:
+        read = self._read(job_id)
+        try:
+            rec = read.record(job_id)
+        except CorruptRecord as exc:
+            return corrupt_status(job_id, exc.key, exc)
+        return None if rec is None else transitions.status(rec, read.now)
+
+    def _records(self, batch: int = 500) -> Iterator[JobRecord | JobStatus]:
+        """Every job znode: a record, or a CORRUPT status for one tenure cannot read."""
+        with mapped_errors("listing jobs"):
+            names = sorted(self.client.get_children(self.layout.jobs))
+        for start in range(0, len(names), batch):
+            chunk = names[start:start + batch]
+            with mapped_errors("listing jobs"):
+                pending = [self.client.get_async(f"{self.layout.jobs}/{n}") for n in chunk]
+                for name, result in zip(chunk, pending, strict=True):
+                    try:
+                        data, _ = self._wait(result)
+                    except NoNodeError:
+                        continue  # deleted since the listing
+                    yield self._decoded(name, data)
+
+    def _decoded(self, name: str, data: bytes) -> JobRecord | JobStatus:
+        key = f"{self.layout.jobs}/{name}"
+        try:
+            return zl.load_record(data, key, zl.decode(name))
+        except ValueError as exc:  # CorruptRecord is not a ValueError: this is a bad name
+            return JobStatus(job_id=name, state=JobState.CORRUPT, key=key,
+                             problem=f"znode name is not a tenure job id: {exc}")
+        except CorruptRecord as exc:
+            return corrupt_status(zl.decode(name), key, exc)
+
+    def jobs(self) -> Iterator[JobStatus]:
+        now = self.now()
+        for item in self._records():
+            yield transitions.status(item, now) if isinstance(item, JobRecord) else item
+
+    def rejections(self, since: float | None, limit: int | None) -> list[Rejection]:
+        return self.audit.rejections(since, limit)
+
+    def record_rejection(self, rejection: Rejection) -> None:
+        tx = self.client.transaction()
+        self.audit.add_rejection(tx, rejection)
+        self._commit(tx, "recording a rejection")
+
+    def history(self, job_id: str | None, since: float | None, limit: int | None) -> list[HistoryEvent]:
+        return self.audit.history(job_id, since, limit)
+
+    def watch(self, stop: threading.Event, interval: float) -> Iterator[Change]:
+        from tenure.backends.zookeeper_watch import watch
+
+        return watch(self, stop, interval)
+
+    def health(self) -> dict[str, Any]:
+        info: dict[str, Any] = {"backend": "zookeeper", "hosts": self.config.hosts,
+                                "root": self.config.root, "state": str(self.client.state),
+                                "store_clock": self.characteristics.store_clock}
+        info["store_time"] = self.now()
+        zxid = self._last_zxid
+        info["zxid"], info["leader_epoch"] = hex(zxid), zxid >> 32
+        with mapped_errors("reading server facts"):
+            if not self.config.tls:  # kazoo 2.11's four-letter words fail over TLS
+                for line in self.client.command(b"srvr").splitlines():
+                    name, _, value = line.partition(":")
+                    if name in ("Zookeeper version", "Mode", "Node count"):
+                        info[name.lower().replace(" ", "_")] = value.strip()
+            stat = self.client.exists(self.layout.jobs)
+            info["jobs"] = stat.numChildren if stat else 0
+            info["session_id"] = hex(self.client.client_id[0]) if self.client.client_id else None
+        return info
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):  # closing is best effort and idempotent
+            self.client.stop()
+            self.client.close()
+
+
+def _outraced(job_id: str) -> BackendUnavailable:
+    return BackendUnavailable(f"job {job_id!r} changed under every one of {ATTEMPTS} attempts")
+
+

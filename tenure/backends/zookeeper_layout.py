@@ -1,0 +1,173 @@
+"""Where tenure keeps things under a ZooKeeper root, and how each znode's data is encoded.
+
+    <root>/jobs/<enc>        the job record (JSON); its version changes on every write
+    <root>/gen/<enc>         written only by claims: its version IS the fencing token
+    <root>/events/e-<seq>    accepted changes (history), trimmed to ``retention``
+    <root>/rejections/r-<seq> audited stale operations, trimmed to ``retention``
+    <root>/clocks/<uuid>     one ephemeral znode per client; writing it reads the leader's clock
+
+``<enc>`` is the job id's UTF-8 in unpadded base64url, so any Unicode id (``/``, ``..``,
+spaces) is a legal znode name and round-trips exactly.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import json
+import re
+from typing import Any
+
+from tenure.core.errors import CorruptRecord, InvalidArgument
+from tenure.core.records import HistoryEvent, JobState, Op, Rejection, RejectionKind
+from tenure.core.transitions import STORED_STATES, JobRecord
+
+FORMAT = 1  # "tenure" field of every record; a znode without it was not written by tenure
+DEFAULT_ROOT = "/tenure"
+_SEGMENT = re.compile(r"^[A-Za-z0-9_.:@+=-]+$")
+
+
+def root_path(path: str) -> str:
+    """The URL path as a ZooKeeper root; conservative so no server rejects it later."""
+    if path in ("", "/"):
+        return DEFAULT_ROOT
+    parts = path.rstrip("/").split("/")[1:] if path.startswith("/") else None
+    if not parts or any(p in ("", ".", "..") or not _SEGMENT.match(p) for p in parts):
+        raise InvalidArgument(f"bad ZooKeeper root path {path!r}: use /name or /a/b with letters, "
+                              "digits and _.:@+=-")
+    return "/" + "/".join(parts)
+
+
+def encode(job_id: str) -> str:
+    return base64.urlsafe_b64encode(job_id.encode("utf-8")).decode("ascii").rstrip("=")
+
+
+def decode(name: str) -> str:
+    """The job id of a znode name; ValueError for a name tenure did not make."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+        raise ValueError("not base64url")
+    try:
+        text = base64.urlsafe_b64decode(name + "=" * (-len(name) % 4)).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError) as exc:
+        raise ValueError(str(exc)) from None
+    if encode(text) != name:
+        raise ValueError("not the canonical encoding of any job id")
+    return text
+
+
+class Layout:
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.jobs = f"{root}/jobs"
+        self.gens = f"{root}/gen"
+        self.events = f"{root}/events"
+        self.rejections = f"{root}/rejections"
+        self.clocks = f"{root}/clocks"
+        self.dirs = (root, self.jobs, self.gens, self.events, self.rejections, self.clocks)
+
+    def job(self, job_id: str) -> str:
+        return f"{self.jobs}/{encode(job_id)}"
+
+    def gen(self, job_id: str) -> str:
+        return f"{self.gens}/{encode(job_id)}"
+
+
+def sequence(path: str) -> int:
+    """The counter ZooKeeper appended to a sequential znode's name."""
+    return int(path[-10:])
+
+
+# -- job records -----------------------------------------------------------------------------
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def dump_record(r: JobRecord, epoch: int) -> bytes:
+    """``epoch`` is the leader epoch whose clock stamped the record's times."""
+    return json.dumps({
+        "tenure": FORMAT, "epoch": epoch, "job_id": r.job_id, "state": r.state.value, "owner": r.owner,
+        "token": r.token, "lease_until": r.lease_until, "ttl": r.ttl,
+        "submitted_at": r.submitted_at, "claimed_at": r.claimed_at, "renewed_at": r.renewed_at,
+        "completed_at": r.completed_at, "runs": r.runs, "result": _b64(r.result),
+    }, separators=(",", ":")).encode()
+
+
+def _number(d: dict[str, Any], key: str) -> float | None:
+    value = d.get(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise ValueError(f"{key} is not a number")
+    return None if value is None else float(value)
+
+
+def load_record(data: bytes, key: str, job_id: str) -> JobRecord:
+    """The record in a job znode; CorruptRecord for anything tenure did not write."""
+    try:
+        d = json.loads(data)
+        if not isinstance(d, dict) or d.get("tenure") != FORMAT:
+            raise ValueError("not a tenure record")
+        if d.get("job_id") != job_id:
+            raise ValueError(f"names job {d.get('job_id')!r}, not the job its znode is for")
+        state = JobState(d.get("state"))
+        if state not in STORED_STATES:
+            raise ValueError(f"state {state.value!r} is never stored")
+        token, runs, owner = d.get("token"), d.get("runs"), d.get("owner")
+        if type(token) is not int or token < 0 or type(runs) is not int:
+            raise ValueError(f"bad token {token!r} or runs {runs!r}")
+        if owner is not None and not isinstance(owner, str):
+            raise ValueError("owner is not text")
+        result = d.get("result")
+        rec = JobRecord(job_id, state, owner, token, _number(d, "lease_until"), _number(d, "ttl"),
+                        _number(d, "submitted_at"), _number(d, "claimed_at"),
+                        _number(d, "renewed_at"), _number(d, "completed_at"), runs,
+                        None if result is None else base64.b64decode(result, validate=True))
+        if state is JobState.LEASED and (owner is None or rec.lease_until is None or rec.ttl is None):
+            raise ValueError("leased without owner or expiry")
+        return rec
+    except (ValueError, TypeError, binascii.Error) as exc:
+        # json.JSONDecodeError and UnicodeDecodeError are ValueErrors too.
+        raise CorruptRecord(key, str(exc) or type(exc).__name__) from None
+
+
+def stamp_epoch(data: bytes) -> int | None:
+    """The leader epoch that stamped a record's times (None if unknown)."""
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        epoch = json.loads(data).get("epoch")
+        return epoch if type(epoch) is int else None
+    return None
+
+
+# -- audit ----------------------------------------------------------------------------------
+def dump_rejection(r: Rejection) -> bytes:
+    return json.dumps({
+        "tenure": FORMAT, "job_id": r.job_id, "op": r.op.value, "owner": r.owner, "token": r.token,
+        "current_owner": r.current_owner, "current_token": r.current_token, "at": r.at,
+        "reason": r.reason, "kind": r.kind.value, "resource": r.resource,
+    }, separators=(",", ":")).encode()
+
+
+def load_rejection(data: bytes) -> Rejection | None:
+    """None for a znode tenure did not write: the audit skips it rather than failing."""
+    try:
+        d = json.loads(data)
+        return Rejection(d["job_id"], Op(d["op"]), d["owner"], d["token"], d["current_owner"],
+                         d["current_token"], float(d["at"]), d["reason"], RejectionKind(d["kind"]),
+                         d["resource"])
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def dump_event(e: HistoryEvent) -> bytes:
+    return json.dumps({
+        "tenure": FORMAT, "job_id": e.job_id, "op": e.op.value, "owner": e.owner, "token": e.token,
+        "at": e.at, "expires_at": e.expires_at,
+    }, separators=(",", ":")).encode()
+
+
+def load_event(data: bytes) -> HistoryEvent | None:
+    try:
+        d = json.loads(data)
+        return HistoryEvent(d["job_id"], Op(d["op"]), d["owner"], d["token"], float(d["at"]),
+                            d["expires_at"])
+    except (ValueError, TypeError, KeyError):
+        return None

@@ -1,0 +1,109 @@
+"""``watch()`` from ZooKeeper watches: a child watch on ``jobs/`` and ``rejections/`` and a
+data watch on every job znode, each re-armed by the read that follows it.
+
+Watch callbacks run on kazoo's event thread and only queue the path; the generator does the
+reads. A lease running out changes no znode, so while idle the generator re-rates leased
+jobs against the estimated store time and reports those that turned EXPIRED.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from kazoo.exceptions import NoNodeError
+
+from tenure.backends import zookeeper_layout as zl
+from tenure.backends.zookeeper_config import mapped_errors
+from tenure.core.records import Change, JobState, JobStatus
+from tenure.core.transitions import JobRecord, status
+
+if TYPE_CHECKING:
+    from tenure.backends.zookeeper import ZooKeeperBackend
+
+_JOBS, _REJECTIONS = "jobs", "rejections"
+
+
+def watch(backend: ZooKeeperBackend, stop: threading.Event, interval: float) -> Iterator[Change]:
+    client = backend.client
+    layout = backend.layout
+    events: queue.Queue[str] = queue.Queue()
+    records: dict[str, JobRecord] = {}  # znode name -> last record seen, to re-rate expiry
+    shown: dict[str, JobStatus] = {}
+
+    def on_jobs(_: Any) -> None:
+        events.put(_JOBS)
+
+    def on_rejections(_: Any) -> None:
+        events.put(_REJECTIONS)
+
+    def on_job(event: Any) -> None:
+        events.put(event.path.rsplit("/", 1)[1])
+
+    def read_job(name: str) -> Change | None:
+        with mapped_errors("watching a job"):
+            try:
+                data, _ = client.get(f"{layout.jobs}/{name}", watch=on_job)
+            except NoNodeError:
+                records.pop(name, None)
+                gone = shown.pop(name, None)
+                return None if gone is None else Change(removed=gone.job_id)
+        item = backend._decoded(name, data)
+        if isinstance(item, JobRecord):
+            records[name] = item
+            item = status(item, backend.estimated_now())
+        else:
+            records.pop(name, None)
+        if shown.get(name) == item:
+            return None
+        shown[name] = item
+        return Change(job=item)
+
+    def new_rejections(last: int) -> tuple[int, list[Change]]:
+        with mapped_errors("watching rejections"):
+            names = sorted(client.get_children(layout.rejections, watch=on_rejections), key=zl.sequence)
+            fresh = [n for n in names if zl.sequence(n) > last]
+            found = []
+            for name in fresh:
+                try:
+                    rejection = zl.load_rejection(client.get(f"{layout.rejections}/{name}")[0])
+                except NoNodeError:
+                    continue
+                if rejection is not None:
+                    found.append(Change(rejection=rejection))
+        return (zl.sequence(fresh[-1]) if fresh else last), found
+
+    backend.now()  # a fresh store time for the first ratings
+    with mapped_errors("watching jobs"):
+        names = set(client.get_children(layout.jobs, watch=on_jobs))
+    for name in sorted(names):
+        if change := read_job(name):
+            yield change
+    last_rejection, _ = new_rejections(-1)  # only rejections from now on
+    while not stop.is_set():
+        try:
+            what = events.get(timeout=interval)
+        except queue.Empty:
+            # Nothing changed: leases may still have run out by the store's clock.
+            now = backend.estimated_now()
+            for name, rec in list(records.items()):
+                was = shown.get(name)
+                if was is not None and was.state is JobState.LEASED \
+                        and status(rec, now).state is JobState.EXPIRED:
+                    shown[name] = status(rec, now)
+                    yield Change(job=shown[name])
+            continue
+        if what == _JOBS:
+            with mapped_errors("watching jobs"):
+                current = set(client.get_children(layout.jobs, watch=on_jobs))
+            for name in sorted(current - names):
+                if change := read_job(name):
+                    yield change
+            names = current
+        elif what == _REJECTIONS:
+            last_rejection, found = new_rejections(last_rejection)
+            yield from found
+        elif change := read_job(what):
+            yield change

@@ -1,0 +1,289 @@
+"""Real ZooKeeper servers for tests: a standalone server and a 3-node ensemble.
+
+Started from Debian's ``zookeeper`` package (``QuorumPeerMain``) on free loopback ports with
+temporary data directories. A short ``tickTime`` keeps elections and session expiry fast.
+In CI a server that cannot start fails the test; elsewhere the test is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tenure
+from tests.harness import Harness, in_ci
+
+JARS = ("zookeeper", "zookeeper-jute", "slf4j-api", "slf4j-simple", "metrics-core", "snappy-java",
+        "commons-cli", "netty-buffer", "netty-codec", "netty-common", "netty-handler", "netty-resolver",
+        "netty-transport", "netty-transport-native-unix-common")
+JAVA_FLAGS = ("-Xmx128m", "-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+              "-XX:-UsePerfData", "-Djava.net.preferIPv4Stack=true",
+              "-Dzookeeper.admin.enableServer=false", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
+TICK_MS = 100  # sessions may last 2 to 20 ticks by default; we widen it below
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def four_letter(port: int, word: str, timeout: float = 1.0) -> str:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(word.encode())
+        chunks = []
+        while data := s.recv(4096):
+            chunks.append(data)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def classpath() -> str:
+    return ":".join(f"/usr/share/java/{jar}.jar" for jar in JARS)
+
+
+def cannot_start(reason: str) -> None:
+    if in_ci():
+        pytest.fail(f"ZooKeeper could not start (CI=true makes this a failure): {reason}")
+    pytest.skip(f"ZooKeeper not available: {reason}")
+
+
+class ZooKeeperServer:
+    """One ``QuorumPeerMain`` process; ``peers`` makes it a member of an ensemble."""
+
+    def __init__(self, directory: Path, *, sid: int = 0, peers: dict[int, tuple[int, int]] | None = None,
+                 client_port: int | None = None, env: dict[str, str] | None = None,
+                 wrapper: tuple[str, ...] = ()) -> None:
+        self.directory = directory
+        self.sid = sid
+        self.port = client_port or free_port()
+        self.env = env or {}
+        self.wrapper = wrapper  # e.g. ("faketime", "+30s") to run the JVM on another clock
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.tls_port: int | None = None
+        data = directory / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        lines = [f"tickTime={TICK_MS}", "initLimit=20", "syncLimit=10", f"dataDir={data}",
+                 f"clientPort={self.port}", "clientPortAddress=127.0.0.1",
+                 "admin.enableServer=false", "4lw.commands.whitelist=srvr,ruok,mntr,stat",
+                 "minSessionTimeout=200", "maxSessionTimeout=60000", "autopurge.purgeInterval=0"]
+        if peers:
+            (data / "myid").write_text(str(sid))
+            lines += ["electionPortBindRetry=20", "cnxTimeout=500"]
+            lines += [f"server.{i}=127.0.0.1:{p}:{e}" for i, (p, e) in peers.items()]
+        self.cfg = directory / "zoo.cfg"
+        self.cfg.write_text("\n".join(lines) + "\n")
+
+    @property
+    def hosts(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def enable_tls(self, directory: Path) -> int:
+        """Add a TLS port with a fresh self-signed certificate for 127.0.0.1; returns the port.
+
+        The certificate is ``directory / "cert.pem"``, for clients' ``ca=`` option.
+        """
+        key, cert = directory / "key.pem", directory / "cert.pem"
+        try:
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                            "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+                            "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+        except (OSError, subprocess.CalledProcessError) as exc:
+            cannot_start(f"openssl could not make a test certificate: {exc}")
+        keystore = directory / "keystore.pem"
+        keystore.write_bytes(key.read_bytes() + cert.read_bytes())
+        self.tls_port = free_port()
+        with open(self.cfg, "a") as cfg:
+            cfg.write(f"secureClientPort={self.tls_port}\n"
+                      "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n"
+                      f"ssl.keyStore.location={keystore}\nssl.keyStore.type=PEM\n"
+                      f"ssl.trustStore.location={cert}\nssl.trustStore.type=PEM\nssl.clientAuth=none\n")
+        return self.tls_port
+
+    def start(self) -> None:
+        log = open(self.directory / "server.log", "ab")  # noqa: SIM115 - the child keeps it
+        cmd = [*self.wrapper, "java", *JAVA_FLAGS, "-cp", classpath(),
+               "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(self.cfg)]
+        try:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                         env={**os.environ, **self.env}, start_new_session=True)
+        except OSError as exc:
+            cannot_start(f"{cmd[0]}: {exc}")
+        finally:
+            log.close()
+
+    def mode(self) -> str | None:
+        """'standalone', 'leader' or 'follower' once serving, else None."""
+        try:
+            text = four_letter(self.port, "srvr")
+        except OSError:
+            return None
+        for line in text.splitlines():
+            if line.startswith("Mode:"):
+                return line.split(":", 1)[1].strip()
+        return None
+
+    def wait_serving(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                cannot_start(f"exited with {self.proc.returncode}; see {self.directory / 'server.log'}")
+            if self.mode() is not None:
+                return
+            time.sleep(0.05)  # polling a starting JVM
+        cannot_start(f"not serving after {timeout}s on port {self.port}")
+
+    def kill(self) -> None:
+        """kill -9: no goodbye to clients or peers."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.proc = None
+
+    def pause(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGCONT)
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+        self.wait_serving()
+
+
+class Ensemble:
+    """Three servers on loopback; ``leader()`` finds the current leader.
+
+    ``wrappers`` runs some members' JVMs under a command, e.g. ``{3: ("faketime", "-f",
+    "+30s")}`` for a member whose clock runs 30 s ahead.
+    """
+
+    def __init__(self, directory: Path, size: int = 3,
+                 wrappers: dict[int, tuple[str, ...]] | None = None) -> None:
+        peers = {i: (free_port(), free_port()) for i in range(1, size + 1)}
+        self.servers = [ZooKeeperServer(directory / f"zk{i}", sid=i, peers=peers,
+                                        wrapper=(wrappers or {}).get(i, ())) for i in peers]
+
+    @property
+    def hosts(self) -> str:
+        return ",".join(s.hosts for s in self.servers)
+
+    def server(self, sid: int) -> ZooKeeperServer:
+        return self.servers[sid - 1]
+
+    def start(self, sids: tuple[int, ...] | None = None) -> None:
+        chosen = [self.server(i) for i in sids] if sids else self.servers
+        for s in chosen:
+            s.start()
+        for s in chosen:
+            s.wait_serving(timeout=60)
+
+    def leader(self, timeout: float = 30.0) -> ZooKeeperServer:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for s in self.servers:
+                if s.proc is not None and s.mode() == "leader":
+                    return s
+            time.sleep(0.05)  # waiting for an election
+        raise AssertionError("no leader elected")
+
+    def stop(self) -> None:
+        for s in self.servers:
+            s.kill()
+
+
+class ZooKeeperHarness(Harness):
+    name = "zk"
+    ttl = 10.0
+    short_ttl = 0.3
+
+    def __init__(self, server: ZooKeeperServer) -> None:
+        self.server = server
+
+    def url(self) -> str:
+        return f"zk://{self.server.hosts}/t-{uuid.uuid4().hex[:12]}"
+
+    def connect(self, url: str | None = None, **options: Any) -> tenure.Store:
+        return tenure.connect(url or self.url(), **options)
+
+    def corrupt(self, store: tenure.Store, job_id: str) -> None:
+        backend = store.backend
+        backend.client.set(backend.layout.job(job_id), b"\x00not json")  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    if shutil.which("java") is None or not Path("/usr/share/java/zookeeper.jar").exists():
+        cannot_start("java or /usr/share/java/zookeeper.jar missing; run scripts/setup.sh")
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zk"))
+    server.start()
+    try:
+        server.wait_serving()
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture
+def zk_harness(zk_server: ZooKeeperServer) -> ZooKeeperHarness:
+    return ZooKeeperHarness(zk_server)
+
+
+@pytest.fixture
+def zk_private(tmp_path: Path) -> Iterator[ZooKeeperServer]:
+    """A standalone server of the test's own, for tests that pause, kill or restart it."""
+    server = ZooKeeperServer(tmp_path / "zk")
+    server.start()
+    try:
+        server.wait_serving()
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture
+def zk_ensemble(tmp_path: Path) -> Iterator[Ensemble]:
+    ensemble = Ensemble(tmp_path)
+    try:
+        ensemble.start()
+        yield ensemble
+    finally:
+        ensemble.stop()
+
+
+def expire_session(store: tenure.Store) -> None:
+    """Make the server expire the store's session, as kazoo's test harness does: a second
+    client takes the session over by id and password, then closes it."""
+    from kazoo.client import KazooClient
+
+    client = store.backend.client  # type: ignore[attr-defined]
+    config = store.backend.config  # type: ignore[attr-defined]
+    thief = KazooClient(hosts=config.hosts, client_id=client.client_id, timeout=config.session_timeout)
+    thief.start(timeout=10)
+    thief.stop()
+    thief.close()
+
+
+@pytest.fixture
+def zk_tls(tmp_path: Path) -> Iterator[tuple[ZooKeeperServer, Path]]:
+    """A standalone server with a TLS port; yields it and its certificate."""
+    server = ZooKeeperServer(tmp_path / "zk")
+    server.enable_tls(tmp_path)
+    server.start()
+    try:
+        server.wait_serving()
+        yield server, tmp_path / "cert.pem"
+    finally:
+        server.kill()

@@ -1,0 +1,54 @@
+"""HeldLease.check() and the renewal thread consult Backend.link(), for any backend with sessions.
+
+The memory store stands in for one, its connection state set by the test: the sessions are
+what is under test here, not the store.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import tenure
+from tenure.backends.memory import MemoryBackend
+from tenure.core.backend import Link
+
+
+class SessionBackend(MemoryBackend):
+    state = Link()
+
+    def link(self) -> Link:
+        return self.state
+
+
+def _store() -> tuple[tenure.Store, SessionBackend]:
+    clock = tenure.ManualClock()
+    backend = SessionBackend(clock)
+    return tenure.Store(backend, clock=clock), backend
+
+
+def test_an_interruption_puts_the_lease_at_risk_until_a_renewal_verifies_it() -> None:
+    store, backend = _store()
+    held = store.hold("j", owner="a", ttl=10.0)
+    held.check()
+    backend.state = Link(epoch=1, connected=False)
+    with pytest.raises(tenure.LeaseLost, match="at risk"):
+        held.check()
+    backend.state = Link(epoch=1, connected=True)
+    with pytest.raises(tenure.LeaseLost, match="at risk"):
+        held.check()  # reconnected, but not verified
+    assert held._renew_once() is True and not held.lost.is_set()
+    held.check()
+    held.complete()
+
+
+def test_a_lost_session_loses_the_lease_for_good() -> None:
+    store, backend = _store()
+    held = store.hold("j", owner="a", ttl=10.0)
+    backend.state = Link(epoch=1, connected=True, lost_epoch=1)
+    assert held._renew_once() is False  # never renewed from the new session
+    with pytest.raises(tenure.LeaseLost, match="session was lost"):
+        held.check()
+    assert held.lost.is_set()
+    later = store.hold("k", owner="a", ttl=10.0)  # claimed on the new session: fine
+    later.check()
+    later.complete()
