@@ -25,6 +25,7 @@ class Env:
     name = ""
     ttl = 1.0
     faults: tuple[str, ...] = WORKER_FAULTS
+    url = ""  # of the current store, as an operator would reach it
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
@@ -39,8 +40,6 @@ class Env:
 
     def worker_url(self, worker: str) -> str:
         return self.url
-
-    url = ""
 
     def server_fault(self, fault: str, rng: random.Random, seconds: float) -> str:
         raise NotImplementedError(fault)

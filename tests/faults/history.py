@@ -32,6 +32,11 @@ class Recorder:
     def _write(self, record: dict[str, Any]) -> None:
         self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
 
+    @property
+    def next_id(self) -> int:
+        """The id the next ``invoke`` will return (claims name their owner after it)."""
+        return self._next + 1
+
     def invoke(self, op: str, job: str | None = None, token: int | None = None, **extra: Any) -> int:
         self._next += 1
         self._write({"type": "invoke", "p": self.process, "id": self._next, "op": op, "job": job,

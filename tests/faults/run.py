@@ -46,7 +46,7 @@ class Result:
     directory: str = ""
 
 
-def _retry(what: str, call: object, timeout: float = 90.0) -> object:
+def _retry(call: object, timeout: float = 90.0) -> object:
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -68,7 +68,7 @@ def run_case(env: Env, fault: str, seconds: float, seed: int, workers: int = WOR
     base = {"ttl": env.ttl, "steps": STEPS, "history": str(hist), "destination": str(rundir / "dest.db"),
             "burst": str(rundir / "burst.json")}
     Destination(rundir / "dest.db").close()  # tables exist before workers race to make them
-    admin: tenure.Store = _retry("connect", lambda: tenure.connect(url))  # type: ignore[assignment]
+    admin: tenure.Store = _retry(lambda: tenure.connect(url))  # type: ignore[assignment]
     started = time.monotonic()
     pool = Workers(env, base, rng)
     for i in range(1, workers + 1):
@@ -109,9 +109,9 @@ def run_case(env: Env, fault: str, seconds: float, seed: int, workers: int = WOR
 
 
 def _collect(admin: tenure.Store, dest_path: Path) -> checker.Final:
-    jobs = _retry("jobs", lambda: {j.job_id: j for j in admin.jobs()})
-    hist = _retry("history", admin.history)
-    rejections = _retry("rejections", admin.rejections)
+    jobs = _retry(lambda: {j.job_id: j for j in admin.jobs()})
+    hist = _retry(admin.history)
+    rejections = _retry(admin.rejections)
     dest = Destination(dest_path)
     try:
         return checker.Final(jobs, hist, rejections, dest.effects(), dest.rejections())  # type: ignore[arg-type]

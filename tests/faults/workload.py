@@ -54,11 +54,11 @@ class Worker:
 
     # -- one operation each, recorded ------------------------------------------------------
     def claim_next(self) -> tenure.Lease | None:
-        op = self.rec.invoke("claim", owner=f"{self.name}#{self.rec._next + 1}", ttl=self.ttl)
+        op = self.rec.invoke("claim", owner=f"{self.name}#{self.rec.next_id}", ttl=self.ttl)
         return self._claimed(op, lambda owner: self.store.claim_next(owner, self.ttl))
 
     def claim(self, job: str) -> tenure.Lease | None:
-        op = self.rec.invoke("claim", job, owner=f"{self.name}#{self.rec._next + 1}", ttl=self.ttl)
+        op = self.rec.invoke("claim", job, owner=f"{self.name}#{self.rec.next_id}", ttl=self.ttl)
         return self._claimed(op, lambda owner: self.store.claim(job, owner, self.ttl))
 
     def _claimed(self, op: int, call: Any) -> tenure.Lease | None:
