@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import logging
 import random
+import shlex
 import shutil
 import signal
 import sys
@@ -135,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     for name in ("kazoo", "tenure"):  # their reconnect chatter would bury the table
         logging.getLogger(name).setLevel(logging.CRITICAL)
-    command = "python -m tests.faults.run " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m tests.faults.run " + shlex.join(sys.argv[1:] if argv is None else argv)
     results: list[Result] = []
     workdir = Path(tempfile.mkdtemp(prefix="tenure-faults-"))
     try:
