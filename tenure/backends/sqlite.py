@@ -28,7 +28,16 @@ from tenure.core.backend import Characteristics, RecordBackend, Transaction, cor
 from tenure.core.clock import Clock
 from tenure.core.errors import BackendUnavailable, CorruptRecord, InvalidArgument
 from tenure.core.options import Options, StoreURL
-from tenure.core.records import HistoryEvent, JobState, JobStatus, Op, Rejection, RejectionKind
+from tenure.core.records import (
+    HistoryEvent,
+    JobPage,
+    JobState,
+    JobStatus,
+    Op,
+    Rejection,
+    RejectionKind,
+    Summary,
+)
 from tenure.core.transitions import STORED_STATES, JobRecord, status
 
 SCHEMA_VERSION = "1"
@@ -303,3 +312,47 @@ class SQLiteBackend(RecordBackend):
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+    # -- operator queries: aggregated in SQL, one page at a time ------------------------------
+    def summary(self, now: float, soon: float) -> Summary:
+        with self._lock, _mapped_errors(self.path):
+            row = self._db.execute(_SUMMARY_SQL, {"now": now, "soon": now + soon}).fetchone()
+            (rejected,) = self._db.execute("SELECT count(*) FROM tenure_rejections WHERE at >= ?",
+                                           (now - 3600.0,)).fetchone()
+        pending, leased, expiring, expired, completed, corrupt = (int(n or 0) for n in row)
+        return Summary(now=now, pending=pending, leased=leased, expiring_soon=expiring,
+                       expired=expired, completed=completed, corrupt=corrupt,
+                       rejections_last_hour=int(rejected))
+
+    def page(self, now: float, states: frozenset[JobState] | None, job: str | None,
+             owner: str | None, order: str, offset: int, limit: int) -> JobPage:
+        where, args = ["1"], {"now": now, "job": job, "owner": owner}
+        if states is not None:
+            where.append("(" + (" OR ".join(_STATE_SQL[s] for s in sorted(states)) or "0") + ")")
+        if job is not None:
+            where.append("instr(lower(job_id), lower(:job)) > 0")
+        if owner is not None:
+            where.append("instr(lower(owner), lower(:owner)) > 0")
+        cond = " AND ".join(where)
+        by = "lease_until IS NULL, lease_until, job_id" if order == "expiry" else "job_id"
+        with self._lock, _mapped_errors(self.path):
+            (total,) = self._db.execute(f"SELECT count(*) FROM tenure_jobs WHERE {cond}", args).fetchone()
+            rows = self._db.execute(f"SELECT {_JOB_COLUMNS} FROM tenure_jobs WHERE {cond} ORDER BY {by}"
+                                    f" LIMIT {int(limit)} OFFSET {int(offset)}", args).fetchall()
+        return JobPage([self._status(r, now) for r in rows], int(total), offset, limit)
+
+
+# A row _decode() would accept, as far as SQL can tell; anything else counts as corrupt.
+_VALID = ("(typeof(token) = 'integer' AND typeof(runs) = 'integer' AND (state IN ('pending', 'completed')"
+          " OR (state = 'leased' AND typeof(lease_until) IN ('real', 'integer'))))")
+_STATE_SQL = {
+    JobState.PENDING: f"(state = 'pending' AND {_VALID})",
+    JobState.LEASED: f"(state = 'leased' AND lease_until > :now AND {_VALID})",
+    JobState.EXPIRED: f"(state = 'leased' AND lease_until <= :now AND {_VALID})",
+    JobState.COMPLETED: f"(state = 'completed' AND {_VALID})",
+    JobState.CORRUPT: f"(NOT {_VALID})",
+}
+_SUMMARY_SQL = (
+    f"SELECT sum({_STATE_SQL[JobState.PENDING]}), sum({_STATE_SQL[JobState.LEASED]}),"
+    f" sum({_STATE_SQL[JobState.LEASED]} AND lease_until <= :soon), sum({_STATE_SQL[JobState.EXPIRED]}),"
+    f" sum({_STATE_SQL[JobState.COMPLETED]}), sum({_STATE_SQL[JobState.CORRUPT]}) FROM tenure_jobs")
