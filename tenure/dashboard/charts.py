@@ -22,12 +22,12 @@ def timeline(spans: pd.DataFrame, rejections: pd.DataFrame, now: float) -> Any:
         x=alt.X("begin:T", title="store time (UTC)"), x2="end:T", y=y,
         color=alt.Color("outcome:N", scale=alt.Scale(domain=list(OUTCOME_COLOURS),
                                                      range=list(OUTCOME_COLOURS.values()))),
-        tooltip=["job", "token", "owner", "outcome", "begin", "end"])
+        tooltip=["job:N", "token:Q", "owner:N", "outcome:N", "begin:T", "end:T"])
     labels = alt.Chart(spans).mark_text(align="left", dx=3, color="white", fontSize=11).encode(
         x="begin:T", y=y, text="label:N")
     marks = alt.Chart(rejections).mark_point(shape="cross", size=160, color="#c62828",
                                              filled=True).encode(
-        x="at:T", y=y, tooltip=["at", "job", "op", "owner", "token", "current token", "reason"])
+        x="at:T", y=y, tooltip=["at:T", "job:N", "op:N", "owner:N", "token:Q", "current token:Q", "reason:N"])
     rule = alt.Chart(pd.DataFrame({"now": [when(now)]})).mark_rule(
         strokeDash=[4, 4], color="#555").encode(x="now:T")
     return (bars + labels + marks + rule).properties(height=max(120, 28 * len(jobs)))
