@@ -82,8 +82,10 @@ def timeline(store: Store, cfg: Config) -> None:
     if spans.empty and marks.empty:
         st.info("No leases or rejections in this window.")
         return
-    st.altair_chart(charts.timeline(spans, marks, now), width="stretch")
-    st.caption(f"{len(shown)} most recently active job(s), those with rejections first. "
+    chart = charts.timeline(spans, marks, now, start, ahead=max(30.0, 6.0 * minutes))
+    st.altair_chart(chart, width="stretch", height=charts.height(spans, marks))
+    st.caption(f"{len(charts.job_order(spans, marks))} most recently active job(s) with leases or "
+               "rejections in the window, those with rejections first. "
                "Bars: one lease generation each, from claim to expiry or completion. "
                "Red crosses: rejected stale operations (hover for details).")
 
@@ -129,9 +131,12 @@ def job_detail(store: Store, cfg: Config) -> None:
     rejected = [r for r in store.rejections(limit=AUDIT_LIMIT) if r.job_id == job]
     if events:
         now = store.now()
-        spans = data.intervals(events, now, events[0].at)
-        st.altair_chart(charts.timeline(spans, data.rejections_frame(rejected), now),
-                        width="stretch")
+        start = min([events[0].at] + [r.at for r in rejected])
+        ahead = max(30.0, 0.1 * (now - start))
+        spans = data.intervals(events, now, start)
+        marks = data.rejections_frame(rejected)
+        chart = charts.timeline(spans, marks, now, start - ahead, ahead)
+        st.altair_chart(chart, width="stretch", height=charts.height(spans, marks))
     st.subheader("History")
     st.dataframe(data.history_frame(events), hide_index=True, width="stretch")
     st.subheader("Rejections")

@@ -8,7 +8,6 @@ import pandas as pd
 from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
 from streamlit.testing.v1 import AppTest
 
-from tests.dashboard.conftest import texts
 from tests.dashboard.seeding import JOB, Seeded
 
 OpenApp = Callable[..., AppTest]
