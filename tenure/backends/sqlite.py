@@ -316,18 +316,21 @@ class SQLiteBackend(RecordBackend):
     # -- operator queries: aggregated in SQL, one page at a time ------------------------------
     def summary(self, now: float, soon: float) -> Summary:
         with self._lock, _mapped_errors(self.path):
-            row = self._db.execute(_SUMMARY_SQL, {"now": now, "soon": now + soon}).fetchone()
+            counts = dict(self._db.execute(_SUMMARY_SQL, {"now": now, "soon": now + soon}).fetchall())
             (rejected,) = self._db.execute("SELECT count(*) FROM tenure_rejections WHERE at >= ?",
                                            (now - 3600.0,)).fetchone()
-        pending, leased, expiring, expired, completed, corrupt = (int(n or 0) for n in row)
-        return Summary(now=now, pending=pending, leased=leased, expiring_soon=expiring,
-                       expired=expired, completed=completed, corrupt=corrupt,
+        return Summary(now=now, pending=counts.get("pending", 0),
+                       leased=counts.get("leased", 0) + counts.get("soon", 0),
+                       expiring_soon=counts.get("soon", 0), expired=counts.get("expired", 0),
+                       completed=counts.get("completed", 0), corrupt=counts.get("corrupt", 0),
                        rejections_last_hour=int(rejected))
 
     def page(self, now: float, states: frozenset[JobState] | None, job: str | None,
              owner: str | None, order: str, offset: int, limit: int) -> JobPage:
         where, args = ["1"], {"now": now, "job": job, "owner": owner}
         if states is not None:
+            if states and states <= {JobState.LEASED, JobState.EXPIRED}:
+                where.append("state = 'leased'")  # lets SQLite walk the partial index by expiry
             where.append("(" + (" OR ".join(_STATE_SQL[s] for s in sorted(states)) or "0") + ")")
         if job is not None:
             where.append("instr(lower(job_id), lower(:job)) > 0")
@@ -352,7 +355,9 @@ _STATE_SQL = {
     JobState.COMPLETED: f"(state = 'completed' AND {_VALID})",
     JobState.CORRUPT: f"(NOT {_VALID})",
 }
+# One pass, one class per row: the validity test is evaluated once per row, not per count.
 _SUMMARY_SQL = (
-    f"SELECT sum({_STATE_SQL[JobState.PENDING]}), sum({_STATE_SQL[JobState.LEASED]}),"
-    f" sum({_STATE_SQL[JobState.LEASED]} AND lease_until <= :soon), sum({_STATE_SQL[JobState.EXPIRED]}),"
-    f" sum({_STATE_SQL[JobState.COMPLETED]}), sum({_STATE_SQL[JobState.CORRUPT]}) FROM tenure_jobs")
+    f"SELECT CASE WHEN NOT {_VALID} THEN 'corrupt'"
+    " WHEN state = 'leased' AND lease_until <= :now THEN 'expired'"
+    " WHEN state = 'leased' AND lease_until <= :soon THEN 'soon' ELSE state END AS class,"
+    " count(*) FROM tenure_jobs GROUP BY class")
