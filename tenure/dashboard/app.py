@@ -6,10 +6,14 @@ lives in a fragment that reruns on its own every refresh interval, not the whole
 
 from __future__ import annotations
 
+import logging
+
 import streamlit as st
 
 import tenure
 from tenure.dashboard import admin, config, views
+
+log = logging.getLogger("tenure.dashboard")
 
 
 @st.cache_resource(show_spinner=False)
@@ -23,6 +27,12 @@ def _show(cfg: config.Config, view: str) -> None:
         views.VIEWS[view](_store(cfg.url), cfg)
     except tenure.LeaseError as exc:
         st.error(f"{type(exc).__name__}: {cfg.scrub(str(exc))}")
+    except Exception as exc:
+        # A record the backend could not turn into values: an operator needs to see which
+        # view failed and why, not a traceback page (which could quote the URL); the log
+        # keeps the traceback.
+        log.exception("the %s view failed", view)
+        st.error(f"The {view} view could not be shown: {type(exc).__name__}: {cfg.scrub(str(exc))}")
 
 
 def main() -> None:

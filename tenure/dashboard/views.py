@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from tenure.core.backend import fold
-from tenure.core.records import JobState, Op, RejectionKind
+from tenure.core.records import JobPage, JobState, Op, RejectionKind
 from tenure.core.store import Store
 from tenure.dashboard import admin, charts, data
 from tenure.dashboard.config import Config
@@ -50,9 +50,17 @@ def leases(store: Store, cfg: Config) -> None:
     owner = c2.text_input("Owner contains", key="lease_owner").strip()
     states = c3.multiselect("State", [s.value for s in JobState], key="lease_states",
                             default=[JobState.LEASED.value, JobState.EXPIRED.value])
+
+    def fetch(page_no: int) -> JobPage:
+        return store.page(states=states or None, job=job or None, owner=owner or None,
+                          order="expiry", offset=(page_no - 1) * PAGE_SIZE, limit=PAGE_SIZE)
+
     page_no = int(st.session_state.get("lease_page", 1))
-    result = store.page(states=states or None, job=job or None, owner=owner or None,
-                        order="expiry", offset=(page_no - 1) * PAGE_SIZE, limit=PAGE_SIZE)
+    result = fetch(page_no)
+    pages = max(1, -(-result.total // PAGE_SIZE))
+    if page_no > pages:  # the filters changed under a later page: show the last one
+        page_no = st.session_state["lease_page"] = pages
+        result = fetch(page_no)
     now = store.now()
     frame = data.leases_frame(result.jobs, now)
     st.dataframe(frame, hide_index=True, width="stretch", column_config={
@@ -60,7 +68,6 @@ def leases(store: Store, cfg: Config) -> None:
                                                       format="percent"),
         "expires in (s)": st.column_config.NumberColumn(format="%.1f"),
     })
-    pages = max(1, -(-result.total // PAGE_SIZE))
     st.caption(f"{result.total} matching job(s), soonest expiry first; page {page_no} of {pages}.")
     if pages > 1:
         st.number_input("Page", 1, pages, key="lease_page")

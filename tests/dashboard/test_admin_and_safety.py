@@ -98,3 +98,14 @@ def test_password_in_url_is_never_shown(open_app: OpenApp) -> None:
 def test_unusable_store_is_an_error_message_not_an_exception(url: str, open_app: OpenApp) -> None:
     at = open_app(url)
     assert not at.exception and at.error and "hunter2" not in texts(at)
+
+
+def test_unreadable_audit_row_is_an_error_box_not_a_traceback(tmp_path: Path, open_app: OpenApp) -> None:
+    seed = seeded("sqlite", tmp_path)
+    with sqlite3.connect(seed.store.backend.path) as db:  # type: ignore[attr-defined]
+        db.execute("UPDATE tenure_rejections SET op = 'bogus'")
+    at = open_app(seed.url, "Rejections")
+    assert not at.exception
+    assert any("Rejections view could not be shown" in e.value and "bogus" in e.value for e in at.error)
+    at.radio(key="view").set_value("Live leases").run()  # the other views still work
+    assert not at.error and JOB in list(at.dataframe[0].value["job"])

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 
 import pandas as pd
 from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
 from streamlit.testing.v1 import AppTest
 
+import tenure
 from tests.dashboard.seeding import JOB, Seeded
 
 OpenApp = Callable[..., AppTest]
@@ -99,3 +101,18 @@ def test_job_detail_history_and_rejections(seed: Seeded, open_app: OpenApp) -> N
     assert not at.get("button")  # read-only: no admin actions
     at.text_input(key="detail_job").set_value("no-such-job").run()
     assert "No job 'no-such-job'" in at.warning[0].value
+
+
+def test_live_leases_pages_through_many_jobs(open_app: OpenApp) -> None:
+    with tenure.connect(f"memory://pages-{uuid.uuid4().hex}", clock=tenure.ManualClock()) as store:
+        for i in range(120):
+            store.submit(f"bulk-{i:03d}")
+        at = open_app(store.url, "Live leases")
+        at.multiselect(key="lease_states").set_value(["pending"]).run()
+        assert len(at.dataframe[0].value) == 50 and "page 1 of 3" in at.caption[0].value
+        at.number_input(key="lease_page").set_value(3).run()
+        table = at.dataframe[0].value
+        assert len(table) == 20 and table["job"].iloc[-1] == "bulk-119"
+        at.text_input(key="lease_job").set_value("bulk-11").run()  # 10 matches: back to page 1
+        assert len(at.dataframe[0].value) == 10 and "page 1 of 1" in at.caption[0].value
+        assert not at.exception
