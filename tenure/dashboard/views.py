@@ -15,7 +15,8 @@ from tenure.dashboard.config import Config
 
 PAGE_SIZE = 50
 SOON = 30.0  # seconds: a live lease ending within this is "expiring soon"
-AUDIT_LIMIT = 10_000  # the audit shows at most this many of the newest rejections
+AUDIT_LIMIT = 10_000  # the audit reads at most this many of the newest rejections ...
+AUDIT_ROWS = 1_000  # ... and shows this many of those that match the filters
 TIMELINE_JOBS = 30
 WINDOWS = {"last 15 minutes": 900.0, "last hour": 3600.0, "last 24 hours": 86400.0, "all kept": None}
 
@@ -108,12 +109,15 @@ def rejections(store: Store, cfg: Config) -> None:
     since = None if seconds is None else store.now() - seconds
     found = data.filter_rejections(store.rejections(since=since, limit=AUDIT_LIMIT),
                                    job=job, owner=owner, ops=ops, kinds=kinds)
-    st.dataframe(data.rejections_frame(found), hide_index=True, width="stretch")
-    st.caption(f"{len(found)} rejection(s), newest first.")
+    st.dataframe(data.rejections_frame(found[-AUDIT_ROWS:]), hide_index=True, width="stretch")
+    shown = "" if len(found) <= AUDIT_ROWS else f"; the newest {AUDIT_ROWS} shown, exports hold all"
+    st.caption(f"{len(found)} rejection(s), newest first{shown}.")
     d1, d2, _ = st.columns([1, 1, 4])
-    d1.download_button("Export CSV", data.rejections_csv(found), "rejections.csv", "text/csv")
-    d2.download_button("Export JSON", data.rejections_json(found), "rejections.json",
-                       "application/json")
+    # Exports are built only when clicked, not on every live refresh.
+    d1.download_button("Export CSV", lambda: data.rejections_csv(found), "rejections.csv",
+                       "text/csv", on_click="ignore")
+    d2.download_button("Export JSON", lambda: data.rejections_json(found), "rejections.json",
+                       "application/json", on_click="ignore")
 
 
 def job_detail(store: Store, cfg: Config) -> None:

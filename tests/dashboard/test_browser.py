@@ -86,6 +86,10 @@ def _html_has(page: object, text: str, timeout: float = 20_000) -> None:
 
 
 def _save(page: object, tmp_path: Path, name: str) -> Path:
+    # Between two live refreshes, so the picture is not dimmed by a rerun in progress.
+    page.wait_for_function(  # type: ignore[attr-defined]
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", polling=20,
+        timeout=20_000)
     path = tmp_path / name
     page.screenshot(path=str(path), full_page=True)  # type: ignore[attr-defined]
     target = os.environ.get(SCREENSHOT_DIR_ENV)
