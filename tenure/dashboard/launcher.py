@@ -8,6 +8,7 @@ never appear on a command line that ``ps`` shows.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import subprocess
 import sys
@@ -60,6 +61,8 @@ def start(url: str, *, port: int = 8501, host: str = "127.0.0.1", admin_secret: 
     if admin_secret is not None and (not isinstance(admin_secret, str) or len(admin_secret) < 8):
         raise InvalidArgument("the admin secret must be a str of at least 8 characters")
     env = environment(url, admin_secret=admin_secret, refresh=refresh)
+    if importlib.util.find_spec("streamlit") is None:
+        raise LeaseError("the dashboard needs Streamlit: pip install 'tenure[dashboard]'")
     return subprocess.Popen(command(port, host), env=env, stdin=subprocess.DEVNULL)
 
 
@@ -120,9 +123,9 @@ def run(args: argparse.Namespace) -> int:
         secret = admin_secret(args)
         proc = start(args.url, port=args.port, host=args.host, admin_secret=secret,
                      refresh=args.refresh)
-    except InvalidArgument as exc:
+    except LeaseError as exc:
         print(f"tenure dashboard: {exc}", file=sys.stderr)
-        return 2
+        return 2 if isinstance(exc, InvalidArgument) else 1
     try:
         address = wait_ready(proc, args.host, args.port)
         mode = "admin actions enabled" if secret else "read-only"

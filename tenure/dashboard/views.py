@@ -138,6 +138,10 @@ def job_detail(store: Store, cfg: Config) -> None:
     cols[3].metric("Runs", status.runs)
     left = "-" if status.expires_at is None else f"{status.expires_at - store.now():.1f} s"
     cols[4].metric("Expires in", left)
+    times = [(name, data.when(t)) for name, t in [
+        ("submitted", status.submitted_at), ("claimed", status.claimed_at),
+        ("renewed", status.renewed_at), ("completed", status.completed_at)] if t is not None]
+    st.caption(" · ".join(f"{name} {t:%Y-%m-%d %H:%M:%S} UTC" for name, t in times))
     events = store.history(job)
     rejected = [r for r in store.rejections(limit=AUDIT_LIMIT) if r.job_id == job]
     if events:

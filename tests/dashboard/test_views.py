@@ -94,6 +94,7 @@ def test_job_detail_history_and_rejections(seed: Seeded, open_app: OpenApp) -> N
     at.text_input(key="detail_job").set_value(JOB).run()
     m = metrics(at)
     assert (m["State"], m["Owner"], m["Generation"], m["Runs"]) == ("leased", "worker-b", "2", "1")
+    assert any(c.value.startswith("submitted ") and " claimed " in c.value for c in at.caption)
     history, rejections = (d.value for d in at.dataframe)
     assert list(zip(history["op"], history["owner"], history["token"], strict=True)) == [
         ("claim", "worker-a", 1), ("renew", "worker-a", 1), ("claim", "worker-b", 2)]
