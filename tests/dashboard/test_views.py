@@ -6,10 +6,13 @@ import uuid
 from collections.abc import Callable
 
 import pandas as pd
+import pytest
 from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
 from streamlit.testing.v1 import AppTest
 
 import tenure
+from tenure.dashboard import config
+from tests.dashboard.conftest import APP
 from tests.dashboard.seeding import JOB, Seeded
 
 OpenApp = Callable[..., AppTest]
@@ -117,3 +120,12 @@ def test_live_leases_pages_through_many_jobs(open_app: OpenApp) -> None:
         at.text_input(key="lease_job").set_value("bulk-11").run()  # 10 matches: back to page 1
         assert len(at.dataframe[0].value) == 10 and "page 1 of 1" in at.caption[0].value
         assert not at.exception
+
+
+def test_refresh_interval_comes_from_the_launcher(seed: Seeded, open_app: OpenApp,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    at = open_app(seed.url)
+    assert at.number_input(key="refresh").value == 0.0  # open_app pauses it
+    monkeypatch.setenv(config.REFRESH_ENV, "2.5")
+    at = AppTest.from_file(APP, default_timeout=30).run()
+    assert at.number_input(key="refresh").value == 2.5
