@@ -5,11 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.harness import Harness
-
-
-@pytest.fixture
-def etcd_harness() -> Harness:
-    pytest.skip("the etcd backend has not landed yet")
+from tests.servers.etcd import etcd_harness, etcd_server  # noqa: F401 - fixtures
 
 
 @pytest.fixture
