@@ -270,8 +270,11 @@ class Connection:
         try:
             if self.user is not None and ep.metadata is None:
                 self._authenticate(ep)
-            return Pending(start(ep, ep.metadata), finish, lambda: (self._rotate(ep), again())[1],
-                           ep.name, self.timeout)
+            def elsewhere() -> T:
+                self._rotate(ep)
+                return again()
+
+            return Pending(start(ep, ep.metadata), finish, elsewhere, ep.name, self.timeout)
         except Exception as exc:
             raise mapped_error(exc, ep.name, self.timeout) from exc
 
