@@ -105,6 +105,52 @@ def test_round_trips_per_operation(etcd_harness: EtcdHarness, store: tenure.Stor
     assert (len(claim), len(renew), len(waited)) == (2, 1, 1), (claim, renew, waited)
 
 
+def test_renewal_from_another_connection_or_with_a_new_ttl_moves_the_etcd_lease(
+        etcd_harness: EtcdHarness, store: tenure.Store) -> None:
+    node = etcd_harness.cluster.nodes[0]
+    key = base64.b64encode(store.backend.keys.lease("j")).decode()  # type: ignore[attr-defined]
+
+    def etcd_lease() -> tuple[int, int]:
+        kv = node.api("/v3/kv/range", {"key": key})["kvs"][0]
+        info = node.api("/v3/lease/timetolive", {"ID": int(kv["lease"])})
+        return int(kv["lease"]), int(info.get("grantedTTL", 0))
+
+    lease = store.claim("j", owner="a", ttl=etcd_harness.ttl)
+    first = etcd_lease()
+    with etcd_harness.connect(_url_of(store)) as other:
+        lease = other.renew(lease)  # no etcd lease id cached there: a new etcd lease
+    second = etcd_lease()
+    lease = store.renew(lease, ttl=9.5)  # etcd cannot change a lease's TTL: a new one again
+    third = etcd_lease()
+    assert len({first[0], second[0], third[0]}) == 3 and third[1] == 10
+    store.complete(lease)
+    assert store.rejections() == []
+
+
+def _url_of(store: tenure.Store) -> str:
+    backend = store.backend
+    hosts = ",".join(f"{h}:{p}" for h, p in backend.hosts)  # type: ignore[attr-defined]
+    return f"etcd://{hosts}{backend.keys.prefix}"  # type: ignore[attr-defined]
+
+
+def test_watch_follows_etcd_ending_a_lease(etcd_harness: EtcdHarness, store: tenure.Store) -> None:
+    import threading
+
+    stop = threading.Event()
+    threading.Timer(30, stop.set).start()  # a broken watch ends the loop below instead of hanging
+    changes = store.watch(stop, interval=0.05)
+    lease = store.claim("w", owner="a", ttl=etcd_harness.short_ttl)
+    states = []
+    for change in changes:  # no write by anyone: etcd deletes the lease key, the watch sees it
+        if change.job is not None:
+            states.append(change.job.state)
+            if change.job.state is tenure.JobState.EXPIRED:
+                break
+    stop.set()
+    assert states[0] is tenure.JobState.LEASED and states[-1] is tenure.JobState.EXPIRED
+    assert store.get("w").token == lease.token  # type: ignore[union-attr]
+
+
 def test_job_ids_cannot_escape_the_prefix(etcd_harness: EtcdHarness, store: tenure.Store) -> None:
     prefix = store.backend.keys.root
     for job_id in ("../../escape", "/", "a/../../b", "\\x"):
