@@ -156,17 +156,21 @@ def _txn_result(resp: Any) -> TxnResult:
     return TxnResult(bool(resp.succeeded), int(resp.header.revision), ranges, prev)
 
 
+# Pings on open streams (watches) notice a frozen server; etcd refuses pings under 5 s apart.
+_CHANNEL_OPTIONS = [("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000)]
+
+
 class _Endpoint:
     def __init__(self, conn: Connection, host: str, port: int) -> None:
         grpc, rpc = load()
         self.name = f"{host}:{port}"
         target = f"[{host}]:{port}" if ":" in host else self.name
         if conn.ca_cert is None:
-            self.channel = grpc.insecure_channel(target)
+            self.channel = grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
         else:
             creds = grpc.ssl_channel_credentials(_read(conn.ca_cert), _read(conn.cert_key),
                                                  _read(conn.cert_cert))
-            self.channel = grpc.secure_channel(target, creds)
+            self.channel = grpc.secure_channel(target, creds, options=_CHANNEL_OPTIONS)
         self.kv = rpc.KVStub(self.channel)
         self.lease = rpc.LeaseStub(self.channel)
         self.watch = rpc.WatchStub(self.channel)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 import tenure
-from tests.servers.etcd import EtcdCluster, EtcdHarness, free_port, start_or_fail
+from tests.servers.etcd import EtcdCluster, EtcdHarness, free_port, make_certificates, start_or_fail
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -329,19 +330,23 @@ def test_etcd_and_streamlit_in_one_process(etcd_harness: EtcdHarness, mode: str)
 
 # -- credentials -----------------------------------------------------------------------------------
 @pytest.fixture
-def auth_node(private_node: EtcdCluster) -> EtcdCluster:
-    node = private_node.nodes[0]
+def auth_node(tmp_path: Path) -> Iterator[EtcdCluster]:
+    cluster = start_or_fail(tmp_path, 1, extra=("--auth-token-ttl", "1"))  # tokens expire fast
+    node = cluster.nodes[0]
     node.api("/v3/auth/role/add", {"name": "root"})
     node.api("/v3/auth/user/add", {"name": "root", "password": "s3cret"})
     node.api("/v3/auth/user/grant", {"user": "root", "role": "root"})
     node.api("/v3/auth/enable", {})
-    return private_node
+    yield cluster
+    cluster.close()
 
 
 def test_credentials(auth_node: EtcdCluster) -> None:
     base = f"etcd://{auth_node.endpoints}/auth?timeout=2"
     with tenure.connect(base, user="root", password="s3cret") as store:
-        store.complete(store.claim("j", owner="a", ttl=5.0))
+        lease = store.claim("j", owner="a", ttl=5.0)
+        time.sleep(2.5)  # real time: let etcd drop the idle auth token (1 s here, 5 min by default)
+        store.complete(lease)  # logs in again by itself
         assert store.get("j").state is tenure.JobState.COMPLETED
     for kwargs in ({"user": "root", "password": "wrong"}, {"user": "nobody", "password": "x"}, {}):
         start = time.monotonic()
@@ -352,3 +357,25 @@ def test_credentials(auth_node: EtcdCluster) -> None:
     store = tenure.connect(f"etcd://root:s3cret@{auth_node.endpoints}/auth")
     assert "s3cret" not in repr(store) and store.get("j") is not None
     store.close()
+
+
+# -- TLS ---------------------------------------------------------------------------------------------
+def test_tls_with_client_certificates(tmp_path: Path) -> None:
+    if not shutil.which("openssl"):
+        pytest.skip("openssl is needed to make test certificates")
+    (tmp_path / "certs").mkdir()
+    tls = make_certificates(tmp_path / "certs")
+    cluster = start_or_fail(tmp_path / "etcd", 1, tls=tls)
+    try:
+        url = f"etcd://{cluster.endpoints}/tls?timeout=2"
+        files = {"ca_cert": str(tls["ca"]), "cert_cert": str(tls["client_cert"]),
+                 "cert_key": str(tls["client_key"])}
+        with tenure.connect(url, **files) as store:
+            store.complete(store.claim("j", owner="a", ttl=5.0))
+            assert store.get("j").state is tenure.JobState.COMPLETED  # type: ignore[union-attr]
+        with pytest.raises(tenure.BackendUnavailable):  # no client certificate: refused
+            tenure.connect(url, ca_cert=str(tls["ca"]))
+        with pytest.raises(tenure.BackendUnavailable):  # plaintext to a TLS port
+            tenure.connect(url)
+    finally:
+        cluster.close()

@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -38,9 +39,12 @@ def free_port() -> int:
 
 
 class EtcdNode:
-    def __init__(self, name: str, data_dir: Path) -> None:
+    def __init__(self, name: str, data_dir: Path, tls: dict[str, Path] | None = None,
+                 extra: tuple[str, ...] = ()) -> None:
         self.name = name
         self.data_dir = data_dir
+        self.tls = tls  # ca, cert, key (server) and client_cert, client_key: HTTPS only
+        self.extra = extra
         self.client_port = free_port()
         self.peer_port = free_port()
         self.cluster = ""  # "name=peer-url,..." for every member, set by the cluster
@@ -48,7 +52,7 @@ class EtcdNode:
 
     @property
     def client_url(self) -> str:
-        return f"http://127.0.0.1:{self.client_port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.client_port}"
 
     @property
     def peer_url(self) -> str:
@@ -66,20 +70,34 @@ class EtcdNode:
              "--listen-peer-urls", self.peer_url, "--initial-advertise-peer-urls", self.peer_url,
              "--initial-cluster", self.cluster or f"{self.name}={self.peer_url}",
              "--initial-cluster-state", "new", "--initial-cluster-token", self.data_dir.parent.name,
-             "--log-level", "warn", "--logger", "zap"],
+             "--log-level", "warn", "--logger", "zap", *self._tls_args(), *self.extra],
             stdout=log, stderr=log, start_new_session=True)
         log.close()
+
+    def _tls_args(self) -> list[str]:
+        if not self.tls:
+            return []
+        return ["--cert-file", str(self.tls["cert"]), "--key-file", str(self.tls["key"]),
+                "--trusted-ca-file", str(self.tls["ca"]), "--client-cert-auth"]
+
+    def _context(self) -> ssl.SSLContext | None:
+        if not self.tls:
+            return None
+        ctx = ssl.create_default_context(cafile=str(self.tls["ca"]))
+        ctx.load_cert_chain(str(self.tls["client_cert"]), str(self.tls["client_key"]))
+        return ctx
 
     def api(self, path: str, body: dict[str, Any], timeout: float = 2.0) -> dict[str, Any]:
         req = urllib.request.Request(self.client_url + path, data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        with urllib.request.urlopen(req, timeout=timeout, context=self._context()) as resp:
             result: dict[str, Any] = json.load(resp)
             return result
 
     def healthy(self) -> bool:
         try:
-            with urllib.request.urlopen(self.client_url + "/health", timeout=1) as resp:
+            with urllib.request.urlopen(self.client_url + "/health", timeout=1,
+                                        context=self._context()) as resp:
                 return bool(json.load(resp).get("health") == "true")
         except (OSError, ValueError, urllib.error.URLError):
             return False
@@ -120,9 +138,10 @@ class EtcdNode:
 class EtcdCluster:
     """One or three nodes; ``endpoints`` is the host list for an ``etcd://`` URL."""
 
-    def __init__(self, base: Path, size: int = 1) -> None:
+    def __init__(self, base: Path, size: int = 1, **node_options: Any) -> None:
         self.base = base
-        self.nodes = [EtcdNode(f"n{i}", base / f"n{i}") for i in range(size)]
+        base.mkdir(parents=True, exist_ok=True)
+        self.nodes = [EtcdNode(f"n{i}", base / f"n{i}", **node_options) for i in range(size)]
         members = ",".join(f"{n.name}={n.peer_url}" for n in self.nodes)
         for node in self.nodes:
             node.cluster = members
@@ -162,9 +181,9 @@ class EtcdCluster:
                 node.kill9()
 
 
-def start_or_fail(base: Path, size: int) -> EtcdCluster:
+def start_or_fail(base: Path, size: int, **node_options: Any) -> EtcdCluster:
     """A running cluster; without etcd a skip, except in CI where it is a failure."""
-    cluster = EtcdCluster(base, size)
+    cluster = EtcdCluster(base, size, **node_options)
     try:
         if not os.path.exists(ETCD):
             raise RuntimeError(f"no etcd binary at {ETCD} (Debian package etcd-server)")
@@ -175,6 +194,24 @@ def start_or_fail(base: Path, size: int) -> EtcdCluster:
             pytest.fail(f"etcd could not start: {exc}")
         pytest.skip(f"etcd could not start: {exc}")
     return cluster
+
+
+def make_certificates(directory: Path) -> dict[str, Path]:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl."""
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=directory)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+        "-days", "2", "-subj", "/CN=tenure test CA")
+    for name in ("server", "client"):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+            "-subj", f"/CN={name}")
+        (directory / f"{name}.ext").write_text(
+            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext")
+    return {"ca": directory / "ca.pem", "cert": directory / "server.pem", "key": directory / "server.key",
+            "client_cert": directory / "client.pem", "client_key": directory / "client.key"}
 
 
 class EtcdHarness(Harness):
