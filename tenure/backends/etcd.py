@@ -84,6 +84,7 @@ class _Snapshot:
         self.job, self.lease, self.end = job, lease, end
         self.mods = (job.mod_revision if job else 0, lease.create_revision if lease else 0,
                      end.mod_revision if end else 0)
+        self.now = now  # judge the record by this time only: a live lease key is live at it
         self.record = record(job_id, job, lease, end, now)
 
 
@@ -149,29 +150,47 @@ class EtcdBackend(Backend):
     def _retention_id(self) -> int:
         """A shared etcd lease that ends audit records after ``retention`` seconds, no scans.
 
-        Every process writing under the prefix uses the one named in ``meta/retention`` and
-        a new one is granted when a tenth of its time has gone by, so records live between
-        0.9 and 1.0 times the retention.
+        Every process writing under the prefix uses the one named in ``meta/retention``
+        while it has more than 90% of its time left (etcd's own count, no client clocks),
+        then one of them grants the next: records live 0.9 to 1.0 times the retention.
         """
         with self._lock:
             if self._retention_lease and time.monotonic() < self._retention_lease[1]:
                 return self._retention_lease[0]
         for _ in range(_RETRIES):
             kvs, _, _ = self._conn.range(self.keys.retention)
-            meta = parse(kvs[0].value) if kvs else {}
-            fresh_for = float(meta.get("granted_at", 0)) + 0.1 * float(meta.get("ttl", 0)) - time.time()
-            if kvs and fresh_for > 0 and isinstance(meta.get("lease"), int):
-                with self._lock:
-                    self._retention_lease = (meta["lease"], time.monotonic() + fresh_for)
-                return int(meta["lease"])
+            named = parse(kvs[0].value).get("lease") if kvs else None
+            if isinstance(named, int) and not isinstance(named, bool):
+                remaining, granted = self._conn.time_to_live(named)
+                fresh_for = remaining - 0.9 * granted
+                if fresh_for > 0:
+                    with self._lock:
+                        self._retention_lease = (named, time.monotonic() + fresh_for)
+                    return named
             lease_id, _ = self._conn.grant(_etcd_ttl(self.retention))
-            value = f'{{"lease":{lease_id},"granted_at":{time.time()!r},"ttl":{self.retention!r}}}'
             mod = kvs[0].mod_revision if kvs else 0
-            if self._conn.txn([ec.compare(self.keys.retention, "mod", "==", mod)],
-                              [ec.put(self.keys.retention, value.encode())], []).succeeded:
-                continue  # read it back through the same path
-            self._revoke_later(lease_id)
+            if not self._conn.txn([ec.compare(self.keys.retention, "mod", "==", mod)],
+                                  [ec.put(self.keys.retention, f'{{"lease":{lease_id}}}'.encode())],
+                                  []).succeeded:
+                self._revoke_later(lease_id)  # another process named one first: use theirs
         raise BackendUnavailable("could not agree on a retention lease (too much contention)")
+
+    def _write(self, compares: list[Any], success: list[Any], failure: list[Any]) -> TxnResult:
+        """A transaction that may attach audit records to the retention lease."""
+        try:
+            return self._conn.txn(compares, success, failure)
+        except ec.LeaseNotFound:
+            # Revoked behind our back (an operator, a restored snapshot): nothing was written,
+            # so the same transaction is sent once more with a retention lease that exists.
+            with self._lock:
+                old, self._retention_lease = self._retention_lease, None
+            if old is None:
+                raise
+            new = self._retention_id()
+            if new == old[0]:
+                raise
+            ec.relet(success + failure, old[0], new)
+            return self._conn.txn(compares, success, failure)
 
     def _audit(self, key: bytes, value: bytes) -> Any:
         return ec.put(key, value, lease=self._retention_id())
@@ -204,7 +223,7 @@ class EtcdBackend(Backend):
             if new is None:
                 return
             value = JobValue(JobState.PENDING, None, new.token, None, now, None, None, new.runs)
-            res = self._conn.txn(self._unchanged(job_id, snap),
+            res = self._write(self._unchanged(job_id, snap),
                                  [ec.put(k.job(job_id), job_value(job_id, value)), ec.delete(k.end(job_id)),
                                   self._event(job_id, Op.SUBMIT, None, new.token, now, None)], [])
             if res.succeeded:
@@ -232,15 +251,15 @@ class EtcdBackend(Backend):
                snap: _Snapshot) -> Lease:
         k = self.keys
         for _ in range(_RETRIES):
-            transitions.claim(snap.record, job_id, owner, ttl, self.now())  # raises if not claimable
+            transitions.claim(snap.record, job_id, owner, ttl, snap.now)  # raises if not claimable
             lease_id, granted = grant.result()
             now = self.now()
             expires_at = now + granted + EXPIRY_GRACE
             rec = snap.record
             value = JobValue(JobState.LEASED, owner, 0, ttl, rec.submitted_at if rec else now, now,
                              expires_at, rec.runs if rec else 1)
-            res = self._conn.txn(
-                [*self._unchanged(job_id, snap)],
+            res = self._write(
+                [*self._unchanged(job_id, snap), ec.compare(k.lease(job_id), "create", "==", 0)],
                 [ec.put(k.job(job_id), job_value(job_id, value)),
                  ec.put(k.lease(job_id), lease_value(owner, ttl, None, expires_at), lease=lease_id),
                  ec.delete(k.end(job_id)), self._event(job_id, Op.CLAIM, owner, None, now, expires_at)],
@@ -249,7 +268,7 @@ class EtcdBackend(Backend):
                 self._remember((job_id, res.revision, owner), lease_id, granted)
                 return Lease(job_id, owner, res.revision, expires_at, ttl)
             snap = _Snapshot(job_id, res.ranges, self.now())
-        transitions.claim(snap.record, job_id, owner, ttl, self.now())
+        transitions.claim(snap.record, job_id, owner, ttl, snap.now)
         raise AlreadyClaimed(job_id, None, 0, None)  # still racing after several rounds
 
     def claim_next(self, owner: str, ttl: float) -> Lease | None:
@@ -275,7 +294,7 @@ class EtcdBackend(Backend):
         mine = owner_prefix(lease.owner)
         uid = uuid.uuid4().hex
         stub = Rejection(job_id, op, lease.owner, token, None, 0, now, "")
-        res = self._conn.txn(
+        res = self._write(
             [ec.compare(k.lease(job_id), "create", "==", token),
              ec.compare(k.lease(job_id), "value", ">", mine),  # the value starts with the owner
              ec.compare(k.lease(job_id), "value", "<", mine + b"\x7f"),
@@ -301,7 +320,7 @@ class EtcdBackend(Backend):
                                   rejection.current_owner, rejection.current_token, rejection.at, reason)
         try:
             key = self.keys.rejection(uid)
-            self._conn.txn([ec.compare(key, "create", ">", 0)],  # never resurrect an expired one
+            self._write([ec.compare(key, "create", ">", 0)],  # never resurrect an expired one
                            [self._audit(key, rejection_value(rejection))], [])
         except LeaseError as exc:  # the rejection is recorded already, only its reason is missing
             log.warning("could not record why %s was rejected: %s", rejection, exc)
@@ -328,6 +347,8 @@ class EtcdBackend(Backend):
         except BaseException:
             if keepalive is None:
                 self._revoke_later(lease_id)
+            else:
+                keepalive.cancel()
             raise
         if keepalive is not None and keepalive.result() <= 0:
             # etcd ended the lease between the check and the keep-alive: the renewal failed.
@@ -366,7 +387,7 @@ class EtcdBackend(Backend):
             if snap.lease is None:
                 return  # not leased, or etcd ended the lease already
             now = self.now()
-            res = self._conn.txn(
+            res = self._write(
                 [ec.compare(k.lease(job_id), "create", "==", snap.lease.create_revision)],
                 [ec.delete(k.lease(job_id), prev_kv=True),
                  self._event(job_id, Op.EXPIRE, snap.record.owner, snap.record.token, now, now)], [])
@@ -378,7 +399,7 @@ class EtcdBackend(Backend):
 
     def record_rejection(self, rejection: Rejection) -> None:
         key = self.keys.rejection(uuid.uuid4().hex)
-        self._conn.txn([], [self._audit(key, rejection_value(rejection))], [])
+        self._write([], [self._audit(key, rejection_value(rejection))], [])
 
     # -- reading -------------------------------------------------------------------------
     def get(self, job_id: str) -> JobStatus | None:
@@ -386,7 +407,7 @@ class EtcdBackend(Backend):
             snap = self._snapshot(job_id)
         except CorruptRecord as exc:
             return corrupt_status(job_id, exc.key, exc)
-        return None if snap.record is None else transitions.status(snap.record, self.now())
+        return None if snap.record is None else transitions.status(snap.record, snap.now)
 
     def jobs(self) -> Iterator[JobStatus]:
         from tenure.backends.etcd_scan import scan  # keeps this module small

@@ -76,12 +76,18 @@ def mapped_error(exc: BaseException, endpoint: str, timeout: float) -> LeaseErro
                 text in lowered for text in ("authentication failed", "user name is empty",
                                              "invalid auth token", "permission denied")):
             return AuthenticationFailed(f"etcd at {endpoint} refused the credentials: {details}")
+        if "requested lease not found" in lowered:
+            return LeaseNotFound(f"etcd at {endpoint}: {details}")
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return BackendUnavailable(f"etcd at {endpoint} did not answer within {timeout:g}s")
         if code == grpc.StatusCode.UNAVAILABLE:
             return BackendUnavailable(f"etcd at {endpoint} is unavailable: {details}")
         return BackendUnavailable(f"etcd at {endpoint} failed the request: {code.name}: {details}")
     return BackendUnavailable(f"etcd at {endpoint}: {exc}")
+
+
+class LeaseNotFound(BackendUnavailable):
+    """A write named an etcd lease that no longer exists; nothing was written."""
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -123,6 +129,13 @@ def delete(key: bytes, prev_kv: bool = False) -> Any:
 def get(key: bytes, end: bytes = b"", *, keys_only: bool = False) -> Any:
     _, rpc = load()
     return rpc.RequestOp(request_range=rpc.RangeRequest(key=key, range_end=end, keys_only=keys_only))
+
+
+def relet(ops: list[Any], old: int, new: int) -> None:
+    """Point the puts in ``ops`` that name etcd lease ``old`` at ``new`` instead."""
+    for op in ops:
+        if op.WhichOneof("request") == "request_put" and op.request_put.lease == old:
+            op.request_put.lease = new
 
 
 def compare(key: bytes, target: str, op: str, value: int | bytes) -> Any:
@@ -308,6 +321,17 @@ class Connection:
             iter([rpc.LeaseKeepAliveRequest(ID=lease_id)]), timeout=self.timeout, metadata=md),
             finish, lambda: 0)
 
+    def time_to_live(self, lease_id: int) -> tuple[int, int]:
+        """``(remaining, granted)`` seconds of a lease; remaining is -1 if it does not exist."""
+        _, rpc = load()
+
+        def run(ep: _Endpoint, md: Any) -> tuple[int, int]:
+            resp = ep.lease.LeaseTimeToLive(rpc.LeaseTimeToLiveRequest(ID=lease_id),
+                                            timeout=self.timeout, metadata=md)
+            return int(resp.TTL), int(resp.grantedTTL)
+
+        return self.call(run)
+
     def revoke_later(self, lease_id: int) -> None:
         """Revoke without waiting; a lease that is not revoked runs out by itself."""
         _, rpc = load()
@@ -336,7 +360,8 @@ class Connection:
         return self.call(run)
 
     def watch(self, key: bytes, end: bytes, start_revision: int) -> WatchStream:
-        return self.call(lambda ep, md: WatchStream(ep, md, key, end, start_revision))
+        return self.call(lambda ep, md: WatchStream(ep, md, key, end, start_revision,
+                                                    lambda: self._rotate(ep)))
 
     def close(self) -> None:
         for ep in self._endpoints:
@@ -374,8 +399,10 @@ class Pending(Generic[T]):
 class WatchStream:
     """Events on ``[key, end)`` from ``start_revision`` on, until ``cancel()``."""
 
-    def __init__(self, ep: _Endpoint, md: Any, key: bytes, end: bytes, start_revision: int) -> None:
+    def __init__(self, ep: _Endpoint, md: Any, key: bytes, end: bytes, start_revision: int,
+                 on_failure: Callable[[], None]) -> None:
         _, rpc = load()
+        self._on_failure = on_failure  # the next request goes to another endpoint
         self._done = threading.Event()
         self._name = ep.name
         create = rpc.WatchRequest(create_request=rpc.WatchCreateRequest(
@@ -402,6 +429,7 @@ class WatchStream:
                 if isinstance(exc, LeaseError):
                     raise
                 return
+            self._on_failure()
             raise mapped_error(exc, self._name, 0) from exc
 
     def cancel(self) -> None:

@@ -128,6 +128,31 @@ def test_renewal_from_another_connection_or_with_a_new_ttl_moves_the_etcd_lease(
     assert store.rejections() == []
 
 
+class _JumpyClock:
+    """An hour ahead, and a second later at every reading: expiry estimates all look past."""
+
+    def __init__(self) -> None:
+        self._now = time.time() + 3600
+
+    def time(self) -> float:
+        self._now += 1
+        return self._now
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+def test_a_live_lease_key_is_never_claimed_over_whatever_the_clock_says(
+        etcd_harness: EtcdHarness, store: tenure.Store) -> None:
+    a = store.claim("j", owner="a", ttl=etcd_harness.ttl)
+    with etcd_harness.connect(_url_of(store), clock=_JumpyClock()) as late:
+        assert late.get("j").state is tenure.JobState.LEASED  # type: ignore[union-attr]
+        with pytest.raises(tenure.AlreadyClaimed):
+            late.claim("j", owner="b", ttl=etcd_harness.ttl)
+        assert late.claim_next(owner="b", ttl=etcd_harness.ttl) is None
+    store.complete(a)  # etcd still had a's lease, so a is still the holder
+
+
 def _url_of(store: tenure.Store) -> str:
     backend = store.backend
     hosts = ",".join(f"{h}:{p}" for h, p in backend.hosts)  # type: ignore[attr-defined]
@@ -176,6 +201,16 @@ def test_audit_records_expire_with_a_shared_retention_lease(etcd_harness: EtcdHa
         attached = {base64.b64decode(k) for k in info.get("keys", [])}
         assert keys and set(keys) <= attached  # etcd deletes them, no scan needed
         assert 50 <= int(info["TTL"]) <= 60
+
+
+def test_a_retention_lease_revoked_behind_our_back_is_replaced(etcd_harness: EtcdHarness,
+                                                                store: tenure.Store) -> None:
+    store.submit("a")
+    first = store.backend._retention_id()  # type: ignore[attr-defined]
+    etcd_harness.cluster.nodes[0].api("/v3/lease/revoke", {"ID": first})
+    store.submit("b")  # its history record needed a retention lease that exists
+    assert store.backend._retention_id() != first  # type: ignore[attr-defined]
+    assert [e.job_id for e in store.history()] == ["b"]  # the revoke took a's record with it
 
 
 # -- records tenure did not write --------------------------------------------------------------

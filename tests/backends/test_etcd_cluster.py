@@ -31,7 +31,15 @@ def cluster(tmp_path: Path) -> Iterator[EtcdCluster]:
     c.close()
 
 
-def _worker(url: str, name: str, stop: threading.Event, wins: list[tuple[str, int]]) -> None:
+def _worker(url: str, name: str, stop: threading.Event, wins: list[tuple[str, int]],
+            errors: list[BaseException]) -> None:
+    try:
+        _work(url, name, stop, wins)
+    except BaseException as exc:  # reported by the test, not lost in a thread
+        errors.append(exc)
+
+
+def _work(url: str, name: str, stop: threading.Event, wins: list[tuple[str, int]]) -> None:
     with tenure.connect(url) as store:
         while not stop.is_set():
             for job_id in JOBS:
@@ -45,41 +53,53 @@ def _worker(url: str, name: str, stop: threading.Event, wins: list[tuple[str, in
                     stop.wait(0.05)  # the cluster is electing a leader; try again shortly
 
 
-def _lease_events(cluster: EtcdCluster, prefix: bytes, since: int, until: int) -> list[etcd_client.Event]:
+def _events(cluster: EtcdCluster, root: bytes, since: int, until: int) -> list[etcd_client.Event]:
+    """Every change under ``root`` from ``since`` to ``until``, from etcd's own history."""
     hosts = [("127.0.0.1", n.client_port) for n in cluster.nodes if n.alive()]
     conn = etcd_client.Connection(hosts, timeout=5)
-    start = prefix + b"lease/"
-    stream = conn.watch(start, start[:-1] + b"0", since)
-    events: list[etcd_client.Event] = []
     try:
-        for batch in stream.events():
-            events.extend(e for e in batch if e.kv.mod_revision <= until)
-            if batch[-1].kv.mod_revision >= until:
-                break
+        for _ in hosts:  # a member still rejoining may refuse: the next one is asked
+            events: list[etcd_client.Event] = []
+            stream = conn.watch(root, root[:-1] + b"0", since)
+            try:
+                for batch in stream.events():
+                    events.extend(e for e in batch if e.kv.mod_revision <= until)
+                    if batch[-1].kv.mod_revision >= until:
+                        return events
+            except tenure.BackendUnavailable:
+                continue
+            finally:
+                stream.cancel()
+        raise AssertionError("no member served the watch")
     finally:
-        stream.cancel()
         conn.close()
-    return events
 
 
-def _check_one_holder_at_a_time(events: list[etcd_client.Event]) -> int:
-    """Each lease key is created only when absent, and renewed only by the same claim."""
+def _check_one_holder_at_a_time(root: bytes, events: list[etcd_client.Event]) -> int:
+    """Every claim (a job key written as leased) created its lease key, which was absent."""
     live: dict[bytes, int] = {}
-    claims = 0
+    created: set[tuple[bytes, int]] = set()
+    claimed: set[tuple[bytes, int]] = set()
     for e in events:
-        key = e.kv.key
+        section, _, job = e.kv.key[len(root):].partition(b"/")
+        if section == b"job" and not e.deleted and b'"state":"leased"' in e.kv.value:
+            claimed.add((job, e.kv.mod_revision))
+        if section != b"lease":
+            continue
         if e.deleted:
-            live.pop(key, None)
-        elif e.kv.create_revision == e.kv.mod_revision:  # a new claim
-            assert key not in live, f"{key!r} claimed at {e.kv.create_revision} while {live[key]} held it"
-            live[key] = e.kv.create_revision
-            claims += 1
+            live.pop(job, None)
+        elif e.kv.create_revision == e.kv.mod_revision:  # a new claim's lease key
+            assert job not in live, f"{job!r} claimed at {e.kv.create_revision} while {live[job]} held it"
+            live[job] = e.kv.create_revision
+            created.add((job, e.kv.create_revision))
         else:  # a renewal keeps the claim's create revision: the token
-            assert live.get(key) == e.kv.create_revision
-    return claims
+            assert live.get(job) == e.kv.create_revision
+    assert claimed == created, f"claims without their own lease key: {claimed ^ created}"
+    return len(claimed)
 
 
-def _failover(cluster: EtcdCluster, fault: Callable[[EtcdNode], None]) -> dict[str, float]:
+def _failover(cluster: EtcdCluster, fault: Callable[[EtcdNode], None],
+              recover: Callable[[EtcdNode], None]) -> dict[str, float]:
     url = f"etcd://{cluster.endpoints}/failover?timeout=1"
     with tenure.connect(url) as store:
         for job_id in JOBS:
@@ -87,7 +107,9 @@ def _failover(cluster: EtcdCluster, fault: Callable[[EtcdNode], None]) -> dict[s
         since = store.health()["revision"] + 1
         stop = threading.Event()
         wins: list[list[tuple[str, int]]] = [[] for _ in range(3)]
-        threads = [threading.Thread(target=_worker, args=(url, f"w{i}", stop, wins[i])) for i in range(3)]
+        errors: list[BaseException] = []
+        threads = [threading.Thread(target=_worker, args=(url, f"w{i}", stop, wins[i], errors))
+                   for i in range(3)]
         for t in threads:
             t.start()
         victim = store.claim("victim", owner="frozen", ttl=TTL)  # held and never renewed
@@ -102,12 +124,16 @@ def _failover(cluster: EtcdCluster, fault: Callable[[EtcdNode], None]) -> dict[s
             except (tenure.AlreadyClaimed, tenure.BackendUnavailable):
                 time.sleep(0.05)  # polling for the moment etcd ends the victim's lease
         reclaimed = time.monotonic()
+        recover(leader)  # the old leader comes back as a follower and catches up
+        cluster.wait_healthy()
         stop.set()
         for t in threads:
             t.join(timeout=30)
+        assert errors == []
         assert rescued.token > victim.token
-        until = store.health()["revision"]
-        claims = _check_one_holder_at_a_time(_lease_events(cluster, store.backend.keys.root, since, until))
+        _, until, _ = store.backend._conn.range(b"-")  # type: ignore[attr-defined]  # a linearizable read
+        root = store.backend.keys.root  # type: ignore[attr-defined]
+        claims = _check_one_holder_at_a_time(root, _events(cluster, root, since, until))
     all_wins = [w for ws in wins for w in ws]
     assert len(set(all_wins)) == len(all_wins) and claims >= len(all_wins) + 2
     for ws in wins:  # each worker saw its tokens for a job grow
@@ -118,23 +144,13 @@ def _failover(cluster: EtcdCluster, fault: Callable[[EtcdNode], None]) -> dict[s
 
 
 def test_leader_killed(cluster: EtcdCluster) -> None:
-    timing = _failover(cluster, lambda node: node.kill9())
+    timing = _failover(cluster, EtcdNode.kill9, EtcdNode.start)
     print(f"reclaim after leader kill -9: {timing}")
     # etcd's new leader restarts every lease's TTL plus an election timeout when it takes over.
     assert timing["from_fault"] < TTL + 2 * ELECTION + 5  # slack for a shared, busy machine
 
 
 def test_leader_frozen(cluster: EtcdCluster) -> None:
-    frozen: list[EtcdNode] = []
-
-    def freeze(node: EtcdNode) -> None:
-        node.stop()
-        frozen.append(node)
-
-    try:
-        timing = _failover(cluster, freeze)
-    finally:
-        for node in frozen:
-            node.cont()
+    timing = _failover(cluster, EtcdNode.stop, EtcdNode.cont)  # the fixture resumes it on failure
     print(f"reclaim after leader SIGSTOP: {timing}")
     assert timing["from_fault"] < TTL + 2 * ELECTION + 5
