@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from tenure.backends import etcd_client as ec
+from tenure.backends import etcd_scan
 from tenure.backends.etcd_client import KV, Connection, Pending, TxnResult
 from tenure.backends.etcd_layout import (
     JobValue,
@@ -67,7 +68,6 @@ log = logging.getLogger("tenure.etcd")
 
 DEFAULT_PORT = 2379
 EXPIRY_GRACE = 1.0  # etcd checks for expired leases every 500 ms, then deletes through raft
-PAGE = 500
 _RETRIES = 5  # optimistic transactions that lost a race are retried this often
 _CACHE = 10_000  # etcd lease ids of claims made here, for one-round-trip renewals
 
@@ -410,10 +410,8 @@ class EtcdBackend(Backend):
         return None if snap.record is None else transitions.status(snap.record, snap.now)
 
     def jobs(self) -> Iterator[JobStatus]:
-        from tenure.backends.etcd_scan import scan  # keeps this module small
-
         now = self.now()
-        for job_id, key, rec_or_error in scan(self._conn, self.keys, now):
+        for job_id, key, rec_or_error in etcd_scan.scan(self._conn, self.keys, now):
             if isinstance(rec_or_error, CorruptRecord):
                 yield corrupt_status(job_id, key, rec_or_error)
             elif rec_or_error is not None:
@@ -452,9 +450,7 @@ class EtcdBackend(Backend):
         return newest(out, limit)
 
     def watch(self, stop: threading.Event, interval: float) -> Iterator[Change]:
-        from tenure.backends.etcd_scan import watch
-
-        return watch(self, self._conn, stop, interval)
+        return etcd_scan.watch(self, self._conn, stop, interval)
 
     def health(self) -> dict[str, Any]:
         status = self._conn.status()

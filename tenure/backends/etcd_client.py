@@ -86,6 +86,11 @@ def mapped_error(exc: BaseException, endpoint: str, timeout: float) -> LeaseErro
     return BackendUnavailable(f"etcd at {endpoint}: {exc}")
 
 
+def _is_rpc_error(exc: BaseException) -> bool:
+    grpc, _ = load()
+    return isinstance(exc, grpc.RpcError)
+
+
 class LeaseNotFound(BackendUnavailable):
     """A write named an etcd lease that no longer exists; nothing was written."""
 
@@ -245,6 +250,8 @@ class Connection:
                     self._authenticate(ep)
                     return fn(ep, ep.metadata)
             except Exception as exc:
+                if not _is_rpc_error(exc):
+                    raise  # tenure's own errors, and bugs, pass through unchanged
                 if not _retryable(exc):
                     raise mapped_error(exc, ep.name, self.timeout) from exc
                 self._rotate(ep)
@@ -281,18 +288,20 @@ class Connection:
 
     # -- leases ----------------------------------------------------------------------------
     def _started(self, start: Callable[[_Endpoint, Any], Any], finish: Callable[[Any], T],
-                 again: Callable[[], T]) -> Pending[T]:
+                 again: Callable[[], T] | None) -> Pending[T]:
         """Send a request now and collect its answer later, without a thread of our own."""
         ep = self.endpoint
         try:
             if self.user is not None and ep.metadata is None:
                 self._authenticate(ep)
-            def elsewhere() -> T:
+            def elsewhere() -> T | None:
                 self._rotate(ep)
-                return again()
+                return None if again is None else again()
 
             return Pending(start(ep, ep.metadata), finish, elsewhere, ep.name, self.timeout)
         except Exception as exc:
+            if not _is_rpc_error(exc):
+                raise
             raise mapped_error(exc, ep.name, self.timeout) from exc
 
     def grant(self, ttl: int) -> tuple[int, int]:
@@ -316,10 +325,11 @@ class Connection:
                 return int(resp.TTL)
             return 0
 
-        # A keep-alive is not worth retrying elsewhere: the renewal thread tries again.
+        # A keep-alive is not retried elsewhere: the caller hears BackendUnavailable and the
+        # renewal thread tries again.
         return self._started(lambda ep, md: ep.lease.LeaseKeepAlive(
             iter([rpc.LeaseKeepAliveRequest(ID=lease_id)]), timeout=self.timeout, metadata=md),
-            finish, lambda: 0)
+            finish, None)
 
     def time_to_live(self, lease_id: int) -> tuple[int, int]:
         """``(remaining, granted)`` seconds of a lease; remaining is -1 if it does not exist."""
@@ -377,7 +387,7 @@ def _granted(resp: Any) -> tuple[int, int]:
 class Pending(Generic[T]):
     """The answer to a request already sent; ``result()`` maps errors like ``call`` does."""
 
-    def __init__(self, started: Any, finish: Callable[[Any], T], again: Callable[[], T],
+    def __init__(self, started: Any, finish: Callable[[Any], T], again: Callable[[], T | None],
                  endpoint: str, timeout: float) -> None:
         self._started, self._finish, self._again = started, finish, again
         self._endpoint, self._timeout = endpoint, timeout
@@ -388,8 +398,10 @@ class Pending(Generic[T]):
         except LeaseError:
             raise
         except Exception as exc:
-            if _retryable(exc):
-                return self._again()  # the next endpoint, synchronously
+            if not _is_rpc_error(exc):
+                raise
+            if _retryable(exc) and (answer := self._again()) is not None:
+                return answer  # from the next endpoint, asked synchronously
             raise mapped_error(exc, self._endpoint, self._timeout) from exc
 
     def cancel(self) -> None:
@@ -424,11 +436,13 @@ class WatchStream:
                     raise BackendUnavailable(f"etcd cancelled the watch: {resp.cancel_reason}")
                 if resp.events:
                     yield [Event(ev.type == 1, _kv(ev.kv)) for ev in resp.events]
+        except LeaseError:
+            raise
         except Exception as exc:
-            if self._done.is_set() or isinstance(exc, LeaseError):
-                if isinstance(exc, LeaseError):
-                    raise
-                return
+            if self._done.is_set():
+                return  # cancelled here, not broken
+            if not _is_rpc_error(exc):
+                raise
             self._on_failure()
             raise mapped_error(exc, self._name, 0) from exc
 
