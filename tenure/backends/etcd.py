@@ -256,8 +256,9 @@ class EtcdBackend(Backend):
             now = self.now()
             expires_at = now + granted + EXPIRY_GRACE
             rec = snap.record
+            # The job key keeps the nominal end, shown once etcd has ended the lease.
             value = JobValue(JobState.LEASED, owner, 0, ttl, rec.submitted_at if rec else now, now,
-                             expires_at, rec.runs if rec else 1)
+                             now + granted, rec.runs if rec else 1)
             res = self._write(
                 [*self._unchanged(job_id, snap), ec.compare(k.lease(job_id), "create", "==", 0)],
                 [ec.put(k.job(job_id), job_value(job_id, value)),
