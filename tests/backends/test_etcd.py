@@ -350,6 +350,13 @@ STREAMLIT_FIRST = textwrap.dedent("""
 """)
 
 
+def test_prepare_process_is_importable_without_protobuf() -> None:
+    code = ("import sys; from tenure.backends.etcd_client import prepare_process; prepare_process(); "
+            "print('google.protobuf' in sys.modules, 'etcd3' in sys.modules)")
+    out = subprocess.run([PY, "-c", code], capture_output=True, text=True, env=_env(), timeout=60)
+    assert out.stdout.split() == ["False", "False"], out.stderr
+
+
 @pytest.mark.parametrize("mode", ["prepared", "too-late"])
 def test_etcd_and_streamlit_in_one_process(etcd_harness: EtcdHarness, mode: str) -> None:
     pytest.importorskip("streamlit")
