@@ -221,6 +221,7 @@ class Connection:
         self._endpoints = [_Endpoint(self, h, p) for h, p in hosts]
         self._current = 0
         self._lock = threading.Lock()
+        self._closed = False
 
     @property
     def endpoint(self) -> _Endpoint:
@@ -235,6 +236,8 @@ class Connection:
     def call(self, fn: Callable[[_Endpoint, tuple[tuple[str, str], ...] | None], T], *,
              retry: bool = True) -> T:
         """Run ``fn(endpoint, metadata)``, moving to the next endpoint if this one is unreachable."""
+        if self._closed:
+            raise BackendUnavailable("this etcd store is closed")
         attempts = len(self._endpoints) if retry else 1
         for attempt in range(attempts):
             ep = self.endpoint
@@ -290,6 +293,8 @@ class Connection:
     def _started(self, start: Callable[[_Endpoint, Any], Any], finish: Callable[[Any], T],
                  again: Callable[[], T] | None) -> Pending[T]:
         """Send a request now and collect its answer later, without a thread of our own."""
+        if self._closed:
+            raise BackendUnavailable("this etcd store is closed")
         ep = self.endpoint
         try:
             if self.user is not None and ep.metadata is None:
@@ -374,6 +379,7 @@ class Connection:
                                                     lambda: self._rotate(ep)))
 
     def close(self) -> None:
+        self._closed = True
         for ep in self._endpoints:
             ep.channel.close()
 

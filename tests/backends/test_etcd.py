@@ -77,6 +77,17 @@ def test_tokens_are_revisions_ordered_across_jobs(etcd_harness: EtcdHarness, sto
     assert store.health()["revision"] >= b.token
 
 
+def test_health_and_a_closed_store(etcd_harness: EtcdHarness) -> None:
+    store = etcd_harness.connect()
+    health = store.health()
+    assert health["leader"] == "n0" and health["members"][0]["name"] == "n0"
+    assert health["revision"] > 0 and health["version"].startswith("3.")
+    store.close()
+    store.close()  # idempotent
+    with pytest.raises(tenure.BackendUnavailable, match="closed"):
+        store.get("j")
+
+
 def test_ttl_below_etcd_minimum_is_refused_with_the_reason(store: tenure.Store) -> None:
     with pytest.raises(tenure.InvalidArgument, match="minimum of 2s on etcd"):
         store.claim("j", owner="a", ttl=1.5)
