@@ -111,8 +111,21 @@ class EtcdNode:
             self.proc.wait(timeout=10)
 
     def stop(self) -> None:
+        """SIGSTOP, returning once the kernel reports every thread stopped."""
         assert self.proc is not None
         os.kill(self.proc.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 5
+        while not self._all_threads_stopped() and time.monotonic() < deadline:
+            time.sleep(0.005)  # the signal lands when the threads are next scheduled
+
+    def _all_threads_stopped(self) -> bool:
+        assert self.proc is not None
+        tasks = Path(f"/proc/{self.proc.pid}/task")
+        try:
+            states = [(t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in tasks.iterdir()]
+        except OSError:
+            return True  # gone or unreadable: nothing left running either way
+        return all(state in "tT" for state in states)
 
     def cont(self) -> None:
         assert self.proc is not None
