@@ -8,8 +8,8 @@ etcd lease with the job's TTL, and etcd deletes it when that runs out.
 Round trips: claim 2 (a lease grant sent alongside the read, then the transaction), renew 1
 (a keep-alive sent alongside the transaction) when this process made the claim with the same
 TTL, otherwise 2; complete and release 1. A stale renew/complete/release writes its rejection
-in the failure branch of that same transaction, and a second write fills in why. Revoking
-the etcd leases of ended claims happens on a worker thread, off the caller's path.
+in the failure branch of that same transaction, and a second write fills in why. The etcd
+leases of ended claims are revoked without waiting for the answer, off the caller's path.
 
 ``now()`` is this machine's wall clock: etcd has no clock API. Expiry never depends on it;
 ``expires_at`` is an estimate (local time of the grant or keep-alive plus the TTL plus
@@ -322,11 +322,20 @@ class EtcdBackend(Backend):
         try:
             key = self.keys.rejection(uid)
             self._write([ec.compare(key, "create", ">", 0)],  # never resurrect an expired one
-                           [self._audit(key, rejection_value(rejection))], [])
+                        [self._audit(key, rejection_value(rejection))], [])
         except LeaseError as exc:  # the rejection is recorded already, only its reason is missing
             log.warning("could not record why %s was rejected: %s", rejection, exc)
 
     def renew(self, lease: Lease, ttl: float) -> Lease:
+        try:
+            return self._renew(lease, ttl)
+        except ec.LeaseNotFound:
+            # Another connection moved this claim to a new etcd lease and revoked ours:
+            # forget it and renew the way a connection that never knew it does.
+            self._remember((lease.job_id, lease.token, lease.owner), None)
+            return self._renew(lease, ttl)
+
+    def _renew(self, lease: Lease, ttl: float) -> Lease:
         k, key = self.keys, (lease.job_id, lease.token, lease.owner)
         with self._lock:
             cached = self._leases.get(key)

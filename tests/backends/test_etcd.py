@@ -132,6 +132,8 @@ def test_renewal_from_another_connection_or_with_a_new_ttl_moves_the_etcd_lease(
     with etcd_harness.connect(_url_of(store)) as other:
         lease = other.renew(lease)  # no etcd lease id cached there: a new etcd lease
     second = etcd_lease()
+    lease = store.renew(lease)  # the lease id cached here was revoked by the other connection
+    assert etcd_lease()[1] == 5  # attached to a live etcd lease (a revoked one reads as 0)
     lease = store.renew(lease, ttl=9.5)  # etcd cannot change a lease's TTL: a new one again
     third = etcd_lease()
     assert len({first[0], second[0], third[0]}) == 3 and third[1] == 10
