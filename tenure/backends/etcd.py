@@ -214,7 +214,8 @@ class EtcdBackend(Backend):
                 self._leases.popitem(last=False)
 
     # -- the protocol --------------------------------------------------------------------
-    def submit(self, job_id: str) -> None:
+    def submit(self, job_id: str, actor: str | None = None) -> None:
+        """``actor``: the operator who asked, recorded as the owner of the history event."""
         k = self.keys
         for _ in range(_RETRIES):
             snap = self._snapshot(job_id)
@@ -225,7 +226,7 @@ class EtcdBackend(Backend):
             value = JobValue(JobState.PENDING, None, new.token, None, now, None, None, new.runs)
             res = self._write(self._unchanged(job_id, snap),
                                  [ec.put(k.job(job_id), job_value(job_id, value)), ec.delete(k.end(job_id)),
-                                  self._event(job_id, Op.SUBMIT, None, new.token, now, None)], [])
+                                  self._event(job_id, Op.SUBMIT, actor, new.token, now, None)], [])
             if res.succeeded:
                 return
         raise BackendUnavailable(f"submit of {job_id!r} kept losing races; try again")
@@ -388,7 +389,7 @@ class EtcdBackend(Backend):
     def release(self, lease: Lease) -> None:
         self._end(Op.RELEASE, lease, "released", None)
 
-    def force_expire(self, job_id: str) -> None:
+    def force_expire(self, job_id: str, actor: str | None = None) -> None:
         k = self.keys
         for _ in range(_RETRIES):
             snap = self._snapshot(job_id)
@@ -400,7 +401,8 @@ class EtcdBackend(Backend):
             res = self._write(
                 [ec.compare(k.lease(job_id), "create", "==", snap.lease.create_revision)],
                 [ec.delete(k.lease(job_id), prev_kv=True),
-                 self._event(job_id, Op.EXPIRE, snap.record.owner, snap.record.token, now, now)], [])
+                 self._event(job_id, Op.EXPIRE, actor or snap.record.owner, snap.record.token, now, now)],
+                [])
             if res.succeeded:
                 for prev in res.prev:
                     self._revoke_later(prev.lease)
