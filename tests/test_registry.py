@@ -31,9 +31,9 @@ def test_a_backend_registered_by_entry_point_is_found(tmp_path: Path, monkeypatc
         assert isinstance(store.backend, ThirdPartyBackend)
         store.submit("j")
         assert store.get("j") is not None
-    with pytest.raises(tenure.InvalidArgument, match="is not a tenure.Backend"):
+    with pytest.raises(tenure.InvalidArgument, match=r"is not a tenure\.Backend"):
         tenure.connect("notabackend://x")
-    with pytest.raises(tenure.InvalidArgument, match="known: .*thirdparty"):
+    with pytest.raises(tenure.InvalidArgument, match=r"known: .*thirdparty"):
         tenure.connect("unheard-of://x")
 
 
