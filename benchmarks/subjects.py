@@ -55,8 +55,27 @@ def zookeeper() -> Iterator[Subject]:
             server.kill()
 
 
+@contextlib.contextmanager
+def etcd() -> Iterator[Subject]:
+    """A private single-node etcd started like the tests start theirs (fsync on)."""
+    from benchmarks import etcd_peers
+    from tests.servers.etcd import EtcdCluster
+
+    with tempfile.TemporaryDirectory(prefix="tenure-bench-etcd-") as tmp:
+        cluster = EtcdCluster(Path(tmp), size=1)
+        cluster.start()
+        try:
+            endpoint = cluster.endpoints
+            yield Subject("etcd", f"etcd://{endpoint}/bench-{uuid.uuid4().hex[:8]}",
+                          floor=lambda n: etcd_peers.floor(endpoint, n),
+                          peers=[("etcd3 Lock", lambda n: etcd_peers.etcd3_lock(endpoint, n))])
+        finally:
+            cluster.close()
+
+
 SUBJECTS: dict[str, Callable[[], contextlib.AbstractContextManager[Subject]]] = {
     "memory": memory,
     "sqlite": sqlite,
+    "etcd": etcd,
     "zk": zookeeper,
 }

@@ -2,19 +2,36 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import time
 import uuid
+from collections.abc import Callable, Iterator
 
 from kazoo.client import KazooClient
 from kazoo.recipe.lease import NonBlockingLease
 
 
-def _client(hosts: str) -> KazooClient:
+@contextlib.contextmanager
+def _client(hosts: str) -> Iterator[KazooClient]:
     client = KazooClient(hosts=hosts, timeout=10)
     client.start(timeout=15)
-    return client
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
+
+
+def _timed(hosts: str, n: int, cycle: Callable[[KazooClient, str, int], object]) -> float:
+    """Seconds for n cycles, each on a fresh path under a fresh root."""
+    with _client(hosts) as client:
+        root = f"/peer-{uuid.uuid4().hex[:8]}"
+        start = time.perf_counter()
+        for i in range(n):
+            cycle(client, root, i)
+        return time.perf_counter() - start
 
 
 def floor(hosts: str, n: int) -> float:
@@ -24,55 +41,44 @@ def floor(hosts: str, n: int) -> float:
     set the job record, add a history znode. No reads and no clock stamp: what is left is
     the bare cost of the writes themselves.
     """
-    client = _client(hosts)
-    root = f"/floor-{uuid.uuid4().hex[:8]}"
-    for path in (f"{root}/jobs", f"{root}/gen", f"{root}/events"):
-        client.ensure_path(path)
-    record = json.dumps({"state": "leased", "owner": "bench", "ttl": 30}).encode()
-    for i in range(n):
-        client.create(f"{root}/jobs/j{i}", record)
-        client.create(f"{root}/gen/j{i}", b"")
-    start = time.perf_counter()
-    for i in range(n):
-        tx = client.transaction()
-        tx.set_data(f"{root}/jobs/j{i}", record)
-        tx.set_data(f"{root}/gen/j{i}", b"")
-        tx.create(f"{root}/events/e-", record, sequence=True)
-        tx.commit()
-        tx = client.transaction()
-        tx.set_data(f"{root}/jobs/j{i}", record)
-        tx.create(f"{root}/events/e-", record, sequence=True)
-        tx.commit()
-    elapsed = time.perf_counter() - start
-    client.stop()
-    client.close()
-    return elapsed
+    with _client(hosts) as client:
+        root = f"/floor-{uuid.uuid4().hex[:8]}"
+        for path in (f"{root}/jobs", f"{root}/gen", f"{root}/events"):
+            client.ensure_path(path)
+        record = json.dumps({"state": "leased", "owner": "bench", "ttl": 30}).encode()
+        for i in range(n):
+            client.create(f"{root}/jobs/j{i}", record)
+            client.create(f"{root}/gen/j{i}", b"")
+        start = time.perf_counter()
+        for i in range(n):
+            tx = client.transaction()
+            tx.set_data(f"{root}/jobs/j{i}", record)
+            tx.set_data(f"{root}/gen/j{i}", b"")
+            tx.create(f"{root}/events/e-", record, sequence=True)
+            tx.commit()
+            tx = client.transaction()
+            tx.set_data(f"{root}/jobs/j{i}", record)
+            tx.create(f"{root}/events/e-", record, sequence=True)
+            tx.commit()
+        return time.perf_counter() - start
+
+
+def _lock_cycle(client: KazooClient, root: str, i: int) -> None:
+    lock = client.Lock(f"{root}/l{i}", "bench")
+    lock.acquire()
+    lock.release()
+
+
+def _lease_cycle(client: KazooClient, root: str, i: int) -> None:
+    lease = NonBlockingLease(client, f"{root}/l{i}", datetime.timedelta(seconds=30), "bench")
+    assert lease, "an uncontended lease must be granted"
 
 
 def kazoo_lock(hosts: str, n: int) -> float:
     """kazoo's Lock: acquire and release, a fresh lock path per cycle like tenure's fresh jobs."""
-    client = _client(hosts)
-    root = f"/locks-{uuid.uuid4().hex[:8]}"
-    start = time.perf_counter()
-    for i in range(n):
-        lock = client.Lock(f"{root}/l{i}", "bench")
-        lock.acquire()
-        lock.release()
-    elapsed = time.perf_counter() - start
-    client.stop()
-    client.close()
-    return elapsed
+    return _timed(hosts, n, _lock_cycle)
 
 
 def kazoo_lease(hosts: str, n: int) -> float:
     """kazoo's NonBlockingLease: one acquisition per cycle (it has no release)."""
-    client = _client(hosts)
-    root = f"/leases-{uuid.uuid4().hex[:8]}"
-    start = time.perf_counter()
-    for i in range(n):
-        lease = NonBlockingLease(client, f"{root}/l{i}", datetime.timedelta(seconds=30), "bench")
-        assert lease
-    elapsed = time.perf_counter() - start
-    client.stop()
-    client.close()
-    return elapsed
+    return _timed(hosts, n, _lease_cycle)

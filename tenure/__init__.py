@@ -27,6 +27,7 @@ from tenure.core.errors import (
 from tenure.core.records import (
     Change,
     HistoryEvent,
+    JobPage,
     JobState,
     JobStatus,
     Lease,
@@ -34,6 +35,7 @@ from tenure.core.records import (
     Reason,
     Rejection,
     RejectionKind,
+    Summary,
 )
 from tenure.core.registry import connect
 from tenure.core.renewal import HeldLease
@@ -55,6 +57,7 @@ __all__ = [
     "InvalidArgument",
     "JobCompleted",
     "JobNotFound",
+    "JobPage",
     "JobState",
     "JobStatus",
     "Lease",
@@ -69,6 +72,7 @@ __all__ = [
     "StaleLease",
     "StaleToken",
     "Store",
+    "Summary",
     "SystemClock",
     "Transaction",
     "__version__",

@@ -219,7 +219,13 @@ def _start_dashboard(args: argparse.Namespace) -> Any:
         print(f"dashboard not started ({exc}); pip install 'tenure[dashboard]'", flush=True)
         return None
     process = launcher.start(args.url, port=args.port)
-    print(f"dashboard: http://127.0.0.1:{args.port}/  (store {tenure.connect(args.url).url})", flush=True)
+    try:
+        address = launcher.wait_ready(process, "127.0.0.1", args.port, timeout=60)
+    except tenure.LeaseError as exc:
+        print(f"dashboard did not start: {exc}", flush=True)
+        process.terminate()
+        return None
+    print(f"dashboard: {address}", flush=True)
     return process
 
 

@@ -27,3 +27,34 @@ def test_demo_once_shows_the_stale_completion_rejected_and_audited(tmp_path: Pat
         assert status is not None and status.state is tenure.JobState.COMPLETED
         assert status.owner != "worker-A" and status.token > rejection.token == 1
         assert all(j.state is tenure.JobState.COMPLETED for j in store.jobs())
+
+
+def test_demo_serves_the_dashboard_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    import signal
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "tenure", "demo", "--url", f"sqlite:///{tmp_path / 'd.db'}",
+                             "--port", str(port), "--every", "1"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        seen: list[str] = []
+        for line in proc.stdout:
+            seen.append(line)
+            if "REJECTED" in line:
+                break
+        text = "".join(seen)
+        assert f"dashboard: http://127.0.0.1:{port}" in text, text
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=10) as response:
+            assert response.status == 200
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -1,15 +1,35 @@
-"""The one module that imports the ``etcd3`` client; everything etcd-specific goes through it.
+"""The one module that imports the ``etcd3`` client and ``grpc``; everything etcd goes through it.
 
 ``etcd3`` 0.12.0 ships protobuf code generated for protobuf 3, which the C (upb) runtime of
 protobuf 4 and newer refuses. The pure-Python runtime still accepts it, but it can only be
-chosen before protobuf is first imported, through an environment variable.
+chosen before protobuf is first imported, through an environment variable. ``load()``
+detects the case where that is already too late and says what to do.
+
+Only the generated messages and stubs of ``etcd3`` are used: its client wraps one endpoint,
+cannot send two requests at once and hides revisions, and tenure needs all three. gRPC
+errors become tenure errors in :func:`mapped_error`, the one place that does it.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from tenure.core.errors import AuthenticationFailed, BackendUnavailable, LeaseError
 
 PROTOBUF_ENV = "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"
+TOO_LATE = (
+    "the etcd backend needs protobuf's pure-Python runtime (etcd3 0.12 ships protobuf 3 code), "
+    "but protobuf was already imported with the {runtime!r} runtime in this process. "
+    f"Set {PROTOBUF_ENV}=python in the environment before starting Python, or call "
+    "tenure.backends.etcd_client.prepare_process() before anything imports protobuf "
+    "(streamlit, grpc, google.*)."
+)
+T = TypeVar("T")
 
 
 def prepare_process() -> None:
@@ -19,3 +39,419 @@ def prepare_process() -> None:
     override a choice the user made explicitly.
     """
     os.environ.setdefault(PROTOBUF_ENV, "python")
+
+
+_modules: tuple[Any, Any] | None = None
+
+
+def load() -> tuple[Any, Any]:
+    """``(grpc, etcdrpc)``, or BackendUnavailable saying how to fix the protobuf runtime."""
+    global _modules
+    if _modules is not None:
+        return _modules
+    if "google.protobuf" in sys.modules:
+        from google.protobuf.internal import api_implementation  # type: ignore[import-untyped]
+
+        runtime = api_implementation.Type()
+        if runtime != "python":
+            raise BackendUnavailable(TOO_LATE.format(runtime=runtime))
+    else:
+        prepare_process()  # nothing has loaded protobuf yet, so it is not too late
+    try:
+        import etcd3.etcdrpc as etcdrpc  # only when etcd is used
+        import grpc
+    except TypeError as exc:  # "Descriptors cannot be created directly"
+        raise BackendUnavailable(TOO_LATE.format(runtime=os.environ.get(PROTOBUF_ENV, "upb"))) from exc
+    _modules = (grpc, etcdrpc)
+    return _modules
+
+
+def mapped_error(exc: BaseException, endpoint: str, timeout: float) -> LeaseError:
+    """The one place where gRPC errors become tenure errors (raise it ``from exc``)."""
+    grpc, _ = load()
+    if isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
+        code, details = exc.code(), exc.details() or ""
+        lowered = details.lower()
+        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED) or any(
+                text in lowered for text in ("authentication failed", "user name is empty",
+                                             "invalid auth token", "permission denied")):
+            return AuthenticationFailed(f"etcd at {endpoint} refused the credentials: {details}")
+        if "requested lease not found" in lowered:
+            return LeaseNotFound(f"etcd at {endpoint}: {details}")
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return BackendUnavailable(f"etcd at {endpoint} did not answer within {timeout:g}s")
+        if code == grpc.StatusCode.UNAVAILABLE:
+            return BackendUnavailable(f"etcd at {endpoint} is unavailable: {details}")
+        return BackendUnavailable(f"etcd at {endpoint} failed the request: {code.name}: {details}")
+    return BackendUnavailable(f"etcd at {endpoint}: {exc}")
+
+
+def _is_rpc_error(exc: BaseException) -> bool:
+    grpc, _ = load()
+    return isinstance(exc, grpc.RpcError)
+
+
+class LeaseNotFound(BackendUnavailable):
+    """A write named an etcd lease that no longer exists; nothing was written."""
+
+
+def _retryable(exc: BaseException) -> bool:
+    grpc, _ = load()
+    return isinstance(exc, grpc.RpcError) and hasattr(exc, "code") and exc.code() in (
+        grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+@dataclass(frozen=True)
+class KV:
+    key: bytes
+    value: bytes
+    create_revision: int
+    mod_revision: int
+    lease: int
+
+
+@dataclass(frozen=True)
+class Event:
+    deleted: bool
+    kv: KV
+
+
+def _kv(m: Any) -> KV:
+    return KV(bytes(m.key), bytes(m.value), int(m.create_revision), int(m.mod_revision), int(m.lease))
+
+
+# -- request builders: protobuf messages, opaque to the backend ---------------------------
+def put(key: bytes, value: bytes, lease: int = 0, prev_kv: bool = False) -> Any:
+    _, rpc = load()
+    return rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, lease=lease, prev_kv=prev_kv))
+
+
+def delete(key: bytes, prev_kv: bool = False) -> Any:
+    _, rpc = load()
+    return rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key, prev_kv=prev_kv))
+
+
+def get(key: bytes, end: bytes = b"", *, keys_only: bool = False) -> Any:
+    _, rpc = load()
+    return rpc.RequestOp(request_range=rpc.RangeRequest(key=key, range_end=end, keys_only=keys_only))
+
+
+def relet(ops: list[Any], old: int, new: int) -> None:
+    """Point the puts in ``ops`` that name etcd lease ``old`` at ``new`` instead."""
+    for op in ops:
+        if op.WhichOneof("request") == "request_put" and op.request_put.lease == old:
+            op.request_put.lease = new
+
+
+def compare(key: bytes, target: str, op: str, value: int | bytes) -> Any:
+    """``target``: create, mod or value; ``op``: ==, <, >."""
+    _, rpc = load()
+    c = rpc.Compare(key=key, target=getattr(rpc.Compare, target.upper()),
+                    result={"==": rpc.Compare.EQUAL, "<": rpc.Compare.LESS, ">": rpc.Compare.GREATER}[op])
+    setattr(c, {"create": "create_revision", "mod": "mod_revision", "value": "value"}[target], value)
+    return c
+
+
+@dataclass(frozen=True)
+class TxnResult:
+    succeeded: bool
+    revision: int
+    ranges: list[list[KV]]  # one per range op of the branch that ran, in order
+    prev: list[KV]  # previous values returned by put/delete with prev_kv
+
+
+def _txn_result(resp: Any) -> TxnResult:
+    ranges: list[list[KV]] = []
+    prev: list[KV] = []
+    for r in resp.responses:
+        kind = r.WhichOneof("response")
+        if kind == "response_range":
+            ranges.append([_kv(kv) for kv in r.response_range.kvs])
+        elif kind == "response_put" and r.response_put.HasField("prev_kv"):
+            prev.append(_kv(r.response_put.prev_kv))
+        elif kind == "response_delete_range":
+            prev.extend(_kv(kv) for kv in r.response_delete_range.prev_kvs)
+    return TxnResult(bool(resp.succeeded), int(resp.header.revision), ranges, prev)
+
+
+# Pings on open streams (watches) notice a frozen server; etcd refuses pings under 5 s apart.
+_CHANNEL_OPTIONS = [("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000)]
+
+
+class _Endpoint:
+    def __init__(self, conn: Connection, host: str, port: int) -> None:
+        grpc, rpc = load()
+        self.name = f"{host}:{port}"
+        target = f"[{host}]:{port}" if ":" in host else self.name
+        if conn.ca_cert is None:
+            self.channel = grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        else:
+            creds = grpc.ssl_channel_credentials(_read(conn.ca_cert), _read(conn.cert_key),
+                                                 _read(conn.cert_cert))
+            self.channel = grpc.secure_channel(target, creds, options=_CHANNEL_OPTIONS)
+        self.kv = rpc.KVStub(self.channel)
+        self.lease = rpc.LeaseStub(self.channel)
+        self.watch = rpc.WatchStub(self.channel)
+        self.cluster = rpc.ClusterStub(self.channel)
+        self.maintenance = rpc.MaintenanceStub(self.channel)
+        self.auth = rpc.AuthStub(self.channel)
+        self.metadata: tuple[tuple[str, str], ...] | None = None
+
+
+def _read(path: str | None) -> bytes | None:
+    if path is None:
+        return None
+    with open(path, "rb") as f:
+        return f.read()
+
+
+class Connection:
+    """Every endpoint of one cluster; a request that cannot reach one moves on to the next.
+
+    Reads and lease grants are retried on the next endpoint. Transactions are not: one that
+    timed out may have been applied, so the caller hears BackendUnavailable and decides.
+    """
+
+    def __init__(self, hosts: list[tuple[str, int]], *, timeout: float, user: str | None = None,
+                 password: str | None = None, ca_cert: str | None = None, cert_cert: str | None = None,
+                 cert_key: str | None = None) -> None:
+        self.timeout = timeout
+        self.user, self.password = user, password
+        self.ca_cert, self.cert_cert, self.cert_key = ca_cert, cert_cert, cert_key
+        self._endpoints = [_Endpoint(self, h, p) for h, p in hosts]
+        self._current = 0
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def endpoint(self) -> _Endpoint:
+        return self._endpoints[self._current]
+
+    def _authenticate(self, ep: _Endpoint) -> None:
+        _, rpc = load()
+        resp = ep.auth.Authenticate(rpc.AuthenticateRequest(name=self.user, password=self.password),
+                                    timeout=self.timeout)
+        ep.metadata = (("token", resp.token),)
+
+    def call(self, fn: Callable[[_Endpoint, tuple[tuple[str, str], ...] | None], T], *,
+             retry: bool = True) -> T:
+        """Run ``fn(endpoint, metadata)``, moving to the next endpoint if this one is unreachable."""
+        if self._closed:
+            raise BackendUnavailable("this etcd store is closed")
+        attempts = len(self._endpoints) if retry else 1
+        for attempt in range(attempts):
+            ep = self.endpoint
+            try:
+                if self.user is not None and ep.metadata is None:
+                    self._authenticate(ep)
+                try:
+                    return fn(ep, ep.metadata)
+                except Exception as exc:
+                    # Simple auth tokens expire (5 minutes by default): log in again once.
+                    if self.user is None or "invalid auth token" not in str(exc):
+                        raise
+                    self._authenticate(ep)
+                    return fn(ep, ep.metadata)
+            except Exception as exc:
+                if not _is_rpc_error(exc):
+                    raise  # tenure's own errors, and bugs, pass through unchanged
+                if not _retryable(exc):
+                    raise mapped_error(exc, ep.name, self.timeout) from exc
+                self._rotate(ep)
+                if attempt == attempts - 1:
+                    raise mapped_error(exc, ep.name, self.timeout) from exc
+        raise AssertionError("unreachable")
+
+    def _rotate(self, failed: _Endpoint) -> None:
+        with self._lock:
+            if self.endpoint is failed:
+                self._current = (self._current + 1) % len(self._endpoints)
+
+    # -- KV --------------------------------------------------------------------------------
+    def txn(self, compares: list[Any], success: list[Any], failure: list[Any], *,
+            retry: bool = False) -> TxnResult:
+        _, rpc = load()
+        req = rpc.TxnRequest(compare=compares, success=success, failure=failure)
+        return self.call(lambda ep, md: _txn_result(ep.kv.Txn(req, timeout=self.timeout, metadata=md)),
+                         retry=retry)
+
+    def range(self, key: bytes, end: bytes = b"", *, revision: int = 0, limit: int = 0,
+              newest_first: bool = False, by_create: bool = False) -> tuple[list[KV], int, bool]:
+        """Keys in ``[key, end)`` as ``(kvs, revision read at, more)``."""
+        _, rpc = load()
+        order = rpc.RangeRequest.DESCEND if newest_first else rpc.RangeRequest.ASCEND
+        req = rpc.RangeRequest(key=key, range_end=end, revision=revision, limit=limit, sort_order=order,
+                               sort_target=rpc.RangeRequest.CREATE if by_create else rpc.RangeRequest.KEY)
+
+        def run(ep: _Endpoint, md: Any) -> tuple[list[KV], int, bool]:
+            resp = ep.kv.Range(req, timeout=self.timeout, metadata=md)
+            return [_kv(kv) for kv in resp.kvs], int(resp.header.revision), bool(resp.more)
+
+        return self.call(run)
+
+    # -- leases ----------------------------------------------------------------------------
+    def _started(self, start: Callable[[_Endpoint, Any], Any], finish: Callable[[Any], T],
+                 again: Callable[[], T] | None) -> Pending[T]:
+        """Send a request now and collect its answer later, without a thread of our own."""
+        if self._closed:
+            raise BackendUnavailable("this etcd store is closed")
+        ep = self.endpoint
+        try:
+            if self.user is not None and ep.metadata is None:
+                self._authenticate(ep)
+            def elsewhere() -> T | None:
+                self._rotate(ep)
+                return None if again is None else again()
+
+            return Pending(start(ep, ep.metadata), finish, elsewhere, ep.name, self.timeout)
+        except Exception as exc:
+            if not _is_rpc_error(exc):
+                raise
+            raise mapped_error(exc, ep.name, self.timeout) from exc
+
+    def grant(self, ttl: int) -> tuple[int, int]:
+        """A new etcd lease: ``(id, granted ttl)``; the server may raise a too-short ttl."""
+        _, rpc = load()
+        return self.call(lambda ep, md: _granted(ep.lease.LeaseGrant(
+            rpc.LeaseGrantRequest(TTL=ttl), timeout=self.timeout, metadata=md)))
+
+    def grant_started(self, ttl: int) -> Pending[tuple[int, int]]:
+        _, rpc = load()
+        return self._started(lambda ep, md: ep.lease.LeaseGrant.future(
+            rpc.LeaseGrantRequest(TTL=ttl), timeout=self.timeout, metadata=md),
+            lambda f: _granted(f.result()), lambda: self.grant(ttl))
+
+    def keepalive_started(self, lease_id: int) -> Pending[int]:
+        """Restart the lease's TTL; the answer is the TTL, or 0 if the lease no longer exists."""
+        _, rpc = load()
+
+        def finish(responses: Any) -> int:
+            for resp in responses:
+                return int(resp.TTL)
+            return 0
+
+        # A keep-alive is not retried elsewhere: the caller hears BackendUnavailable and the
+        # renewal thread tries again.
+        return self._started(lambda ep, md: ep.lease.LeaseKeepAlive(
+            iter([rpc.LeaseKeepAliveRequest(ID=lease_id)]), timeout=self.timeout, metadata=md),
+            finish, None)
+
+    def time_to_live(self, lease_id: int) -> tuple[int, int]:
+        """``(remaining, granted)`` seconds of a lease; remaining is -1 if it does not exist."""
+        _, rpc = load()
+
+        def run(ep: _Endpoint, md: Any) -> tuple[int, int]:
+            resp = ep.lease.LeaseTimeToLive(rpc.LeaseTimeToLiveRequest(ID=lease_id),
+                                            timeout=self.timeout, metadata=md)
+            return int(resp.TTL), int(resp.grantedTTL)
+
+        return self.call(run)
+
+    def revoke_later(self, lease_id: int) -> None:
+        """Revoke without waiting; a lease that is not revoked runs out by itself."""
+        _, rpc = load()
+        ep = self.endpoint
+        if ep.metadata is None and self.user is not None:
+            return  # not logged in here yet; not worth a round trip
+        try:
+            ep.lease.LeaseRevoke.future(rpc.LeaseRevokeRequest(ID=lease_id), timeout=self.timeout,
+                                        metadata=ep.metadata)
+        except Exception:  # best effort: the lease expires on its own
+            return
+
+    # -- cluster -------------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        _, rpc = load()
+
+        def run(ep: _Endpoint, md: Any) -> dict[str, Any]:
+            s = ep.maintenance.Status(rpc.StatusRequest(), timeout=self.timeout, metadata=md)
+            members = ep.cluster.MemberList(rpc.MemberListRequest(), timeout=self.timeout, metadata=md)
+            names = {m.ID: (m.name, list(m.clientURLs)) for m in members.members}
+            return {"endpoint": ep.name, "version": s.version, "db_bytes": int(s.dbSize),
+                    "raft_term": int(s.raftTerm), "revision": int(s.header.revision),
+                    "leader": names.get(s.leader, (hex(s.leader), []))[0],
+                    "members": [{"name": n, "client_urls": u} for n, u in names.values()]}
+
+        return self.call(run)
+
+    def watch(self, key: bytes, end: bytes, start_revision: int) -> WatchStream:
+        return self.call(lambda ep, md: WatchStream(ep, md, key, end, start_revision,
+                                                    lambda: self._rotate(ep)))
+
+    def close(self) -> None:
+        self._closed = True
+        for ep in self._endpoints:
+            ep.channel.close()
+
+
+def _granted(resp: Any) -> tuple[int, int]:
+    if resp.error:
+        raise BackendUnavailable(f"etcd refused a lease: {resp.error}")
+    return int(resp.ID), int(resp.TTL)
+
+
+class Pending(Generic[T]):
+    """The answer to a request already sent; ``result()`` maps errors like ``call`` does."""
+
+    def __init__(self, started: Any, finish: Callable[[Any], T], again: Callable[[], T | None],
+                 endpoint: str, timeout: float) -> None:
+        self._started, self._finish, self._again = started, finish, again
+        self._endpoint, self._timeout = endpoint, timeout
+
+    def result(self) -> T:
+        try:
+            return self._finish(self._started)
+        except LeaseError:
+            raise
+        except Exception as exc:
+            if not _is_rpc_error(exc):
+                raise
+            if _retryable(exc) and (answer := self._again()) is not None:
+                return answer  # from the next endpoint, asked synchronously
+            raise mapped_error(exc, self._endpoint, self._timeout) from exc
+
+    def cancel(self) -> None:
+        self._started.cancel()
+
+
+class WatchStream:
+    """Events on ``[key, end)`` from ``start_revision`` on, until ``cancel()``."""
+
+    def __init__(self, ep: _Endpoint, md: Any, key: bytes, end: bytes, start_revision: int,
+                 on_failure: Callable[[], None]) -> None:
+        _, rpc = load()
+        self._on_failure = on_failure  # the next request goes to another endpoint
+        self._done = threading.Event()
+        self._name = ep.name
+        create = rpc.WatchRequest(create_request=rpc.WatchCreateRequest(
+            key=key, range_end=end, start_revision=start_revision))
+
+        def requests() -> Iterator[Any]:
+            yield create
+            self._done.wait()  # keep the stream open until cancelled
+
+        self._call = ep.watch.Watch(requests(), metadata=md)
+
+    def events(self) -> Iterator[list[Event]]:
+        """Batches of events, one per response; raises BackendUnavailable if the stream breaks."""
+        try:
+            for resp in self._call:
+                if resp.compact_revision:
+                    raise BackendUnavailable(f"etcd compacted the watched history at {resp.compact_revision}")
+                if resp.canceled:
+                    raise BackendUnavailable(f"etcd cancelled the watch: {resp.cancel_reason}")
+                if resp.events:
+                    yield [Event(ev.type == 1, _kv(ev.kv)) for ev in resp.events]
+        except LeaseError:
+            raise
+        except Exception as exc:
+            if self._done.is_set():
+                return  # cancelled here, not broken
+            if not _is_rpc_error(exc):
+                raise
+            self._on_failure()
+            raise mapped_error(exc, self._name, 0) from exc
+
+    def cancel(self) -> None:
+        self._done.set()
+        self._call.cancel()

@@ -28,7 +28,16 @@ from tenure.core.backend import Characteristics, RecordBackend, Transaction, cor
 from tenure.core.clock import Clock
 from tenure.core.errors import BackendUnavailable, CorruptRecord, InvalidArgument
 from tenure.core.options import Options, StoreURL
-from tenure.core.records import HistoryEvent, JobState, JobStatus, Op, Rejection, RejectionKind
+from tenure.core.records import (
+    HistoryEvent,
+    JobPage,
+    JobState,
+    JobStatus,
+    Op,
+    Rejection,
+    RejectionKind,
+    Summary,
+)
 from tenure.core.transitions import STORED_STATES, JobRecord, status
 
 SCHEMA_VERSION = "1"
@@ -272,18 +281,14 @@ class SQLiteBackend(RecordBackend):
     def jobs(self) -> Iterator[JobStatus]:
         # Pages by primary key so a listing of 100,000 jobs never holds them all at once
         # and never holds the lock across the caller's loop.
-        last = ""
-        first = True
-        while True:
-            rows = self._query(
-                f"SELECT {_JOB_COLUMNS} FROM tenure_jobs WHERE job_id > ? OR ? ORDER BY job_id LIMIT 2000",
-                (last, first))
-            if not rows:
-                return
+        rows = self._query(f"SELECT {_JOB_COLUMNS} FROM tenure_jobs ORDER BY job_id LIMIT 2000")
+        while rows:
             now = self.now()
             for row in rows:
                 yield self._status(row, now)
-            last, first = rows[-1][0], False
+            # Keyset paging on the primary key: each page is an index seek, not a rescan.
+            rows = self._query(f"SELECT {_JOB_COLUMNS} FROM tenure_jobs WHERE job_id > ? ORDER BY job_id LIMIT 2000",
+                               (rows[-1][0],))
 
     def rejections(self, since: float | None, limit: int | None) -> list[Rejection]:
         rows = self._query(
@@ -314,3 +319,52 @@ class SQLiteBackend(RecordBackend):
             self._db.close()
             if self._machine is not None:
                 self._machine.close()
+
+    # -- operator queries: aggregated in SQL, one page at a time ------------------------------
+    def summary(self, now: float, soon: float) -> Summary:
+        with self._lock, _mapped_errors(self.path):
+            counts = dict(self._db.execute(_SUMMARY_SQL, {"now": now, "soon": now + soon}).fetchall())
+            (rejected,) = self._db.execute("SELECT count(*) FROM tenure_rejections WHERE at >= ?",
+                                           (now - 3600.0,)).fetchone()
+        return Summary(now=now, pending=counts.get("pending", 0),
+                       leased=counts.get("leased", 0) + counts.get("soon", 0),
+                       expiring_soon=counts.get("soon", 0), expired=counts.get("expired", 0),
+                       completed=counts.get("completed", 0), corrupt=counts.get("corrupt", 0),
+                       rejections_last_hour=int(rejected))
+
+    def page(self, now: float, states: frozenset[JobState] | None, job: str | None,
+             owner: str | None, order: str, offset: int, limit: int) -> JobPage:
+        where, args = ["1"], {"now": now, "job": job, "owner": owner}
+        if states is not None:
+            if states and states <= {JobState.LEASED, JobState.EXPIRED}:
+                where.append("state = 'leased'")  # lets SQLite walk the partial index by expiry
+            where.append("(" + (" OR ".join(_STATE_SQL[s] for s in sorted(states)) or "0") + ")")
+        if job is not None:
+            where.append("instr(lower(job_id), lower(:job)) > 0")
+        if owner is not None:
+            where.append("instr(lower(owner), lower(:owner)) > 0")
+        cond = " AND ".join(where)
+        by = "lease_until IS NULL, lease_until, job_id" if order == "expiry" else "job_id"
+        with self._lock, _mapped_errors(self.path):
+            (total,) = self._db.execute(f"SELECT count(*) FROM tenure_jobs WHERE {cond}", args).fetchone()
+            rows = self._db.execute(f"SELECT {_JOB_COLUMNS} FROM tenure_jobs WHERE {cond} ORDER BY {by}"
+                                    f" LIMIT {int(limit)} OFFSET {int(offset)}", args).fetchall()
+        return JobPage([self._status(r, now) for r in rows], int(total), offset, limit)
+
+
+# A row _decode() would accept, as far as SQL can tell; anything else counts as corrupt.
+_VALID = ("(typeof(token) = 'integer' AND typeof(runs) = 'integer' AND (state IN ('pending', 'completed')"
+          " OR (state = 'leased' AND typeof(lease_until) IN ('real', 'integer'))))")
+_STATE_SQL = {
+    JobState.PENDING: f"(state = 'pending' AND {_VALID})",
+    JobState.LEASED: f"(state = 'leased' AND lease_until > :now AND {_VALID})",
+    JobState.EXPIRED: f"(state = 'leased' AND lease_until <= :now AND {_VALID})",
+    JobState.COMPLETED: f"(state = 'completed' AND {_VALID})",
+    JobState.CORRUPT: f"(NOT {_VALID})",
+}
+# One pass, one class per row: the validity test is evaluated once per row, not per count.
+_SUMMARY_SQL = (
+    f"SELECT CASE WHEN NOT {_VALID} THEN 'corrupt'"
+    " WHEN state = 'leased' AND lease_until <= :now THEN 'expired'"
+    " WHEN state = 'leased' AND lease_until <= :soon THEN 'soon' ELSE state END AS class,"
+    " count(*) FROM tenure_jobs GROUP BY class")

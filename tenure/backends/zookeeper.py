@@ -39,7 +39,7 @@ from tenure.backends import zookeeper_layout as zl
 from tenure.backends.zookeeper_audit import Audit
 from tenure.backends.zookeeper_config import Config, mapped_errors
 from tenure.core import transitions
-from tenure.core.backend import Backend, Characteristics, Link, corrupt_status
+from tenure.core.backend import Backend, Characteristics, Link, corrupt_status, history_event
 from tenure.core.clock import Clock
 from tenure.core.errors import (
     AlreadyClaimed,
@@ -211,19 +211,18 @@ class ZooKeeperBackend(Backend):
         seen.add((read.version, read.gen_version))
         return False
 
-    def _write(self, read: _Read, new: JobRecord, op: Op) -> Any:
+    def _write(self, read: _Read, new: JobRecord, op: Op, actor: str | None = None) -> Any:
         """A multi that writes ``new`` if the job znode is as read, with its history event."""
         tx = self.client.transaction()
         if read.version < 0:
             tx.create(read.key, zl.dump_record(new, read.epoch))
         else:
             tx.set_data(read.key, zl.dump_record(new, read.epoch), version=read.version)
-        self.audit.add_event(tx, HistoryEvent(new.job_id, op, new.owner, new.token, read.now,
-                                              new.lease_until))
+        self.audit.add_event(tx, history_event(new, op, read.now, actor))
         return tx
 
     # -- the protocol ----------------------------------------------------------------------------
-    def submit(self, job_id: str) -> None:
+    def submit(self, job_id: str, actor: str | None = None) -> None:
         seen: set[tuple[int, int | None]] = set()
         for _ in range(ATTEMPTS):
             read = self._read(job_id, gen=True)
@@ -236,7 +235,7 @@ class ZooKeeperBackend(Backend):
                 return
             if rec is None and gen:  # the job znode was deleted; its generations were not
                 new = JobRecord(job_id, JobState.PENDING, token=gen, submitted_at=read.now)
-            tx = self._write(read, new, Op.SUBMIT)
+            tx = self._write(read, new, Op.SUBMIT, actor)
             if gen is None:
                 tx.create(self.layout.gen(job_id), b"")
             if self._commit(tx, f"submitting {job_id!r}"):
@@ -333,7 +332,7 @@ class ZooKeeperBackend(Backend):
     def release(self, lease: Lease) -> None:
         self._holder_op(Op.RELEASE, lease, transitions.release)
 
-    def force_expire(self, job_id: str) -> None:
+    def force_expire(self, job_id: str, actor: str | None = None) -> None:
         for _ in range(ATTEMPTS):
             read = self._read(job_id)
             rec = read.record(job_id)
@@ -342,7 +341,7 @@ class ZooKeeperBackend(Backend):
             if rec.state is not JobState.LEASED or transitions.is_claimable(rec, read.now):
                 return
             new = transitions.force_expire(rec, read.now)
-            if self._commit(self._write(read, new, Op.EXPIRE), f"expiring {job_id!r}"):
+            if self._commit(self._write(read, new, Op.EXPIRE, actor), f"expiring {job_id!r}"):
                 return
         raise _outraced(job_id)
 

@@ -14,13 +14,24 @@ from __future__ import annotations
 import abc
 import contextlib
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tenure.core import transitions, watch
 from tenure.core.errors import CorruptRecord, JobNotFound, StaleLease
-from tenure.core.records import Change, HistoryEvent, JobState, JobStatus, Lease, Op, Rejection
+from tenure.core.records import (
+    Change,
+    HistoryEvent,
+    JobPage,
+    JobState,
+    JobStatus,
+    Lease,
+    Op,
+    Rejection,
+    Summary,
+)
 from tenure.core.transitions import JobRecord
 from tenure.core.validation import MAX_TTL
 
@@ -67,12 +78,13 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
-    def submit(self, job_id: str) -> None: ...
+    def submit(self, job_id: str, actor: str | None = None) -> None:
+        """``actor``, when given, is who asked (an operator): history records it as the owner."""
 
-    def submit_many(self, job_ids: list[str]) -> None:
+    def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
         """Submit several jobs; backends that can batch them override this."""
         for job_id in job_ids:
-            self.submit(job_id)
+            self.submit(job_id, actor)
 
     @abc.abstractmethod
     def claim(self, job_id: str, owner: str, ttl: float) -> Lease: ...
@@ -108,8 +120,11 @@ class Backend(abc.ABC):
         """Accepted changes, oldest first, with bounded retention."""
 
     @abc.abstractmethod
-    def force_expire(self, job_id: str) -> None:
-        """Operator action: end the current lease now by the store's clock."""
+    def force_expire(self, job_id: str, actor: str | None = None) -> None:
+        """Operator action: end the current lease now by the store's clock.
+
+        ``actor``, when given, is recorded as the owner of the EXPIRE history event.
+        """
 
     @abc.abstractmethod
     def now(self) -> float:
@@ -126,6 +141,34 @@ class Backend(abc.ABC):
     def health(self) -> dict[str, Any]:
         """Facts about the store for operators (server, version, size ...)."""
         return {"backend": self.characteristics.name}
+
+    # -- queries for operators: defaults over jobs(); stores with an index override them ----
+    def summary(self, now: float, soon: float) -> Summary:
+        """Jobs counted by state at ``now``; leases ending within ``soon`` seconds counted apart."""
+        counts: Counter[JobState] = Counter()
+        expiring = 0
+        for job in self.jobs():
+            state = state_at(job, now)
+            counts[state] += 1
+            if state is JobState.LEASED and job.expires_at is not None and job.expires_at <= now + soon:
+                expiring += 1
+        return Summary(now=now, pending=counts[JobState.PENDING], leased=counts[JobState.LEASED],
+                       expiring_soon=expiring, expired=counts[JobState.EXPIRED],
+                       completed=counts[JobState.COMPLETED], corrupt=counts[JobState.CORRUPT],
+                       rejections_last_hour=len(self.rejections(now - 3600.0, None)))
+
+    def page(self, now: float, states: frozenset[JobState] | None, job: str | None,
+             owner: str | None, order: str, offset: int, limit: int) -> JobPage:
+        """Jobs matching every filter given, ordered, one page of them (see ``Store.page``)."""
+        found = [j for j in self.jobs()
+                 if (states is None or state_at(j, now) in states)
+                 and (job is None or fold(job) in fold(j.job_id))
+                 and (owner is None or fold(owner) in fold(j.owner or ""))]
+        if order == "expiry":
+            found.sort(key=lambda j: (j.expires_at is None, j.expires_at or 0.0, j.job_id))
+        else:
+            found.sort(key=lambda j: j.job_id)
+        return JobPage(found[offset:offset + limit], len(found), offset, limit)
 
     def close(self) -> None:  # noqa: B027 - a no-op is the right default
         """Release connections. Idempotent."""
@@ -154,8 +197,9 @@ class Transaction(abc.ABC):
     def add_event(self, event: HistoryEvent) -> None: ...
 
 
-def _event(rec: JobRecord, op: Op, now: float) -> HistoryEvent:
-    return HistoryEvent(rec.job_id, op, rec.owner, rec.token, now, rec.lease_until)
+def history_event(rec: JobRecord, op: Op, now: float, actor: str | None = None) -> HistoryEvent:
+    """The history entry of an accepted change; an operator's ``actor`` stands in for the owner."""
+    return HistoryEvent(rec.job_id, op, actor or rec.owner, rec.token, now, rec.lease_until)
 
 
 class RecordBackend(Backend):
@@ -165,21 +209,21 @@ class RecordBackend(Backend):
     def transaction(self) -> contextlib.AbstractContextManager[Transaction]:
         """Commit on normal exit, roll back on an exception."""
 
-    def submit(self, job_id: str) -> None:
-        self.submit_many([job_id])
+    def submit(self, job_id: str, actor: str | None = None) -> None:
+        self.submit_many([job_id], actor)
 
-    def submit_many(self, job_ids: list[str]) -> None:
+    def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
         with self.transaction() as tx:  # one transaction: all of them or none
             for job_id in job_ids:
                 new = transitions.submit(tx.load(job_id), job_id, tx.now)
                 if new is not None:
                     tx.save(new)
-                    tx.add_event(_event(new, Op.SUBMIT, tx.now))
+                    tx.add_event(history_event(new, Op.SUBMIT, tx.now, actor))
 
     def _claim_in(self, tx: Transaction, job_id: str, owner: str, ttl: float) -> Lease:
         new = transitions.claim(tx.load(job_id), job_id, owner, ttl, tx.now)
         tx.save(new)
-        tx.add_event(_event(new, Op.CLAIM, tx.now))
+        tx.add_event(history_event(new, Op.CLAIM, tx.now))
         return transitions.lease_of(new)
 
     def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
@@ -200,7 +244,7 @@ class RecordBackend(Backend):
                 assert rec is not None
                 new: JobRecord = change(rec, tx.now)
                 tx.save(new)
-                tx.add_event(_event(new, op, tx.now))
+                tx.add_event(history_event(new, op, tx.now))
                 return new
             rejected = transitions.rejection(rec, op, lease, reason, tx.now)
             tx.add_rejection(rejected)
@@ -216,7 +260,7 @@ class RecordBackend(Backend):
     def release(self, lease: Lease) -> None:
         self._holder_op(Op.RELEASE, lease, transitions.release)
 
-    def force_expire(self, job_id: str) -> None:
+    def force_expire(self, job_id: str, actor: str | None = None) -> None:
         with self.transaction() as tx:
             rec = tx.load(job_id)
             if rec is None:
@@ -224,7 +268,7 @@ class RecordBackend(Backend):
             if rec.state is JobState.LEASED and transitions.is_claimable(rec, tx.now) is False:
                 new = transitions.force_expire(rec, tx.now)
                 tx.save(new)
-                tx.add_event(_event(new, Op.EXPIRE, tx.now))
+                tx.add_event(history_event(new, Op.EXPIRE, tx.now, actor))
 
     def record_rejection(self, rejection: Rejection) -> None:
         with self.transaction() as tx:
@@ -236,6 +280,21 @@ def newest(items: list[Any], limit: int | None) -> list[Any]:
     if limit is None:
         return items
     return items[len(items) - limit:] if limit else []
+
+
+def state_at(job: JobStatus, now: float) -> JobState:
+    """The job's state judged at ``now`` rather than when it was read."""
+    if job.state in (JobState.LEASED, JobState.EXPIRED) and job.expires_at is not None:
+        return JobState.EXPIRED if job.expires_at <= now else JobState.LEASED
+    return job.state
+
+
+def fold(text: str) -> str:
+    """ASCII-only lower case: what SQLite's lower() does, so every backend filters alike."""
+    return text.translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
 def corrupt_status(job_id: str, key: str, exc: CorruptRecord) -> JobStatus:

@@ -128,3 +128,35 @@ class Change:
     job: JobStatus | None = None
     rejection: Rejection | None = None
     removed: str | None = None  # id of a job that disappeared from the store
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Counts of jobs by state at ``now`` (store time), for an overview; one query where possible.
+
+    ``leased`` counts every live lease; ``expiring_soon`` is the part of them that ends within
+    the ``soon`` seconds asked for. ``expired`` leases ran out and nobody has claimed them since.
+    """
+
+    now: float
+    pending: int = 0
+    leased: int = 0
+    expiring_soon: int = 0
+    expired: int = 0
+    completed: int = 0
+    corrupt: int = 0
+    rejections_last_hour: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.pending + self.leased + self.expired + self.completed + self.corrupt
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """One page of a filtered, ordered job listing and how many jobs matched in all."""
+
+    jobs: list[JobStatus]
+    total: int
+    offset: int
+    limit: int

@@ -7,6 +7,7 @@ holder's safe local deadline, and runs the one renewal thread that serves ``hold
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 from collections.abc import Iterable, Iterator
 from types import TracebackType
@@ -19,15 +20,20 @@ from tenure.core.errors import InvalidArgument
 from tenure.core.records import (
     Change,
     HistoryEvent,
+    JobPage,
+    JobState,
     JobStatus,
     Lease,
     Op,
     Rejection,
     RejectionKind,
+    Summary,
 )
 from tenure.core.renewal import HeldLease, Renewer
 
 DEFAULT_DRIFT_MARGIN = 0.05
+PAGE_ORDERS = ("expiry", "job")
+MAX_PAGE = 1000
 
 
 class Store:
@@ -64,9 +70,12 @@ class Store:
         return dataclasses.replace(lease, deadline=sent_at + lease.ttl * (1 - self.drift_margin))
 
     # -- the protocol ----------------------------------------------------------------------
-    def submit(self, job_id: str) -> None:
-        """Make a job pending; a no-op on a pending or leased job; a new run of a completed one."""
-        self.backend.submit(validation.job_id(job_id))
+    def submit(self, job_id: str, *, actor: str | None = None) -> None:
+        """Make a job pending; a no-op on a pending or leased job; a new run of a completed one.
+
+        ``actor`` names an operator who asked for it; history records it as the owner.
+        """
+        self.backend.submit(validation.job_id(job_id), None if actor is None else validation.owner(actor))
 
     def submit_many(self, job_ids: Iterable[str]) -> None:
         """Submit several jobs at once; all are validated before any is written."""
@@ -134,6 +143,33 @@ class Store:
         job = None if job_id is None else validation.job_id(job_id)
         return self.backend.history(job, _since(since), validation.limit(limit))
 
+    def summary(self, soon: float = 30.0) -> Summary:
+        """Jobs counted by state now (store time), leases ending within ``soon`` seconds, and
+        rejections in the last hour."""
+        if isinstance(soon, bool) or not isinstance(soon, (int, float)) or not 0 <= soon < math.inf:
+            raise InvalidArgument(f"soon must be a non-negative number of seconds, got {soon!r}")
+        return self.backend.summary(self.backend.now(), float(soon))
+
+    def page(self, *, states: Iterable[JobState | str] | None = None, job: str | None = None,
+             owner: str | None = None, order: str = "expiry", offset: int = 0,
+             limit: int = 50) -> JobPage:
+        """One page of jobs, for listings that must not load every job.
+
+        ``states`` keeps jobs in any of those states (judged by the store's clock now); ``job``
+        and ``owner`` keep those whose id or owner contains the text (ASCII case ignored).
+        ``order`` is ``"expiry"`` (soonest lease end first, jobs without a lease last, then by
+        id) or ``"job"`` (by id).
+        """
+        wanted = None if states is None else frozenset(_state(s) for s in states)
+        if order not in PAGE_ORDERS:
+            raise InvalidArgument(f"order must be one of {', '.join(PAGE_ORDERS)}, got {order!r}")
+        start = validation.limit(offset)
+        size = validation.limit(limit)
+        if start is None or size is None or not 1 <= size <= MAX_PAGE:
+            raise InvalidArgument(f"offset must be an int >= 0 and limit from 1 to {MAX_PAGE}")
+        return self.backend.page(self.backend.now(), wanted, _needle("job", job),
+                                 _needle("owner", owner), order, start, size)
+
     def watch(self, stop: threading.Event | None = None, interval: float = 1.0) -> Iterator[Change]:
         """Changes to jobs and new rejections until ``stop`` is set."""
         if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
@@ -148,9 +184,12 @@ class Store:
         return self.backend.health()
 
     # -- operators and destinations ------------------------------------------------------
-    def force_expire(self, job_id: str) -> None:
-        """End a job's current lease now, so it can be claimed again (an operator action)."""
-        self.backend.force_expire(validation.job_id(job_id))
+    def force_expire(self, job_id: str, *, actor: str | None = None) -> None:
+        """End a job's current lease now, so it can be claimed again (an operator action).
+
+        ``actor`` names the operator; history records it as the owner of the EXPIRE event.
+        """
+        self.backend.force_expire(validation.job_id(job_id), None if actor is None else validation.owner(actor))
 
     def report_rejection(self, job_id: str, owner: str, token: int, *, resource: str,
                          highest: int, reason: str = "") -> Rejection:
@@ -177,6 +216,21 @@ class Store:
 
     def __repr__(self) -> str:
         return f"<tenure.Store {self.url or self.characteristics.name}>"
+
+
+def _state(value: object) -> JobState:
+    try:
+        return JobState(value)
+    except ValueError:
+        names = ", ".join(s.value for s in JobState)
+        raise InvalidArgument(f"unknown job state {value!r}; states are {names}") from None
+
+
+def _needle(kind: str, value: object) -> str | None:
+    """Search text: None or "" means no filter; otherwise validated like the field it matches."""
+    if value is None or value == "":
+        return None
+    return validation.job_id(value) if kind == "job" else validation.owner(value)
 
 
 def _since(value: object) -> float | None:

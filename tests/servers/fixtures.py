@@ -2,12 +2,5 @@
 
 from __future__ import annotations
 
-import pytest
-
-from tests.harness import Harness
+from tests.servers.etcd import etcd_harness, etcd_server  # noqa: F401 - fixtures
 from tests.servers.zookeeper import zk_ensemble, zk_harness, zk_private, zk_server, zk_tls  # noqa: F401
-
-
-@pytest.fixture
-def etcd_harness() -> Harness:
-    pytest.skip("the etcd backend has not landed yet")

@@ -1,0 +1,475 @@
+"""``etcd://h1:2379,h2:2379,h3:2379/prefix``: leases on etcd, tokens from etcd revisions.
+
+A claim's fencing token is the revision of the transaction that made it (the create revision
+of the job's lease key). Revisions are global and never reused, so tokens grow across expiry,
+completion, restarts and leader changes. Expiry is etcd's: the lease key is attached to an
+etcd lease with the job's TTL, and etcd deletes it when that runs out.
+
+Round trips: claim 2 (a lease grant sent alongside the read, then the transaction), renew 1
+(a keep-alive sent alongside the transaction) when this process made the claim with the same
+TTL, otherwise 2; complete and release 1. A stale renew/complete/release writes its rejection
+in the failure branch of that same transaction, and a second write fills in why. The etcd
+leases of ended claims are revoked without waiting for the answer, off the caller's path.
+
+``now()`` is this machine's wall clock: etcd has no clock API. Expiry never depends on it;
+``expires_at`` is an estimate (local time of the grant or keep-alive plus the TTL plus
+``EXPIRY_GRACE``) of when etcd will have deleted the lease key. Key layout: ``etcd_layout``.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import math
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tenure.backends import etcd_client as ec
+from tenure.backends import etcd_scan
+from tenure.backends.etcd_client import KV, Connection, Pending, TxnResult
+from tenure.backends.etcd_layout import (
+    JobValue,
+    Keys,
+    end_value,
+    event_value,
+    job_value,
+    lease_value,
+    owner_prefix,
+    parse,
+    read_event,
+    read_rejection,
+    record,
+    rejection_value,
+)
+from tenure.core import transitions
+from tenure.core.backend import Backend, Characteristics, corrupt_status, newest
+from tenure.core.clock import Clock
+from tenure.core.errors import (
+    AlreadyClaimed,
+    BackendUnavailable,
+    CorruptRecord,
+    InvalidArgument,
+    JobCompleted,
+    JobNotFound,
+    LeaseError,
+    StaleLease,
+)
+from tenure.core.options import Options, StoreURL
+from tenure.core.records import Change, HistoryEvent, JobState, JobStatus, Lease, Op, Reason, Rejection
+
+ec.load()  # fail at import (install hint, protobuf runtime) rather than at the first call
+
+log = logging.getLogger("tenure.etcd")
+
+DEFAULT_PORT = 2379
+EXPIRY_GRACE = 1.0  # etcd checks for expired leases every 500 ms, then deletes through raft
+_RETRIES = 5  # optimistic transactions that lost a race are retried this often
+_CACHE = 10_000  # etcd lease ids of claims made here, for one-round-trip renewals
+
+
+def _etcd_ttl(ttl: float) -> int:
+    return max(1, math.ceil(ttl))  # etcd leases count whole seconds: round up, never shorten
+
+
+class _Snapshot:
+    """A job's three keys read at one revision, and the record they make."""
+
+    def __init__(self, job_id: str, kvs: list[list[KV]], now: float) -> None:
+        job, lease, end = (r[0] if r else None for r in kvs)
+        self.job, self.lease, self.end = job, lease, end
+        self.mods = (job.mod_revision if job else 0, lease.create_revision if lease else 0,
+                     end.mod_revision if end else 0)
+        self.now = now  # judge the record by this time only: a live lease key is live at it
+        self.record = record(job_id, job, lease, end, now)
+
+
+class EtcdBackend(Backend):
+    characteristics = Characteristics(
+        name="etcd",
+        store_clock="etcd's lease TTLs decide expiry; times shown are the client's wall clock",
+        min_ttl=2.0,
+        tokens_ordered_across_jobs=True,
+    )
+
+    def __init__(self, hosts: list[tuple[str, int]], prefix: str, *, clock: Clock | None = None,
+                 timeout: float = 5.0, retention: float = 7 * 86400.0, **security: Any) -> None:
+        self.keys = Keys(prefix)
+        self.hosts = hosts
+        self.retention = retention
+        self._clock = clock
+        self._conn = Connection(hosts, timeout=timeout, **security)
+        self._lock = threading.Lock()
+        self._leases: collections.OrderedDict[tuple[str, int, str], tuple[int, int]] = \
+            collections.OrderedDict()
+        self._retention_lease: tuple[int, float] | None = None  # (id, monotonic time to rotate)
+        try:
+            self._conn.range(self.keys.retention)  # fail now if unreachable or refused
+        except BaseException:
+            self.close()
+            raise
+
+    @classmethod
+    def from_url(cls, url: StoreURL, options: Options, clock: Clock | None) -> EtcdBackend:
+        hosts = [(h, p or DEFAULT_PORT) for h, p in url.hosts] or [("127.0.0.1", DEFAULT_PORT)]
+        timeout = options.number("timeout", 5.0, low=0.0, high=600.0, low_open=True)
+        retention = options.number("retention", 7 * 86400.0, low=10.0, high=365 * 86400.0)
+        user = options.text("user", url.username)
+        password = options.text("password", url.password)
+        files = {name: options.text(name) for name in ("ca_cert", "cert_cert", "cert_key")}
+        options.finish()
+        if (user is None) != (password is None):
+            raise InvalidArgument("etcd authentication needs both user and password")
+        if (files["cert_cert"] is None) != (files["cert_key"] is None):
+            raise InvalidArgument("etcd client certificates need both cert_cert and cert_key")
+        if files["cert_cert"] is not None and files["ca_cert"] is None:
+            raise InvalidArgument("etcd client certificates need ca_cert (TLS) as well")
+        for name, path in files.items():
+            if path is not None and not Path(path).is_file():
+                raise InvalidArgument(f"option {name}={path!r} for etcd://: no such file")
+        assert timeout is not None and retention is not None
+        return cls(hosts, url.path, clock=clock, timeout=timeout, retention=retention,
+                   user=user, password=password, **files)
+
+    # -- helpers -------------------------------------------------------------------------
+    def now(self) -> float:
+        return self._clock.time() if self._clock is not None else time.time()
+
+    def _reads(self, job_id: str) -> list[Any]:
+        k = self.keys
+        return [ec.get(k.job(job_id)), ec.get(k.lease(job_id)), ec.get(k.end(job_id))]
+
+    def _snapshot(self, job_id: str) -> _Snapshot:
+        res = self._conn.txn([], self._reads(job_id), [], retry=True)  # reads only: safe to retry
+        return _Snapshot(job_id, res.ranges, self.now())
+
+    def _retention_id(self) -> int:
+        """A shared etcd lease that ends audit records after ``retention`` seconds, no scans.
+
+        Every process writing under the prefix uses the one named in ``meta/retention``
+        while it has more than 90% of its time left (etcd's own count, no client clocks),
+        then one of them grants the next: records live 0.9 to 1.0 times the retention.
+        """
+        with self._lock:
+            if self._retention_lease and time.monotonic() < self._retention_lease[1]:
+                return self._retention_lease[0]
+        for _ in range(_RETRIES):
+            kvs, _, _ = self._conn.range(self.keys.retention)
+            named = parse(kvs[0].value).get("lease") if kvs else None
+            if isinstance(named, int) and not isinstance(named, bool):
+                remaining, granted = self._conn.time_to_live(named)
+                fresh_for = remaining - 0.9 * granted
+                if fresh_for > 0:
+                    with self._lock:
+                        self._retention_lease = (named, time.monotonic() + fresh_for)
+                    return named
+            lease_id, _ = self._conn.grant(_etcd_ttl(self.retention))
+            mod = kvs[0].mod_revision if kvs else 0
+            if not self._conn.txn([ec.compare(self.keys.retention, "mod", "==", mod)],
+                                  [ec.put(self.keys.retention, f'{{"lease":{lease_id}}}'.encode())],
+                                  []).succeeded:
+                self._revoke_later(lease_id)  # another process named one first: use theirs
+        raise BackendUnavailable("could not agree on a retention lease (too much contention)")
+
+    def _write(self, compares: list[Any], success: list[Any], failure: list[Any]) -> TxnResult:
+        """A transaction that may attach audit records to the retention lease."""
+        try:
+            return self._conn.txn(compares, success, failure)
+        except ec.LeaseNotFound:
+            # Revoked behind our back (an operator, a restored snapshot): nothing was written,
+            # so the same transaction is sent once more with a retention lease that exists.
+            with self._lock:
+                old, self._retention_lease = self._retention_lease, None
+            if old is None:
+                raise
+            new = self._retention_id()
+            if new == old[0]:
+                raise
+            ec.relet(success + failure, old[0], new)
+            return self._conn.txn(compares, success, failure)
+
+    def _audit(self, key: bytes, value: bytes) -> Any:
+        return ec.put(key, value, lease=self._retention_id())
+
+    def _event(self, job_id: str, op: Op, owner: str | None, token: int | None, at: float,
+               expires_at: float | None) -> Any:
+        return self._audit(self.keys.history(job_id, uuid.uuid4().hex),
+                           event_value(op, owner, token, at, expires_at))
+
+    def _revoke_later(self, lease_id: int) -> None:
+        if lease_id:  # nothing is attached to it any more; it would also run out by itself
+            self._conn.revoke_later(lease_id)
+
+    def _remember(self, key: tuple[str, int, str], lease_id: int | None, ttl: int = 0) -> None:
+        with self._lock:
+            if lease_id is None:
+                self._leases.pop(key, None)
+                return
+            self._leases[key] = (lease_id, ttl)
+            while len(self._leases) > _CACHE:
+                self._leases.popitem(last=False)
+
+    # -- the protocol --------------------------------------------------------------------
+    def submit(self, job_id: str, actor: str | None = None) -> None:
+        """``actor``: the operator who asked, recorded as the owner of the history event."""
+        k = self.keys
+        for _ in range(_RETRIES):
+            snap = self._snapshot(job_id)
+            now = self.now()
+            new = transitions.submit(snap.record, job_id, now)
+            if new is None:
+                return
+            value = JobValue(JobState.PENDING, None, new.token, None, now, None, None, new.runs)
+            res = self._write(self._unchanged(job_id, snap),
+                                 [ec.put(k.job(job_id), job_value(job_id, value)), ec.delete(k.end(job_id)),
+                                  self._event(job_id, Op.SUBMIT, actor, new.token, now, None)], [])
+            if res.succeeded:
+                return
+        raise BackendUnavailable(f"submit of {job_id!r} kept losing races; try again")
+
+    def _unchanged(self, job_id: str, snap: _Snapshot) -> list[Any]:
+        k = self.keys
+        mj, lc, mo = snap.mods
+        return [ec.compare(k.job(job_id), "mod", "==", mj), ec.compare(k.lease(job_id), "create", "==", lc),
+                ec.compare(k.end(job_id), "mod", "==", mo)]
+
+    def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
+        # The grant is sent after the caller noted the send time, so etcd's lease ends no
+        # earlier than that time plus the TTL: the holder's safe deadline holds.
+        grant = self._conn.grant_started(_etcd_ttl(ttl))
+        try:
+            return self._claim(job_id, owner, ttl, grant, self._snapshot(job_id))
+        except BaseException:
+            with contextlib.suppress(LeaseError):
+                self._revoke_later(grant.result()[0])
+            raise
+
+    def _claim(self, job_id: str, owner: str, ttl: float, grant: Pending[tuple[int, int]],
+               snap: _Snapshot) -> Lease:
+        k = self.keys
+        for _ in range(_RETRIES):
+            transitions.claim(snap.record, job_id, owner, ttl, snap.now)  # raises if not claimable
+            lease_id, granted = grant.result()
+            now = self.now()
+            expires_at = now + granted + EXPIRY_GRACE
+            rec = snap.record
+            # The job key keeps the nominal end, shown once etcd has ended the lease.
+            value = JobValue(JobState.LEASED, owner, 0, ttl, rec.submitted_at if rec else now, now,
+                             now + granted, rec.runs if rec else 1)
+            res = self._write(
+                [*self._unchanged(job_id, snap), ec.compare(k.lease(job_id), "create", "==", 0)],
+                [ec.put(k.job(job_id), job_value(job_id, value)),
+                 ec.put(k.lease(job_id), lease_value(owner, ttl, None, expires_at), lease=lease_id),
+                 ec.delete(k.end(job_id)), self._event(job_id, Op.CLAIM, owner, None, now, expires_at)],
+                self._reads(job_id))
+            if res.succeeded:
+                self._remember((job_id, res.revision, owner), lease_id, granted)
+                return Lease(job_id, owner, res.revision, expires_at, ttl)
+            snap = _Snapshot(job_id, res.ranges, self.now())
+        transitions.claim(snap.record, job_id, owner, ttl, snap.now)
+        raise AlreadyClaimed(job_id, None, 0, None)  # still racing after several rounds
+
+    def claim_next(self, owner: str, ttl: float) -> Lease | None:
+        # Expired leases first (their work is overdue), then pending jobs oldest first.
+        now = self.now()
+        expired: list[tuple[float, str]] = []
+        pending: list[tuple[float, str]] = []
+        for status in self.jobs():
+            if status.state is JobState.EXPIRED:
+                expired.append((status.expires_at or 0.0, status.job_id))
+            elif status.state is JobState.PENDING:
+                pending.append((status.submitted_at or now, status.job_id))
+        for _, job_id in sorted(expired) + sorted(pending):
+            try:
+                return self.claim(job_id, owner, ttl)
+            except (AlreadyClaimed, JobCompleted, CorruptRecord):
+                continue  # someone else was faster, or it cannot be claimed
+        return None
+
+    def _holder_txn(self, op: Op, lease: Lease, success: list[Any], now: float) -> TxnResult:
+        """Run ``success`` if ``lease`` is current; otherwise audit in the same txn and raise."""
+        k, job_id, token = self.keys, lease.job_id, lease.token
+        mine = owner_prefix(lease.owner)
+        uid = uuid.uuid4().hex
+        stub = Rejection(job_id, op, lease.owner, token, None, 0, now, "")
+        res = self._write(
+            [ec.compare(k.lease(job_id), "create", "==", token),
+             ec.compare(k.lease(job_id), "value", ">", mine),  # the value starts with the owner
+             ec.compare(k.lease(job_id), "value", "<", mine + b"\x7f"),
+             ec.compare(k.job(job_id), "mod", "==", token)],
+            success,
+            [self._audit(k.rejection(uid), rejection_value(stub, complete=False)), *self._reads(job_id)])
+        if res.succeeded:
+            return res
+        try:
+            rec = _Snapshot(job_id, res.ranges, now).record
+        except CorruptRecord as exc:
+            self._finish_rejection(uid, transitions.rejection(None, op, lease, Reason.NOT_FOUND, now),
+                                   f"corrupt record: {exc.problem}")
+            raise
+        rejected = transitions.rejection(rec, op, lease, transitions.check(rec, lease, now) or Reason.EXPIRED,
+                                         now)
+        self._finish_rejection(uid, rejected)
+        raise StaleLease(rejected)
+
+    def _finish_rejection(self, uid: str, rejection: Rejection, reason: str | None = None) -> None:
+        if reason is not None:
+            rejection = Rejection(rejection.job_id, rejection.op, rejection.owner, rejection.token,
+                                  rejection.current_owner, rejection.current_token, rejection.at, reason)
+        try:
+            key = self.keys.rejection(uid)
+            self._write([ec.compare(key, "create", ">", 0)],  # never resurrect an expired one
+                        [self._audit(key, rejection_value(rejection))], [])
+        except LeaseError as exc:  # the rejection is recorded already, only its reason is missing
+            log.warning("could not record why %s was rejected: %s", rejection, exc)
+
+    def renew(self, lease: Lease, ttl: float) -> Lease:
+        try:
+            return self._renew(lease, ttl)
+        except ec.LeaseNotFound:
+            # Another connection moved this claim to a new etcd lease and revoked ours:
+            # forget it and renew the way a connection that never knew it does.
+            self._remember((lease.job_id, lease.token, lease.owner), None)
+            return self._renew(lease, ttl)
+
+    def _renew(self, lease: Lease, ttl: float) -> Lease:
+        k, key = self.keys, (lease.job_id, lease.token, lease.owner)
+        with self._lock:
+            cached = self._leases.get(key)
+        etcd_ttl = _etcd_ttl(ttl)
+        now = self.now()
+        keepalive: Pending[int] | None = None
+        if cached is not None and cached[1] == etcd_ttl:
+            lease_id, granted = cached
+            keepalive = self._conn.keepalive_started(lease_id)
+        else:  # a claim made elsewhere, or a new TTL: move the key to a new etcd lease
+            lease_id, granted = self._conn.grant(etcd_ttl)
+            now = self.now()
+        expires_at = now + granted + EXPIRY_GRACE
+        try:
+            res = self._holder_txn(Op.RENEW, lease, [
+                ec.put(k.lease(lease.job_id), lease_value(lease.owner, ttl, now, expires_at),
+                       lease=lease_id, prev_kv=True),
+                self._event(lease.job_id, Op.RENEW, lease.owner, lease.token, now, expires_at)], now)
+        except BaseException:
+            if keepalive is None:
+                self._revoke_later(lease_id)
+            else:
+                keepalive.cancel()
+            raise
+        if keepalive is not None and keepalive.result() <= 0:
+            # etcd ended the lease between the check and the keep-alive: the renewal failed.
+            rejected = Rejection(lease.job_id, Op.RENEW, lease.owner, lease.token, lease.owner,
+                                 lease.token, now, str(Reason.EXPIRED))
+            self.record_rejection(rejected)
+            raise StaleLease(rejected)
+        for prev in res.prev:
+            if prev.lease != lease_id:
+                self._revoke_later(prev.lease)
+        self._remember(key, lease_id, granted)
+        return Lease(lease.job_id, lease.owner, lease.token, expires_at, ttl)
+
+    def _end(self, op: Op, lease: Lease, how: str, result: bytes | None) -> None:
+        k, now = self.keys, self.now()
+        res = self._holder_txn(op, lease, [
+            ec.put(k.end(lease.job_id), end_value(how, lease.token, now, result)),
+            ec.delete(k.lease(lease.job_id), prev_kv=True),
+            self._event(lease.job_id, op, lease.owner, lease.token, now, None)], now)
+        self._remember((lease.job_id, lease.token, lease.owner), None)
+        for prev in res.prev:
+            self._revoke_later(prev.lease)
+
+    def complete(self, lease: Lease, result: bytes | None) -> None:
+        self._end(Op.COMPLETE, lease, "completed", result)
+
+    def release(self, lease: Lease) -> None:
+        self._end(Op.RELEASE, lease, "released", None)
+
+    def force_expire(self, job_id: str, actor: str | None = None) -> None:
+        k = self.keys
+        for _ in range(_RETRIES):
+            snap = self._snapshot(job_id)
+            if snap.record is None:
+                raise JobNotFound(job_id)
+            if snap.lease is None:
+                return  # not leased, or etcd ended the lease already
+            now = self.now()
+            res = self._write(
+                [ec.compare(k.lease(job_id), "create", "==", snap.lease.create_revision)],
+                [ec.delete(k.lease(job_id), prev_kv=True),
+                 self._event(job_id, Op.EXPIRE, actor or snap.record.owner, snap.record.token, now, now)],
+                [])
+            if res.succeeded:
+                for prev in res.prev:
+                    self._revoke_later(prev.lease)
+                return
+        raise BackendUnavailable(f"force_expire of {job_id!r} kept losing races; try again")
+
+    def record_rejection(self, rejection: Rejection) -> None:
+        key = self.keys.rejection(uuid.uuid4().hex)
+        self._write([], [self._audit(key, rejection_value(rejection))], [])
+
+    # -- reading -------------------------------------------------------------------------
+    def get(self, job_id: str) -> JobStatus | None:
+        try:
+            snap = self._snapshot(job_id)
+        except CorruptRecord as exc:
+            return corrupt_status(job_id, exc.key, exc)
+        return None if snap.record is None else transitions.status(snap.record, snap.now)
+
+    def jobs(self) -> Iterator[JobStatus]:
+        now = self.now()
+        for job_id, key, rec_or_error in etcd_scan.scan(self._conn, self.keys, now):
+            if isinstance(rec_or_error, CorruptRecord):
+                yield corrupt_status(job_id, key, rec_or_error)
+            elif rec_or_error is not None:
+                yield transitions.status(rec_or_error, now)
+
+    def _audit_records(self, start: bytes, end: bytes, limit: int | None, since: float | None) -> list[KV]:
+        # Newest first with a limit when no time filter applies; otherwise all (bounded by retention).
+        fetch = limit if since is None and limit is not None else 0
+        if fetch == 0 and limit == 0:
+            return []
+        kvs, _, _ = self._conn.range(start, end, limit=fetch, newest_first=True, by_create=True)
+        return kvs[::-1]
+
+    def rejections(self, since: float | None, limit: int | None) -> list[Rejection]:
+        out = []
+        for kv in self._audit_records(*self.keys.span("rejection"), limit, since):
+            try:
+                rejection, _ = read_rejection(kv)
+            except CorruptRecord as exc:
+                log.warning("skipping an audit record tenure cannot read: %s", exc)
+                continue
+            if since is None or rejection.at >= since:
+                out.append(rejection)
+        return newest(out, limit)
+
+    def history(self, job_id: str | None, since: float | None, limit: int | None) -> list[HistoryEvent]:
+        out = []
+        for kv in self._audit_records(*self.keys.history_span(job_id), limit, since):
+            try:
+                event = read_event(kv, job_id or self.keys.job_id(kv.key.rsplit(b"/", 1)[0], "history"))
+            except CorruptRecord as exc:
+                log.warning("skipping a history record tenure cannot read: %s", exc)
+                continue
+            if since is None or event.at >= since:
+                out.append(event)
+        return newest(out, limit)
+
+    def watch(self, stop: threading.Event, interval: float) -> Iterator[Change]:
+        return etcd_scan.watch(self, self._conn, stop, interval)
+
+    def health(self) -> dict[str, Any]:
+        status = self._conn.status()
+        return {"backend": "etcd", "prefix": self.keys.prefix,
+                "store_clock": self.characteristics.store_clock,
+                "endpoints": [f"{h}:{p}" for h, p in self.hosts], **status}
+
+    def close(self) -> None:
+        self._conn.close()
+

@@ -1,0 +1,262 @@
+"""Keys and values of the etcd backend: where each record lives under the prefix, and its JSON.
+
+Per job ``<id>`` (base64url of the UTF-8 job id, so any id round-trips and none escapes the
+prefix) there are up to three keys:
+
+``<prefix>/job/<id>``    the run: pending or leased, owner, submitted/claimed times, runs.
+                         A claim rewrites it, so while leased its mod revision is the token.
+``<prefix>/lease/<id>``  the live lease, attached to an etcd lease with the job's TTL; etcd
+                         deletes it on expiry. Its create revision is the token.
+``<prefix>/end/<id>``    how the current claim ended: completed (with the result) or released.
+
+Audit records carry a random suffix and are attached to a shared retention lease:
+``<prefix>/history/<id>/<uuid>`` and ``<prefix>/rejection/<uuid>``.
+Anything under the prefix that does not decode raises :class:`CorruptRecord`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from tenure.backends.etcd_client import KV
+from tenure.core import validation
+from tenure.core.errors import CorruptRecord, InvalidArgument
+from tenure.core.records import HistoryEvent, JobState, Op, Rejection, RejectionKind
+from tenure.core.transitions import JobRecord
+
+VERSION = 1
+_DUMP = {"ensure_ascii": True, "separators": (",", ":"), "allow_nan": False}
+
+
+def _next(key: bytes) -> bytes:
+    """The end of the range of keys that start with ``key``."""
+    return key[:-1] + bytes([key[-1] + 1])
+
+
+class Keys:
+    def __init__(self, prefix: str) -> None:
+        text = "/" + prefix.strip("/")
+        if text == "/":
+            text = "/tenure"
+        if any(ord(ch) < 32 or ord(ch) == 127 for ch in text):
+            raise InvalidArgument(f"etcd prefix {prefix!r} contains a control character")
+        self.prefix = text
+        self.root = text.encode() + b"/"
+        self.retention = self.root + b"meta/retention"
+
+    def section(self, name: str) -> bytes:
+        return self.root + name.encode() + b"/"
+
+    def span(self, name: str) -> tuple[bytes, bytes]:
+        start = self.section(name)
+        return start, _next(start)
+
+    def _key(self, name: str, job_id: str) -> bytes:
+        return self.section(name) + base64.urlsafe_b64encode(job_id.encode()).rstrip(b"=")
+
+    def job(self, job_id: str) -> bytes:
+        return self._key("job", job_id)
+
+    def lease(self, job_id: str) -> bytes:
+        return self._key("lease", job_id)
+
+    def end(self, job_id: str) -> bytes:
+        return self._key("end", job_id)
+
+    def history(self, job_id: str, uid: str) -> bytes:
+        return self._key("history", job_id) + b"/" + uid.encode()
+
+    def history_span(self, job_id: str | None) -> tuple[bytes, bytes]:
+        if job_id is None:
+            return self.span("history")
+        start = self._key("history", job_id) + b"/"
+        return start, _next(start)
+
+    def rejection(self, uid: str) -> bytes:
+        return self.section("rejection") + uid.encode()
+
+    def job_id(self, key: bytes, section: str) -> str:
+        """The job id in a key of ``section``; CorruptRecord for a key tenure did not make."""
+        encoded = key[len(self.section(section)):]
+        try:
+            job_id = base64.urlsafe_b64decode(encoded + b"=" * (-len(encoded) % 4)).decode()
+            validation.job_id(job_id)
+        except (binascii.Error, ValueError) as exc:
+            raise CorruptRecord(key.decode(errors="replace"), "the key does not name a job id") from exc
+        if base64.urlsafe_b64encode(job_id.encode()).rstrip(b"=") != encoded:
+            raise CorruptRecord(key.decode(errors="replace"), "the key is not tenure's job id encoding")
+        return job_id
+
+
+# -- values ------------------------------------------------------------------------------------
+def dump(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, **_DUMP).encode()  # type: ignore[arg-type]
+
+
+def owner_prefix(owner: str) -> bytes:
+    """Lease values start with this, so a transaction can check the owner by a byte range."""
+    return b'{"owner":' + json.dumps(owner, ensure_ascii=True).encode() + b","
+
+
+def lease_value(owner: str, ttl: float, renewed_at: float | None, expires_at: float) -> bytes:
+    rest = dump({"ttl": ttl, "renewed_at": renewed_at, "expires_at": expires_at})
+    return owner_prefix(owner) + rest[1:]
+
+
+def _load(kv: KV) -> dict[str, Any]:
+    try:
+        value = json.loads(kv.value.decode())
+    except (UnicodeDecodeError, ValueError):
+        raise CorruptRecord(kv.key.decode(errors="replace"), "the value is not JSON") from None
+    if not isinstance(value, dict):
+        raise CorruptRecord(kv.key.decode(errors="replace"), "the value is not a JSON object")
+    return value
+
+
+def _field(kv: KV, value: dict[str, Any], name: str, kind: type | tuple[type, ...],
+           optional: bool = True) -> Any:
+    item = value.get(name)
+    if item is None and optional:
+        return None
+    if not isinstance(item, kind) or isinstance(item, bool) or (
+            isinstance(item, float) and not math.isfinite(item)):
+        raise CorruptRecord(kv.key.decode(errors="replace"), f"field {name!r} is {item!r}")
+    return item
+
+
+_NUM = (int, float)
+
+
+@dataclass(frozen=True)
+class JobValue:
+    state: JobState  # PENDING or LEASED
+    owner: str | None
+    token: int  # the last token, for a pending job (a leased one's is its mod revision)
+    ttl: float | None
+    submitted_at: float | None
+    claimed_at: float | None
+    expires_at: float | None
+    runs: int
+
+
+def job_value(job_id: str, v: JobValue) -> bytes:
+    return dump({"tenure": VERSION, "job": job_id, "state": v.state.value, "owner": v.owner,
+                 "token": v.token, "ttl": v.ttl, "submitted_at": v.submitted_at,
+                 "claimed_at": v.claimed_at, "expires_at": v.expires_at, "runs": v.runs})
+
+
+def read_job(kv: KV, job_id: str) -> JobValue:
+    v = _load(kv)
+    key = kv.key.decode(errors="replace")
+    if v.get("tenure") != VERSION or v.get("job") != job_id:
+        raise CorruptRecord(key, "not a tenure job record for this key")
+    state = {"pending": JobState.PENDING, "leased": JobState.LEASED}.get(v.get("state"))  # type: ignore[arg-type]
+    if state is None:
+        raise CorruptRecord(key, f"unknown state {v.get('state')!r}")
+    owner = _field(kv, v, "owner", str, optional=state is JobState.PENDING)
+    return JobValue(state, owner, _field(kv, v, "token", int, False), _field(kv, v, "ttl", _NUM),
+                    _field(kv, v, "submitted_at", _NUM), _field(kv, v, "claimed_at", _NUM),
+                    _field(kv, v, "expires_at", _NUM), _field(kv, v, "runs", int, False))
+
+
+def parse(value: bytes) -> dict[str, Any]:
+    """A JSON object, or an empty one for anything else."""
+    try:
+        loaded = json.loads(value)
+    except ValueError:
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def end_value(how: str, token: int, at: float, result: bytes | None) -> bytes:
+    return dump({"tenure": VERSION, "how": how, "token": token, "at": at,
+                 "result": None if result is None else base64.b64encode(result).decode()})
+
+
+def record(job_id: str, job: KV | None, lease: KV | None, end: KV | None, now: float) -> JobRecord | None:
+    """The job's record as the core's state machine sees it; CorruptRecord if keys disagree."""
+    if job is None:
+        orphan = lease or end
+        if orphan is not None:
+            raise CorruptRecord(orphan.key.decode(errors="replace"), "a lease or outcome without its job")
+        return None
+    v = read_job(job, job_id)
+    key = job.key.decode(errors="replace")
+    base = JobRecord(job_id, v.state, v.owner, v.token, None, v.ttl, v.submitted_at, v.claimed_at,
+                     runs=v.runs)
+    if v.state is JobState.PENDING:
+        if lease is not None or end is not None:
+            raise CorruptRecord(key, "a pending job with a lease or outcome")
+        return base
+    token = job.mod_revision
+    base = JobRecord(job_id, JobState.LEASED, v.owner, token, None, v.ttl, v.submitted_at,
+                     v.claimed_at, runs=v.runs)
+    if end is not None:
+        o = _load(end)
+        how = o.get("how")
+        if o.get("token") != token or how not in ("completed", "released") or lease is not None:
+            raise CorruptRecord(end.key.decode(errors="replace"), "an outcome that does not match the job")
+        if how == "released":
+            return JobRecord(job_id, JobState.PENDING, None, token, None, None, v.submitted_at, runs=v.runs)
+        result = _field(end, o, "result", str)
+        return JobRecord(job_id, JobState.COMPLETED, v.owner, token, None, None, v.submitted_at,
+                         v.claimed_at, None, _field(end, o, "at", _NUM), v.runs,
+                         None if result is None else base64.b64decode(result))
+    if lease is None:  # etcd ended the lease, or an operator did
+        until = min(v.expires_at or now, now)
+        return JobRecord(job_id, JobState.LEASED, v.owner, token, until, v.ttl, v.submitted_at,
+                         v.claimed_at, runs=v.runs)
+    lv = _load(lease)
+    if lease.create_revision != token or not lease.value.startswith(owner_prefix(v.owner or "")):
+        raise CorruptRecord(lease.key.decode(errors="replace"), "a lease that does not match the job")
+    # While etcd keeps the key the lease is live, whatever our estimate of its end says.
+    until = max(_field(lease, lv, "expires_at", _NUM, False), now + 1e-3)
+    return JobRecord(job_id, JobState.LEASED, v.owner, token, until, _field(lease, lv, "ttl", _NUM),
+                     v.submitted_at, v.claimed_at, _field(lease, lv, "renewed_at", _NUM), runs=v.runs)
+
+
+# -- audit records ---------------------------------------------------------------------------
+def event_value(op: Op, owner: str | None, token: int | None, at: float, expires_at: float | None) -> bytes:
+    """``token`` None: the token is the revision of the write itself (a claim's)."""
+    return dump({"op": op.value, "owner": owner, "token": token, "at": at, "expires_at": expires_at})
+
+
+def read_event(kv: KV, job_id: str) -> HistoryEvent:
+    v = _load(kv)
+    try:
+        op = Op(v.get("op"))
+    except ValueError:
+        raise CorruptRecord(kv.key.decode(errors="replace"), "unknown operation") from None
+    token = _field(kv, v, "token", int)
+    return HistoryEvent(job_id, op, _field(kv, v, "owner", str),
+                        kv.create_revision if token is None else token,
+                        _field(kv, v, "at", _NUM, False), _field(kv, v, "expires_at", _NUM))
+
+
+UNKNOWN_REASON = "unknown (the rejecting client stopped before recording why)"
+
+
+def rejection_value(r: Rejection, complete: bool = True) -> bytes:
+    return dump({"job": r.job_id, "op": r.op.value, "owner": r.owner, "token": r.token,
+                 "current_owner": r.current_owner, "current_token": r.current_token, "at": r.at,
+                 "reason": r.reason if complete else None, "kind": r.kind.value, "resource": r.resource})
+
+
+def read_rejection(kv: KV) -> tuple[Rejection, bool]:
+    """The rejection and whether its reason was recorded (a stub's is filled in later)."""
+    v = _load(kv)
+    try:
+        op, kind = Op(v.get("op")), RejectionKind(v.get("kind"))
+    except ValueError:
+        raise CorruptRecord(kv.key.decode(errors="replace"), "unknown operation or kind") from None
+    reason = _field(kv, v, "reason", str)
+    r = Rejection(_field(kv, v, "job", str, False), op, _field(kv, v, "owner", str, False),
+                  _field(kv, v, "token", int, False), _field(kv, v, "current_owner", str),
+                  _field(kv, v, "current_token", int) or 0, _field(kv, v, "at", _NUM, False),
+                  reason or UNKNOWN_REASON, kind, _field(kv, v, "resource", str))
+    return r, reason is not None

@@ -1,0 +1,120 @@
+"""Records to tables: the dashboard's data shaping, free of Streamlit so tests can call it.
+
+Every time here is the store's clock; "now" is the store's now as read for this render.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Sequence
+
+import pandas as pd
+
+from tenure.core.backend import fold
+from tenure.core.records import HistoryEvent, JobState, JobStatus, Op, Rejection
+
+LEASE_COLUMNS = ["job", "owner", "token", "state", "expires in (s)", "lease left",
+                 "last renewal", "claimed at", "problem"]
+REJECTION_COLUMNS = ["at", "job", "op", "kind", "owner", "token", "current owner",
+                     "current token", "reason", "resource"]
+TERMINAL = {Op.COMPLETE: "completed", Op.RELEASE: "released", Op.EXPIRE: "force-expired"}
+
+
+def when(seconds: float | None) -> pd.Timestamp | None:
+    """A store time as a UTC timestamp (None stays None)."""
+    return None if seconds is None else pd.Timestamp(seconds, unit="s", tz="UTC")
+
+
+def leases_frame(jobs: Sequence[JobStatus], now: float) -> pd.DataFrame:
+    """One row per job; ``lease left`` is the fraction of the lease's TTL still to run."""
+    rows = []
+    for j in jobs:
+        left = fraction = None
+        if j.expires_at is not None and j.state in (JobState.LEASED, JobState.EXPIRED):
+            left = j.expires_at - now
+            began = j.renewed_at or j.claimed_at
+            ttl = j.expires_at - began if began is not None else None
+            fraction = min(1.0, max(0.0, left / ttl)) if ttl else 0.0
+        problem = f"{j.key}: {j.problem}" if j.state is JobState.CORRUPT else ""
+        rows.append({"job": j.job_id, "owner": j.owner or "", "token": j.token,
+                     "state": j.state.value, "expires in (s)": left, "lease left": fraction,
+                     "last renewal": when(j.renewed_at), "claimed at": when(j.claimed_at),
+                     "problem": problem})
+    return pd.DataFrame(rows, columns=LEASE_COLUMNS)
+
+
+def rejections_frame(rejections: Iterable[Rejection]) -> pd.DataFrame:
+    """Newest first."""
+    rows = [{"at": when(r.at), "job": r.job_id, "op": r.op.value, "kind": r.kind.value,
+             "owner": r.owner, "token": r.token, "current owner": r.current_owner or "",
+             "current token": r.current_token, "reason": r.reason, "resource": r.resource or ""}
+            for r in rejections]
+    frame = pd.DataFrame(rows, columns=REJECTION_COLUMNS)
+    return frame.iloc[::-1].reset_index(drop=True)
+
+
+def filter_rejections(rejections: Iterable[Rejection], *, job: str = "", owner: str = "",
+                      ops: Iterable[str] = (), kinds: Iterable[str] = (),
+                      since: float | None = None) -> list[Rejection]:
+    """Rejections whose job and owner contain the texts (ASCII case ignored), of those ops
+    and kinds (all when empty), at or after ``since``."""
+    op_set, kind_set = set(ops), set(kinds)
+    return [r for r in rejections
+            if fold(job) in fold(r.job_id) and fold(owner) in fold(r.owner)
+            and (not op_set or r.op.value in op_set) and (not kind_set or r.kind.value in kind_set)
+            and (since is None or r.at >= since)]
+
+
+def rejections_csv(rejections: Iterable[Rejection]) -> bytes:
+    text: str = rejections_frame(rejections).to_csv(index=False, date_format="%Y-%m-%dT%H:%M:%S.%fZ")
+    return text.encode()
+
+
+def rejections_json(rejections: Iterable[Rejection]) -> bytes:
+    """Every field, store times as epoch seconds: the form a script auditing them wants."""
+    return json.dumps([dataclasses.asdict(r) for r in rejections], indent=1).encode()
+
+
+def history_frame(events: Iterable[HistoryEvent]) -> pd.DataFrame:
+    rows = [{"at": when(e.at), "op": e.op.value, "owner": e.owner or "", "token": e.token,
+             "expires at": when(e.expires_at)} for e in events]
+    return pd.DataFrame(rows, columns=["at", "op", "owner", "token", "expires at"])
+
+
+def intervals(events: Iterable[HistoryEvent], now: float, start: float) -> pd.DataFrame:
+    """One row per (job, generation): when the lease began and ended (or will end).
+
+    A generation claimed before ``start`` begins at ``start``; one whose last event is a
+    claim or renewal ends at its expiry, which may be in the future.
+    """
+    spans: dict[tuple[str, int], dict[str, object]] = {}
+    for e in events:
+        if e.token == 0 or e.op is Op.SUBMIT:
+            continue
+        span = spans.setdefault((e.job_id, e.token), {"job": e.job_id, "token": e.token,
+                                                      "owner": e.owner or "", "begin": max(e.at, start)})
+        if e.op is Op.CLAIM:
+            span["owner"] = e.owner or ""
+        if e.op in TERMINAL:
+            span["end"], span["outcome"] = (e.expires_at if e.op is Op.EXPIRE and e.expires_at
+                                            else e.at), TERMINAL[e.op]
+        elif e.expires_at is not None:
+            span["end"] = e.expires_at
+            span["outcome"] = "live" if e.expires_at > now else "expired"
+    rows = [s for s in spans.values() if "end" in s]
+    frame = pd.DataFrame(rows, columns=["job", "token", "owner", "begin", "end", "outcome"])
+    frame["label"] = [f"gen {t} {o}" for t, o in zip(frame["token"], frame["owner"], strict=True)]
+    for column in ("begin", "end"):
+        frame[column] = pd.to_datetime(frame[column], unit="s", utc=True)
+    return frame
+
+
+def busiest_jobs(events: Sequence[HistoryEvent], rejections: Sequence[Rejection], limit: int) -> list[str]:
+    """The jobs to chart: those with rejections first, then the most recently active."""
+    order: dict[str, None] = {}
+    for r in reversed(rejections):
+        order.setdefault(r.job_id, None)
+    for e in reversed(events):
+        order.setdefault(e.job_id, None)
+    return list(order)[:limit]

@@ -1,0 +1,147 @@
+"""Start the dashboard: ``tenure dashboard --url URL [--port N] [--admin]``, or ``start()``.
+
+The app runs under ``python -m streamlit run`` in a child process. Its settings travel in
+environment variables (see ``config``), so the store URL's password and the admin secret
+never appear on a command line that ``ps`` shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from tenure.backends.etcd_client import PROTOBUF_ENV, prepare_process
+from tenure.core.errors import InvalidArgument, LeaseError
+from tenure.core.options import parse_url
+from tenure.dashboard import config
+
+APP = Path(__file__).with_name("app.py")
+SECRET_ENV = "TENURE_ADMIN_SECRET"  # where an operator puts the admin secret for --admin
+
+
+def command(port: int, host: str) -> list[str]:
+    return [sys.executable, "-m", "streamlit", "run", str(APP),
+            "--server.headless=true", f"--server.port={port}", f"--server.address={host}",
+            "--browser.gatherUsageStats=false", "--server.fileWatcherType=none",
+            "--server.runOnSave=false", "--client.toolbarMode=viewer"]
+
+
+def environment(url: str, *, admin_secret: str | None, refresh: float,
+                base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    # The same choice prepare_process() makes, for the child: etcd3 needs protobuf's Python
+    # runtime, and only an environment variable set before protobuf loads can choose it.
+    env.setdefault(PROTOBUF_ENV, "python")
+    env[config.URL_ENV] = url
+    env[config.REFRESH_ENV] = repr(config.refresh_seconds(refresh))
+    env.pop(config.ADMIN_SECRET_ENV, None)
+    if admin_secret is not None:
+        env[config.ADMIN_SECRET_ENV] = admin_secret
+    # The app file imports tenure: make this copy importable even when it is not installed.
+    package_root = str(APP.parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    return env
+
+
+def start(url: str, *, port: int = 8501, host: str = "127.0.0.1", admin_secret: str | None = None,
+          refresh: float = 1.0) -> subprocess.Popen[bytes]:
+    """Start the dashboard in a child process and return at once (see ``wait_ready``)."""
+    parse_url(url)
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise InvalidArgument(f"port must be an int from 1 to 65535, got {port!r}")
+    if not isinstance(host, str) or not host:
+        raise InvalidArgument(f"host must be a non-empty str, got {host!r}")
+    if admin_secret is not None and (not isinstance(admin_secret, str) or len(admin_secret) < 8):
+        raise InvalidArgument("the admin secret must be a str of at least 8 characters")
+    env = environment(url, admin_secret=admin_secret, refresh=refresh)
+    if importlib.util.find_spec("streamlit") is None:
+        raise LeaseError("the dashboard needs Streamlit: pip install 'tenure[dashboard]'")
+    return subprocess.Popen(command(port, host), env=env, stdin=subprocess.DEVNULL)
+
+
+def wait_ready(proc: subprocess.Popen[bytes], host: str, port: int, timeout: float = 60.0) -> str:
+    """The dashboard's address once it answers its health check; raises LeaseError if it exits
+    or stays silent for ``timeout`` seconds."""
+    address = f"http://{host}:{port}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise LeaseError(f"the dashboard exited with code {proc.returncode} before answering")
+        try:
+            with urllib.request.urlopen(f"{address}/_stcore/health", timeout=2) as response:
+                if response.status == 200:
+                    return address
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.2)  # polling a server that is starting up
+    raise LeaseError(f"the dashboard did not answer at {address} within {timeout:g}s")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``tenure dashboard``; the CLI adds ``--url`` itself."""
+    parser.add_argument("--port", type=int, default=8501, help="port to serve on (default 8501)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--refresh", type=float, default=config.DEFAULT_REFRESH,
+                        help="seconds between live refreshes, 0 for none (default 1)")
+    parser.add_argument("--admin", action="store_true",
+                        help=f"enable admin actions, unlocked by the secret in ${SECRET_ENV} "
+                             "or --admin-secret-file")
+    parser.add_argument("--admin-secret-file", metavar="PATH",
+                        help="file holding the admin secret (instead of the environment)")
+
+
+def admin_secret(args: argparse.Namespace, env: dict[str, str] | None = None) -> str | None:
+    """The secret for ``--admin``, from the file named or the environment; None without --admin."""
+    if not args.admin:
+        if args.admin_secret_file:
+            raise InvalidArgument("--admin-secret-file needs --admin")
+        return None
+    if args.admin_secret_file:
+        try:
+            secret = Path(args.admin_secret_file).read_text().strip()
+        except OSError as exc:
+            raise InvalidArgument(f"cannot read --admin-secret-file: {exc.strerror}") from None
+    else:
+        secret = (os.environ if env is None else env).get(SECRET_ENV, "")
+    if len(secret) < 8:
+        raise InvalidArgument(f"--admin needs a secret of at least 8 characters in ${SECRET_ENV} "
+                              "or --admin-secret-file")
+    return secret
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve in the foreground until Ctrl-C or the server exits; returns an exit code."""
+    prepare_process()
+    try:
+        secret = admin_secret(args)
+        proc = start(args.url, port=args.port, host=args.host, admin_secret=secret,
+                     refresh=args.refresh)
+    except LeaseError as exc:
+        print(f"tenure dashboard: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, InvalidArgument) else 1
+    try:
+        address = wait_ready(proc, args.host, args.port)
+        mode = "admin actions enabled" if secret else "read-only"
+        print(f"tenure dashboard: {address} ({mode}; store {parse_url(args.url).redacted()})",
+              flush=True)
+        return proc.wait()
+    except LeaseError as exc:
+        print(f"tenure dashboard: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

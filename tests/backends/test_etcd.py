@@ -1,0 +1,436 @@
+"""The etcd backend beyond the conformance suite: options, faults, corrupt keys, the protobuf quirk."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tenure
+from tests.servers.etcd import EtcdCluster, EtcdHarness, free_port, make_certificates, start_or_fail
+
+ROOT = Path(__file__).resolve().parents[2]
+PY = sys.executable
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"}
+    env["PYTHONPATH"] = str(ROOT)
+    env.update(extra)
+    return env
+
+
+@pytest.fixture
+def store(etcd_harness: EtcdHarness) -> Iterator[tenure.Store]:
+    """A store on a fresh prefix of the session's etcd (this module's, not every backend's)."""
+    with etcd_harness.connect() as s:
+        yield s
+
+
+# -- URLs and options -----------------------------------------------------------------------
+@pytest.mark.parametrize(("url", "problem"), [
+    ("etcd://h:99999/p", "port"),
+    ("etcd://bad host/p", "bad host"),
+    ("etcd://h:2379/p?timeout=0", "timeout"),
+    ("etcd://h:2379/p?timeout=abc", "timeout"),
+    ("etcd://h:2379/p?retention=1", "retention"),
+    ("etcd://h:2379/p?colour=red", "unknown option"),
+    ("etcd://h:2379/p?timeout=1&timeout=2", "twice"),
+    ("etcd://alice@h:2379/p", "user and password"),
+    ("etcd://h:2379/p?cert_cert=/etc/hostname", "cert_key"),
+    ("etcd://h:2379/p?ca_cert=/no/such/ca.pem", "ca_cert"),
+    ("etcd://h:2379/p\x01x", "control character"),
+])
+def test_bad_urls_and_options_name_the_problem(url: str, problem: str) -> None:
+    with pytest.raises(tenure.InvalidArgument, match=problem):
+        tenure.connect(url)
+
+
+def test_keyword_arguments_override_the_query(etcd_harness: EtcdHarness) -> None:
+    with pytest.raises(tenure.InvalidArgument, match="timeout"):
+        etcd_harness.connect(etcd_harness.url() + "?timeout=5", timeout=-1)
+
+
+def test_unreachable_endpoint_fails_promptly() -> None:
+    start = time.monotonic()
+    with pytest.raises(tenure.BackendUnavailable, match=r"unavailable|did not answer"):
+        tenure.connect(f"etcd://127.0.0.1:{free_port()}/p?timeout=1")
+    assert time.monotonic() - start < 1 + 4  # the configured timeout, plus slack for a busy machine
+
+
+# -- the protocol on etcd's terms -----------------------------------------------------------
+def test_tokens_are_revisions_ordered_across_jobs(etcd_harness: EtcdHarness, store: tenure.Store) -> None:
+    a = store.claim("a", owner="w", ttl=etcd_harness.ttl)
+    b = store.claim("b", owner="w", ttl=etcd_harness.ttl)
+    assert b.token > a.token
+    assert store.characteristics.tokens_ordered_across_jobs
+    assert store.health()["revision"] >= b.token
+
+
+def test_health_and_a_closed_store(etcd_harness: EtcdHarness) -> None:
+    store = etcd_harness.connect()
+    health = store.health()
+    assert health["leader"] == "n0" and health["members"][0]["name"] == "n0"
+    assert health["revision"] > 0 and health["version"].startswith("3.")
+    store.close()
+    store.close()  # idempotent
+    with pytest.raises(tenure.BackendUnavailable, match="closed"):
+        store.get("j")
+
+
+def test_ttl_below_etcd_minimum_is_refused_with_the_reason(store: tenure.Store) -> None:
+    with pytest.raises(tenure.InvalidArgument, match="minimum of 2s on etcd"):
+        store.claim("j", owner="a", ttl=1.5)
+    assert list(store.jobs()) == []
+
+
+def test_round_trips_per_operation(etcd_harness: EtcdHarness, store: tenure.Store) -> None:
+    """Claim two, renew and complete one each: counted as requests the caller waits for."""
+    conn = store.backend._conn
+    waited: list[str] = []
+    for name in ("txn", "range", "grant", "grant_started", "keepalive_started"):
+        method = getattr(conn, name)
+
+        def counted(*args: Any, _m: Any = method, _n: str = name, **kwargs: Any) -> Any:
+            if not _n.endswith("_started"):  # sent alongside another request, not waited for alone
+                waited.append(_n)
+            return _m(*args, **kwargs)
+
+        setattr(conn, name, counted)
+    store.submit("warm")  # fetches the shared retention lease once per process
+    waited.clear()
+    lease = store.claim("j", owner="a", ttl=etcd_harness.ttl)
+    claim, waited[:] = list(waited), []
+    lease = store.renew(lease)
+    renew, waited[:] = list(waited), []
+    store.complete(lease)
+    assert (len(claim), len(renew), len(waited)) == (2, 1, 1), (claim, renew, waited)
+
+
+def test_renewal_from_another_connection_or_with_a_new_ttl_moves_the_etcd_lease(
+        etcd_harness: EtcdHarness, store: tenure.Store) -> None:
+    node = etcd_harness.cluster.nodes[0]
+    key = base64.b64encode(store.backend.keys.lease("j")).decode()  # type: ignore[attr-defined]
+
+    def etcd_lease() -> tuple[int, int]:
+        kv = node.api("/v3/kv/range", {"key": key})["kvs"][0]
+        info = node.api("/v3/lease/timetolive", {"ID": int(kv["lease"])})
+        return int(kv["lease"]), int(info.get("grantedTTL", 0))
+
+    lease = store.claim("j", owner="a", ttl=etcd_harness.ttl)
+    first = etcd_lease()
+    with etcd_harness.connect(_url_of(store)) as other:
+        lease = other.renew(lease)  # no etcd lease id cached there: a new etcd lease
+    second = etcd_lease()
+    lease = store.renew(lease)  # the lease id cached here was revoked by the other connection
+    assert etcd_lease()[1] == 5  # attached to a live etcd lease (a revoked one reads as 0)
+    lease = store.renew(lease, ttl=9.5)  # etcd cannot change a lease's TTL: a new one again
+    third = etcd_lease()
+    assert len({first[0], second[0], third[0]}) == 3 and third[1] == 10
+    store.complete(lease)
+    assert store.rejections() == []
+
+
+class _JumpyClock:
+    """An hour ahead, and a second later at every reading: expiry estimates all look past."""
+
+    def __init__(self) -> None:
+        self._now = time.time() + 3600
+
+    def time(self) -> float:
+        self._now += 1
+        return self._now
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+def test_a_live_lease_key_is_never_claimed_over_whatever_the_clock_says(
+        etcd_harness: EtcdHarness, store: tenure.Store) -> None:
+    a = store.claim("j", owner="a", ttl=etcd_harness.ttl)
+    with etcd_harness.connect(_url_of(store), clock=_JumpyClock()) as late:
+        assert late.get("j").state is tenure.JobState.LEASED  # type: ignore[union-attr]
+        with pytest.raises(tenure.AlreadyClaimed):
+            late.claim("j", owner="b", ttl=etcd_harness.ttl)
+        assert late.claim_next(owner="b", ttl=etcd_harness.ttl) is None
+    store.complete(a)  # etcd still had a's lease, so a is still the holder
+
+
+def _url_of(store: tenure.Store) -> str:
+    backend = store.backend
+    hosts = ",".join(f"{h}:{p}" for h, p in backend.hosts)  # type: ignore[attr-defined]
+    return f"etcd://{hosts}{backend.keys.prefix}"  # type: ignore[attr-defined]
+
+
+def test_watch_follows_etcd_ending_a_lease(etcd_harness: EtcdHarness, store: tenure.Store) -> None:
+    import threading
+
+    stop = threading.Event()
+    threading.Timer(30, stop.set).start()  # a broken watch ends the loop below instead of hanging
+    changes = store.watch(stop, interval=0.05)
+    lease = store.claim("w", owner="a", ttl=etcd_harness.short_ttl)
+    states = []
+    for change in changes:  # no write by anyone: etcd deletes the lease key, the watch sees it
+        if change.job is not None:
+            states.append(change.job.state)
+            if change.job.state is tenure.JobState.EXPIRED:
+                break
+    stop.set()
+    assert states[0] is tenure.JobState.LEASED and states[-1] is tenure.JobState.EXPIRED
+    assert store.get("w").token == lease.token  # type: ignore[union-attr]
+
+
+def test_job_ids_cannot_escape_the_prefix(etcd_harness: EtcdHarness, store: tenure.Store) -> None:
+    prefix = store.backend.keys.root
+    for job_id in ("../../escape", "/", "a/../../b", "\\x"):
+        store.submit(job_id)
+    node = etcd_harness.cluster.nodes[0]
+    outside = [k for k in node.keys(b"/") if not k.startswith(prefix)]
+    assert not [k for k in outside if b"escape" in k or k.endswith(b"/b")]
+    assert sorted(j.job_id for j in store.jobs()) == sorted(("../../escape", "/", "a/../../b", "\\x"))
+
+
+def test_audit_records_expire_with_a_shared_retention_lease(etcd_harness: EtcdHarness) -> None:
+    with etcd_harness.connect(etcd_harness.url() + "?retention=60") as store:
+        lease = store.claim("j", owner="a", ttl=etcd_harness.ttl)
+        store.force_expire("j")
+        with pytest.raises(tenure.StaleLease):
+            store.complete(lease)
+        node = etcd_harness.cluster.nodes[0]
+        layout = store.backend.keys  # type: ignore[attr-defined]
+        keys = node.keys(layout.section("rejection")) + node.keys(layout.section("history"))
+        lease_id = store.backend._retention_id()
+        info = node.api("/v3/lease/timetolive", {"ID": lease_id, "keys": True})
+        attached = {base64.b64decode(k) for k in info.get("keys", [])}
+        assert keys and set(keys) <= attached  # etcd deletes them, no scan needed
+        assert 50 <= int(info["TTL"]) <= 60
+
+
+def test_a_retention_lease_revoked_behind_our_back_is_replaced(etcd_harness: EtcdHarness,
+                                                                store: tenure.Store) -> None:
+    store.submit("a")
+    first = store.backend._retention_id()  # type: ignore[attr-defined]
+    etcd_harness.cluster.nodes[0].api("/v3/lease/revoke", {"ID": first})
+    store.submit("b")  # its history record needed a retention lease that exists
+    assert store.backend._retention_id() != first  # type: ignore[attr-defined]
+    assert [e.job_id for e in store.history()] == ["b"]  # the revoke took a's record with it
+
+
+# -- records tenure did not write --------------------------------------------------------------
+def test_foreign_and_corrupt_keys_are_listed_as_corrupt_and_never_overwritten(
+        etcd_harness: EtcdHarness, store: tenure.Store) -> None:
+    node = etcd_harness.cluster.nodes[0]
+    keys = store.backend.keys
+    store.submit("good")
+    planted = {
+        keys.section("job") + b"not*base64": b"{}",
+        keys.job("schema"): json.dumps({"tenure": 1, "job": "schema", "state": "flying"}).encode(),
+        keys.job("notjson"): b"\xff\xfe",
+        keys.lease("orphan"): b'{"owner":"x"}',
+    }
+    for key, value in planted.items():
+        node.put(key, value)
+    listing = {j.key or j.job_id: j for j in store.jobs()}
+    corrupt = [j for j in listing.values() if j.state is tenure.JobState.CORRUPT]
+    assert len(corrupt) == 4 and all(j.problem for j in corrupt)
+    assert store.get("good").state is tenure.JobState.PENDING
+    for job_id in ("schema", "notjson", "orphan"):
+        assert store.get(job_id).state is tenure.JobState.CORRUPT
+        for call in (lambda j=job_id: store.claim(j, owner="b", ttl=etcd_harness.ttl),
+                     lambda j=job_id: store.submit(j)):
+            with pytest.raises(tenure.CorruptRecord):
+                call()
+    first = store.claim_next(owner="b", ttl=etcd_harness.ttl)  # passes over the corrupt ones
+    assert first is not None and first.job_id == "good"
+    assert store.claim_next(owner="b", ttl=etcd_harness.ttl) is None
+    for key, value in planted.items():
+        got = node.api("/v3/kv/range", {"key": base64.b64encode(key).decode()})["kvs"][0]
+        assert base64.b64decode(got["value"]) == value  # untouched
+
+
+# -- faults ------------------------------------------------------------------------------------------
+@pytest.fixture
+def private_node(tmp_path: Path) -> Iterator[EtcdCluster]:
+    cluster = start_or_fail(tmp_path, 1)
+    yield cluster
+    cluster.close()
+
+
+def test_a_frozen_server_gives_a_prompt_timeout(private_node: EtcdCluster) -> None:
+    private_node.nodes[0].stop()  # SIGSTOP: connections are accepted, nothing answers
+    try:
+        start = time.monotonic()
+        with pytest.raises(tenure.BackendUnavailable, match="did not answer within 1s"):
+            tenure.connect(f"etcd://{private_node.endpoints}/frozen?timeout=1")
+        assert time.monotonic() - start < 1 + 4
+    finally:
+        private_node.nodes[0].cont()
+
+
+def test_kill9_and_restart_keeps_completions_and_raises_tokens(private_node: EtcdCluster) -> None:
+    url = f"etcd://{private_node.endpoints}/k9?timeout=2"
+    with tenure.connect(url) as store:
+        done = {}
+        for i in range(5):
+            lease = store.claim(f"j{i}", owner="a", ttl=5.0)
+            store.complete(lease, result=f"r{i}")  # acknowledged
+            done[f"j{i}"] = lease.token
+        held = store.claim("held", owner="a", ttl=5.0)
+    node = private_node.nodes[0]
+    node.kill9()
+    node.start()
+    private_node.wait_healthy()
+    with tenure.connect(url) as store:
+        for job_id, token in done.items():
+            status = store.get(job_id)
+            assert (status.state, status.token, status.result) == (
+                tenure.JobState.COMPLETED, token, f"r{job_id[1:]}".encode())
+        store.submit("j0")
+        again = store.claim("j0", owner="b", ttl=5.0)
+        assert again.token > max(*done.values(), held.token)
+
+
+WORKER = textwrap.dedent("""
+    import sys, tenure
+    store = tenure.connect(sys.argv[1])
+    lease = store.claim("paused", owner="worker-a", ttl=2.0)
+    print(lease.token, flush=True)
+    sys.stdin.readline()  # SIGSTOPped around here, resumed after another worker claimed
+    for op in (store.renew, store.complete):
+        try:
+            op(lease)
+            print("accepted", flush=True)
+        except tenure.StaleLease as exc:
+            print("rejected", exc.rejection.op, flush=True)
+""")
+
+
+def test_worker_paused_beyond_its_ttl_is_fenced_and_audited(etcd_harness: EtcdHarness) -> None:
+    url = etcd_harness.url()
+    env = _env(PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION="python")
+    worker = subprocess.Popen([PY, "-c", WORKER, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env=env)
+    try:
+        assert worker.stdout is not None and worker.stdin is not None
+        token_a = int(worker.stdout.readline())
+        worker.send_signal(19)  # SIGSTOP: the worker is frozen, whatever it was doing
+        with etcd_harness.connect(url) as store:
+            deadline = time.monotonic() + 15
+            while store.get("paused").state is not tenure.JobState.EXPIRED:  # etcd ends the lease
+                assert time.monotonic() < deadline, "etcd never expired the paused worker's lease"
+                time.sleep(0.1)  # waiting for etcd's lease to run out in real time
+            b = store.claim("paused", owner="worker-b", ttl=etcd_harness.ttl)
+            assert b.token > token_a
+            worker.send_signal(18)  # SIGCONT
+            worker.stdin.write("go\n")
+            worker.stdin.flush()
+            outcome = [worker.stdout.readline().strip() for _ in range(2)]
+            assert outcome == ["rejected renew", "rejected complete"]
+            audit = [(r.op, r.owner, r.token, r.current_owner, r.current_token) for r in store.rejections()]
+            assert audit == [(tenure.Op.RENEW, "worker-a", token_a, "worker-b", b.token),
+                             (tenure.Op.COMPLETE, "worker-a", token_a, "worker-b", b.token)]
+            assert store.get("paused").owner == "worker-b"
+    finally:
+        worker.kill()
+        worker.wait()
+
+
+# -- the etcd3 client and protobuf's runtime ---------------------------------------------------
+STREAMLIT_FIRST = textwrap.dedent("""
+    import sys
+    if sys.argv[2] == "prepared":
+        from tenure.backends.etcd_client import prepare_process
+        prepare_process()
+    import streamlit  # loads protobuf before tenure's etcd backend
+    import tenure
+    try:
+        with tenure.connect(sys.argv[1]) as store:
+            lease = store.claim("j", owner="dashboard", ttl=5.0)
+            store.complete(lease)
+            print("ok", store.get("j").state, flush=True)
+    except tenure.BackendUnavailable as exc:
+        print("unavailable:", exc, flush=True)
+""")
+
+
+def test_prepare_process_is_importable_without_protobuf() -> None:
+    code = ("import sys; from tenure.backends.etcd_client import prepare_process; prepare_process(); "
+            "print('google.protobuf' in sys.modules, 'etcd3' in sys.modules)")
+    out = subprocess.run([PY, "-c", code], capture_output=True, text=True, env=_env(), timeout=60)
+    assert out.stdout.split() == ["False", "False"], out.stderr
+
+
+@pytest.mark.parametrize("mode", ["prepared", "too-late"])
+def test_etcd_and_streamlit_in_one_process(etcd_harness: EtcdHarness, mode: str) -> None:
+    pytest.importorskip("streamlit")
+    out = subprocess.run([PY, "-c", STREAMLIT_FIRST, etcd_harness.url(), mode], capture_output=True,
+                         text=True, env=_env(), timeout=120)
+    if mode == "prepared":
+        assert out.stdout.strip() == "ok completed", out.stderr
+    else:
+        assert out.stdout.startswith("unavailable:"), out.stderr
+        assert "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python" in out.stdout
+        assert "prepare_process()" in out.stdout
+
+
+# -- credentials -----------------------------------------------------------------------------------
+@pytest.fixture
+def auth_node(tmp_path: Path) -> Iterator[EtcdCluster]:
+    cluster = start_or_fail(tmp_path, 1, extra=("--auth-token-ttl", "1"))  # tokens expire fast
+    node = cluster.nodes[0]
+    node.api("/v3/auth/role/add", {"name": "root"})
+    node.api("/v3/auth/user/add", {"name": "root", "password": "s3cret"})
+    node.api("/v3/auth/user/grant", {"user": "root", "role": "root"})
+    node.api("/v3/auth/enable", {})
+    yield cluster
+    cluster.close()
+
+
+def test_credentials(auth_node: EtcdCluster) -> None:
+    base = f"etcd://{auth_node.endpoints}/auth?timeout=2"
+    with tenure.connect(base, user="root", password="s3cret") as store:
+        lease = store.claim("j", owner="a", ttl=5.0)
+        time.sleep(2.5)  # real time: let etcd drop the idle auth token (1 s here, 5 min by default)
+        store.complete(lease)  # logs in again by itself
+        assert store.get("j").state is tenure.JobState.COMPLETED
+    for kwargs in ({"user": "root", "password": "wrong"}, {"user": "nobody", "password": "x"}, {}):
+        start = time.monotonic()
+        with pytest.raises(tenure.AuthenticationFailed) as info:
+            tenure.connect(base, **kwargs)
+        assert time.monotonic() - start < 2 + 4
+        assert "wrong" not in str(info.value) and "s3cret" not in str(info.value)
+    store = tenure.connect(f"etcd://root:s3cret@{auth_node.endpoints}/auth")
+    assert "s3cret" not in repr(store) and store.get("j") is not None
+    store.close()
+
+
+# -- TLS ---------------------------------------------------------------------------------------------
+def test_tls_with_client_certificates(tmp_path: Path) -> None:
+    if not shutil.which("openssl"):
+        pytest.skip("openssl is needed to make test certificates")
+    (tmp_path / "certs").mkdir()
+    tls = make_certificates(tmp_path / "certs")
+    cluster = start_or_fail(tmp_path / "etcd", 1, tls=tls)
+    try:
+        url = f"etcd://{cluster.endpoints}/tls?timeout=2"
+        files = {"ca_cert": str(tls["ca"]), "cert_cert": str(tls["client_cert"]),
+                 "cert_key": str(tls["client_key"])}
+        with tenure.connect(url, **files) as store:
+            store.complete(store.claim("j", owner="a", ttl=5.0))
+            assert store.get("j").state is tenure.JobState.COMPLETED  # type: ignore[union-attr]
+        with pytest.raises(tenure.BackendUnavailable):  # no client certificate: refused
+            tenure.connect(url, ca_cert=str(tls["ca"]))
+        with pytest.raises(tenure.BackendUnavailable):  # plaintext to a TLS port
+            tenure.connect(url)
+    finally:
+        cluster.close()

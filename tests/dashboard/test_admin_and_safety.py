@@ -1,0 +1,111 @@
+"""Admin actions (off by default, secret, confirmation, audit), corrupt rows, secrets never shown."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+import tenure
+from tenure import JobState, Op
+from tests.dashboard.conftest import texts
+from tests.dashboard.seeding import JOB, Seeded, seeded
+
+OpenApp = Callable[..., AppTest]
+SECRET = "correct horse battery"
+
+
+def buttons(at: AppTest) -> dict[str, object]:
+    return {b.label: b for b in at.button}
+
+
+def test_read_only_without_admin(seed: Seeded, open_app: OpenApp) -> None:
+    at = open_app(seed.url, "Job detail")
+    at.text_input(key="detail_job").set_value(JOB).run()
+    assert "Admin actions" not in [s.value for s in at.subheader]
+    assert not at.button and not [t for t in at.text_input if t.label == "Admin secret"]
+    assert "Read-only." in [c.value for c in at.sidebar.caption]
+
+
+def test_force_expire_needs_secret_and_confirmation_and_is_audited(
+        seed: Seeded, open_app: OpenApp) -> None:
+    at = open_app(seed.url, "Job detail", admin_secret=SECRET)
+    at.text_input(key="detail_job").set_value(JOB).run()
+    assert "Admin actions" in [s.value for s in at.subheader] and not at.button  # still locked
+    at.text_input(key="admin_secret_input").set_value("wrong guess").run()
+    assert "Wrong admin secret" in [e.value for e in at.error] and not buttons(at)
+    at.text_input(key="admin_secret_input").set_value(SECRET).run()
+    assert buttons(at)["Resubmit job"].disabled  # only a completed job can be resubmitted
+    at.button[[b.label for b in at.button].index("Force-expire lease")].click().run()
+    assert seed.store.get(JOB).state is JobState.LEASED  # nothing happens before confirmation
+    assert any("force-expire job 'invoice-42' (generation 2)" in w.value for w in at.warning)
+    at.button[[b.label for b in at.button].index("Confirm force-expire")].click().run()
+    assert not at.exception
+    assert any("recorded in its history" in s.value for s in at.success)
+    after = seed.writer()
+    assert after.get(JOB).state is JobState.EXPIRED
+    last = after.history(JOB)[-1]
+    assert (last.op, last.owner, last.token) == (Op.EXPIRE, "dashboard-admin", 2)
+
+
+def test_resubmit_can_be_cancelled_then_done(seed: Seeded, open_app: OpenApp) -> None:
+    at = open_app(seed.url, "Job detail", admin_secret=SECRET)
+    at.text_input(key="admin_secret_input").set_value(SECRET).run()
+    at.text_input(key="detail_job").set_value("email-3").run()
+    assert buttons(at)["Force-expire lease"].disabled
+    at.button[[b.label for b in at.button].index("Resubmit job")].click().run()
+    at.button[[b.label for b in at.button].index("Cancel")].click().run()
+    assert seed.store.get("email-3").state is JobState.COMPLETED and "Confirm resubmit" not in buttons(at)
+    at.button[[b.label for b in at.button].index("Resubmit job")].click().run()
+    at.button[[b.label for b in at.button].index("Confirm resubmit")].click().run()
+    job = seed.writer().get("email-3")
+    assert job is not None and (job.state, job.runs) == (JobState.PENDING, 2)
+    assert seed.writer().history("email-3")[-1].owner == "dashboard-admin"
+
+
+def test_corrupt_record_shows_as_a_row_with_its_key(tmp_path: Path, open_app: OpenApp) -> None:
+    seed = seeded("sqlite", tmp_path)
+    with sqlite3.connect(seed.store.backend.path) as db:  # type: ignore[attr-defined]
+        db.execute("UPDATE tenure_jobs SET state = 'bogus' WHERE job_id = 'email-3'")
+    at = open_app(seed.url)
+    assert any("1 corrupt record" in e.value for e in at.error) and not at.exception
+    at.radio(key="view").set_value("Live leases").run()
+    at.multiselect(key="lease_states").set_value(["corrupt"]).run()
+    (row,) = at.dataframe[0].value.to_dict("records")
+    assert row["job"] == "email-3" and row["state"] == "corrupt"
+    assert "tenure_jobs/email-3" in row["problem"] and "bogus" in row["problem"]
+    at.radio(key="view").set_value("Job detail").run()
+    at.text_input(key="detail_job").set_value("email-3").run()
+    assert not at.exception and any("tenure_jobs/email-3" in e.value for e in at.error)
+
+
+def test_password_in_url_is_never_shown(open_app: OpenApp) -> None:
+    url = "memory://operator:hunter2-secret@pw-test"
+    with tenure.connect(url) as store:
+        store.claim("j", owner="w", ttl=60)
+        at = open_app(url)
+        for view in ("Overview", "Live leases", "Expiry timeline", "Rejections", "Job detail"):
+            at.radio(key="view").set_value(view).run()
+            assert not at.exception
+            assert "hunter2" not in texts(at)
+        assert "memory://operator:***@pw-test" in texts(at)
+
+
+@pytest.mark.parametrize("url", ["sqlite:///no/such/dir/x.db", "sqlite://user:hunter2@bad host/x"])
+def test_unusable_store_is_an_error_message_not_an_exception(url: str, open_app: OpenApp) -> None:
+    at = open_app(url)
+    assert not at.exception and at.error and "hunter2" not in texts(at)
+
+
+def test_unreadable_audit_row_is_an_error_box_not_a_traceback(tmp_path: Path, open_app: OpenApp) -> None:
+    seed = seeded("sqlite", tmp_path)
+    with sqlite3.connect(seed.store.backend.path) as db:  # type: ignore[attr-defined]
+        db.execute("UPDATE tenure_rejections SET op = 'bogus'")
+    at = open_app(seed.url, "Rejections")
+    assert not at.exception
+    assert any("Rejections view could not be shown" in e.value and "bogus" in e.value for e in at.error)
+    at.radio(key="view").set_value("Live leases").run()  # the other views still work
+    assert not at.error and JOB in list(at.dataframe[0].value["job"])

@@ -1,0 +1,125 @@
+"""The real thing: ``tenure dashboard``'s launcher serving a seeded store to headless Chromium.
+
+Runs against SQLite and, through their harness fixtures, against etcd and ZooKeeper (they
+skip until those backends' fixtures start real servers). Outside CI a missing Chromium or
+Playwright skips; in CI (``CI=true``) it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import tenure
+from tenure.dashboard import launcher
+from tests.dashboard.seeding import JOB, seed_on_server, seeded
+from tests.harness import Harness, in_ci
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+# HOOK for server backends: each name here is a ``<name>_harness`` fixture (tests/servers/);
+# the store is seeded with seed_on_server() because a server's clock cannot be moved.
+BROWSER_BACKENDS = ["sqlite", "etcd", "zk"]
+SCREENSHOT_DIR_ENV = "TENURE_SCREENSHOT_DIR"  # also save the screenshots there (docs/img)
+
+
+def _missing(reason: str) -> None:
+    if in_ci():
+        pytest.fail(f"{reason} (CI=true: a browser test that cannot run is a failure)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _missing("playwright is not installed")
+    if not os.path.exists(CHROMIUM) and not shutil.which("chromium"):
+        _missing(f"no Chromium at {CHROMIUM}")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM if os.path.exists(CHROMIUM) else
+                              shutil.which("chromium"), args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(params=BROWSER_BACKENDS)
+def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, tenure.Store]]:
+    """The dashboard's address and a store (on the dashboard's clock) to write to."""
+    if request.param == "sqlite":
+        seed = seeded("sqlite", tmp_path)
+        seed.store.close()
+        url, writer = seed.url, seed.writer()
+    else:
+        harness: Harness = request.getfixturevalue(f"{request.param}_harness")
+        url = harness.url()
+        writer = harness.connect(url)
+        seed_on_server(writer, harness.ttl)
+    port = _free_port()
+    proc = launcher.start(url, port=port, refresh=1.0)
+    try:
+        yield launcher.wait_ready(proc, "127.0.0.1", port, timeout=90), writer
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        writer.close()
+
+
+def _html_has(page: object, text: str, timeout: float = 20_000) -> None:
+    # st.dataframe draws cells on a canvas; their text is in the page's accessibility table.
+    # Poll on a timer: headless Chromium throttles the animation frames Playwright polls by.
+    page.wait_for_function("t => document.body.innerHTML.includes(t)",  # type: ignore[attr-defined]
+                           arg=text, polling=250, timeout=timeout)
+
+
+def _save(page: object, tmp_path: Path, name: str) -> Path:
+    # Between two live refreshes, so the picture is not dimmed by a rerun in progress.
+    page.wait_for_function(  # type: ignore[attr-defined]
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", polling=20,
+        timeout=20_000)
+    path = tmp_path / name
+    page.screenshot(path=str(path), full_page=True)  # type: ignore[attr-defined]
+    target = os.environ.get(SCREENSHOT_DIR_ENV)
+    if target:
+        shutil.copy(path, Path(target) / name)
+    return path
+
+
+def test_dashboard_in_a_real_browser(browser: object, served: tuple[str, tenure.Store],
+                                     tmp_path: Path) -> None:
+    address, writer = served
+    page = browser.new_page(viewport={"width": 1400, "height": 900})  # type: ignore[attr-defined]
+    page.goto(address)
+    page.get_by_text("Rejections (1h)").wait_for(timeout=60_000)
+
+    page.get_by_text("Live leases", exact=True).click()
+    _html_has(page, JOB)
+    _html_has(page, "worker-b")
+
+    page.get_by_text("Expiry timeline", exact=True).click()
+    page.locator("[data-testid='stVegaLiteChart']").first.wait_for(timeout=20_000)
+    assert _save(page, tmp_path, "dashboard.png").stat().st_size > 10_000
+
+    page.get_by_text("Rejections", exact=True).click()
+    _html_has(page, "worker-a")
+    _html_has(page, "complete")
+    page.evaluate("window.__not_reloaded = true")
+    writer.report_rejection(JOB, "worker-late", 1, resource="ledger/live-check", highest=2)
+    # (The grid's accessibility table holds only the columns in view: look for the owner.)
+    _html_has(page, "worker-late")  # the fragment refreshed itself ...
+    assert page.evaluate("window.__not_reloaded === true")  # ... without reloading the page
+    _save(page, tmp_path, "dashboard-rejections.png")
+    page.close()

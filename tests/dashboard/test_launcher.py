@@ -1,0 +1,124 @@
+"""The launcher and settings: validation, what reaches the child's environment, foreground run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tenure
+from tenure.dashboard import config, data, launcher
+from tests.dashboard.seeding import JOB, seed_example, seed_on_server
+
+ROOT = Path(__file__).parents[2]
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--url", default="sqlite:///x.db")  # the CLI adds this one itself
+    launcher.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_child_environment_carries_settings_not_argv() -> None:
+    env = launcher.environment("etcd://u:pw-123@h:2379/p", admin_secret=None, refresh=2,
+                               base={config.ADMIN_SECRET_ENV: "inherited", "PYTHONPATH": "/x"})
+    assert env[config.URL_ENV] == "etcd://u:pw-123@h:2379/p" and env[config.REFRESH_ENV] == "2.0"
+    assert env["PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"] == "python"
+    assert config.ADMIN_SECRET_ENV not in env  # admin only when this launch asked for it
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(ROOT), "/x"]
+    assert not any("pw-123" in part for part in launcher.command(8501, "127.0.0.1"))
+
+
+@pytest.mark.parametrize("kwargs", [{"port": 0}, {"port": "80"}, {"host": ""}, {"refresh": -1},
+                                    {"refresh": "soon"}, {"admin_secret": "short"}])
+def test_start_rejects_bad_arguments(kwargs: dict[str, object]) -> None:
+    with pytest.raises(tenure.InvalidArgument):
+        launcher.start("memory://", **kwargs)  # type: ignore[arg-type]
+
+
+def test_bad_url_is_named_without_echoing_it() -> None:
+    with pytest.raises(tenure.InvalidArgument) as caught:
+        config.from_env({config.URL_ENV: "user:hunter2@nowhere"})
+    assert config.URL_ENV in str(caught.value) and "hunter2" not in str(caught.value)
+    assert config.from_env({}).url == config.DEFAULT_URL
+    assert config.from_env({config.FALLBACK_URL_ENV: "memory://x"}).url == "memory://x"
+
+
+def test_admin_secret_comes_from_environment_or_file(tmp_path: Path) -> None:
+    assert launcher.admin_secret(_args(), {launcher.SECRET_ENV: "ignored-without-admin"}) is None
+    assert launcher.admin_secret(_args("--admin"), {launcher.SECRET_ENV: "s3cret-value"}) == "s3cret-value"
+    path = tmp_path / "secret"
+    path.write_text("from-a-file-123\n")
+    assert launcher.admin_secret(_args("--admin", "--admin-secret-file", str(path)), {}) == "from-a-file-123"
+    for argv, env in [(("--admin",), {}), (("--admin",), {launcher.SECRET_ENV: "short"}),
+                      (("--admin-secret-file", str(path)), {}),
+                      (("--admin", "--admin-secret-file", str(tmp_path / "none")), {})]:
+        with pytest.raises(tenure.InvalidArgument):
+            launcher.admin_secret(_args(*argv), env)
+
+
+def test_run_serves_in_the_foreground_until_interrupted(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'fg.db'}"
+    script = ("import argparse, sys; from tenure.dashboard import launcher\n"
+              "p = argparse.ArgumentParser(); p.add_argument('--url'); launcher.add_arguments(p)\n"
+              "sys.exit(launcher.run(p.parse_args(sys.argv[1:])))\n")
+    port = str(_free_port())
+    proc = subprocess.Popen([sys.executable, "-c", script, "--url", url, "--port", port],
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        # Streamlit's own banner shares stdout; ours is printed once the health check answers.
+        line = next(ln for ln in proc.stdout if ln.startswith("tenure dashboard:"))
+        assert f"http://127.0.0.1:{port} (read-only; store {url})" in line
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_run_reports_a_missing_admin_secret(capsys: pytest.CaptureFixture[str]) -> None:
+    args = _args("--admin")
+    os.environ.pop(launcher.SECRET_ENV, None)
+    assert launcher.run(args) == 2
+    assert launcher.SECRET_ENV in capsys.readouterr().err
+
+
+def test_server_seeding_hook_tells_the_same_story() -> None:
+    clock = tenure.ManualClock()
+    with tenure.connect("memory://", clock=clock) as store:
+        seed_on_server(store, ttl=5.0)
+        (rejected,) = store.rejections()
+        assert (rejected.job_id, rejected.owner, rejected.current_owner) == (JOB, "worker-a", "worker-b")
+
+
+def test_exports_hold_every_field() -> None:
+    clock = tenure.ManualClock()
+    with tenure.connect("memory://", clock=clock) as store:
+        seed_example(store, clock)
+        rejections = store.rejections()
+    csv = data.rejections_csv(rejections).decode()
+    assert csv.splitlines()[0] == ",".join(data.REJECTION_COLUMNS) and "ledger/42" in csv
+    assert len(csv.splitlines()) == 3
+    records = json.loads(data.rejections_json(rejections))
+    assert [r["op"] for r in records] == ["complete", "effect"]
+    assert records[1] == {"job_id": JOB, "op": "effect", "owner": "worker-a", "token": 1,
+                          "current_owner": None, "current_token": 2, "at": rejections[1].at,
+                          "reason": "token lower than one already admitted", "kind": "destination",
+                          "resource": "ledger/42"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -1,0 +1,131 @@
+"""Every view, through Streamlit's AppTest, on seeded memory and SQLite stores."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+import pandas as pd
+import pytest
+from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
+from streamlit.testing.v1 import AppTest
+
+import tenure
+from tenure.dashboard import config
+from tests.dashboard.conftest import APP
+from tests.dashboard.seeding import JOB, Seeded
+
+OpenApp = Callable[..., AppTest]
+
+
+def metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def chart_data(at: AppTest) -> list[pd.DataFrame]:
+    (chart,) = at.get("vega_lite_chart")
+    return [convert_arrow_bytes_to_pandas_df(d.data.data) for d in chart.proto.datasets]
+
+
+def test_overview_counts_health_and_clock(seed: Seeded, open_app: OpenApp) -> None:
+    at = open_app(seed.url)
+    assert metrics(at) == {"Pending": "1", "Leased": "2", "Expiring < 30s": "1",
+                           "Expired, unclaimed": "1", "Completed": "1", "Rejections (1h)": "2"}
+    health = at.table[0].value
+    facts = dict(zip(health["fact"], health["value"], strict=True))
+    assert facts["backend"] == seed.backend
+    if seed.backend == "sqlite":
+        assert facts["file"].endswith("dash.db") and int(facts["bytes"]) > 0
+    assert "Store clock" in [s.value for s in at.subheader]
+    assert any("from the store's" in c.value for c in at.caption)
+
+
+def test_live_leases_sorted_by_expiry_and_filtered(seed: Seeded, open_app: OpenApp) -> None:
+    at = open_app(seed.url, "Live leases")
+    table = at.dataframe[0].value
+    assert list(table["job"]) == ["report-9", "soon-5", JOB]  # leased and expired, soonest first
+    row = table.set_index("job").loc[JOB]
+    assert (row["owner"], row["token"], row["state"]) == ("worker-b", 2, "leased")
+    assert 0.8 < row["lease left"] < 0.9 and row["expires in (s)"] > 500  # 64 s of 600 gone
+    assert table.set_index("job").loc["report-9", "state"] == "expired"
+    assert "3 matching job(s)" in at.caption[0].value
+
+    at.text_input(key="lease_owner").set_value("WORKER-B").run()
+    assert list(at.dataframe[0].value["job"]) == [JOB]
+    at.text_input(key="lease_owner").set_value("").run()
+    at.multiselect(key="lease_states").set_value(["completed", "pending"]).run()
+    assert list(at.dataframe[0].value["job"]) == ["email-3", "pending-1"]
+    at.text_input(key="lease_job").set_value("mail").run()
+    assert list(at.dataframe[0].value["job"]) == ["email-3"]
+
+
+def test_timeline_shows_both_generations_and_the_rejection(seed: Seeded, open_app: OpenApp) -> None:
+    at = open_app(seed.url, "Expiry timeline")
+    spans, marks, _now = chart_data(at)
+    gens = spans[spans["job"] == JOB].sort_values("token")
+    assert list(zip(gens["token"], gens["owner"], gens["outcome"], strict=True)) == [
+        (1, "worker-a", "expired"), (2, "worker-b", "live")]
+    # A's generation ends (expires) before B's begins: the seed's example at a glance.
+    assert gens["end"].iloc[0] < gens["begin"].iloc[1]
+    assert set(zip(marks["job"], marks["op"], marks["owner"], strict=True)) == {
+        (JOB, "complete", "worker-a"), (JOB, "effect", "worker-a")}
+    at.text_input(key="tl_job").set_value("email").run()
+    spans, marks, _now = chart_data(at)
+    assert set(spans["job"]) == {"email-3"} and marks.empty
+
+
+def test_rejections_audit_filters(seed: Seeded, open_app: OpenApp) -> None:
+    at = open_app(seed.url, "Rejections")
+    table = at.dataframe[0].value
+    assert list(table["op"]) == ["effect", "complete"]  # newest first
+    assert set(table["token"]) == {1} and set(table["current token"]) == {2}
+    at.multiselect(key="rj_kinds").set_value(["destination"]).run()
+    assert list(at.dataframe[0].value["resource"]) == ["ledger/42"]
+    at.multiselect(key="rj_kinds").set_value([]).run()
+    at.multiselect(key="rj_ops").set_value(["complete"]).run()
+    (reason,) = at.dataframe[0].value["reason"]
+    assert reason == "lease expired by store time" or "superseded" in reason
+    at.text_input(key="rj_owner").set_value("worker-b").run()
+    assert at.dataframe[0].value.empty and "0 rejection(s)" in at.caption[0].value
+    labels = [e.proto.label for e in at.get("download_button")]
+    assert labels == ["Export CSV", "Export JSON"]
+
+
+def test_job_detail_history_and_rejections(seed: Seeded, open_app: OpenApp) -> None:
+    at = open_app(seed.url, "Job detail")
+    assert "Enter a job id" in at.info[0].value
+    at.text_input(key="detail_job").set_value(JOB).run()
+    m = metrics(at)
+    assert (m["State"], m["Owner"], m["Generation"], m["Runs"]) == ("leased", "worker-b", "2", "1")
+    assert any(c.value.startswith("submitted ") and " claimed " in c.value for c in at.caption)
+    history, rejections = (d.value for d in at.dataframe)
+    assert list(zip(history["op"], history["owner"], history["token"], strict=True)) == [
+        ("claim", "worker-a", 1), ("renew", "worker-a", 1), ("claim", "worker-b", 2)]
+    assert list(rejections["op"]) == ["effect", "complete"]
+    assert not at.get("button")  # read-only: no admin actions
+    at.text_input(key="detail_job").set_value("no-such-job").run()
+    assert "No job 'no-such-job'" in at.warning[0].value
+
+
+def test_live_leases_pages_through_many_jobs(open_app: OpenApp) -> None:
+    with tenure.connect(f"memory://pages-{uuid.uuid4().hex}", clock=tenure.ManualClock()) as store:
+        for i in range(120):
+            store.submit(f"bulk-{i:03d}")
+        at = open_app(store.url, "Live leases")
+        at.multiselect(key="lease_states").set_value(["pending"]).run()
+        assert len(at.dataframe[0].value) == 50 and "page 1 of 3" in at.caption[0].value
+        at.number_input(key="lease_page").set_value(3).run()
+        table = at.dataframe[0].value
+        assert len(table) == 20 and table["job"].iloc[-1] == "bulk-119"
+        at.text_input(key="lease_job").set_value("bulk-11").run()  # 10 matches: back to page 1
+        assert len(at.dataframe[0].value) == 10 and "page 1 of 1" in at.caption[0].value
+        assert not at.exception
+
+
+def test_refresh_interval_comes_from_the_launcher(seed: Seeded, open_app: OpenApp,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    at = open_app(seed.url)
+    assert at.number_input(key="refresh").value == 0.0  # open_app pauses it
+    monkeypatch.setenv(config.REFRESH_ENV, "2.5")
+    at = AppTest.from_file(APP, default_timeout=30).run()
+    assert at.number_input(key="refresh").value == 2.5

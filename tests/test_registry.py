@@ -1,0 +1,51 @@
+"""Backends by URL scheme: built-ins, a third-party entry point, and install hints."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tenure
+from tenure.backends.memory import MemoryBackend
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class ThirdPartyBackend(MemoryBackend):
+    """Stands in for a package that registers ``thirdparty://`` in the entry-point group."""
+
+
+def test_a_backend_registered_by_entry_point_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dist = tmp_path / "tenure_thirdparty-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: tenure-thirdparty\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[tenure.backends]\nthirdparty = tests.test_registry:ThirdPartyBackend\n"
+        "notabackend = tests.test_registry:ROOT\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with tenure.connect("thirdparty://x") as store:
+        assert isinstance(store.backend, ThirdPartyBackend)
+        store.submit("j")
+        assert store.get("j") is not None
+    with pytest.raises(tenure.InvalidArgument, match=r"is not a tenure\.Backend"):
+        tenure.connect("notabackend://x")
+    with pytest.raises(tenure.InvalidArgument, match=r"known: .*thirdparty"):
+        tenure.connect("unheard-of://x")
+
+
+@pytest.mark.parametrize("url, module, extra", [("etcd://127.0.0.1:1/p", "etcd3", "etcd"),
+                                                 ("zk://127.0.0.1:1/c", "kazoo", "zookeeper")])
+def test_a_missing_client_library_names_the_extra(url: str, module: str, extra: str) -> None:
+    code = (f"import sys; sys.modules[{module!r}] = None\n"  # as if the library were not installed
+            "import tenure\n"
+            "try:\n"
+            f"    tenure.connect({url!r})\n"
+            "except tenure.BackendUnavailable as exc:\n"
+            "    print(exc)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert f"pip install 'tenure[{extra}]'" in done.stdout, done.stdout + done.stderr
