@@ -136,7 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     for name in ("kazoo", "tenure"):  # their reconnect chatter would bury the table
         logging.getLogger(name).setLevel(logging.CRITICAL)
-    command = "python -m tests.faults.run " + shlex.join(sys.argv[1:] if argv is None else argv)
+    given = sys.argv[1:] if argv is None else argv
+    # The note annotates the run; it does not change what produced the numbers.
+    shown = [a for i, a in enumerate(given) if a != "--note" and (i == 0 or given[i - 1] != "--note")]
+    command = "python -m tests.faults.run " + shlex.join(shown)
     results: list[Result] = []
     workdir = Path(tempfile.mkdtemp(prefix="tenure-faults-"))
     try:
