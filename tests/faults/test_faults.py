@@ -72,6 +72,8 @@ def test_no_violation_under_fault(environment: Callable[[str], envs.Env], backen
     env = environment(backend)
     result = run_case(env, fault, SECONDS, seed=sum(map(ord, backend + fault)))
     assert result.violations == [], "\n".join(result.violations[:30]) + f"\nrun kept in {result.directory}"
-    assert result.counts["complete:ok"] >= 3, f"the workload made no progress: {dict(result.counts)}"
+    # Not vacuous: jobs were claimed and effects landed (a server kill may leave few completions).
+    progress = min(result.counts["claim:ok"], result.counts["effect:ok"])
+    assert progress >= 3, f"the workload made no progress: {dict(result.counts)}"
     if fault not in ("mixed", "skew"):
         assert result.injected[fault] >= 1, f"{fault} was never injected"
