@@ -118,24 +118,37 @@ def row(r: dict[str, Any]) -> str:
 
 
 def render(runs: list[dict[str, Any]]) -> str:
-    results = [r for run in runs for r in run["results"]]
+    current = [run for run in runs if not run.get("superseded")]
+    earlier = [run for run in runs if run.get("superseded")]
+    results = [r for run in current for r in run["results"]]
     ops = sum(r["counts"].get("ops", 0) for r in results)
     bad = sum(r["violation_count"] for r in results)
     lines = [INTRO, FINDINGS, "## Results", "",
              f"In all: {len(results)} runs, {ops} operations, {bad} violations, "
              f"{sum(r['unchecked'] for r in results)} jobs whose linearizability search ran out of budget.", ""]
+    lines += _sections(current)
+    if earlier:
+        lines += ["## Earlier runs, on code since fixed", "",
+                  "Kept because they found the faults described above; not counted in the totals.", ""]
+        lines += _sections(earlier)
+    return "\n".join(lines)
+
+
+def _sections(runs: list[dict[str, Any]]) -> list[str]:
+    lines: list[str] = []
     for run in runs:
         rs = run["results"]
         lines += [f"### `{run['command']}`", "",
                   f"Seed {run['seed']}; finished {run['finished']}; {sum(r['counts'].get('ops', 0) for r in rs)} "
                   f"operations; {sum(r['violation_count'] for r in rs)} violations."
-                  + (f" {run['note']}" if run["note"] else ""), "", HEADER, *[row(r) for r in rs], ""]
+                  + (f" {run['note']}" if run["note"] else "")
+                  + (f" {run['superseded']}" if run.get("superseded") else ""), "", HEADER, *[row(r) for r in rs], ""]
         shown = [(r, v) for r in rs for v in r["violations"][:3]]
         if shown:
             lines += ["Violations found (first three per run):", ""]
             lines += [f"- {r['backend']}/{r['fault']}/seed {r['seed']}: {v}" for r, v in shown]
             lines.append("")
-    return "\n".join(lines)
+    return lines
 
 
 def main() -> None:
