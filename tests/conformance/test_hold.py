@@ -57,11 +57,15 @@ def test_a_bounded_number_of_threads_renews_every_held_lease(harness: Harness) -
 
     from tenure.core.renewal import RENEWAL_WORKERS
 
+    ttl = max(harness.short_ttl, 2.0)  # 50 leases renewed three times a TTL: 75 renewals a second
     with harness.connect(clock=tenure.SystemClock()) as store:
+        store.get("warm-up")  # the client library starts its own threads here
         before = threading.active_count()
-        held = [store.hold(f"j{i}", owner="a", ttl=harness.short_ttl) for i in range(50)]
-        time.sleep(harness.short_ttl * 1.5)  # real time: every lease has been renewed at least once
-        assert threading.active_count() <= before + 1 + RENEWAL_WORKERS
+        held = [store.hold(f"j{i}", owner="a", ttl=ttl) for i in range(50)]
+        time.sleep(ttl * 1.5)  # real time: every lease has been renewed at least once
+        # The scheduler and its workers, and what the client library runs per request in
+        # flight (gRPC streams on etcd): a bound that does not grow with the number of leases.
+        assert threading.active_count() - before <= 4 * (1 + RENEWAL_WORKERS)
         for h in held:
             h.check()
             h.complete()
