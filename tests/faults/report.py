@@ -20,10 +20,10 @@ The seed asks for pauses beyond the lease duration, competing claims and clock d
 least eight worker processes claim jobs (`claim_next`), write fenced effects to an SQLite
 destination through `tenure.fencing.SQLFence`, renew while they work and complete. Half of
 them are careless, like worker A of the seed's example: they do not check their safe local
-deadline and, once refused, still try to complete, so the store and the fence must refuse
-them. Every
-operation is recorded as invoked and then ok, fail or unknown (timeouts, lost connections)
-with real monotonic times. A nemesis injects one fault, or all of them mixed:
+deadline and, once a renewal is refused, still write once more and try to complete, so the
+store and the fence must refuse them. Every operation is recorded as invoked and then ok,
+fail or unknown (timeouts, lost connections) with the machine's monotonic time, read past
+libfaketime. A nemesis injects one fault, or all of them mixed:
 
 | fault | what it does |
 |---|---|
@@ -67,6 +67,13 @@ backend, a few seconds each). The long version is one command:
 and then all mixed; `--repeat` runs each case with consecutive seeds; the exit status is 1
 on any violation). Each section below names the command and seed that produced it;
 `python -m tests.faults.report` rewrites this page from `docs/reliability.json`.
+
+Columns: *ops* are claims, renewals, completions and fenced effects; *unknown* are those
+whose outcome the worker never learned (while a server is down, workers keep trying to
+claim, so server faults add many unknown claims); *stale refused by store* are renewals and
+completions the workers saw refused as stale, each found by the checker in `rejections()`;
+*refused by destination* are effects the fence refused for a lower token; *audit records*
+are all rejections in the store's audit; *faults injected* counts the nemesis's actions.
 """
 
 FINDINGS = """## What the runs found
@@ -80,8 +87,8 @@ the rules were not relaxed for either:
   job at once. The backend floored a live lease's end at the reader's `now() + 1 ms` and
   then checked it against a later `now()`. Fixed on the etcd branch before the merge (the
   check uses the snapshot's own time and the claim requires that no lease key exists); the
-  skew runs above on main have no violation, and `tests/faults/test_clock_skew.py` keeps the
-  fault as a small deterministic test.
+  skew runs on main under Results have no violation, and `tests/faults/test_clock_skew.py`
+  keeps the fault as a small deterministic test.
 - **leader-pause**, in etcd 3.4.23 itself (etcd-io/etcd#15247): a leader stopped with
   SIGSTOP resumes still counting lease TTLs it no longer owns and revokes leases that the
   new leader renewed meanwhile. A renewal is acknowledged and soon after the lease is gone
