@@ -162,6 +162,9 @@ def _check_effects(ops: list[Operation], final: Final, claims: list[Operation],
         if o.op == "effect" and o.outcome == "ok" and o.key not in landed:
             v.flag(f"{o.process}#{o.id}: effect on {o.job} acknowledged but not at the destination")
     claimed_by: dict[tuple[str, int], str] = {(o.job or "", o.token or 0): o.process for o in claims}
+    claims_of: dict[str, list[Operation]] = defaultdict(list)
+    for c in claims:
+        claims_of[c.job or ""].append(c)
     highest: dict[str, Effect] = {}
     for e in final.effects:
         v.counts["effects landed"] += 1
@@ -179,8 +182,8 @@ def _check_effects(ops: list[Operation], final: Final, claims: list[Operation],
                    f"(row {prev.seq})")
         else:
             highest[e.job] = e
-        for c in claims:
-            if c.job == e.job and (c.token or 0) > e.token and c.end < e.admitted_at:
+        for c in claims_of[e.job]:
+            if (c.token or 0) > e.token and c.end < e.admitted_at:
                 v.flag(f"{e.job}: effect of token {e.token} admitted at {e.admitted_at:.3f}, after claim "
                        f"{c.process}#{c.id} got token {c.token} at {c.end:.3f}: its lease was not current")
         done = completes.get(e.job)
