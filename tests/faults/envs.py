@@ -78,6 +78,9 @@ class ServerEnv(Env):
 
     scheme = ""
     cluster_faults = ("leader-kill", "leader-pause")
+    # How long a leader is paused or kept dead, in TTLs: from a pause too short to notice to
+    # one that outlasts every lease the leader knew of.
+    leader_fault_ttls = (0.5, 1.5)
 
     def __init__(self, workdir: Path, size: int = 1) -> None:
         super().__init__(workdir)
@@ -159,7 +162,9 @@ class EtcdEnv(ServerEnv):
     def start(self) -> None:
         from tests.servers.etcd import EtcdCluster
 
-        self.cluster = EtcdCluster(self.workdir / "etcd", self.size)
+        # A short election timeout, so a paused leader is replaced well within a lease's TTL.
+        timing = ("--heartbeat-interval", "25", "--election-timeout", "250") if self.size > 1 else ()
+        self.cluster = EtcdCluster(self.workdir / "etcd", self.size, extra=timing)
         for node in self.cluster.nodes:
             node.data_dir.parent.mkdir(parents=True, exist_ok=True)
         self.cluster.start()

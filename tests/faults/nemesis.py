@@ -151,7 +151,8 @@ class Nemesis(threading.Thread):
             self.halt.wait(seconds)
             self.env.net_fault(name, "pass")
         else:
-            seconds = self.rng.uniform(0.5, 1.5) * ttl
+            low, high = self.env.leader_fault_ttls if fault.startswith("leader") else (0.5, 1.5)
+            seconds = self.rng.uniform(low, high) * ttl
             self.rec.note(fault, seconds=seconds)
             self.env.server_fault(fault, self.rng, seconds)
         self.done[fault] += 1
