@@ -52,7 +52,7 @@ def environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[
                 # renewed it. The long runs show it (docs/reliability.md); here the leader is
                 # paused long enough to be replaced (250 ms elections) but not long enough to
                 # wake up to leases it thinks expired, so a violation is tenure's own.
-                env.leader_fault_ttls = (0.3, 0.45)
+                env.leader_fault_ttls = (0.26, 0.35)
             try:
                 env.start()
                 started[name] = env
