@@ -219,7 +219,8 @@ class EtcdBackend(Backend):
             new = self._retention_id()
             if new == old[0]:
                 raise
-            ec.relet(success + failure, old[0], new)
+            ec.relet(success, old[0], new)
+            ec.relet(failure, old[0], new)
             return self._conn.txn(compares, success, failure)
 
     def _audit(self, key: bytes, value: bytes) -> Any:
@@ -479,6 +480,13 @@ class EtcdBackend(Backend):
                 self.record_rejection(rejected)
                 raise StaleLease(rejected)
             held.confirmed, held.granted = sent, left
+            if any(prev.lease != held.id for prev in res.prev):
+                # Another connection had moved the key to its own etcd lease, and may be revoking
+                # ours right now: that revoke must not land on the key, nor on a later claim.
+                self._remember(key, None)
+                for prev in res.prev:
+                    self._revoke_later(prev.lease)
+                return self._renew(lease, ttl)  # to a new etcd lease
         for prev in res.prev:
             if prev.lease != held.id:
                 self._revoke_later(prev.lease)
