@@ -34,6 +34,7 @@ from tenure.backends import etcd_client as ec
 from tenure.backends import etcd_scan
 from tenure.backends.etcd_client import KV, Connection, Pending, TxnResult
 from tenure.backends.etcd_layout import (
+    UNKNOWN_REASON,
     JobValue,
     Keys,
     end_value,
@@ -169,9 +170,10 @@ class EtcdBackend(Backend):
     def now(self) -> float:
         return self._clock.time() if self._clock is not None else time.time()
 
-    def _reads(self, job_id: str) -> list[Any]:
+    def _reads(self, job_id: str, revision: int = 0) -> list[Any]:
         k = self.keys
-        return [ec.get(k.job(job_id)), ec.get(k.lease(job_id)), ec.get(k.end(job_id))]
+        return [ec.get(k.job(job_id), revision=revision), ec.get(k.lease(job_id), revision=revision),
+                ec.get(k.end(job_id), revision=revision)]
 
     def _snapshot(self, job_id: str) -> _Snapshot:
         res = self._conn.txn([], self._reads(job_id), [], retry=True)  # reads only: safe to retry
@@ -284,10 +286,9 @@ class EtcdBackend(Backend):
                 return
         raise BackendUnavailable(f"submit of {job_id!r} kept losing races; try again")
 
-    def _unchanged(self, job_id: str, snap: _Snapshot | None) -> list[Any]:
-        """The job's three keys as read (all absent when ``snap`` is None)."""
+    def _unchanged(self, job_id: str, snap: _Snapshot) -> list[Any]:
         k = self.keys
-        mj, lc, mo = snap.mods if snap is not None else (0, 0, 0)
+        mj, lc, mo = snap.mods
         return [ec.compare(k.job(job_id), "mod", "==", mj), ec.compare(k.lease(job_id), "create", "==", lc),
                 ec.compare(k.end(job_id), "mod", "==", mo)]
 
@@ -366,8 +367,10 @@ class EtcdBackend(Backend):
             # The job key keeps the nominal end, shown once etcd has ended the lease.
             value = JobValue(JobState.LEASED, owner, 0, ttl, rec.submitted_at if rec else now, now,
                              now + lease.granted, rec.runs if rec else 1)
-            res = self._write(
-                [*self._unchanged(job_id, snap), ec.compare(k.lease(job_id), "create", "==", 0)],
+            mj, _, mo = snap.mods if snap is not None else (0, 0, 0)
+            res = self._write(  # job and end keys as read, and no lease key whatever was read
+                [ec.compare(k.job(job_id), "mod", "==", mj), ec.compare(k.lease(job_id), "create", "==", 0),
+                 ec.compare(k.end(job_id), "mod", "==", mo)],
                 [ec.put(k.job(job_id), job_value(job_id, value)),
                  ec.put(k.lease(job_id), lease_value(owner, ttl, None, expires_at), lease=lease.id),
                  ec.delete(k.end(job_id)), self._event(job_id, Op.CLAIM, owner, None, now, expires_at)],
@@ -407,12 +410,22 @@ class EtcdBackend(Backend):
              ec.compare(k.lease(job_id), "value", ">", mine),  # the value starts with the owner
              ec.compare(k.lease(job_id), "value", "<", mine + b"\x7f"),
              ec.compare(k.job(job_id), "mod", "==", token)],
-            success,
-            [self._audit(k.rejection(uid), rejection_value(stub, complete=False)), *self._reads(job_id)])
+            success, [self._audit(k.rejection(uid), rejection_value(stub, complete=False))])
         if res.succeeded:
             return res
+        # Why, read afterwards at the refusal's own revision: the same view the failure branch
+        # had, without three reads in every transaction of the hot path.
         try:
-            rec = _Snapshot(job_id, res.ranges, now).record
+            ranges = self._conn.txn([], self._reads(job_id, res.revision), [], retry=True).ranges
+        except LeaseError:
+            try:  # compacted away already: the keys as they are now
+                ranges = self._conn.txn([], self._reads(job_id), [], retry=True).ranges
+            except LeaseError as exc:  # refused and audited all the same; only the reason is missing
+                log.warning("could not read why %s of %r was refused: %s", op.value, job_id, exc)
+                raise StaleLease(Rejection(job_id, op, lease.owner, token, None, 0, now,
+                                           UNKNOWN_REASON)) from exc
+        try:
+            rec = _Snapshot(job_id, ranges, now).record
         except CorruptRecord as exc:
             self._finish_rejection(uid, transitions.rejection(None, op, lease, Reason.NOT_FOUND, now),
                                    f"corrupt record: {exc.problem}")

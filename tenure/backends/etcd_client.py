@@ -137,8 +137,8 @@ def delete(key: bytes, prev_kv: bool = False) -> OpSpec:
     return (_DELETE, key, prev_kv)
 
 
-def get(key: bytes, end: bytes = b"", *, keys_only: bool = False) -> OpSpec:
-    return (_GET, key, end, keys_only)
+def get(key: bytes, end: bytes = b"", *, keys_only: bool = False, revision: int = 0) -> OpSpec:
+    return (_GET, key, end, keys_only, revision)
 
 
 def relet(ops: list[OpSpec], old: int, new: int) -> None:
@@ -176,6 +176,8 @@ def _add_ops(branch: Any, ops: list[OpSpec]) -> None:
                 r.range_end = op[2]
             if op[3]:
                 r.keys_only = True
+            if op[4]:
+                r.revision = op[4]
 
 
 def txn_request(compares: list[OpSpec], success: list[OpSpec], failure: list[OpSpec]) -> Any:
