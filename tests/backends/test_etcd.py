@@ -434,3 +434,58 @@ def test_tls_with_client_certificates(tmp_path: Path) -> None:
             tenure.connect(url)
     finally:
         cluster.close()
+
+
+def test_transactions_are_encoded_as_protobuf_would() -> None:
+    """``encode_txn`` skips protobuf's slow Python runtime: its bytes must be protobuf's own."""
+    import random
+
+    from tenure.backends import etcd_client as ec
+
+    _, rpc = ec.load()
+    fields = {5: "create_revision", 6: "mod_revision", 7: "value"}
+
+    def by_protobuf(compares: list[Any], success: list[Any], failure: list[Any]) -> bytes:
+        req = rpc.TxnRequest()
+        for key, target, result, field, value in compares:
+            c = req.compare.add()
+            c.key, c.target, c.result = key, target, result
+            setattr(c, fields[field], value)
+        for branch, ops in ((req.success, success), (req.failure, failure)):
+            for op in ops:
+                if op[0] == 0:
+                    p = branch.add().request_put
+                    p.key, p.value, p.lease, p.prev_kv = op[1:]
+                elif op[0] == 1:
+                    d = branch.add().request_delete_range
+                    d.key, d.prev_kv = op[1:]
+                else:
+                    r = branch.add().request_range
+                    r.key, r.range_end, r.keys_only, r.revision = op[1:]
+        return bytes(req.SerializeToString())
+
+    rnd = random.Random(7)
+
+    def data() -> bytes:  # lengths around the one- and two-byte varint boundaries
+        return bytes(rnd.randrange(256) for _ in range(rnd.choice([1, 5, 127, 128, 300, 20_000])))
+
+    def number() -> int:
+        return rnd.choice([0, 1, 127, 128, 300, 2**31, 2**62])
+
+    def op() -> Any:
+        kind = rnd.randrange(3)
+        if kind == 0:
+            return ec.put(data(), data(), number(), rnd.random() < 0.5)
+        if kind == 1:
+            return ec.delete(data(), rnd.random() < 0.5)
+        return ec.get(data(), rnd.choice([b"", data()]), keys_only=rnd.random() < 0.5, revision=number())
+
+    for _ in range(200):
+        compares = []
+        for _ in range(rnd.randrange(5)):
+            target = rnd.choice(["create", "mod", "value"])
+            compares.append(ec.compare(data(), target, rnd.choice(["==", "<", ">"]),
+                                       data() if target == "value" else number()))
+        success = [op() for _ in range(rnd.randrange(5))]
+        failure = [op() for _ in range(rnd.randrange(5))]
+        assert ec.encode_txn(compares, success, failure) == by_protobuf(compares, success, failure)
