@@ -212,18 +212,65 @@ class TxnResult:
     prev: list[KV]  # previous values returned by put/delete with prev_kv
 
 
-def _txn_result(resp: Any) -> TxnResult:
+def _read_varint(buf: bytes, i: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        b = buf[i]
+        i += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (result - (1 << 64) if result >= 1 << 63 else result), i  # int64
+        shift += 7
+
+
+def _fields(buf: bytes) -> Iterator[tuple[int, Any]]:
+    """``(field number, int or bytes)`` of one protobuf message, in wire order."""
+    i, end = 0, len(buf)
+    value: Any
+    while i < end:
+        tag, i = _read_varint(buf, i)
+        wire = tag & 7
+        if wire == 0:
+            value, i = _read_varint(buf, i)
+        elif wire == 2:
+            size, i = _read_varint(buf, i)
+            value, i = buf[i:i + size], i + size
+        elif wire in (1, 5):  # fixed 64 or 32 bits: none in these messages, skipped all the same
+            size = 8 if wire == 1 else 4
+            value, i = buf[i:i + size], i + size
+        else:
+            raise ValueError(f"protobuf wire type {wire} in an etcd response")
+        yield tag >> 3, value
+
+
+def _decode_kv(buf: bytes) -> KV:
+    """``mvccpb.KeyValue``: key 1, create_revision 2, mod_revision 3, value 5, lease 6."""
+    f: dict[int, Any] = {1: b"", 2: 0, 3: 0, 5: b"", 6: 0}
+    for number, value in _fields(buf):
+        f[number] = value
+    return KV(f[1], f[5], f[2], f[3], f[6])
+
+
+def _decode_txn(buf: bytes) -> TxnResult:
+    """``TxnResponse`` (header 1 with revision 3, succeeded 2, responses 3), read by hand like
+    ``encode_txn`` writes requests: protobuf's Python runtime costs more than the rest."""
+    revision, succeeded = 0, False
     ranges: list[list[KV]] = []
     prev: list[KV] = []
-    for r in resp.responses:
-        kind = r.WhichOneof("response")
-        if kind == "response_range":
-            ranges.append([_kv(kv) for kv in r.response_range.kvs])
-        elif kind == "response_put" and r.response_put.HasField("prev_kv"):
-            prev.append(_kv(r.response_put.prev_kv))
-        elif kind == "response_delete_range":
-            prev.extend(_kv(kv) for kv in r.response_delete_range.prev_kvs)
-    return TxnResult(bool(resp.succeeded), int(resp.header.revision), ranges, prev)
+    for number, value in _fields(buf):
+        if number == 1:
+            revision = next((v for n, v in _fields(value) if n == 3), 0)
+        elif number == 2:
+            succeeded = bool(value)
+        elif number == 3:
+            for kind, body in _fields(value):  # ResponseOp: range 1, put 2, delete_range 3
+                if kind == 1:  # RangeResponse: kvs 2
+                    ranges.append([_decode_kv(v) for n, v in _fields(body) if n == 2])
+                elif kind == 2:  # PutResponse: prev_kv 2
+                    prev.extend(_decode_kv(v) for n, v in _fields(body) if n == 2)
+                elif kind == 3:  # DeleteRangeResponse: prev_kvs 3
+                    prev.extend(_decode_kv(v) for n, v in _fields(body) if n == 3)
+    return TxnResult(succeeded, revision, ranges, prev)
 
 
 # Pings on open streams (watches) notice a frozen server; etcd refuses pings under 5 s apart.
@@ -242,9 +289,8 @@ class _Endpoint:
                                                  _read(conn.cert_cert))
             self.channel = grpc.secure_channel(target, creds, options=_CHANNEL_OPTIONS)
         self.kv = rpc.KVStub(self.channel)
-        # Txn with the request already encoded (``encode_txn``): no protobuf message to build.
-        self.txn = self.channel.unary_unary("/etcdserverpb.KV/Txn", request_serializer=None,
-                                            response_deserializer=rpc.TxnResponse.FromString)
+        # Txn in bytes both ways (``encode_txn``, ``_decode_txn``): no protobuf messages.
+        self.txn = self.channel.unary_unary("/etcdserverpb.KV/Txn")
         self.lease = rpc.LeaseStub(self.channel)
         self.watch = rpc.WatchStub(self.channel)
         self.cluster = rpc.ClusterStub(self.channel)
@@ -326,7 +372,7 @@ class Connection:
     def txn(self, compares: list[OpSpec], success: list[OpSpec], failure: list[OpSpec], *,
             retry: bool = False) -> TxnResult:
         req = encode_txn(compares, success, failure)
-        return self.call(lambda ep, md: _txn_result(ep.txn(req, timeout=self.timeout, metadata=md)),
+        return self.call(lambda ep, md: _decode_txn(ep.txn(req, timeout=self.timeout, metadata=md)),
                          retry=retry)
 
     def range(self, key: bytes, end: bytes = b"", *, revision: int = 0, limit: int = 0,

@@ -489,3 +489,47 @@ def test_transactions_are_encoded_as_protobuf_would() -> None:
         success = [op() for _ in range(rnd.randrange(5))]
         failure = [op() for _ in range(rnd.randrange(5))]
         assert ec.encode_txn(compares, success, failure) == by_protobuf(compares, success, failure)
+
+
+def test_transaction_responses_are_decoded_as_protobuf_would() -> None:
+    import random
+
+    from tenure.backends import etcd_client as ec
+
+    _, rpc = ec.load()
+    rnd = random.Random(11)
+
+    def fill(kv: Any) -> None:
+        kv.key = bytes(rnd.randrange(256) for _ in range(rnd.choice([0, 1, 200])))
+        kv.value = bytes(rnd.randrange(256) for _ in range(rnd.choice([0, 3, 300])))
+        kv.create_revision, kv.mod_revision, kv.version, kv.lease = (
+            rnd.choice([0, 1, 300, 2**40]) for _ in range(4))
+
+    def kv_of(kv: Any) -> ec.KV:
+        return ec.KV(bytes(kv.key), bytes(kv.value), kv.create_revision, kv.mod_revision, kv.lease)
+
+    for _ in range(200):
+        resp = rpc.TxnResponse(succeeded=rnd.random() < 0.5)
+        resp.header.revision, resp.header.raft_term, resp.header.cluster_id = rnd.choice([1, 2**33]), 5, 2**63 + 9
+        ranges, prev = [], []
+        for _ in range(rnd.randrange(5)):
+            op = resp.responses.add()
+            kind = rnd.randrange(3)
+            if kind == 0:
+                op.response_range.header.revision = 3
+                for _ in range(rnd.randrange(3)):
+                    fill(op.response_range.kvs.add())
+                op.response_range.count = len(op.response_range.kvs)
+                ranges.append([kv_of(kv) for kv in op.response_range.kvs])
+            elif kind == 1:
+                op.response_put.header.revision = 4
+                if rnd.random() < 0.5:
+                    fill(op.response_put.prev_kv)
+                    prev.append(kv_of(op.response_put.prev_kv))
+            else:
+                op.response_delete_range.deleted = rnd.randrange(3)
+                for _ in range(rnd.randrange(3)):
+                    fill(op.response_delete_range.prev_kvs.add())
+                prev.extend(kv_of(kv) for kv in op.response_delete_range.prev_kvs)
+        decoded = ec._decode_txn(resp.SerializeToString())
+        assert decoded == ec.TxnResult(resp.succeeded, resp.header.revision, ranges, prev)
