@@ -5,11 +5,13 @@ of the job's lease key). Revisions are global and never reused, so tokens grow a
 completion, restarts and leader changes. Expiry is etcd's: the lease key is attached to an
 etcd lease with the job's TTL, and etcd deletes it when that runs out.
 
-Round trips: claim 2 (a lease grant sent alongside the read, then the transaction), renew 1
+Round trips: claim 1 for a new job when an etcd lease of an ended claim can be reused, else 2
+(the transaction's failure branch reads the job, or a grant is sent alongside a read); renew 1
 (a keep-alive sent alongside the transaction) when this process made the claim with the same
 TTL, otherwise 2; complete and release 1. A stale renew/complete/release writes its rejection
-in the failure branch of that same transaction, and a second write fills in why. The etcd
-leases of ended claims are revoked without waiting for the answer, off the caller's path.
+in the failure branch of that same transaction, and a later write fills in why. Reusing etcd
+leases keeps grants and revokes off the hot path; why it keeps the holder's safe deadline is
+in ``_EtcdLease`` and docs/backends/etcd.md.
 
 ``now()`` is this machine's wall clock: etcd has no clock API. Expiry never depends on it;
 ``expires_at`` is an estimate (local time of the grant or keep-alive plus the TTL plus
@@ -253,7 +255,7 @@ class EtcdBackend(Backend):
         with self._lock:
             pool = self._pool.get(etcd_ttl)
             while pool:
-                lease = pool.pop()  # the most recently confirmed first
+                lease = pool.pop()  # the most recently given back first
                 self._pooled -= 1
                 if lease.confirmed + lease.granted - now >= _MIN_LEFT:
                     return lease

@@ -533,3 +533,45 @@ def test_transaction_responses_are_decoded_as_protobuf_would() -> None:
                 prev.extend(kv_of(kv) for kv in op.response_delete_range.prev_kvs)
         decoded = ec._decode_txn(resp.SerializeToString())
         assert decoded == ec.TxnResult(resp.succeeded, resp.header.revision, ranges, prev)
+
+
+def test_claims_reuse_the_etcd_leases_of_ended_claims(etcd_harness: EtcdHarness, store: tenure.Store) -> None:
+    """No grant or revoke on the hot path; a stale pooled lease is kept alive alongside the claim."""
+    node = etcd_harness.cluster.nodes[0]
+    backend: Any = store.backend
+
+    def etcd_lease(job_id: str) -> tuple[int, int]:
+        key = base64.b64encode(backend.keys.lease(job_id)).decode()
+        lease_id = int(node.api("/v3/kv/range", {"key": key})["kvs"][0]["lease"])
+        return lease_id, int(node.api("/v3/lease/timetolive", {"ID": lease_id}).get("TTL", -1))
+
+    sent: list[str] = []
+    for name in ("txn", "range", "grant", "grant_started", "keepalive_started"):
+        method = getattr(backend._conn, name)
+
+        def counted(*args: Any, _m: Any = method, _n: str = name, **kwargs: Any) -> Any:
+            sent.append(_n)
+            return _m(*args, **kwargs)
+
+        setattr(backend._conn, name, counted)
+    store.complete(store.claim("a", owner="w", ttl=5.0))
+    pooled = backend._pool[5][-1]
+    first = pooled.id
+    before = time.monotonic()  # confirmed again now, so a slow machine cannot make it stale
+    assert backend._conn.keepalive_started(first).result() == 6
+    pooled.confirmed = before
+    sent.clear()
+    b = store.claim("b", owner="w", ttl=5.0)
+    assert sent == ["txn"]  # a new job, a fresh pooled lease: one transaction
+    assert etcd_lease("b")[0] == first and 5 <= etcd_lease("b")[1] <= 6  # the TTL plus 1 s of slack
+    store.complete(b)
+    pooled.confirmed -= 0.6  # not fresh any more: the claim must hear etcd confirm it
+    sent.clear()
+    c = store.claim("c", owner="w", ttl=5.0)
+    assert sent == ["keepalive_started", "txn"] and etcd_lease("c")[0] == first
+    store.complete(c)
+    node.api("/v3/lease/revoke", {"ID": first})  # behind our back: the pooled lease is gone
+    d = store.claim("d", owner="w", ttl=5.0)
+    assert etcd_lease("d")[0] != first and d.token > c.token
+    assert [e.op for e in store.history("d")] == [tenure.Op.CLAIM]
+    assert store.rejections() == []
