@@ -109,12 +109,14 @@ def _rss_mb() -> float:
 
 def _hold_many(url: str, options: dict[str, Any], count: int, ttl: float, seconds: float, out: Any) -> None:
     with tenure.connect(url, **options) as store:
+        store.get("warm-up")  # the client library starts its own threads here
+        base_threads = threading.active_count()
         prefix = f"held-{uuid.uuid4().hex[:8]}"
         held = [store.hold(f"{prefix}-{i}", owner="holder", ttl=ttl) for i in range(count)]
         time.sleep(seconds)  # the measurement: renewals must keep every lease alive meanwhile
         lost = sum(h.lost.is_set() or h.remaining() <= 0 for h in held)
         renewed = sum(h.lease.expires_at > store.now() for h in held)
-        out.put({"rss_mb": _rss_mb(), "threads": threading.active_count(), "lost": lost,
+        out.put({"rss_mb": _rss_mb(), "threads": threading.active_count() - base_threads, "lost": lost,
                  "alive": renewed, "count": count})
         for h in held:
             h.complete()

@@ -281,18 +281,14 @@ class SQLiteBackend(RecordBackend):
     def jobs(self) -> Iterator[JobStatus]:
         # Pages by primary key so a listing of 100,000 jobs never holds them all at once
         # and never holds the lock across the caller's loop.
-        last = ""
-        first = True
-        while True:
-            rows = self._query(
-                f"SELECT {_JOB_COLUMNS} FROM tenure_jobs WHERE job_id > ? OR ? ORDER BY job_id LIMIT 2000",
-                (last, first))
-            if not rows:
-                return
+        rows = self._query(f"SELECT {_JOB_COLUMNS} FROM tenure_jobs ORDER BY job_id LIMIT 2000")
+        while rows:
             now = self.now()
             for row in rows:
                 yield self._status(row, now)
-            last, first = rows[-1][0], False
+            # Keyset paging on the primary key: each page is an index seek, not a rescan.
+            rows = self._query(f"SELECT {_JOB_COLUMNS} FROM tenure_jobs WHERE job_id > ? ORDER BY job_id LIMIT 2000",
+                               (rows[-1][0],))
 
     def rejections(self, since: float | None, limit: int | None) -> list[Rejection]:
         rows = self._query(

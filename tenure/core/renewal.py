@@ -10,6 +10,7 @@ the store is unreachable and nothing has been heard.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import heapq
 import itertools
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("tenure.renewal")
 
 RENEW_FRACTION = 1 / 3  # renew when a third of the TTL has gone by since the last renewal
+RENEWAL_WORKERS = 4  # renewals in flight at once per store
 RETRY_FRACTION = 1 / 20  # after a failed attempt, retry this much later (of the TTL)
 
 
@@ -156,7 +158,9 @@ class HeldLease:
 
 
 class Renewer:
-    """One daemon thread per store, renewing every held lease from a time-ordered heap."""
+    """Renews every held lease of a store: one scheduler thread keeps a time-ordered heap and
+    hands due renewals to a few worker threads, so a slow round trip delays only itself and a
+    worker holding 1,000 leases runs RENEWAL_WORKERS + 1 threads, not 1,000."""
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
@@ -164,6 +168,7 @@ class Renewer:
         self._order = itertools.count()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._closed = False
 
     def add(self, held: HeldLease) -> None:
@@ -172,6 +177,7 @@ class Renewer:
                 raise LeaseError("the store is closed")
             self._push(held, self._clock.monotonic() + held.lease.ttl * RENEW_FRACTION)
             if self._thread is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(RENEWAL_WORKERS, "tenure-renew")
                 self._thread = threading.Thread(target=self._run, name="tenure-renewer", daemon=True)
                 self._thread.start()
             self._cond.notify()
@@ -190,7 +196,9 @@ class Renewer:
                 if self._closed:
                     return
                 _, _, held = heapq.heappop(self._heap)
-            self._renew(held)
+            assert self._pool is not None
+            # A held lease is back in the heap only after its renewal ends: never two at once.
+            self._pool.submit(self._renew, held)
 
     def _renew(self, held: HeldLease) -> None:
         ttl = held.lease.ttl
@@ -211,6 +219,7 @@ class Renewer:
                 # Never schedule past the point where the lease would be lost anyway.
                 at = min(self._clock.monotonic() + delay, held.deadline)
                 self._push(held, at)
+                self._cond.notify()  # the scheduler may be asleep on an empty heap
 
     def close(self) -> None:
         with self._cond:
@@ -218,3 +227,5 @@ class Renewer:
             self._cond.notify_all()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,100 @@
+"""A per-job linearizability check against a mutex-with-token model (Wing & Gong, Lowe).
+
+The model of one job: who holds it (a token or nobody), the highest token issued, whether
+it is completed, and a lower bound of when the holder's lease can expire in real time: the
+invocation of the claim or renewal that set it, plus the TTL (less a small slack for the
+store's clock). A claim may take the job from a holder only if it returned after that
+bound; a stale rejection of the holder is allowed only once the lease may have expired.
+
+As in Jepsen, an operation with an unknown outcome may take effect at any time after its
+invocation, or never; one known to have happened (found in the store) must take effect.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+INF = float("inf")
+MAX_STEPS = 200_000  # per job; beyond this the job is reported as not checked, not as valid
+
+
+@dataclass(frozen=True)
+class Op:
+    kind: str  # claim, claim-refused, renew, complete, stale (a renew/complete the store refused)
+    token: int
+    start: float
+    end: float  # INF when the outcome was unknown
+    required: bool = True  # False: unknown, may not have happened
+    refused: str = ""  # for claim-refused: AlreadyClaimed or JobCompleted
+    label: str = ""  # for messages: process and op id
+
+
+@dataclass(frozen=True)
+class State:
+    holder: int | None = None
+    expiry_lb: float = -INF
+    done: bool = False
+    max_token: int = 0
+
+
+def step(s: State, op: Op, ttl: float, slack: float) -> State | None:
+    """The state after ``op``, or None if the model forbids it."""
+    if op.kind == "claim":
+        if s.done or op.token <= s.max_token:
+            return None
+        if s.holder is not None and op.end < s.expiry_lb:
+            return None  # the previous lease cannot have expired before this claim returned
+        return State(op.token, op.start + ttl - slack, False, op.token)
+    if op.kind == "claim-refused":
+        if op.refused == "JobCompleted":
+            return s if s.done else None
+        return s if s.holder is not None and not s.done else None
+    if op.kind == "renew":
+        if s.done or s.holder != op.token:
+            return None
+        return State(s.holder, max(s.expiry_lb, op.start + ttl - slack), False, s.max_token)
+    if op.kind == "complete":
+        if s.done or s.holder != op.token:
+            return None
+        return State(None, -INF, True, s.max_token)
+    if op.kind == "stale":
+        ok = s.done or s.holder != op.token or op.end >= s.expiry_lb
+        return s if ok else None
+    raise ValueError(op.kind)
+
+
+def check(ops: list[Op], ttl: float, slack: float) -> bool | None:
+    """True if some linearization fits the model, False if none does, None if out of budget."""
+    ops = sorted(ops, key=lambda o: o.start)
+    n = len(ops)
+    required = 0
+    for i, o in enumerate(ops):
+        if o.required:
+            required |= 1 << i
+    failed: set[tuple[int, State]] = set()
+    steps = 0
+
+    def search(done: int, state: State) -> bool | None:
+        nonlocal steps
+        if done & required == required:
+            return True
+        if (done, state) in failed:
+            return False
+        steps += 1
+        if steps > MAX_STEPS:
+            return None
+        # Only an op invoked before every pending op returned can come next.
+        horizon = min(ops[i].end for i in range(n) if not done >> i & 1)
+        for i in range(n):
+            if done >> i & 1 or ops[i].start > horizon:
+                continue
+            after = step(state, ops[i], ttl, slack)
+            if after is None:
+                continue
+            found = search(done | 1 << i, after)
+            if found is not False:
+                return found
+        failed.add((done, state))
+        return False
+
+    return search(0, State())

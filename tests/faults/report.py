@@ -1,0 +1,171 @@
+"""``docs/reliability.md``, generated from the runs kept in ``docs/reliability.json``.
+
+Each invocation of ``tests.faults.run --report`` adds its results as one run (replacing an
+earlier run of the same command) and rewrites the page from all of them, so every number on
+the page comes from a run of the suite, with the command and seed that produced it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+INTRO = """# Reliability: the fault-injection suite
+
+The seed asks for pauses beyond the lease duration, competing claims and clock differences.
+`tests/faults/` runs them, in the manner of Jepsen's lock tests, against real stores: at
+least eight worker processes claim jobs (`claim_next`), write fenced effects to an SQLite
+destination through `tenure.fencing.SQLFence`, renew while they work and complete. Half of
+them are careless, like worker A of the seed's example: they do not check their safe local
+deadline and, once a renewal is refused, still write once more and try to complete, so the
+store and the fence must refuse them. Every operation is recorded as invoked and then ok,
+fail or unknown (timeouts, lost connections) with the machine's monotonic time, read past
+libfaketime. A nemesis injects one fault, or all of them mixed:
+
+| fault | what it does |
+|---|---|
+| pause | SIGSTOP a worker for 1.2 to 3 TTLs, then SIGCONT |
+| burst | three extra processes claim the same held jobs at the same instant |
+| skew | workers under libfaketime: clocks +1 h, -1 h, rates x1.03 and x0.97 (inside the 5 % drift margin) |
+| kill-worker | kill -9 a worker and start a new one in its place |
+| net | cut one worker off through its own loopback TCP proxy: blackhole, delay (50-600 ms) or drop |
+| server-kill | kill -9 a server, restart it after 0.5 to 1.5 TTLs |
+| leader-kill, leader-pause | kill -9 or SIGSTOP the leader of the 3-node etcd cluster or ZooKeeper ensemble |
+
+The checker (`tests/faults/checker.py`, `linear.py`) then verifies, over the history and
+the final state of the store and the destination:
+
+- per job, tokens of successful claims strictly increase, in real-time order and in the
+  store's own history; every claim in the store's history was made by some worker;
+- at the destination no effect with a lower token landed after one with a higher token;
+  every effect landed came from the process that claimed its token, and was admitted before
+  any claim with a higher token had returned (its lease was current by the store's record);
+  every acknowledged effect landed;
+- at most one accepted completion per job; every acknowledged completion is in the final
+  state (after server kills and restarts), and every completed job was completed by a
+  worker's completion that was not refused to it;
+- every renewal and completion a worker saw refused as stale is in `rejections()`, and no
+  rejection is there that no worker could have caused; the same for the destination fence;
+- the claim/renew/complete history of each job is linearizable as a mutex with tokens and
+  expiring leases (a Wing-Gong-Lowe search; an unknown outcome may take effect at any time
+  after its invocation or never; a lease can expire no earlier than the TTL after the
+  invocation of the claim or renewal that set it, less 2 % for the store's clock).
+
+`tests/faults/test_checker.py` feeds the checker hand-made histories that break each rule and
+shows that it flags every one of them.
+
+The short version runs with the test suite (`pytest tests/faults`: every fault on every
+backend, a few seconds each). The long version is one command:
+
+    python -m tests.faults.run --backend sqlite,etcd,etcd3,zk,zk3 --fault all \\
+        --seconds 300 --repeat 5 --seed 1 --report docs/reliability.md
+
+(`etcd3` and `zk3` are the 3-node cluster and ensemble; `--fault all` runs each fault alone
+and then all mixed; `--repeat` runs each case with consecutive seeds; the exit status is 1
+on any violation). Each section below names the command and seed that produced it;
+`python -m tests.faults.report` rewrites this page from `docs/reliability.json`.
+
+Columns: *ops* are claims, renewals, completions and fenced effects; *unknown* are those
+whose outcome the worker never learned (while a server is down, workers keep trying to
+claim, so server faults add many unknown claims); *stale refused by store* are renewals and
+completions the workers saw refused as stale, each found by the checker in `rejections()`;
+*refused by destination* are effects the fence refused for a lower token; *audit records*
+are all rejections in the store's audit; *faults injected* counts the nemesis's actions.
+"""
+
+FINDINGS = """## What the runs found
+
+Violations are listed under the run that found them. Two causes were found, both on etcd;
+the rules were not relaxed for either:
+
+- **skew**, in the etcd backend before it was merged (kept below under "Earlier runs"): a
+  lease claimed by a worker whose clock was an hour behind could be claimed again by a
+  worker with a true clock while etcd still held the first lease, so two workers held the
+  job at once. The backend floored a live lease's end at the reader's `now() + 1 ms` and
+  then checked it against a later `now()`. Fixed on the etcd branch before the merge (the
+  check uses the snapshot's own time and the claim requires that no lease key exists); the
+  skew runs on main under Results have no violation, and `tests/faults/test_clock_skew.py`
+  keeps the fault as a small deterministic test.
+- **leader-pause**, in etcd 3.4.23 itself (etcd-io/etcd#15247): a leader stopped with
+  SIGSTOP resumes still counting lease TTLs it no longer owns and revokes leases that the
+  new leader renewed meanwhile. A renewal is acknowledged and soon after the lease is gone
+  ("lease expired by store time") before its TTL has run out since the renewal was sent, so
+  another worker can claim the job while the holder still trusts its lease. Fixed upstream
+  by etcd-io/etcd#16822, backported to 3.4 in etcd-io/etcd#17465; the Debian package
+  predates it. The remedy is a newer etcd server, not a change in tenure.
+"""
+
+
+def save(json_path: Path, md_path: Path, command: str, seed: int, results: list[Any], note: str = "") -> None:
+    runs: list[dict[str, Any]] = json.loads(json_path.read_text()) if json_path.exists() else []
+    runs = [r for r in runs if r["command"] != command]
+    runs.append({"command": command, "seed": seed, "note": note,
+                 "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                 "results": [_plain(r) for r in results]})
+    json_path.write_text(json.dumps(runs, indent=1) + "\n")
+    md_path.write_text(render(runs))
+
+
+def _plain(r: Any) -> dict[str, Any]:
+    return {"backend": r.backend, "fault": r.fault, "seed": r.seed, "seconds": round(r.seconds, 1),
+            "counts": dict(r.counts), "violations": r.violations[:50], "violation_count": len(r.violations),
+            "unchecked": r.unchecked, "audit": r.audit, "injected": dict(r.injected)}
+
+
+HEADER = ("| backend | fault | seed | ops | ok | fail | unknown | stale refused by store | refused by destination "
+          "| audit records | effects landed | faults injected | violations | seconds |\n"
+          "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+
+
+def row(r: dict[str, Any]) -> str:
+    c = Counter(r["counts"])
+    return (f"| {r['backend']} | {r['fault']} | {r['seed']} | {c['ops']} | {c['ok']} | {c['fail']} | {c['info']} "
+            f"| {c['store rejections seen']} | {c['destination rejections']} | {r['audit']} | {c['effects landed']} "
+            f"| {sum(r['injected'].values())} | {r['violation_count']} | {r['seconds']:.0f} |")
+
+
+def render(runs: list[dict[str, Any]]) -> str:
+    current = [run for run in runs if not run.get("superseded")]
+    earlier = [run for run in runs if run.get("superseded")]
+    results = [r for run in current for r in run["results"]]
+    ops = sum(r["counts"].get("ops", 0) for r in results)
+    bad = sum(r["violation_count"] for r in results)
+    lines = [INTRO, FINDINGS, "## Results", "",
+             f"In all: {len(results)} runs, {ops} operations, {bad} violations, "
+             f"{sum(r['unchecked'] for r in results)} jobs whose linearizability search ran out of budget.", ""]
+    lines += _sections(current)
+    if earlier:
+        lines += ["## Earlier runs, on code since fixed", "",
+                  "Kept because they found the faults described above; not counted in the totals.", ""]
+        lines += _sections(earlier)
+    return "\n".join(lines)
+
+
+def _sections(runs: list[dict[str, Any]]) -> list[str]:
+    lines: list[str] = []
+    for run in runs:
+        rs = run["results"]
+        lines += [f"### `{run['command']}`", "",
+                  f"Seed {run['seed']}; finished {run['finished']}; {sum(r['counts'].get('ops', 0) for r in rs)} "
+                  f"operations; {sum(r['violation_count'] for r in rs)} violations."
+                  + (f" {run['note']}" if run["note"] else "")
+                  + (f" {run['superseded']}" if run.get("superseded") else ""), "", HEADER, *[row(r) for r in rs], ""]
+        shown = [(r, v) for r in rs for v in r["violations"][:3]]
+        if shown:
+            lines += ["Violations found (first three per run):", ""]
+            lines += [f"- {r['backend']}/{r['fault']}/seed {r['seed']}: {v}" for r, v in shown]
+            lines.append("")
+    return lines
+
+
+def main() -> None:
+    """Rewrite docs/reliability.md from docs/reliability.json (after editing the prose)."""
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    (docs / "reliability.md").write_text(render(json.loads((docs / "reliability.json").read_text())))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+"""The checker on hand-made histories: each broken one must be flagged, the sound ones not.
+
+A checker that passes everything would make the fault suite worthless; these show it fails.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import tenure
+from tests.faults import linear
+from tests.faults.checker import Final, Verdict, check
+from tests.faults.destination import DestRejection, Effect
+from tests.faults.history import INF, Operation
+
+TTL = 10.0
+J = "job-1"
+
+
+@dataclass
+class World:
+    """A history being built by hand, and the final state it should be checked against."""
+
+    ops: list[Operation] = field(default_factory=list)
+    events: list[tenure.HistoryEvent] = field(default_factory=list)
+    rejections: list[tenure.Rejection] = field(default_factory=list)
+    effects: list[Effect] = field(default_factory=list)
+    dest_rejections: list[DestRejection] = field(default_factory=list)
+    jobs: dict[str, tenure.JobStatus] = field(default_factory=dict)
+
+    def op(self, p: str, n: int, op: str, start: float, end: float, outcome: str = "ok", *, token: int = 1,
+           job: str = J, error: str | None = None) -> Operation:
+        o = Operation(p, n, op, job, token, start, end if outcome != "info" else INF, outcome, error,
+                      owner=f"{p}#{self.claim_of(p, token)}" if op != "claim" else f"{p}#{n}", ttl=TTL)
+        self.ops.append(o)
+        return o
+
+    def claim_of(self, p: str, token: int) -> int:
+        return next(o.id for o in self.ops if o.op == "claim" and o.process == p and o.token == token)
+
+    def claim(self, p: str, n: int, start: float, end: float, token: int, *, in_store: bool = True,
+              outcome: str = "ok") -> Operation:
+        o = self.op(p, n, "claim", start, end, outcome, token=token)
+        if in_store:
+            self.events.append(tenure.HistoryEvent(J, tenure.Op.CLAIM, f"{p}#{n}", token, start))
+        return o
+
+    def effect(self, p: str, n: int, at: float, token: int, *, landed: bool = True) -> None:
+        self.op(p, n, "effect", at - 0.01, at + 0.01, token=token)
+        if landed:
+            self.effects.append(Effect(len(self.effects) + 1, J, token, p, n, at))
+
+    def stale(self, p: str, n: int, op: str, start: float, end: float, token: int, *, audited: bool = True) -> None:
+        o = self.op(p, n, op, start, end, "fail", token=token, error="StaleLease")
+        if audited:
+            self.rejections.append(tenure.Rejection(J, tenure.Op(op), o.owner or "", token, None, 0, end, "x"))
+
+    def finish(self, state: tenure.JobState, token: int, result: str | None = None) -> None:
+        self.jobs[J] = tenure.JobStatus(J, state, token=token, result=result.encode() if result else None)
+
+    def verdict(self) -> Verdict:
+        return check(self.ops, Final(self.jobs, self.events, self.rejections, self.effects,
+                                     self.dest_rejections), TTL)
+
+
+def sound() -> World:
+    """A paused holder (A) loses the job to B after expiry; its stale completion is refused."""
+    w = World()
+    w.claim("A", 1, 0.0, 0.1, 1)
+    w.effect("A", 2, 1.0, 1)
+    w.claim("B", 1, 11.0, 11.1, 2)
+    w.effect("B", 2, 12.0, 2)
+    w.op("B", 3, "renew", 13.0, 13.1, token=2)
+    w.stale("A", 3, "complete", 14.0, 14.1, 1)
+    w.op("B", 4, "complete", 15.0, 15.1, token=2)
+    w.finish(tenure.JobState.COMPLETED, 2, "B#4")
+    return w
+
+
+def flagged(w: World, words: str) -> None:
+    v = w.verdict()
+    assert any(words in text for text in v.violations), v.violations
+
+
+def test_a_sound_history_passes() -> None:
+    v = sound().verdict()
+    assert v.violations == []
+    assert v.counts["ops"] == 7 and v.counts["store rejections seen"] == 1
+
+
+def test_unknown_outcomes_are_allowed_either_way() -> None:
+    w = sound()
+    w.op("B", 5, "renew", 13.5, INF, "info", token=2)  # may or may not have happened
+    w.claim("C", 1, 12.5, INF, 3, in_store=False, outcome="info")  # never reached the store
+    assert w.verdict().violations == []
+
+
+def test_an_unknown_claim_found_in_the_store_must_fit_the_model() -> None:
+    w = sound()
+    w.claim("C", 1, 12.5, INF, 3, outcome="info")  # took the job from live holder B
+    flagged(w, "not linearizable")
+
+
+def test_two_overlapping_holders_are_flagged() -> None:
+    w = World()
+    w.claim("A", 1, 0.0, 0.1, 1)
+    w.claim("B", 1, 2.0, 2.1, 2)  # A's lease of 10 s cannot have expired yet
+    w.finish(tenure.JobState.LEASED, 2)
+    flagged(w, "not linearizable")
+
+
+def test_a_lower_token_landing_after_a_higher_one_is_flagged() -> None:
+    w = sound()
+    w.effect("A", 9, 12.5, 1)  # A's write lands after B's
+    flagged(w, "landed after token 2")
+
+
+def test_an_effect_admitted_after_a_newer_claim_is_flagged() -> None:
+    w = World()
+    w.claim("A", 1, 0.0, 0.1, 1)
+    w.claim("B", 1, 11.0, 11.1, 2)
+    w.effect("A", 2, 11.5, 1)  # fence admitted A though B already held the job
+    w.finish(tenure.JobState.LEASED, 2)
+    flagged(w, "was not current")
+
+
+def test_a_lost_acknowledged_completion_is_flagged() -> None:
+    w = sound()
+    w.finish(tenure.JobState.LEASED, 2)  # the store forgot B's acknowledged completion
+    flagged(w, "lost")
+
+
+def test_two_accepted_completions_are_flagged() -> None:
+    w = sound()
+    w.op("A", 9, "complete", 14.2, 14.3, token=1)
+    flagged(w, "2 completions accepted")
+
+
+def test_an_acknowledged_effect_missing_at_the_destination_is_flagged() -> None:
+    w = sound()
+    w.effect("B", 9, 12.5, 2, landed=False)
+    flagged(w, "not at the destination")
+
+
+def test_a_stale_refusal_missing_from_the_audit_is_flagged() -> None:
+    w = sound()
+    w.stale("A", 8, "renew", 14.5, 14.6, 1, audited=False)
+    flagged(w, "audited 0")
+
+
+def test_an_audited_rejection_nobody_caused_is_flagged() -> None:
+    w = sound()
+    w.rejections.append(tenure.Rejection(J, tenure.Op.RENEW, "Z#1", 7, None, 0, 1.0, "x"))
+    flagged(w, "workers caused at most 0")
+
+
+def test_a_refusal_of_a_live_holder_is_flagged() -> None:
+    w = World()
+    w.claim("A", 1, 0.0, 0.1, 1)
+    w.stale("A", 2, "renew", 1.0, 1.1, 1)  # refused 1 s into a 10 s lease, nobody else claimed
+    w.finish(tenure.JobState.LEASED, 1)
+    flagged(w, "not linearizable")
+
+
+def test_a_token_that_goes_down_is_flagged() -> None:
+    w = World()
+    w.claim("A", 1, 0.0, 0.1, 5)
+    w.claim("B", 1, 20.0, 20.1, 3)
+    w.finish(tenure.JobState.LEASED, 5)
+    flagged(w, "lower or equal token 3")
+
+
+def test_a_claim_nobody_made_is_flagged() -> None:
+    w = sound()
+    w.events.append(tenure.HistoryEvent(J, tenure.Op.CLAIM, "ghost#1", 9, 30.0))
+    flagged(w, "which no worker invoked")
+
+
+def test_linear_search_accepts_an_unknown_renewal_that_must_have_happened() -> None:
+    # B's claim at 14 s is legal only if A's unknown renewal at 5 s did *not* happen ... and
+    # A's refusal at 12 s is legal only if the lease expired: both fit with the renewal left out.
+    ops = [linear.Op("claim", 1, 0.0, 0.1), linear.Op("renew", 1, 5.0, INF, required=False),
+           linear.Op("stale", 1, 12.0, 12.1), linear.Op("claim", 2, 13.0, 13.1)]
+    assert linear.check(ops, TTL, 0.0) is True
+    ops[1] = linear.Op("renew", 1, 5.0, 5.1)  # now acknowledged: the lease lasts until 15 s
+    assert linear.check(ops, TTL, 0.0) is False

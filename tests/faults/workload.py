@@ -1,0 +1,196 @@
+"""The worker process: claim a job, write fenced effects while renewing, complete it.
+
+Run as ``python -m tests.faults.workload CONFIG_JSON``, possibly under ``faketime``. Every
+store and destination operation goes to the history as invoke, then ok, fail or info. Each
+claim uses a fresh owner name (``process#op``), so a claim whose answer was lost is found
+again in the store's own history. ``burst`` processes claim chosen jobs all at once when
+the run's burst file changes, to compete with the holders.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import tenure
+from tests.faults.clock import true_now
+from tests.faults.destination import Destination
+from tests.faults.history import Recorder, file_for
+
+IDLE = 0.05  # seconds between looks for work when there is none
+
+
+class Worker:
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        self.cfg = cfg
+        self.name: str = cfg["name"]
+        self.ttl: float = cfg["ttl"]
+        self.steps: int = cfg["steps"]
+        self.rng = random.Random(cfg["seed"])
+        self.rec = Recorder(file_for(Path(cfg["history"]), self.name), self.name)
+        self.stopping = False
+        # A careless worker never checks its safe local deadline and, once refused, still
+        # tries to complete (worker A of the seed): only the store and the fence stop it.
+        self.careless: bool = cfg.get("careless", False)
+        self.store = self._connect()
+        self.dest = Destination(Path(cfg["destination"]), timeout=cfg.get("dest_timeout", 2.0))
+
+    def _connect(self) -> tenure.Store:
+        while True:  # the server may be down right now: that is one of the faults
+            try:
+                return tenure.connect(self.cfg["url"])
+            except tenure.BackendUnavailable as exc:
+                self.rec.note("connect-failed", error=str(exc)[:200])
+                time.sleep(0.5)
+
+    def local_ok(self, lease: tenure.Lease) -> bool:
+        return self.store.clock.monotonic() < lease.deadline
+
+    # -- one operation each, recorded ------------------------------------------------------
+    def claim_next(self) -> tenure.Lease | None:
+        op = self.rec.invoke("claim", owner=f"{self.name}#{self.rec.next_id}", ttl=self.ttl)
+        return self._claimed(op, lambda owner: self.store.claim_next(owner, self.ttl))
+
+    def claim(self, job: str) -> tenure.Lease | None:
+        op = self.rec.invoke("claim", job, owner=f"{self.name}#{self.rec.next_id}", ttl=self.ttl)
+        return self._claimed(op, lambda owner: self.store.claim(job, owner, self.ttl))
+
+    def _claimed(self, op: int, call: Any) -> tenure.Lease | None:
+        try:
+            lease: tenure.Lease | None = call(f"{self.name}#{op}")
+        except tenure.BackendUnavailable as exc:
+            self.rec.end("info", op, error=type(exc).__name__)
+            return None
+        except tenure.LeaseError as exc:  # AlreadyClaimed, JobCompleted
+            self.rec.end("fail", op, error=type(exc).__name__)
+            return None
+        if lease is None:
+            self.rec.end("fail", op, error="nothing")
+            return None
+        self.rec.end("ok", op, job=lease.job_id, token=lease.token, expires_at=lease.expires_at)
+        return lease
+
+    def effect(self, lease: tenure.Lease) -> bool:
+        """One fenced write; False once the lease must not be used any more."""
+        op = self.rec.invoke("effect", lease.job_id, lease.token, owner=lease.owner)
+
+        # Even a careless worker checks here, inside the fenced transaction: nothing else can
+        # stop a stale write that lands before the new holder's first one (docs/protocol.md).
+        def still_held() -> None:
+            if not self.local_ok(lease):
+                raise tenure.LeaseLost("safe local deadline passed")
+
+        try:
+            self.dest.write(lease.job_id, lease.token, lease.owner, self.name, op, true_now, still_held)
+        except tenure.StaleToken as exc:
+            self.rec.end("fail", op, error="StaleToken", highest=exc.highest)
+            return False
+        except tenure.LeaseLost:
+            self.rec.end("fail", op, error="LeaseLost")
+            return False
+        except tenure.BackendUnavailable as exc:
+            self.rec.end("info", op, error=type(exc).__name__)
+            return True
+        self.rec.end("ok", op)
+        return True
+
+    def holder_op(self, name: str, lease: tenure.Lease) -> tuple[str, tenure.Lease | None]:
+        """Renew or complete, retrying unknown outcomes until the safe deadline."""
+        attempts = 0
+        while True:
+            op = self.rec.invoke(name, lease.job_id, lease.token, owner=lease.owner, ttl=self.ttl)
+            try:
+                if name == "renew":
+                    new = self.store.renew(lease)
+                    self.rec.end("ok", op, expires_at=new.expires_at)
+                    return "ok", new
+                self.store.complete(lease, f"{self.name}#{op}")
+                self.rec.end("ok", op)
+                return "ok", None
+            except tenure.StaleLease as exc:
+                self.rec.end("fail", op, error="StaleLease", reason=exc.rejection.reason)
+                return "stale", None
+            except tenure.BackendUnavailable as exc:
+                self.rec.end("info", op, error=type(exc).__name__)
+            except tenure.LeaseError as exc:
+                self.rec.end("fail", op, error=type(exc).__name__)
+                return "error", None
+            attempts += 1
+            if self.stopping or (attempts >= 3 if self.careless else not self.local_ok(lease)):
+                return "unknown", None
+            time.sleep(self.ttl / 20)
+
+    # -- what a worker does with a lease ---------------------------------------------------
+    def work(self, lease: tenure.Lease) -> None:
+        for _ in range(self.steps):
+            if not self.careless and not self.local_ok(lease):
+                self.rec.note("deadline", job=lease.job_id, token=lease.token)
+                return
+            if not self.effect(lease):
+                if self.careless:
+                    self.holder_op("complete", lease)
+                return
+            time.sleep(self.rng.uniform(0.1, 0.3) * self.ttl)
+            outcome, renewed = self.holder_op("renew", lease)
+            if renewed is None:
+                if self.careless and outcome == "stale":
+                    self.effect(lease)  # refused by the fence, or by the deadline check in it
+                    self.holder_op("complete", lease)
+                return
+            lease = renewed
+        self.holder_op("complete", lease)
+
+    def run(self) -> None:
+        if self.cfg.get("burst_mode"):
+            self.run_burst(Path(self.cfg["burst"]))
+            return
+        while not self.stopping:
+            lease = self.claim_next()
+            if lease is None:
+                time.sleep(IDLE)
+            else:
+                self.work(lease)
+
+    def run_burst(self, trigger: Path) -> None:
+        """Wait for each burst the coordinator announces, then claim its jobs at its time."""
+        seen = 0
+        while not self.stopping:
+            try:
+                burst = json.loads(trigger.read_text())
+            except (OSError, ValueError):
+                burst = {"n": 0}
+            if burst["n"] == seen:
+                time.sleep(IDLE)
+                continue
+            seen = burst["n"]
+            while true_now() < burst["at"]:
+                time.sleep(0.002)
+            for job in burst["jobs"]:
+                lease = self.claim(job)
+                if lease is not None:
+                    self.work(lease)
+
+    def stop(self, *_: Any) -> None:
+        self.stopping = True
+
+
+def main() -> None:
+    for name in ("tenure", "kazoo"):  # the history is the record; their logs would be noise
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    cfg = json.loads(sys.argv[1])
+    worker = Worker(cfg)
+    signal.signal(signal.SIGTERM, worker.stop)
+    try:
+        worker.run()
+    finally:
+        worker.rec.close()
+
+
+if __name__ == "__main__":
+    main()
