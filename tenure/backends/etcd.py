@@ -5,11 +5,13 @@ of the job's lease key). Revisions are global and never reused, so tokens grow a
 completion, restarts and leader changes. Expiry is etcd's: the lease key is attached to an
 etcd lease with the job's TTL, and etcd deletes it when that runs out.
 
-Round trips: claim 2 (a lease grant sent alongside the read, then the transaction), renew 1
+Round trips: claim 1 for a new job when an etcd lease of an ended claim can be reused, else 2
+(the transaction's failure branch reads the job, or a grant is sent alongside a read); renew 1
 (a keep-alive sent alongside the transaction) when this process made the claim with the same
 TTL, otherwise 2; complete and release 1. A stale renew/complete/release writes its rejection
-in the failure branch of that same transaction, and a second write fills in why. The etcd
-leases of ended claims are revoked without waiting for the answer, off the caller's path.
+in the failure branch of that same transaction, and a later write fills in why. Reusing etcd
+leases keeps grants and revokes off the hot path; why it keeps the holder's safe deadline is
+in ``_EtcdLease`` and docs/backends/etcd.md.
 
 ``now()`` is this machine's wall clock: etcd has no clock API. Expiry never depends on it;
 ``expires_at`` is an estimate (local time of the grant or keep-alive plus the TTL plus
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import logging
 import math
 import threading
@@ -33,6 +36,7 @@ from tenure.backends import etcd_client as ec
 from tenure.backends import etcd_scan
 from tenure.backends.etcd_client import KV, Connection, Pending, TxnResult
 from tenure.backends.etcd_layout import (
+    UNKNOWN_REASON,
     JobValue,
     Keys,
     end_value,
@@ -69,11 +73,39 @@ log = logging.getLogger("tenure.etcd")
 DEFAULT_PORT = 2379
 EXPIRY_GRACE = 1.0  # etcd checks for expired leases every 500 ms, then deletes through raft
 _RETRIES = 5  # optimistic transactions that lost a race are retried this often
-_CACHE = 10_000  # etcd lease ids of claims made here, for one-round-trip renewals
+_CACHE = 10_000  # etcd leases of claims made here, for one-round-trip renewals
+_SLACK = 1  # seconds a claim's etcd lease gets beyond its TTL, so later claims can reuse it
+_POOL = 64  # idle etcd leases kept for reuse by claims (unused ones run out by themselves)
+_MIN_LEFT = 1.0  # a pooled lease with less than this surely left is dropped, not kept alive
+_NOTHING_WRITTEN = (AlreadyClaimed, JobCompleted, CorruptRecord)  # raised only on a definite "no"
 
 
 def _etcd_ttl(ttl: float) -> int:
     return max(1, math.ceil(ttl))  # etcd leases count whole seconds: round up, never shorten
+
+
+@dataclasses.dataclass
+class _EtcdLease:
+    """An etcd lease of this process and what is known of its end.
+
+    ``confirmed`` is the local monotonic time just before the last grant or keep-alive of it
+    was sent, whose reply said ``granted`` seconds. etcd starts counting when the leader gets
+    the request, so the lease ends no earlier than ``confirmed + granted`` (revocation aside:
+    tenure revokes only leases it took out of use, see ``EtcdBackend._end``).
+    """
+
+    id: int
+    ttl: int  # the etcd TTL of the claims it serves (its granted TTL less any slack)
+    granted: int
+    confirmed: float
+
+    def fresh(self, now: float) -> bool:
+        """Whether a claim sent at ``now`` may use it without a keep-alive.
+
+        Half the slack: etcd's lease then ends no earlier than ``now + ttl`` even if etcd's
+        clock runs up to 50 % faster than ours (``drift_margin`` is 5 % by default).
+        """
+        return now - self.confirmed <= (self.granted - self.ttl) / 2
 
 
 class _Snapshot:
@@ -104,8 +136,9 @@ class EtcdBackend(Backend):
         self._clock = clock
         self._conn = Connection(hosts, timeout=timeout, **security)
         self._lock = threading.Lock()
-        self._leases: collections.OrderedDict[tuple[str, int, str], tuple[int, int]] = \
-            collections.OrderedDict()
+        self._leases: collections.OrderedDict[tuple[str, int, str], _EtcdLease] = collections.OrderedDict()
+        self._pool: dict[int, list[_EtcdLease]] = {}  # idle leases by the etcd TTL they serve
+        self._pooled = 0
         self._retention_lease: tuple[int, float] | None = None  # (id, monotonic time to rotate)
         try:
             self._conn.range(self.keys.retention)  # fail now if unreachable or refused
@@ -139,9 +172,10 @@ class EtcdBackend(Backend):
     def now(self) -> float:
         return self._clock.time() if self._clock is not None else time.time()
 
-    def _reads(self, job_id: str) -> list[Any]:
+    def _reads(self, job_id: str, revision: int = 0) -> list[Any]:
         k = self.keys
-        return [ec.get(k.job(job_id)), ec.get(k.lease(job_id)), ec.get(k.end(job_id))]
+        return [ec.get(k.job(job_id), revision=revision), ec.get(k.lease(job_id), revision=revision),
+                ec.get(k.end(job_id), revision=revision)]
 
     def _snapshot(self, job_id: str) -> _Snapshot:
         res = self._conn.txn([], self._reads(job_id), [], retry=True)  # reads only: safe to retry
@@ -189,7 +223,8 @@ class EtcdBackend(Backend):
             new = self._retention_id()
             if new == old[0]:
                 raise
-            ec.relet(success + failure, old[0], new)
+            ec.relet(success, old[0], new)
+            ec.relet(failure, old[0], new)
             return self._conn.txn(compares, success, failure)
 
     def _audit(self, key: bytes, value: bytes) -> Any:
@@ -204,14 +239,36 @@ class EtcdBackend(Backend):
         if lease_id:  # nothing is attached to it any more; it would also run out by itself
             self._conn.revoke_later(lease_id)
 
-    def _remember(self, key: tuple[str, int, str], lease_id: int | None, ttl: int = 0) -> None:
+    def _remember(self, key: tuple[str, int, str], lease: _EtcdLease | None) -> _EtcdLease | None:
+        """Note (or, with None, forget) the etcd lease of a claim; returns what was noted before."""
         with self._lock:
-            if lease_id is None:
-                self._leases.pop(key, None)
-                return
-            self._leases[key] = (lease_id, ttl)
+            if lease is None:
+                return self._leases.pop(key, None)
+            before = self._leases.get(key)
+            self._leases[key] = lease
             while len(self._leases) > _CACHE:
                 self._leases.popitem(last=False)
+            return before
+
+    def _take(self, etcd_ttl: int, now: float) -> _EtcdLease | None:
+        """An idle etcd lease for a claim sent at ``now``, or None to grant a new one."""
+        with self._lock:
+            pool = self._pool.get(etcd_ttl)
+            while pool:
+                lease = pool.pop()  # the most recently given back first
+                self._pooled -= 1
+                if lease.confirmed + lease.granted - now >= _MIN_LEFT:
+                    return lease
+        return None  # the ones dropped run out by themselves: nothing is attached to them
+
+    def _give_back(self, lease: _EtcdLease) -> None:
+        """Pool a lease that carries no key (its claim ended, or never wrote)."""
+        with self._lock:
+            if self._pooled < _POOL:
+                self._pool.setdefault(lease.ttl, []).append(lease)
+                self._pooled += 1
+                return
+        self._revoke_later(lease.id)
 
     # -- the protocol --------------------------------------------------------------------
     def submit(self, job_id: str, actor: str | None = None) -> None:
@@ -238,38 +295,92 @@ class EtcdBackend(Backend):
                 ec.compare(k.end(job_id), "mod", "==", mo)]
 
     def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
-        # The grant is sent after the caller noted the send time, so etcd's lease ends no
-        # earlier than that time plus the TTL: the holder's safe deadline holds.
-        grant = self._conn.grant_started(_etcd_ttl(ttl))
+        # The core noted its send time before this call: every time taken here is later.
+        start = time.monotonic()
+        etcd_ttl = _etcd_ttl(ttl)
+        lease = self._take(etcd_ttl, start)
         try:
-            return self._claim(job_id, owner, ttl, grant, self._snapshot(job_id))
-        except BaseException:
-            with contextlib.suppress(LeaseError):
-                self._revoke_later(grant.result()[0])
-            raise
+            return self._claim(job_id, owner, ttl, etcd_ttl, lease)
+        except ec.LeaseNotFound:
+            if lease is None:
+                raise
+            # etcd ended the pooled lease (revoked behind our back): nothing was written.
+            return self._claim(job_id, owner, ttl, etcd_ttl, None)
 
-    def _claim(self, job_id: str, owner: str, ttl: float, grant: Pending[tuple[int, int]],
-               snap: _Snapshot) -> Lease:
+    def _claim(self, job_id: str, owner: str, ttl: float, etcd_ttl: int, lease: _EtcdLease | None) -> Lease:
+        """One claim with ``lease`` (or a new etcd lease), which ends no earlier than now + TTL.
+
+        A lease granted or kept alive from here on ends no earlier than its send time plus
+        its TTL, and a fresh pooled one no earlier than that either (``_EtcdLease.fresh``).
+        """
+        keepalive: Pending[int] | None = None
+        snap: _Snapshot | None = None
+        sent = time.monotonic()
+        if lease is None:  # nothing to reuse: grant one alongside a read of the job
+            grant = self._conn.grant_started(etcd_ttl + _SLACK)
+            try:
+                snap = self._snapshot(job_id)
+            except BaseException:
+                with contextlib.suppress(LeaseError):  # nothing was written with it
+                    lease_id, granted = grant.result()
+                    self._give_back(_EtcdLease(lease_id, etcd_ttl, granted, sent))
+                raise
+            lease_id, granted = grant.result()
+            lease = _EtcdLease(lease_id, etcd_ttl, granted, sent)
+        elif not lease.fresh(sent):
+            keepalive = self._conn.keepalive_started(lease.id)  # answered alongside the txn
+        try:
+            revision, expires_at = self._claim_txn(job_id, owner, ttl, lease, snap)
+            if keepalive is not None:
+                left = keepalive.result()
+                if left < etcd_ttl:  # 0: etcd ended it, and the key went with it
+                    raise BackendUnavailable(f"etcd did not keep the lease of the claim of {job_id!r} "
+                                             "alive; the claim was withdrawn")
+                lease.confirmed, lease.granted = sent, left
+        except BaseException as exc:
+            if keepalive is not None:
+                keepalive.cancel()
+            if isinstance(exc, _NOTHING_WRITTEN):
+                self._give_back(lease)
+            elif not isinstance(exc, ec.LeaseNotFound):  # etcd has no such lease any more
+                # The key may have been written: revoking deletes it, and the caller hears an
+                # error. If the revoke is lost too, the key ends with the lease, held by nobody.
+                self._revoke_later(lease.id)
+            raise
+        self._remember((job_id, revision, owner), lease)
+        return Lease(job_id, owner, revision, expires_at, ttl)
+
+    def _claim_txn(self, job_id: str, owner: str, ttl: float, lease: _EtcdLease,
+                   snap: _Snapshot | None) -> tuple[int, float]:
+        """Write the claim: its token and expiry estimate; raises if the job is not claimable.
+
+        Without a snapshot the first transaction assumes the job does not exist (one round
+        trip for a new job, no read first); if it does, the failure branch reads its three
+        keys and the next transaction compares against those.
+        """
         k = self.keys
         for _ in range(_RETRIES):
-            transitions.claim(snap.record, job_id, owner, ttl, snap.now)  # raises if not claimable
-            lease_id, granted = grant.result()
             now = self.now()
-            expires_at = now + granted + EXPIRY_GRACE
-            rec = snap.record
+            rec = None
+            if snap is not None:
+                transitions.claim(snap.record, job_id, owner, ttl, snap.now)  # raises if not claimable
+                rec = snap.record
+            expires_at = now + lease.granted + EXPIRY_GRACE
             # The job key keeps the nominal end, shown once etcd has ended the lease.
             value = JobValue(JobState.LEASED, owner, 0, ttl, rec.submitted_at if rec else now, now,
-                             now + granted, rec.runs if rec else 1)
-            res = self._write(
-                [*self._unchanged(job_id, snap), ec.compare(k.lease(job_id), "create", "==", 0)],
+                             now + lease.granted, rec.runs if rec else 1)
+            mj, _, mo = snap.mods if snap is not None else (0, 0, 0)
+            res = self._write(  # job and end keys as read, and no lease key whatever was read
+                [ec.compare(k.job(job_id), "mod", "==", mj), ec.compare(k.lease(job_id), "create", "==", 0),
+                 ec.compare(k.end(job_id), "mod", "==", mo)],
                 [ec.put(k.job(job_id), job_value(job_id, value)),
-                 ec.put(k.lease(job_id), lease_value(owner, ttl, None, expires_at), lease=lease_id),
+                 ec.put(k.lease(job_id), lease_value(owner, ttl, None, expires_at), lease=lease.id),
                  ec.delete(k.end(job_id)), self._event(job_id, Op.CLAIM, owner, None, now, expires_at)],
                 self._reads(job_id))
             if res.succeeded:
-                self._remember((job_id, res.revision, owner), lease_id, granted)
-                return Lease(job_id, owner, res.revision, expires_at, ttl)
+                return res.revision, expires_at
             snap = _Snapshot(job_id, res.ranges, self.now())
+        assert snap is not None
         transitions.claim(snap.record, job_id, owner, ttl, snap.now)
         raise AlreadyClaimed(job_id, None, 0, None)  # still racing after several rounds
 
@@ -301,12 +412,22 @@ class EtcdBackend(Backend):
              ec.compare(k.lease(job_id), "value", ">", mine),  # the value starts with the owner
              ec.compare(k.lease(job_id), "value", "<", mine + b"\x7f"),
              ec.compare(k.job(job_id), "mod", "==", token)],
-            success,
-            [self._audit(k.rejection(uid), rejection_value(stub, complete=False)), *self._reads(job_id)])
+            success, [self._audit(k.rejection(uid), rejection_value(stub, complete=False))])
         if res.succeeded:
             return res
+        # Why, read afterwards at the refusal's own revision: the same view the failure branch
+        # had, without three reads in every transaction of the hot path.
         try:
-            rec = _Snapshot(job_id, res.ranges, now).record
+            ranges = self._conn.txn([], self._reads(job_id, res.revision), [], retry=True).ranges
+        except LeaseError:
+            try:  # compacted away already: the keys as they are now
+                ranges = self._conn.txn([], self._reads(job_id), [], retry=True).ranges
+            except LeaseError as exc:  # refused and audited all the same; only the reason is missing
+                log.warning("could not read why %s of %r was refused: %s", op.value, job_id, exc)
+                raise StaleLease(Rejection(job_id, op, lease.owner, token, None, 0, now,
+                                           UNKNOWN_REASON)) from exc
+        try:
+            rec = _Snapshot(job_id, ranges, now).record
         except CorruptRecord as exc:
             self._finish_rejection(uid, transitions.rejection(None, op, lease, Reason.NOT_FOUND, now),
                                    f"corrupt record: {exc.problem}")
@@ -342,35 +463,49 @@ class EtcdBackend(Backend):
             cached = self._leases.get(key)
         etcd_ttl = _etcd_ttl(ttl)
         now = self.now()
+        sent = time.monotonic()
         keepalive: Pending[int] | None = None
-        if cached is not None and cached[1] == etcd_ttl:
-            lease_id, granted = cached
-            keepalive = self._conn.keepalive_started(lease_id)
+        if cached is not None and cached.ttl == etcd_ttl:
+            held = cached
+            keepalive = self._conn.keepalive_started(held.id)
         else:  # a claim made elsewhere, or a new TTL: move the key to a new etcd lease
             lease_id, granted = self._conn.grant(etcd_ttl)
+            held = _EtcdLease(lease_id, etcd_ttl, granted, sent)
             now = self.now()
-        expires_at = now + granted + EXPIRY_GRACE
+        expires_at = now + held.granted + EXPIRY_GRACE
         try:
             res = self._holder_txn(Op.RENEW, lease, [
                 ec.put(k.lease(lease.job_id), lease_value(lease.owner, ttl, now, expires_at),
-                       lease=lease_id, prev_kv=True),
+                       lease=held.id, prev_kv=True),
                 self._event(lease.job_id, Op.RENEW, lease.owner, lease.token, now, expires_at)], now)
-        except BaseException:
-            if keepalive is None:
-                self._revoke_later(lease_id)
-            else:
+        except BaseException as exc:
+            if keepalive is not None:
                 keepalive.cancel()
+            elif isinstance(exc, StaleLease):
+                # Refused, so nothing is attached to the new lease. After any other error the
+                # key may have moved to it: revoking would end the lease early, so let it run out.
+                self._revoke_later(held.id)
             raise
-        if keepalive is not None and keepalive.result() <= 0:
-            # etcd ended the lease between the check and the keep-alive: the renewal failed.
-            rejected = Rejection(lease.job_id, Op.RENEW, lease.owner, lease.token, lease.owner,
-                                 lease.token, now, str(Reason.EXPIRED))
-            self.record_rejection(rejected)
-            raise StaleLease(rejected)
+        if keepalive is not None:
+            left = keepalive.result()
+            if left < etcd_ttl:
+                # etcd ended the lease between the check and the keep-alive: the renewal failed.
+                rejected = Rejection(lease.job_id, Op.RENEW, lease.owner, lease.token, lease.owner,
+                                     lease.token, now, str(Reason.EXPIRED))
+                self.record_rejection(rejected)
+                raise StaleLease(rejected)
+            held.confirmed, held.granted = sent, left
+            if any(prev.lease != held.id for prev in res.prev):
+                # Another connection had moved the key to its own etcd lease, and may be revoking
+                # ours right now: that revoke must not land on the key, nor on a later claim.
+                self._remember(key, None)
+                for prev in res.prev:
+                    self._revoke_later(prev.lease)
+                return self._renew(lease, ttl)  # to a new etcd lease
         for prev in res.prev:
-            if prev.lease != lease_id:
+            if prev.lease != held.id:
                 self._revoke_later(prev.lease)
-        self._remember(key, lease_id, granted)
+        self._remember(key, held)
         return Lease(lease.job_id, lease.owner, lease.token, expires_at, ttl)
 
     def _end(self, op: Op, lease: Lease, how: str, result: bytes | None) -> None:
@@ -379,9 +514,14 @@ class EtcdBackend(Backend):
             ec.put(k.end(lease.job_id), end_value(how, lease.token, now, result)),
             ec.delete(k.lease(lease.job_id), prev_kv=True),
             self._event(lease.job_id, op, lease.owner, lease.token, now, None)], now)
-        self._remember((lease.job_id, lease.token, lease.owner), None)
+        held = self._remember((lease.job_id, lease.token, lease.owner), None)
         for prev in res.prev:
-            self._revoke_later(prev.lease)
+            if held is not None and prev.lease == held.id:
+                # The key just deleted was the only one on it (each etcd lease serves one claim
+                # at a time): keep it for the next claim instead of a revoke now and a grant then.
+                self._give_back(held)
+            else:
+                self._revoke_later(prev.lease)
 
     def complete(self, lease: Lease, result: bytes | None) -> None:
         self._end(Op.COMPLETE, lease, "completed", result)

@@ -434,3 +434,144 @@ def test_tls_with_client_certificates(tmp_path: Path) -> None:
             tenure.connect(url)
     finally:
         cluster.close()
+
+
+def test_transactions_are_encoded_as_protobuf_would() -> None:
+    """``encode_txn`` skips protobuf's slow Python runtime: its bytes must be protobuf's own."""
+    import random
+
+    from tenure.backends import etcd_client as ec
+
+    _, rpc = ec.load()
+    fields = {5: "create_revision", 6: "mod_revision", 7: "value"}
+
+    def by_protobuf(compares: list[Any], success: list[Any], failure: list[Any]) -> bytes:
+        req = rpc.TxnRequest()
+        for key, target, result, field, value in compares:
+            c = req.compare.add()
+            c.key, c.target, c.result = key, target, result
+            setattr(c, fields[field], value)
+        for branch, ops in ((req.success, success), (req.failure, failure)):
+            for op in ops:
+                if op[0] == 0:
+                    p = branch.add().request_put
+                    p.key, p.value, p.lease, p.prev_kv = op[1:]
+                elif op[0] == 1:
+                    d = branch.add().request_delete_range
+                    d.key, d.prev_kv = op[1:]
+                else:
+                    r = branch.add().request_range
+                    r.key, r.range_end, r.keys_only, r.revision = op[1:]
+        return bytes(req.SerializeToString())
+
+    rnd = random.Random(7)
+
+    def data() -> bytes:  # lengths around the one- and two-byte varint boundaries
+        return bytes(rnd.randrange(256) for _ in range(rnd.choice([1, 5, 127, 128, 300, 20_000])))
+
+    def number() -> int:
+        return rnd.choice([0, 1, 127, 128, 300, 2**31, 2**62])
+
+    def op() -> Any:
+        kind = rnd.randrange(3)
+        if kind == 0:
+            return ec.put(data(), data(), number(), rnd.random() < 0.5)
+        if kind == 1:
+            return ec.delete(data(), rnd.random() < 0.5)
+        return ec.get(data(), rnd.choice([b"", data()]), keys_only=rnd.random() < 0.5, revision=number())
+
+    for _ in range(200):
+        compares = []
+        for _ in range(rnd.randrange(5)):
+            target = rnd.choice(["create", "mod", "value"])
+            compares.append(ec.compare(data(), target, rnd.choice(["==", "<", ">"]),
+                                       data() if target == "value" else number()))
+        success = [op() for _ in range(rnd.randrange(5))]
+        failure = [op() for _ in range(rnd.randrange(5))]
+        assert ec.encode_txn(compares, success, failure) == by_protobuf(compares, success, failure)
+
+
+def test_transaction_responses_are_decoded_as_protobuf_would() -> None:
+    import random
+
+    from tenure.backends import etcd_client as ec
+
+    _, rpc = ec.load()
+    rnd = random.Random(11)
+
+    def fill(kv: Any) -> None:
+        kv.key = bytes(rnd.randrange(256) for _ in range(rnd.choice([0, 1, 200])))
+        kv.value = bytes(rnd.randrange(256) for _ in range(rnd.choice([0, 3, 300])))
+        kv.create_revision, kv.mod_revision, kv.version, kv.lease = (
+            rnd.choice([0, 1, 300, 2**40]) for _ in range(4))
+
+    def kv_of(kv: Any) -> ec.KV:
+        return ec.KV(bytes(kv.key), bytes(kv.value), kv.create_revision, kv.mod_revision, kv.lease)
+
+    for _ in range(200):
+        resp = rpc.TxnResponse(succeeded=rnd.random() < 0.5)
+        resp.header.revision, resp.header.raft_term, resp.header.cluster_id = rnd.choice([1, 2**33]), 5, 2**63 + 9
+        ranges, prev = [], []
+        for _ in range(rnd.randrange(5)):
+            op = resp.responses.add()
+            kind = rnd.randrange(3)
+            if kind == 0:
+                op.response_range.header.revision = 3
+                for _ in range(rnd.randrange(3)):
+                    fill(op.response_range.kvs.add())
+                op.response_range.count = len(op.response_range.kvs)
+                ranges.append([kv_of(kv) for kv in op.response_range.kvs])
+            elif kind == 1:
+                op.response_put.header.revision = 4
+                if rnd.random() < 0.5:
+                    fill(op.response_put.prev_kv)
+                    prev.append(kv_of(op.response_put.prev_kv))
+            else:
+                op.response_delete_range.deleted = rnd.randrange(3)
+                for _ in range(rnd.randrange(3)):
+                    fill(op.response_delete_range.prev_kvs.add())
+                prev.extend(kv_of(kv) for kv in op.response_delete_range.prev_kvs)
+        decoded = ec._decode_txn(resp.SerializeToString())
+        assert decoded == ec.TxnResult(resp.succeeded, resp.header.revision, ranges, prev)
+
+
+def test_claims_reuse_the_etcd_leases_of_ended_claims(etcd_harness: EtcdHarness, store: tenure.Store) -> None:
+    """No grant or revoke on the hot path; a stale pooled lease is kept alive alongside the claim."""
+    node = etcd_harness.cluster.nodes[0]
+    backend: Any = store.backend
+
+    def etcd_lease(job_id: str) -> tuple[int, int]:
+        key = base64.b64encode(backend.keys.lease(job_id)).decode()
+        lease_id = int(node.api("/v3/kv/range", {"key": key})["kvs"][0]["lease"])
+        return lease_id, int(node.api("/v3/lease/timetolive", {"ID": lease_id}).get("TTL", -1))
+
+    sent: list[str] = []
+    for name in ("txn", "range", "grant", "grant_started", "keepalive_started"):
+        method = getattr(backend._conn, name)
+
+        def counted(*args: Any, _m: Any = method, _n: str = name, **kwargs: Any) -> Any:
+            sent.append(_n)
+            return _m(*args, **kwargs)
+
+        setattr(backend._conn, name, counted)
+    store.complete(store.claim("a", owner="w", ttl=5.0))
+    pooled = backend._pool[5][-1]
+    first = pooled.id
+    before = time.monotonic()  # confirmed again now, so a slow machine cannot make it stale
+    assert backend._conn.keepalive_started(first).result() == 6
+    pooled.confirmed = before
+    sent.clear()
+    b = store.claim("b", owner="w", ttl=5.0)
+    assert sent == ["txn"]  # a new job, a fresh pooled lease: one transaction
+    assert etcd_lease("b")[0] == first and 5 <= etcd_lease("b")[1] <= 6  # the TTL plus 1 s of slack
+    store.complete(b)
+    pooled.confirmed -= 0.6  # not fresh any more: the claim must hear etcd confirm it
+    sent.clear()
+    c = store.claim("c", owner="w", ttl=5.0)
+    assert sent == ["keepalive_started", "txn"] and etcd_lease("c")[0] == first
+    store.complete(c)
+    node.api("/v3/lease/revoke", {"ID": first})  # behind our back: the pooled lease is gone
+    d = store.claim("d", owner="w", ttl=5.0)
+    assert etcd_lease("d")[0] != first and d.token > c.token
+    assert [e.op for e in store.history("d")] == [tenure.Op.CLAIM]
+    assert store.rejections() == []
