@@ -14,16 +14,15 @@ from pathlib import Path
 import pytest
 
 from tenure.backends.etcd_client import prepare_process
-from tests.harness import Harness, MemoryHarness, SQLiteHarness
+
+prepare_process()  # at import, before any test module or plugin loads protobuf: etcd3 needs it
+
+from tests.harness import Harness, MemoryHarness, SQLiteHarness  # noqa: E402
 
 pytest_plugins = ["tests.servers.fixtures"]
 
 ALL_BACKENDS = ("memory", "sqlite", "etcd", "zk")
 BACKENDS = [b for b in os.environ.get("TENURE_TEST_BACKENDS", ",".join(ALL_BACKENDS)).split(",") if b]
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    prepare_process()  # before test modules import protobuf (Streamlit does): etcd3 needs it
 
 
 @pytest.fixture
