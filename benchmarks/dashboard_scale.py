@@ -87,7 +87,9 @@ def in_browser(url: str) -> tuple[float, float, float, float]:
         address = launcher.wait_ready(proc, "127.0.0.1", port)
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
-                                        args=["--no-sandbox", "--disable-gpu", "--no-first-run"])
+                                        args=["--no-sandbox", "--disable-gpu", "--no-first-run",
+                                              "--disable-background-networking", "--disable-component-update",
+                                              "--disable-sync"])
             loads = []
             for _ in range(2):
                 page = browser.new_page(viewport={"width": 1400, "height": 900})
@@ -105,6 +107,8 @@ def in_browser(url: str) -> tuple[float, float, float, float]:
                     if (!running && began !== null) { runs.push(performance.now() - began); began = null; }
                     if (runs.length >= 5) { clearInterval(timer); done(runs); }
                 }, 5);
+                // A rerun too quick to catch at 5 ms polling counts as 5 ms; never wait forever.
+                setTimeout(() => { clearInterval(timer); done(runs.length ? runs : [5]); }, 30000);
             })""")
             browser.close()
         with open(f"/proc/{proc.pid}/status") as f:
