@@ -39,20 +39,14 @@ def sqlite() -> Iterator[Subject]:
 def zookeeper() -> Iterator[Subject]:
     """A private standalone server started like the tests start theirs (fsync on)."""
     from benchmarks import zk_peers
-    from tests.servers.zookeeper import ZooKeeperServer
+    from tests.servers.zookeeper import running
 
-    with tempfile.TemporaryDirectory(prefix="tenure-bench-zk-") as tmp:
-        server = ZooKeeperServer(Path(tmp) / "zk")
-        server.start()
-        try:
-            server.wait_serving()
-            hosts = server.hosts
-            yield Subject("zk", f"zk://{hosts}/bench-{uuid.uuid4().hex[:8]}",
-                          floor=lambda n: zk_peers.floor(hosts, n),
-                          peers=[("kazoo Lock", lambda n: zk_peers.kazoo_lock(hosts, n)),
-                                 ("kazoo NonBlockingLease", lambda n: zk_peers.kazoo_lease(hosts, n))])
-        finally:
-            server.kill()
+    with tempfile.TemporaryDirectory(prefix="tenure-bench-zk-") as tmp, running(Path(tmp) / "zk") as server:
+        hosts = server.hosts
+        yield Subject("zk", f"zk://{hosts}/bench-{uuid.uuid4().hex[:8]}",
+                      floor=lambda n: zk_peers.floor(hosts, n),
+                      peers=[("kazoo Lock", lambda n: zk_peers.kazoo_lock(hosts, n)),
+                             ("kazoo NonBlockingLease", lambda n: zk_peers.kazoo_lease(hosts, n))])
 
 
 @contextlib.contextmanager

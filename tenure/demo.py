@@ -148,10 +148,8 @@ class Demo:
     def scenario(self) -> str:
         """The seed's example once; returns the invoice job's id."""
         a = self.args
-        batch = [self.fresh_job_id("report") for _ in range(1)]
-        for i in range(a.jobs):
-            job_id = f"{batch[0]}.{i}"
-            self.store.submit(job_id)
+        batch = self.fresh_job_id("report")
+        self.store.submit_many(f"{batch}.{i}" for i in range(a.jobs))
         self.note(f"submitted {a.jobs} jobs; workers take them with claim_next()")
         job_id = self.fresh_job_id("invoice")
         paused = self.ctx.Process(target=paused_worker, args=(a.url, "worker-A", job_id, a.ttl, self.paused_events),

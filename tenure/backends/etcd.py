@@ -28,9 +28,9 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tenure.backends import etcd_client as ec
 from tenure.backends import etcd_scan
@@ -83,6 +83,8 @@ _NOTHING_WRITTEN = (AlreadyClaimed, JobCompleted, CorruptRecord)  # raised only 
 def _etcd_ttl(ttl: float) -> int:
     return max(1, math.ceil(ttl))  # etcd leases count whole seconds: round up, never shorten
 
+
+_Stamped = TypeVar("_Stamped", Rejection, HistoryEvent)  # an audit record with a store time ``at``
 
 @dataclasses.dataclass
 class _EtcdLease:
@@ -569,37 +571,33 @@ class EtcdBackend(Backend):
             elif rec_or_error is not None:
                 yield transitions.status(rec_or_error, now)
 
-    def _audit_records(self, start: bytes, end: bytes, limit: int | None, since: float | None) -> list[KV]:
+    def _read_audit(self, span: tuple[bytes, bytes], limit: int | None, since: float | None,
+                    read: Callable[[KV], _Stamped]) -> list[_Stamped]:
+        """Rejections or history, oldest first; a record tenure cannot read is logged and skipped."""
         # Newest first with a limit when no time filter applies; otherwise all (bounded by retention).
         fetch = limit if since is None and limit is not None else 0
         if fetch == 0 and limit == 0:
             return []
-        kvs, _, _ = self._conn.range(start, end, limit=fetch, newest_first=True, by_create=True)
-        return kvs[::-1]
-
-    def rejections(self, since: float | None, limit: int | None) -> list[Rejection]:
+        kvs, _, _ = self._conn.range(*span, limit=fetch, newest_first=True, by_create=True)
         out = []
-        for kv in self._audit_records(*self.keys.span("rejection"), limit, since):
+        for kv in reversed(kvs):
             try:
-                rejection, _ = read_rejection(kv)
+                record = read(kv)
             except CorruptRecord as exc:
                 log.warning("skipping an audit record tenure cannot read: %s", exc)
                 continue
-            if since is None or rejection.at >= since:
-                out.append(rejection)
+            if since is None or record.at >= since:
+                out.append(record)
         return newest(out, limit)
 
+    def rejections(self, since: float | None, limit: int | None) -> list[Rejection]:
+        return self._read_audit(self.keys.span("rejection"), limit, since, lambda kv: read_rejection(kv)[0])
+
     def history(self, job_id: str | None, since: float | None, limit: int | None) -> list[HistoryEvent]:
-        out = []
-        for kv in self._audit_records(*self.keys.history_span(job_id), limit, since):
-            try:
-                event = read_event(kv, job_id or self.keys.job_id(kv.key.rsplit(b"/", 1)[0], "history"))
-            except CorruptRecord as exc:
-                log.warning("skipping a history record tenure cannot read: %s", exc)
-                continue
-            if since is None or event.at >= since:
-                out.append(event)
-        return newest(out, limit)
+        def read(kv: KV) -> HistoryEvent:
+            return read_event(kv, job_id or self.keys.job_id(kv.key.rsplit(b"/", 1)[0], "history"))
+
+        return self._read_audit(self.keys.history_span(job_id), limit, since, read)
 
     def watch(self, stop: threading.Event, interval: float) -> Iterator[Change]:
         return etcd_scan.watch(self, self._conn, stop, interval)

@@ -7,6 +7,7 @@ In CI a server that cannot start fails the test; elsewhere the test is skipped.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -223,17 +224,24 @@ class ZooKeeperHarness(Harness):
         backend.client.set(backend.layout.job(job_id), b"\x00not json")  # type: ignore[attr-defined]
 
 
-@pytest.fixture(scope="session")
-def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    if shutil.which("java") is None or not Path("/usr/share/java/zookeeper.jar").exists():
-        cannot_start("java or /usr/share/java/zookeeper.jar missing; run scripts/setup.sh")
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zk"))
+@contextlib.contextmanager
+def running(directory: Path) -> Iterator[ZooKeeperServer]:
+    """A standalone server, serving until the block ends (tests and benchmarks alike)."""
+    server = ZooKeeperServer(directory)
     server.start()
     try:
         server.wait_serving()
         yield server
     finally:
         server.kill()
+
+
+@pytest.fixture(scope="session")
+def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    if shutil.which("java") is None or not Path("/usr/share/java/zookeeper.jar").exists():
+        cannot_start("java or /usr/share/java/zookeeper.jar missing; run scripts/setup.sh")
+    with running(tmp_path_factory.mktemp("zk")) as server:
+        yield server
 
 
 @pytest.fixture
@@ -244,13 +252,8 @@ def zk_harness(zk_server: ZooKeeperServer) -> ZooKeeperHarness:
 @pytest.fixture
 def zk_private(tmp_path: Path) -> Iterator[ZooKeeperServer]:
     """A standalone server of the test's own, for tests that pause, kill or restart it."""
-    server = ZooKeeperServer(tmp_path / "zk")
-    server.start()
-    try:
-        server.wait_serving()
+    with running(tmp_path / "zk") as server:
         yield server
-    finally:
-        server.kill()
 
 
 @pytest.fixture
