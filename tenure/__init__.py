@@ -21,6 +21,7 @@ from tenure.core.errors import (
     JobNotFound,
     LeaseError,
     LeaseLost,
+    NotYetClaimable,
     StaleLease,
     StaleToken,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "LeaseError",
     "LeaseLost",
     "ManualClock",
+    "NotYetClaimable",
     "Op",
     "Reason",
     "RecordBackend",

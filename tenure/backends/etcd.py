@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import logging
 import math
+import random
 import threading
 import time
 import uuid
@@ -45,10 +46,12 @@ from tenure.backends.etcd_layout import (
     lease_value,
     owner_prefix,
     parse,
+    queued_since,
     read_event,
     read_rejection,
     record,
     rejection_value,
+    renewal_ttls,
 )
 from tenure.core import transitions
 from tenure.core.backend import Backend, Characteristics, corrupt_status, newest
@@ -61,6 +64,7 @@ from tenure.core.errors import (
     JobCompleted,
     JobNotFound,
     LeaseError,
+    NotYetClaimable,
     StaleLease,
 )
 from tenure.core.options import Options, StoreURL
@@ -78,6 +82,11 @@ _SLACK = 1  # seconds a claim's etcd lease gets beyond its TTL, so later claims 
 _POOL = 64  # idle etcd leases kept for reuse by claims (unused ones run out by themselves)
 _MIN_LEFT = 1.0  # a pooled lease with less than this surely left is dropped, not kept alive
 _NOTHING_WRITTEN = (AlreadyClaimed, JobCompleted, CorruptRecord)  # raised only on a definite "no"
+_ENDED = 100_000  # leases seen ended by etcd, remembered for their quarantine
+_RENEWALS_READ = 8  # newest history events read for the TTL of a lease etcd ended
+_BATCH = 30  # new jobs per submit_many transaction (4 writes each; etcd allows 128 a side)
+_QUEUE_PAGE = 32  # pending jobs claim_next reads at a time
+_SPREAD = 4  # concurrent claim_next calls start this many queue places apart at most
 
 
 def _etcd_ttl(ttl: float) -> int:
@@ -110,6 +119,14 @@ class _EtcdLease:
         return now - self.confirmed <= (self.granted - self.ttl) / 2
 
 
+@dataclasses.dataclass
+class _Ended:
+    """A lease etcd ended, as this process saw it: when first, and its holder's longest TTL."""
+
+    first_seen: float  # monotonic, no earlier than the answer that showed the key gone
+    ttl: float | None = None  # read from the job's history when first needed
+
+
 class _Snapshot:
     """A job's three keys read at one revision, and the record they make."""
 
@@ -119,6 +136,7 @@ class _Snapshot:
         self.mods = (job.mod_revision if job else 0, lease.create_revision if lease else 0,
                      end.mod_revision if end else 0)
         self.now = now  # judge the record by this time only: a live lease key is live at it
+        self.seen = time.monotonic()  # no earlier than etcd's answer (see _wait_out_holder)
         self.record = record(job_id, job, lease, end, now)
 
 
@@ -141,6 +159,8 @@ class EtcdBackend(Backend):
         self._leases: collections.OrderedDict[tuple[str, int, str], _EtcdLease] = collections.OrderedDict()
         self._pool: dict[int, list[_EtcdLease]] = {}  # idle leases by the etcd TTL they serve
         self._pooled = 0
+        # (job, token) of leases etcd ended, for their quarantine (_wait_out_holder)
+        self._ended: collections.OrderedDict[tuple[str, int], _Ended] = collections.OrderedDict()
         self._retention_lease: tuple[int, float] | None = None  # (id, monotonic time to rotate)
         try:
             self._conn.range(self.keys.retention)  # fail now if unreachable or refused
@@ -233,9 +253,9 @@ class EtcdBackend(Backend):
         return ec.put(key, value, lease=self._retention_id())
 
     def _event(self, job_id: str, op: Op, owner: str | None, token: int | None, at: float,
-               expires_at: float | None) -> Any:
+               expires_at: float | None, ttl: float | None = None) -> Any:
         return self._audit(self.keys.history(job_id, uuid.uuid4().hex),
-                           event_value(op, owner, token, at, expires_at))
+                           event_value(op, owner, token, at, expires_at, ttl))
 
     def _revoke_later(self, lease_id: int) -> None:
         if lease_id:  # nothing is attached to it any more; it would also run out by itself
@@ -275,20 +295,42 @@ class EtcdBackend(Backend):
     # -- the protocol --------------------------------------------------------------------
     def submit(self, job_id: str, actor: str | None = None) -> None:
         """``actor``: the operator who asked, recorded as the owner of the history event."""
-        k = self.keys
         for _ in range(_RETRIES):
             snap = self._snapshot(job_id)
             now = self.now()
             new = transitions.submit(snap.record, job_id, now)
             if new is None:
                 return
-            value = JobValue(JobState.PENDING, None, new.token, None, now, None, None, new.runs)
-            res = self._write(self._unchanged(job_id, snap),
-                                 [ec.put(k.job(job_id), job_value(job_id, value)), ec.delete(k.end(job_id)),
-                                  self._event(job_id, Op.SUBMIT, actor, new.token, now, None)], [])
-            if res.succeeded:
+            if self._write(self._unchanged(job_id, snap), self._submitted(new, now, actor), []).succeeded:
                 return
         raise BackendUnavailable(f"submit of {job_id!r} kept losing races; try again")
+
+    def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
+        """New jobs in transactions of ``_BATCH`` without reading first; any job that exists
+        already makes its batch fail as a whole, and that batch goes one job at a time."""
+        k = self.keys
+        unique = list(dict.fromkeys(job_ids))
+        for start in range(0, len(unique), _BATCH):
+            batch = unique[start:start + _BATCH]
+            now = self.now()
+            absent, writes = [], []
+            for i, job_id in enumerate(batch):
+                absent += [ec.compare(k.job(job_id), "mod", "==", 0), ec.compare(k.lease(job_id), "create", "==", 0),
+                           ec.compare(k.end(job_id), "mod", "==", 0)]
+                at = now + i * 1e-6  # a microsecond apart: the queue keeps the order given
+                new = transitions.submit(None, job_id, at)
+                assert new is not None  # a job that does not exist is always submitted
+                writes += self._submitted(new, at, actor)
+            if not self._write(absent, writes, []).succeeded:
+                for job_id in batch:
+                    self.submit(job_id, actor)
+
+    def _submitted(self, new: transitions.JobRecord, now: float, actor: str | None) -> list[Any]:
+        """The writes that make ``new`` pending: its job key, no outcome, a queue place, history."""
+        k, job_id = self.keys, new.job_id
+        value = JobValue(JobState.PENDING, None, new.token, None, now, None, None, new.runs)
+        return [ec.put(k.job(job_id), job_value(job_id, value)), ec.delete(k.end(job_id)),
+                ec.put(k.queue(job_id, now), b""), self._event(job_id, Op.SUBMIT, actor, new.token, now, None)]
 
     def _unchanged(self, job_id: str, snap: _Snapshot) -> list[Any]:
         k = self.keys
@@ -366,18 +408,22 @@ class EtcdBackend(Backend):
             rec = None
             if snap is not None:
                 transitions.claim(snap.record, job_id, owner, ttl, snap.now)  # raises if not claimable
+                self._wait_out_holder(snap)
                 rec = snap.record
             expires_at = now + lease.granted + EXPIRY_GRACE
             # The job key keeps the nominal end, shown once etcd has ended the lease.
             value = JobValue(JobState.LEASED, owner, 0, ttl, rec.submitted_at if rec else now, now,
                              now + lease.granted, rec.runs if rec else 1)
             mj, _, mo = snap.mods if snap is not None else (0, 0, 0)
+            queued = None if snap is None else queued_since(job_id, snap.job, snap.end)
             res = self._write(  # job and end keys as read, and no lease key whatever was read
                 [ec.compare(k.job(job_id), "mod", "==", mj), ec.compare(k.lease(job_id), "create", "==", 0),
                  ec.compare(k.end(job_id), "mod", "==", mo)],
                 [ec.put(k.job(job_id), job_value(job_id, value)),
                  ec.put(k.lease(job_id), lease_value(owner, ttl, None, expires_at), lease=lease.id),
-                 ec.delete(k.end(job_id)), self._event(job_id, Op.CLAIM, owner, None, now, expires_at)],
+                 ec.put(k.held(job_id), b""), ec.delete(k.end(job_id)),
+                 *([] if queued is None else [ec.delete(k.queue(job_id, queued))]),
+                 self._event(job_id, Op.CLAIM, owner, None, now, expires_at)],
                 self._reads(job_id))
             if res.succeeded:
                 return res.revision, expires_at
@@ -386,21 +432,97 @@ class EtcdBackend(Backend):
         transitions.claim(snap.record, job_id, owner, ttl, snap.now)
         raise AlreadyClaimed(job_id, None, 0, None)  # still racing after several rounds
 
+    def _note_ended(self, snap: _Snapshot) -> _Ended | None:
+        """If etcd ended the snapshot's lease: when this process first saw that, and its TTL."""
+        rec = snap.record
+        if rec is None or rec.state is not JobState.LEASED or snap.lease is not None or snap.end is not None:
+            return None
+        return self._ended_since(rec.job_id, rec.token, snap.seen)
+
+    def _ended_since(self, job_id: str, token: int, seen: float) -> _Ended:
+        with self._lock:
+            entry = self._ended.setdefault((job_id, token), _Ended(seen))
+            self._ended.move_to_end((job_id, token))
+            while len(self._ended) > _ENDED:
+                self._ended.popitem(last=False)
+            return entry
+
+    def _wait_out_holder(self, snap: _Snapshot) -> None:
+        """Raise NotYetClaimable until the holder of a lease etcd ended must have stopped.
+
+        etcd < 3.4.28 can revoke a lease early: a leader that was paused wakes up and revokes
+        leases the new leader renewed meanwhile (etcd-io/etcd#15247). So the key's absence
+        alone does not prove the holder's safe deadline passed. What does: the holder's last
+        successful renewal was sent before the key went (every renewal compares the key), its
+        deadline is at most its TTL after that send, and this process saw the key gone later
+        still. One TTL on our monotonic clock after that sighting, the holder has stopped.
+        The TTL is the longest of the claim's and of its renewals' (kept in their history).
+        """
+        rec = snap.record
+        entry = self._note_ended(snap)
+        if rec is None or entry is None:
+            return  # no holder (pending, released, expired by an operator), or not claimable anyway
+        if entry.ttl is None:
+            kvs, _, _ = self._conn.range(*self.keys.history_span(rec.job_id), limit=_RENEWALS_READ,
+                                         newest_first=True, by_create=True)
+            entry.ttl = max([rec.ttl or 0.0, *renewal_ttls(kvs, rec.token)])
+        left = entry.first_seen + entry.ttl - time.monotonic()
+        if left > 0:
+            raise NotYetClaimable(rec.job_id, rec.owner, rec.token, self.now() + left, left)
+
+    def _waiting_out(self, job_id: str, token: int) -> bool:
+        """Whether a lease etcd ended is known to be in its quarantine still (no reads)."""
+        with self._lock:
+            entry = self._ended.get((job_id, token))
+        return entry is not None and entry.ttl is not None and entry.first_seen + entry.ttl > time.monotonic()
+
     def claim_next(self, owner: str, ttl: float) -> Lease | None:
-        # Expired leases first (their work is overdue), then pending jobs oldest first.
-        now = self.now()
-        expired: list[tuple[float, str]] = []
-        pending: list[tuple[float, str]] = []
-        for status in self.jobs():
-            if status.state is JobState.EXPIRED:
-                expired.append((status.expires_at or 0.0, status.job_id))
-            elif status.state is JobState.PENDING:
-                pending.append((status.submitted_at or now, status.job_id))
-        for _, job_id in sorted(expired) + sorted(pending):
+        """Expired leases first (their work is overdue), then pending jobs oldest first.
+
+        Candidates come from the indexes (``etcd_layout``), read in one transaction; each is
+        then claimed with its own compare-and-swap, so a candidate someone else took costs a
+        retry, never a wrong claim.
+        """
+        k = self.keys
+        res = self._conn.txn([], [ec.get(*k.span("held"), keys_only=True),
+                                  ec.get(*k.span("lease"), keys_only=True),
+                                  ec.get(*k.span("queue"), keys_only=True, limit=_QUEUE_PAGE)], [], retry=True)
+        seen = time.monotonic()  # after the answer that showed these leases ended
+        held, live, queued = res.ranges
+        alive = {kv.key[len(k.section("lease")):] for kv in live}
+        expired = []
+        for kv in sorted(held, key=lambda kv: kv.mod_revision):  # the oldest claims first
+            if kv.key[len(k.section("held")):] not in alive:
+                with contextlib.suppress(CorruptRecord):  # listed as corrupt by jobs(), skipped here
+                    job_id = k.job_id(kv.key, "held")
+                    self._ended_since(job_id, kv.mod_revision, seen)
+                    if not self._waiting_out(job_id, kv.mod_revision):
+                        expired.append(job_id)
+        lease = self._first_claimable(expired, owner, ttl)
+        while lease is None and queued:
+            lease = self._first_claimable(self._queued_ids(queued), owner, ttl)
+            if lease is None and len(queued) == _QUEUE_PAGE:  # all taken meanwhile: read on
+                queued, _, _ = self._conn.range(queued[-1].key + b"\0", k.span("queue")[1], limit=_QUEUE_PAGE)
+            else:
+                break
+        return lease
+
+    def _queued_ids(self, kvs: list[KV]) -> list[str]:
+        ids = []
+        for kv in kvs:
+            with contextlib.suppress(CorruptRecord):  # not tenure's: never claimed through it
+                ids.append(self.keys.queued_job_id(kv.key))
+        # Concurrent claimers would all race for the oldest job; starting a few places apart
+        # spreads them with little change to the order.
+        shift = random.randrange(min(len(ids), _SPREAD)) if ids else 0
+        return ids[shift:] + ids[:shift]
+
+    def _first_claimable(self, job_ids: list[str], owner: str, ttl: float) -> Lease | None:
+        for job_id in job_ids:
             try:
                 return self.claim(job_id, owner, ttl)
             except (AlreadyClaimed, JobCompleted, CorruptRecord):
-                continue  # someone else was faster, or it cannot be claimed
+                continue  # someone else was faster, it is waited out, or it cannot be claimed
         return None
 
     def _holder_txn(self, op: Op, lease: Lease, success: list[Any], now: float) -> TxnResult:
@@ -479,7 +601,7 @@ class EtcdBackend(Backend):
             res = self._holder_txn(Op.RENEW, lease, [
                 ec.put(k.lease(lease.job_id), lease_value(lease.owner, ttl, now, expires_at),
                        lease=held.id, prev_kv=True),
-                self._event(lease.job_id, Op.RENEW, lease.owner, lease.token, now, expires_at)], now)
+                self._event(lease.job_id, Op.RENEW, lease.owner, lease.token, now, expires_at, ttl)], now)
         except BaseException as exc:
             if keepalive is not None:
                 keepalive.cancel()
@@ -512,9 +634,10 @@ class EtcdBackend(Backend):
 
     def _end(self, op: Op, lease: Lease, how: str, result: bytes | None) -> None:
         k, now = self.keys, self.now()
+        requeue = [ec.put(k.queue(lease.job_id, now), b"")] if op is Op.RELEASE else []
         res = self._holder_txn(op, lease, [
             ec.put(k.end(lease.job_id), end_value(how, lease.token, now, result)),
-            ec.delete(k.lease(lease.job_id), prev_kv=True),
+            ec.delete(k.lease(lease.job_id), prev_kv=True), ec.delete(k.held(lease.job_id)), *requeue,
             self._event(lease.job_id, op, lease.owner, lease.token, now, None)], now)
         held = self._remember((lease.job_id, lease.token, lease.owner), None)
         for prev in res.prev:
@@ -540,9 +663,12 @@ class EtcdBackend(Backend):
             if snap.lease is None:
                 return  # not leased, or etcd ended the lease already
             now = self.now()
+            # The outcome key tells claimers an operator ended it, not etcd: no wait before
+            # a claim (_wait_out_holder), as on every backend.
             res = self._write(
                 [ec.compare(k.lease(job_id), "create", "==", snap.lease.create_revision)],
                 [ec.delete(k.lease(job_id), prev_kv=True),
+                 ec.put(k.end(job_id), end_value("expired", snap.lease.create_revision, now, None)),
                  self._event(job_id, Op.EXPIRE, actor or snap.record.owner, snap.record.token, now, now)],
                 [])
             if res.succeeded:
@@ -561,6 +687,7 @@ class EtcdBackend(Backend):
             snap = self._snapshot(job_id)
         except CorruptRecord as exc:
             return corrupt_status(job_id, exc.key, exc)
+        self._note_ended(snap)  # a sighting: it starts the wait before a claim (_wait_out_holder)
         return None if snap.record is None else transitions.status(snap.record, snap.now)
 
     def jobs(self) -> Iterator[JobStatus]:

@@ -139,8 +139,8 @@ def delete(key: bytes, prev_kv: bool = False) -> OpSpec:
     return (_DELETE, key, prev_kv)
 
 
-def get(key: bytes, end: bytes = b"", *, keys_only: bool = False, revision: int = 0) -> OpSpec:
-    return (_GET, key, end, keys_only, revision)
+def get(key: bytes, end: bytes = b"", *, keys_only: bool = False, revision: int = 0, limit: int = 0) -> OpSpec:
+    return (_GET, key, end, keys_only, revision, limit)
 
 
 def relet(ops: list[OpSpec], old: int, new: int) -> None:
@@ -185,9 +185,10 @@ def _encode_op(op: OpSpec) -> bytes:
     if kind == _DELETE:  # request_delete_range (3): key 1, prev_kv 3
         body = _len(1, op[1]) + (b"\x18\x01" if op[2] else b"")
         return _len(3, body)
-    _, key, end, keys_only, revision = op  # request_range (1): key 1, range_end 2, revision 4, keys_only 8
-    body = _len(1, key) + (_len(2, end) if end else b"") + (_int(4, revision) if revision else b"") \
-        + (b"\x40\x01" if keys_only else b"")
+    # request_range (1): key 1, range_end 2, limit 3, revision 4, keys_only 8
+    _, key, end, keys_only, revision, limit = op
+    body = _len(1, key) + (_len(2, end) if end else b"") + (_int(3, limit) if limit else b"") \
+        + (_int(4, revision) if revision else b"") + (b"\x40\x01" if keys_only else b"")
     return _len(1, body)
 
 

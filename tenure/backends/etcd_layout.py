@@ -7,7 +7,17 @@ prefix) there are up to three keys:
                          A claim rewrites it, so while leased its mod revision is the token.
 ``<prefix>/lease/<id>``  the live lease, attached to an etcd lease with the job's TTL; etcd
                          deletes it on expiry. Its create revision is the token.
-``<prefix>/end/<id>``    how the current claim ended: completed (with the result) or released.
+``<prefix>/end/<id>``    how the current claim ended: completed (with the result), released, or
+                         expired by an operator (force_expire).
+
+Two indexes, written in the same transactions as the keys above, let ``claim_next`` read
+only what it may claim instead of every job:
+
+``<prefix>/queue/<µs>/<id>``  a pending job (submitted, or released), in key order by the
+                              time it became pending (``<µs>``: 20 digits): oldest first.
+``<prefix>/held/<id>``        a leased job, from its claim to its completion or release. Its
+                              mod revision is the token; without a lease key beside it, etcd
+                              ended the lease and the job is claimable again.
 
 Audit records carry a random suffix and are attached to a shared retention lease:
 ``<prefix>/history/<id>/<uuid>`` and ``<prefix>/rejection/<uuid>``.
@@ -38,6 +48,10 @@ def _next(key: bytes) -> bytes:
     return key[:-1] + bytes([key[-1] + 1])
 
 
+def _encoded(job_id: str) -> bytes:
+    return base64.urlsafe_b64encode(job_id.encode()).rstrip(b"=")
+
+
 class Keys:
     def __init__(self, prefix: str) -> None:
         text = "/" + prefix.strip("/")
@@ -57,7 +71,7 @@ class Keys:
         return start, _next(start)
 
     def _key(self, name: str, job_id: str) -> bytes:
-        return self.section(name) + base64.urlsafe_b64encode(job_id.encode()).rstrip(b"=")
+        return self.section(name) + _encoded(job_id)
 
     def job(self, job_id: str) -> bytes:
         return self._key("job", job_id)
@@ -67,6 +81,15 @@ class Keys:
 
     def end(self, job_id: str) -> bytes:
         return self._key("end", job_id)
+
+    def queue(self, job_id: str, since: float) -> bytes:
+        return self.section("queue") + b"%020d/" % round(since * 1e6) + _encoded(job_id)
+
+    def held(self, job_id: str) -> bytes:
+        return self._key("held", job_id)
+
+    def queued_job_id(self, key: bytes) -> str:
+        return self.job_id(self.section("queue") + key[len(self.section("queue")) + 21:], "queue")
 
     def history(self, job_id: str, uid: str) -> bytes:
         return self._key("history", job_id) + b"/" + uid.encode()
@@ -178,6 +201,23 @@ def end_value(how: str, token: int, at: float, result: bytes | None) -> bytes:
                  "result": None if result is None else base64.b64encode(result).decode()})
 
 
+def queued_since(job_id: str, job: KV | None, end: KV | None) -> float | None:
+    """When the job became pending (its queue key's time), or None if it is not pending.
+
+    Call after ``record`` accepted the keys: they are known to decode and agree.
+    """
+    if job is None:
+        return None
+    v = read_job(job, job_id)
+    if v.state is JobState.PENDING:
+        return v.submitted_at
+    if end is not None:
+        o = _load(end)
+        if o.get("how") == "released":
+            return float(_field(end, o, "at", _NUM, False))
+    return None
+
+
 def record(job_id: str, job: KV | None, lease: KV | None, end: KV | None, now: float) -> JobRecord | None:
     """The job's record as the core's state machine sees it; CorruptRecord if keys disagree."""
     if job is None:
@@ -199,8 +239,12 @@ def record(job_id: str, job: KV | None, lease: KV | None, end: KV | None, now: f
     if end is not None:
         o = _load(end)
         how = o.get("how")
-        if o.get("token") != token or how not in ("completed", "released") or lease is not None:
+        if o.get("token") != token or how not in ("completed", "released", "expired") or lease is not None:
             raise CorruptRecord(end.key.decode(errors="replace"), "an outcome that does not match the job")
+        if how == "expired":  # an operator ended the lease (force_expire): claimable at once
+            until = min(_field(end, o, "at", _NUM, False), now)
+            return JobRecord(job_id, JobState.LEASED, v.owner, token, until, v.ttl, v.submitted_at,
+                             v.claimed_at, runs=v.runs)
         if how == "released":
             return JobRecord(job_id, JobState.PENDING, None, token, None, None, v.submitted_at, runs=v.runs)
         result = _field(end, o, "result", str)
@@ -221,9 +265,35 @@ def record(job_id: str, job: KV | None, lease: KV | None, end: KV | None, now: f
 
 
 # -- audit records ---------------------------------------------------------------------------
-def event_value(op: Op, owner: str | None, token: int | None, at: float, expires_at: float | None) -> bytes:
-    """``token`` None: the token is the revision of the write itself (a claim's)."""
-    return dump({"op": op.value, "owner": owner, "token": token, "at": at, "expires_at": expires_at})
+def event_value(op: Op, owner: str | None, token: int | None, at: float, expires_at: float | None,
+                ttl: float | None = None) -> bytes:
+    """``token`` None: the token is the revision of the write itself (a claim's).
+
+    A renewal keeps its TTL: once etcd has ended the lease, it is the only record of how long
+    the holder may have trusted it (see ``EtcdBackend._wait_out_holder``).
+    """
+    value = {"op": op.value, "owner": owner, "token": token, "at": at, "expires_at": expires_at}
+    if ttl is not None:
+        value["ttl"] = ttl
+    return dump(value)
+
+
+def renewal_ttls(kvs: list[KV], token: int) -> list[float]:
+    """TTLs that renewals of the claim ``token`` asked for, from its history events.
+
+    An event that does not decode is left out, as every reader of the audit does.
+    """
+    ttls = []
+    for kv in kvs:
+        try:
+            v = _load(kv)
+            if v.get("op") == Op.RENEW.value and v.get("token") == token:
+                ttl = _field(kv, v, "ttl", _NUM)
+                if ttl is not None:
+                    ttls.append(float(ttl))
+        except CorruptRecord:
+            continue
+    return ttls
 
 
 def read_event(kv: KV, job_id: str) -> HistoryEvent:

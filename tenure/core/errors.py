@@ -5,6 +5,8 @@ Every error tenure raises on purpose derives from :class:`LeaseError`::
     LeaseError
     ├── InvalidArgument (also ValueError)   bad job id, owner, TTL, URL or option; nothing written
     ├── AlreadyClaimed                      the job is held by a lease that has not expired
+    │   └── NotYetClaimable                 the store ended the lease early enough that its holder
+    │                                       may still trust it; claimable after ``retry_after``
     ├── JobCompleted                        the job is completed; submit() it again for a new run
     ├── JobNotFound (also KeyError)         an operation needs a job that does not exist
     ├── StaleLease                          renew/complete/release with an owner or token that no
@@ -45,6 +47,22 @@ class AlreadyClaimed(LeaseError):
         self.owner = owner
         self.token = token
         self.expires_at = expires_at
+
+
+class NotYetClaimable(AlreadyClaimed):
+    """The store ended the lease, but its holder may still be within its safe deadline.
+
+    etcd before 3.4.28 can end a lease before its TTL ran out (etcd-io/etcd#15247), so a
+    lease etcd ended is claimed only once its TTL has passed on the claimer's own clock since
+    it first saw it ended. ``Store.claim`` waits this out by itself; ``claim_next`` moves on.
+    """
+
+    def __init__(self, job_id: str, owner: str | None, token: int, expires_at: float | None,
+                 retry_after: float) -> None:
+        super().__init__(job_id, owner, token, expires_at)
+        self.args = (f"job {job_id!r}: the lease of {owner!r} (token {token}) ended in the store; "
+                     f"claimable in {retry_after:.2f} s, once its holder must have stopped",)
+        self.retry_after = retry_after
 
 
 class JobCompleted(LeaseError):

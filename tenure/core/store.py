@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from tenure.core import validation
 from tenure.core.backend import Backend, Characteristics
 from tenure.core.clock import SYSTEM_CLOCK, Clock
-from tenure.core.errors import InvalidArgument
+from tenure.core.errors import InvalidArgument, NotYetClaimable
 from tenure.core.records import (
     Change,
     HistoryEvent,
@@ -34,6 +35,7 @@ from tenure.core.renewal import HeldLease, Renewer
 DEFAULT_DRIFT_MARGIN = 0.05
 PAGE_ORDERS = ("expiry", "job")
 MAX_PAGE = 1000
+_WAITS = 3  # NotYetClaimable waits one claim() sits out before it raises
 
 
 class Store:
@@ -82,10 +84,22 @@ class Store:
         self.backend.submit_many([validation.job_id(job_id) for job_id in job_ids])
 
     def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
-        """Claim a job that is unowned or whose lease expired by the store's clock."""
+        """Claim a job that is unowned or whose lease expired by the store's clock.
+
+        Where the store may end leases early (etcd before 3.4.28), a lease it ended is taken
+        only once its holder must have stopped: this waits up to one TTL (NotYetClaimable).
+        """
         args = validation.job_id(job_id), validation.owner(owner), self._ttl(ttl)
-        sent_at = self.clock.monotonic()
-        return self._stamped(self.backend.claim(*args), sent_at)
+        for _ in range(_WAITS):  # each wait is for a newer claim (tokens grow): few rounds
+            try:
+                return self._claim_once(*args)
+            except NotYetClaimable as exc:
+                time.sleep(exc.retry_after)
+        return self._claim_once(*args)
+
+    def _claim_once(self, job_id: str, owner: str, ttl: float) -> Lease:
+        sent_at = self.clock.monotonic()  # after any wait: the deadline counts from the send
+        return self._stamped(self.backend.claim(job_id, owner, ttl), sent_at)
 
     def claim_next(self, owner: str, ttl: float) -> Lease | None:
         """Claim some pending or expired job (never a completed one), or return None."""

@@ -166,6 +166,108 @@ def test_a_live_lease_key_is_never_claimed_over_whatever_the_clock_says(
     store.complete(a)  # etcd still had a's lease, so a is still the holder
 
 
+def _indexes(etcd_harness: EtcdHarness, store: tenure.Store) -> tuple[list[str], list[str]]:
+    """Job ids in the queue index (in key order) and in the held index."""
+    keys = store.backend.keys  # type: ignore[attr-defined]
+    node = etcd_harness.cluster.nodes[0]
+    queued = [keys.queued_job_id(k) for k in node.keys(keys.section("queue"))]
+    held = sorted(keys.job_id(k, "held") for k in node.keys(keys.section("held")))
+    return queued, held
+
+
+def test_the_indexes_follow_every_change_in_the_same_transaction(
+        etcd_harness: EtcdHarness, store: tenure.Store) -> None:
+    ttl = etcd_harness.ttl
+    store.submit_many(["a", "b", "c"])
+    assert _indexes(etcd_harness, store) == (["a", "b", "c"], [])
+    a = store.claim("a", owner="w", ttl=ttl)
+    b = store.claim("b", owner="w", ttl=ttl)
+    assert _indexes(etcd_harness, store) == (["c"], ["a", "b"])
+    store.release(a)  # back in the queue, behind c: it became pending again later
+    store.complete(b)
+    assert _indexes(etcd_harness, store) == (["c", "a"], [])
+    store.submit("b")  # a new run of a completed job
+    d = store.claim("d", owner="w", ttl=ttl)  # a job claimed without a submit first
+    store.force_expire("d")  # still held: claimable as an expired lease, not as pending
+    assert _indexes(etcd_harness, store) == (["c", "a", "b"], ["d"])
+    x = store.claim_next(owner="x", ttl=ttl)  # expired leases first; an operator's, at once
+    assert x is not None and (x.job_id, x.token > d.token) == ("d", True)
+    with pytest.raises(tenure.StaleLease):
+        store.renew(d)
+    assert _indexes(etcd_harness, store) == (["c", "a", "b"], ["d"])
+
+
+def test_claim_next_reads_the_indexes_not_every_job(etcd_harness: EtcdHarness, store: tenure.Store) -> None:
+    store.submit_many(f"old-{i:02d}" for i in range(40))  # more than one queue page
+    for i in range(3):
+        store.submit(f"new-{i}")
+    store.complete(store.claim("done", owner="w", ttl=etcd_harness.ttl))
+    conn = store.backend._conn  # type: ignore[attr-defined]
+    ranges: list[Any] = []
+    original = conn.range
+    conn.range = lambda *a, **kw: ranges.append(a) or original(*a, **kw)
+    taken = []
+    while (lease := store.claim_next(owner="w", ttl=etcd_harness.ttl)) is not None:
+        # Oldest first, give or take the few places claimers start apart (_SPREAD).
+        remaining = [f"old-{i:02d}" for i in range(40)] + [f"new-{i}" for i in range(3)]
+        remaining = [j for j in remaining if j not in taken]
+        assert lease.job_id in remaining[:4]
+        taken.append(lease.job_id)
+        store.complete(lease)
+    assert len(taken) == 43 and ranges == []  # no listing of jobs: one indexed read per call
+
+
+def test_submit_many_keeps_existing_jobs_as_they_are(etcd_harness: EtcdHarness, store: tenure.Store) -> None:
+    held = store.claim("b", owner="w", ttl=etcd_harness.ttl)
+    store.submit_many(["a", "b", "c", "a"])
+    states = {s.job_id: (s.state, s.token) for s in store.jobs()}
+    assert states == {"a": (tenure.JobState.PENDING, 0), "b": (tenure.JobState.LEASED, held.token),
+                      "c": (tenure.JobState.PENDING, 0)}
+    assert _indexes(etcd_harness, store) == (["a", "c"], ["b"])
+    with pytest.raises(tenure.InvalidArgument):
+        store.submit_many(["d", "bad\x00id"])
+    assert store.get("d") is None  # validated before anything is written
+
+
+def _revoke_early(etcd_harness: EtcdHarness, store: tenure.Store, job_id: str) -> None:
+    """End a live claim's etcd lease now, as etcd-io/etcd#15247 lets a stale leader do."""
+    node = etcd_harness.cluster.nodes[0]
+    key = base64.b64encode(store.backend.keys.lease(job_id)).decode()  # type: ignore[attr-defined]
+    lease_id = int(node.api("/v3/kv/range", {"key": key})["kvs"][0]["lease"])
+    node.api("/v3/lease/revoke", {"ID": lease_id})
+
+
+@pytest.mark.parametrize("renewed_ttl", [None, 4.0])
+def test_a_lease_etcd_ends_early_is_claimed_only_after_its_holder_stopped(
+        etcd_harness: EtcdHarness, store: tenure.Store, renewed_ttl: float | None) -> None:
+    """etcd < 3.4.28 can revoke a renewed lease early; a claimer waits the holder's TTL out."""
+    a = store.claim("j", owner="a", ttl=etcd_harness.short_ttl)
+    if renewed_ttl is not None:
+        a = store.renew(a, ttl=renewed_ttl)  # a longer TTL, kept only in the renewal's history
+    _revoke_early(etcd_harness, store, "j")
+    with etcd_harness.connect(_url_of(store)) as other:
+        assert other.get("j").state is tenure.JobState.EXPIRED  # type: ignore[union-attr]
+        with pytest.raises(tenure.NotYetClaimable) as waited:
+            other.backend.claim("j", "b", etcd_harness.ttl)  # the backend alone: no waiting
+        assert a.ttl - 0.5 < waited.value.retry_after <= a.ttl
+        assert other.claim_next(owner="b", ttl=etcd_harness.ttl) is None
+        assert time.monotonic() < a.deadline  # a may still act: nobody may have claimed yet
+        b = other.claim("j", owner="b", ttl=etcd_harness.ttl)  # Store.claim waits it out
+        assert time.monotonic() > a.deadline and b.token > a.token
+        with pytest.raises(tenure.StaleLease):
+            store.complete(a)
+        other.complete(b)
+
+
+def test_released_and_never_claimed_jobs_are_claimed_without_waiting(
+        etcd_harness: EtcdHarness, store: tenure.Store) -> None:
+    store.submit("p")
+    store.release(store.claim("r", owner="a", ttl=etcd_harness.ttl))
+    with etcd_harness.connect(_url_of(store)) as other:
+        for job_id in ("p", "r"):
+            other.complete(other.backend.claim(job_id, "b", etcd_harness.ttl))
+
+
 def _url_of(store: tenure.Store) -> str:
     backend = store.backend
     hosts = ",".join(f"{h}:{p}" for h, p in backend.hosts)  # type: ignore[attr-defined]
@@ -461,7 +563,7 @@ def test_transactions_are_encoded_as_protobuf_would() -> None:
                     d.key, d.prev_kv = op[1:]
                 else:
                     r = branch.add().request_range
-                    r.key, r.range_end, r.keys_only, r.revision = op[1:]
+                    r.key, r.range_end, r.keys_only, r.revision, r.limit = op[1:]
         return bytes(req.SerializeToString())
 
     rnd = random.Random(7)
@@ -478,7 +580,8 @@ def test_transactions_are_encoded_as_protobuf_would() -> None:
             return ec.put(data(), data(), number(), rnd.random() < 0.5)
         if kind == 1:
             return ec.delete(data(), rnd.random() < 0.5)
-        return ec.get(data(), rnd.choice([b"", data()]), keys_only=rnd.random() < 0.5, revision=number())
+        return ec.get(data(), rnd.choice([b"", data()]), keys_only=rnd.random() < 0.5, revision=number(),
+                      limit=number())
 
     for _ in range(200):
         compares = []
