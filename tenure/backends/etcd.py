@@ -42,6 +42,7 @@ from tenure.backends.etcd_layout import (
     Keys,
     end_value,
     event_value,
+    held_value,
     job_value,
     lease_value,
     owner_prefix,
@@ -128,11 +129,11 @@ class _Ended:
 
 
 class _Snapshot:
-    """A job's three keys read at one revision, and the record they make."""
+    """A job's keys read at one revision, and the record they make."""
 
     def __init__(self, job_id: str, kvs: list[list[KV]], now: float) -> None:
-        job, lease, end = (r[0] if r else None for r in kvs)
-        self.job, self.lease, self.end = job, lease, end
+        job, lease, end, held = (r[0] if r else None for r in kvs)
+        self.job, self.lease, self.end, self.held = job, lease, end, held
         self.mods = (job.mod_revision if job else 0, lease.create_revision if lease else 0,
                      end.mod_revision if end else 0)
         self.now = now  # judge the record by this time only: a live lease key is live at it
@@ -197,7 +198,7 @@ class EtcdBackend(Backend):
     def _reads(self, job_id: str, revision: int = 0) -> list[Any]:
         k = self.keys
         return [ec.get(k.job(job_id), revision=revision), ec.get(k.lease(job_id), revision=revision),
-                ec.get(k.end(job_id), revision=revision)]
+                ec.get(k.end(job_id), revision=revision), ec.get(k.held(job_id), revision=revision)]
 
     def _snapshot(self, job_id: str) -> _Snapshot:
         res = self._conn.txn([], self._reads(job_id), [], retry=True)  # reads only: safe to retry
@@ -421,7 +422,7 @@ class EtcdBackend(Backend):
                  ec.compare(k.end(job_id), "mod", "==", mo)],
                 [ec.put(k.job(job_id), job_value(job_id, value)),
                  ec.put(k.lease(job_id), lease_value(owner, ttl, None, expires_at), lease=lease.id),
-                 ec.put(k.held(job_id), b""), ec.delete(k.end(job_id)),
+                 ec.put(k.held(job_id), held_value(owner)), ec.delete(k.end(job_id)),
                  *([] if queued is None else [ec.delete(k.queue(job_id, queued))]),
                  self._event(job_id, Op.CLAIM, owner, None, now, expires_at)],
                 self._reads(job_id))
@@ -437,12 +438,15 @@ class EtcdBackend(Backend):
         rec = snap.record
         if rec is None or rec.state is not JobState.LEASED or snap.lease is not None or snap.end is not None:
             return None
-        return self._ended_since(rec.job_id, rec.token, snap.seen)
+        incarnation = snap.held.mod_revision if snap.held is not None else rec.token
+        return self._ended_since(rec.job_id, incarnation, snap.seen)
 
-    def _ended_since(self, job_id: str, token: int, seen: float) -> _Ended:
+    def _ended_since(self, job_id: str, incarnation: int, seen: float) -> _Ended:
+        """``incarnation``: the held key's mod revision, which a revival changes, so a lease
+        revived and then ended again is waited out afresh."""
         with self._lock:
-            entry = self._ended.setdefault((job_id, token), _Ended(seen))
-            self._ended.move_to_end((job_id, token))
+            entry = self._ended.setdefault((job_id, incarnation), _Ended(seen))
+            self._ended.move_to_end((job_id, incarnation))
             while len(self._ended) > _ENDED:
                 self._ended.popitem(last=False)
             return entry
@@ -470,10 +474,10 @@ class EtcdBackend(Backend):
         if left > 0:
             raise NotYetClaimable(rec.job_id, rec.owner, rec.token, self.now() + left, left)
 
-    def _waiting_out(self, job_id: str, token: int) -> bool:
+    def _waiting_out(self, job_id: str, incarnation: int) -> bool:
         """Whether a lease etcd ended is known to be in its quarantine still (no reads)."""
         with self._lock:
-            entry = self._ended.get((job_id, token))
+            entry = self._ended.get((job_id, incarnation))
         return entry is not None and entry.ttl is not None and entry.first_seen + entry.ttl > time.monotonic()
 
     def claim_next(self, owner: str, ttl: float) -> Lease | None:
@@ -525,20 +529,49 @@ class EtcdBackend(Backend):
                 continue  # someone else was faster, it is waited out, or it cannot be claimed
         return None
 
-    def _holder_txn(self, op: Op, lease: Lease, success: list[Any], now: float) -> TxnResult:
-        """Run ``success`` if ``lease`` is current; otherwise audit in the same txn and raise."""
+    def _revivable(self, lease: Lease) -> bool:
+        """Whether this process holds ``lease`` and its safe deadline has not passed yet.
+
+        The deadline is our own monotonic clock's (the core's, from this process's claim or
+        renewal), so only a lease this process holds qualifies, and only on the system clock.
+        """
+        with self._lock:
+            mine = (lease.job_id, lease.token, lease.owner) in self._leases
+        return mine and self._clock is None and math.isfinite(lease.deadline) and time.monotonic() < lease.deadline
+
+    def _holder_txn(self, op: Op, lease: Lease, success: list[Any], now: float,
+                    revive: list[Any] | None = None) -> TxnResult:
+        """Run ``success`` if ``lease`` is current; otherwise audit in the same txn and raise.
+
+        ``revive``: writes to make instead if etcd ended the lease but nothing else changed.
+        The caller passes them only while the holder's safe deadline runs, that is while the
+        lease cannot have run out yet by its TTL: etcd < 3.4.28 ended it early (see
+        ``_wait_out_holder``). They restore what etcd should have kept and bump the held key,
+        so a claimer that saw the key gone waits anew. A claim or force_expire since then
+        changed the job or outcome key, and the revival is refused like any stale operation.
+        """
         k, job_id, token = self.keys, lease.job_id, lease.token
         mine = owner_prefix(lease.owner)
         uid = uuid.uuid4().hex
         stub = Rejection(job_id, op, lease.owner, token, None, 0, now, "")
+        refuse = [self._audit(k.rejection(uid), rejection_value(stub, complete=False))]
+        if revive is not None:
+            refuse = [ec.txn([ec.compare(k.job(job_id), "mod", "==", token),
+                              ec.compare(k.lease(job_id), "create", "==", 0),
+                              ec.compare(k.end(job_id), "mod", "==", 0),
+                              ec.compare(k.held(job_id), "value", ">", mine),
+                              ec.compare(k.held(job_id), "value", "<", mine + b"\x7f")], revive, refuse)]
         res = self._write(
-            [ec.compare(k.lease(job_id), "create", "==", token),
+            [ec.compare(k.lease(job_id), "create", ">", token - 1),  # the claim's key, or a revival's
              ec.compare(k.lease(job_id), "value", ">", mine),  # the value starts with the owner
              ec.compare(k.lease(job_id), "value", "<", mine + b"\x7f"),
-             ec.compare(k.job(job_id), "mod", "==", token)],
-            success, [self._audit(k.rejection(uid), rejection_value(stub, complete=False))])
+             ec.compare(k.job(job_id), "mod", "==", token)],  # no claim since (nor submit)
+            success, refuse)
         if res.succeeded:
             return res
+        if res.nested and res.nested[0].succeeded:
+            log.info("etcd had ended the lease of %r (token %d) early; %s restored it", job_id, token, op.value)
+            return res.nested[0]
         # Why, read afterwards at the refusal's own revision: the same view the failure branch
         # had, without three reads in every transaction of the hot path.
         try:
@@ -573,15 +606,16 @@ class EtcdBackend(Backend):
             log.warning("could not record why %s was rejected: %s", rejection, exc)
 
     def renew(self, lease: Lease, ttl: float) -> Lease:
+        revivable = self._revivable(lease)  # before a retry below forgets the etcd lease
         try:
-            return self._renew(lease, ttl)
+            return self._renew(lease, ttl, revivable)
         except ec.LeaseNotFound:
-            # Another connection moved this claim to a new etcd lease and revoked ours:
-            # forget it and renew the way a connection that never knew it does.
+            # Another connection moved this claim to a new etcd lease and revoked ours, or
+            # etcd ended it: forget it and renew the way a connection that never knew it does.
             self._remember((lease.job_id, lease.token, lease.owner), None)
-            return self._renew(lease, ttl)
+            return self._renew(lease, ttl, revivable)
 
-    def _renew(self, lease: Lease, ttl: float) -> Lease:
+    def _renew(self, lease: Lease, ttl: float, revivable: bool) -> Lease:
         k, key = self.keys, (lease.job_id, lease.token, lease.owner)
         with self._lock:
             cached = self._leases.get(key)
@@ -597,11 +631,12 @@ class EtcdBackend(Backend):
             held = _EtcdLease(lease_id, etcd_ttl, granted, sent)
             now = self.now()
         expires_at = now + held.granted + EXPIRY_GRACE
+        put_lease = ec.put(k.lease(lease.job_id), lease_value(lease.owner, ttl, now, expires_at),
+                           lease=held.id, prev_kv=True)
+        event = self._event(lease.job_id, Op.RENEW, lease.owner, lease.token, now, expires_at, ttl)
+        revive = [put_lease, ec.put(k.held(lease.job_id), held_value(lease.owner)), event] if revivable else None
         try:
-            res = self._holder_txn(Op.RENEW, lease, [
-                ec.put(k.lease(lease.job_id), lease_value(lease.owner, ttl, now, expires_at),
-                       lease=held.id, prev_kv=True),
-                self._event(lease.job_id, Op.RENEW, lease.owner, lease.token, now, expires_at, ttl)], now)
+            res = self._holder_txn(Op.RENEW, lease, [put_lease, event], now, revive)
         except BaseException as exc:
             if keepalive is not None:
                 keepalive.cancel()
@@ -625,7 +660,7 @@ class EtcdBackend(Backend):
                 self._remember(key, None)
                 for prev in res.prev:
                     self._revoke_later(prev.lease)
-                return self._renew(lease, ttl)  # to a new etcd lease
+                return self._renew(lease, ttl, revivable=False)  # to a new etcd lease
         for prev in res.prev:
             if prev.lease != held.id:
                 self._revoke_later(prev.lease)
@@ -635,10 +670,11 @@ class EtcdBackend(Backend):
     def _end(self, op: Op, lease: Lease, how: str, result: bytes | None) -> None:
         k, now = self.keys, self.now()
         requeue = [ec.put(k.queue(lease.job_id, now), b"")] if op is Op.RELEASE else []
-        res = self._holder_txn(op, lease, [
-            ec.put(k.end(lease.job_id), end_value(how, lease.token, now, result)),
-            ec.delete(k.lease(lease.job_id), prev_kv=True), ec.delete(k.held(lease.job_id)), *requeue,
-            self._event(lease.job_id, op, lease.owner, lease.token, now, None)], now)
+        writes = [ec.put(k.end(lease.job_id), end_value(how, lease.token, now, result)),
+                  ec.delete(k.lease(lease.job_id), prev_kv=True), ec.delete(k.held(lease.job_id)), *requeue,
+                  self._event(lease.job_id, op, lease.owner, lease.token, now, None)]
+        # If etcd ended the lease early, the same writes are what the holder is owed.
+        res = self._holder_txn(op, lease, writes, now, writes if self._revivable(lease) else None)
         held = self._remember((lease.job_id, lease.token, lease.owner), None)
         for prev in res.prev:
             if held is not None and prev.lease == held.id:
@@ -668,7 +704,7 @@ class EtcdBackend(Backend):
             res = self._write(
                 [ec.compare(k.lease(job_id), "create", "==", snap.lease.create_revision)],
                 [ec.delete(k.lease(job_id), prev_kv=True),
-                 ec.put(k.end(job_id), end_value("expired", snap.lease.create_revision, now, None)),
+                 ec.put(k.end(job_id), end_value("expired", snap.record.token, now, None)),
                  self._event(job_id, Op.EXPIRE, actor or snap.record.owner, snap.record.token, now, now)],
                 [])
             if res.succeeded:

@@ -12,6 +12,7 @@ errors become tenure errors in :func:`mapped_error`, the one place that does it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import threading
@@ -125,7 +126,7 @@ def _kv(m: Any) -> KV:
 # runtime (the only one etcd3 0.12 allows) building and serializing the messages cost about
 # 0.5 ms of CPU per transaction, most of the client's share of the hot path. The format is
 # etcd's ``TxnRequest`` (rpc.proto); a test checks the bytes against protobuf's own.
-_PUT, _DELETE, _GET = 0, 1, 2
+_PUT, _DELETE, _GET, _TXN = 0, 1, 2, 3
 _TARGETS = {"create": (1, 5), "mod": (2, 6), "value": (3, 7)}  # Compare target, its value field
 _RESULTS = {"==": 0, ">": 1, "<": 2}  # etcd's Compare.CompareResult: EQUAL, GREATER, LESS
 OpSpec = tuple[Any, ...]  # put, delete, get or compare, as built below
@@ -143,11 +144,19 @@ def get(key: bytes, end: bytes = b"", *, keys_only: bool = False, revision: int 
     return (_GET, key, end, keys_only, revision, limit)
 
 
+def txn(compares: list[OpSpec], success: list[OpSpec], failure: list[OpSpec]) -> OpSpec:
+    """A transaction inside a branch of another (etcd 3.3 and later)."""
+    return (_TXN, compares, success, failure)
+
+
 def relet(ops: list[OpSpec], old: int, new: int) -> None:
-    """Point the puts in ``ops`` that name etcd lease ``old`` at ``new`` instead."""
+    """Point the puts in ``ops`` (nested ones too) that name etcd lease ``old`` at ``new`` instead."""
     for i, op in enumerate(ops):
         if op[0] == _PUT and op[3] == old:
             ops[i] = put(op[1], op[2], new, op[4])
+        elif op[0] == _TXN:
+            relet(op[2], old, new)
+            relet(op[3], old, new)
 
 
 def compare(key: bytes, target: str, op: str, value: int | bytes) -> OpSpec:
@@ -185,11 +194,19 @@ def _encode_op(op: OpSpec) -> bytes:
     if kind == _DELETE:  # request_delete_range (3): key 1, prev_kv 3
         body = _len(1, op[1]) + (b"\x18\x01" if op[2] else b"")
         return _len(3, body)
-    # request_range (1): key 1, range_end 2, limit 3, revision 4, keys_only 8
+    if kind == _TXN:  # request_txn (4)
+        return _len(4, encode_txn(op[1], op[2], op[3]))
     _, key, end, keys_only, revision, limit = op
-    body = _len(1, key) + (_len(2, end) if end else b"") + (_int(3, limit) if limit else b"") \
-        + (_int(4, revision) if revision else b"") + (b"\x40\x01" if keys_only else b"")
-    return _len(1, body)
+    return _len(1, encode_range(key, end, limit=limit, revision=revision, keys_only=keys_only))
+
+
+def encode_range(key: bytes, end: bytes = b"", *, limit: int = 0, revision: int = 0, order: int = 0,
+                 target: int = 0, keys_only: bool = False) -> bytes:
+    """A ``RangeRequest``: key 1, range_end 2, limit 3, revision 4, sort_order 5 (1 ascending,
+    2 descending), sort_target 6 (2 create revision), keys_only 8; zeros left out, as protobuf does."""
+    return (_len(1, key) + (_len(2, end) if end else b"") + (_int(3, limit) if limit else b"")
+            + (_int(4, revision) if revision else b"") + (_int(5, order) if order else b"")
+            + (_int(6, target) if target else b"") + (b"\x40\x01" if keys_only else b""))
 
 
 def encode_txn(compares: list[OpSpec], success: list[OpSpec], failure: list[OpSpec]) -> bytes:
@@ -211,6 +228,7 @@ class TxnResult:
     revision: int
     ranges: list[list[KV]]  # one per range op of the branch that ran, in order
     prev: list[KV]  # previous values returned by put/delete with prev_kv
+    nested: list[TxnResult] = dataclasses.field(default_factory=list)  # of txn ops in that branch
 
 
 def _read_varint(buf: bytes, i: int) -> tuple[int, int]:
@@ -245,11 +263,36 @@ def _fields(buf: bytes) -> Iterator[tuple[int, Any]]:
 
 
 def _decode_kv(buf: bytes) -> KV:
-    """``mvccpb.KeyValue``: key 1, create_revision 2, mod_revision 3, value 5, lease 6."""
-    f: dict[int, Any] = {1: b"", 2: 0, 3: 0, 5: b"", 6: 0}
-    for number, value in _fields(buf):
-        f[number] = value
-    return KV(f[1], f[5], f[2], f[3], f[6])
+    """``mvccpb.KeyValue``: key 1, create_revision 2, mod_revision 3, version 4, value 5, lease 6.
+
+    Unrolled (listings decode one per job): every tag of this message fits in one byte.
+    """
+    key = value = b""
+    create = mod = lease = 0
+    i, end = 0, len(buf)
+    while i < end:
+        tag = buf[i]
+        if tag == 0x0A or tag == 0x2A:  # key, value: length-delimited
+            size, i = _read_varint(buf, i + 1)
+            if tag == 0x0A:
+                key = buf[i:i + size]
+            else:
+                value = buf[i:i + size]
+            i += size
+        elif tag in (0x10, 0x18, 0x20, 0x30):  # the varints
+            number, i = _read_varint(buf, i + 1)
+            if tag == 0x10:
+                create = number
+            elif tag == 0x18:
+                mod = number
+            elif tag == 0x30:
+                lease = number
+        else:  # a field this version of etcd does not send: the general reader
+            f: dict[int, Any] = {1: b"", 2: 0, 3: 0, 5: b"", 6: 0}
+            for number, item in _fields(buf):
+                f[number] = item
+            return KV(f[1], f[5], f[2], f[3], f[6])
+    return KV(key, value, create, mod, lease)
 
 
 def _decode_txn(buf: bytes) -> TxnResult:
@@ -258,6 +301,7 @@ def _decode_txn(buf: bytes) -> TxnResult:
     revision, succeeded = 0, False
     ranges: list[list[KV]] = []
     prev: list[KV] = []
+    nested: list[TxnResult] = []
     for number, value in _fields(buf):
         if number == 1:
             revision = next((v for n, v in _fields(value) if n == 3), 0)
@@ -271,7 +315,23 @@ def _decode_txn(buf: bytes) -> TxnResult:
                     prev.extend(_decode_kv(v) for n, v in _fields(body) if n == 2)
                 elif kind == 3:  # DeleteRangeResponse: prev_kvs 3
                     prev.extend(_decode_kv(v) for n, v in _fields(body) if n == 3)
-    return TxnResult(succeeded, revision, ranges, prev)
+                elif kind == 4:  # TxnResponse
+                    nested.append(_decode_txn(body))
+    return TxnResult(succeeded, revision, ranges, prev, nested)
+
+
+def decode_range(buf: bytes) -> tuple[list[KV], int, bool]:
+    """``RangeResponse`` (header 1 with revision 3, kvs 2, more 3) as ``(kvs, revision, more)``."""
+    revision, more = 0, False
+    kvs = []
+    for number, value in _fields(buf):
+        if number == 2:
+            kvs.append(_decode_kv(value))
+        elif number == 1:
+            revision = next((v for n, v in _fields(value) if n == 3), 0)
+        elif number == 3:
+            more = bool(value)
+    return kvs, revision, more
 
 
 # Pings on open streams (watches) notice a frozen server; etcd refuses pings under 5 s apart.
@@ -289,9 +349,9 @@ class _Endpoint:
             creds = grpc.ssl_channel_credentials(_read(conn.ca_cert), _read(conn.cert_key),
                                                  _read(conn.cert_cert))
             self.channel = grpc.secure_channel(target, creds, options=_CHANNEL_OPTIONS)
-        self.kv = rpc.KVStub(self.channel)
         # Txn in bytes both ways (``encode_txn``, ``_decode_txn``): no protobuf messages.
         self.txn = self.channel.unary_unary("/etcdserverpb.KV/Txn")
+        self.range = self.channel.unary_unary("/etcdserverpb.KV/Range")  # likewise: listings
         self.lease = rpc.LeaseStub(self.channel)
         self.watch = rpc.WatchStub(self.channel)
         self.cluster = rpc.ClusterStub(self.channel)
@@ -379,16 +439,9 @@ class Connection:
     def range(self, key: bytes, end: bytes = b"", *, revision: int = 0, limit: int = 0,
               newest_first: bool = False, by_create: bool = False) -> tuple[list[KV], int, bool]:
         """Keys in ``[key, end)`` as ``(kvs, revision read at, more)``."""
-        _, rpc = load()
-        order = rpc.RangeRequest.DESCEND if newest_first else rpc.RangeRequest.ASCEND
-        req = rpc.RangeRequest(key=key, range_end=end, revision=revision, limit=limit, sort_order=order,
-                               sort_target=rpc.RangeRequest.CREATE if by_create else rpc.RangeRequest.KEY)
-
-        def run(ep: _Endpoint, md: Any) -> tuple[list[KV], int, bool]:
-            resp = ep.kv.Range(req, timeout=self.timeout, metadata=md)
-            return [_kv(kv) for kv in resp.kvs], int(resp.header.revision), bool(resp.more)
-
-        return self.call(run)
+        req = encode_range(key, end, limit=limit, revision=revision, order=2 if newest_first else 1,
+                           target=2 if by_create else 0)
+        return self.call(lambda ep, md: decode_range(ep.range(req, timeout=self.timeout, metadata=md)))
 
     # -- leases ----------------------------------------------------------------------------
     def _started(self, start: Callable[[_Endpoint, Any], Any], finish: Callable[[Any], T],

@@ -15,9 +15,10 @@ only what it may claim instead of every job:
 
 ``<prefix>/queue/<µs>/<id>``  a pending job (submitted, or released), in key order by the
                               time it became pending (``<µs>``: 20 digits): oldest first.
-``<prefix>/held/<id>``        a leased job, from its claim to its completion or release. Its
-                              mod revision is the token; without a lease key beside it, etcd
-                              ended the lease and the job is claimable again.
+``<prefix>/held/<id>``        a leased job and its owner, from its claim to its completion or
+                              release. Without a lease key beside it, the lease ended and the job
+                              is claimable again. Its mod revision names the lease's incarnation:
+                              the claim's, or a later revival (see ``EtcdBackend._holder_txn``).
 
 Audit records carry a random suffix and are attached to a shared retention lease:
 ``<prefix>/history/<id>/<uuid>`` and ``<prefix>/rejection/<uuid>``.
@@ -129,6 +130,11 @@ def owner_prefix(owner: str) -> bytes:
 def lease_value(owner: str, ttl: float, renewed_at: float | None, expires_at: float) -> bytes:
     rest = dump({"ttl": ttl, "renewed_at": renewed_at, "expires_at": expires_at})
     return owner_prefix(owner) + rest[1:]
+
+
+def held_value(owner: str) -> bytes:
+    """The held index's value: the owner first, checked by a byte range like a lease value's."""
+    return owner_prefix(owner) + b'"held":true}'
 
 
 def _load(kv: KV) -> dict[str, Any]:
@@ -256,7 +262,8 @@ def record(job_id: str, job: KV | None, lease: KV | None, end: KV | None, now: f
         return JobRecord(job_id, JobState.LEASED, v.owner, token, until, v.ttl, v.submitted_at,
                          v.claimed_at, runs=v.runs)
     lv = _load(lease)
-    if lease.create_revision != token or not lease.value.startswith(owner_prefix(v.owner or "")):
+    # Created by the claim (create revision = token) or by a revival since (a later one).
+    if lease.create_revision < token or not lease.value.startswith(owner_prefix(v.owner or "")):
         raise CorruptRecord(lease.key.decode(errors="replace"), "a lease that does not match the job")
     # While etcd keeps the key the lease is live, whatever our estimate of its end says.
     until = max(_field(lease, lv, "expires_at", _NUM, False), now + 1e-3)

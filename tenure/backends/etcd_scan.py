@@ -23,7 +23,7 @@ from tenure.core.transitions import JobRecord
 if TYPE_CHECKING:
     from tenure.backends.etcd import EtcdBackend
 
-PAGE = 500
+PAGE = 2000  # jobs per page: 3 ranges each (job, lease, end keys), well under gRPC's 4 MB
 _JOB_SECTIONS = ("job", "lease", "end")
 
 

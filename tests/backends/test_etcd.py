@@ -259,6 +259,26 @@ def test_a_lease_etcd_ends_early_is_claimed_only_after_its_holder_stopped(
         other.complete(b)
 
 
+def test_the_holder_restores_a_lease_etcd_ended_early_while_its_deadline_runs(
+        etcd_harness: EtcdHarness, store: tenure.Store) -> None:
+    a = store.claim("j", owner="a", ttl=etcd_harness.short_ttl)
+    _revoke_early(etcd_harness, store, "j")
+    with etcd_harness.connect(_url_of(store)) as other:
+        assert other.get("j").state is tenure.JobState.EXPIRED  # type: ignore[union-attr]  # seen gone
+        a = store.renew(a)  # etcd owed it the TTL: restored, not refused
+        assert other.get("j").owner == "a" and other.get("j").state is tenure.JobState.LEASED  # type: ignore[union-attr]
+        for _ in range(5):  # renewing, until other's wait from its sighting has run out
+            time.sleep(a.ttl / 4)  # real time: etcd's leases count it
+            a = store.renew(a)
+        _revoke_early(etcd_harness, store, "j")  # and early again
+        with pytest.raises(tenure.NotYetClaimable):  # a revived lease is waited out afresh
+            other.backend.claim("j", "b", etcd_harness.ttl)
+        store.complete(a)  # within a's deadline: completed as if etcd had kept the lease
+        assert other.get("j").state is tenure.JobState.COMPLETED  # type: ignore[union-attr]
+    assert store.rejections() == []
+    assert [e.op for e in store.history("j")] == [tenure.Op.CLAIM, *[tenure.Op.RENEW] * 6, tenure.Op.COMPLETE]
+
+
 def test_released_and_never_claimed_jobs_are_claimed_without_waiting(
         etcd_harness: EtcdHarness, store: tenure.Store) -> None:
     store.submit("p")

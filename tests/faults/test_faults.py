@@ -46,13 +46,6 @@ def environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[
             pytest.skip(f"the {family} backend has not landed yet")
         if name not in started:
             env = envs.make(name, tmp_path_factory.mktemp(name))
-            if name == "etcd3" and isinstance(env, envs.ServerEnv):
-                # Debian's etcd 3.4.23 has etcd-io/etcd#15247 (fixed in 3.4.28): a leader paused
-                # longer than what is left of a lease revokes it on waking, after the new leader
-                # renewed it. The long runs show it (docs/reliability.md); here the leader is
-                # paused long enough to be replaced (250 ms elections) but not long enough to
-                # wake up to leases it thinks expired, so a violation is tenure's own.
-                env.leader_fault_ttls = (0.26, 0.35)
             try:
                 env.start()
                 started[name] = env
