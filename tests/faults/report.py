@@ -89,13 +89,16 @@ the rules were not relaxed for either:
   check uses the snapshot's own time and the claim requires that no lease key exists); the
   skew runs on main under Results have no violation, and `tests/faults/test_clock_skew.py`
   keeps the fault as a small deterministic test.
-- **leader-pause**, in etcd 3.4.23 itself (etcd-io/etcd#15247): a leader stopped with
-  SIGSTOP resumes still counting lease TTLs it no longer owns and revokes leases that the
-  new leader renewed meanwhile. A renewal is acknowledged and soon after the lease is gone
-  ("lease expired by store time") before its TTL has run out since the renewal was sent, so
-  another worker can claim the job while the holder still trusts its lease. Fixed upstream
-  by etcd-io/etcd#16822, backported to 3.4 in etcd-io/etcd#17465; the Debian package
-  predates it. The remedy is a newer etcd server, not a change in tenure.
+- **leader-pause**, in etcd 3.4.23 itself (etcd-io/etcd#15247; kept below under "Earlier
+  runs"): a leader stopped with SIGSTOP resumes still counting lease TTLs it no longer owns
+  and revokes leases that the new leader renewed meanwhile. A renewal is acknowledged and
+  soon after the lease key is gone, before its TTL has run out since the renewal was sent,
+  so another worker could claim the job while the holder still trusted its lease, and the
+  holder's next renewal was refused while its lease should have been live. Fixed upstream
+  by etcd-io/etcd#16822 (3.4.28); the Debian package predates it. tenure's etcd backend no
+  longer trusts an early end: a claimer takes a lease etcd ended only one TTL after it first
+  saw the key gone, and the holder, while its safe deadline runs, restores what etcd ended
+  (docs/backends/etcd.md). The etcd runs under Results are of that version.
 """
 
 
@@ -152,7 +155,8 @@ def _sections(runs: list[dict[str, Any]]) -> list[str]:
                   f"Seed {run['seed']}; finished {run['finished']}; {sum(r['counts'].get('ops', 0) for r in rs)} "
                   f"operations; {sum(r['violation_count'] for r in rs)} violations."
                   + (f" {run['note']}" if run["note"] else "")
-                  + (f" {run['superseded']}" if run.get("superseded") else ""), "", HEADER, *[row(r) for r in rs], ""]
+                  + (f" {run['superseded']}" if isinstance(run.get("superseded"), str) else ""),
+                  "", HEADER, *[row(r) for r in rs], ""]
         shown = [(r, v) for r in rs for v in r["violations"][:3]]
         if shown:
             lines += ["Violations found (first three per run):", ""]
