@@ -5,9 +5,23 @@
     <root>/events/e-<seq>    accepted changes (history), trimmed to ``retention``
     <root>/rejections/r-<seq> audited stale operations, trimmed to ``retention``
     <root>/clocks/<uuid>     one ephemeral znode per client; writing it reads the leader's clock
+    <root>/pending/<bucket>/<ms>.<enc>
+                             the index of pending jobs: one entry per pending job, in buckets
+                             of at most about BUCKET_SIZE entries created within BUCKET_SPAN
+                             seconds, named by the store time they were opened (``<ms>-<rand>``);
+                             ``<ms>`` is when the entry was made, so names sort oldest first
+    <root>/leased/<enc>      the index of leased jobs (live or expired): one empty znode each
 
 ``<enc>`` is the job id's UTF-8 in unpadded base64url, so any Unicode id (``/``, ``..``,
 spaces) is a legal znode name and round-trips exactly.
+
+The two indexes are written in the same multi as the record they describe (submit, claim,
+complete, release; renew and force_expire leave them as they are), so they change only
+together with it. They only propose candidates to ``claim_next``: the claim reads the record
+and commits against its version as any claim does. A pending record names its own entry
+(``"queued": "<bucket>/<ms>.<enc>"``), so the multi that takes it out of the queue deletes
+exactly that entry. A store created before the index (``jobs/`` without ``pending/``) is used
+without it: ``claim_next`` scans every job, as before.
 """
 
 from __future__ import annotations
@@ -17,6 +31,7 @@ import binascii
 import contextlib
 import json
 import re
+import secrets
 from typing import Any
 
 from tenure.core.errors import CorruptRecord, InvalidArgument
@@ -25,7 +40,10 @@ from tenure.core.transitions import STORED_STATES, JobRecord
 
 FORMAT = 1  # "tenure" field of every record; a znode without it was not written by tenure
 DEFAULT_ROOT = "/tenure"
+BUCKET_SIZE = 500  # pending entries per bucket (a soft cap: concurrent submitters may pass it)
+BUCKET_SPAN = 10.0  # seconds a bucket takes new entries after it was opened: FIFO is this rough
 _SEGMENT = re.compile(r"^[A-Za-z0-9_.:@+=-]+$")
+_SLOT = re.compile(r"[0-9]{13}-[0-9a-f]{6}/[0-9]{13}\.[A-Za-z0-9_-]+")
 
 
 def root_path(path: str) -> str:
@@ -64,13 +82,52 @@ class Layout:
         self.events = f"{root}/events"
         self.rejections = f"{root}/rejections"
         self.clocks = f"{root}/clocks"
+        self.pending = f"{root}/pending"
+        self.leased = f"{root}/leased"
         self.dirs = (root, self.jobs, self.gens, self.events, self.rejections, self.clocks)
+        self.index_dirs = (self.pending, self.leased)
 
     def job(self, job_id: str) -> str:
         return f"{self.jobs}/{encode(job_id)}"
 
     def gen(self, job_id: str) -> str:
         return f"{self.gens}/{encode(job_id)}"
+
+    def leased_entry(self, job_id: str) -> str:
+        return f"{self.leased}/{encode(job_id)}"
+
+    def queued(self, slot: str) -> str:
+        """The znode of a pending entry, from the ``<bucket>/<entry>`` its record names."""
+        return f"{self.pending}/{slot}"
+
+
+# -- the pending index ------------------------------------------------------------------------
+def millis(now: float) -> int:
+    return round(now * 1000)
+
+
+def new_bucket(now: float) -> str:
+    """A bucket name that sorts by the store time it was opened; the suffix keeps two
+    clients (or two buckets of one batch) opened in the same millisecond apart."""
+    return f"{millis(now):013d}-{secrets.token_hex(3)}"
+
+
+def bucket_opened(name: str) -> float | None:
+    """The store time a bucket was opened, None for a name tenure did not make."""
+    ms, _, _ = name.partition("-")
+    return int(ms) / 1000.0 if ms.isdigit() else None
+
+
+def entry(job_id: str, now: float) -> str:
+    return f"{millis(now):013d}.{encode(job_id)}"
+
+
+def entry_job(name: str) -> str:
+    """The job id of a pending entry's name; ValueError for a name tenure did not make."""
+    ms, dot, enc = name.partition(".")
+    if not dot or not ms.isdigit():
+        raise ValueError("not a pending entry")
+    return decode(enc)
 
 
 def sequence(path: str) -> int:
@@ -83,14 +140,18 @@ def _b64(data: bytes | None) -> str | None:
     return None if data is None else base64.b64encode(data).decode("ascii")
 
 
-def dump_record(r: JobRecord, epoch: int) -> bytes:
-    """``epoch`` is the leader epoch whose clock stamped the record's times."""
-    return json.dumps({
+def dump_record(r: JobRecord, epoch: int, queued: str | None = None) -> bytes:
+    """``epoch`` is the leader epoch whose clock stamped the record's times; ``queued`` the
+    pending entry (``<bucket>/<entry>``) of a pending record in an indexed store."""
+    d = {
         "tenure": FORMAT, "epoch": epoch, "job_id": r.job_id, "state": r.state.value, "owner": r.owner,
         "token": r.token, "lease_until": r.lease_until, "ttl": r.ttl,
         "submitted_at": r.submitted_at, "claimed_at": r.claimed_at, "renewed_at": r.renewed_at,
         "completed_at": r.completed_at, "runs": r.runs, "result": _b64(r.result),
-    }, separators=(",", ":")).encode()
+    }
+    if queued is not None:
+        d["queued"] = queued
+    return json.dumps(d, separators=(",", ":")).encode()
 
 
 def _number(d: dict[str, Any], key: str) -> float | None:
@@ -127,6 +188,14 @@ def load_record(data: bytes, key: str, job_id: str) -> JobRecord:
     except (ValueError, TypeError, binascii.Error) as exc:
         # json.JSONDecodeError and UnicodeDecodeError are ValueErrors too.
         raise CorruptRecord(key, str(exc) or type(exc).__name__) from None
+
+
+def queued_slot(data: bytes | None) -> str | None:
+    """The pending entry a record names (None for none, or a record tenure cannot read)."""
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        slot = json.loads(data).get("queued") if data is not None else None
+        return slot if isinstance(slot, str) and _SLOT.fullmatch(slot) else None
+    return None
 
 
 def stamp_epoch(data: bytes) -> int | None:
