@@ -58,13 +58,16 @@ class Placer:
     fill: int
     new_buckets: list[str] = field(default_factory=list)
 
+    placed: int = 0
+
     def place(self, job_id: str) -> str:
         if self.bucket is None or self.fill >= zl.BUCKET_SIZE:
-            self.bucket, self.fill = zl.new_bucket(self.now), 0
+            self.bucket, self.fill = zl.new_bucket(self.now, len(self.new_buckets)), 0
             self.new_buckets.append(self.bucket)
             self.index.filling = self.bucket
         self.fill += 1
-        return f"{self.bucket}/{zl.entry(job_id, self.now)}"
+        self.placed += 1
+        return f"{self.bucket}/{zl.entry(job_id, self.now, self.placed)}"
 
 
 class Index:

@@ -5,11 +5,12 @@
     <root>/events/e-<seq>    accepted changes (history), trimmed to ``retention``
     <root>/rejections/r-<seq> audited stale operations, trimmed to ``retention``
     <root>/clocks/<uuid>     one ephemeral znode per client; writing it reads the leader's clock
-    <root>/pending/<bucket>/<ms>.<enc>
+    <root>/pending/<bucket>/<ms><seq>.<enc>
                              the index of pending jobs: one entry per pending job, in buckets
                              of at most about BUCKET_SIZE entries created within BUCKET_SPAN
-                             seconds, named by the store time they were opened (``<ms>-<rand>``);
-                             ``<ms>`` is when the entry was made, so names sort oldest first
+                             seconds, named by the store time they were opened
+                             (``<ms>-<seq><rand>``); an entry's ``<ms>`` is when it was queued
+                             and ``<seq>`` its place in its multi, so names sort oldest first
     <root>/leased/<enc>      the index of leased jobs (live or expired): one empty znode each
 
 ``<enc>`` is the job id's UTF-8 in unpadded base64url, so any Unicode id (``/``, ``..``,
@@ -19,7 +20,7 @@ The two indexes are written in the same multi as the record they describe (submi
 complete, release; renew and force_expire leave them as they are), so they change only
 together with it. They only propose candidates to ``claim_next``: the claim reads the record
 and commits against its version as any claim does. A pending record names its own entry
-(``"queued": "<bucket>/<ms>.<enc>"``), so the multi that takes it out of the queue deletes
+(``"queued": "<bucket>/<entry>"``), so the multi that takes it out of the queue deletes
 exactly that entry. A store created before the index (``jobs/`` without ``pending/``) is used
 without it: ``claim_next`` scans every job, as before.
 """
@@ -43,7 +44,7 @@ DEFAULT_ROOT = "/tenure"
 BUCKET_SIZE = 500  # pending entries per bucket (a soft cap: concurrent submitters may pass it)
 BUCKET_SPAN = 10.0  # seconds a bucket takes new entries after it was opened: FIFO is this rough
 _SEGMENT = re.compile(r"^[A-Za-z0-9_.:@+=-]+$")
-_SLOT = re.compile(r"[0-9]{13}-[0-9a-f]{6}/[0-9]{13}\.[A-Za-z0-9_-]+")
+_SLOT = re.compile(r"[0-9]{13}-[0-9]{4}[0-9a-f]{6}/[0-9]{17}\.[A-Za-z0-9_-]+")
 
 
 def root_path(path: str) -> str:
@@ -106,10 +107,10 @@ def millis(now: float) -> int:
     return round(now * 1000)
 
 
-def new_bucket(now: float) -> str:
-    """A bucket name that sorts by the store time it was opened; the suffix keeps two
-    clients (or two buckets of one batch) opened in the same millisecond apart."""
-    return f"{millis(now):013d}-{secrets.token_hex(3)}"
+def new_bucket(now: float, seq: int = 0) -> str:
+    """A bucket name that sorts by the store time it was opened, then by ``seq`` (its place
+    among the buckets one multi opens); the random suffix keeps two clients apart."""
+    return f"{millis(now):013d}-{seq % 10_000:04d}{secrets.token_hex(3)}"
 
 
 def bucket_opened(name: str) -> float | None:
@@ -118,8 +119,10 @@ def bucket_opened(name: str) -> float | None:
     return int(ms) / 1000.0 if ms.isdigit() else None
 
 
-def entry(job_id: str, now: float) -> str:
-    return f"{millis(now):013d}.{encode(job_id)}"
+def entry(job_id: str, now: float, seq: int = 0) -> str:
+    """A pending entry's name: sorts by the store time it was queued, then by ``seq`` (its
+    place among the jobs one multi queues)."""
+    return f"{millis(now):013d}{seq % 10_000:04d}.{encode(job_id)}"
 
 
 def entry_job(name: str) -> str:
