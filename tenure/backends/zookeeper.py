@@ -39,6 +39,7 @@ from tenure.backends import zookeeper_layout as zl
 from tenure.backends.zookeeper_audit import Audit
 from tenure.backends.zookeeper_config import Config, mapped_errors
 from tenure.backends.zookeeper_index import Index, Known, Placer
+from tenure.backends.zookeeper_multiread import read_many
 from tenure.core import transitions
 from tenure.core.backend import Backend, Characteristics, Link, corrupt_status, history_event
 from tenure.core.clock import Clock
@@ -293,14 +294,16 @@ class ZooKeeperBackend(Backend):
         return not changed or self._commit(tx, f"submitting {len(job_ids)} jobs")
 
     def _read_many(self, job_ids: list[str]) -> list[_Read]:
-        """Step 1 for several jobs in one pipelined round trip (for submits: with the probe)."""
+        """Step 1 for several jobs in one round trip (a read-only multi), with the probe."""
         for _ in range(2):
             with mapped_errors("reading jobs"):
                 bucket, probe = self.index.probe()
                 clock = self.client.set_async(self._clock_path, b"")
                 keys = [self.layout.job(j) for j in job_ids]
-                jobs = [self.client.get_async(k) for k in keys]
-                gens = [self.client.exists_async(self.layout.gen(j)) for j in job_ids]
+                gens = [self.layout.gen(j) for j in job_ids]
+                # Sent after the clock write, so answered after it: as new as that time.
+                found = {path: (data, version) for path, data, version
+                         in read_many(self.client, keys + gens, self.config.timeout)}
                 try:
                     clock_stat = self._wait(clock)
                 except NoNodeError:
@@ -309,15 +312,10 @@ class ZooKeeperBackend(Backend):
                 now, epoch = self._stamp(clock_stat), clock_stat.mzxid >> 32
                 placer = self.index.placer(now, bucket, None if probe is None else self._wait(probe))
                 reads = []
-                for key, job, gen in zip(keys, jobs, gens, strict=True):
-                    try:
-                        data, stat = self._wait(job)
-                        version = stat.version
-                    except NoNodeError:
-                        data, version = None, -1
-                    g = self._wait(gen)
-                    reads.append(_Read(now, epoch, key, data, version, None if g is None else g.version,
-                                       placer))
+                for key, gen in zip(keys, gens, strict=True):
+                    data, version = found.get(key, (None, -1))
+                    reads.append(_Read(now, epoch, key, data, version,
+                                       found[gen][1] if gen in found else None, placer))
                 return reads
         raise BackendUnavailable("ZooKeeper keeps losing this client's clock znode")
 
@@ -494,20 +492,15 @@ class ZooKeeperBackend(Backend):
             return corrupt_status(job_id, exc.key, exc)
         return None if rec is None else transitions.status(rec, read.now)
 
-    def _records(self, batch: int = 500) -> Iterator[JobRecord | JobStatus]:
+    def _records(self) -> Iterator[JobRecord | JobStatus]:
         """Every job znode: a record, or a CORRUPT status for one tenure cannot read."""
         with mapped_errors("listing jobs"):
             names = sorted(self.client.get_children(self.layout.jobs))
-        for start in range(0, len(names), batch):
-            chunk = names[start:start + batch]
-            with mapped_errors("listing jobs"):
-                pending = [self.client.get_async(f"{self.layout.jobs}/{n}") for n in chunk]
-                for name, result in zip(chunk, pending, strict=True):
-                    try:
-                        data, _ = self._wait(result)
-                    except NoNodeError:
-                        continue  # deleted since the listing
-                    yield self._decoded(name, data)
+        prefix = len(self.layout.jobs) + 1
+        paths = [f"{self.layout.jobs}/{n}" for n in names]
+        with mapped_errors("listing jobs"):
+            for path, data, _ in read_many(self.client, paths, self.config.timeout):
+                yield self._decoded(path[prefix:], data)
 
     def _decoded(self, name: str, data: bytes) -> JobRecord | JobStatus:
         key = f"{self.layout.jobs}/{name}"

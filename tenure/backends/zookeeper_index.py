@@ -25,6 +25,7 @@ from kazoo.protocol.states import ZnodeStat
 
 from tenure.backends import zookeeper_layout as zl
 from tenure.backends.zookeeper_config import mapped_errors
+from tenure.backends.zookeeper_multiread import read_many
 from tenure.core import transitions
 from tenure.core.errors import CorruptRecord
 from tenure.core.records import JobState
@@ -180,21 +181,22 @@ class Index:
 
     def _expired(self, names: list[str], now: float) -> list[tuple[str, str]]:
         found: list[tuple[float, str, str]] = []
-        for start in range(0, len(names), 500):
-            chunk = names[start:start + 500]
-            reads = [self._b.client.get_async(f"{self.layout.jobs}/{n}") for n in chunk]
-            for name, result in zip(chunk, reads, strict=True):
+        prefix = len(self.layout.jobs) + 1
+        paths = [f"{self.layout.jobs}/{n}" for n in names]
+        with mapped_errors("reading leased jobs"):
+            for path, data, version in read_many(self._b.client, paths, self._b.config.timeout):
+                name = path[prefix:]
                 entry = f"{self.layout.leased}/{name}"
                 try:
                     job_id = zl.decode(name)
-                    data, stat = self._b._wait(result)
-                    rec = zl.load_record(data, "", job_id)
-                except (NoNodeError, CorruptRecord, ValueError):
-                    continue  # no job (deleted by hand), or not one tenure can claim: skip it
+                    rec = zl.load_record(data, path, job_id)
+                except (CorruptRecord, ValueError):
+                    continue  # not a job tenure can claim: never proposed
                 if rec.state is not JobState.LEASED:
-                    self._b.drop_stale(entry, stat.version)
+                    self._b.drop_stale(entry, version)
                 elif transitions.is_claimable(rec, now):
                     found.append((rec.lease_until or 0.0, job_id, entry))
+        # An entry without a job znode (deleted by hand) is skipped: see Backend.drop_stale.
         return [(job_id, entry) for _, job_id, entry in sorted(found)]
 
     def _queued(self, now: float, early: dict[str, Any]) -> Iterator[tuple[str, str]]:

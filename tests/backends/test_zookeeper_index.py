@@ -246,3 +246,29 @@ def test_a_store_without_the_index_is_used_by_scanning(zk_harness: ZooKeeperHarn
             == ["new", "old-2"]  # type: ignore[union-attr]
         assert store.claim_next(owner="w", ttl=zk_harness.ttl) is None
         assert backend.client.exists(backend.layout.pending) is None  # type: ignore[attr-defined]
+
+
+# -- reading many znodes in one request -----------------------------------------------------------
+def test_multiread_answers_as_get_does(zk_harness: ZooKeeperHarness) -> None:
+    from tenure.backends.zookeeper_multiread import read_many
+
+    with zk_harness.connect() as store:
+        client, layout = store.backend.client, store.backend.layout  # type: ignore[attr-defined]
+        base = f"{layout.root}/mr"
+        client.create(base, b"")
+        paths = [f"{base}/n{i:05d}" for i in range(2300)]
+        for start in range(0, len(paths), 500):
+            tx = client.transaction()
+            for i, path in enumerate(paths[start:start + 500], start):
+                tx.create(path, b"" if i % 7 == 0 else f"data {i} \xff".encode("latin-1") * (i % 5))
+            assert all(isinstance(r, str) for r in tx.commit())
+        client.set(paths[3], b"changed")
+        client.delete(paths[10])
+        asked = [*paths, f"{base}/missing"]
+        expected = []
+        for path in paths:
+            if path != paths[10]:
+                data, stat = client.get(path)
+                expected.append((path, data, stat.version))
+        assert list(read_many(client, asked, 10.0, batch=1000)) == expected
+        assert list(read_many(client, [], 10.0)) == []
