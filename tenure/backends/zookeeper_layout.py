@@ -36,7 +36,7 @@ import secrets
 from typing import Any
 
 from tenure.core.errors import CorruptRecord, InvalidArgument
-from tenure.core.records import HistoryEvent, JobState, Op, Rejection, RejectionKind
+from tenure.core.records import HistoryEvent, JobState, JobStatus, Op, Rejection, RejectionKind
 from tenure.core.transitions import STORED_STATES, JobRecord
 
 FORMAT = 1  # "tenure" field of every record; a znode without it was not written by tenure
@@ -159,38 +159,68 @@ def dump_record(r: JobRecord, epoch: int, queued: str | None = None) -> bytes:
 
 def _number(d: dict[str, Any], key: str) -> float | None:
     value = d.get(key)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{key} is not a number")
-    return None if value is None else float(value)
+    return float(value)
+
+
+_decode_json = json.JSONDecoder().decode
+
+
+def _fields(data: bytes, job_id: str | None) -> tuple[Any, ...]:
+    """The record's fields in JobRecord's order, checked; ValueError (or TypeError, binascii's
+    Error) for anything tenure did not write. ``job_id`` None: the record names its job."""
+    d = _decode_json(data.decode("utf-8"))
+    if not isinstance(d, dict) or d.get("tenure") != FORMAT:
+        raise ValueError("not a tenure record")
+    named = d.get("job_id")
+    if job_id is not None and named != job_id:
+        raise ValueError(f"names job {named!r}, not the job its znode is for")
+    if not isinstance(named, str):
+        raise ValueError("names no job")
+    state = JobState(d.get("state"))
+    if state not in STORED_STATES:
+        raise ValueError(f"state {state.value!r} is never stored")
+    token, runs, owner = d.get("token"), d.get("runs"), d.get("owner")
+    if type(token) is not int or token < 0 or type(runs) is not int:
+        raise ValueError(f"bad token {token!r} or runs {runs!r}")
+    if owner is not None and not isinstance(owner, str):
+        raise ValueError("owner is not text")
+    result = d.get("result")
+    lease_until, ttl = _number(d, "lease_until"), _number(d, "ttl")
+    if state is JobState.LEASED and (owner is None or lease_until is None or ttl is None):
+        raise ValueError("leased without owner or expiry")
+    return (named, state, owner, token, lease_until, ttl, _number(d, "submitted_at"),
+            _number(d, "claimed_at"), _number(d, "renewed_at"), _number(d, "completed_at"), runs,
+            None if result is None else base64.b64decode(result, validate=True))
 
 
 def load_record(data: bytes, key: str, job_id: str) -> JobRecord:
     """The record in a job znode; CorruptRecord for anything tenure did not write."""
     try:
-        d = json.loads(data)
-        if not isinstance(d, dict) or d.get("tenure") != FORMAT:
-            raise ValueError("not a tenure record")
-        if d.get("job_id") != job_id:
-            raise ValueError(f"names job {d.get('job_id')!r}, not the job its znode is for")
-        state = JobState(d.get("state"))
-        if state not in STORED_STATES:
-            raise ValueError(f"state {state.value!r} is never stored")
-        token, runs, owner = d.get("token"), d.get("runs"), d.get("owner")
-        if type(token) is not int or token < 0 or type(runs) is not int:
-            raise ValueError(f"bad token {token!r} or runs {runs!r}")
-        if owner is not None and not isinstance(owner, str):
-            raise ValueError("owner is not text")
-        result = d.get("result")
-        rec = JobRecord(job_id, state, owner, token, _number(d, "lease_until"), _number(d, "ttl"),
-                        _number(d, "submitted_at"), _number(d, "claimed_at"),
-                        _number(d, "renewed_at"), _number(d, "completed_at"), runs,
-                        None if result is None else base64.b64decode(result, validate=True))
-        if state is JobState.LEASED and (owner is None or rec.lease_until is None or rec.ttl is None):
-            raise ValueError("leased without owner or expiry")
-        return rec
+        return JobRecord(*_fields(data, job_id))
     except (ValueError, TypeError, binascii.Error) as exc:
         # json.JSONDecodeError and UnicodeDecodeError are ValueErrors too.
         raise CorruptRecord(key, str(exc) or type(exc).__name__) from None
+
+
+def load_status(data: bytes, name: str, now: float) -> JobStatus | None:
+    """For listings: the status of the record in job znode ``name`` at store time ``now``,
+    built straight from the record (one object per job, the name checked by encoding the id
+    the record names); None for anything else, which ``load_record`` then explains."""
+    try:
+        (job_id, state, owner, token, lease_until, _, submitted_at, claimed_at, renewed_at,
+         completed_at, runs, result) = _fields(data, None)
+    except (ValueError, TypeError, binascii.Error):
+        return None
+    if encode(job_id) != name:
+        return None
+    if state is JobState.LEASED and lease_until is not None and lease_until <= now:
+        state = JobState.EXPIRED  # as transitions.status judges it
+    return JobStatus(job_id, state, owner, token, lease_until, submitted_at, claimed_at,
+                     renewed_at, completed_at, runs, result)
 
 
 def queued_slot(data: bytes | None) -> str | None:

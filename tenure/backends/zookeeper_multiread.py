@@ -82,7 +82,8 @@ def read_many(client: Any, paths: list[str], timeout: float,
         chunk = next(pending, None)
         if chunk is not None:
             result = client.handler.async_result()
-            ops = [GetData(_prefix_root(client.chroot, p), None) for p in chunk]
+            chroot = client.chroot
+            ops = [GetData(_prefix_root(chroot, p) if chroot else p, None) for p in chunk]
             client._call(MultiRead(ops), result)  # as kazoo's own Transaction is sent
             sent.append((chunk, result))
 
