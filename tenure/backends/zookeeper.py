@@ -10,7 +10,8 @@ Every decision follows one pattern, two round trips:
    since step 1 the multi fails as a whole and the step is retried from a fresh read.
 
 The token is the version of ``gen/<job>``, which only claims write; see ``zookeeper_layout``
-and docs/backends/zookeeper.md.
+and docs/backends/zookeeper.md. The multi also keeps the index of claimable jobs that
+``claim_next`` reads (``zookeeper_index``).
 """
 
 from __future__ import annotations
