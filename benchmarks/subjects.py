@@ -41,7 +41,10 @@ def zookeeper() -> Iterator[Subject]:
     from benchmarks import zk_peers
     from tests.servers.zookeeper import running
 
-    with tempfile.TemporaryDirectory(prefix="tenure-bench-zk-") as tmp, running(Path(tmp) / "zk") as server:
+    # ZooKeeper keeps every znode in memory: 100,000 jobs are about 300,000 znodes (record,
+    # generation, index entry), more than the tests' 128 MB heap holds; 1 GB is zkEnv.sh's default.
+    with tempfile.TemporaryDirectory(prefix="tenure-bench-zk-") as tmp, \
+            running(Path(tmp) / "zk", heap="1g") as server:
         hosts = server.hosts
         yield Subject("zk", f"zk://{hosts}/bench-{uuid.uuid4().hex[:8]}",
                       floor=lambda n: zk_peers.floor(hosts, n),

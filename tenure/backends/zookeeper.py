@@ -10,7 +10,8 @@ Every decision follows one pattern, two round trips:
    since step 1 the multi fails as a whole and the step is retried from a fresh read.
 
 The token is the version of ``gen/<job>``, which only claims write; see ``zookeeper_layout``
-and docs/backends/zookeeper.md.
+and docs/backends/zookeeper.md. The multi also keeps the index of claimable jobs that
+``claim_next`` reads (``zookeeper_index``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from kazoo.protocol.states import ZnodeStat
 from tenure.backends import zookeeper_layout as zl
 from tenure.backends.zookeeper_audit import Audit
 from tenure.backends.zookeeper_config import Config, mapped_errors
+from tenure.backends.zookeeper_index import Index, Known, Placer
+from tenure.backends.zookeeper_multiread import read_many
 from tenure.core import transitions
 from tenure.core.backend import Backend, Characteristics, Link, corrupt_status, history_event
 from tenure.core.clock import Clock
@@ -54,6 +57,7 @@ from tenure.core.records import Change, HistoryEvent, JobState, JobStatus, Lease
 from tenure.core.transitions import JobRecord
 
 ATTEMPTS = 50  # fresh reads after a lost compare-and-set before giving up
+SUBMIT_BATCH = 250  # jobs per multi in submit_many: about 200 KB, well under jute.maxbuffer (1 MB)
 _CONTENTION = (BadVersionError, NodeExistsError, NoNodeError, RolledBackError, RuntimeInconsistency)
 
 
@@ -67,9 +71,15 @@ class _Read:
     data: bytes | None
     version: int  # of the job znode; -1 if absent
     gen_version: int | None  # of the generation znode; None if absent or not read
+    placer: Placer | None = None  # where a job this step queues goes; None if not probed
 
     def record(self, job_id: str) -> JobRecord | None:
         return None if self.data is None else zl.load_record(self.data, self.key, job_id)
+
+    @property
+    def slot(self) -> str | None:
+        """The pending index entry the record names."""
+        return zl.queued_slot(self.data)
 
 
 class ZooKeeperBackend(Backend):
@@ -96,7 +106,7 @@ class ZooKeeperBackend(Backend):
                 raise BackendUnavailable(f"cannot connect to ZooKeeper at {config.hosts} within "
                                          f"{config.timeout:g}s") from exc
         try:
-            self._ensure_layout()
+            self.index = Index(self, self._ensure_layout())
             self.audit = Audit(self)
         except BaseException:
             self.close()
@@ -123,15 +133,25 @@ class ZooKeeperBackend(Backend):
         with self._state_lock:
             return self._link
 
-    def _ensure_layout(self) -> None:
+    def _ensure_layout(self) -> bool:
+        """Create what is missing; True if the store has (or now has) the claimable index.
+
+        A store whose ``jobs/`` has children but no ``pending/`` was written by a version
+        without the index: it is used without one (``claim_next`` scans), never half-indexed.
+        """
+        dirs = self.layout.dirs + self.layout.index_dirs
         with mapped_errors("creating the layout"):
-            found = [self.client.exists_async(p) for p in self.layout.dirs]
-            for path, result in zip(self.layout.dirs, found, strict=True):
-                if self._wait(result) is None:
+            found = [self.client.exists_async(p) for p in dirs]
+            stats = {path: self._wait(result) for path, result in zip(dirs, found, strict=True)}
+            jobs = stats[self.layout.jobs]
+            indexed = stats[self.layout.pending] is not None or jobs is None or jobs.numChildren == 0
+            for path in dirs if indexed else self.layout.dirs:
+                if stats[path] is None:
                     acl = self.config.clocks_acl() if path == self.layout.clocks else None
                     with contextlib.suppress(NodeExistsError):
                         self.client.create(path, b"", acl=acl, makepath=True)
         self._clock_create()
+        return indexed
 
     def _clock_create(self) -> None:
         with mapped_errors("creating the clock znode"), contextlib.suppress(NodeExistsError):
@@ -147,10 +167,12 @@ class ZooKeeperBackend(Backend):
         return now
 
     # -- step 1: store time and the job's znodes -------------------------------------------
-    def _read(self, job_id: str, *, gen: bool = False) -> _Read:
+    def _read(self, job_id: str, *, gen: bool = False, queue: bool = False) -> _Read:
+        """``queue``: the step may queue the job, so also probe the bucket it would go in."""
         key = self.layout.job(job_id)
         for _ in range(2):  # a second try after recreating a clock znode lost with its session
             with mapped_errors(f"reading job {job_id!r}"):
+                bucket, probe = self.index.probe() if queue else (None, None)
                 clock = self.client.set_async(self._clock_path, b"")
                 job = self.client.get_async(key)
                 gen_stat = self.client.exists_async(self.layout.gen(job_id)) if gen else None
@@ -167,7 +189,9 @@ class ZooKeeperBackend(Backend):
                     data, version = None, -1
                 g = None if gen_stat is None else self._wait(gen_stat)
                 epoch = clock_stat.mzxid >> 32  # a zxid's high half counts leader elections
-                return _Read(now, epoch, key, data, version, None if g is None else g.version)
+                placer = self.index.placer(now, bucket, None if probe is None else self._wait(probe))
+                return _Read(now, epoch, key, data, version, None if g is None else g.version,
+                             placer if queue else None)
         raise BackendUnavailable("ZooKeeper keeps losing this client's clock znode")
 
     def now(self) -> float:
@@ -184,8 +208,9 @@ class ZooKeeperBackend(Backend):
         return at + time.monotonic() - mono
 
     # -- step 2: one multi ---------------------------------------------------------------------
-    def _commit(self, tx: Any, what: str) -> bool:
-        """Commit a multi: True, or False if it was outraced (a version moved since the read)."""
+    def _commit(self, tx: Any, what: str, known: Known | None = None) -> bool:
+        """Commit a multi: True, or False if it was outraced (a version moved since the read)
+        or an index entry was not as expected (``known`` learns which, for the next try)."""
         with mapped_errors(what):
             results: list[Any] = self._wait(tx.commit_async())
             failed = [r for r in results if isinstance(r, Exception)]
@@ -194,6 +219,8 @@ class ZooKeeperBackend(Backend):
                     raise exc
         if not failed:
             self.audit.trim(results)
+        else:
+            self.index.learn(tx.operations, results, known)
         return not failed
 
     def _gen_of(self, read: _Read, rec: JobRecord | None, job_id: str,
@@ -211,60 +238,159 @@ class ZooKeeperBackend(Backend):
         seen.add((read.version, read.gen_version))
         return False
 
-    def _write(self, read: _Read, new: JobRecord, op: Op, actor: str | None = None) -> Any:
-        """A multi that writes ``new`` if the job znode is as read, with its history event."""
-        tx = self.client.transaction()
+    def _write(self, read: _Read, old: JobRecord | None, new: JobRecord, op: Op,
+               actor: str | None = None, known: Known | None = None, tx: Any = None) -> Any:
+        """A multi that writes ``new`` if the job znode is as read, with its history event and
+        the index entries that change with it (added to ``tx`` if given)."""
+        tx = self.client.transaction() if tx is None else tx
+        slot, index_ops = self.index.change(old, read.slot, new, read.placer, known)
         if read.version < 0:
-            tx.create(read.key, zl.dump_record(new, read.epoch))
+            tx.create(read.key, zl.dump_record(new, read.epoch, slot))
         else:
-            tx.set_data(read.key, zl.dump_record(new, read.epoch), version=read.version)
+            tx.set_data(read.key, zl.dump_record(new, read.epoch, slot), version=read.version)
+        for kind, path in index_ops:  # after the record's write: it fails first on a lost race
+            if kind == "create":
+                tx.create(path, b"")
+            else:
+                tx.delete(path)
         self.audit.add_event(tx, history_event(new, op, read.now, actor))
         return tx
 
     # -- the protocol ----------------------------------------------------------------------------
     def submit(self, job_id: str, actor: str | None = None) -> None:
         seen: set[tuple[int, int | None]] = set()
+        known = Known()
         for _ in range(ATTEMPTS):
-            read = self._read(job_id, gen=True)
+            read = self._read(job_id, gen=True, queue=True)
             rec = read.record(job_id)
             gen = self._gen_of(read, rec, job_id, seen)
             if gen is False:
                 continue
-            new = transitions.submit(rec, job_id, read.now)
-            if new is None:
-                return
-            if rec is None and gen:  # the job znode was deleted; its generations were not
-                new = JobRecord(job_id, JobState.PENDING, token=gen, submitted_at=read.now)
-            tx = self._write(read, new, Op.SUBMIT, actor)
-            if gen is None:
-                tx.create(self.layout.gen(job_id), b"")
-            if self._commit(tx, f"submitting {job_id!r}"):
+            tx = self._submit_in(read, rec, gen, job_id, actor, known.at(read.version))
+            if tx is None or self._commit(tx, f"submitting {job_id!r}", known):
                 return
         raise _outraced(job_id)
 
+    def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
+        """One pipelined read and one multi per ``SUBMIT_BATCH`` jobs. Each multi is atomic,
+        the call as a whole is not (as with one ``submit`` per job); a batch that loses a race
+        or meets a record it cannot read is submitted again job by job."""
+        unique = list(dict.fromkeys(job_ids))
+        for start in range(0, len(unique), SUBMIT_BATCH):
+            chunk = unique[start:start + SUBMIT_BATCH]
+            if not self._submit_batch(chunk, actor):
+                for job_id in chunk:
+                    self.submit(job_id, actor)
+
+    def _submit_batch(self, job_ids: list[str], actor: str | None) -> bool:
+        tx, changed = self.client.transaction(), False
+        for job_id, read in zip(job_ids, self._read_many(job_ids), strict=True):
+            try:
+                rec = read.record(job_id)
+            except CorruptRecord:
+                return False  # submit() raises it, having submitted the jobs before it
+            if rec is not None and read.gen_version != rec.token:
+                return False  # submit() tells a race from a corrupt generation znode
+            changed |= self._submit_in(read, rec, read.gen_version, job_id, actor, None, tx) is not None
+        return not changed or self._commit(tx, f"submitting {len(job_ids)} jobs")
+
+    def _read_many(self, job_ids: list[str]) -> list[_Read]:
+        """Step 1 for several jobs in one round trip (a read-only multi), with the probe."""
+        for _ in range(2):
+            with mapped_errors("reading jobs"):
+                bucket, probe = self.index.probe()
+                clock = self.client.set_async(self._clock_path, b"")
+                keys = [self.layout.job(j) for j in job_ids]
+                gens = [self.layout.gen(j) for j in job_ids]
+                # Sent after the clock write, so answered after it: as new as that time.
+                found = {path: (data, version) for path, data, version
+                         in read_many(self.client, keys + gens, self.config.timeout)}
+                try:
+                    clock_stat = self._wait(clock)
+                except NoNodeError:
+                    self._clock_create()
+                    continue
+                now, epoch = self._stamp(clock_stat), clock_stat.mzxid >> 32
+                placer = self.index.placer(now, bucket, None if probe is None else self._wait(probe))
+                reads = []
+                for key, gen in zip(keys, gens, strict=True):
+                    data, version = found.get(key, (None, -1))
+                    reads.append(_Read(now, epoch, key, data, version,
+                                       found[gen][1] if gen in found else None, placer))
+                return reads
+        raise BackendUnavailable("ZooKeeper keeps losing this client's clock znode")
+
+    def _submit_in(self, read: _Read, rec: JobRecord | None, gen: int | None, job_id: str,
+                   actor: str | None, known: Known | None, tx: Any = None) -> Any:
+        """Add a submit to ``tx`` (a new multi if None); None if there is nothing to change."""
+        new = transitions.submit(rec, job_id, read.now)
+        if new is None:
+            return None
+        if rec is None and gen:  # the job znode was deleted; its generations were not
+            new = JobRecord(job_id, JobState.PENDING, token=gen, submitted_at=read.now)
+        tx = self._write(read, rec, new, Op.SUBMIT, actor, known, tx)
+        if gen is None:
+            tx.create(self.layout.gen(job_id), b"")
+        return tx
+
     def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
+        lease = self._claim(job_id, owner, ttl)
+        assert lease is not None
+        return lease
+
+    def _claim(self, job_id: str, owner: str, ttl: float, entry: str | None = None) -> Lease | None:
+        """Claim ``job_id``; for ``claim_next``, ``entry`` is the index entry that proposed it:
+        then a job that does not exist is not created (None), and an entry that no longer
+        describes the record is deleted, in a multi that checks the record is as read."""
         seen: set[tuple[int, int | None]] = set()
+        known = Known()
         for _ in range(ATTEMPTS):
             read = self._read(job_id, gen=True)
             rec = read.record(job_id)
             gen = self._gen_of(read, rec, job_id, seen)
             if gen is False:
                 continue
+            if entry is not None and rec is None:
+                self.drop_stale(entry, None)
+                return None
             if rec is None and gen:
                 rec = JobRecord(job_id, JobState.PENDING, token=gen, submitted_at=read.now)
             if rec is not None and self._stamped_by_another_leader(read, rec):
                 self._rebase(read, rec)
                 continue
-            new = transitions.claim(rec, job_id, owner, ttl, read.now)
-            tx = self._write(read, new, Op.CLAIM)
+            try:
+                new = transitions.claim(rec, job_id, owner, ttl, read.now)
+            except (AlreadyClaimed, JobCompleted):
+                if entry is not None and self.index.stale(read.data, rec, entry):
+                    self.drop_stale(entry, read.version)
+                raise
+            old = None if read.version < 0 else rec  # a job znode deleted by hand had no index
+            tx = self._write(read, old, new, Op.CLAIM, known=known.at(read.version))
             gen_path = self.layout.gen(job_id)
             if gen is None:
                 tx.create(gen_path, b"")
             # Only claims write this znode, so its version counts claims: the token.
             tx.set_data(gen_path, b"", version=gen or 0)
-            if self._commit(tx, f"claiming {job_id!r}"):
+            if self._commit(tx, f"claiming {job_id!r}", known):
                 return transitions.lease_of(new)
         raise _outraced(job_id)
+
+    def drop_stale(self, entry: str, version: int | None) -> None:
+        """Delete an index entry that no longer describes its job, provided the job znode is
+        still at ``version`` (None: there is no job znode; only pending entries are dropped
+        then, since a leased entry may be a claim of a new job being committed)."""
+        tx = self.client.transaction()
+        if version is not None:
+            tx.check(self.layout.job(self._entry_job(entry)), version)
+        elif entry.startswith(self.layout.leased + "/"):
+            return
+        tx.delete(entry)
+        with contextlib.suppress(BackendUnavailable):  # tidying only: a failure changes nothing
+            self._commit(tx, "dropping a stale index entry")
+
+    def _entry_job(self, entry: str) -> str:
+        name = entry.rsplit("/", 1)[1]
+        return zl.decode(name) if entry.startswith(self.layout.leased + "/") else zl.entry_job(name)
 
     def _stamped_by_another_leader(self, read: _Read, rec: JobRecord) -> bool:
         """A lease whose expiry an earlier leader's clock stamped: this leader's clock may
@@ -289,8 +415,19 @@ class ZooKeeperBackend(Backend):
             raise AlreadyClaimed(rec.job_id, rec.owner, rec.token, rebased.lease_until)
 
     def claim_next(self, owner: str, ttl: float) -> Lease | None:
-        # Candidates from a scan (expired leases first, then pending oldest first); each is
-        # claimed with a fresh read, so a stale scan costs a retry, never a wrong claim.
+        if not self.index.enabled:
+            return self._claim_next_by_scan(owner, ttl)
+        for job_id, entry in self.index.candidates():
+            with contextlib.suppress(AlreadyClaimed, JobCompleted, CorruptRecord):
+                lease = self._claim(job_id, owner, ttl, entry)
+                if lease is not None:
+                    return lease
+        return None
+
+    def _claim_next_by_scan(self, owner: str, ttl: float) -> Lease | None:
+        # A store without the index. Candidates from a scan (expired leases first, then pending
+        # oldest first); each is claimed with a fresh read, so a stale scan costs a retry,
+        # never a wrong claim.
         now = self.now()
         candidates = [(0, r.lease_until or 0.0, r.job_id) if r.state is JobState.LEASED
                       else (1, r.submitted_at or 0.0, r.job_id)
@@ -302,14 +439,16 @@ class ZooKeeperBackend(Backend):
         return None
 
     def _holder_op(self, op: Op, lease: Lease, change: Callable[[JobRecord, float], JobRecord]) -> JobRecord:
+        known = Known()
         for _ in range(ATTEMPTS):
-            read = self._read(lease.job_id)
+            read = self._read(lease.job_id, queue=op is Op.RELEASE)
             rec = read.record(lease.job_id)
             reason = transitions.check(rec, lease, read.now)
             if reason is None:
                 assert rec is not None
                 new = change(rec, read.now)
-                if self._commit(self._write(read, new, op), f"{op} of {lease.job_id!r}"):
+                tx = self._write(read, rec, new, op, known=known.at(read.version))
+                if self._commit(tx, f"{op} of {lease.job_id!r}", known):
                     return new
                 continue
             rejected = transitions.rejection(rec, op, lease, reason, read.now)
@@ -341,7 +480,7 @@ class ZooKeeperBackend(Backend):
             if rec.state is not JobState.LEASED or transitions.is_claimable(rec, read.now):
                 return
             new = transitions.force_expire(rec, read.now)
-            if self._commit(self._write(read, new, Op.EXPIRE, actor), f"expiring {job_id!r}"):
+            if self._commit(self._write(read, rec, new, Op.EXPIRE, actor), f"expiring {job_id!r}"):
                 return
         raise _outraced(job_id)
 
@@ -354,20 +493,18 @@ class ZooKeeperBackend(Backend):
             return corrupt_status(job_id, exc.key, exc)
         return None if rec is None else transitions.status(rec, read.now)
 
-    def _records(self, batch: int = 500) -> Iterator[JobRecord | JobStatus]:
-        """Every job znode: a record, or a CORRUPT status for one tenure cannot read."""
+    def _records(self, now: float | None = None) -> Iterator[JobRecord | JobStatus]:
+        """Every job znode: a record, or a CORRUPT status for one tenure cannot read; with
+        ``now``, the status at that store time instead of the record (the listing's fast way)."""
         with mapped_errors("listing jobs"):
             names = sorted(self.client.get_children(self.layout.jobs))
-        for start in range(0, len(names), batch):
-            chunk = names[start:start + batch]
-            with mapped_errors("listing jobs"):
-                pending = [self.client.get_async(f"{self.layout.jobs}/{n}") for n in chunk]
-                for name, result in zip(chunk, pending, strict=True):
-                    try:
-                        data, _ = self._wait(result)
-                    except NoNodeError:
-                        continue  # deleted since the listing
-                    yield self._decoded(name, data)
+        prefix = len(self.layout.jobs) + 1
+        paths = [f"{self.layout.jobs}/{n}" for n in names]
+        with mapped_errors("listing jobs"):
+            for path, data, _ in read_many(self.client, paths, self.config.timeout):
+                name = path[prefix:]
+                status = None if now is None else zl.load_status(data, name, now)
+                yield self._decoded(name, data) if status is None else status
 
     def _decoded(self, name: str, data: bytes) -> JobRecord | JobStatus:
         key = f"{self.layout.jobs}/{name}"
@@ -381,7 +518,7 @@ class ZooKeeperBackend(Backend):
 
     def jobs(self) -> Iterator[JobStatus]:
         now = self.now()
-        for item in self._records():
+        for item in self._records(now):
             yield transitions.status(item, now) if isinstance(item, JobRecord) else item
 
     def rejections(self, since: float | None, limit: int | None) -> list[Rejection]:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 TRIM_EVERY = 256
 _BATCH = 200
+_TRIM_MULTI = 1000  # deletes per multi when trimming
 T = TypeVar("T", HistoryEvent, Rejection)
 
 
@@ -49,11 +50,19 @@ class Audit:
     def _trim(self, directory: str) -> None:
         with mapped_errors("trimming the audit"):
             names = sorted(self._b.client.get_children(directory), key=zl.sequence)
-            doomed = names[:max(0, len(names) - self._b.config.retention)]
-            pending = [self._b.client.delete_async(f"{directory}/{n}") for n in doomed]
-            for result in pending:
-                with contextlib.suppress(NoNodeError):  # another client trimmed it first
-                    self._b._wait(result)
+            doomed = [f"{directory}/{n}" for n in names[:max(0, len(names) - self._b.config.retention)]]
+            for start in range(0, len(doomed), _TRIM_MULTI):
+                # One multi per batch: one transaction (and fsync) instead of one per znode.
+                tx = self._b.client.transaction()
+                for path in doomed[start:start + _TRIM_MULTI]:
+                    tx.delete(path)
+                if not any(isinstance(r, NoNodeError) for r in self._b._wait(tx.commit_async())):
+                    continue
+                # Another client trimmed some first: the multi did nothing; delete one by one.
+                pending = [self._b.client.delete_async(p) for p in doomed[start:start + _TRIM_MULTI]]
+                for result in pending:
+                    with contextlib.suppress(NoNodeError):
+                        self._b._wait(result)
 
     def _newest_first(self, directory: str, load: Callable[[bytes], T | None]) -> Iterator[T]:
         client = self._b.client

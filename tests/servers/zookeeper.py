@@ -27,7 +27,7 @@ from tests.harness import Harness, in_ci
 JARS = ("zookeeper", "zookeeper-jute", "slf4j-api", "slf4j-simple", "metrics-core", "snappy-java",
         "commons-cli", "netty-buffer", "netty-codec", "netty-common", "netty-handler", "netty-resolver",
         "netty-transport", "netty-transport-native-unix-common")
-JAVA_FLAGS = ("-Xmx128m", "-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+JAVA_FLAGS = ("-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
               "-XX:-UsePerfData", "-Djava.net.preferIPv4Stack=true",
               "-Dzookeeper.admin.enableServer=false", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
 TICK_MS = 100  # sessions may last 2 to 20 ticks by default; we widen it below
@@ -63,8 +63,9 @@ class ZooKeeperServer:
 
     def __init__(self, directory: Path, *, sid: int = 0, peers: dict[int, tuple[int, int]] | None = None,
                  client_port: int | None = None, env: dict[str, str] | None = None,
-                 wrapper: tuple[str, ...] = ()) -> None:
+                 wrapper: tuple[str, ...] = (), heap: str = "128m") -> None:
         self.directory = directory
+        self.heap = heap  # enough for the tests; benchmarks of 100,000 jobs need more
         self.sid = sid
         self.port = client_port or free_port()
         self.env = env or {}
@@ -112,7 +113,7 @@ class ZooKeeperServer:
 
     def start(self) -> None:
         log = open(self.directory / "server.log", "ab")  # noqa: SIM115 - the child keeps it
-        cmd = [*self.wrapper, "java", *JAVA_FLAGS, "-cp", classpath(),
+        cmd = [*self.wrapper, "java", f"-Xmx{self.heap}", *JAVA_FLAGS, "-cp", classpath(),
                "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(self.cfg)]
         try:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
@@ -225,9 +226,9 @@ class ZooKeeperHarness(Harness):
 
 
 @contextlib.contextmanager
-def running(directory: Path) -> Iterator[ZooKeeperServer]:
+def running(directory: Path, heap: str = "128m") -> Iterator[ZooKeeperServer]:
     """A standalone server, serving until the block ends (tests and benchmarks alike)."""
-    server = ZooKeeperServer(directory)
+    server = ZooKeeperServer(directory, heap=heap)
     server.start()
     try:
         server.wait_serving()

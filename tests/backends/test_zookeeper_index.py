@@ -1,0 +1,274 @@
+"""The ZooKeeper index of claimable jobs: kept with the records, read by claim_next, never trusted."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from typing import Any
+
+import pytest
+
+import tenure
+from tenure.backends import zookeeper_layout as zl
+from tests.servers.zookeeper import ZooKeeperHarness
+
+
+def _index(store: tenure.Store) -> tuple[dict[str, list[str]], set[str]]:
+    """Pending entries by job (their ``<bucket>/<entry>``), and the jobs with a leased entry."""
+    client, layout = store.backend.client, store.backend.layout  # type: ignore[attr-defined]
+    pending: dict[str, list[str]] = {}
+    for bucket in client.get_children(layout.pending):
+        for name in client.get_children(f"{layout.pending}/{bucket}"):
+            pending.setdefault(zl.entry_job(name), []).append(f"{bucket}/{name}")
+    return pending, {zl.decode(n) for n in client.get_children(layout.leased)}
+
+
+def _assert_consistent(store: tenure.Store) -> None:
+    """Every pending record has exactly the entry it names, every leased one a leased entry,
+    and nothing else is indexed."""
+    client, layout = store.backend.client, store.backend.layout  # type: ignore[attr-defined]
+    pending, leased = _index(store)
+    want_pending, want_leased = {}, set()
+    for name in client.get_children(layout.jobs):
+        job_id = zl.decode(name)
+        data, _ = client.get(f"{layout.jobs}/{name}")
+        rec = zl.load_record(data, "", job_id)
+        if rec.state is tenure.JobState.PENDING:
+            want_pending[job_id] = [zl.queued_slot(data)]
+        elif rec.state is tenure.JobState.LEASED:
+            want_leased.add(job_id)
+    assert pending == want_pending
+    assert leased == want_leased
+
+
+def test_index_follows_every_state_change(zk_harness: ZooKeeperHarness) -> None:
+    with zk_harness.connect() as store:
+        ttl = zk_harness.ttl
+        store.submit("a")
+        store.submit("a")  # a no-op: no second entry
+        store.submit_many(["b", "c"])
+        _assert_consistent(store)
+        assert set(_index(store)[0]) == {"a", "b", "c"}
+
+        lease = store.claim("a", owner="w", ttl=ttl)
+        _assert_consistent(store)
+        assert _index(store) [1] == {"a"} and "a" not in _index(store)[0]
+        lease = store.renew(lease)
+        store.force_expire("a")
+        _assert_consistent(store)
+        assert _index(store)[1] == {"a"}  # expired, still leased: found through leased/
+        again = store.claim("a", owner="x", ttl=ttl)  # expired -> leased: the entry stays
+        _assert_consistent(store)
+        store.complete(again, "done")
+        _assert_consistent(store)
+        assert _index(store) == ({"b": _index(store)[0]["b"], "c": _index(store)[0]["c"]}, set())
+
+        store.submit("a")  # a new run: queued again, at the back
+        _assert_consistent(store)
+        b = store.claim("b", owner="w", ttl=ttl)
+        store.release(b)
+        _assert_consistent(store)
+        store.claim("fresh", owner="w", ttl=ttl)  # claiming a job nobody submitted
+        _assert_consistent(store)
+        assert _index(store)[1] == {"fresh"}
+
+
+def test_claim_next_takes_pending_jobs_oldest_first(zk_harness: ZooKeeperHarness) -> None:
+    with zk_harness.connect() as store:
+        for job_id in ("j3", "j1", "j2"):
+            store.submit(job_id)
+        store.submit_many(["k2", "k1"])
+        got = [store.claim_next(owner="w", ttl=zk_harness.ttl) for _ in range(6)]
+        assert [g.job_id if g else None for g in got] == ["j3", "j1", "j2", "k2", "k1", None]
+        _assert_consistent(store)
+
+
+def test_claim_next_takes_expired_leases_first(zk_harness: ZooKeeperHarness) -> None:
+    with zk_harness.connect() as store:
+        store.submit_many(["p1", "p2"])
+        first = store.claim("gone", owner="dead", ttl=zk_harness.short_ttl)
+        store.claim("alive", owner="busy", ttl=zk_harness.ttl)
+        time.sleep(zk_harness.short_ttl + 0.2)
+        got = store.claim_next(owner="w", ttl=zk_harness.ttl)
+        assert got is not None and got.job_id == "gone" and got.token == first.token + 1
+        assert [store.claim_next(owner="w", ttl=zk_harness.ttl).job_id for _ in range(2)] == ["p1", "p2"]  # type: ignore[union-attr]
+        assert store.claim_next(owner="w", ttl=zk_harness.ttl) is None  # "alive" is held
+        _assert_consistent(store)
+
+
+def test_buckets_roll_over_and_empty_ones_are_removed(zk_harness: ZooKeeperHarness,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(zl, "BUCKET_SIZE", 3)
+    monkeypatch.setattr(zl, "BUCKET_SPAN", 0.0)
+    with zk_harness.connect() as store:
+        client, layout = store.backend.client, store.backend.layout  # type: ignore[attr-defined]
+        ids = [f"job-{i:02d}" for i in range(10)]
+        store.submit_many(ids[:7])
+        for job_id in ids[7:]:
+            store.submit(job_id)
+        assert len(client.get_children(layout.pending)) >= 4
+        _assert_consistent(store)
+        got = []
+        while (lease := store.claim_next(owner="w", ttl=zk_harness.ttl)) is not None:
+            got.append(lease.job_id)
+            store.complete(lease)
+        assert got == ids
+        assert client.get_children(layout.pending) == []
+        _assert_consistent(store)
+
+
+# -- an index that is wrong proposes, it never decides ----------------------------------------------
+def test_stale_entries_are_never_claimed_and_are_tidied(zk_harness: ZooKeeperHarness) -> None:
+    with zk_harness.connect() as store:
+        client, layout = store.backend.client, store.backend.layout  # type: ignore[attr-defined]
+        ttl = zk_harness.ttl
+        held = store.claim("held", owner="a", ttl=ttl)
+        done = store.claim("done", owner="a", ttl=ttl)
+        store.complete(done)
+        store.submit("queued")
+        real = _index(store)[0]["queued"][0]
+        bucket = real.split("/")[0]
+        # Entries describing what the records do not say: a leased job, a completed one, a
+        # pending job under a second, wrong entry, a job that does not exist.
+        stale = [f"{layout.pending}/{bucket}/{zl.entry(j, 1.0)}" for j in ("held", "done", "queued", "ghost")]
+        stale.append(layout.leased_entry("done"))
+        for path in stale:
+            client.create(path, b"")
+        got = store.claim_next(owner="b", ttl=ttl)
+        assert got is not None and got.job_id == "queued"  # the stale entries came first, in vain
+        assert store.claim_next(owner="b", ttl=ttl) is None
+        assert store.get("held").owner == "a" and store.get("held").token == held.token  # type: ignore[union-attr]
+        assert store.get("done").state is tenure.JobState.COMPLETED  # type: ignore[union-attr]
+        assert store.get("ghost") is None  # never created by a claim
+        for path in stale:
+            assert client.exists(path) is None, path
+        _assert_consistent(store)
+
+
+def test_missing_entries_cost_a_retry_never_a_failure(zk_harness: ZooKeeperHarness) -> None:
+    with zk_harness.connect() as store:
+        client, layout = store.backend.client, store.backend.layout  # type: ignore[attr-defined]
+        ttl = zk_harness.ttl
+        store.submit_many(["lost", "kept"])
+        client.delete(layout.queued(_index(store)[0]["lost"][0]))  # an operator's slip
+        assert store.claim_next(owner="w", ttl=ttl).job_id == "kept"  # type: ignore[union-attr]
+        assert store.claim_next(owner="w", ttl=ttl) is None  # unindexed: invisible to claim_next ...
+        lease = store.claim("lost", owner="w", ttl=ttl)  # ... but claim(job_id) works
+        client.delete(layout.leased_entry("lost"))
+        store.complete(lease)  # its leased entry is gone too: the multi learns and goes on
+        assert store.get("lost").state is tenure.JobState.COMPLETED  # type: ignore[union-attr]
+        client.create(layout.leased_entry("new"), b"")  # left over by someone
+        store.claim("new", owner="w", ttl=ttl)
+        _assert_consistent(store)
+
+
+def test_concurrent_claim_next_never_hands_a_job_out_twice(zk_harness: ZooKeeperHarness) -> None:
+    with zk_harness.connect() as store:
+        ids = [f"c{i:03d}" for i in range(60)]
+        store.submit_many(ids)
+
+        def drain(worker: int) -> list[str]:
+            got = []
+            while (lease := store.claim_next(owner=f"w{worker}", ttl=zk_harness.ttl)) is not None:
+                got.append(lease.job_id)
+            return got
+
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(drain, range(4)))
+        claimed = [j for r in results for j in r]
+        assert sorted(claimed) == ids
+        _assert_consistent(store)
+
+
+# -- submit_many --------------------------------------------------------------------------------
+def test_submit_many_batches_and_leaves_live_jobs_alone(zk_harness: ZooKeeperHarness) -> None:
+    from tenure.backends import zookeeper
+
+    with zk_harness.connect() as store:
+        held = store.claim("held", owner="a", ttl=zk_harness.ttl)
+        done = store.claim("done", owner="a", ttl=zk_harness.ttl)
+        store.complete(done, "r")
+        multis: list[Any] = []
+        backend = store.backend
+        commit = backend._commit  # type: ignore[attr-defined]
+
+        def counting(tx: Any, what: str, known: Any = None) -> bool:
+            multis.append(len(tx.operations))
+            return bool(commit(tx, what, known))
+
+        backend._commit = counting  # type: ignore[attr-defined]
+        ids = [f"m{i:04d}" for i in range(2 * zookeeper.SUBMIT_BATCH + 10)]
+        store.submit_many([*ids, "held", "done", ids[0]])
+        assert len(multis) == 3  # one multi per SUBMIT_BATCH jobs, not one per job
+        listing = {j.job_id: j for j in store.jobs()}
+        assert all(listing[j].state is tenure.JobState.PENDING for j in ids)
+        assert listing["held"].state is tenure.JobState.LEASED and listing["held"].token == held.token
+        assert listing["done"].state is tenure.JobState.PENDING and listing["done"].runs == 2
+        assert len([e for e in store.history() if e.op is tenure.Op.SUBMIT]) == len(ids) + 1
+        _assert_consistent(store)
+
+
+def test_submit_many_with_a_bad_id_writes_nothing(zk_harness: ZooKeeperHarness) -> None:
+    with zk_harness.connect() as store:
+        client, layout = store.backend.client, store.backend.layout  # type: ignore[attr-defined]
+        with pytest.raises(tenure.InvalidArgument):
+            store.submit_many([f"ok{i}" for i in range(300)] + ["bad\x00id"])
+        assert list(store.jobs()) == [] and client.get_children(layout.pending) == []
+        assert store.history() == []
+
+
+def test_submit_many_meets_a_corrupt_record_like_submit(zk_harness: ZooKeeperHarness) -> None:
+    with zk_harness.connect() as store:
+        store.submit("bad")
+        zk_harness.corrupt(store, "bad")
+        with pytest.raises(tenure.CorruptRecord):
+            store.submit_many(["a", "bad", "b"])
+        assert store.get("a").state is tenure.JobState.PENDING  # type: ignore[union-attr]
+        assert store.get("b") is None
+
+
+# -- stores made before the index ---------------------------------------------------------------
+def test_a_store_without_the_index_is_used_by_scanning(zk_harness: ZooKeeperHarness) -> None:
+    url = zk_harness.url()
+    with zk_harness.connect(url) as store:
+        client, layout = store.backend.client, store.backend.layout  # type: ignore[attr-defined]
+        store.submit_many(["old-1", "old-2"])
+        lease = store.claim("old-1", owner="w", ttl=zk_harness.ttl)
+        # What the previous version left: no index directories, records without "queued".
+        client.delete(layout.pending, recursive=True)
+        client.delete(layout.leased, recursive=True)
+    with zk_harness.connect(url) as store:
+        backend = store.backend
+        assert backend.index.enabled is False  # type: ignore[attr-defined]
+        store.submit("new")
+        store.complete(lease)
+        assert sorted(store.claim_next(owner="w", ttl=zk_harness.ttl).job_id for _ in range(2)) \
+            == ["new", "old-2"]  # type: ignore[union-attr]
+        assert store.claim_next(owner="w", ttl=zk_harness.ttl) is None
+        assert backend.client.exists(backend.layout.pending) is None  # type: ignore[attr-defined]
+
+
+# -- reading many znodes in one request -----------------------------------------------------------
+def test_multiread_answers_as_get_does(zk_harness: ZooKeeperHarness) -> None:
+    from tenure.backends.zookeeper_multiread import read_many
+
+    with zk_harness.connect() as store:
+        client, layout = store.backend.client, store.backend.layout  # type: ignore[attr-defined]
+        base = f"{layout.root}/mr"
+        client.create(base, b"")
+        paths = [f"{base}/n{i:05d}" for i in range(2300)]
+        for start in range(0, len(paths), 500):
+            tx = client.transaction()
+            for i, path in enumerate(paths[start:start + 500], start):
+                tx.create(path, b"" if i % 7 == 0 else f"data {i} \xff".encode("latin-1") * (i % 5))
+            assert all(isinstance(r, str) for r in tx.commit())
+        client.set(paths[3], b"changed")
+        client.delete(paths[10])
+        asked = [*paths, f"{base}/missing"]
+        expected = []
+        for path in paths:
+            if path != paths[10]:
+                data, stat = client.get(path)
+                expected.append((path, data, stat.version))
+        assert list(read_many(client, asked, 10.0, batch=1000)) == expected
+        assert list(read_many(client, [], 10.0)) == []
