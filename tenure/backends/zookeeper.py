@@ -39,6 +39,7 @@ from kazoo.protocol.states import ZnodeStat
 from tenure.backends import zookeeper_layout as zl
 from tenure.backends.zookeeper_audit import Audit
 from tenure.backends.zookeeper_config import Config, mapped_errors
+from tenure.backends.zookeeper_held import HeldRecords
 from tenure.backends.zookeeper_index import Index, Known, Placer
 from tenure.backends.zookeeper_multiread import read_many
 from tenure.core import transitions
@@ -72,6 +73,7 @@ class _Read:
     version: int  # of the job znode; -1 if absent
     gen_version: int | None  # of the generation znode; None if absent or not read
     placer: Placer | None = None  # where a job this step queues goes; None if not probed
+    exact: bool = True  # False: ``now`` is only an upper bound (HeldRecords), no expiry judge
 
     def record(self, job_id: str) -> JobRecord | None:
         return None if self.data is None else zl.load_record(self.data, self.key, job_id)
@@ -89,8 +91,11 @@ class ZooKeeperBackend(Backend):
         min_ttl=0.1,
     )
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, system_deadlines: bool = True) -> None:
+        """``system_deadlines``: holders' deadlines are on ``time.monotonic()`` (no clock was
+        injected into the Store), so ``HeldRecords`` may compare them with it."""
         self.config = config
+        self.held = HeldRecords(self, system_deadlines)
         self.layout = zl.Layout(config.root)
         self._state_lock = threading.Lock()
         self._link = Link()
@@ -115,7 +120,7 @@ class ZooKeeperBackend(Backend):
     @classmethod
     def from_url(cls, url: StoreURL, options: Options, clock: Clock | None) -> ZooKeeperBackend:
         # ``clock`` only sets holders' deadlines (in Store); the store's clock is the leader's.
-        return cls(Config.from_url(url, options))
+        return cls(Config.from_url(url, options), system_deadlines=clock is None)
 
     # -- connection ----------------------------------------------------------------------
     def _on_state(self, state: str) -> None:
@@ -160,47 +165,78 @@ class ZooKeeperBackend(Backend):
     def _wait(self, result: Any) -> Any:
         return result.get(timeout=self.config.timeout)
 
-    def _stamp(self, stat: ZnodeStat) -> float:
+    def _stamp(self, stat: ZnodeStat, sent: float | None = None) -> float:
+        """The leader's clock from a write of our clock znode; ``sent``: our monotonic time
+        before that write was sent, which makes it a bound for ``HeldRecords``."""
         now = float(stat.mtime) / 1000.0
         self._last_time = (now, time.monotonic())
         self._last_zxid = int(stat.mzxid)
+        if sent is not None:
+            self.held.stamped(now, sent, int(stat.mzxid) >> 32)
         return now
 
     # -- step 1: store time and the job's znodes -------------------------------------------
-    def _read(self, job_id: str, *, gen: bool = False, queue: bool = False) -> _Read:
-        """``queue``: the step may queue the job, so also probe the bucket it would go in."""
-        key = self.layout.job(job_id)
+    def _read(self, job_id: str, *, gen: bool = False, queue: bool = False,
+              sent: Callable[[], _Read | None] | None = None) -> _Read:
+        """``queue``: the step may queue the job, so also probe the bucket it would go in.
+        ``sent``: the answer of a step 1 already sent (``_send_read``), to wait for first."""
         for _ in range(2):  # a second try after recreating a clock znode lost with its session
-            with mapped_errors(f"reading job {job_id!r}"):
-                bucket, probe = self.index.probe() if queue else (None, None)
-                clock = self.client.set_async(self._clock_path, b"")
-                job = self.client.get_async(key)
-                gen_stat = self.client.exists_async(self.layout.gen(job_id)) if gen else None
-                try:
-                    clock_stat = self._wait(clock)
-                    now = self._stamp(clock_stat)
-                except NoNodeError:
-                    self._clock_create()
-                    continue
+            read = (sent or self._send_read(job_id, gen=gen, queue=queue))()
+            if read is not None:
+                return read
+            sent = None
+            self._clock_create()
+        raise BackendUnavailable("ZooKeeper keeps losing this client's clock znode")
+
+    def _send_read(self, job_id: str, *, gen: bool = False, queue: bool = False,
+                   bound: tuple[float, int] | None = None) -> Callable[[], _Read | None]:
+        """Send step 1; the function returned waits for it (None if our clock znode is gone).
+
+        ``bound``: (store time, epoch) from ``HeldRecords`` instead of writing the clock znode,
+        for a read whose ``now`` only sets times and is never used to judge expiry.
+        """
+        key = self.layout.job(job_id)
+        what = f"reading job {job_id!r}"
+        with mapped_errors(what):
+            bucket, probe = self.index.probe() if queue else (None, None)
+            sent = time.monotonic()
+            clock = None if bound else self.client.set_async(self._clock_path, b"")
+            job = self.client.get_async(key)
+            gen_stat = self.client.exists_async(self.layout.gen(job_id)) if gen else None
+
+        def answer() -> _Read | None:
+            with mapped_errors(what):
+                if clock is None:
+                    assert bound is not None
+                    now, epoch = bound
+                else:
+                    try:
+                        clock_stat = self._wait(clock)
+                    except NoNodeError:
+                        return None
+                    now = self._stamp(clock_stat, sent)
+                    epoch = clock_stat.mzxid >> 32  # a zxid's high half counts leader elections
                 try:
                     data, stat = self._wait(job)
                     version = stat.version
                 except NoNodeError:
                     data, version = None, -1
                 g = None if gen_stat is None else self._wait(gen_stat)
-                epoch = clock_stat.mzxid >> 32  # a zxid's high half counts leader elections
                 placer = self.index.placer(now, bucket, None if probe is None else self._wait(probe))
                 return _Read(now, epoch, key, data, version, None if g is None else g.version,
-                             placer if queue else None)
-        raise BackendUnavailable("ZooKeeper keeps losing this client's clock znode")
+                             placer if queue else None, exact=clock is not None)
+
+        return answer
 
     def now(self) -> float:
         with mapped_errors("reading the store's clock"):
-            try:
-                return self._stamp(self.client.set(self._clock_path, b""))
-            except NoNodeError:
-                self._clock_create()
-                return self._stamp(self.client.set(self._clock_path, b""))
+            for _ in range(2):
+                sent = time.monotonic()
+                try:
+                    return self._stamp(self.client.set(self._clock_path, b""), sent)
+                except NoNodeError:
+                    self._clock_create()
+        raise BackendUnavailable("ZooKeeper keeps losing this client's clock znode")
 
     def estimated_now(self) -> float:
         """The last store time read plus our monotonic time since: for display, never decisions."""
@@ -208,20 +244,40 @@ class ZooKeeperBackend(Backend):
         return at + time.monotonic() - mono
 
     # -- step 2: one multi ---------------------------------------------------------------------
-    def _commit(self, tx: Any, what: str, known: Known | None = None) -> bool:
-        """Commit a multi: True, or False if it was outraced (a version moved since the read)
-        or an index entry was not as expected (``known`` learns which, for the next try)."""
+    def _commit(self, tx: Any, what: str, known: Known | None = None) -> list[Any] | None:
+        """Commit a multi: its results, or None if it was outraced (a version moved since the
+        read) or an index entry was not as expected (``known`` learns which, for the next try)."""
+        return self.send_commit(tx, what, known)()
+
+    def send_commit(self, tx: Any, what: str, known: Known | None = None) -> Callable[[], list[Any] | None]:
+        """``_commit``, sent now; the function returned waits for the answer."""
         with mapped_errors(what):
-            results: list[Any] = self._wait(tx.commit_async())
-            failed = [r for r in results if isinstance(r, Exception)]
-            for exc in failed:
-                if not isinstance(exc, _CONTENTION):
-                    raise exc
-        if not failed:
+            pending = tx.commit_async()
+
+        def answer() -> list[Any] | None:
+            with mapped_errors(what):
+                results: list[Any] = self._wait(pending)
+                failed = [r for r in results if isinstance(r, Exception)]
+                for exc in failed:
+                    if not isinstance(exc, _CONTENTION):
+                        raise exc
+            if failed:
+                self.index.learn(tx.operations, results, known)
+                return None
             self.audit.trim(results)
-        else:
-            self.index.learn(tx.operations, results, known)
-        return not failed
+            return results
+
+        return answer
+
+    def fast_write(self, now: tuple[float, int], old: JobRecord | None, version: int, new: JobRecord,
+                   op: Op, *, stamp: bool) -> Any:
+        """A multi of ``HeldRecords``: with ``stamp``, our clock znode first (a new stamp), then
+        as ``_write`` with the record at ``version`` (-1: created), ``now`` = (store time, epoch)."""
+        tx = self.client.transaction()
+        if stamp:
+            tx.set_data(self._clock_path, b"")
+        read = _Read(now[0], now[1], self.layout.job(new.job_id), None, version, None)
+        return self._write(read, old, new, op, tx=tx)
 
     def _gen_of(self, read: _Read, rec: JobRecord | None, job_id: str,
                 seen: set[tuple[int, int | None]]) -> int | bool | None:
@@ -292,7 +348,7 @@ class ZooKeeperBackend(Backend):
             if rec is not None and read.gen_version != rec.token:
                 return False  # submit() tells a race from a corrupt generation znode
             changed |= self._submit_in(read, rec, read.gen_version, job_id, actor, None, tx) is not None
-        return not changed or self._commit(tx, f"submitting {len(job_ids)} jobs")
+        return not changed or self._commit(tx, f"submitting {len(job_ids)} jobs") is not None
 
     def _read_many(self, job_ids: list[str]) -> list[_Read]:
         """Step 1 for several jobs in one round trip (a read-only multi), with the probe."""
@@ -334,19 +390,32 @@ class ZooKeeperBackend(Backend):
         return tx
 
     def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
-        lease = self._claim(job_id, owner, ttl)
+        # One round trip: the multi that claims the job if it is new (HeldRecords), and behind
+        # it step 1 of the general path, answered after the multi, for a job that exists.
+        first = None
+        fast = self.held.send_claim_new(job_id, owner, ttl)
+        if fast is not None:
+            claimed, bound = fast
+            first = self._send_read(job_id, gen=True, bound=bound)  # no clock write: see _claim
+            lease = claimed()
+            if lease is not None:
+                return lease
+        lease = self._claim(job_id, owner, ttl, first=first)
         assert lease is not None
         return lease
 
-    def _claim(self, job_id: str, owner: str, ttl: float, entry: str | None = None) -> Lease | None:
+    def _claim(self, job_id: str, owner: str, ttl: float, entry: str | None = None,
+               first: Callable[[], _Read | None] | None = None) -> Lease | None:
         """Claim ``job_id``; for ``claim_next``, ``entry`` is the index entry that proposed it:
         then a job that does not exist is not created (None), and an entry that no longer
         describes the record is deleted, in a multi that checks the record is as read."""
         seen: set[tuple[int, int | None]] = set()
         known = Known()
         for _ in range(ATTEMPTS):
-            read = self._read(job_id, gen=True)
+            read, first = self._read(job_id, gen=True, sent=first), None
             rec = read.record(job_id)
+            if not read.exact and rec is not None and rec.state is JobState.LEASED:
+                continue  # whether its lease expired is the leader's clock's to say: read it
             gen = self._gen_of(read, rec, job_id, seen)
             if gen is False:
                 continue
@@ -372,6 +441,7 @@ class ZooKeeperBackend(Backend):
             # Only claims write this znode, so its version counts claims: the token.
             tx.set_data(gen_path, b"", version=gen or 0)
             if self._commit(tx, f"claiming {job_id!r}", known):
+                self.held.remember(new, 0 if read.version < 0 else read.version + 1)
                 return transitions.lease_of(new)
         raise _outraced(job_id)
 
@@ -439,6 +509,10 @@ class ZooKeeperBackend(Backend):
         return None
 
     def _holder_op(self, op: Op, lease: Lease, change: Callable[[JobRecord, float], JobRecord]) -> JobRecord:
+        if op is not Op.RELEASE:  # a release queues the job: that needs the bucket read first
+            fast = self.held.holder_op(op, lease, change)
+            if fast is not None:
+                return fast
         known = Known()
         for _ in range(ATTEMPTS):
             read = self._read(lease.job_id, queue=op is Op.RELEASE)
@@ -449,6 +523,7 @@ class ZooKeeperBackend(Backend):
                 new = change(rec, read.now)
                 tx = self._write(read, rec, new, op, known=known.at(read.version))
                 if self._commit(tx, f"{op} of {lease.job_id!r}", known):
+                    self.held.remember(new, read.version + 1)
                     return new
                 continue
             rejected = transitions.rejection(rec, op, lease, reason, read.now)
@@ -457,6 +532,7 @@ class ZooKeeperBackend(Backend):
                 tx.check(read.key, read.version)
             self.audit.add_rejection(tx, rejected)
             if self._commit(tx, f"auditing a stale {op}"):
+                self.held.forget(lease)
                 raise StaleLease(rejected)
         raise _outraced(lease.job_id)
 
