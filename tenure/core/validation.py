@@ -18,6 +18,8 @@ def _text(kind: str, value: object, limit: int) -> str:
         raise InvalidArgument(f"{kind} must be a str, not {type(value).__name__}")
     if not 1 <= len(value) <= limit:
         raise InvalidArgument(f"{kind} must be 1 to {limit} characters, got {len(value)}")
+    if value.isascii() and value.isprintable():  # the common case, and ASCII's only Cc are unprintable
+        return value
     for ch in value:
         # Cc: control characters; Cs: lone surrogates, which no store can encode.
         if unicodedata.category(ch) in ("Cc", "Cs"):
