@@ -42,6 +42,7 @@ from tenure.backends.etcd_layout import (
     Keys,
     end_value,
     event_value,
+    held_ttl,
     held_value,
     job_value,
     lease_value,
@@ -52,7 +53,6 @@ from tenure.backends.etcd_layout import (
     read_rejection,
     record,
     rejection_value,
-    renewal_ttls,
 )
 from tenure.core import transitions
 from tenure.core.backend import Backend, Characteristics, corrupt_status, newest
@@ -84,7 +84,6 @@ _POOL = 64  # idle etcd leases kept for reuse by claims (unused ones run out by 
 _MIN_LEFT = 1.0  # a pooled lease with less than this surely left is dropped, not kept alive
 _NOTHING_WRITTEN = (AlreadyClaimed, JobCompleted, CorruptRecord)  # raised only on a definite "no"
 _ENDED = 100_000  # leases seen ended by etcd, remembered for their quarantine
-_RENEWALS_READ = 8  # newest history events read for the TTL of a lease etcd ended
 _BATCH = 30  # new jobs per submit_many transaction (4 writes each; etcd allows 128 a side)
 _QUEUE_PAGE = 32  # pending jobs claim_next reads at a time
 _SPREAD = 4  # concurrent claim_next calls start this many queue places apart at most
@@ -254,9 +253,9 @@ class EtcdBackend(Backend):
         return ec.put(key, value, lease=self._retention_id())
 
     def _event(self, job_id: str, op: Op, owner: str | None, token: int | None, at: float,
-               expires_at: float | None, ttl: float | None = None) -> Any:
+               expires_at: float | None) -> Any:
         return self._audit(self.keys.history(job_id, uuid.uuid4().hex),
-                           event_value(op, owner, token, at, expires_at, ttl))
+                           event_value(op, owner, token, at, expires_at))
 
     def _revoke_later(self, lease_id: int) -> None:
         if lease_id:  # nothing is attached to it any more; it would also run out by itself
@@ -417,12 +416,14 @@ class EtcdBackend(Backend):
                              now + lease.granted, rec.runs if rec else 1)
             mj, _, mo = snap.mods if snap is not None else (0, 0, 0)
             queued = None if snap is None else queued_since(job_id, snap.job, snap.end)
-            res = self._write(  # job and end keys as read, and no lease key whatever was read
+            incarnation = snap.held.mod_revision if snap is not None and snap.held is not None else 0
+            res = self._write(  # job, end and held keys as read (the wait was for that
+                # incarnation: _wait_out_holder), and no lease key whatever was read
                 [ec.compare(k.job(job_id), "mod", "==", mj), ec.compare(k.lease(job_id), "create", "==", 0),
-                 ec.compare(k.end(job_id), "mod", "==", mo)],
+                 ec.compare(k.end(job_id), "mod", "==", mo), ec.compare(k.held(job_id), "mod", "==", incarnation)],
                 [ec.put(k.job(job_id), job_value(job_id, value)),
                  ec.put(k.lease(job_id), lease_value(owner, ttl, None, expires_at), lease=lease.id),
-                 ec.put(k.held(job_id), held_value(owner)), ec.delete(k.end(job_id)),
+                 ec.put(k.held(job_id), held_value(owner, ttl)), ec.delete(k.end(job_id)),
                  *([] if queued is None else [ec.delete(k.queue(job_id, queued))]),
                  self._event(job_id, Op.CLAIM, owner, None, now, expires_at)],
                 self._reads(job_id))
@@ -460,16 +461,15 @@ class EtcdBackend(Backend):
         successful renewal was sent before the key went (every renewal compares the key), its
         deadline is at most its TTL after that send, and this process saw the key gone later
         still. One TTL on our monotonic clock after that sighting, the holder has stopped.
-        The TTL is the longest of the claim's and of its renewals' (kept in their history).
+        The TTL is the longest of the claim's and of its renewals' (the held key keeps it).
         """
         rec = snap.record
         entry = self._note_ended(snap)
         if rec is None or entry is None:
             return  # no holder (pending, released, expired by an operator), or not claimable anyway
         if entry.ttl is None:
-            kvs, _, _ = self._conn.range(*self.keys.history_span(rec.job_id), limit=_RENEWALS_READ,
-                                         newest_first=True, by_create=True)
-            entry.ttl = max([rec.ttl or 0.0, *renewal_ttls(kvs, rec.token)])
+            named = held_ttl(snap.held) if snap.held is not None else None
+            entry.ttl = max(rec.ttl or 0.0, named or 0.0)
         left = entry.first_seen + entry.ttl - time.monotonic()
         if left > 0:
             raise NotYetClaimable(rec.job_id, rec.owner, rec.token, self.now() + left, left)
@@ -529,15 +529,16 @@ class EtcdBackend(Backend):
                 continue  # someone else was faster, it is waited out, or it cannot be claimed
         return None
 
-    def _revivable(self, lease: Lease) -> bool:
-        """Whether this process holds ``lease`` and its safe deadline has not passed yet.
-
-        The deadline is our own monotonic clock's (the core's, from this process's claim or
-        renewal), so only a lease this process holds qualifies, and only on the system clock.
-        """
+    def _held_here(self, lease: Lease) -> bool:
+        """Whether this process claimed or renewed ``lease`` (so its deadline is on our clock)."""
         with self._lock:
             mine = (lease.job_id, lease.token, lease.owner) in self._leases
-        return mine and self._clock is None and math.isfinite(lease.deadline) and time.monotonic() < lease.deadline
+        return mine and self._clock is None and math.isfinite(lease.deadline)
+
+    @staticmethod
+    def _within_deadline(lease: Lease) -> bool:
+        """Asked just before a transaction is sent: a revival must leave before the deadline."""
+        return time.monotonic() < lease.deadline
 
     def _holder_txn(self, op: Op, lease: Lease, success: list[Any], now: float,
                     revive: list[Any] | None = None) -> TxnResult:
@@ -606,16 +607,16 @@ class EtcdBackend(Backend):
             log.warning("could not record why %s was rejected: %s", rejection, exc)
 
     def renew(self, lease: Lease, ttl: float) -> Lease:
-        revivable = self._revivable(lease)  # before a retry below forgets the etcd lease
+        held_here = self._held_here(lease)  # before a retry below forgets the etcd lease
         try:
-            return self._renew(lease, ttl, revivable)
+            return self._renew(lease, ttl, held_here)
         except ec.LeaseNotFound:
             # Another connection moved this claim to a new etcd lease and revoked ours, or
             # etcd ended it: forget it and renew the way a connection that never knew it does.
             self._remember((lease.job_id, lease.token, lease.owner), None)
-            return self._renew(lease, ttl, revivable)
+            return self._renew(lease, ttl, held_here)
 
-    def _renew(self, lease: Lease, ttl: float, revivable: bool) -> Lease:
+    def _renew(self, lease: Lease, ttl: float, held_here: bool) -> Lease:
         k, key = self.keys, (lease.job_id, lease.token, lease.owner)
         with self._lock:
             cached = self._leases.get(key)
@@ -633,10 +634,14 @@ class EtcdBackend(Backend):
         expires_at = now + held.granted + EXPIRY_GRACE
         put_lease = ec.put(k.lease(lease.job_id), lease_value(lease.owner, ttl, now, expires_at),
                            lease=held.id, prev_kv=True)
-        event = self._event(lease.job_id, Op.RENEW, lease.owner, lease.token, now, expires_at, ttl)
-        revive = [put_lease, ec.put(k.held(lease.job_id), held_value(lease.owner)), event] if revivable else None
+        event = self._event(lease.job_id, Op.RENEW, lease.owner, lease.token, now, expires_at)
+        # A new TTL goes to the held key (the longer of the two: the holder may still act on
+        # the lease before this one), where a claimer finds it once the lease key is gone.
+        put_held = ec.put(k.held(lease.job_id), held_value(lease.owner, max(ttl, lease.ttl)))
+        writes = [put_lease, event] if ttl == lease.ttl else [put_lease, put_held, event]
+        revive = [put_lease, put_held, event] if held_here and self._within_deadline(lease) else None
         try:
-            res = self._holder_txn(Op.RENEW, lease, [put_lease, event], now, revive)
+            res = self._holder_txn(Op.RENEW, lease, writes, now, revive)
         except BaseException as exc:
             if keepalive is not None:
                 keepalive.cancel()
@@ -660,7 +665,7 @@ class EtcdBackend(Backend):
                 self._remember(key, None)
                 for prev in res.prev:
                     self._revoke_later(prev.lease)
-                return self._renew(lease, ttl, revivable=False)  # to a new etcd lease
+                return self._renew(lease, ttl, held_here=False)  # to a new etcd lease
         for prev in res.prev:
             if prev.lease != held.id:
                 self._revoke_later(prev.lease)
@@ -674,7 +679,8 @@ class EtcdBackend(Backend):
                   ec.delete(k.lease(lease.job_id), prev_kv=True), ec.delete(k.held(lease.job_id)), *requeue,
                   self._event(lease.job_id, op, lease.owner, lease.token, now, None)]
         # If etcd ended the lease early, the same writes are what the holder is owed.
-        res = self._holder_txn(op, lease, writes, now, writes if self._revivable(lease) else None)
+        revive = writes if self._held_here(lease) and self._within_deadline(lease) else None
+        res = self._holder_txn(op, lease, writes, now, revive)
         held = self._remember((lease.job_id, lease.token, lease.owner), None)
         for prev in res.prev:
             if held is not None and prev.lease == held.id:
@@ -696,17 +702,16 @@ class EtcdBackend(Backend):
             snap = self._snapshot(job_id)
             if snap.record is None:
                 raise JobNotFound(job_id)
-            if snap.lease is None:
-                return  # not leased, or etcd ended the lease already
+            if snap.record.state is not JobState.LEASED or snap.end is not None:
+                return  # not leased, or its claim ended already
             now = self.now()
-            # The outcome key tells claimers an operator ended it, not etcd: no wait before
-            # a claim (_wait_out_holder), as on every backend.
-            res = self._write(
-                [ec.compare(k.lease(job_id), "create", "==", snap.lease.create_revision)],
-                [ec.delete(k.lease(job_id), prev_kv=True),
-                 ec.put(k.end(job_id), end_value("expired", snap.record.token, now, None)),
-                 self._event(job_id, Op.EXPIRE, actor or snap.record.owner, snap.record.token, now, now)],
-                [])
+            # The outcome key tells claimers an operator ended it, not etcd: no wait before a
+            # claim (_wait_out_holder), as on every backend, also if etcd had ended it first.
+            res = self._write(self._unchanged(job_id, snap),
+                              [ec.delete(k.lease(job_id), prev_kv=True),
+                               ec.put(k.end(job_id), end_value("expired", snap.record.token, now, None)),
+                               self._event(job_id, Op.EXPIRE, actor or snap.record.owner, snap.record.token,
+                                           now, now)], [])
             if res.succeeded:
                 for prev in res.prev:
                     self._revoke_later(prev.lease)

@@ -15,10 +15,11 @@ only what it may claim instead of every job:
 
 ``<prefix>/queue/<µs>/<id>``  a pending job (submitted, or released), in key order by the
                               time it became pending (``<µs>``: 20 digits): oldest first.
-``<prefix>/held/<id>``        a leased job and its owner, from its claim to its completion or
-                              release. Without a lease key beside it, the lease ended and the job
-                              is claimable again. Its mod revision names the lease's incarnation:
-                              the claim's, or a later revival (see ``EtcdBackend._holder_txn``).
+``<prefix>/held/<id>``        a leased job, its owner and the longest TTL its holder was given,
+                              from its claim to its completion or release. Without a lease key
+                              beside it, the lease ended and the job is claimable again. Its mod
+                              revision names the lease's incarnation: the claim's, or a later
+                              revival or change of TTL (see ``EtcdBackend._holder_txn``).
 
 Audit records carry a random suffix and are attached to a shared retention lease:
 ``<prefix>/history/<id>/<uuid>`` and ``<prefix>/rejection/<uuid>``.
@@ -132,9 +133,16 @@ def lease_value(owner: str, ttl: float, renewed_at: float | None, expires_at: fl
     return owner_prefix(owner) + rest[1:]
 
 
-def held_value(owner: str) -> bytes:
-    """The held index's value: the owner first, checked by a byte range like a lease value's."""
-    return owner_prefix(owner) + b'"held":true}'
+def held_value(owner: str, ttl: float) -> bytes:
+    """The held index's value: the owner first (checked by a byte range like a lease value's),
+    and the longest TTL the holder was given, which outlives the lease key."""
+    return owner_prefix(owner) + dump({"ttl": ttl})[1:]
+
+
+def held_ttl(kv: KV) -> float | None:
+    """The TTL a held key names; None if it names none (CorruptRecord if unreadable)."""
+    ttl: float | None = _field(kv, _load(kv), "ttl", _NUM)
+    return ttl
 
 
 def _load(kv: KV) -> dict[str, Any]:
@@ -272,35 +280,9 @@ def record(job_id: str, job: KV | None, lease: KV | None, end: KV | None, now: f
 
 
 # -- audit records ---------------------------------------------------------------------------
-def event_value(op: Op, owner: str | None, token: int | None, at: float, expires_at: float | None,
-                ttl: float | None = None) -> bytes:
-    """``token`` None: the token is the revision of the write itself (a claim's).
-
-    A renewal keeps its TTL: once etcd has ended the lease, it is the only record of how long
-    the holder may have trusted it (see ``EtcdBackend._wait_out_holder``).
-    """
-    value = {"op": op.value, "owner": owner, "token": token, "at": at, "expires_at": expires_at}
-    if ttl is not None:
-        value["ttl"] = ttl
-    return dump(value)
-
-
-def renewal_ttls(kvs: list[KV], token: int) -> list[float]:
-    """TTLs that renewals of the claim ``token`` asked for, from its history events.
-
-    An event that does not decode is left out, as every reader of the audit does.
-    """
-    ttls = []
-    for kv in kvs:
-        try:
-            v = _load(kv)
-            if v.get("op") == Op.RENEW.value and v.get("token") == token:
-                ttl = _field(kv, v, "ttl", _NUM)
-                if ttl is not None:
-                    ttls.append(float(ttl))
-        except CorruptRecord:
-            continue
-    return ttls
+def event_value(op: Op, owner: str | None, token: int | None, at: float, expires_at: float | None) -> bytes:
+    """``token`` None: the token is the revision of the write itself (a claim's)."""
+    return dump({"op": op.value, "owner": owner, "token": token, "at": at, "expires_at": expires_at})
 
 
 def read_event(kv: KV, job_id: str) -> HistoryEvent:

@@ -6,9 +6,10 @@ Two cases need no read:
 - the claim of a job that does not exist yet: the multi creates its znodes and fails as a
   whole if any exists (then the general path runs);
 - a renew or complete by the process that holds the lease, while its safe deadline runs:
-  this process wrote the record, knows it and its version, and the multi checks the version,
-  so it fails if anyone wrote the record since (a claim, a re-stamp after a leader change, an
-  operator); the general path then decides, and audits a refusal.
+  this process wrote the record, knows it and its version, and the multi checks the version
+  and that the generation znode is still at the lease's token, so it fails if anyone wrote
+  the record since (a claim, a re-stamp after a leader change, an operator, even one who
+  deleted the job znode); the general path then decides, and audits a refusal.
 
 Neither judges expiry: a new job has no lease, and while the holder's deadline runs its lease
 cannot have run out by the store's clock (the deadline is the core's: the TTL less the drift
@@ -123,6 +124,10 @@ class HeldRecords:
         rec, version = held
         new: JobRecord = change(rec, now[0])
         tx = self._b.fast_write(now[:2], rec, version, new, op, stamp=now[2])
+        # The job znode's version alone does not prove the record is ours: deleted by hand and
+        # created again by another claim, it starts at the same versions. The generation
+        # znode is never deleted and every claim moves its version, which is the token.
+        tx.check(self._b.layout.gen(lease.job_id), lease.token)
         if not self._send(tx, f"{op} of {lease.job_id!r}", now[2])():
             self.forget(lease)  # someone wrote it since: the general path reads it
             return None

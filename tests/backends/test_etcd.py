@@ -279,6 +279,39 @@ def test_the_holder_restores_a_lease_etcd_ended_early_while_its_deadline_runs(
     assert [e.op for e in store.history("j")] == [tenure.Op.CLAIM, *[tenure.Op.RENEW] * 6, tenure.Op.COMPLETE]
 
 
+def test_a_claim_waits_for_the_incarnation_it_writes_over(etcd_harness: EtcdHarness, store: tenure.Store) -> None:
+    """A claimer's read shows a lease ended long enough ago; before its write lands the holder
+    revives the lease and etcd ends it early again: the claim must not land on that one."""
+    ttl = etcd_harness.short_ttl
+    a = store.claim("j", owner="a", ttl=ttl)
+    _revoke_early(etcd_harness, store, "j")
+    with etcd_harness.connect(_url_of(store)) as other:
+        backend: Any = other.backend
+        stale = backend._snapshot("j")
+        backend._note_ended(stale).first_seen -= 100  # as if seen ended long ago: wait over
+        a = store.renew(a)  # revived: a new incarnation, a fresh deadline
+        _revoke_early(etcd_harness, store, "j")  # and ended early again
+        backend._snapshot = lambda job_id: stale  # the claim goes on from the read before
+        with pytest.raises(tenure.NotYetClaimable):
+            backend.claim("j", "b", ttl)
+        assert time.monotonic() < a.deadline
+        assert store.get("j").owner == "a"  # type: ignore[union-attr]
+
+
+def test_force_expire_of_a_lease_etcd_ended_makes_it_claimable_at_once(
+        etcd_harness: EtcdHarness, store: tenure.Store) -> None:
+    a = store.claim("j", owner="a", ttl=etcd_harness.short_ttl)
+    _revoke_early(etcd_harness, store, "j")
+    with etcd_harness.connect(_url_of(store)) as other:
+        with pytest.raises(tenure.NotYetClaimable):
+            other.backend.claim("j", "b", etcd_harness.ttl)
+        other.force_expire("j", actor="operator")  # the operator's word: no wait
+        b = other.backend.claim("j", "b", etcd_harness.ttl)
+        assert b.token > a.token
+    with pytest.raises(tenure.StaleLease):  # and no revival over an operator's decision
+        store.renew(a)
+
+
 def test_released_and_never_claimed_jobs_are_claimed_without_waiting(
         etcd_harness: EtcdHarness, store: tenure.Store) -> None:
     store.submit("p")

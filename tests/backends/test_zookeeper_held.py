@@ -95,6 +95,21 @@ def test_a_record_written_by_someone_else_sends_the_holder_through_the_check(
     assert refused.value.rejection in store.rejections()
 
 
+def test_a_job_znode_deleted_and_claimed_again_is_not_taken_back_by_the_old_holder(
+        zk_harness: ZooKeeperHarness, store: tenure.Store) -> None:
+    """Versions restart with a new znode: the holder's version check alone would pass."""
+    a = store.claim("j", owner="a", ttl=zk_harness.ttl)  # job znode at version 0, token 1
+    backend: Any = store.backend
+    backend.client.delete(backend.layout.job("j"))  # an operator deletes it by hand
+    with zk_harness.connect(store.url) as other:
+        b = other.claim("j", owner="b", ttl=zk_harness.ttl)  # version 0 again, token 2
+        with pytest.raises(tenure.StaleLease):
+            store.renew(a)
+        status = other.get("j")
+        assert status is not None and (status.owner, status.token) == ("b", b.token)
+        other.complete(b)
+
+
 def test_no_shortcut_once_the_holders_deadline_has_passed(zk_harness: ZooKeeperHarness, store: tenure.Store) -> None:
     lease = store.claim("j", owner="a", ttl=zk_harness.ttl)
     counts = _counted(store)
