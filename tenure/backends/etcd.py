@@ -85,7 +85,7 @@ _MIN_LEFT = 1.0  # a pooled lease with less than this surely left is dropped, no
 _NOTHING_WRITTEN = (AlreadyClaimed, JobCompleted, CorruptRecord)  # raised only on a definite "no"
 _ENDED = 100_000  # leases seen ended by etcd, remembered for their quarantine
 _BATCH = 30  # new jobs per submit_many transaction (4 writes each; etcd allows 128 a side)
-_QUEUE_PAGE = 32  # pending jobs claim_next reads at a time
+_QUEUE_PAGE = etcd_scan.QueueCursor.PAGE  # pending jobs claim_next reads at a time
 _SPREAD = 4  # concurrent claim_next calls start this many queue places apart at most
 
 
@@ -159,6 +159,7 @@ class EtcdBackend(Backend):
         self._leases: collections.OrderedDict[tuple[str, int, str], _EtcdLease] = collections.OrderedDict()
         self._pool: dict[int, list[_EtcdLease]] = {}  # idle leases by the etcd TTL they serve
         self._pooled = 0
+        self._queue = etcd_scan.QueueCursor(self.keys)
         # (job, token) of leases etcd ended, for their quarantine (_wait_out_holder)
         self._ended: collections.OrderedDict[tuple[str, int], _Ended] = collections.OrderedDict()
         self._retention_lease: tuple[int, float] | None = None  # (id, monotonic time to rotate)
@@ -488,9 +489,10 @@ class EtcdBackend(Backend):
         retry, never a wrong claim.
         """
         k = self.keys
+        window = self._queue.window()
         res = self._conn.txn([], [ec.get(*k.span("held"), keys_only=True),
                                   ec.get(*k.span("lease"), keys_only=True),
-                                  ec.get(*k.span("queue"), keys_only=True, limit=_QUEUE_PAGE)], [], retry=True)
+                                  ec.get(*window, keys_only=True, limit=_QUEUE_PAGE)], [], retry=True)
         seen = time.monotonic()  # after the answer that showed these leases ended
         held, live, queued = res.ranges
         alive = {kv.key[len(k.section("lease")):] for kv in live}
@@ -503,12 +505,12 @@ class EtcdBackend(Backend):
                     if not self._waiting_out(job_id, kv.mod_revision):
                         expired.append(job_id)
         lease = self._first_claimable(expired, owner, ttl)
+        if lease is None:
+            queued = self._queue.oldest(self._conn, first=(window, queued))
         while lease is None and queued:
             lease = self._first_claimable(self._queued_ids(queued), owner, ttl)
-            if lease is None and len(queued) == _QUEUE_PAGE:  # all taken meanwhile: read on
-                queued, _, _ = self._conn.range(queued[-1].key + b"\0", k.span("queue")[1], limit=_QUEUE_PAGE)
-            else:
-                break
+            if lease is None:  # all taken meanwhile: read on
+                queued = self._queue.oldest(self._conn, after=queued[-1].key + b"\0")
         return lease
 
     def _queued_ids(self, kvs: list[KV]) -> list[str]:

@@ -335,7 +335,10 @@ def decode_range(buf: bytes) -> tuple[list[KV], int, bool]:
 
 
 # Pings on open streams (watches) notice a frozen server; etcd refuses pings under 5 s apart.
-_CHANNEL_OPTIONS = [("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000)]
+_CHANNEL_OPTIONS = [("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
+                    # A listing's walk of every job key in one answer (etcd_scan.scan): 1,000,000
+                    # keys of 30 bytes are about 40 MB, past gRPC's default 4 MB.
+                    ("grpc.max_receive_message_length", 512 * 1024 * 1024)]
 
 
 class _Endpoint:
@@ -437,10 +440,11 @@ class Connection:
                          retry=retry)
 
     def range(self, key: bytes, end: bytes = b"", *, revision: int = 0, limit: int = 0,
-              newest_first: bool = False, by_create: bool = False) -> tuple[list[KV], int, bool]:
+              newest_first: bool = False, by_create: bool = False,
+              keys_only: bool = False) -> tuple[list[KV], int, bool]:
         """Keys in ``[key, end)`` as ``(kvs, revision read at, more)``."""
         req = encode_range(key, end, limit=limit, revision=revision, order=2 if newest_first else 1,
-                           target=2 if by_create else 0)
+                           target=2 if by_create else 0, keys_only=keys_only)
         return self.call(lambda ep, md: decode_range(ep.range(req, timeout=self.timeout, metadata=md)))
 
     # -- leases ----------------------------------------------------------------------------

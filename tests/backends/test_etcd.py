@@ -214,7 +214,34 @@ def test_claim_next_reads_the_indexes_not_every_job(etcd_harness: EtcdHarness, s
         assert lease.job_id in remaining[:4]
         taken.append(lease.job_id)
         store.complete(lease)
-    assert len(taken) == 43 and ranges == []  # no listing of jobs: one indexed read per call
+    jobs = store.backend.keys.section("job")  # type: ignore[attr-defined]
+    assert len(taken) == 43 and not [r for r in ranges if r[0].startswith(jobs)]  # the index only
+
+
+class _HourBehind:
+    def time(self) -> float:
+        return time.time() - 3600
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+def test_claim_next_finds_jobs_queued_below_its_floor(etcd_harness: EtcdHarness, store: tenure.Store) -> None:
+    """claim_next reads the queue from the oldest key it saw; a submitter whose clock is behind
+    queues below that, and is found once nothing is left above it."""
+    ttl = etcd_harness.ttl
+    store.submit("a")
+    store.submit("b")
+    first = store.claim_next(owner="w", ttl=ttl)
+    assert first is not None  # the floor is now a's key
+    store.complete(first)
+    with etcd_harness.connect(_url_of(store), clock=_HourBehind()) as behind:
+        behind.submit("late")  # queued an hour before the floor
+    taken = [first.job_id]
+    while (lease := store.claim_next(owner="w", ttl=ttl)) is not None:
+        taken.append(lease.job_id)
+        store.complete(lease)
+    assert sorted(taken[:2]) == ["a", "b"] and taken[2:] == ["late"]
 
 
 def test_submit_many_keeps_existing_jobs_as_they_are(etcd_harness: EtcdHarness, store: tenure.Store) -> None:
