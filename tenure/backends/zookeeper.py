@@ -96,6 +96,7 @@ class ZooKeeperBackend(Backend):
         injected into the Store), so ``HeldRecords`` may compare them with it."""
         self.config = config
         self.held = HeldRecords(self, system_deadlines)
+        self._claims_existing = False  # whether the last claim found its job existing
         self.layout = zl.Layout(config.root)
         self._state_lock = threading.Lock()
         self._link = Link()
@@ -355,6 +356,7 @@ class ZooKeeperBackend(Backend):
         for _ in range(2):
             with mapped_errors("reading jobs"):
                 bucket, probe = self.index.probe()
+                sent = time.monotonic()
                 clock = self.client.set_async(self._clock_path, b"")
                 keys = [self.layout.job(j) for j in job_ids]
                 gens = [self.layout.gen(j) for j in job_ids]
@@ -366,7 +368,7 @@ class ZooKeeperBackend(Backend):
                 except NoNodeError:
                     self._clock_create()
                     continue
-                now, epoch = self._stamp(clock_stat), clock_stat.mzxid >> 32
+                now, epoch = self._stamp(clock_stat, sent), clock_stat.mzxid >> 32
                 placer = self.index.placer(now, bucket, None if probe is None else self._wait(probe))
                 reads = []
                 for key, gen in zip(keys, gens, strict=True):
@@ -392,12 +394,17 @@ class ZooKeeperBackend(Backend):
     def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
         # One round trip: the multi that claims the job if it is new (HeldRecords), and behind
         # it step 1 of the general path, answered after the multi, for a job that exists.
+        # The read costs the server and kazoo's thread work for nothing when the job is new,
+        # so it goes along only if the last claim here found its job existing: a worker that
+        # claims new jobs pays one round trip, one that claims known jobs two, as before.
         first = None
         fast = self.held.send_claim_new(job_id, owner, ttl)
         if fast is not None:
             claimed, bound = fast
-            first = self._send_read(job_id, gen=True, bound=bound)  # no clock write: see _claim
+            if self._claims_existing:
+                first = self._send_read(job_id, gen=True, bound=bound)  # no clock write: see _claim
             lease = claimed()
+            self._claims_existing = lease is None
             if lease is not None:
                 return lease
         lease = self._claim(job_id, owner, ttl, first=first)

@@ -48,9 +48,8 @@ def test_new_claims_and_the_holders_renew_and_complete_take_one_multi(
     ttl = zk_harness.ttl
     counts = _counted(store)
     store.now()  # a stamp of the leader's clock to bound the next writes by
-    # The multi, with step 1 of the general path sent behind it in case the job exists.
     lease, reads, multis = _sent(counts, lambda: store.claim("new", owner="a", ttl=ttl))
-    assert (reads, multis, lease.token) == (1, 1, 1)
+    assert (reads, multis, lease.token) == (0, 1, 1)
     before = store.now()
     lease, reads, multis = _sent(counts, lambda: store.renew(lease))
     assert (reads, multis) == (0, 1)
@@ -64,12 +63,21 @@ def test_new_claims_and_the_holders_renew_and_complete_take_one_multi(
 
 
 def test_a_job_that_exists_is_claimed_through_a_read(zk_harness: ZooKeeperHarness, store: tenure.Store) -> None:
-    store.submit("old")
+    store.submit_many(["old", "older"])
     counts = _counted(store)
+    backend: Any = store.backend
+    pipelined: list[bool] = []
+    read = backend._read
+    backend._read = lambda *a, **kw: pipelined.append(kw.get("sent") is not None) or read(*a, **kw)
     lease, reads, multis = _sent(counts, lambda: store.claim("old", owner="a", ttl=zk_harness.ttl))
-    # The new-job multi fails as a whole; step 1, sent with it, serves the claim's second multi.
-    assert (reads, multis) == (1, 2)
+    # The new-job multi fails as a whole; then step 1 and the claim's multi.
+    assert (reads, multis, pipelined) == (1, 2, [False])
     assert lease.token == 1 and store.get("old").owner == "a"  # type: ignore[union-attr]
+    # Having found a job existing, the next claim sends step 1 along with the new-job multi:
+    # two round trips, not three.
+    pipelined.clear()
+    _, reads, multis = _sent(counts, lambda: store.claim("older", owner="a", ttl=zk_harness.ttl))
+    assert (reads, multis, pipelined) == (1, 2, [True])
     with pytest.raises(tenure.AlreadyClaimed):
         store.claim("old", owner="b", ttl=zk_harness.ttl)
 
@@ -78,6 +86,8 @@ def test_whether_a_lease_expired_is_judged_on_a_fresh_read_of_the_leaders_clock(
         zk_harness: ZooKeeperHarness, store: tenure.Store) -> None:
     a = store.claim("j", owner="a", ttl=zk_harness.short_ttl)
     zk_harness.expire(store, a)
+    store.submit("x")
+    store.claim("x", owner="c", ttl=zk_harness.ttl)  # found existing: the next claim pipelines
     counts = _counted(store)
     b, reads, multis = _sent(counts, lambda: store.claim("j", owner="b", ttl=zk_harness.ttl))
     # The read sent with the new-job multi has no stamp of its own; a leased record is read again.
