@@ -318,7 +318,9 @@ class EtcdBackend(Backend):
             for i, job_id in enumerate(batch):
                 absent += [ec.compare(k.job(job_id), "mod", "==", 0), ec.compare(k.lease(job_id), "create", "==", 0),
                            ec.compare(k.end(job_id), "mod", "==", 0)]
-                at = now + i * 1e-6  # a microsecond apart: the queue keeps the order given
+                # Ten microseconds apart, so the queue keeps the order given: one apart can round
+                # to the same microsecond at today's epoch times (a double's step is 0.24 µs).
+                at = now + i * 1e-5
                 new = transitions.submit(None, job_id, at)
                 assert new is not None  # a job that does not exist is always submitted
                 writes += self._submitted(new, at, actor)
@@ -527,8 +529,9 @@ class EtcdBackend(Backend):
         for job_id in job_ids:
             try:
                 return self.claim(job_id, owner, ttl)
-            except (AlreadyClaimed, JobCompleted, CorruptRecord):
-                continue  # someone else was faster, it is waited out, or it cannot be claimed
+            except (AlreadyClaimed, JobCompleted, CorruptRecord) as exc:
+                # Someone else was faster, it is waited out, or it cannot be claimed.
+                log.debug("claim_next passed over %r: %s", job_id, exc)
         return None
 
     def _held_here(self, lease: Lease) -> bool:

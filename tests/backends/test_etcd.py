@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import os
 import shutil
@@ -197,7 +198,9 @@ def test_the_indexes_follow_every_change_in_the_same_transaction(
     assert _indexes(etcd_harness, store) == (["c", "a", "b"], ["d"])
 
 
-def test_claim_next_reads_the_indexes_not_every_job(etcd_harness: EtcdHarness, store: tenure.Store) -> None:
+def test_claim_next_reads_the_indexes_not_every_job(etcd_harness: EtcdHarness, store: tenure.Store,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("DEBUG", logger="tenure.etcd")
     store.submit_many(f"old-{i:02d}" for i in range(40))  # more than one queue page
     for i in range(3):
         store.submit(f"new-{i}")
@@ -212,7 +215,7 @@ def test_claim_next_reads_the_indexes_not_every_job(etcd_harness: EtcdHarness, s
         remaining = [f"old-{i:02d}" for i in range(40)] + [f"new-{i}" for i in range(3)]
         remaining = [j for j in remaining if j not in taken]
         queue = _indexes(etcd_harness, store)[0]
-        assert lease.job_id in remaining[:4], (lease.job_id, taken, queue[:8])
+        assert lease.job_id in remaining[:4], (lease.job_id, taken, queue[:8], caplog.messages[-5:])
         taken.append(lease.job_id)
         store.complete(lease)
     jobs = store.backend.keys.section("job")  # type: ignore[attr-defined]
@@ -243,6 +246,20 @@ def test_claim_next_finds_jobs_queued_below_its_floor(etcd_harness: EtcdHarness,
         taken.append(lease.job_id)
         store.complete(lease)
     assert sorted(taken[:2]) == ["a", "b"] and taken[2:] == ["late"]
+
+
+def test_submit_many_queues_jobs_in_the_order_given(etcd_harness: EtcdHarness, store: tenure.Store) -> None:
+    # Names whose keys sort otherwise ("old-04" encodes below "old-03"): only the time orders them.
+    names = [f"old-{i:02d}" for i in range(60)]
+    section = store.backend.keys.section("queue")  # type: ignore[attr-defined]
+    node = etcd_harness.cluster.nodes[0]
+    for _ in range(3):
+        store.submit_many(names)
+        assert _indexes(etcd_harness, store)[0] == names
+        times = [int(key[len(section):len(section) + 20]) for key in node.keys(section)]
+        assert all(a < b for a, b in itertools.pairwise(times)), "two jobs queued at one microsecond"
+        for lease in [store.claim(name, owner="w", ttl=etcd_harness.ttl) for name in names]:
+            store.complete(lease)
 
 
 def test_submit_many_keeps_existing_jobs_as_they_are(etcd_harness: EtcdHarness, store: tenure.Store) -> None:
