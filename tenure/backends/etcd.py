@@ -124,7 +124,7 @@ class _Ended:
     """A lease etcd ended, as this process saw it: when first, and its holder's longest TTL."""
 
     first_seen: float  # monotonic, no earlier than the answer that showed the key gone
-    ttl: float | None = None  # read from the job's history when first needed
+    ttl: float | None = None  # from the job and held keys, once a claim has read them
 
 
 class _Snapshot:
