@@ -133,6 +133,9 @@ class _Snapshot:
     def __init__(self, job_id: str, kvs: list[list[KV]], now: float) -> None:
         job, lease, end, held = (r[0] if r else None for r in kvs)
         self.job, self.lease, self.end, self.held = job, lease, end, held
+        # The lease's incarnation (the held key's mod revision; 0 without one): what a wait
+        # before a claim was for, and what the claim then compares (_wait_out_holder).
+        self.incarnation = held.mod_revision if held is not None else 0
         self.mods = (job.mod_revision if job else 0, lease.create_revision if lease else 0,
                      end.mod_revision if end else 0)
         self.now = now  # judge the record by this time only: a live lease key is live at it
@@ -160,7 +163,7 @@ class EtcdBackend(Backend):
         self._pool: dict[int, list[_EtcdLease]] = {}  # idle leases by the etcd TTL they serve
         self._pooled = 0
         self._queue = etcd_scan.QueueCursor(self.keys)
-        # (job, token) of leases etcd ended, for their quarantine (_wait_out_holder)
+        # (job, incarnation) of leases etcd ended, for the wait before a claim (_wait_out_holder)
         self._ended: collections.OrderedDict[tuple[str, int], _Ended] = collections.OrderedDict()
         self._retention_lease: tuple[int, float] | None = None  # (id, monotonic time to rotate)
         try:
@@ -402,8 +405,8 @@ class EtcdBackend(Backend):
         """Write the claim: its token and expiry estimate; raises if the job is not claimable.
 
         Without a snapshot the first transaction assumes the job does not exist (one round
-        trip for a new job, no read first); if it does, the failure branch reads its three
-        keys and the next transaction compares against those.
+        trip for a new job, no read first); if it does, the failure branch reads its keys and
+        the next transaction compares against those.
         """
         k = self.keys
         for _ in range(_RETRIES):
@@ -419,7 +422,7 @@ class EtcdBackend(Backend):
                              now + lease.granted, rec.runs if rec else 1)
             mj, _, mo = snap.mods if snap is not None else (0, 0, 0)
             queued = None if snap is None else queued_since(job_id, snap.job, snap.end)
-            incarnation = snap.held.mod_revision if snap is not None and snap.held is not None else 0
+            incarnation = snap.incarnation if snap is not None else 0
             res = self._write(  # job, end and held keys as read (the wait was for that
                 # incarnation: _wait_out_holder), and no lease key whatever was read
                 [ec.compare(k.job(job_id), "mod", "==", mj), ec.compare(k.lease(job_id), "create", "==", 0),
@@ -442,8 +445,7 @@ class EtcdBackend(Backend):
         rec = snap.record
         if rec is None or rec.state is not JobState.LEASED or snap.lease is not None or snap.end is not None:
             return None
-        incarnation = snap.held.mod_revision if snap.held is not None else rec.token
-        return self._ended_since(rec.job_id, incarnation, snap.seen)
+        return self._ended_since(rec.job_id, snap.incarnation, snap.seen)
 
     def _ended_since(self, job_id: str, incarnation: int, seen: float) -> _Ended:
         """``incarnation``: the held key's mod revision, which a revival changes, so a lease
@@ -579,7 +581,7 @@ class EtcdBackend(Backend):
             log.info("etcd had ended the lease of %r (token %d) early; %s restored it", job_id, token, op.value)
             return res.nested[0]
         # Why, read afterwards at the refusal's own revision: the same view the failure branch
-        # had, without three reads in every transaction of the hot path.
+        # had, without reading the job's keys in every transaction of the hot path.
         try:
             ranges = self._conn.txn([], self._reads(job_id, res.revision), [], retry=True).ranges
         except LeaseError:

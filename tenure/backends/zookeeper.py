@@ -1,6 +1,7 @@
 """``zk://user:pass@h1:2181,h2:2181/root``: leases on ZooKeeper through kazoo.
 
-Every decision follows one pattern, two round trips:
+Every decision follows one pattern, two round trips (``zookeeper_held`` has the two cases
+that need only the second):
 
 1. *read*: write this client's clock znode and read the job's znodes, pipelined in one round
    trip. ZooKeeper answers a session's requests in order, so the job data is at least as new

@@ -145,8 +145,7 @@ class HeldRecords:
             if results is None:
                 return False
             if stamp:
-                stat = results[0]  # the clock znode, written first
-                self.stamped(float(stat.mtime) / 1000.0, sent, int(stat.mzxid) >> 32)
+                self._b._stamp(results[0], sent)  # the clock znode, written first
             return True
 
         return applied
