@@ -24,6 +24,7 @@ from tenure.core.errors import (
     NotYetClaimable,
     StaleLease,
     StaleToken,
+    TokenChanged,
 )
 from tenure.core.records import (
     Change,
@@ -76,6 +77,7 @@ __all__ = [
     "Store",
     "Summary",
     "SystemClock",
+    "TokenChanged",
     "Transaction",
     "__version__",
     "connect",

@@ -703,7 +703,7 @@ class EtcdBackend(Backend):
     def release(self, lease: Lease) -> None:
         self._end(Op.RELEASE, lease, "released", None)
 
-    def force_expire(self, job_id: str, actor: str | None = None) -> None:
+    def force_expire(self, job_id: str, actor: str | None = None, token: int | None = None) -> None:
         k = self.keys
         for _ in range(_RETRIES):
             snap = self._snapshot(job_id)

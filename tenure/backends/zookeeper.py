@@ -555,7 +555,7 @@ class ZooKeeperBackend(Backend):
     def release(self, lease: Lease) -> None:
         self._holder_op(Op.RELEASE, lease, transitions.release)
 
-    def force_expire(self, job_id: str, actor: str | None = None) -> None:
+    def force_expire(self, job_id: str, actor: str | None = None, token: int | None = None) -> None:
         for _ in range(ATTEMPTS):
             read = self._read(job_id)
             rec = read.record(job_id)

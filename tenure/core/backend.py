@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tenure.core import transitions, watch
-from tenure.core.errors import CorruptRecord, JobNotFound, StaleLease
+from tenure.core.errors import CorruptRecord, JobNotFound, StaleLease, TokenChanged
 from tenure.core.records import (
     Change,
     HistoryEvent,
@@ -120,10 +120,12 @@ class Backend(abc.ABC):
         """Accepted changes, oldest first, with bounded retention."""
 
     @abc.abstractmethod
-    def force_expire(self, job_id: str, actor: str | None = None) -> None:
+    def force_expire(self, job_id: str, actor: str | None = None, token: int | None = None) -> None:
         """Operator action: end the current lease now by the store's clock.
 
-        ``actor``, when given, is recorded as the owner of the EXPIRE history event.
+        ``actor``, when given, is recorded as the owner of the EXPIRE history event. ``token``,
+        when given, is the token the operator saw: if the job's current token differs, nothing
+        changes and ``TokenChanged`` is raised, decided in the same atomic step as the change.
         """
 
     @abc.abstractmethod
@@ -260,11 +262,13 @@ class RecordBackend(Backend):
     def release(self, lease: Lease) -> None:
         self._holder_op(Op.RELEASE, lease, transitions.release)
 
-    def force_expire(self, job_id: str, actor: str | None = None) -> None:
+    def force_expire(self, job_id: str, actor: str | None = None, token: int | None = None) -> None:
         with self.transaction() as tx:
             rec = tx.load(job_id)
             if rec is None:
                 raise JobNotFound(job_id)
+            if token is not None and rec.token != token:
+                raise TokenChanged(job_id, token, rec.token)
             if rec.state is JobState.LEASED and transitions.is_claimable(rec, tx.now) is False:
                 new = transitions.force_expire(rec, tx.now)
                 tx.save(new)

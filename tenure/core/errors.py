@@ -8,6 +8,8 @@ Every error tenure raises on purpose derives from :class:`LeaseError`::
     │   └── NotYetClaimable                 the store ended the lease early enough that its holder
     │                                       may still trust it; claimable after ``retry_after``
     ├── JobCompleted                        the job is completed; submit() it again for a new run
+    ├── TokenChanged                        an operator's confirmed token is no longer the job's
+    │                                       current one (force_expire with token=); nothing changed
     ├── JobNotFound (also KeyError)         an operation needs a job that does not exist
     ├── StaleLease                          renew/complete/release with an owner or token that no
     │                                       longer matches, or after expiry by the store's clock
@@ -71,6 +73,21 @@ class JobCompleted(LeaseError):
     def __init__(self, job_id: str) -> None:
         super().__init__(f"job {job_id!r} is completed")
         self.job_id = job_id
+
+
+class TokenChanged(LeaseError):
+    """An operator confirmed one token, but the job's current token is another: nothing changed.
+
+    ``force_expire(job_id, token=N)`` raises it when the job was claimed (or completed) between
+    the moment the operator looked and the moment the request reached the store.
+    """
+
+    def __init__(self, job_id: str, expected: int, current: int | None) -> None:
+        super().__init__(f"job {job_id!r}: token {expected} was confirmed, but the current token is {current}; "
+                         "nothing was changed")
+        self.job_id = job_id
+        self.expected = expected
+        self.current = current
 
 
 class JobNotFound(LeaseError, KeyError):

@@ -198,12 +198,17 @@ class Store:
         return self.backend.health()
 
     # -- operators and destinations ------------------------------------------------------
-    def force_expire(self, job_id: str, *, actor: str | None = None) -> None:
+    def force_expire(self, job_id: str, *, token: int | None = None, actor: str | None = None) -> None:
         """End a job's current lease now, so it can be claimed again (an operator action).
 
-        ``actor`` names the operator; history records it as the owner of the EXPIRE event.
+        ``token``: the token the operator confirmed; if the job's current token is another
+        (claimed again since the operator looked), nothing changes and ``TokenChanged`` is
+        raised. ``actor`` names the operator; history records it as the owner of the EXPIRE
+        event. A holder whose lease is ended this way can still act until its next renewal or
+        its safe deadline: fencing at the destination is what protects the effects then.
         """
-        self.backend.force_expire(validation.job_id(job_id), None if actor is None else validation.owner(actor))
+        self.backend.force_expire(validation.job_id(job_id), None if actor is None else validation.owner(actor),
+                                  None if token is None else validation.token(token))
 
     def report_rejection(self, job_id: str, owner: str, token: int, *, resource: str,
                          highest: int, reason: str = "") -> Rejection:

@@ -215,3 +215,20 @@ def test_submit_many_validates_everything_before_writing(store: tenure.Store) ->
     assert list(store.jobs()) == []
     store.submit_many(f"job-{i}" for i in range(5))
     assert sorted(j.job_id for j in store.jobs()) == [f"job-{i}" for i in range(5)]
+
+
+def test_force_expire_with_a_confirmed_token_refuses_a_newer_holder(harness: Harness, store: tenure.Store) -> None:
+    # The operator looked at holder a's token; the job changed hands before the click landed.
+    a = store.claim("j", owner="a", ttl=harness.short_ttl)
+    harness.expire(store, a)
+    b = store.claim("j", owner="b", ttl=harness.ttl)
+    with pytest.raises(tenure.TokenChanged) as info:
+        store.force_expire("j", token=a.token, actor="operator")
+    assert (info.value.expected, info.value.current) == (a.token, b.token)
+    status = store.get("j")
+    assert status is not None and status.state is JobState.LEASED and status.owner == "b"
+    store.renew(b)  # b still holds the job: nothing was changed
+    store.force_expire("j", token=b.token, actor="operator")
+    assert store.get("j").state is JobState.EXPIRED  # type: ignore[union-attr]
+    with pytest.raises(tenure.InvalidArgument):
+        store.force_expire("j", token="7")  # type: ignore[arg-type]
