@@ -21,7 +21,7 @@ from tests.harness import Harness, MemoryHarness, SQLiteHarness  # noqa: E402
 
 pytest_plugins = ["tests.servers.fixtures"]
 
-ALL_BACKENDS = ("memory", "sqlite", "etcd", "zk")
+ALL_BACKENDS = ("memory", "sqlite", "etcd", "zk", "postgres")
 BACKENDS = [b for b in os.environ.get("TENURE_TEST_BACKENDS", ",".join(ALL_BACKENDS)).split(",") if b]
 
 

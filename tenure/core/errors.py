@@ -18,7 +18,9 @@ Every error tenure raises on purpose derives from :class:`LeaseError`::
     │                                       the safe local deadline passed)
     ├── CorruptRecord                       a record in the store that tenure cannot read
     └── BackendUnavailable                  the store cannot be reached, timed out or refused access
-        └── AuthenticationFailed            wrong or missing credentials
+        ├── AuthenticationFailed            wrong or missing credentials
+        └── OutcomeUnknown                  a write was sent but its answer was lost: it may or may
+                                            not have been applied (never reported as refused)
 
 Backends map their client library's errors to these in one place each, keeping the
 original as ``__cause__`` (``raise ... from exc``).
@@ -145,3 +147,11 @@ class BackendUnavailable(LeaseError):
 
 class AuthenticationFailed(BackendUnavailable):
     """The store refused the credentials (or their absence)."""
+
+
+class OutcomeUnknown(BackendUnavailable):
+    """A write reached the store, but the connection broke before its answer: it may have been applied.
+
+    Backends that cannot tell raise plain ``BackendUnavailable`` in this case; either way the
+    caller must not take it as a refusal (re-read the job, or retry: tokens tell them apart).
+    """

@@ -22,6 +22,8 @@ BUILTIN: dict[str, tuple[str, str, str | None]] = {
     "etcd": ("tenure.backends.etcd", "EtcdBackend", "etcd"),
     "zk": ("tenure.backends.zookeeper", "ZooKeeperBackend", "zookeeper"),
     "zookeeper": ("tenure.backends.zookeeper", "ZooKeeperBackend", "zookeeper"),
+    "postgresql": ("tenure.backends.postgres", "PostgresBackend", "postgres"),
+    "postgres": ("tenure.backends.postgres", "PostgresBackend", "postgres"),
 }
 ENTRY_POINT_GROUP = "tenure.backends"
 

@@ -1,0 +1,230 @@
+"""The statements of the PostgreSQL store: one statement, one round trip, per operation.
+
+Each write is a single statement of CTEs that reads the server's clock once
+(``clock_timestamp()``), judges the record, applies the change, writes the history event or,
+for a refused renew/complete/release, the rejection: all in one implicit transaction, so
+the audit is atomic with the refusal. SQL has to judge here (a second round trip would cost
+as much as the write), so the rules below repeat ``tenure.core.transitions``; each says which
+function it mirrors, and the backend decodes any refused row with ``transitions`` again, so a
+disagreement shows up as a retry rather than as a wrong answer.
+
+Statements name their tables through ``{s}``, the schema, quoted once when the backend opens.
+"""
+
+from __future__ import annotations
+
+from tenure.core.records import JobState, Op, Reason
+
+_CLOCK = "clock AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now)"
+JOB_COLUMNS = ("job_id, state, owner, token, lease_until, ttl, submitted_at, claimed_at, renewed_at, "
+               "completed_at, runs, result")
+
+
+def _lit(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def valid(alias: str) -> str:
+    """A row ``decode_row`` accepts, as far as SQL can tell: a corrupt row is never changed."""
+    a = alias
+    return (f"({a}.token >= 0 AND {a}.runs >= 0 AND ({a}.state IN ('pending', 'completed')"
+            f" OR ({a}.state = 'leased' AND {a}.owner IS NOT NULL AND {a}.lease_until IS NOT NULL"
+            f" AND {a}.ttl IS NOT NULL)))")
+
+
+def _cols(alias: str) -> str:
+    return ", ".join(f"{alias}.{c.strip()}" for c in JOB_COLUMNS.split(","))
+
+
+def _claimable(alias: str, now: str) -> str:
+    # transitions.is_claimable: pending, or leased with the lease run out by store time.
+    return f"({alias}.state = 'pending' OR ({alias}.state = 'leased' AND {alias}.lease_until <= {now}))"
+
+
+_NO_ROW = ("NULL::text, NULL::text, NULL::text, NULL::bigint, NULL::float8, NULL::float8, NULL::float8, "
+           "NULL::float8, NULL::float8, NULL::float8, NULL::int, NULL::bytea")  # where a job row would be
+_EVENT = "INSERT INTO {s}.events (job_id, op, owner, token, at, expires_at)"
+
+
+def notify(payload: str) -> str:
+    """LISTEN/NOTIFY for watch(): 'j' and a job id for a changed job, 'r' for a new rejection."""
+    return f"(CASE WHEN %(channel)s <> '' THEN pg_notify(%(channel)s, {payload})::text END)"
+
+
+_TOUCH = notify("'j' || {job}")
+
+# claim(job): a missing job is created leased (token 1); an existing one is taken only if
+# claimable (transitions.claim). ON CONFLICT locks the existing row before the WHERE judges it.
+# A refused claim reads the row FOR UPDATE: after ON CONFLICT's lock that is the version it
+# judged, which the backend hands to transitions.claim for the exact error.
+CLAIM = f"""
+WITH {_CLOCK},
+won AS (
+  INSERT INTO {{s}}.jobs AS j (job_id, state, owner, token, lease_until, ttl, submitted_at, claimed_at,
+                             runs, queued)
+  SELECT %(job)s, 'leased', %(owner)s, 1, now + %(ttl)s, %(ttl)s, now, now, 1, nextval('{{s}}.queue') FROM clock
+  ON CONFLICT (job_id) DO UPDATE SET state = 'leased', owner = excluded.owner, token = j.token + 1,
+    lease_until = excluded.lease_until, ttl = excluded.ttl, claimed_at = excluded.claimed_at, renewed_at = NULL
+  WHERE {valid('j')} AND {_claimable('j', 'excluded.claimed_at')}
+  RETURNING {_cols('j')}),
+event AS ({_EVENT} SELECT job_id, '{Op.CLAIM}', owner, token, claimed_at, lease_until FROM won)
+SELECT 'won', {_cols('w')}, w.claimed_at, {_TOUCH.format(job='w.job_id')} FROM won w
+UNION ALL
+SELECT 'refused', c.*, NULL FROM (
+  SELECT {_cols('j')}, clock.now FROM {{s}}.jobs j, clock
+  WHERE j.job_id = %(job)s AND NOT EXISTS (SELECT 1 FROM won) FOR UPDATE OF j) c
+"""
+
+# claim_next: an overdue lease first (by expiry), else the oldest pending job (by queue
+# place), each through its partial index; SKIP LOCKED passes over rows another claimer is
+# taking, and FOR UPDATE re-checks the row it locks against its latest version.
+CLAIM_NEXT = f"""
+WITH {_CLOCK},
+overdue AS MATERIALIZED (
+  SELECT j.job_id FROM {{s}}.jobs j, clock
+  WHERE j.state = 'leased' AND j.lease_until <= clock.now AND {valid('j')}
+  ORDER BY j.lease_until LIMIT 1 FOR UPDATE OF j SKIP LOCKED),
+waiting AS MATERIALIZED (
+  SELECT j.job_id FROM {{s}}.jobs j
+  WHERE j.state = 'pending' AND {valid('j')} AND NOT EXISTS (SELECT 1 FROM overdue)
+  ORDER BY j.queued LIMIT 1 FOR UPDATE OF j SKIP LOCKED),
+pick AS (SELECT job_id FROM overdue UNION ALL SELECT job_id FROM waiting),
+won AS (
+  UPDATE {{s}}.jobs j SET state = 'leased', owner = %(owner)s, token = j.token + 1,
+    lease_until = clock.now + %(ttl)s, ttl = %(ttl)s, claimed_at = clock.now, renewed_at = NULL
+  FROM pick, clock WHERE j.job_id = pick.job_id
+  RETURNING j.job_id, j.owner, j.token, j.lease_until, j.ttl, j.claimed_at),
+event AS ({_EVENT} SELECT job_id, '{Op.CLAIM}', owner, token, claimed_at, lease_until FROM won)
+SELECT w.job_id, w.owner, w.token, w.lease_until, w.ttl, {_TOUCH.format(job='w.job_id')} FROM won w
+"""
+
+# transitions.check, in its order; a corrupt row is reported before anything is judged.
+_REASON = f"""CASE
+    WHEN c.job_id IS NULL THEN {_lit(Reason.NOT_FOUND)}
+    WHEN NOT {valid('c')} THEN 'corrupt'
+    WHEN c.token <> %(token)s THEN {_lit(Reason.SUPERSEDED)}
+    WHEN c.owner IS DISTINCT FROM %(owner)s THEN {_lit(Reason.OWNER_MISMATCH)}
+    WHEN c.state = 'completed' THEN {_lit(Reason.COMPLETED)}
+    WHEN c.state <> 'leased' THEN {_lit(Reason.NOT_LEASED)}
+    WHEN c.lease_until IS NULL OR c.lease_until <= clock.now THEN {_lit(Reason.EXPIRED)}
+  END"""
+
+
+def _holder(op: Op, change: str, event_owner: str) -> str:
+    """renew/complete/release: apply ``change`` if the lease is current, else audit the refusal.
+
+    The UPDATE judges the row it locks (a concurrent change makes PostgreSQL re-check the
+    latest version). Only when it changed nothing is the row read FOR UPDATE to say why and
+    write the rejection; a row found current after all (it changed in between) writes
+    nothing and comes back as 'retry'.
+    """
+    return f"""
+WITH {_CLOCK},
+done AS (
+  UPDATE {{s}}.jobs j SET {change} FROM clock
+  WHERE j.job_id = %(job)s AND j.token = %(token)s AND j.owner = %(owner)s AND j.state = 'leased'
+    AND j.lease_until > clock.now AND {valid('j')}
+  RETURNING j.job_id, j.owner, j.token, j.lease_until, j.ttl, clock.now),
+event AS ({_EVENT} SELECT job_id, '{op}', {event_owner}, token, now, lease_until FROM done),
+cur AS MATERIALIZED (
+  SELECT {_cols('j')} FROM {{s}}.jobs j
+  WHERE j.job_id = %(job)s AND NOT EXISTS (SELECT 1 FROM done) FOR UPDATE),
+verdict AS MATERIALIZED (
+  SELECT {_REASON} AS reason, c.*, clock.now FROM clock LEFT JOIN cur c ON true
+  WHERE NOT EXISTS (SELECT 1 FROM done)),
+rejected AS (
+  INSERT INTO {{s}}.rejections (job_id, op, owner, token, current_owner, current_token, at, reason, kind)
+  SELECT %(job)s, '{op}', %(owner)s, %(token)s, v.owner, coalesce(v.token, 0), v.now, v.reason, 'store'
+  FROM verdict v WHERE v.reason IS NOT NULL AND v.reason <> 'corrupt'
+  RETURNING id)
+SELECT 'done', d.lease_until, d.ttl, d.now, {_TOUCH.format(job='d.job_id')}, {_NO_ROW}
+  FROM done d
+UNION ALL
+SELECT coalesce(v.reason, 'retry'), NULL, NULL, v.now,
+       CASE WHEN EXISTS (SELECT 1 FROM rejected) THEN {notify("'r'")} END, {_cols('v')}
+  FROM verdict v
+"""
+
+
+RENEW = _holder(Op.RENEW, "lease_until = clock.now + %(ttl)s, ttl = %(ttl)s, renewed_at = clock.now", "owner")
+COMPLETE = _holder(Op.COMPLETE, f"state = '{JobState.COMPLETED}', lease_until = NULL, "
+                                "completed_at = clock.now, result = %(result)s", "owner")
+# transitions.release: the token stays, so the next claim gets a higher one; the job keeps
+# its queue place. History records the released record, whose owner is gone.
+RELEASE = _holder(Op.RELEASE, f"state = '{JobState.PENDING}', owner = NULL, lease_until = NULL, ttl = NULL",
+                  "NULL")
+
+# submit_many: new jobs pending, completed ones a new run (transitions.submit), the rest
+# untouched; nothing at all is written if any of the jobs is corrupt (the backend raises).
+SUBMIT = f"""
+WITH {_CLOCK},
+wanted AS (SELECT id, min(ord) AS ord FROM unnest(%(ids)s::text[]) WITH ORDINALITY AS u(id, ord) GROUP BY id),
+bad AS MATERIALIZED (
+  SELECT {_cols('j')} FROM {{s}}.jobs j WHERE j.job_id = ANY(%(ids)s::text[]) AND NOT {valid('j')} LIMIT 1),
+put AS (
+  INSERT INTO {{s}}.jobs AS j (job_id, state, token, submitted_at, runs, queued)
+  SELECT w.id, 'pending', 0, clock.now, 1, nextval('{{s}}.queue')
+  FROM (SELECT id FROM wanted ORDER BY ord) w, clock WHERE NOT EXISTS (SELECT 1 FROM bad)
+  ON CONFLICT (job_id) DO UPDATE SET state = 'pending', owner = NULL, lease_until = NULL, ttl = NULL,
+    submitted_at = excluded.submitted_at, claimed_at = NULL, renewed_at = NULL, completed_at = NULL,
+    runs = j.runs + 1, result = NULL, queued = excluded.queued
+  WHERE j.state = 'completed' AND {valid('j')}
+  RETURNING j.job_id, j.token, j.submitted_at),
+event AS ({_EVENT} SELECT job_id, '{Op.SUBMIT}', %(actor)s, token, submitted_at, NULL FROM put),
+told AS (SELECT count({notify("'j' || job_id")}) FROM put)
+SELECT b.*, (SELECT * FROM told) FROM bad b
+UNION ALL SELECT {", ".join(["NULL"] * 12)}, (SELECT * FROM told) WHERE NOT EXISTS (SELECT 1 FROM bad)
+"""
+
+# force_expire: the row is locked first, so the token the operator confirmed is compared
+# with the version that is changed (or not).
+FORCE_EXPIRE = f"""
+WITH {_CLOCK},
+cur AS MATERIALIZED (SELECT {_cols('j')} FROM {{s}}.jobs j WHERE j.job_id = %(job)s FOR UPDATE),
+done AS (
+  UPDATE {{s}}.jobs j SET lease_until = clock.now FROM cur c, clock
+  WHERE j.job_id = c.job_id AND {valid('c')} AND (%(expected)s::bigint IS NULL OR c.token = %(expected)s::bigint)
+    AND c.state = 'leased' AND c.lease_until > clock.now
+  RETURNING j.job_id, j.owner, j.token, j.lease_until),
+event AS ({_EVENT} SELECT job_id, '{Op.EXPIRE}', coalesce(%(actor)s, owner), token, lease_until, lease_until
+  FROM done)
+SELECT c.*, (SELECT count({notify("'j' || job_id")}) FROM done) FROM cur c
+"""
+
+RECORD_REJECTION = f"""
+INSERT INTO {{s}}.rejections (job_id, op, owner, token, current_owner, current_token, at, reason, kind,
+                              resource)
+VALUES (%(job)s, %(op)s, %(owner)s, %(token)s, %(current_owner)s, %(current_token)s, %(at)s, %(reason)s,
+        %(kind)s, %(resource)s)
+RETURNING {notify("'r'")}
+"""
+
+NOW = "SELECT extract(epoch FROM clock_timestamp())::float8"
+GET = f"SELECT {JOB_COLUMNS}, extract(epoch FROM clock_timestamp())::float8 FROM {{s}}.jobs WHERE job_id = %(job)s"
+# Keyset pages over the primary key: each page an index range, never a rescan.
+JOBS_PAGE = (f"SELECT {JOB_COLUMNS}, extract(epoch FROM clock_timestamp())::float8 FROM {{s}}.jobs"
+             " WHERE job_id > %(after)s ORDER BY job_id LIMIT %(limit)s")
+REJECTIONS = """
+SELECT * FROM (SELECT job_id, op, owner, token, current_owner, current_token, at, reason, kind, resource, id
+               FROM {s}.rejections WHERE at >= %(since)s AND id > %(after)s ORDER BY id DESC LIMIT %(limit)s) r
+ORDER BY id"""
+HISTORY = """
+SELECT * FROM (SELECT job_id, op, owner, token, at, expires_at, id FROM {s}.events
+               WHERE (%(job)s::text IS NULL OR job_id = %(job)s::text) AND at >= %(since)s
+               ORDER BY id DESC LIMIT %(limit)s) e
+ORDER BY id"""
+TRIM = "DELETE FROM {s}.{table} WHERE id <= (SELECT max(id) FROM {s}.{table}) - %(keep)s"
+
+SUMMARY = f"""
+SELECT CASE WHEN NOT {valid('j')} THEN 'corrupt'
+            WHEN j.state = 'leased' AND j.lease_until <= %(now)s THEN 'expired'
+            WHEN j.state = 'leased' AND j.lease_until <= %(soon)s THEN 'soon' ELSE j.state END, count(*)
+FROM {{s}}.jobs j GROUP BY 1
+UNION ALL SELECT 'rejections', count(*) FROM {{s}}.rejections WHERE at >= %(hour)s"""
+STATE_COUNTS = "SELECT state, count(*) FROM {s}.jobs GROUP BY state"
+
+# By name, for the backend to bind to its schema once.
+STATEMENTS = {"CLAIM": CLAIM, "CLAIM_NEXT": CLAIM_NEXT, "RENEW": RENEW, "COMPLETE": COMPLETE, "RELEASE": RELEASE,
+              "SUBMIT": SUBMIT, "FORCE_EXPIRE": FORCE_EXPIRE, "RECORD_REJECTION": RECORD_REJECTION, "NOW": NOW,
+              "GET": GET, "JOBS_PAGE": JOBS_PAGE, "REJECTIONS": REJECTIONS, "HISTORY": HISTORY,
+              "SUMMARY": SUMMARY, "STATE_COUNTS": STATE_COUNTS}

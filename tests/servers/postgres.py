@@ -1,0 +1,206 @@
+"""PostgreSQL for tests: the machine's server for conformance, a private one for faults.
+
+Conformance runs against the PostgreSQL on 127.0.0.1:5432 (``TENURE_TEST_PG_URL`` points
+elsewhere), one fresh schema per store, all dropped when the session ends. Fault tests need
+a server they may SIGKILL, SIGSTOP and restart: ``PostgresServer`` runs Debian's ``initdb``
+and ``postgres`` as the ``postgres`` user in a temporary directory, on a free port, in its
+own process group. It also accepts one password user (``AUTH_USER``) by scram-sha-256, so
+a wrong password can be tested. In CI a server that cannot start fails the test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tenure
+from tests.harness import Harness, in_ci
+from tests.servers.zookeeper import free_port
+
+BIN = Path(os.environ.get("TENURE_PG_BIN", "/usr/lib/postgresql/15/bin"))
+MACHINE_URL = os.environ.get("TENURE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+AUTH_USER, AUTH_PASSWORD = "tenure_auth", "s3cret-Pa55"
+
+
+def cannot_start(reason: str) -> None:
+    if in_ci():
+        pytest.fail(f"PostgreSQL could not start (CI=true makes this a failure): {reason}")
+    pytest.skip(f"PostgreSQL not available: {reason}")
+
+
+def admin(url: str) -> Any:
+    """A plain psycopg connection for the tests' own SQL (dropping schemas, planting rows)."""
+    import psycopg
+
+    from tenure.core.options import parse_url
+
+    u = parse_url(url)
+    host, port = u.hosts[0]
+    return psycopg.connect(host=host, port=port or 5432, user=u.username or "postgres",
+                           dbname=u.path.strip("/"), autocommit=True, connect_timeout=5)
+
+
+class PostgresHarness(Harness):
+    name = "postgres"
+    short_ttl = 0.5
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.schemas: list[str] = []
+
+    def url(self) -> str:
+        schema = f"t_{uuid.uuid4().hex[:12]}"
+        self.schemas.append(schema)
+        return f"{self.base_url}?schema={schema}"
+
+    def corrupt(self, store: tenure.Store, job_id: str) -> None:
+        backend: Any = store.backend
+        with admin(self.base_url) as conn:
+            conn.execute(f"UPDATE {backend.quoted}.jobs SET state = 'bogus', token = -1 WHERE job_id = %s", (job_id,))
+
+    def drop(self) -> None:
+        if not self.schemas:
+            return
+        with admin(self.base_url) as conn:
+            for schema in self.schemas:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        self.schemas.clear()
+
+
+class PostgresServer:
+    """A private postmaster; ``kill``/``pause``/``resume``/``start`` act on its whole process group."""
+
+    def __init__(self, directory: Path | None = None, port: int | None = None) -> None:
+        # Not under pytest's tmp_path: the postgres user must be able to reach the directory.
+        self.directory = directory or Path(tempfile.mkdtemp(prefix="tenure-pg-", dir="/tmp"))
+        self.data = self.directory / "data"
+        self.port = port or free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _as_postgres(self, *cmd: str) -> list[str]:
+        return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else list(cmd)
+
+    def init(self) -> None:
+        if not (BIN / "initdb").exists():
+            cannot_start(f"no initdb in {BIN}")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:
+            shutil.chown(self.directory, "postgres", "postgres")
+        try:
+            subprocess.run(self._as_postgres(str(BIN / "initdb"), "-D", str(self.data), "-A", "trust", "-U",
+                                             "postgres", "--no-sync"), check=True, capture_output=True)
+        except (OSError, subprocess.CalledProcessError) as exc:
+            cannot_start(f"initdb failed: {getattr(exc, 'stderr', b'') or exc!r}")
+        hba = self.data / "pg_hba.conf"
+        hba.write_text(f"host all {AUTH_USER} 127.0.0.1/32 scram-sha-256\n" + hba.read_text())
+
+    def start(self, timeout: float = 30.0) -> None:
+        if not self.data.exists():
+            self.init()
+        log = open(self.directory / "server.log", "ab")  # noqa: SIM115 - the child keeps it
+        cmd = self._as_postgres(str(BIN / "postgres"), "-D", str(self.data), "-p", str(self.port),
+                                "-k", str(self.directory), "-c", "listen_addresses=127.0.0.1",
+                                "-c", "max_connections=60", "-c", "shared_buffers=32MB")
+        try:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        finally:
+            log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                cannot_start(f"postgres exited with {self.proc.returncode}; see {self.directory / 'server.log'}")
+            ready = subprocess.run([str(BIN / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port)],
+                                   check=False)
+            if ready.returncode == 0:
+                return
+            time.sleep(0.1)  # polling a starting server
+        cannot_start(f"not accepting connections after {timeout}s on port {self.port}")
+
+    def add_password_user(self) -> None:
+        with admin(self.url) as conn:
+            conn.execute(f"DO $$ BEGIN CREATE ROLE {AUTH_USER} LOGIN SUPERUSER PASSWORD '{AUTH_PASSWORD}';"
+                         " EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL to the postmaster and every backend: a crash, no shutdown checkpoint."""
+        self._signal(signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait(10)
+        self._wait_gone()
+
+    def _wait_gone(self) -> None:
+        pid_file = self.data / "postmaster.pid"
+        deadline = time.monotonic() + 10
+        while pid_file.exists() and time.monotonic() < deadline:
+            try:
+                pid = int(pid_file.read_text().split()[0])
+                os.kill(pid, 0)
+            except (ValueError, IndexError, ProcessLookupError, FileNotFoundError):
+                return
+            time.sleep(0.05)  # a backend of the killed group still exiting
+
+    def pause(self) -> None:
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
+
+    def close(self) -> None:
+        self.resume()
+        self.kill()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running() -> Iterator[PostgresServer]:
+    server = PostgresServer()
+    try:
+        server.start()
+        server.add_password_user()
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_session_harness() -> Iterator[PostgresHarness]:
+    try:
+        pytest.importorskip("psycopg_pool") if not in_ci() else None
+        with admin(MACHINE_URL):
+            pass
+    except Exception as exc:  # the driver's errors, and a server that is not there
+        cannot_start(f"{MACHINE_URL}: {exc}")
+    harness = PostgresHarness(MACHINE_URL)
+    yield harness
+    harness.drop()
+
+
+@pytest.fixture
+def postgres_harness(postgres_session_harness: PostgresHarness) -> PostgresHarness:
+    return postgres_session_harness
+
+
+@pytest.fixture(scope="session")
+def postgres_private() -> Iterator[PostgresServer]:
+    with running() as server:
+        yield server
