@@ -136,10 +136,26 @@ class PostgresServer:
             conn.execute(f"DO $$ BEGIN CREATE ROLE {AUTH_USER} LOGIN SUPERUSER PASSWORD '{AUTH_PASSWORD}';"
                          " EXCEPTION WHEN duplicate_object THEN NULL; END $$")
 
+    def _pids(self) -> list[int]:
+        """The server's processes: each backend calls setsid(), so no process group holds them all."""
+        if self.proc is None or self.proc.poll() is not None:
+            return []
+        parents: dict[int, int] = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        found, todo = [], [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            found.append(pid)
+            todo += [child for child, parent in parents.items() if parent == pid]
+        return found
+
     def _signal(self, sig: signal.Signals) -> None:
-        if self.proc is not None and self.proc.poll() is None:
+        for pid in self._pids():
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
+                os.kill(pid, sig)
 
     def kill(self) -> None:
         """SIGKILL to the postmaster and every backend: a crash, no shutdown checkpoint."""

@@ -1,0 +1,195 @@
+"""PostgreSQL specifics: URLs and options, credentials, one statement per operation, schema versions.
+
+The protocol itself is the conformance suite's (``TENURE_TEST_BACKENDS=postgres``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import tenure
+from tests.servers.postgres import AUTH_PASSWORD, AUTH_USER, PostgresHarness, PostgresServer, admin
+from tests.servers.zookeeper import free_port
+
+pytest.importorskip("psycopg_pool")
+
+
+@pytest.fixture
+def pg(postgres_session_harness: PostgresHarness) -> PostgresHarness:
+    return postgres_session_harness
+
+
+@pytest.mark.parametrize("url, match", [
+    ("postgresql://postgres@127.0.0.1:5432/", "dbname"),
+    ("postgresql://postgres@127.0.0.1:5432/a/b", "dbname"),
+    ("postgresql:///postgres", "dbname"),
+    ("postgresql://postgres@127.0.0.1:5432/postgres?schema=Bad-Name", "schema"),
+    ("postgresql://postgres@127.0.0.1:5432/postgres?schema=x;drop", "schema"),
+    ("postgresql://postgres@127.0.0.1:5432/postgres?colour=blue", "colour"),
+    ("postgresql://postgres@127.0.0.1:5432/postgres?timeout=0", "timeout"),
+    ("postgresql://postgres@127.0.0.1:5432/postgres?pool_size=0", "pool_size"),
+    ("postgresql://postgres@127.0.0.1:5432/postgres?notify=maybe", "notify"),
+])
+def test_bad_urls_and_options_are_invalid_arguments(url: str, match: str) -> None:
+    with pytest.raises(tenure.InvalidArgument, match=match):
+        tenure.connect(url)
+
+
+def test_a_password_never_appears_in_errors_or_the_store_url() -> None:
+    port = free_port()  # nothing listens there
+    url = f"postgresql://someone:{AUTH_PASSWORD}@127.0.0.1:{port}/postgres?colour=blue"
+    with pytest.raises(tenure.InvalidArgument) as bad:
+        tenure.connect(url)
+    with pytest.raises(tenure.BackendUnavailable) as down:
+        tenure.connect(url.split("?")[0] + "?timeout=2")
+    for exc in (bad.value, down.value):
+        assert AUTH_PASSWORD not in str(exc) and AUTH_PASSWORD not in repr(exc)
+
+
+def test_server_down_is_backend_unavailable_with_the_cause() -> None:
+    port = free_port()
+    with pytest.raises(tenure.BackendUnavailable) as info:
+        tenure.connect(f"postgresql://postgres@127.0.0.1:{port}/postgres?timeout=2")
+    assert not isinstance(info.value, tenure.AuthenticationFailed)
+    assert f"127.0.0.1:{port}" in str(info.value) and "refused" in str(info.value).lower()
+    assert info.value.__cause__ is not None
+
+
+def test_wrong_password_is_authentication_failed(postgres_private: PostgresServer) -> None:
+    base = f"127.0.0.1:{postgres_private.port}/postgres?schema=auth"
+    with pytest.raises(tenure.AuthenticationFailed) as info:
+        tenure.connect(f"postgresql://{AUTH_USER}:wrong-{AUTH_PASSWORD}@{base}")
+    assert "wrong-" not in str(info.value)
+    with tenure.connect(f"postgresql://{AUTH_USER}:{AUTH_PASSWORD}@{base}") as store:
+        store.submit("j")  # the right one is let in
+        assert AUTH_PASSWORD not in store.url and AUTH_PASSWORD not in repr(store)
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.statements: list[str] = []
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Counter]:
+    import psycopg
+
+    counter = _Counter()
+    real = psycopg.Connection.execute
+
+    def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        counter.statements.append(str(query))
+        return real(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", execute)
+    yield counter
+
+
+def test_each_protocol_operation_is_one_statement(pg: PostgresHarness, counted: _Counter) -> None:
+    with pg.connect() as store:
+        store.submit_many(["a", "b"])
+        steps: list[tuple[str, Any]] = [
+            ("claim", lambda: store.claim("a", owner="w", ttl=30)),
+            ("claim_next", lambda: store.claim_next(owner="w", ttl=30)),
+        ]
+        for name, call in steps:
+            counted.statements.clear()
+            call()
+            assert len(counted.statements) == 1, name
+        lease = store.claim("c", owner="w", ttl=30)
+        stale = store.claim("d", owner="w", ttl=30)
+        store.force_expire("d")
+        store.claim("d", owner="v", ttl=30)
+        for name, op in (("renew", lambda: store.renew(lease)), ("release", lambda: store.release(lease)),
+                         ("complete", lambda: store.complete(store.claim("c", owner="w", ttl=30)))):
+            counted.statements.clear()
+            op()
+            assert len(counted.statements) == (2 if name == "complete" else 1), name  # complete: claim + complete
+        counted.statements.clear()
+        with pytest.raises(tenure.StaleLease):
+            store.complete(stale)  # the refusal and its audit: the same one statement
+        assert len(counted.statements) == 1
+
+
+def test_tokens_survive_a_server_crash_and_resubmission(postgres_private: PostgresServer) -> None:
+    url = f"{postgres_private.url}?schema=crash&timeout=3"
+    with tenure.connect(url) as store:
+        first = store.claim("j", owner="a", ttl=30)
+        store.complete(first)
+    postgres_private.kill()  # SIGKILL: no shutdown checkpoint, recovery from the WAL
+    postgres_private.start()
+    with tenure.connect(url) as store:
+        assert store.get("j").state is tenure.JobState.COMPLETED  # type: ignore[union-attr]
+        store.submit("j")
+        assert store.claim("j", owner="b", ttl=30).token > first.token
+
+
+def test_a_write_whose_answer_is_lost_is_outcome_unknown_not_refused(postgres_private: PostgresServer) -> None:
+    with tenure.connect(f"{postgres_private.url}?schema=cut&timeout=1") as store:
+        store.submit("j")
+        store.get("j")  # a pooled connection, idle and ready
+        postgres_private.pause()  # the claim reaches the server's socket, the answer never comes back
+        try:
+            with pytest.raises(tenure.OutcomeUnknown) as info:
+                store.claim("j", owner="a", ttl=30)
+        finally:
+            postgres_private.resume()
+        assert "may or may not have been applied" in str(info.value)
+        # The server runs the claim once it wakes, on its own backend: it was applied after all.
+        deadline = time.monotonic() + 10
+        while (status := store.get("j")) is not None and status.owner is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # that backend resumes on its own schedule
+        assert status is not None and status.state is tenure.JobState.LEASED and status.owner == "a"
+
+
+def test_fsync_off_is_refused_and_synchronous_commit_off_is_overridden(postgres_private: PostgresServer) -> None:
+    url = f"{postgres_private.url}?schema=durability"
+    with admin(postgres_private.url) as conn:
+        conn.execute("ALTER SYSTEM SET fsync = off")
+        conn.execute("ALTER ROLE postgres SET synchronous_commit = off")
+        conn.execute("SELECT pg_reload_conf()")
+    try:
+        with pytest.raises(tenure.BackendUnavailable, match="fsync=off"):
+            tenure.connect(url)
+        with tenure.connect(url, unsafe_durability=True) as store, \
+                store.backend.pool.connection() as pooled:  # type: ignore[attr-defined]
+            assert pooled.execute("SHOW synchronous_commit").fetchone()[0] == "on"
+    finally:
+        with admin(postgres_private.url) as conn:
+            conn.execute("ALTER SYSTEM RESET fsync")
+            conn.execute("ALTER ROLE postgres RESET synchronous_commit")
+            conn.execute("SELECT pg_reload_conf()")
+
+
+def test_schema_versions_migrate_once_and_a_newer_schema_is_refused(pg: PostgresHarness) -> None:
+    url = pg.url()
+    with tenure.connect(url) as first:
+        assert first.backend.previous_version == 0  # type: ignore[attr-defined]
+        schema = first.backend.quoted  # type: ignore[attr-defined]
+    with tenure.connect(url) as again:
+        assert again.backend.previous_version == 1  # type: ignore[attr-defined]
+    with admin(pg.base_url) as conn:
+        conn.execute(f"UPDATE {schema}.meta SET value = '99' WHERE key = 'schema_version'")
+    with pytest.raises(tenure.InvalidArgument, match="version 99"):
+        tenure.connect(url)
+
+
+def test_claim_next_takes_overdue_leases_first_then_pending_in_submission_order(pg: PostgresHarness) -> None:
+    with pg.connect() as store:
+        store.submit_many(["z", "y", "x"])
+        short = store.claim("w", owner="a", ttl=0.2)
+        pg.expire(store, short)
+        taken = [store.claim_next(owner="b", ttl=30) for _ in range(4)]
+        assert [lease.job_id for lease in taken if lease] == ["w", "z", "y", "x"]
+        assert store.claim_next(owner="b", ttl=30) is None
+
+
+def test_the_audit_is_trimmed_to_its_retention(pg: PostgresHarness) -> None:
+    with pg.connect(pg.url() + "&retention=5") as store:
+        for i in range(130):
+            store.complete(store.claim(f"j{i}", owner="w", ttl=30))  # 260 writes: one trim
+        assert 5 <= len(store.history()) < 5 + 10  # trimmed at the 256th, then 4 more
