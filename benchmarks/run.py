@@ -62,6 +62,27 @@ def bench_cycles(s: Subject, args: argparse.Namespace, targets: Targets) -> None
             need = 1.25 if "etcd3" in peer else (2.0 if peer == "kazoo Lock" else 0.0)
             if need:
                 targets.check(ratio >= need, f"{s.name}: {ratio:.2f} x {peer} (>= {need})")
+        if s.floor_clients is not None:
+            bench_clients(s, store, args, targets)
+
+
+def bench_clients(s: Subject, store: tenure.Store, args: argparse.Namespace, targets: Targets) -> None:
+    """claim+complete against the floor and the peers with 1 client and with many, side by side."""
+    assert s.floor_clients is not None
+    floor_clients = s.floor_clients
+    for clients in (1, args.clients):
+        def ours(n: int, clients: int = clients) -> float:
+            return workloads.threaded_claim_complete_seconds(store, n, clients)
+
+        n = args.n * (4 if clients > 1 else 1)
+        ratio, runs = side_by_side(ours, lambda n, c=clients: floor_clients(n, c), n, args.runs)
+        print(f"  {clients} client(s): vs the floor {ratio:.2f} x (runs: {runs})")
+        targets.check(ratio >= 0.9, f"{s.name}: {clients} client(s), claim+complete at {ratio:.2f} x the floor"
+                                    " (>= 0.9)")
+        for peer, theirs in s.peers_clients:
+            ratio, runs = side_by_side(ours, lambda n, c=clients, f=theirs: f(n, c), n, args.runs)  # type: ignore[misc]
+            print(f"  {clients} client(s): vs {peer} {ratio:.2f} x as fast (runs: {runs})")
+            targets.check(ratio > 1.0, f"{s.name}: {clients} client(s), {ratio:.2f} x {peer} (> 1)")
 
 
 def side_by_side(ours: Callable[[int], float], theirs: Callable[[int], float], n: int,

@@ -21,6 +21,9 @@ class Subject:
     processes: bool = True  # can several processes share it?
     floor: Callable[[int], float] | None = None  # seconds for n claim+complete pairs of bare round trips
     peers: list[tuple[str, Callable[[int], float]]] = field(default_factory=list)  # seconds for n cycles
+    # The same comparisons with several clients at once: seconds for n cycles over ``clients`` threads.
+    floor_clients: Callable[[int, int], float] | None = None
+    peers_clients: list[tuple[str, Callable[[int, int], float]]] = field(default_factory=list)
 
 
 @contextlib.contextmanager
@@ -70,9 +73,26 @@ def etcd() -> Iterator[Subject]:
             cluster.close()
 
 
+@contextlib.contextmanager
+def postgres() -> Iterator[Subject]:
+    """A private PostgreSQL started like the fault tests start theirs (fsync on, defaults)."""
+    from benchmarks import pg_peers
+    from tests.servers.postgres import running
+
+    with running() as server:
+        conninfo = f"host=127.0.0.1 port={server.port} user=postgres dbname=postgres"
+        tooz_url = f"postgresql://postgres@127.0.0.1:{server.port}/postgres"
+        yield Subject("postgres", f"{server.url}?schema=bench_{uuid.uuid4().hex[:8]}", options={"pool_size": 16},
+                      floor=lambda n: pg_peers.floor(conninfo, n),
+                      peers=[("tooz PostgreSQL lock", lambda n: pg_peers.tooz_lock(tooz_url, n))],
+                      floor_clients=lambda n, c: pg_peers.floor(conninfo, n, c),
+                      peers_clients=[("tooz PostgreSQL lock", lambda n, c: pg_peers.tooz_lock(tooz_url, n, c))])
+
+
 SUBJECTS: dict[str, Callable[[], contextlib.AbstractContextManager[Subject]]] = {
     "memory": memory,
     "sqlite": sqlite,
     "etcd": etcd,
     "zk": zookeeper,
+    "postgres": postgres,
 }

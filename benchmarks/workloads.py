@@ -35,6 +35,18 @@ def claim_complete_seconds(store: tenure.Store, n: int) -> float:
     return time.perf_counter() - start
 
 
+def threaded_claim_complete_seconds(store: tenure.Store, n: int, clients: int) -> float:
+    """n claim+complete pairs shared by ``clients`` threads on one store (its pool)."""
+    share = max(1, n // clients)
+    threads = [threading.Thread(target=claim_complete_seconds, args=(store, share)) for _ in range(clients)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - start
+
+
 def threaded_cycles(store: tenure.Store, clients: int, n: int) -> tuple[float, Latencies]:
     """Cycles per second with ``clients`` threads sharing one store."""
     results: list[Latencies] = []

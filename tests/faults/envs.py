@@ -251,11 +251,74 @@ class ZooKeeperEnv(ServerEnv):
             s.kill()
 
 
+class PostgresEnv(ServerEnv):
+    """A private PostgreSQL (tests/servers/postgres.py): killed with SIGKILL, paused with SIGSTOP.
+
+    One server, so its "leader" is the primary itself; each run gets its own schema.
+    """
+
+    name = "postgres"
+    scheme = "postgresql"
+    ttl = 2.0
+
+    def __init__(self, workdir: Path) -> None:
+        super().__init__(workdir)
+        self.faults = (*self.faults, "leader-pause")
+
+    def start(self) -> None:
+        from tests.servers.postgres import PostgresServer
+
+        self.server = PostgresServer()  # its own directory in /tmp: the postgres user must reach it
+        self.server.start(60)
+
+    def new_store(self) -> str:
+        self.prefix = f"f{uuid.uuid4().hex[:10]}"
+        self.url = f"postgresql://postgres@127.0.0.1:{self.server.port}/postgres{self.query()}"
+        return self.url
+
+    def worker_url(self, worker: str) -> str:
+        if worker not in self.proxies:
+            self.proxies[worker] = [Proxy(ep) for ep in self.endpoints()]
+        hosts = ",".join(p.address for p in self.proxies[worker])
+        return f"postgresql://postgres@{hosts}/postgres{self.query()}"
+
+    def query(self) -> str:
+        return f"?schema={self.prefix}&timeout=1&pool_size=4&retention=100000000"
+
+    def endpoints(self) -> list[tuple[str, int]]:
+        return [("127.0.0.1", self.server.port)]
+
+    def nodes(self) -> list[Any]:
+        return [self.server]
+
+    def leader(self) -> Any:
+        return self.server
+
+    def kill(self, node: Any) -> None:
+        node.kill()
+
+    def restart(self, node: Any) -> None:
+        node.start(60)
+
+    def pause(self, node: Any) -> None:
+        node.pause()
+
+    def resume(self, node: Any) -> None:
+        node.resume()
+
+    def close(self) -> None:
+        super().close()
+        if hasattr(self, "server"):
+            self.server.close()
+
+
 def make(backend: str, workdir: Path) -> Env:
-    """``sqlite``, ``etcd``, ``etcd3`` (3-node cluster), ``zk``, ``zk3`` (3-node ensemble)."""
+    """``sqlite``, ``etcd``, ``etcd3`` (3-node cluster), ``zk``, ``zk3`` (3-node ensemble), ``postgres``."""
     workdir.mkdir(parents=True, exist_ok=True)
     if backend == "sqlite":
         return SQLiteEnv(workdir)
+    if backend == "postgres":
+        return PostgresEnv(workdir)
     size = 3 if backend.endswith("3") else 1
     if backend.startswith("etcd"):
         return EtcdEnv(workdir, size)

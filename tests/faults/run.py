@@ -1,6 +1,6 @@
 """Run workloads under faults against real stores, check them, and write the report.
 
-    python -m tests.faults.run --backend sqlite,etcd,etcd3,zk,zk3 --fault all \\
+    python -m tests.faults.run --backend sqlite,etcd,etcd3,zk,zk3,postgres --fault all \\
         --seconds 60 --seed 1 --report docs/reliability.md
 
 ``--fault all`` runs each fault of a backend alone, then all of them mixed. ``--repeat N``
@@ -122,7 +122,7 @@ def _collect(admin: tenure.Store, dest_path: Path) -> checker.Final:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.faults.run", description=__doc__.split("\n")[0])
-    parser.add_argument("--backend", default="sqlite", help="comma-separated: sqlite, etcd, etcd3, zk, zk3")
+    parser.add_argument("--backend", default="sqlite", help="comma-separated: sqlite, etcd, etcd3, zk, zk3, postgres")
     parser.add_argument("--fault", default="all", help="comma-separated faults, 'mixed', 'none' or 'all'")
     parser.add_argument("--seconds", type=float, default=20.0, help="workload seconds per case")
     parser.add_argument("--seed", type=int, default=1)
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     # Stopped by a signal, still stop the workers and servers (a background shell ignores SIGINT).
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    for name in ("kazoo", "tenure"):  # their reconnect chatter would bury the table
+    for name in ("kazoo", "tenure", "psycopg"):  # their reconnect chatter would bury the table
         logging.getLogger(name).setLevel(logging.CRITICAL)
     given = sys.argv[1:] if argv is None else argv
     # The note annotates the run; it does not change what produced the numbers.

@@ -20,7 +20,8 @@ from tests.harness import in_ci
 
 SECONDS = float(os.environ.get("TENURE_FAULT_SECONDS", "6"))
 ROOT = Path(__file__).resolve().parents[2]
-SERVER_MODULES = {"etcd": "tests/servers/etcd.py", "zk": "tests/servers/zookeeper.py"}
+SERVER_MODULES = {"etcd": "tests/servers/etcd.py", "zk": "tests/servers/zookeeper.py",
+                  "postgres": "tests/servers/postgres.py"}
 
 SINGLE = ("pause", "burst", "skew", "kill-worker", "net", "server-kill", "mixed")
 CASES = [
@@ -29,6 +30,7 @@ CASES = [
     *[("etcd3", f) for f in ("leader-kill", "leader-pause", "mixed")],
     *[("zk", f) for f in SINGLE],
     *[("zk3", f) for f in ("leader-kill", "leader-pause", "mixed")],
+    *[("postgres", f) for f in (*SINGLE, "leader-pause")],
 ]
 
 
