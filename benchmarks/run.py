@@ -115,6 +115,12 @@ def bench_scale(s: Subject, args: argparse.Namespace, targets: Targets) -> None:
             base = base or latency
             print(f"  {size:>7,} jobs: claim_next p50 {ms(latency):>9} ({latency / base:.2f} x at "
                   f"{args.scale_sizes[0]:,})   jobs() of {count:,} in {listing:.2f} s   (seeding took {seeded:.1f} s)")
+            summary, page = workloads.query_seconds(store)
+            print(f"  {size:>7,} jobs: summary() {ms(summary)}, page() of live leases by expiry {ms(page)}")
+        if s.query_target is not None:
+            targets.check(max(summary, page) <= s.query_target,
+                          f"{s.name}: summary() {summary:.3f} s and page() {page:.3f} s at {args.scale_sizes[-1]:,} "
+                          f"jobs (<= {s.query_target:g} s)")
         targets.check(latency <= 2 * base, f"{s.name}: claim_next at {args.scale_sizes[-1]:,} is "
                                            f"{latency / base:.2f} x its latency at {args.scale_sizes[0]:,} (<= 2)")
         targets.check(listing <= 2.0 * args.scale_sizes[-1] / 100_000,

@@ -105,6 +105,15 @@ def claim_next_latency(store: tenure.Store, samples: int) -> float:
     return lat.pct("claim_next", 0.5)
 
 
+def query_seconds(store: tenure.Store) -> tuple[float, float]:
+    """The dashboard's two queries: summary(), and the first page of live leases by expiry."""
+    start = time.perf_counter()
+    store.summary()
+    middle = time.perf_counter()
+    store.page(states=["leased", "expired"], order="expiry", limit=50)
+    return middle - start, time.perf_counter() - middle
+
+
 def listing_seconds(store: tenure.Store) -> tuple[float, int]:
     start = time.perf_counter()
     count = sum(1 for _ in store.jobs())
