@@ -156,6 +156,7 @@ def idle_and_alive(conn: psycopg.Connection[Any]) -> None:
     poller = select.poll()
     poller.register(conn.pgconn.socket, select.POLLIN)
     if poller.poll(0):
+        conn.close()  # closed, the pool discards it (a connection that only fails the check goes back)
         raise psycopg.OperationalError("the server ended this idle connection")
 
 
