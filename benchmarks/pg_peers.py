@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 import psycopg
 
+from tenure.backends.postgres_schema import migrate
+
 
 def _parallel(n: int, clients: int, work: Callable[[int, int], Callable[[], None]]) -> float:
     """``work(client, count)`` prepares a client and returns its loop; only the loops are timed."""
@@ -30,17 +32,15 @@ def _parallel(n: int, clients: int, work: Callable[[int, int], Callable[[], None
 def floor(conninfo: str, n: int, clients: int = 1) -> float:
     """Two bare statements per cycle with the writes of a tenure claim and completion.
 
-    Claim: insert the job row and a history row; completion: update the job row and add a
-    history row. Each is one autocommit statement, as tenure's are, without judging anything.
+    The tables are tenure's own (made by its migrations: the same indexes to maintain).
+    Claim: insert the job row and its history row; completion: update the job row and add a
+    history row. Each is one autocommit statement, as tenure's are, judging nothing.
     """
     schema = f"floor_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-        conn.execute(f"CREATE TABLE {schema}.jobs (job_id text PRIMARY KEY, state text, owner text, token bigint,"
-                     " lease_until float8, ttl float8, claimed_at float8, completed_at float8, runs int)")
-        conn.execute(f"CREATE TABLE {schema}.events (id bigserial PRIMARY KEY, job_id text, op text, owner text,"
-                     " token bigint, at float8, expires_at float8)")
-    claim = (f"WITH j AS (INSERT INTO {schema}.jobs VALUES (%s, 'leased', 'bench', 1, %s, 30, %s, NULL, 1)"
+        migrate(conn, schema, schema)
+    claim = (f"WITH j AS (INSERT INTO {schema}.jobs (job_id, state, owner, token, lease_until, ttl, submitted_at,"
+             " claimed_at, runs, queued) VALUES (%s, 'leased', 'bench', 1, %s, 30, %s, %s, 1, 0)"
              f" RETURNING job_id, token, lease_until) INSERT INTO {schema}.events (job_id, op, owner, token, at,"
              " expires_at) SELECT job_id, 'claim', 'bench', token, %s, lease_until FROM j")
     complete = (f"WITH j AS (UPDATE {schema}.jobs SET state = 'completed', lease_until = NULL, completed_at = %s"
@@ -56,7 +56,7 @@ def floor(conninfo: str, n: int, clients: int = 1) -> float:
         def loop() -> None:
             for i in range(count):
                 now = time.time()
-                conn.execute(claim, (f"{prefix}-{i}", now + 30, now, now))
+                conn.execute(claim, (f"{prefix}-{i}", now + 30, now, now, now))
                 conn.execute(complete, (now, f"{prefix}-{i}", now))
         return loop
 

@@ -103,7 +103,7 @@ class PostgresBackend(Backend):
         if commit:
             log.info("%s: this store's sessions use synchronous_commit=%s", settings.where(), commit)
         self.quoted = quoted
-        self._q = {name: text.format(s=quoted) for name, text in q.STATEMENTS.items()}
+        self.statements = {name: text.format(s=quoted) for name, text in q.STATEMENTS.items()}
         self._trim = [q.TRIM.format(s=quoted, table=t) for t in ("events", "rejections")]
         self.pool = open_pool(settings, settings.conninfo(commit))
 
@@ -135,7 +135,7 @@ class PostgresBackend(Backend):
             try:
                 with self.pool.connection() as conn, self.watchdog.guard(conn):
                     sent = True
-                    rows: list[tuple[Any, ...]] = conn.execute(self._q[name], params).fetchall()
+                    rows: list[tuple[Any, ...]] = conn.execute(self.statements[name], params).fetchall()
                 break
             except psycopg.Error as exc:
                 if retryable(exc) and attempt + 1 < _ATTEMPTS:

@@ -17,7 +17,7 @@ from tenure.core.errors import BackendUnavailable, InvalidArgument
 log = logging.getLogger("tenure.postgres")
 
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-VERSION = 1
+VERSION = 2
 
 # Migration N takes a store from version N-1 to N. Job ids sort in code-point order (C
 # collation), as every other backend sorts them. Times are the server's epoch seconds.
@@ -40,6 +40,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             at float8 NOT NULL, reason text NOT NULL, kind text NOT NULL, resource text)""",
         "CREATE INDEX rejections_at ON {s}.rejections (at)",
     ),
+    # Sessions that watch(): writes notify only while one is registered.
+    2: ("CREATE TABLE {s}.watchers (pid integer PRIMARY KEY, since float8 NOT NULL)",),
 }
 
 

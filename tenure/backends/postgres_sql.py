@@ -47,11 +47,18 @@ _EVENT = "INSERT INTO {s}.events (job_id, op, owner, token, at, expires_at)"
 
 
 def notify(payload: str) -> str:
-    """LISTEN/NOTIFY for watch(): 'j' and a job id for a changed job, 'r' for a new rejection."""
-    return f"(CASE WHEN %(channel)s <> '' THEN pg_notify(%(channel)s, {payload})::text END)"
+    """LISTEN/NOTIFY for watch(): 'j' and a job id for a changed job, 'r' for a new rejection.
+
+    Only while a watcher is registered: PostgreSQL serialises the commits of notifying
+    transactions (one lock for the whole server), which would cost every write when nobody
+    listens. The check is one read of a table that is almost always empty.
+    """
+    return (f"(CASE WHEN %(channel)s <> '' AND EXISTS (SELECT 1 FROM {{s}}.watchers)"
+            f" THEN pg_notify(%(channel)s, {payload})::text END)")
 
 
-_TOUCH = notify("'j' || {job}")
+def _touch(job: str) -> str:
+    return notify(f"'j' || {job}")
 
 # claim(job): a missing job is created leased (token 1); an existing one is taken only if
 # claimable (transitions.claim). ON CONFLICT locks the existing row before the WHERE judges it.
@@ -68,7 +75,7 @@ won AS (
   WHERE {valid('j')} AND {_claimable('j', 'excluded.claimed_at')}
   RETURNING {_cols('j')}),
 event AS ({_EVENT} SELECT job_id, '{Op.CLAIM}', owner, token, claimed_at, lease_until FROM won)
-SELECT 'won', {_cols('w')}, w.claimed_at, {_TOUCH.format(job='w.job_id')} FROM won w
+SELECT 'won', {_cols('w')}, w.claimed_at, {_touch('w.job_id')} FROM won w
 UNION ALL
 SELECT 'refused', c.*, NULL FROM (
   SELECT {_cols('j')}, clock.now FROM {{s}}.jobs j, clock
@@ -95,7 +102,7 @@ won AS (
   FROM pick, clock WHERE j.job_id = pick.job_id
   RETURNING j.job_id, j.owner, j.token, j.lease_until, j.ttl, j.claimed_at),
 event AS ({_EVENT} SELECT job_id, '{Op.CLAIM}', owner, token, claimed_at, lease_until FROM won)
-SELECT w.job_id, w.owner, w.token, w.lease_until, w.ttl, {_TOUCH.format(job='w.job_id')} FROM won w
+SELECT w.job_id, w.owner, w.token, w.lease_until, w.ttl, {_touch('w.job_id')} FROM won w
 """
 
 # transitions.check, in its order; a corrupt row is reported before anything is judged.
@@ -137,7 +144,7 @@ rejected AS (
   SELECT %(job)s, '{op}', %(owner)s, %(token)s, v.owner, coalesce(v.token, 0), v.now, v.reason, 'store'
   FROM verdict v WHERE v.reason IS NOT NULL AND v.reason <> 'corrupt'
   RETURNING id)
-SELECT 'done', d.lease_until, d.ttl, d.now, {_TOUCH.format(job='d.job_id')}, {_NO_ROW}
+SELECT 'done', d.lease_until, d.ttl, d.now, {_touch('d.job_id')}, {_NO_ROW}
   FROM done d
 UNION ALL
 SELECT coalesce(v.reason, 'retry'), NULL, NULL, v.now,
@@ -223,8 +230,15 @@ FROM {{s}}.jobs j GROUP BY 1
 UNION ALL SELECT 'rejections', count(*) FROM {{s}}.rejections WHERE at >= %(hour)s"""
 STATE_COUNTS = "SELECT state, count(*) FROM {s}.jobs GROUP BY state"
 
+# watch(): register while listening; rows of watchers whose session ended are cleared first.
+WATCH_START = """
+WITH gone AS (DELETE FROM {s}.watchers w WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = w.pid))
+INSERT INTO {s}.watchers VALUES (pg_backend_pid(), extract(epoch FROM clock_timestamp())) ON CONFLICT DO NOTHING"""
+WATCH_STOP = "DELETE FROM {s}.watchers WHERE pid = pg_backend_pid()"
+
 # By name, for the backend to bind to its schema once.
 STATEMENTS = {"CLAIM": CLAIM, "CLAIM_NEXT": CLAIM_NEXT, "RENEW": RENEW, "COMPLETE": COMPLETE, "RELEASE": RELEASE,
               "SUBMIT": SUBMIT, "FORCE_EXPIRE": FORCE_EXPIRE, "RECORD_REJECTION": RECORD_REJECTION, "NOW": NOW,
               "GET": GET, "JOBS_PAGE": JOBS_PAGE, "REJECTIONS": REJECTIONS, "HISTORY": HISTORY,
-              "SUMMARY": SUMMARY, "STATE_COUNTS": STATE_COUNTS}
+              "SUMMARY": SUMMARY, "STATE_COUNTS": STATE_COUNTS,
+              "WATCH_START": WATCH_START, "WATCH_STOP": WATCH_STOP}

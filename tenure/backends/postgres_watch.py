@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import heapq
 import threading
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -28,10 +29,15 @@ def watch(backend: PostgresBackend, stop: threading.Event, interval: float) -> I
     try:
         conn = psycopg.connect(backend.settings.conninfo(), autocommit=True)
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(backend.channel)))
+        conn.execute(backend.statements["WATCH_START"])  # from now on every write notifies
     except psycopg.Error as exc:
         raise connection_error(backend.settings, exc) from exc
     with contextlib.closing(conn):
-        yield from _changes(backend, conn, stop, interval)
+        try:
+            yield from _changes(backend, conn, stop, interval)
+        finally:
+            with contextlib.suppress(psycopg.Error):
+                conn.execute(backend.statements["WATCH_STOP"])
 
 
 def _changes(backend: PostgresBackend, conn: psycopg.Connection[tuple[object, ...]], stop: threading.Event,
@@ -46,9 +52,12 @@ def _changes(backend: PostgresBackend, conn: psycopg.Connection[tuple[object, ..
                 heapq.heappush(expiries, (job.expires_at, job.job_id))
             yield Change(job=job)
 
-    # Listening before the first read: nothing written in between is missed.
+    # Listening and registered before the first read. A write that began before we registered
+    # may not notify; it ends within the statement timeout, so one more full read after that
+    # catches it.
     for job in backend.jobs():
         yield from show(job)
+    relist_at: float | None = time.monotonic() + backend.settings.timeout + 1.0
     last = 0  # id of the newest rejection shown
     for rejection, number in backend.rejections_with_ids(None, None):
         last = number
@@ -78,6 +87,10 @@ def _changes(backend: PostgresBackend, conn: psycopg.Connection[tuple[object, ..
             for rejection, number in backend.rejections_with_ids(None, None, after=last):
                 last = number
                 yield Change(rejection=rejection)
+        if relist_at is not None and time.monotonic() >= relist_at:
+            relist_at = None
+            for job in backend.jobs():
+                yield from show(job)
         if expiries and not stop.is_set():
             now = backend.now()
             while expiries and expiries[0][0] <= now:

@@ -5,6 +5,7 @@ The protocol itself is the conformance suite's (``TENURE_TEST_BACKENDS=postgres`
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -174,7 +175,13 @@ def test_schema_versions_migrate_once_and_a_newer_schema_is_refused(pg: Postgres
         assert first.backend.previous_version == 0  # type: ignore[attr-defined]
         schema = first.backend.quoted  # type: ignore[attr-defined]
     with tenure.connect(url) as again:
-        assert again.backend.previous_version == 1  # type: ignore[attr-defined]
+        assert again.backend.previous_version == 2  # type: ignore[attr-defined]
+    with admin(pg.base_url) as conn:  # back to how version 1 left a store
+        conn.execute(f"DROP TABLE {schema}.watchers")
+        conn.execute(f"UPDATE {schema}.meta SET value = '1' WHERE key = 'schema_version'")
+    with tenure.connect(url) as upgraded:
+        assert upgraded.backend.previous_version == 1  # type: ignore[attr-defined]
+        upgraded.submit("j")  # its statements read the table migration 2 made
     with admin(pg.base_url) as conn:
         conn.execute(f"UPDATE {schema}.meta SET value = '99' WHERE key = 'schema_version'")
     with pytest.raises(tenure.InvalidArgument, match="version 99"):
@@ -196,3 +203,21 @@ def test_the_audit_is_trimmed_to_its_retention(pg: PostgresHarness) -> None:
         for i in range(130):
             store.complete(store.claim(f"j{i}", owner="w", ttl=30))  # 260 writes: one trim
         assert 5 <= len(store.history()) < 5 + 10  # trimmed at the 256th, then 4 more
+
+
+def test_writes_notify_only_while_a_watcher_is_registered(pg: PostgresHarness) -> None:
+    with pg.connect() as store:
+        backend: Any = store.backend
+        with admin(pg.base_url) as listener:
+            listener.execute(f'LISTEN "{backend.channel}"')
+            store.submit("quiet")
+            assert list(listener.notifies(timeout=0.3)) == []  # nobody watches: no NOTIFY, no commit lock
+            stop = threading.Event()
+            changes = store.watch(stop, interval=0.05)
+            assert next(changes).job.job_id == "quiet"  # type: ignore[union-attr]  # registered by now
+            store.submit("heard")
+            assert [n.payload for n in listener.notifies(timeout=2, stop_after=1)] == ["jheard"]
+            stop.set()
+            list(changes)  # the watch ends and deregisters
+            store.submit("quiet-again")
+            assert list(listener.notifies(timeout=0.3)) == []
