@@ -221,3 +221,15 @@ def test_writes_notify_only_while_a_watcher_is_registered(pg: PostgresHarness) -
             list(changes)  # the watch ends and deregisters
             store.submit("quiet-again")
             assert list(listener.notifies(timeout=0.3)) == []
+
+
+def test_claim_next_reads_the_queue_index_in_order_even_with_stale_statistics(pg: PostgresHarness) -> None:
+    # A queue that grew since the last ANALYZE: the planner believes it holds a few rows. It
+    # must still read the partial index in order (LIMIT 1), not fetch and sort every pending row.
+    with pg.connect() as store:
+        store.submit_many([f"q{i:05d}" for i in range(5000)])
+        backend: Any = store.backend
+        with backend.pool.connection() as conn:
+            plan = "\n".join(row[0] for row in conn.execute(
+                "EXPLAIN " + backend.statements["CLAIM_NEXT"], {"owner": "w", "ttl": 30.0, "channel": ""}))
+        assert "Index Scan using jobs_pending" in plan and "Bitmap" not in plan, plan
