@@ -33,7 +33,7 @@ libfaketime. A nemesis injects one fault, or all of them mixed:
 | kill-worker | kill -9 a worker and start a new one in its place |
 | net | cut one worker off through its own loopback TCP proxy: blackhole, delay (50-600 ms) or drop |
 | server-kill | kill -9 a server (PostgreSQL: the postmaster and every backend), restart it after 0.5 to 1.5 TTLs |
-| leader-kill, leader-pause | kill -9 or SIGSTOP the leader of the 3-node etcd cluster or ZooKeeper ensemble (PostgreSQL, one server: SIGSTOP all its processes) |
+| leader-kill, leader-pause | kill -9 or SIGSTOP the leader of a 3-node etcd or ZooKeeper (PostgreSQL: SIGSTOP it all) |
 
 The checker (`tests/faults/checker.py`, `linear.py`) then verifies, over the history and
 the final state of the store and the destination:
