@@ -16,6 +16,7 @@ from urllib.parse import parse_qsl, unquote
 from tenure.core.errors import InvalidArgument
 
 _URL = re.compile(r"^(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*)://(?P<rest>.*)$", re.DOTALL)
+_USERINFO = re.compile(r"(^|[/:])[^/:@]*(?::[^@]*)?@")
 _HOST = re.compile(r"^(?:\[(?P<v6>[0-9a-fA-F:.]+)\]|(?P<name>[A-Za-z0-9._-]+))(?::(?P<port>\d{1,5}))?$")
 
 
@@ -42,7 +43,8 @@ def parse_url(url: object) -> StoreURL:
         raise InvalidArgument(f"store URL must be a str, not {type(url).__name__}")
     m = _URL.match(url.strip())
     if not m:
-        raise InvalidArgument(f"not a store URL (expected scheme://...): {url!r}")
+        shown = _USERINFO.sub(r"\1***@", url)  # whatever stands before an @ may be a password
+        raise InvalidArgument(f"not a store URL (expected scheme://...): {shown!r}")
     scheme, rest = m["scheme"].lower(), m["rest"]
     rest, _, query_text = rest.partition("?")
     netloc, slash, path = rest.partition("/")

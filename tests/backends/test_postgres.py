@@ -45,9 +45,11 @@ def test_a_password_never_appears_in_errors_or_the_store_url() -> None:
     url = f"postgresql://someone:{AUTH_PASSWORD}@127.0.0.1:{port}/postgres?colour=blue"
     with pytest.raises(tenure.InvalidArgument) as bad:
         tenure.connect(url)
+    with pytest.raises(tenure.InvalidArgument) as typo:  # one slash short: not a URL at all
+        tenure.connect(url.replace("://", ":/"))
     with pytest.raises(tenure.BackendUnavailable) as down:
         tenure.connect(url.split("?")[0] + "?timeout=2")
-    for exc in (bad.value, down.value):
+    for exc in (bad.value, typo.value, down.value):
         assert AUTH_PASSWORD not in str(exc) and AUTH_PASSWORD not in repr(exc)
 
 
