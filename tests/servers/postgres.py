@@ -195,11 +195,12 @@ def running() -> Iterator[PostgresServer]:
 @pytest.fixture(scope="session")
 def postgres_session_harness() -> Iterator[PostgresHarness]:
     try:
-        pytest.importorskip("psycopg_pool") if not in_ci() else None
+        import psycopg_pool  # noqa: F401 - the postgres extra, which the backend needs
+
         with admin(MACHINE_URL):
             pass
-    except Exception as exc:  # the driver's errors, and a server that is not there
-        cannot_start(f"{MACHINE_URL}: {exc}")
+    except Exception as exc:  # a missing extra, the driver's errors, a server that is not there
+        cannot_start(f"{MACHINE_URL}: {exc!r}")
     harness = PostgresHarness(MACHINE_URL)
     yield harness
     harness.drop()
