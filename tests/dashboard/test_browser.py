@@ -25,7 +25,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 # HOOK for server backends: each name here is a ``<name>_harness`` fixture (tests/servers/);
 # the store is seeded with seed_on_server() because a server's clock cannot be moved.
-BROWSER_BACKENDS = ["sqlite", "etcd", "zk"]
+BROWSER_BACKENDS = ["sqlite", "etcd", "zk", "postgres"]
 SCREENSHOT_DIR_ENV = "TENURE_SCREENSHOT_DIR"  # also save the screenshots there (docs/img)
 
 
