@@ -92,7 +92,10 @@ def connection_error(settings: Settings, exc: Exception, *, sent_write: bool = F
         return AuthenticationFailed(f"{where} refused the credentials: {detail}")
     if isinstance(exc, psycopg_pool.PoolTimeout):
         return BackendUnavailable(f"{where}: no connection within {settings.timeout:g}s: {detail}")
-    broken = isinstance(exc, psycopg.OperationalError) and (state is None or state[:2] in ("08", "57"))
+    # No SQLSTATE, a connection exception (08) or the server going away (57P0x): the answer
+    # was lost. A cancelled statement (57014, statement_timeout) was rolled back: not applied.
+    broken = isinstance(exc, psycopg.OperationalError) and (
+        state is None or state.startswith("08") or state.startswith("57P"))
     if sent_write and broken:
         return OutcomeUnknown(f"{where}: the connection broke after the request was sent, so it may or "
                               f"may not have been applied: {detail}")

@@ -235,3 +235,18 @@ def test_claim_next_reads_the_queue_index_in_order_even_with_stale_statistics(pg
             plan = "\n".join(row[0] for row in conn.execute(
                 "EXPLAIN " + backend.statements["CLAIM_NEXT"], {"owner": "w", "ttl": 30.0, "channel": ""}))
         assert "Index Scan using jobs_pending" in plan and "Bitmap" not in plan, plan
+
+
+def test_a_statement_the_server_cancelled_is_unavailable_not_unknown(pg: PostgresHarness) -> None:
+    # Another session holds the job's row; the server's statement_timeout cancels our claim and
+    # rolls it back: certainly not applied, so not OutcomeUnknown.
+    with pg.connect(pg.url() + "&timeout=1") as store:
+        store.submit("j")
+        backend: Any = store.backend
+        with admin(pg.base_url) as blocker, blocker.transaction():
+            blocker.execute(f"SELECT 1 FROM {backend.quoted}.jobs WHERE job_id = 'j' FOR UPDATE")
+            with pytest.raises(tenure.BackendUnavailable) as info:
+                store.claim("j", owner="a", ttl=30)
+        assert not isinstance(info.value, tenure.OutcomeUnknown), info.value
+        assert "statement timeout" in str(info.value)
+        assert store.get("j").state is tenure.JobState.PENDING  # type: ignore[union-attr]
