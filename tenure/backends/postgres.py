@@ -187,10 +187,10 @@ class PostgresBackend(Backend):
             if not rows:
                 continue  # a first claim of the job by someone else, not yet visible to our read
             outcome, *record, now, _ = rows[0]
-            rec = self._decode(record)
             if outcome == "won":
-                return transitions.lease_of(rec)
-            transitions.claim(rec, job_id, owner, ttl, now)  # raises AlreadyClaimed or JobCompleted
+                _, _, holder, token, until, seconds = record[:6]
+                return Lease(job_id, holder, token, until, seconds)
+            transitions.claim(self._decode(record), job_id, owner, ttl, now)  # raises AlreadyClaimed, JobCompleted
             # Claimable after all: the row changed between the statement's judgement and its read.
         raise BackendUnavailable(f"job {job_id!r} changed under every one of {_ATTEMPTS} attempts")
 

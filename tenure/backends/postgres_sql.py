@@ -73,9 +73,10 @@ won AS (
   ON CONFLICT (job_id) DO UPDATE SET state = 'leased', owner = excluded.owner, token = j.token + 1,
     lease_until = excluded.lease_until, ttl = excluded.ttl, claimed_at = excluded.claimed_at, renewed_at = NULL
   WHERE {valid('j')} AND {_claimable('j', 'excluded.claimed_at')}
-  RETURNING {_cols('j')}),
+  RETURNING j.job_id, j.owner, j.token, j.lease_until, j.ttl, j.claimed_at),
 event AS ({_EVENT} SELECT job_id, '{Op.CLAIM}', owner, token, claimed_at, lease_until FROM won)
-SELECT 'won', {_cols('w')}, w.claimed_at, {_touch('w.job_id')} FROM won w
+SELECT 'won', NULL, NULL, w.owner, w.token, w.lease_until, w.ttl, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       {_touch('w.job_id')} FROM won w  -- a lease needs no more: the fewer values, the less to decode
 UNION ALL
 SELECT 'refused', c.*, NULL FROM (
   SELECT {_cols('j')}, clock.now FROM {{s}}.jobs j, clock
