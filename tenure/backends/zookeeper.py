@@ -53,6 +53,7 @@ from tenure.core.errors import (
     JobCompleted,
     JobNotFound,
     StaleLease,
+    TokenChanged,
 )
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import Change, HistoryEvent, JobState, JobStatus, Lease, Op, Rejection
@@ -561,10 +562,18 @@ class ZooKeeperBackend(Backend):
             rec = read.record(job_id)
             if rec is None:
                 raise JobNotFound(job_id)
-            if rec.state is not JobState.LEASED or transitions.is_claimable(rec, read.now):
+            if token is not None and rec.token != token:
+                raise TokenChanged(job_id, token, rec.token)  # as of a read: nothing was written
+            # A lease an earlier leader stamped is ended too: judged on this leader's clock it
+            # may look over already, yet the next claim would re-stamp it and find it held.
+            if rec.state is not JobState.LEASED or (
+                    not self._stamped_by_another_leader(read, rec) and transitions.is_claimable(rec, read.now)):
                 return
             new = transitions.force_expire(rec, read.now)
-            if self._commit(self._write(read, rec, new, Op.EXPIRE, actor), f"expiring {job_id!r}"):
+            tx = self._write(read, rec, new, Op.EXPIRE, actor)
+            if token is not None:  # the generation znode's version is the token: still the one seen
+                tx.check(self.layout.gen(job_id), token)
+            if self._commit(tx, f"expiring {job_id!r}"):
                 return
         raise _outraced(job_id)
 
