@@ -478,16 +478,26 @@ class ZooKeeperBackend(Backend):
             return False
         return zl.stamp_epoch(read.data) != read.epoch
 
-    def _rebase(self, read: _Read, rec: JobRecord) -> None:
-        """Restart the lease's TTL on this leader's clock, then report it as held.
+    def _on_this_leaders_clock(self, read: _Read, rec: JobRecord | None) -> JobRecord | None:
+        """The record with a lease an earlier leader stamped restarted on this leader's clock.
 
         The holder's own deadline ends within a TTL of its last renewal, which came before
         this read, so a lease ending a full TTL from now on the new clock outlasts it
-        whichever way the two leaders' clocks differ. Costs up to one TTL of extra reclaim
-        delay after a leader change, once per lease nobody renewed since.
+        whichever way the two leaders' clocks differ.
         """
+        if rec is None or not self._stamped_by_another_leader(read, rec):
+            return rec
         assert rec.ttl is not None
-        rebased = dataclasses.replace(rec, lease_until=read.now + rec.ttl)
+        return dataclasses.replace(rec, lease_until=read.now + rec.ttl)
+
+    def _rebase(self, read: _Read, rec: JobRecord) -> None:
+        """Write the lease re-stamped on this leader's clock, then report it as held.
+
+        Costs up to one TTL of extra reclaim delay after a leader change, once per lease
+        nobody renewed since.
+        """
+        rebased = self._on_this_leaders_clock(read, rec)
+        assert rebased is not None
         tx = self.client.transaction()
         tx.set_data(read.key, zl.dump_record(rebased, read.epoch), version=read.version)
         if self._commit(tx, f"re-stamping {rec.job_id!r} on the new leader's clock"):
@@ -526,10 +536,13 @@ class ZooKeeperBackend(Backend):
         for _ in range(ATTEMPTS):
             read = self._read(lease.job_id, queue=op is Op.RELEASE)
             rec = read.record(lease.job_id)
-            reason = transitions.check(rec, lease, read.now)
+            # Judged as a claim would leave it: re-stamped if an earlier leader stamped it
+            # (that leader's expiry means nothing on this clock). The multi checks the version.
+            judged = self._on_this_leaders_clock(read, rec)
+            reason = transitions.check(judged, lease, read.now)
             if reason is None:
-                assert rec is not None
-                new = change(rec, read.now)
+                assert judged is not None and rec is not None
+                new = change(judged, read.now)
                 tx = self._write(read, rec, new, op, known=known.at(read.version))
                 if self._commit(tx, f"{op} of {lease.job_id!r}", known):
                     self.held.remember(new, read.version + 1)
