@@ -386,11 +386,18 @@ class ZooKeeperBackend(Backend):
         new = transitions.submit(rec, job_id, read.now)
         if new is None:
             return None
-        if rec is None and gen:  # the job znode was deleted; its generations were not
-            new = JobRecord(job_id, JobState.PENDING, token=gen, submitted_at=read.now)
+        recreated = rec is None and bool(gen)  # the job znode was deleted; its generations were not
+        if recreated:
+            # The new job znode starts again at version 0, where the holder's one-round-trip
+            # renew (zookeeper_held) could find the version it knows: moving the generation
+            # znode, which that multi checks, refuses it. The token skips one, never repeats.
+            assert gen
+            new = JobRecord(job_id, JobState.PENDING, token=gen + 1, submitted_at=read.now)
         tx = self._write(read, rec, new, Op.SUBMIT, actor, known, tx)
         if gen is None:
             tx.create(self.layout.gen(job_id), b"")
+        elif recreated:
+            tx.set_data(self.layout.gen(job_id), b"", version=gen)
         return tx
 
     def claim(self, job_id: str, owner: str, ttl: float) -> Lease:

@@ -9,11 +9,14 @@ Two cases need no read:
   this process wrote the record, knows it and its version, and the multi checks the version
   and that the generation znode is still at the lease's token, so it fails if anyone wrote
   the record since (a claim, a re-stamp after a leader change, an operator, even one who
-  deleted the job znode); the general path then decides, and audits a refusal.
+  deleted the job znode: a claim or submit that re-creates it moves the generation znode);
+  the general path then decides, and audits a refusal.
 
 Neither judges expiry: a new job has no lease, and while the holder's deadline runs its lease
 cannot have run out by the store's clock (the deadline is the core's: the TTL less the drift
-margin after the request that set it). What they still need is the store's time, for the new
+margin after the request that set it). A pause between the deadline check and the send can
+still land the multi after the lease ended, if nobody wrote the record meanwhile: the
+exception docs/protocol.md states. What they still need is the store's time, for the new
 ``lease_until``: an upper bound of the leader's clock, from the last stamp (the ``mtime`` of
 this client's clock znode, from step 1 or a multi here) plus our monotonic time since
 that write was *sent*, with room for the leader's clock running ``_RATE`` times as fast. A
