@@ -150,7 +150,7 @@ class ZooKeeperBackend(Backend):
         dirs = self.layout.dirs + self.layout.index_dirs
         with mapped_errors("creating the layout"):
             found = [self.client.exists_async(p) for p in dirs]
-            stats = {path: self._wait(result) for path, result in zip(dirs, found, strict=True)}
+            stats = {path: self.wait(result) for path, result in zip(dirs, found, strict=True)}
             jobs = stats[self.layout.jobs]
             indexed = stats[self.layout.pending] is not None or jobs is None or jobs.numChildren == 0
             for path in dirs if indexed else self.layout.dirs:
@@ -165,7 +165,7 @@ class ZooKeeperBackend(Backend):
         with mapped_errors("creating the clock znode"), contextlib.suppress(NodeExistsError):
             self.client.create(self._clock_path, b"", ephemeral=True)
 
-    def _wait(self, result: Any) -> Any:
+    def wait(self, result: Any) -> Any:
         return result.get(timeout=self.config.timeout)
 
     def _stamp(self, stat: ZnodeStat, sent: float | None = None) -> float:
@@ -214,18 +214,18 @@ class ZooKeeperBackend(Backend):
                     now, epoch = bound
                 else:
                     try:
-                        clock_stat = self._wait(clock)
+                        clock_stat = self.wait(clock)
                     except NoNodeError:
                         return None
                     now = self._stamp(clock_stat, sent)
                     epoch = clock_stat.mzxid >> 32  # a zxid's high half counts leader elections
                 try:
-                    data, stat = self._wait(job)
+                    data, stat = self.wait(job)
                     version = stat.version
                 except NoNodeError:
                     data, version = None, -1
-                g = None if gen_stat is None else self._wait(gen_stat)
-                placer = self.index.placer(now, bucket, None if probe is None else self._wait(probe))
+                g = None if gen_stat is None else self.wait(gen_stat)
+                placer = self.index.placer(now, bucket, None if probe is None else self.wait(probe))
                 return _Read(now, epoch, key, data, version, None if g is None else g.version,
                              placer if queue else None, exact=clock is not None)
 
@@ -259,15 +259,16 @@ class ZooKeeperBackend(Backend):
 
         def answer() -> list[Any] | None:
             with mapped_errors(what):
-                results: list[Any] = self._wait(pending)
+                results: list[Any] = self.wait(pending)
                 failed = [r for r in results if isinstance(r, Exception)]
                 for exc in failed:
                     if not isinstance(exc, _CONTENTION):
                         raise exc
             if failed:
                 self.index.learn(tx.operations, results, known)
+                self.audit.failed(tx.operations, results)
                 return None
-            self.audit.trim(results)
+            self.audit.committed(results)
             return results
 
         return answer
@@ -366,12 +367,12 @@ class ZooKeeperBackend(Backend):
                 found = {path: (data, version) for path, data, version
                          in read_many(self.client, keys + gens, self.config.timeout)}
                 try:
-                    clock_stat = self._wait(clock)
+                    clock_stat = self.wait(clock)
                 except NoNodeError:
                     self._clock_create()
                     continue
                 now, epoch = self._stamp(clock_stat, sent), clock_stat.mzxid >> 32
-                placer = self.index.placer(now, bucket, None if probe is None else self._wait(probe))
+                placer = self.index.placer(now, bucket, None if probe is None else self.wait(probe))
                 reads = []
                 for key, gen in zip(keys, gens, strict=True):
                     data, version = found.get(key, (None, -1))

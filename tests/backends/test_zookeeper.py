@@ -175,8 +175,9 @@ def test_stale_complete_is_audited_in_the_same_multi_as_the_check(zk_harness: Zo
         store.claim("j", owner="b", ttl=zk_harness.ttl)
         with pytest.raises(tenure.StaleLease):
             store.complete(a)
-        (name,) = client.get_children(layout.rejections)
-        assert json.loads(client.get(f"{layout.rejections}/{name}")[0])["token"] == a.token
+        (segment,) = client.get_children(layout.rejections)
+        (name,) = client.get_children(f"{layout.rejections}/{segment}")
+        assert json.loads(client.get(f"{layout.rejections}/{segment}/{name}")[0])["token"] == a.token
 
 
 # -- watch --------------------------------------------------------------------------------------
