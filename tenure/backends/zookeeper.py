@@ -38,6 +38,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
 
 from tenure.backends import zookeeper_layout as zl
+from tenure.backends.zookeeper_acl import Guard
 from tenure.backends.zookeeper_audit import Audit
 from tenure.backends.zookeeper_config import Config, mapped_errors
 from tenure.backends.zookeeper_held import HeldRecords
@@ -148,6 +149,7 @@ class ZooKeeperBackend(Backend):
         without the index: it is used without one (``claim_next`` scans), never half-indexed.
         """
         dirs = self.layout.dirs + self.layout.index_dirs
+        Guard(self).check(dirs)  # before anything is written under a root anyone may change
         with mapped_errors("creating the layout"):
             found = [self.client.exists_async(p) for p in dirs]
             stats = {path: self.wait(result) for path, result in zip(dirs, found, strict=True)}

@@ -3,7 +3,8 @@ place where kazoo's errors become tenure's.
 
 Credentials come from the URL (``zk://user:pass@host/root``) or the ``username``/``password``
 keyword arguments. With credentials, every znode tenure creates is writable by that identity
-only; ``reader=name:password`` adds a read-only identity (a dashboard). Without credentials
+only; ``reader=name:password`` adds a read-only identity (a dashboard), and a root found open
+is refused at connect unless ``repair_acl=true`` (``zookeeper_acl``). Without credentials
 znodes are open to anyone, as ZooKeeper's own default.
 """
 
@@ -45,6 +46,7 @@ class Config:
     auth: tuple[str, str] | None = field(default=None, repr=False)
     reader: tuple[str, str] | None = field(default=None, repr=False)
     tls: dict[str, Any] = field(default_factory=dict)
+    repair_acl: bool = False  # set this identity's ACL on a root found open (zookeeper_acl)
 
     @classmethod
     def from_url(cls, url: StoreURL, options: Options) -> Config:
@@ -73,9 +75,12 @@ class Config:
             if leftover:
                 raise InvalidArgument(f"option(s) {', '.join(leftover)} need tls=true")
         retention = options.integer("retention", 10_000, low=1, high=1_000_000)
+        repair_acl = options.boolean("repair_acl", False)
+        if repair_acl and not auth:
+            raise InvalidArgument("option repair_acl needs credentials: without them znodes are open by design")
         options.finish()
         assert session is not None and timeout is not None
-        return cls(hosts, root_path(url.path), session, timeout, retention, auth, reader, tls)
+        return cls(hosts, root_path(url.path), session, timeout, retention, auth, reader, tls, repair_acl)
 
     def acl(self) -> list[ACL]:
         """ACL of every znode this client creates."""
