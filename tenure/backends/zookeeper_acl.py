@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from kazoo.exceptions import NoAuthError, NoNodeError
-from kazoo.security import ACL
+from kazoo.security import ACL, Permissions
 
 from tenure.backends.zookeeper_config import mapped_errors
 from tenure.core.errors import InvalidArgument
@@ -37,13 +37,14 @@ _BATCH = 1000  # requests in flight while repairing
 def open_entries(acl: list[ACL], expected: list[ACL]) -> list[str]:
     """What ``acl`` grants ``world:anyone`` beyond ``expected``, e.g. ``["world:anyone:CDRWA"]``."""
     allowed = {(e.id.scheme, e.id.id): e.perms for e in expected}
-    return [f"{e.id.scheme}:{e.id.id}:{_letters(e.perms & ~allowed.get((e.id.scheme, e.id.id), 0))}"
-            for e in acl if e.id.scheme == "world" and e.perms & ~allowed.get((e.id.scheme, e.id.id), 0)]
+    extra = [(e.id, e.perms & ~allowed.get((e.id.scheme, e.id.id), 0)) for e in acl if e.id.scheme == "world"]
+    return [f"{who.scheme}:{who.id}:{_letters(perms)}" for who, perms in extra if perms]
 
 
 def _letters(perms: int) -> str:
-    return "".join(letter for bit, letter in ((4, "C"), (8, "D"), (1, "R"), (2, "W"), (16, "A"))
-                   if perms & bit)
+    return "".join(letter for bit, letter in ((Permissions.CREATE, "C"), (Permissions.DELETE, "D"),
+                                              (Permissions.READ, "R"), (Permissions.WRITE, "W"),
+                                              (Permissions.ADMIN, "A")) if perms & bit)
 
 
 class Guard:
