@@ -97,3 +97,12 @@ def test_records_from_before_segments_are_read_as_the_oldest(zk_harness: ZooKeep
         store.submit("new")
         assert [e.job_id for e in store.history()] == ["old0", "old1", "old2", "new"]
         assert [e.job_id for e in store.history(limit=2)] == ["old2", "new"]
+
+
+@pytest.mark.parametrize(("name", "number"), [
+    ("e-0000000042", 42), ("e-2147483647", 2147483647),
+    ("e--2147483648", -2147483648), ("e--000000005", -5),  # the wrap ZooKeeper's guide describes
+    ("e-42", None), ("r-0000000042", None), ("e-00000000042", None), ("garbage", None),
+])
+def test_sequence_numbers_are_read_as_signed_32_bit_counters(name: str, number: int | None) -> None:
+    assert zl.sequence(name, "e-") == number
