@@ -26,6 +26,7 @@ from tenure.core.records import (
     JobStatus,
     Lease,
     Op,
+    Reason,
     Rejection,
     RejectionKind,
     Summary,
@@ -60,11 +61,26 @@ class Store:
         c = self.characteristics
         return validation.ttl(ttl, minimum=c.min_ttl, maximum=c.max_ttl, backend=c.name)
 
-    @staticmethod
-    def _lease(lease: object) -> Lease:
+    def _lease(self, lease: object) -> Lease:
+        """A lease handed back to us, checked field by field like a claim's arguments: a Lease is
+        a plain dataclass anyone can build, and its fields reach the backend and the audit."""
         if not isinstance(lease, Lease):
             raise InvalidArgument(f"expected a tenure.Lease, not {type(lease).__name__}")
+        validation.job_id(lease.job_id)
+        validation.owner(lease.owner)
+        validation.token(lease.token)
+        self._ttl(lease.ttl)
+        validation.store_time("expires_at", lease.expires_at)
+        validation.deadline(lease.deadline)
         return lease
+
+    def _result(self, result: object) -> bytes | None:
+        data = validation.result(result)
+        limit = self.characteristics.max_result_bytes
+        if data is not None and len(data) > limit:
+            raise InvalidArgument(f"result of {len(data)} bytes is above the {limit} bytes "
+                                  f"{self.characteristics.name} can store with a job")
+        return data
 
     def _stamped(self, lease: Lease, sent_at: float) -> Lease:
         # The store started this lease no earlier than sent_at, on a clock that may run a
@@ -117,7 +133,7 @@ class Store:
 
     def complete(self, lease: Lease, result: str | bytes | None = None) -> None:
         """Mark the job completed; raises StaleLease (audited) if the lease is not current."""
-        self.backend.complete(self._lease(lease), validation.result(result))
+        self.backend.complete(self._lease(lease), self._result(result))
 
     def release(self, lease: Lease) -> None:
         """Give the job back unfinished, so it can be claimed at once."""
@@ -212,12 +228,17 @@ class Store:
 
     def report_rejection(self, job_id: str, owner: str, token: int, *, resource: str,
                          highest: int, reason: str = "") -> Rejection:
-        """Add a rejection seen at a fenced destination to this store's audit."""
+        """Add a rejection seen at a fenced destination to this store's audit.
+
+        Every field is checked like a claim's arguments and bounded (``reason`` to 512
+        characters), so the record fits every backend's largest write.
+        """
+        checked = (validation.job_id(job_id), validation.owner(owner), validation.token(token),
+                   validation.resource(resource), validation.highest(highest), validation.reason(reason))
         rejection = Rejection(
-            job_id=validation.job_id(job_id), op=Op.EFFECT, owner=validation.owner(owner),
-            token=validation.token(token), current_owner=None, current_token=highest,
-            at=self.now(), reason=reason or "token lower than one already admitted",
-            kind=RejectionKind.DESTINATION, resource=resource)
+            job_id=checked[0], op=Op.EFFECT, owner=checked[1], token=checked[2], current_owner=None,
+            current_token=checked[4], at=self.now(), reason=checked[5] or str(Reason.STALE_TOKEN),
+            kind=RejectionKind.DESTINATION, resource=checked[3])
         self.backend.record_rejection(rejection)
         return rejection
 

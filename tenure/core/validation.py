@@ -11,6 +11,23 @@ MAX_JOB_ID = 256
 MAX_OWNER = 128
 MAX_RESOURCE = 256
 MAX_TTL = 7 * 24 * 3600.0
+MAX_TOKEN = 2**63 - 1  # stores and fence tables keep tokens in signed 64-bit integers
+MAX_REASON = 512
+MAX_QUOTED = 40  # characters of caller input an error message quotes, at most
+
+# Cc: control characters; Cs: lone surrogates, which no store can encode; Cf: format
+# characters (zero-width, bidi overrides, BOM), which make two ids look alike or reorder what
+# an operator reads; Zl, Zp: line and paragraph separators, which break log lines and tables.
+_REFUSED = {"Cc": "control", "Cs": "surrogate", "Cf": "format", "Zl": "line separator",
+            "Zp": "paragraph separator"}
+
+
+def quoted(value: object, limit: int = MAX_QUOTED) -> str:
+    """``repr`` of caller input for an error message, cut to ``limit`` characters of text."""
+    if isinstance(value, str) and len(value) > limit:
+        return f"{value[:limit]!r}... ({len(value)} characters)"
+    text = repr(value)
+    return text if len(text) <= limit + 2 else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _text(kind: str, value: object, limit: int) -> str:
@@ -21,14 +38,15 @@ def _text(kind: str, value: object, limit: int) -> str:
     if value.isascii() and value.isprintable():  # the common case, and ASCII's only Cc are unprintable
         return value
     for ch in value:
-        # Cc: control characters; Cs: lone surrogates, which no store can encode.
-        if unicodedata.category(ch) in ("Cc", "Cs"):
-            raise InvalidArgument(f"{kind} {value!r} contains the control character {ch!r}")
+        refused = _REFUSED.get(unicodedata.category(ch))
+        if refused is not None:
+            raise InvalidArgument(f"{kind} {quoted(value)} contains the {refused} character "
+                                  f"U+{ord(ch):04X} ({ch!a})")
     return value
 
 
 def job_id(value: object) -> str:
-    """Any Unicode text of 1 to 256 characters without control characters."""
+    """Any Unicode text of 1 to 256 characters without control, format or separator characters."""
     return _text("job id", value, MAX_JOB_ID)
 
 
@@ -61,11 +79,40 @@ def ttl(value: object, *, minimum: float = 0.0, maximum: float = MAX_TTL, backen
 
 
 def token(value: object) -> int:
+    """A fencing token: a positive int that fits a signed 64-bit column (etcd revisions are int64)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgument(f"token must be an int, not {type(value).__name__}")
     if value < 1:
-        raise InvalidArgument(f"token must be a positive int, got {value}")
+        raise InvalidArgument(f"token must be a positive int, got {quoted(value)}")
+    if value > MAX_TOKEN:
+        raise InvalidArgument(f"token must be at most {MAX_TOKEN}, got {quoted(value)}")
     return value
+
+
+def highest(value: object) -> int:
+    """The highest token a destination admitted: as a token, or 0 when it had admitted none."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"highest must be an int, not {type(value).__name__}")
+    return 0 if value == 0 else token(value)
+
+
+def reason(value: object) -> str:
+    """Why a destination refused: text as for job ids, up to 512 characters; may be empty."""
+    return "" if value == "" else _text("reason", value, MAX_REASON)
+
+
+def store_time(kind: str, value: object) -> float:
+    """A time on the store's clock (seconds since the epoch): a finite number, not a bool."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidArgument(f"{kind} must be a finite number of seconds, got {quoted(value)}")
+    return float(value)
+
+
+def deadline(value: object) -> float:
+    """A safe local deadline on the holder's monotonic clock; infinity means not stamped."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise InvalidArgument(f"deadline must be a number of seconds, got {quoted(value)}")
+    return float(value)
 
 
 def result(value: object) -> bytes | None:
