@@ -9,8 +9,12 @@ import pytest
 import tenure
 from tests.harness import Harness
 
-BAD_JOB_IDS = ["", "x" * 257, "tab\there", "nul\x00", "line\nbreak", "\x7f", "\ud800", None, 42, b"bytes"]
-BAD_OWNERS = ["", "o" * 129, "bell\x07", None, 3.5]
+# Format characters (zero-width space and joiner, bidi override, BOM) and line/paragraph separators
+# make two ids look alike or reorder and break what an operator reads.
+INVISIBLE = ["zero\u200bwidth", "join\u200d", "evil\u202egnp.exe", "\ufeffbom", "line\u2028sep", "para\u2029sep"]
+BAD_JOB_IDS = ["", "x" * 257, "tab\there", "nul\x00", "line\nbreak", "\x7f", "\ud800", None, 42, b"bytes",
+               *INVISIBLE]
+BAD_OWNERS = ["", "o" * 129, "bell\x07", None, 3.5, *INVISIBLE]
 BAD_TTLS = [0, -1, math.nan, math.inf, "10", None, True, 10 ** 9]
 
 
@@ -47,6 +51,15 @@ def test_ttl_below_the_backend_minimum_names_it(store: tenure.Store) -> None:
     with pytest.raises(tenure.InvalidArgument, match="minimum"):
         store.claim("j", owner="a", ttl=minimum / 2)
     assert list(store.jobs()) == []
+
+
+def test_an_error_quotes_at_most_a_short_prefix_of_the_input(store: tenure.Store, harness: Harness) -> None:
+    long_id = "a" * 200 + "\u202e" + "b" * 50
+    with pytest.raises(tenure.InvalidArgument) as info:
+        store.claim(long_id, owner="w", ttl=harness.ttl)
+    message = str(info.value)
+    assert "format character U+202E" in message and "(251 characters)" in message
+    assert "a" * 41 not in message and len(message) < 160
 
 
 def test_invalid_argument_is_a_value_error_and_a_lease_error() -> None:
