@@ -58,7 +58,7 @@ def connect(url: str, **options: Any) -> Store:
     parsed = parse_url(url)
     cls = backend_class(parsed.scheme)
     clock = options.pop("clock", None)
-    opts = Options(parsed.query, options, where=f"{parsed.scheme}://")
+    opts = Options(parsed.query, options, where=f"{parsed.scheme}://", secrets=(parsed.password,))
     drift = opts.number("drift_margin", DEFAULT_DRIFT_MARGIN, low=0.0, high=0.5)
     backend = cls.from_url(parsed, opts, clock)
     assert drift is not None
