@@ -42,6 +42,7 @@ from tenure.core.records import (
 from tenure.core.registry import connect
 from tenure.core.renewal import HeldLease
 from tenure.core.store import Store
+from tenure.core.transport import InsecureTransportWarning
 
 __version__ = "0.1.0"
 
@@ -56,6 +57,7 @@ __all__ = [
     "CorruptRecord",
     "HeldLease",
     "HistoryEvent",
+    "InsecureTransportWarning",
     "InvalidArgument",
     "JobCompleted",
     "JobNotFound",

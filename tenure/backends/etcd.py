@@ -150,6 +150,7 @@ class EtcdBackend(Backend):
         min_ttl=2.0,
         tokens_ordered_across_jobs=True,
         max_result_bytes=512 * 1024,  # base64, twice in a complete txn, under the 1.5 MiB request limit
+        tls_options=("ca_cert",),
     )
 
     def __init__(self, hosts: list[tuple[str, int]], prefix: str, *, clock: Clock | None = None,

@@ -10,6 +10,7 @@ import importlib
 from importlib.metadata import entry_points
 from typing import Any
 
+from tenure.core import transport
 from tenure.core.backend import Backend
 from tenure.core.errors import BackendUnavailable, InvalidArgument
 from tenure.core.options import Options, parse_url
@@ -58,10 +59,14 @@ def connect(url: str, **options: Any) -> Store:
     parsed = parse_url(url)
     cls = backend_class(parsed.scheme)
     clock = options.pop("clock", None)
+    cleartext = transport.cleartext_credentials(cls.characteristics, parsed, {**parsed.query, **options})
     opts = Options(parsed.query, options, where=f"{parsed.scheme}://", secrets=(parsed.password,))
     drift = opts.number("drift_margin", DEFAULT_DRIFT_MARGIN, low=0.0, high=0.5)
     backend = cls.from_url(parsed, opts, clock)
     assert drift is not None
+    if cleartext is not None:
+        transport.warn(cleartext)
+    notes = () if cleartext is None else (cleartext,)
     if clock is None:
-        return Store(backend, drift_margin=drift, url=parsed.redacted())
-    return Store(backend, clock=clock, drift_margin=drift, url=parsed.redacted())
+        return Store(backend, drift_margin=drift, url=parsed.redacted(), warnings=notes)
+    return Store(backend, clock=clock, drift_margin=drift, url=parsed.redacted(), warnings=notes)

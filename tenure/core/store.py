@@ -43,13 +43,15 @@ class Store:
     """A lease store. Thread-safe; one per process is the usual shape."""
 
     def __init__(self, backend: Backend, *, clock: Clock = SYSTEM_CLOCK,
-                 drift_margin: float = DEFAULT_DRIFT_MARGIN, url: str = "") -> None:
+                 drift_margin: float = DEFAULT_DRIFT_MARGIN, url: str = "",
+                 warnings: tuple[str, ...] = ()) -> None:
         if not 0 <= drift_margin < 1:
             raise InvalidArgument(f"drift_margin must be in [0, 1), got {drift_margin!r}")
         self.backend = backend
         self.clock = clock
         self.drift_margin = drift_margin
         self.url = url  # redacted: safe to show
+        self.warnings = warnings  # what connect() found unsafe (credentials without TLS), no secrets
         self._renewer = Renewer(clock)
 
     @property
@@ -211,7 +213,9 @@ class Store:
         return self.backend.now()
 
     def health(self) -> dict[str, Any]:
-        return self.backend.health()
+        """The backend's facts, and ``warnings`` about this connection when there are any."""
+        facts = self.backend.health()
+        return {**facts, "warnings": "; ".join(self.warnings)} if self.warnings else facts
 
     # -- operators and destinations ------------------------------------------------------
     def force_expire(self, job_id: str, *, token: int | None = None, actor: str | None = None) -> None:
