@@ -14,6 +14,8 @@ Every error tenure raises on purpose derives from :class:`LeaseError`::
     ├── StaleLease                          renew/complete/release with an owner or token that no
     │                                       longer matches, or after expiry by the store's clock
     ├── StaleToken                          a destination fence saw a token lower than it admitted
+    ├── ForgedToken                         a destination fence was shown a token nobody proved: a bad
+    │                                       or missing signature, or one the store never issued
     ├── LeaseLost                           a held lease can no longer be trusted (renewal failed or
     │                                       the safe local deadline passed)
     ├── CorruptRecord                       a record in the store that tenure cannot read
@@ -124,6 +126,20 @@ class StaleToken(LeaseError):
         self.resource = resource
         self.token = token
         self.highest = highest
+
+
+class ForgedToken(LeaseError):
+    """A fence was shown a token it could not prove: nothing was admitted.
+
+    ``why`` says which proof failed (a missing or wrong signature, a token above the store's
+    current token for the job, another owner's token). It never quotes the signature.
+    """
+
+    def __init__(self, job_id: str, token: int, why: str) -> None:
+        super().__init__(f"token {token} of job {job_id!r} is not proven: {why}")
+        self.job_id = job_id
+        self.token = token
+        self.why = why
 
 
 class LeaseLost(LeaseError):

@@ -52,7 +52,11 @@ class FenceClaim:
 
 @dataclass(frozen=True)
 class FenceRejection:
-    """A stale token refused at a destination; ``at`` is the destination's own clock."""
+    """A token refused at a destination; ``at`` is the destination's own clock.
+
+    ``reason`` is empty for a stale token (lower than ``highest``); otherwise it says why an
+    unproven token or an unnormalised request was refused (``highest`` is then 0: not asked).
+    """
 
     resource: str
     job_id: str
@@ -61,6 +65,7 @@ class FenceRejection:
     highest: int
     at: float
     shared: bool = False
+    reason: str = ""
 
 
 RejectHook = Callable[[FenceRejection], object]
@@ -110,7 +115,7 @@ def forward_to(store: Store) -> Callable[[FenceRejection], Rejection]:
     def forward(rejection: FenceRejection) -> Rejection:
         return store.report_rejection(
             rejection.job_id, rejection.owner or UNKNOWN_OWNER, rejection.token,
-            resource=rejection.resource, highest=rejection.highest)
+            resource=rejection.resource, highest=rejection.highest, reason=rejection.reason)
 
     return forward
 
