@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, unquote_plus
 
-from tenure.core.errors import InvalidArgument
-from tenure.core.validation import quoted
+from tenure.core.errors import InvalidArgument, quoted
 
 _URL = re.compile(r"^(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*)://(?P<rest>.*)$", re.DOTALL)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")

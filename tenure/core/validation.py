@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import unicodedata
 
-from tenure.core.errors import InvalidArgument
+from tenure.core.errors import InvalidArgument, quoted
 
 MAX_JOB_ID = 256
 MAX_OWNER = 128
@@ -13,21 +13,12 @@ MAX_RESOURCE = 256
 MAX_TTL = 7 * 24 * 3600.0
 MAX_TOKEN = 2**63 - 1  # stores and fence tables keep tokens in signed 64-bit integers
 MAX_REASON = 512
-MAX_QUOTED = 40  # characters of caller input an error message quotes, at most
 
 # Cc: control characters; Cs: lone surrogates, which no store can encode; Cf: format
 # characters (zero-width, bidi overrides, BOM), which make two ids look alike or reorder what
 # an operator reads; Zl, Zp: line and paragraph separators, which break log lines and tables.
 _REFUSED = {"Cc": "control", "Cs": "surrogate", "Cf": "format", "Zl": "line separator",
             "Zp": "paragraph separator"}
-
-
-def quoted(value: object, limit: int = MAX_QUOTED) -> str:
-    """``repr`` of caller input for an error message, cut to ``limit`` characters of text."""
-    if isinstance(value, str) and len(value) > limit:
-        return f"{value[:limit]!r}... ({len(value)} characters)"
-    text = repr(value)
-    return text if len(text) <= limit + 2 else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _text(kind: str, value: object, limit: int) -> str:

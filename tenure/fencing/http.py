@@ -29,7 +29,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from tenure.core import validation
-from tenure.core.errors import BackendUnavailable, ForgedToken, InvalidArgument, LeaseError, StaleToken
+from tenure.core.errors import BackendUnavailable, ForgedToken, InvalidArgument, LeaseError, StaleToken, quoted
 from tenure.core.records import Lease
 from tenure.core.renewal import HeldLease
 from tenure.core.store import Store
@@ -123,10 +123,10 @@ def normal_path(path: str, root_path: str = "") -> str:
         path = path[len(root):]
     path = unicodedata.normalize("NFC", path).replace("\\", "/")
     if _STILL_ENCODED.search(path):
-        raise InvalidArgument(f"request path {validation.quoted(path)} is still percent-encoded after decoding")
+        raise InvalidArgument(f"request path {quoted(path)} is still percent-encoded after decoding")
     segments = [part for part in path.split("/") if part]
     if any(part in (".", "..") for part in segments):
-        raise InvalidArgument(f"request path {validation.quoted(path)} has '.' or '..' segments")
+        raise InvalidArgument(f"request path {quoted(path)} has '.' or '..' segments")
     return validation.resource("/" + "/".join(segments))
 
 

@@ -62,6 +62,22 @@ def test_an_error_quotes_at_most_a_short_prefix_of_the_input(store: tenure.Store
     assert "a" * 41 not in message and len(message) < 160
 
 
+def test_errors_about_long_ids_quote_only_their_start(store: tenure.Store, harness: Harness) -> None:
+    job, owner = "j" * 256, "o" * 128
+    lease = store.claim(job, owner=owner, ttl=harness.short_ttl)
+    with pytest.raises(tenure.AlreadyClaimed) as claimed:
+        store.claim(job, owner="other", ttl=harness.ttl)
+    harness.expire(store, lease)
+    store.claim(job, owner="p" * 128, ttl=harness.ttl)
+    with pytest.raises(tenure.StaleLease) as stale:
+        store.complete(lease)
+    for error in (claimed.value, stale.value):
+        message = str(error)
+        assert "(256 characters)" in message and "j" * 41 not in message and "o" * 41 not in message
+        assert len(message) < 300
+    assert stale.value.rejection.job_id == job  # the record keeps the whole id
+
+
 def test_invalid_argument_is_a_value_error_and_a_lease_error() -> None:
     assert issubclass(tenure.InvalidArgument, ValueError)
     assert issubclass(tenure.InvalidArgument, tenure.LeaseError)
