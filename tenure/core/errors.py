@@ -45,6 +45,8 @@ def quoted(value: object, limit: int = MAX_QUOTED) -> str:
     """
     if isinstance(value, str) and len(value) > limit:
         return f"{value[:limit]!r}... ({len(value)} characters)"
+    if isinstance(value, int) and value.bit_length() > 4 * limit:  # repr() of a huge int is slow, or refused
+        return f"an int of {value.bit_length()} bits"
     text = repr(value)
     return text if len(text) <= limit + 2 else f"{text[:limit]}... ({len(text)} characters)"
 

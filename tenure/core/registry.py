@@ -12,7 +12,7 @@ from typing import Any
 
 from tenure.core import transport
 from tenure.core.backend import Backend
-from tenure.core.errors import BackendUnavailable, InvalidArgument
+from tenure.core.errors import BackendUnavailable, InvalidArgument, quoted
 from tenure.core.options import Options, parse_url
 from tenure.core.store import DEFAULT_DRIFT_MARGIN, Store
 
@@ -46,7 +46,7 @@ def backend_class(scheme: str) -> type[Backend]:
                 raise InvalidArgument(f"entry point {ep.value} for {scheme}:// is not a tenure.Backend")
             return loaded
     known = sorted(set(BUILTIN) | {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
-    raise InvalidArgument(f"unknown store scheme {scheme!r}; known: {', '.join(known)}")
+    raise InvalidArgument(f"unknown store scheme {quoted(scheme)}; known: {', '.join(known)}")
 
 
 def connect(url: str, **options: Any) -> Store:

@@ -17,7 +17,7 @@ from typing import Any
 from tenure.core import validation
 from tenure.core.backend import Backend, Characteristics
 from tenure.core.clock import SYSTEM_CLOCK, Clock
-from tenure.core.errors import InvalidArgument, NotYetClaimable
+from tenure.core.errors import InvalidArgument, NotYetClaimable, quoted
 from tenure.core.records import (
     Change,
     HistoryEvent,
@@ -46,7 +46,7 @@ class Store:
                  drift_margin: float = DEFAULT_DRIFT_MARGIN, url: str = "",
                  warnings: tuple[str, ...] = ()) -> None:
         if not 0 <= drift_margin < 1:
-            raise InvalidArgument(f"drift_margin must be in [0, 1), got {drift_margin!r}")
+            raise InvalidArgument(f"drift_margin must be in [0, 1), got {quoted(drift_margin)}")
         self.backend = backend
         self.clock = clock
         self.drift_margin = drift_margin
@@ -179,7 +179,7 @@ class Store:
         """Jobs counted by state now (store time), leases ending within ``soon`` seconds, and
         rejections in the last hour."""
         if isinstance(soon, bool) or not isinstance(soon, (int, float)) or not 0 <= soon < math.inf:
-            raise InvalidArgument(f"soon must be a non-negative number of seconds, got {soon!r}")
+            raise InvalidArgument(f"soon must be a non-negative number of seconds, got {quoted(soon)}")
         return self.backend.summary(self.backend.now(), float(soon))
 
     def page(self, *, states: Iterable[JobState | str] | None = None, job: str | None = None,
@@ -194,7 +194,7 @@ class Store:
         """
         wanted = None if states is None else frozenset(_state(s) for s in states)
         if order not in PAGE_ORDERS:
-            raise InvalidArgument(f"order must be one of {', '.join(PAGE_ORDERS)}, got {order!r}")
+            raise InvalidArgument(f"order must be one of {', '.join(PAGE_ORDERS)}, got {quoted(order)}")
         start = validation.limit(offset)
         size = validation.limit(limit)
         if start is None or size is None or not 1 <= size <= MAX_PAGE:
@@ -205,7 +205,7 @@ class Store:
     def watch(self, stop: threading.Event | None = None, interval: float = 1.0) -> Iterator[Change]:
         """Changes to jobs and new rejections until ``stop`` is set."""
         if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
-            raise InvalidArgument(f"interval must be a positive number, got {interval!r}")
+            raise InvalidArgument(f"interval must be a positive number, got {quoted(interval)}")
         return self.backend.watch(stop or threading.Event(), float(interval))
 
     def now(self) -> float:
@@ -267,7 +267,7 @@ def _state(value: object) -> JobState:
         return JobState(value)
     except ValueError:
         names = ", ".join(s.value for s in JobState)
-        raise InvalidArgument(f"unknown job state {value!r}; states are {names}") from None
+        raise InvalidArgument(f"unknown job state {quoted(value)}; states are {names}") from None
 
 
 def _needle(kind: str, value: object) -> str | None:

@@ -58,9 +58,11 @@ def effect_id(value: object) -> str:
 def ttl(value: object, *, minimum: float = 0.0, maximum: float = MAX_TTL, backend: str = "") -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidArgument(f"ttl must be a number of seconds, not {type(value).__name__}")
+    if isinstance(value, int) and abs(value) > 2**1000:  # float() would overflow
+        raise InvalidArgument(f"ttl must be a positive number of seconds up to {maximum:g}, got {quoted(value)}")
     seconds = float(value)
     if not math.isfinite(seconds) or seconds <= 0:
-        raise InvalidArgument(f"ttl must be a positive number of seconds, got {value!r}")
+        raise InvalidArgument(f"ttl must be a positive number of seconds, got {quoted(value)}")
     if seconds < minimum:
         where = f" on {backend}" if backend else ""
         raise InvalidArgument(f"ttl {seconds:g}s is below the minimum of {minimum:g}s{where}")
@@ -118,5 +120,5 @@ def limit(value: object) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidArgument(f"limit must be a non-negative int or None, got {value!r}")
+        raise InvalidArgument(f"limit must be a non-negative int or None, got {quoted(value)}")
     return value

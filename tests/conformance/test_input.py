@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -15,7 +16,7 @@ INVISIBLE = ["zero\u200bwidth", "join\u200d", "evil\u202egnp.exe", "\ufeffbom", 
 BAD_JOB_IDS = ["", "x" * 257, "tab\there", "nul\x00", "line\nbreak", "\x7f", "\ud800", None, 42, b"bytes",
                *INVISIBLE]
 BAD_OWNERS = ["", "o" * 129, "bell\x07", None, 3.5, *INVISIBLE]
-BAD_TTLS = [0, -1, math.nan, math.inf, "10", None, True, 10 ** 9]
+BAD_TTLS = [0, -1, math.nan, math.inf, "10", None, True, 10 ** 9, 10 ** 5000, -(10 ** 5000)]
 
 
 @pytest.mark.parametrize("job_id", BAD_JOB_IDS)
@@ -37,7 +38,8 @@ def test_bad_owners(store: tenure.Store, harness: Harness, owner: object) -> Non
     assert list(store.jobs()) == []
 
 
-@pytest.mark.parametrize("ttl", BAD_TTLS)
+@pytest.mark.parametrize("ttl", BAD_TTLS, ids=lambda v: f"int-of-{v.bit_length()}-bits" if isinstance(v, int)
+                         and v.bit_length() > 64 else None)
 def test_bad_ttls(store: tenure.Store, ttl: object) -> None:
     with pytest.raises(tenure.InvalidArgument, match="ttl"):
         store.claim("j", owner="a", ttl=ttl)  # type: ignore[arg-type]
@@ -76,6 +78,16 @@ def test_errors_about_long_ids_quote_only_their_start(store: tenure.Store, harne
         assert "(256 characters)" in message and "j" * 41 not in message and "o" * 41 not in message
         assert len(message) < 300
     assert stale.value.rejection.job_id == job  # the record keeps the whole id
+
+
+def test_huge_ints_are_refused_with_a_short_message(store: tenure.Store, harness: Harness) -> None:
+    lease = store.claim("j", owner="w", ttl=harness.ttl)
+    for call in (lambda: store.force_expire("j", token=10 ** 5000), lambda: store.rejections(limit=-(10 ** 5000)),
+                 lambda: store.renew(dataclasses.replace(lease, token=10 ** 5000))):
+        with pytest.raises(tenure.InvalidArgument) as info:
+            call()
+        assert len(str(info.value)) < 200
+    assert store.get("j").token == lease.token  # type: ignore[union-attr]
 
 
 def test_invalid_argument_is_a_value_error_and_a_lease_error() -> None:
