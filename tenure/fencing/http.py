@@ -90,7 +90,10 @@ def read_headers(headers: Headers) -> tuple[str, int, str] | None:
     not all of the headers, or a malformed one, raise ``InvalidArgument``.
     """
     wanted = {JOB_HEADER.lower(): "", TOKEN_HEADER.lower(): "", OWNER_HEADER.lower(): ""}
-    found = {k: v.strip() for k, v in _pairs(headers) if k in wanted}
+    given = [(k, v.strip()) for k, v in _pairs(headers) if k in wanted]
+    found = dict(given)
+    if len(found) < len(given):  # which one would a proxy or the app believe? neither
+        raise InvalidArgument("fencing headers given more than once")
     if not found:
         return None
     missing = [name for name in (JOB_HEADER, TOKEN_HEADER, OWNER_HEADER) if name.lower() not in found]

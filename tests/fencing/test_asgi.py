@@ -162,3 +162,20 @@ def test_signatures_bind_job_owner_and_token() -> None:
               sign(SECRET + "!", "job", "w", 5)}
     assert base not in others and len(others) == 4
     assert SECRET not in base
+
+
+def test_fencing_headers_given_twice_are_refused() -> None:
+    admitted: list[FenceClaim] = []
+    scope_headers = [(k.lower().encode(), v.encode()) for k, v in fencing_headers(LEASE, secret=SECRET).items()]
+    sent: list[Any] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    twice = [*scope_headers, (b"tenure-fencing-token", b"6")]
+    asyncio.run(FencingMiddleware(app, admitted.append, secret=SECRET)(
+        {"type": "http", "path": "/doc", "headers": twice}, receive, send))
+    assert sent[0]["status"] == 400 and b"more than once" in sent[1]["body"] and admitted == []
