@@ -16,6 +16,7 @@ from tenure.core.errors import (
     AuthenticationFailed,
     BackendUnavailable,
     CorruptRecord,
+    ForgedToken,
     InvalidArgument,
     JobCompleted,
     JobNotFound,
@@ -42,6 +43,7 @@ from tenure.core.records import (
 from tenure.core.registry import connect
 from tenure.core.renewal import HeldLease
 from tenure.core.store import Store
+from tenure.core.transport import InsecureTransportWarning
 
 __version__ = "0.1.0"
 
@@ -54,8 +56,10 @@ __all__ = [
     "Characteristics",
     "Clock",
     "CorruptRecord",
+    "ForgedToken",
     "HeldLease",
     "HistoryEvent",
+    "InsecureTransportWarning",
     "InvalidArgument",
     "JobCompleted",
     "JobNotFound",

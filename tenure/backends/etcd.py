@@ -149,6 +149,8 @@ class EtcdBackend(Backend):
         store_clock="etcd's lease TTLs decide expiry; times shown are the client's wall clock",
         min_ttl=2.0,
         tokens_ordered_across_jobs=True,
+        max_result_bytes=512 * 1024,  # base64, twice in a complete txn, under the 1.5 MiB request limit
+        tls_options=("ca_cert",),
     )
 
     def __init__(self, hosts: list[tuple[str, int]], prefix: str, *, clock: Clock | None = None,

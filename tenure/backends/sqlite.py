@@ -180,6 +180,8 @@ class SQLiteBackend(RecordBackend):
     characteristics = Characteristics(
         name="sqlite",
         store_clock="the machine's boot clock (shared by every process on the machine)",
+        max_result_bytes=64 * 1024 * 1024,  # far below SQLite's 1 GB blob limit
+        tls_options=None,
     )
 
     def __init__(self, path: str, *, clock: Clock | None = None, timeout: float = 5.0,

@@ -92,6 +92,8 @@ class ZooKeeperBackend(Backend):
         name="zookeeper",
         store_clock="the ZooKeeper leader's clock, as it stamps znode mtimes",
         min_ttl=0.1,
+        max_result_bytes=512 * 1024,  # base64 in a znode under jute.maxbuffer (1 MB), with the record
+        tls_options=("tls",),
     )
 
     def __init__(self, config: Config, system_deadlines: bool = True) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 from tenure.core import validation
 from tenure.core.backend import Backend, Characteristics
 from tenure.core.clock import SYSTEM_CLOCK, Clock
-from tenure.core.errors import InvalidArgument, NotYetClaimable
+from tenure.core.errors import InvalidArgument, NotYetClaimable, quoted
 from tenure.core.records import (
     Change,
     HistoryEvent,
@@ -26,6 +26,7 @@ from tenure.core.records import (
     JobStatus,
     Lease,
     Op,
+    Reason,
     Rejection,
     RejectionKind,
     Summary,
@@ -42,13 +43,15 @@ class Store:
     """A lease store. Thread-safe; one per process is the usual shape."""
 
     def __init__(self, backend: Backend, *, clock: Clock = SYSTEM_CLOCK,
-                 drift_margin: float = DEFAULT_DRIFT_MARGIN, url: str = "") -> None:
+                 drift_margin: float = DEFAULT_DRIFT_MARGIN, url: str = "",
+                 warnings: tuple[str, ...] = ()) -> None:
         if not 0 <= drift_margin < 1:
-            raise InvalidArgument(f"drift_margin must be in [0, 1), got {drift_margin!r}")
+            raise InvalidArgument(f"drift_margin must be in [0, 1), got {quoted(drift_margin)}")
         self.backend = backend
         self.clock = clock
         self.drift_margin = drift_margin
         self.url = url  # redacted: safe to show
+        self.warnings = warnings  # what connect() found unsafe (credentials without TLS), no secrets
         self._renewer = Renewer(clock)
 
     @property
@@ -60,11 +63,26 @@ class Store:
         c = self.characteristics
         return validation.ttl(ttl, minimum=c.min_ttl, maximum=c.max_ttl, backend=c.name)
 
-    @staticmethod
-    def _lease(lease: object) -> Lease:
+    def _lease(self, lease: object) -> Lease:
+        """A lease handed back to us, checked field by field like a claim's arguments: a Lease is
+        a plain dataclass anyone can build, and its fields reach the backend and the audit."""
         if not isinstance(lease, Lease):
             raise InvalidArgument(f"expected a tenure.Lease, not {type(lease).__name__}")
+        validation.job_id(lease.job_id)
+        validation.owner(lease.owner)
+        validation.token(lease.token)
+        self._ttl(lease.ttl)
+        validation.store_time("expires_at", lease.expires_at)
+        validation.deadline(lease.deadline)
         return lease
+
+    def _result(self, result: object) -> bytes | None:
+        data = validation.result(result)
+        limit = self.characteristics.max_result_bytes
+        if data is not None and len(data) > limit:
+            raise InvalidArgument(f"result of {len(data)} bytes is above the {limit} bytes "
+                                  f"{self.characteristics.name} can store with a job")
+        return data
 
     def _stamped(self, lease: Lease, sent_at: float) -> Lease:
         # The store started this lease no earlier than sent_at, on a clock that may run a
@@ -117,7 +135,7 @@ class Store:
 
     def complete(self, lease: Lease, result: str | bytes | None = None) -> None:
         """Mark the job completed; raises StaleLease (audited) if the lease is not current."""
-        self.backend.complete(self._lease(lease), validation.result(result))
+        self.backend.complete(self._lease(lease), self._result(result))
 
     def release(self, lease: Lease) -> None:
         """Give the job back unfinished, so it can be claimed at once."""
@@ -161,7 +179,7 @@ class Store:
         """Jobs counted by state now (store time), leases ending within ``soon`` seconds, and
         rejections in the last hour."""
         if isinstance(soon, bool) or not isinstance(soon, (int, float)) or not 0 <= soon < math.inf:
-            raise InvalidArgument(f"soon must be a non-negative number of seconds, got {soon!r}")
+            raise InvalidArgument(f"soon must be a non-negative number of seconds, got {quoted(soon)}")
         return self.backend.summary(self.backend.now(), float(soon))
 
     def page(self, *, states: Iterable[JobState | str] | None = None, job: str | None = None,
@@ -176,7 +194,7 @@ class Store:
         """
         wanted = None if states is None else frozenset(_state(s) for s in states)
         if order not in PAGE_ORDERS:
-            raise InvalidArgument(f"order must be one of {', '.join(PAGE_ORDERS)}, got {order!r}")
+            raise InvalidArgument(f"order must be one of {', '.join(PAGE_ORDERS)}, got {quoted(order)}")
         start = validation.limit(offset)
         size = validation.limit(limit)
         if start is None or size is None or not 1 <= size <= MAX_PAGE:
@@ -187,7 +205,7 @@ class Store:
     def watch(self, stop: threading.Event | None = None, interval: float = 1.0) -> Iterator[Change]:
         """Changes to jobs and new rejections until ``stop`` is set."""
         if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
-            raise InvalidArgument(f"interval must be a positive number, got {interval!r}")
+            raise InvalidArgument(f"interval must be a positive number, got {quoted(interval)}")
         return self.backend.watch(stop or threading.Event(), float(interval))
 
     def now(self) -> float:
@@ -195,7 +213,9 @@ class Store:
         return self.backend.now()
 
     def health(self) -> dict[str, Any]:
-        return self.backend.health()
+        """The backend's facts, and ``warnings`` about this connection when there are any."""
+        facts = self.backend.health()
+        return {**facts, "warnings": "; ".join(self.warnings)} if self.warnings else facts
 
     # -- operators and destinations ------------------------------------------------------
     def force_expire(self, job_id: str, *, token: int | None = None, actor: str | None = None) -> None:
@@ -212,12 +232,17 @@ class Store:
 
     def report_rejection(self, job_id: str, owner: str, token: int, *, resource: str,
                          highest: int, reason: str = "") -> Rejection:
-        """Add a rejection seen at a fenced destination to this store's audit."""
+        """Add a rejection seen at a fenced destination to this store's audit.
+
+        Every field is checked like a claim's arguments and bounded (``reason`` to 512
+        characters), so the record fits every backend's largest write.
+        """
+        checked = (validation.job_id(job_id), validation.owner(owner), validation.token(token),
+                   validation.resource(resource), validation.highest(highest), validation.reason(reason))
         rejection = Rejection(
-            job_id=validation.job_id(job_id), op=Op.EFFECT, owner=validation.owner(owner),
-            token=validation.token(token), current_owner=None, current_token=highest,
-            at=self.now(), reason=reason or "token lower than one already admitted",
-            kind=RejectionKind.DESTINATION, resource=resource)
+            job_id=checked[0], op=Op.EFFECT, owner=checked[1], token=checked[2], current_owner=None,
+            current_token=checked[4], at=self.now(), reason=checked[5] or str(Reason.STALE_TOKEN),
+            kind=RejectionKind.DESTINATION, resource=checked[3])
         self.backend.record_rejection(rejection)
         return rejection
 
@@ -242,7 +267,7 @@ def _state(value: object) -> JobState:
         return JobState(value)
     except ValueError:
         names = ", ".join(s.value for s in JobState)
-        raise InvalidArgument(f"unknown job state {value!r}; states are {names}") from None
+        raise InvalidArgument(f"unknown job state {quoted(value)}; states are {names}") from None
 
 
 def _needle(kind: str, value: object) -> str | None:

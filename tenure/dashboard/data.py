@@ -66,8 +66,23 @@ def filter_rejections(rejections: Iterable[Rejection], *, job: str = "", owner: 
             and (since is None or r.at >= since)]
 
 
+# A spreadsheet runs a cell that starts with one of these as a formula (CSV injection): job ids,
+# owners and resources are anyone's text, so such cells get a leading quote, as OWASP advises.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(cell: object) -> object:
+    """A text cell that a spreadsheet would run as a formula, quoted; anything else as it is."""
+    if isinstance(cell, str) and cell.startswith(FORMULA_STARTS):
+        return "'" + cell
+    return cell
+
+
 def rejections_csv(rejections: Iterable[Rejection]) -> bytes:
-    text: str = rejections_frame(rejections).to_csv(index=False, date_format="%Y-%m-%dT%H:%M:%S.%fZ")
+    frame = rejections_frame(rejections)
+    for column in ("job", "owner", "current owner", "reason", "resource"):
+        frame[column] = frame[column].map(spreadsheet_safe)
+    text: str = frame.to_csv(index=False, date_format="%Y-%m-%dT%H:%M:%S.%fZ")
     return text.encode()
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import csv as csv_module
+import io
 import json
 import os
 import signal
@@ -122,3 +124,16 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def test_csv_export_quotes_cells_a_spreadsheet_would_run_as_formulas() -> None:
+    with tenure.connect("memory://") as store:
+        for i, text in enumerate(["=HYPERLINK(\"http://x\")", "+1+1", "-2+3", "@SUM(A1)"]):
+            store.report_rejection(text, f"{text} owner", i + 1, resource=f"{text}/r", highest=9,
+                                   reason=f"{text} reason")
+        store.report_rejection("plain-job", "w", 5, resource="ledger", highest=9)
+        rows = list(csv_module.DictReader(io.StringIO(data.rejections_csv(store.rejections()).decode())))
+    assert [r["job"] for r in rows] == ["plain-job", "'@SUM(A1)", "'-2+3", "'+1+1", "'=HYPERLINK(\"http://x\")"]
+    for row in rows[1:]:
+        assert all(row[c].startswith("'") for c in ("job", "owner", "reason", "resource"))
+    assert rows[0]["resource"] == "ledger" and rows[0]["token"] == "5"

@@ -1,4 +1,5 @@
-"""The faults: worker pauses and kills, claim bursts, skewed worker clocks, server and network faults.
+"""The faults: worker pauses and kills, claim bursts, skewed worker clocks, forged fencing tokens,
+server and network faults.
 
 Worker processes are started here (under ``faketime`` when their clock is to be skewed), so
 the nemesis can pause, kill and replace them. Server and network faults go through the
@@ -22,6 +23,7 @@ from typing import Any
 import tenure
 from tests.faults.clock import true_now
 from tests.faults.envs import Env
+from tests.faults.forger import Forger
 from tests.faults.history import Recorder, file_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,6 +111,7 @@ class Nemesis(threading.Thread):
         self.admin_url = admin_url
         self.rng = rng
         self.rec = Recorder(file_for(history, "nemesis").with_suffix(".log"), "nemesis")
+        self.forger = Forger(history, Path(workers.base["destination"]), admin_url)
         self.halt = threading.Event()
         self.done: Counter[str] = Counter()
         self.bursts = 0
@@ -136,6 +139,10 @@ class Nemesis(threading.Thread):
         elif fault == "burst":
             if not self.burst():
                 return
+        elif fault == "forge":
+            if not self.forger.forge(self.rng):
+                return
+            self.rec.note("forge")
         elif fault == "kill-worker":
             name = self.rng.choice([n for n in w.alive() if not n.startswith("b")])
             w.signal(name, signal.SIGKILL)
@@ -179,3 +186,4 @@ class Nemesis(threading.Thread):
         self.halt.set()
         self.join(timeout=120)
         self.rec.close()
+        self.forger.close()

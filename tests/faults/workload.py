@@ -87,7 +87,8 @@ class Worker:
                 raise tenure.LeaseLost("safe local deadline passed")
 
         try:
-            self.dest.write(lease.job_id, lease.token, lease.owner, self.name, op, true_now, still_held)
+            self.dest.write(lease.job_id, lease.token, lease.owner, self.name, op, true_now, still_held,
+                            self.dest.signature(lease.job_id, lease.owner, lease.token))
         except tenure.StaleToken as exc:
             self.rec.end("fail", op, error="StaleToken", highest=exc.highest)
             return False
