@@ -24,7 +24,6 @@ from tenure.core.errors import AuthenticationFailed, BackendUnavailable, Invalid
 from tenure.core.options import Options, StoreURL
 
 DEFAULT_PORT = 2181
-MAX_RESULT = 512 * 1024  # ZooKeeper refuses znodes over ~1 MB (jute.maxbuffer); base64 adds 1/3
 
 
 def _identity(text: str | None, option: str) -> tuple[str, str] | None:
@@ -108,11 +107,6 @@ class Config:
         if self.auth is not None:
             kwargs["auth_data"] = [("digest", f"{self.auth[0]}:{self.auth[1]}")]
         return kwargs
-
-    def check_result(self, result: bytes | None) -> None:
-        if result is not None and len(result) > MAX_RESULT:
-            raise InvalidArgument(f"result of {len(result)} bytes is above ZooKeeper's limit of "
-                                  f"{MAX_RESULT} bytes per job")
 
 
 @contextlib.contextmanager
