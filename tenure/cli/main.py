@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     waiting(p, "while the job is held elsewhere (default: exit 75 at once)")
     p.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
                    help="after SIGTERM, SIGKILL the command this much later (default 10)")
-    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
+    p.usage = "tenure run JOB_ID --owner OWNER --ttl SECONDS [--wait SECONDS] [--grace SECONDS] -- CMD [ARGS...]"
     p.epilog = ("CMD gets TENURE_JOB, TENURE_TOKEN and TENURE_OWNER. Exit 0: job completed. Non-zero: job "
                 "released, its status returned. Completed job: CMD not run, exit 0. Held elsewhere or lease "
                 "lost: exit 75 (on a lost lease CMD's process group gets SIGTERM, then SIGKILL after --grace).")
@@ -146,14 +146,29 @@ def _no_dashboard(args: argparse.Namespace) -> int:
     return exits.USAGE
 
 
+def _split_command(words: list[str]) -> tuple[list[str], list[str]]:
+    """``tenure ... run JOB ... -- CMD ARGS``: what argparse parses, and the command to run.
+
+    argparse cannot leave a command's own options alone after a positional argument, so the
+    command is cut off at the first ``--`` after ``run`` before parsing.
+    """
+    if "--" in words and "run" in words[:words.index("--")]:
+        cut = words.index("--")
+        return words[:cut], words[cut + 1:]
+    return words, []
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     prepare_process()  # before anything can import protobuf (the etcd client needs this)
     import tenure
 
+    words = list(sys.argv[1:] if argv is None else argv)
+    head, command = _split_command(words)
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser().parse_args(head)
     except SystemExit as exc:  # --help, --version and usage errors
         return exc.code if isinstance(exc.code, int) else exits.USAGE
+    args.cmd = command
     try:
         if args.func is None:
             code: int = args.run(args)

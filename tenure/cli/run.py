@@ -37,8 +37,6 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 def cmd_run(store: tenure.Store, args: argparse.Namespace) -> int:
     argv = list(args.cmd)
-    if argv and argv[0] == "--":
-        argv = argv[1:]
     if not argv:
         raise tenure.InvalidArgument("run needs a command after --: tenure run JOB --owner O --ttl S -- CMD ...")
     if args.grace < 0:
