@@ -16,7 +16,7 @@ import time
 from types import TracebackType
 
 from tenure.core.backend import Backend
-from tenure.core.errors import InvalidArgument, LeaseError
+from tenure.core.errors import InvalidArgument
 
 log = logging.getLogger("tenure.waiting")
 
@@ -82,8 +82,9 @@ class Waiter:
         try:
             for _ in self._backend.watch(self._stop, WATCH_INTERVAL):
                 self._woken.set()
-        except LeaseError as exc:  # the backoff goes on without it
-            log.info("watch for a waiting claim ended: %s", exc)
+        except Exception as exc:  # the backoff goes on without it; a closed store ends it too
+            if not self._stop.is_set():
+                log.info("watch for a waiting claim ended: %s", exc)
 
     def __enter__(self) -> Waiter:
         return self
