@@ -85,7 +85,7 @@ def test_a_binary_result_has_one_shape(url: str, capsys: pytest.CaptureFixture[s
     with tenure.connect(url) as store:
         store.complete(store.claim("j", "a", 30), b"\xff\x00")
     code, out, _ = run(capsys, "--url", url, "get", "j", "-o", "json")
-    assert json.loads(out)["result"] == {"base64": "/wA="}
+    assert (code, json.loads(out)["result"]) == (0, {"base64": "/wA="})
 
 
 def test_ls_pages_with_filters(url: str, capsys: pytest.CaptureFixture[str]) -> None:
