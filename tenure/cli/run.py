@@ -76,6 +76,8 @@ class Supervisor:
                 print(f"tenure run: cannot run {self.argv[0]!r}: {exc.strerror}", file=sys.stderr)
                 self.held.release()
                 return 127 if isinstance(exc, FileNotFoundError) else 126
+            if self.signalled is not None:  # a signal landed before the command had a pid
+                _signal_group(self.proc, self.signalled)
             return self._supervise(self.proc)
         finally:
             for signum, handler in previous.items():
