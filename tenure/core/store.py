@@ -51,6 +51,7 @@ class Store:
         self.drift_margin = drift_margin
         self.url = url  # redacted: safe to show
         self._renewer = Renewer(clock)
+        self._changes = waiting.Changes(backend)  # what blocking claims sleep on
 
     @property
     def characteristics(self) -> Characteristics:
@@ -104,18 +105,18 @@ class Store:
         return self._claim_once(*args)
 
     def _claim_waiting(self, args: tuple[str, str, float], wait: float) -> Lease:
-        with waiting.Waiter(self.backend, wait) as waiter:
-            while True:
-                try:
-                    return self._claim_once(*args)
-                except NotYetClaimable as exc:
-                    due_in: float | None = exc.retry_after
-                    if not waiter.pause(due_in):
-                        raise
-                except AlreadyClaimed as exc:
-                    due_in = None if exc.expires_at is None else exc.expires_at - self.backend.now()
-                    if not waiter.pause(due_in):
-                        raise
+        waiter = waiting.Waiter(self._changes, wait)
+        while True:
+            try:
+                return self._claim_once(*args)
+            except NotYetClaimable as exc:
+                due_in: float | None = exc.retry_after
+                if not waiter.pause(due_in):
+                    raise
+            except AlreadyClaimed as exc:
+                due_in = None if exc.expires_at is None else exc.expires_at - self.backend.now()
+                if not waiter.pause(due_in):
+                    raise
 
     def _claim_once(self, job_id: str, owner: str, ttl: float) -> Lease:
         sent_at = self.clock.monotonic()  # after any wait: the deadline counts from the send
@@ -131,9 +132,9 @@ class Store:
         blocking = waiting.seconds(wait)
         lease = self._claim_next_once(*args)
         if lease is None and blocking:
-            with waiting.Waiter(self.backend, blocking) as waiter:
-                while lease is None and waiter.pause():
-                    lease = self._claim_next_once(*args)
+            waiter = waiting.Waiter(self._changes, blocking)
+            while lease is None and waiter.pause():
+                lease = self._claim_next_once(*args)
         return lease
 
     def _claim_next_once(self, owner: str, ttl: float) -> Lease | None:
@@ -260,6 +261,7 @@ class Store:
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
+        self._changes.close()
         self._renewer.close()
         self.backend.close()
 

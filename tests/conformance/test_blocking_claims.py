@@ -95,3 +95,13 @@ def test_a_bad_wait_is_refused(store: tenure.Store, wait: Any) -> None:
     with pytest.raises(tenure.InvalidArgument, match="wait"):
         store.claim("j", "w", 5.0, wait=wait)
     assert store.get("j") is None
+
+
+def test_only_changes_that_can_free_a_job_wake_waiters() -> None:
+    def job(state: tenure.JobState) -> tenure.Change:
+        return tenure.Change(job=tenure.JobStatus("j", state))
+
+    assert [waiting.may_free_a_job(job(s)) for s in tenure.JobState] == [True, False, True, False, False]
+    assert waiting.may_free_a_job(tenure.Change(removed="j"))
+    rejection = tenure.Rejection("j", tenure.Op.RENEW, "a", 1, "b", 2, 0.0, "stale")
+    assert not waiting.may_free_a_job(tenure.Change(rejection=rejection))
