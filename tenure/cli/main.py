@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--ttl", type=float, required=True)
         if name == "complete":
             p.add_argument("--result", help="text to store as the job's result")
-    p = command("run", cmd_run, "hold a job's lease while a command runs (see: tenure run --help)")
+    p = command("run", cmd_run, "hold a job's lease while a command runs; exit 75 if it cannot")
     p.add_argument("job_id", metavar="JOB_ID")
     p.add_argument("--owner", required=True)
     p.add_argument("--ttl", type=float, required=True, help="lease length in seconds, renewed while CMD runs")
