@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from tenure.core import telemetry
 from tenure.core.errors import BackendUnavailable, LeaseError, LeaseLost, StaleLease
 from tenure.core.records import Lease
 
@@ -150,6 +151,7 @@ class HeldLease:
         if not self.lost.is_set():
             self.lost_reason = reason
             self.lost.set()
+            telemetry.lost(self._store.characteristics.name)
             log.warning("lease on %r (token %d) lost: %s", self.job_id, self.token, reason)
 
     def __repr__(self) -> str:

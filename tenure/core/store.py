@@ -14,10 +14,10 @@ from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import Any
 
-from tenure.core import validation
+from tenure.core import telemetry, validation, waiting
 from tenure.core.backend import Backend, Characteristics
 from tenure.core.clock import SYSTEM_CLOCK, Clock
-from tenure.core.errors import InvalidArgument, NotYetClaimable, quoted
+from tenure.core.errors import AlreadyClaimed, InvalidArgument, NotYetClaimable, quoted
 from tenure.core.records import (
     Change,
     HistoryEvent,
@@ -53,6 +53,7 @@ class Store:
         self.url = url  # redacted: safe to show
         self.warnings = warnings  # what connect() found unsafe (credentials without TLS), no secrets
         self._renewer = Renewer(clock)
+        self._changes = waiting.Changes(backend)  # what blocking claims sleep on
 
     @property
     def characteristics(self) -> Characteristics:
@@ -101,13 +102,18 @@ class Store:
         """Submit several jobs at once; all are validated before any is written."""
         self.backend.submit_many([validation.job_id(job_id) for job_id in job_ids])
 
-    def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
+    def claim(self, job_id: str, owner: str, ttl: float, *, wait: float | None = None) -> Lease:
         """Claim a job that is unowned or whose lease expired by the store's clock.
 
+        ``wait``: seconds to block while the job is held by someone else, woken by the store's
+        watch where it has one (see ``tenure.core.waiting``); AlreadyClaimed once it is over.
         Where the store may end leases early (etcd before 3.4.28), a lease it ended is taken
         only once its holder must have stopped: this waits up to one TTL (NotYetClaimable).
         """
         args = validation.job_id(job_id), validation.owner(owner), self._ttl(ttl)
+        blocking = waiting.seconds(wait)
+        if blocking:
+            return self._claim_waiting(args, blocking)
         for _ in range(_WAITS):  # each wait is for a newer claim (tokens grow): few rounds
             try:
                 return self._claim_once(*args)
@@ -115,15 +121,42 @@ class Store:
                 time.sleep(exc.retry_after)
         return self._claim_once(*args)
 
+    def _claim_waiting(self, args: tuple[str, str, float], wait: float) -> Lease:
+        waiter = waiting.Waiter(self._changes, wait)
+        while True:
+            try:
+                return self._claim_once(*args)
+            except NotYetClaimable as exc:
+                due_in: float | None = exc.retry_after
+                if not waiter.pause(due_in):
+                    raise
+            except AlreadyClaimed as exc:
+                due_in = None if exc.expires_at is None else exc.expires_at - self.backend.now()
+                if not waiter.pause(due_in):
+                    raise
+
     def _claim_once(self, job_id: str, owner: str, ttl: float) -> Lease:
         sent_at = self.clock.monotonic()  # after any wait: the deadline counts from the send
-        return self._stamped(self.backend.claim(job_id, owner, ttl), sent_at)
+        lease = telemetry.timed(self.characteristics.name, "claim", lambda: self.backend.claim(job_id, owner, ttl))
+        return self._stamped(lease, sent_at)
 
-    def claim_next(self, owner: str, ttl: float) -> Lease | None:
-        """Claim some pending or expired job (never a completed one), or return None."""
+    def claim_next(self, owner: str, ttl: float, *, wait: float | None = None) -> Lease | None:
+        """Claim some pending or expired job (never a completed one), or return None.
+
+        ``wait``: seconds to block while nothing is claimable (see ``claim``).
+        """
         args = validation.owner(owner), self._ttl(ttl)
+        blocking = waiting.seconds(wait)
+        lease = self._claim_next_once(*args)
+        if lease is None and blocking:
+            waiter = waiting.Waiter(self._changes, blocking)
+            while lease is None and waiter.pause():
+                lease = self._claim_next_once(*args)
+        return lease
+
+    def _claim_next_once(self, owner: str, ttl: float) -> Lease | None:
         sent_at = self.clock.monotonic()
-        lease = self.backend.claim_next(*args)
+        lease = telemetry.timed(self.characteristics.name, "claim_next", lambda: self.backend.claim_next(owner, ttl))
         return None if lease is None else self._stamped(lease, sent_at)
 
     def renew(self, lease: Lease, ttl: float | None = None) -> Lease:
@@ -131,25 +164,28 @@ class Store:
         lease = self._lease(lease)
         seconds = self._ttl(lease.ttl if ttl is None else ttl)
         sent_at = self.clock.monotonic()
-        return self._stamped(self.backend.renew(lease, seconds), sent_at)
+        renewed = telemetry.timed(self.characteristics.name, "renew", lambda: self.backend.renew(lease, seconds))
+        return self._stamped(renewed, sent_at)
 
     def complete(self, lease: Lease, result: str | bytes | None = None) -> None:
         """Mark the job completed; raises StaleLease (audited) if the lease is not current."""
-        self.backend.complete(self._lease(lease), self._result(result))
+        args = self._lease(lease), self._result(result)
+        telemetry.timed(self.characteristics.name, "complete", lambda: self.backend.complete(*args))
 
     def release(self, lease: Lease) -> None:
         """Give the job back unfinished, so it can be claimed at once."""
-        self.backend.release(self._lease(lease))
+        lease = self._lease(lease)
+        telemetry.timed(self.characteristics.name, "release", lambda: self.backend.release(lease))
 
-    def hold(self, job_id: str, owner: str, ttl: float) -> HeldLease:
+    def hold(self, job_id: str, owner: str, ttl: float, *, wait: float | None = None) -> HeldLease:
         """Claim a job and keep renewing it in the background; use it as a context manager."""
         epoch = self.backend.link().epoch  # before the claim is sent, like its deadline
-        return self.hold_lease(self.claim(job_id, owner, ttl), _link_epoch=epoch)
+        return self.hold_lease(self.claim(job_id, owner, ttl, wait=wait), _link_epoch=epoch)
 
-    def hold_next(self, owner: str, ttl: float) -> HeldLease | None:
+    def hold_next(self, owner: str, ttl: float, *, wait: float | None = None) -> HeldLease | None:
         """``claim_next`` and hold the lease it gives, or None when nothing is claimable."""
         epoch = self.backend.link().epoch
-        lease = self.claim_next(owner, ttl)
+        lease = self.claim_next(owner, ttl, wait=wait)
         return None if lease is None else self.hold_lease(lease, _link_epoch=epoch)
 
     def hold_lease(self, lease: Lease, *, _link_epoch: int | None = None) -> HeldLease:
@@ -244,10 +280,12 @@ class Store:
             current_token=checked[4], at=self.now(), reason=checked[5] or str(Reason.STALE_TOKEN),
             kind=RejectionKind.DESTINATION, resource=checked[3])
         self.backend.record_rejection(rejection)
+        telemetry.rejected(self.characteristics.name, Op.EFFECT.value, Reason.STALE_TOKEN.value)  # bounded labels
         return rejection
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
+        self._changes.close()
         self._renewer.close()
         self.backend.close()
 

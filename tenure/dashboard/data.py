@@ -5,13 +5,12 @@ Every time here is the store's clock; "now" is the store's now as read for this 
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
 from tenure.core.backend import fold
+from tenure.core.export import to_json
 from tenure.core.records import HistoryEvent, JobState, JobStatus, Op, Rejection
 
 LEASE_COLUMNS = ["job", "owner", "token", "state", "expires in (s)", "lease left",
@@ -87,8 +86,8 @@ def rejections_csv(rejections: Iterable[Rejection]) -> bytes:
 
 
 def rejections_json(rejections: Iterable[Rejection]) -> bytes:
-    """Every field, store times as epoch seconds: the form a script auditing them wants."""
-    return json.dumps([dataclasses.asdict(r) for r in rejections], indent=1).encode()
+    """Every field, store times as epoch seconds: the shape ``tenure rejections -o json`` prints."""
+    return to_json(list(rejections), indent=1).encode()
 
 
 def history_frame(events: Iterable[HistoryEvent]) -> pd.DataFrame:
