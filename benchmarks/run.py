@@ -14,15 +14,11 @@ import statistics
 import time
 from collections.abc import Callable
 
-from tenure.backends.etcd_client import prepare_process
-
-prepare_process()  # before anything loads protobuf: the etcd client needs its Python runtime
-
-import tenure  # noqa: E402
-from benchmarks import workloads  # noqa: E402
-from benchmarks.measure import Targets, ms  # noqa: E402
-from benchmarks.subjects import SUBJECTS, Subject  # noqa: E402
-from tenure.core.renewal import RENEWAL_WORKERS  # noqa: E402
+import tenure
+from benchmarks import workloads
+from benchmarks.measure import Targets, ms
+from benchmarks.subjects import SUBJECTS, Subject
+from tenure.core.renewal import RENEWAL_WORKERS
 
 
 def section(title: str) -> None:

@@ -19,7 +19,6 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tenure.backends.etcd_client import prepare_process
 from tenure.cli_format import table, when
 
 DEFAULT_URL = "sqlite:///tenure-demo.db"
@@ -199,7 +198,6 @@ def _no_dashboard(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    prepare_process()  # before anything can import protobuf (the etcd client needs this)
     import tenure
 
     args = build_parser().parse_args(argv)
