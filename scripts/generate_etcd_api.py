@@ -3,7 +3,8 @@
     python scripts/generate_etcd_api.py            # rewrite the committed modules
     python scripts/generate_etcd_api.py --check    # exit 1 if they differ from a fresh run
 
-Needs grpcio-tools at the version pinned in pyproject.toml's dev extra: the output names
+The ``*_pb2.py`` modules are edited after protoc to build their descriptors in a pool of
+their own (see ``_EDITS``). Needs grpcio-tools at the version pinned in pyproject.toml's dev extra: the output names
 the protobuf and grpcio versions it was generated with, and other versions write other bytes.
 """
 
@@ -36,6 +37,30 @@ def generate(out: Path) -> None:
             f"--grpc_python_out={out}", *(str(PACKAGE / proto) for proto in PROTOS)]
     if protoc.main(args) != 0:
         raise SystemExit("protoc failed")
+    for proto in PROTOS:
+        _use_private_pool(out / PACKAGE / (Path(proto).stem + "_pb2.py"))
+
+
+# protoc adds every file to protobuf's default descriptor pool, which holds one definition per
+# full name in a process: another etcd client's generated code (python-etcd3, cslab-etcd3 ...)
+# defines etcdserverpb.* and mvccpb.* too, and the second to load failed with "duplicate
+# symbol". tenure's modules add their files to a pool of their own instead; the names (and so
+# the gRPC paths) stay etcd's.
+_EDITS = (
+    ("from google.protobuf.internal import builder as _builder\n",
+     "from google.protobuf.internal import builder as _builder\n"
+     "from tenure.backends.etcd_api import POOL as _POOL  # edited by scripts/generate_etcd_api.py\n"),
+    ("DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(", "DESCRIPTOR = _POOL.AddSerializedFile("),
+)
+
+
+def _use_private_pool(module: Path) -> None:
+    text = module.read_text(encoding="utf-8")
+    for old, new in _EDITS:
+        if text.count(old) != 1:  # protoc's output changed: look again before editing it
+            raise SystemExit(f"{module}: expected {old!r} once")
+        text = text.replace(old, new)
+    module.write_text(text, encoding="utf-8")
 
 
 def differences() -> list[str]:
