@@ -6,7 +6,8 @@ client of ``--baseline`` (a git revision with the hand encoding; default: the co
 generated code) and this tree's (generated messages on the upb runtime) side by side on one
 private etcd, each in its own process, and reports the whole operations: claim+complete
 cycles, and a listing of ``--jobs`` jobs. A hand-written path stays only where it is at least
-10 % faster on the whole operation (docs/performance.md).
+10 % faster on the whole operation (docs/performance.md). The baseline needs etcd3 0.12.0 in
+this interpreter's environment (it chooses protobuf's pure-Python runtime in its own process).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ HAND_ENCODING = "1e5a961"  # the last commit whose etcd client encodes by hand
 WORKER = textwrap.dedent("""
     import sys, time
     import tenure
-    from google.protobuf.internal import api_implementation
     cycles, listing = tenure.connect(sys.argv[1] + "-cycles"), tenure.connect(sys.argv[1] + "-list")
+    from google.protobuf.internal import api_implementation  # after connecting: the baseline chooses
     print(api_implementation.Type(), flush=True)
     done = 0
     for line in sys.stdin:
