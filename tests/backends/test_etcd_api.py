@@ -147,3 +147,32 @@ def test_nothing_in_tenure_chooses_a_protobuf_runtime() -> None:
                     if setting.search(p.read_text(encoding="utf-8")) or
                     f"setdefault({switch!r}" in p.read_text(encoding="utf-8")]
     assert named == [] and set_by_tests == []
+
+
+ANOTHER_ETCD_CLIENT = textwrap.dedent("""
+    import sys
+    from google.protobuf import descriptor_pb2, descriptor_pool
+
+    def another_etcd_client():  # what python-etcd3 or cslab-etcd3 puts in protobuf's default pool
+        fd = descriptor_pb2.FileDescriptorProto(name="kv.proto", package="mvccpb", syntax="proto3")
+        fd.message_type.add(name="KeyValue").field.add(name="key", number=1, type=12, label=1)
+        descriptor_pool.Default().AddSerializedFile(fd.SerializeToString())
+
+    if sys.argv[1] == "first":
+        another_etcd_client()
+    from tenure.backends import etcd_client
+    if sys.argv[1] == "after":
+        another_etcd_client()
+    print(etcd_client.txn_request([etcd_client.compare(b"k", "mod", "==", 3)], [], []).SerializeToString())
+""")
+
+
+@pytest.mark.parametrize("order", ["first", "after"])
+def test_another_etcd_clients_generated_code_in_the_same_process(order: str) -> None:
+    """etcd's message names, defined by another library too, do not collide with tenure's."""
+    env = {k: v for k, v in os.environ.items() if k != "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run([sys.executable, "-c", ANOTHER_ETCD_CLIENT, order], capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == repr(b"\n\x07\x10\x02\x1a\x01k0\x03")
