@@ -37,7 +37,7 @@ def test_a_backend_registered_by_entry_point_is_found(tmp_path: Path, monkeypatc
         tenure.connect("unheard-of://x")
 
 
-@pytest.mark.parametrize("url, module, extra", [("etcd://127.0.0.1:1/p", "etcd3", "etcd"),
+@pytest.mark.parametrize("url, module, extra", [("etcd://127.0.0.1:1/p", "grpc", "etcd"),
                                                  ("zk://127.0.0.1:1/c", "kazoo", "zookeeper")])
 def test_a_missing_client_library_names_the_extra(url: str, module: str, extra: str) -> None:
     code = (f"import sys; sys.modules[{module!r}] = None\n"  # as if the library were not installed

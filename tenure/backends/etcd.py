@@ -67,11 +67,10 @@ from tenure.core.errors import (
     LeaseError,
     NotYetClaimable,
     StaleLease,
+    TokenChanged,
 )
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import Change, HistoryEvent, JobState, JobStatus, Lease, Op, Reason, Rejection
-
-ec.load()  # fail at import (install hint, protobuf runtime) rather than at the first call
 
 log = logging.getLogger("tenure.etcd")
 
@@ -109,6 +108,7 @@ class _EtcdLease:
     ttl: int  # the etcd TTL of the claims it serves (its granted TTL less any slack)
     granted: int
     confirmed: float
+    alive: bool = True  # False once a keep-alive found it gone: never kept alive or pooled again
 
     def fresh(self, now: float) -> bool:
         """Whether a claim sent at ``now`` may use it without a keep-alive.
@@ -633,7 +633,7 @@ class EtcdBackend(Backend):
         now = self.now()
         sent = time.monotonic()
         keepalive: Pending[int] | None = None
-        if cached is not None and cached.ttl == etcd_ttl:
+        if cached is not None and cached.alive and cached.ttl == etcd_ttl:
             held = cached
             keepalive = self._conn.keepalive_started(held.id)
         else:  # a claim made elsewhere, or a new TTL: move the key to a new etcd lease
@@ -661,14 +661,18 @@ class EtcdBackend(Backend):
             raise
         if keepalive is not None:
             left = keepalive.result()
-            if left < etcd_ttl:
-                # etcd ended the lease between the check and the keep-alive: the renewal failed.
-                rejected = Rejection(lease.job_id, Op.RENEW, lease.owner, lease.token, lease.owner,
-                                     lease.token, now, str(Reason.EXPIRED))
-                self.record_rejection(rejected)
-                raise StaleLease(rejected)
-            held.confirmed, held.granted = sent, left
-            if any(prev.lease != held.id for prev in res.prev):
+            if left >= etcd_ttl:
+                held.confirmed, held.granted = sent, left
+            else:
+                # etcd ended the etcd lease after the transaction applied (a put naming a lease
+                # etcd no longer has is refused, so it was there then): the renewal stands, as
+                # any renewal sent before etcd ended a lease does. Claimers that find the key
+                # gone wait out the holder from then on (_wait_out_holder); the next renewal
+                # moves the key to a new etcd lease, restoring it while the deadline runs.
+                log.info("etcd ended the etcd lease of %r (token %d) just after a renewal", lease.job_id,
+                         lease.token)
+                held.alive = False
+            if held.alive and any(prev.lease != held.id for prev in res.prev):
                 # Another connection had moved the key to its own etcd lease, and may be revoking
                 # ours right now: that revoke must not land on the key, nor on a later claim.
                 self._remember(key, None)
@@ -692,7 +696,7 @@ class EtcdBackend(Backend):
         res = self._holder_txn(op, lease, writes, now, revive)
         held = self._remember((lease.job_id, lease.token, lease.owner), None)
         for prev in res.prev:
-            if held is not None and prev.lease == held.id:
+            if held is not None and held.alive and prev.lease == held.id:
                 # The key just deleted was the only one on it (each etcd lease serves one claim
                 # at a time): keep it for the next claim instead of a revoke now and a grant then.
                 self._give_back(held)
@@ -711,11 +715,15 @@ class EtcdBackend(Backend):
             snap = self._snapshot(job_id)
             if snap.record is None:
                 raise JobNotFound(job_id)
+            if token is not None and snap.record.token != token:
+                raise TokenChanged(job_id, token, snap.record.token)
             if snap.record.state is not JobState.LEASED or snap.end is not None:
                 return  # not leased, or its claim ended already
             now = self.now()
             # The outcome key tells claimers an operator ended it, not etcd: no wait before a
             # claim (_wait_out_holder), as on every backend, also if etcd had ended it first.
+            # The compares keep the job key as read, so the token checked above is still the
+            # job's when this applies; if anything changed, the next round reads it again.
             res = self._write(self._unchanged(job_id, snap),
                               [ec.delete(k.lease(job_id), prev_kv=True),
                                ec.put(k.end(job_id), end_value("expired", snap.record.token, now, None)),

@@ -14,7 +14,6 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from tenure.backends.etcd_client import prepare_process
 from tenure.cli import commands, exits
 from tenure.cli.format import OUTPUTS
 from tenure.cli.run import cmd_run
@@ -159,7 +158,6 @@ def _split_command(words: list[str]) -> tuple[list[str], list[str]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    prepare_process()  # before anything can import protobuf (the etcd client needs this)
     import tenure
 
     words = list(sys.argv[1:] if argv is None else argv)
