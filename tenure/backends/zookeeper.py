@@ -89,6 +89,7 @@ class ZooKeeperBackend(Backend):
         name="zookeeper",
         store_clock="the ZooKeeper leader's clock, as it stamps znode mtimes",
         min_ttl=0.1,
+        clock_resolution=0.001,  # znode mtimes are whole milliseconds
     )
 
     def __init__(self, config: Config, system_deadlines: bool = True) -> None:
