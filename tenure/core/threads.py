@@ -2,10 +2,10 @@
 
 ``concurrent.futures.ThreadPoolExecutor`` with four workers lets four requests that hang
 (a store that stopped answering, up to the backend's timeout) hold up every other task. This
-pool runs ``keep`` threads; whenever its oldest queued task has waited ``patience`` seconds
-(every thread busy, some of them stuck), ``unstall()`` starts one more, up to ``limit``. A
-burst of quick tasks is absorbed by the threads it has; threads beyond ``keep`` exit after
-``idle_for`` seconds without work.
+pool runs ``keep`` threads that are not stuck: while tasks wait, ``unstall()`` starts one
+more thread for each that has been running one task for ``patience`` seconds, up to
+``limit``. A burst of quick tasks is absorbed by the threads it has, however long it queues;
+threads beyond ``keep`` exit after ``idle_for`` seconds without work.
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ class ElasticPool:
         self._patience = patience
         self._idle_for = idle_for
         self._cond = threading.Condition()
-        self._tasks: collections.deque[tuple[float, Callable[[], None]]] = collections.deque()
+        self._tasks: collections.deque[Callable[[], None]] = collections.deque()
         self._threads = 0
         self._idle = 0
+        self._running: dict[int, float] = {}  # thread ident: when it started its current task
         self._numbers = itertools.count(1)
         self._closed = False
         self._warned = False
@@ -46,7 +47,7 @@ class ElasticPool:
         with self._cond:
             if self._closed:
                 return False
-            self._tasks.append((time.monotonic(), task))
+            self._tasks.append(task)
             if self._idle >= len(self._tasks):
                 self._cond.notify()
             elif self._threads < self._keep:
@@ -54,19 +55,19 @@ class ElasticPool:
             return True
 
     def unstall(self) -> float | None:
-        """Start a thread if the oldest task waited too long; seconds until the next look is
-        due (None: nothing queued). The owner calls it whenever it wakes."""
+        """Start a thread if tasks wait while threads are stuck; seconds until the next look
+        is due (None: nothing queued). The owner calls it whenever it wakes."""
         with self._cond:
             if self._closed or not self._tasks:
                 return None
-            waited = time.monotonic() - self._tasks[0][0]
-            if waited < self._patience:
-                return self._patience - waited
-            if self._threads < self._limit:
-                self._start()
-            elif not self._warned:
-                self._warned = True
-                log.warning("%s: all %d threads are busy; tasks wait for one", self._name, self._limit)
+            now = time.monotonic()
+            stuck = sum(1 for started in self._running.values() if now - started >= self._patience)
+            if self._threads - stuck < self._keep:
+                if self._threads < self._limit:
+                    self._start()
+                elif not self._warned:
+                    self._warned = True
+                    log.warning("%s: all %d threads are stuck; tasks wait for one", self._name, self._limit)
             return self._patience
 
     def _start(self) -> None:
@@ -87,11 +88,15 @@ class ElasticPool:
                 if self._closed:
                     self._threads -= 1
                     return
-                _, task = self._tasks.popleft()
+                task = self._tasks.popleft()
+                self._running[threading.get_ident()] = time.monotonic()
             try:
                 task()
             except Exception:  # a task's bug must not take a thread of the pool with it
                 log.exception("unexpected error in %s", self._name)
+            finally:
+                with self._cond:
+                    del self._running[threading.get_ident()]
 
     def close(self) -> None:
         """Drop tasks not started; threads end after the task they run."""
