@@ -207,3 +207,25 @@ def test_on_lost_is_not_called_for_a_completed_lease(
     with pytest.raises(tenure.LeaseLost):
         held.check()  # past the deadline: check() still refuses work
     assert called == []
+
+
+class JumpClock(tenure.SystemClock):
+    """The system clock, whose monotonic reading can jump ahead as after a suspend."""
+
+    def __init__(self) -> None:
+        self.jumped = 0.0
+
+    def monotonic(self) -> float:
+        return super().monotonic() + self.jumped
+
+
+def test_lost_is_set_soon_after_a_suspend_though_no_renewal_is_due() -> None:
+    """The scheduler sleeps on the OS's monotonic clock, which misses a suspend: it must not
+    sleep until the next renewal (100 s away here) before noticing the deadline passed."""
+    clock = JumpClock()
+    with tenure.Store(MemoryBackend(clock), clock=clock) as store:
+        held = store.hold("j", owner="a", ttl=300.0)
+        time.sleep(0.1)  # real time: let the scheduler fall asleep until the renewal is due
+        clock.jumped = 400.0  # the machine was suspended for 400 s
+        assert held.lost.wait(PATIENCE), "lost was not set until the next renewal was due"
+        assert "deadline" in (held.lost_reason or "")
