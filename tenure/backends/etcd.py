@@ -56,7 +56,7 @@ from tenure.backends.etcd_layout import (
 )
 from tenure.core import transitions
 from tenure.core.backend import Backend, Characteristics, corrupt_status, newest
-from tenure.core.clock import Clock
+from tenure.core.clock import Clock, boot_clock
 from tenure.core.errors import (
     AlreadyClaimed,
     BackendUnavailable,
@@ -139,7 +139,7 @@ class _Snapshot:
         self.mods = (job.mod_revision if job else 0, lease.create_revision if lease else 0,
                      end.mod_revision if end else 0)
         self.now = now  # judge the record by this time only: a live lease key is live at it
-        self.seen = time.monotonic()  # no earlier than etcd's answer (see _wait_out_holder)
+        self.seen = boot_clock()  # no earlier than etcd's answer (see _wait_out_holder)
         self.record = record(job_id, job, lease, end, now)
 
 
@@ -217,7 +217,7 @@ class EtcdBackend(Backend):
         then one of them grants the next: records live 0.9 to 1.0 times the retention.
         """
         with self._lock:
-            if self._retention_lease and time.monotonic() < self._retention_lease[1]:
+            if self._retention_lease and boot_clock() < self._retention_lease[1]:
                 return self._retention_lease[0]
         for _ in range(_RETRIES):
             kvs, _, _ = self._conn.range(self.keys.retention)
@@ -227,7 +227,7 @@ class EtcdBackend(Backend):
                 fresh_for = remaining - 0.9 * granted
                 if fresh_for > 0:
                     with self._lock:
-                        self._retention_lease = (named, time.monotonic() + fresh_for)
+                        self._retention_lease = (named, boot_clock() + fresh_for)
                     return named
             lease_id, _ = self._conn.grant(_etcd_ttl(self.retention))
             mod = kvs[0].mod_revision if kvs else 0
@@ -348,7 +348,7 @@ class EtcdBackend(Backend):
 
     def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
         # The core noted its send time before this call: every time taken here is later.
-        start = time.monotonic()
+        start = boot_clock()
         etcd_ttl = _etcd_ttl(ttl)
         lease = self._take(etcd_ttl, start)
         try:
@@ -367,7 +367,7 @@ class EtcdBackend(Backend):
         """
         keepalive: Pending[int] | None = None
         snap: _Snapshot | None = None
-        sent = time.monotonic()
+        sent = boot_clock()
         if lease is None:  # nothing to reuse: grant one alongside a read of the job
             grant = self._conn.grant_started(etcd_ttl + _SLACK)
             try:
@@ -477,7 +477,7 @@ class EtcdBackend(Backend):
         if entry.ttl is None:
             named = held_ttl(snap.held) if snap.held is not None else None
             entry.ttl = max(rec.ttl or 0.0, named or 0.0)
-        left = entry.first_seen + entry.ttl - time.monotonic()
+        left = entry.first_seen + entry.ttl - boot_clock()
         if left > 0:
             raise NotYetClaimable(rec.job_id, rec.owner, rec.token, self.now() + left, left)
 
@@ -485,7 +485,7 @@ class EtcdBackend(Backend):
         """Whether a lease etcd ended is known to be in its quarantine still (no reads)."""
         with self._lock:
             entry = self._ended.get((job_id, incarnation))
-        return entry is not None and entry.ttl is not None and entry.first_seen + entry.ttl > time.monotonic()
+        return entry is not None and entry.ttl is not None and entry.first_seen + entry.ttl > boot_clock()
 
     def claim_next(self, owner: str, ttl: float) -> Lease | None:
         """Expired leases first (their work is overdue), then pending jobs oldest first.
@@ -499,7 +499,7 @@ class EtcdBackend(Backend):
         res = self._conn.txn([], [ec.get(*k.span("held"), keys_only=True),
                                   ec.get(*k.span("lease"), keys_only=True),
                                   ec.get(*window, keys_only=True, limit=_QUEUE_PAGE)], [], retry=True)
-        seen = time.monotonic()  # after the answer that showed these leases ended
+        seen = boot_clock()  # after the answer that showed these leases ended
         held, live, queued = res.ranges
         alive = {kv.key[len(k.section("lease")):] for kv in live}
         expired = []
@@ -547,7 +547,7 @@ class EtcdBackend(Backend):
     @staticmethod
     def _within_deadline(lease: Lease) -> bool:
         """Asked just before a transaction is sent: a revival must leave before the deadline."""
-        return time.monotonic() < lease.deadline
+        return boot_clock() < lease.deadline
 
     def _holder_txn(self, op: Op, lease: Lease, success: list[Any], now: float,
                     revive: list[Any] | None = None) -> TxnResult:
@@ -631,7 +631,7 @@ class EtcdBackend(Backend):
             cached = self._leases.get(key)
         etcd_ttl = _etcd_ttl(ttl)
         now = self.now()
-        sent = time.monotonic()
+        sent = boot_clock()
         keepalive: Pending[int] | None = None
         if cached is not None and cached.alive and cached.ttl == etcd_ttl:
             held = cached

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -46,7 +45,7 @@ from tenure.backends.zookeeper_index import Index, Known, Placer
 from tenure.backends.zookeeper_multiread import read_many
 from tenure.core import transitions
 from tenure.core.backend import Backend, Characteristics, Link, corrupt_status, history_event
-from tenure.core.clock import Clock
+from tenure.core.clock import Clock, boot_clock
 from tenure.core.errors import (
     AlreadyClaimed,
     BackendUnavailable,
@@ -94,10 +93,11 @@ class ZooKeeperBackend(Backend):
         min_ttl=0.1,
         max_result_bytes=512 * 1024,  # base64 in a znode under jute.maxbuffer (1 MB), with the record
         tls_options=("tls",),
+        clock_resolution=0.001,  # znode mtimes are whole milliseconds
     )
 
     def __init__(self, config: Config, system_deadlines: bool = True) -> None:
-        """``system_deadlines``: holders' deadlines are on ``time.monotonic()`` (no clock was
+        """``system_deadlines``: holders' deadlines are on ``boot_clock()`` (no clock was
         injected into the Store), so ``HeldRecords`` may compare them with it."""
         self.config = config
         self.held = HeldRecords(self, system_deadlines)
@@ -106,7 +106,7 @@ class ZooKeeperBackend(Backend):
         self._state_lock = threading.Lock()
         self._link = Link()
         self._clock_path = f"{self.layout.clocks}/{uuid.uuid4().hex}"
-        self._last_time = (0.0, time.monotonic())  # (store time, our monotonic) of the last read
+        self._last_time = (0.0, boot_clock())  # (store time, our monotonic) of the last read
         self._last_zxid = 0
         self.client = KazooClient(**config.client_kwargs())
         self.client.add_listener(self._on_state)
@@ -176,7 +176,7 @@ class ZooKeeperBackend(Backend):
         """The leader's clock from a write of our clock znode; ``sent``: our monotonic time
         before that write was sent, which makes it a bound for ``HeldRecords``."""
         now = float(stat.mtime) / 1000.0
-        self._last_time = (now, time.monotonic())
+        self._last_time = (now, boot_clock())
         self._last_zxid = int(stat.mzxid)
         if sent is not None:
             self.held.stamped(now, sent, int(stat.mzxid) >> 32)
@@ -206,7 +206,7 @@ class ZooKeeperBackend(Backend):
         what = f"reading job {job_id!r}"
         with mapped_errors(what):
             bucket, probe = self.index.probe() if queue else (None, None)
-            sent = time.monotonic()
+            sent = boot_clock()
             clock = None if bound else self.client.set_async(self._clock_path, b"")
             job = self.client.get_async(key)
             gen_stat = self.client.exists_async(self.layout.gen(job_id)) if gen else None
@@ -238,7 +238,7 @@ class ZooKeeperBackend(Backend):
     def now(self) -> float:
         with mapped_errors("reading the store's clock"):
             for _ in range(2):
-                sent = time.monotonic()
+                sent = boot_clock()
                 try:
                     return self._stamp(self.client.set(self._clock_path, b""), sent)
                 except NoNodeError:
@@ -248,7 +248,7 @@ class ZooKeeperBackend(Backend):
     def estimated_now(self) -> float:
         """The last store time read plus our monotonic time since: for display, never decisions."""
         at, mono = self._last_time
-        return at + time.monotonic() - mono
+        return at + boot_clock() - mono
 
     # -- step 2: one multi ---------------------------------------------------------------------
     def _commit(self, tx: Any, what: str, known: Known | None = None) -> list[Any] | None:
@@ -363,7 +363,7 @@ class ZooKeeperBackend(Backend):
         for _ in range(2):
             with mapped_errors("reading jobs"):
                 bucket, probe = self.index.probe()
-                sent = time.monotonic()
+                sent = boot_clock()
                 clock = self.client.set_async(self._clock_path, b"")
                 keys = [self.layout.job(j) for j in job_ids]
                 gens = [self.layout.gen(j) for j in job_ids]

@@ -50,6 +50,10 @@ class Characteristics:
     store_clock: str  # whose clock decides expiry, in words
     min_ttl: float = 0.0
     max_ttl: float = MAX_TTL
+    # The smallest step of the store's clock (0: not declared). A holder's margin, its TTL
+    # times drift_margin, must cover it: a clock that lags by up to one step starts a lease
+    # that much early.
+    clock_resolution: float = 0.0
     shared_between_processes: bool = True
     tokens_ordered_across_jobs: bool = False  # true where tokens come from one global counter
     # The largest job result the backend can write in one request, with room left for the rest

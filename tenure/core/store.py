@@ -47,6 +47,10 @@ class Store:
                  warnings: tuple[str, ...] = ()) -> None:
         if not 0 <= drift_margin < 1:
             raise InvalidArgument(f"drift_margin must be in [0, 1), got {quoted(drift_margin)}")
+        resolution = backend.characteristics.clock_resolution
+        if drift_margin == 0 and resolution > 0:
+            raise InvalidArgument(f"drift_margin=0 leaves no room for the {backend.characteristics.name} "
+                                  f"store clock's steps of {resolution:g}s; give it a margin above 0")
         self.backend = backend
         self.clock = clock
         self.drift_margin = drift_margin
@@ -62,7 +66,11 @@ class Store:
     # -- validation shared by every operation -------------------------------------------
     def _ttl(self, ttl: object) -> float:
         c = self.characteristics
-        return validation.ttl(ttl, minimum=c.min_ttl, maximum=c.max_ttl, backend=c.name)
+        seconds = validation.ttl(ttl, minimum=c.min_ttl, maximum=c.max_ttl, backend=c.name)
+        if seconds * self.drift_margin < c.clock_resolution:
+            raise InvalidArgument(f"ttl {seconds:g}s with drift_margin {self.drift_margin:g} leaves a margin "
+                                  f"below the {c.name} store clock's steps of {c.clock_resolution:g}s")
+        return seconds
 
     def _lease(self, lease: object) -> Lease:
         """A lease handed back to us, checked field by field like a claim's arguments: a Lease is

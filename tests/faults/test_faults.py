@@ -22,9 +22,9 @@ SECONDS = float(os.environ.get("TENURE_FAULT_SECONDS", "6"))
 ROOT = Path(__file__).resolve().parents[2]
 SERVER_MODULES = {"etcd": "tests/servers/etcd.py", "zk": "tests/servers/zookeeper.py"}
 
-SINGLE = ("pause", "burst", "skew", "kill-worker", "forge", "net", "server-kill", "mixed")
+SINGLE = ("pause", "suspend", "burst", "skew", "kill-worker", "forge", "net", "server-kill", "mixed")
 CASES = [
-    *[("sqlite", f) for f in ("pause", "burst", "skew", "kill-worker", "forge", "mixed")],
+    *[("sqlite", f) for f in ("pause", "suspend", "burst", "skew", "kill-worker", "forge", "mixed")],
     *[("etcd", f) for f in SINGLE],
     *[("etcd3", f) for f in ("leader-kill", "leader-pause", "mixed")],
     *[("zk", f) for f in SINGLE],

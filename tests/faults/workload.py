@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import tenure
+from tests.faults import suspend
 from tests.faults.clock import true_now
 from tests.faults.destination import Destination
 from tests.faults.history import Recorder, file_for
@@ -185,6 +186,8 @@ def main() -> None:
     for name in ("tenure", "kazoo"):  # the history is the record; their logs would be noise
         logging.getLogger(name).setLevel(logging.CRITICAL)
     cfg = json.loads(sys.argv[1])
+    if cfg.get("hidden_clock"):
+        suspend.install(Path(cfg["hidden_clock"]))  # before tenure reads any clock
     worker = Worker(cfg)
     signal.signal(signal.SIGTERM, worker.stop)
     try:
