@@ -37,7 +37,8 @@ VIEWS = ["Overview", "Live leases", "Expiry timeline", "Rejections", "Job detail
 def seed(url: str, jobs: int) -> None:
     """70% completed, 15% pending, 10% leased, 5% expired; 5,000 rejections; recent history."""
     rnd = random.Random(7)
-    with tenure.connect(url + "?synchronous=NORMAL") as store:
+    # A seed, thrown away after the run: speed over durability.
+    with tenure.connect(url + "?synchronous=NORMAL&power_loss_may_reuse_tokens=true") as store:
         backend = store.backend
         now = store.now()
         with backend.transaction() as tx:  # type: ignore[attr-defined]

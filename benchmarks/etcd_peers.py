@@ -1,25 +1,35 @@
-"""etcd's floor and etcd3's own Lock, measured on the same server as tenure."""
+"""etcd's floor and the peers' Lock recipes, measured on the same server as tenure.
+
+The floor is two bare transactions through tenure's own connection (the same generated code
+and runtime as tenure). The peers are the Lock recipe of two packages that both import as
+``etcd3``, so each runs in a process and virtualenv of its own (``.bench-venvs/``, made on
+first use with pip):
+
+- python-etcd3 0.12.0, whose protobuf 3 generated code runs only on protobuf's pure-Python
+  runtime: its process is started with that runtime chosen, as its users must;
+- cslab-etcd3 0.12.1, the same recipe on current generated code and protobuf's C (upb)
+  runtime: the peer at its best.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import json
+import os
+import subprocess
+import sys
 import time
 import uuid
-from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
 
-import etcd3
+from tenure.backends import etcd_client as ec
 
-
-@contextlib.contextmanager
-def _client(endpoint: str) -> Iterator[Any]:
-    host, _, port = endpoint.rpartition(":")
-    client = etcd3.client(host=host, port=int(port), timeout=10)
-    try:
-        yield client
-    finally:
-        client.close()
+ROOT = Path(__file__).resolve().parents[1]
+VENVS = ROOT / ".bench-venvs"
+PEER = Path(__file__).with_name("etcd_lock_peer.py")
+# (label, virtualenv, requirement, the environment its etcd3 needs)
+PEERS = [("python-etcd3 0.12.0 Lock (pure-Python protobuf)", "etcd3-0.12.0", "etcd3==0.12.0",
+          {"PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": "python"}),
+         ("cslab-etcd3 0.12.1 Lock (upb protobuf)", "cslab-etcd3-0.12.1", "cslab-etcd3==0.12.1", {})]
 
 
 def floor(endpoint: str, n: int) -> float:
@@ -30,36 +40,67 @@ def floor(endpoint: str, n: int) -> float:
     end key and a history key and delete the lease key. The etcd lease is granted once up
     front: what is left is the bare cost of the two transactions.
     """
-    with _client(endpoint) as client:
+    host, _, port = endpoint.rpartition(":")
+    conn = ec.Connection([(host, int(port))], timeout=10)
+    try:
         root = f"/floor-{uuid.uuid4().hex[:8]}"
-        lease = client.lease(60)
-        record = json.dumps({"state": "leased", "owner": "bench", "ttl": 30})
+        lease, _ = conn.grant(60)
+        record = json.dumps({"state": "leased", "owner": "bench", "ttl": 30}).encode()
         start = time.perf_counter()
         for i in range(n):
-            job, held, end = f"{root}/job/{i}", f"{root}/lease/{i}", f"{root}/end/{i}"
-            ok, _ = client.transaction(
-                compare=[client.transactions.version(held) == 0],
-                success=[client.transactions.put(job, record), client.transactions.put(held, record, lease),
-                         client.transactions.delete(end),
-                         client.transactions.put(f"{root}/history/{uuid.uuid4().hex}", record)],
-                failure=[])
-            assert ok
-            ok, _ = client.transaction(
-                compare=[client.transactions.version(held) == 1],
-                success=[client.transactions.put(end, record), client.transactions.delete(held),
-                         client.transactions.put(f"{root}/history/{uuid.uuid4().hex}", record)],
-                failure=[])
-            assert ok
+            job, held, end = (f"{root}/{name}/{i}".encode() for name in ("job", "lease", "end"))
+            claimed = conn.txn([ec.compare(held, "create", "==", 0)],
+                               [ec.put(job, record), ec.put(held, record, lease), ec.delete(end),
+                                ec.put(f"{root}/history/{uuid.uuid4().hex}".encode(), record)], [])
+            assert claimed.succeeded
+            done = conn.txn([ec.compare(held, "create", "==", claimed.revision)],
+                            [ec.put(end, record), ec.delete(held),
+                             ec.put(f"{root}/history/{uuid.uuid4().hex}".encode(), record)], [])
+            assert done.succeeded
         return time.perf_counter() - start
+    finally:
+        conn.close()
 
 
-def etcd3_lock(endpoint: str, n: int) -> float:
-    """etcd3's Lock: acquire and release, a fresh lock name per cycle like tenure's fresh jobs."""
-    with _client(endpoint) as client:
-        root = f"floor-lock-{uuid.uuid4().hex[:8]}"
-        start = time.perf_counter()
-        for i in range(n):
-            lock = client.lock(f"{root}-{i}", ttl=30)
-            assert lock.acquire(timeout=10)
-            lock.release()
-        return time.perf_counter() - start
+def _python(venv: str, requirement: str) -> Path:
+    """The interpreter of the peer's own virtualenv, made (and filled by pip) on first use."""
+    python = VENVS / venv / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(VENVS / venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", requirement], check=True)
+    return python
+
+
+class LockPeer:
+    """One peer's process: ``cycles(n)`` asks it for n acquire+release cycles and their seconds."""
+
+    def __init__(self, label: str, venv: str, requirement: str, env: dict[str, str], endpoint: str) -> None:
+        self.label = label
+        # Only the peer's own variables: nothing of tenure's environment (PYTHONPATH) leaks in.
+        clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",) and not k.startswith("PROTOCOL_")}
+        self._proc = subprocess.Popen([str(_python(venv, requirement)), str(PEER), endpoint],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                      env={**clean, **env})
+        self.runtime = self._line()
+
+    def _line(self) -> str:
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{self.label} stopped (exit {self._proc.wait()})")
+        return line.strip()
+
+    def cycles(self, n: int) -> float:
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(f"{n}\n")
+        self._proc.stdin.flush()
+        return float(self._line())
+
+    def close(self) -> None:
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()
+        self._proc.wait(timeout=30)
+
+
+def lock_peers(endpoint: str) -> list[LockPeer]:
+    return [LockPeer(label, venv, requirement, env, endpoint) for label, venv, requirement, env in PEERS]

@@ -65,12 +65,16 @@ def etcd() -> Iterator[Subject]:
     with tempfile.TemporaryDirectory(prefix="tenure-bench-etcd-") as tmp:
         cluster = EtcdCluster(Path(tmp), size=1)
         cluster.start()
+        peers: list[etcd_peers.LockPeer] = []
         try:
             endpoint = cluster.endpoints
+            peers = etcd_peers.lock_peers(endpoint)  # each in its own process and virtualenv
             yield Subject("etcd", f"etcd://{endpoint}/bench-{uuid.uuid4().hex[:8]}",
                           floor=lambda n: etcd_peers.floor(endpoint, n),
-                          peers=[("etcd3 Lock", lambda n: etcd_peers.etcd3_lock(endpoint, n))])
+                          peers=[(peer.label, peer.cycles) for peer in peers])
         finally:
+            for peer in peers:
+                peer.close()
             cluster.close()
 
 

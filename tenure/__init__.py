@@ -9,6 +9,8 @@
             held.complete(b"done")
 """
 
+from importlib import metadata as _metadata
+
 from tenure.core.backend import Backend, Characteristics, RecordBackend, Transaction
 from tenure.core.clock import Clock, ManualClock, SystemClock
 from tenure.core.errors import (
@@ -16,6 +18,7 @@ from tenure.core.errors import (
     AuthenticationFailed,
     BackendUnavailable,
     CorruptRecord,
+    ForgedToken,
     InvalidArgument,
     JobCompleted,
     JobNotFound,
@@ -43,8 +46,18 @@ from tenure.core.records import (
 from tenure.core.registry import connect
 from tenure.core.renewal import HeldLease
 from tenure.core.store import Store
+from tenure.core.transport import InsecureTransportWarning
 
-__version__ = "0.1.0"
+
+def _installed_version() -> str:
+    """The version pyproject.toml declares, as installed; it is written nowhere else."""
+    try:
+        return _metadata.version("tenure")
+    except _metadata.PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown"
+
+
+__version__ = _installed_version()
 
 __all__ = [
     "AlreadyClaimed",
@@ -55,8 +68,10 @@ __all__ = [
     "Characteristics",
     "Clock",
     "CorruptRecord",
+    "ForgedToken",
     "HeldLease",
     "HistoryEvent",
+    "InsecureTransportWarning",
     "InvalidArgument",
     "JobCompleted",
     "JobNotFound",

@@ -24,9 +24,10 @@ from multiprocessing.synchronize import Event as EventType
 from typing import Any
 
 import tenure
-from tenure.cli_format import table, when
+from tenure.cli.format import table, when
 
-POLL = 0.1  # how often idle workers look for work
+POLL = 0.1  # how often the demo's own loop looks for events
+IDLE_WAIT = 1.0  # an idle worker blocks in claim_next this long, then looks at ``stop``
 
 
 @dataclass(frozen=True)
@@ -49,9 +50,8 @@ def worker(url: str, name: str, ttl: float, work: float, events: Any, stop: Even
     logging.getLogger("tenure").setLevel(logging.ERROR)  # the demo prints its own account
     with tenure.connect(url) as store:
         while not stop.is_set():
-            held = store.hold_next(owner=name, ttl=ttl)
+            held = store.hold_next(owner=name, ttl=ttl, wait=IDLE_WAIT)
             if held is None:
-                stop.wait(POLL)
                 continue
             with held:
                 _say(events, name, "claimed", held.job_id, held.token)

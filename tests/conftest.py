@@ -13,11 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tenure.backends.etcd_client import prepare_process
-
-prepare_process()  # at import, before any test module or plugin loads protobuf: etcd3 needs it
-
-from tests.harness import Harness, MemoryHarness, SQLiteHarness  # noqa: E402
+from tests.harness import Harness, MemoryHarness, SQLiteHarness
 
 pytest_plugins = ["tests.servers.fixtures"]
 

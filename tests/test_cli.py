@@ -32,14 +32,14 @@ def test_claim_complete_and_stale_completion(url: str, capsys: pytest.CaptureFix
     assert code == 0
     first = json.loads(out)
     assert (first["job_id"], first["owner"]) == ("job-1", "a")
-    code, out, _ = run(capsys, "--url", url, "claim", "--owner", "b", "--ttl", "30")
-    assert (code, out.startswith("claimed 'job 2': token 1")) == (0, True)
+    code, out, err = run(capsys, "--url", url, "claim", "--owner", "b", "--ttl", "30")
+    assert (code, out, err.startswith("claimed 'job 2': token 1")) == (0, "1\n", True)
 
     code, out, _ = run(capsys, "--url", url, "complete", "job-1", "--owner", "a", "--token",
                        str(first["token"]), "--result", "ok")
     assert code == 0 and "completed 'job-1'" in out
     code, _, err = run(capsys, "--url", url, "complete", "job-1", "--owner", "a", "--token", str(first["token"]))
-    assert code == 1 and "StaleLease" in err
+    assert code == 65 and "StaleLease" in err
 
     code, out, _ = run(capsys, "ls", "--url", url, "--json")
     listing = {j["job_id"]: j for j in json.loads(out)}
@@ -70,17 +70,17 @@ def test_renew_release_and_ls_filter(url: str, capsys: pytest.CaptureFixture[str
     (["claim", "", "--owner", "a", "--ttl", "5"], "job id"),
     (["claim", "j", "--owner", "a", "--ttl", "-5"], "ttl"),
 ])
-def test_bad_input_exits_2_with_a_message(url: str, capsys: pytest.CaptureFixture[str], argv: list[str],
+def test_bad_input_exits_64_with_a_message(url: str, capsys: pytest.CaptureFixture[str], argv: list[str],
                                           message: str) -> None:
     if "--url" not in argv:
         argv = ["--url", url, *argv]
     code, _, err = run(capsys, *argv)
-    assert code == 2 and message in err
+    assert code == 64 and message in err
 
 
-def test_missing_job_exits_1(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_job_exits_66(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "--url", url, "get", "ghost")
-    assert code == 1 and "ghost" in err
+    assert code == 66 and "ghost" in err
 
 
 def test_python_dash_m_and_tenure_url_env(url: str) -> None:

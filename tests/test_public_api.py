@@ -16,11 +16,13 @@ def test_all_names_exist_and_every_public_class_is_exported() -> None:
 
 
 def test_every_error_derives_from_lease_error() -> None:
-    errors = [v for v in vars(tenure).values() if inspect.isclass(v) and issubclass(v, Exception)]
+    errors = [v for v in vars(tenure).values()
+              if inspect.isclass(v) and issubclass(v, Exception) and not issubclass(v, Warning)]
     assert len(errors) >= 10
     assert all(issubclass(e, tenure.LeaseError) for e in errors)
     assert issubclass(tenure.AuthenticationFailed, tenure.BackendUnavailable)
     assert issubclass(tenure.JobNotFound, KeyError)
+    assert issubclass(tenure.InsecureTransportWarning, UserWarning)  # a warning, not an error
 
 
 def test_stale_lease_carries_its_rejection() -> None:

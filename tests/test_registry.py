@@ -37,7 +37,7 @@ def test_a_backend_registered_by_entry_point_is_found(tmp_path: Path, monkeypatc
         tenure.connect("unheard-of://x")
 
 
-@pytest.mark.parametrize("url, module, extra", [("etcd://127.0.0.1:1/p", "etcd3", "etcd"),
+@pytest.mark.parametrize("url, module, extra", [("etcd://127.0.0.1:1/p", "grpc", "etcd"),
                                                  ("zk://127.0.0.1:1/c", "kazoo", "zookeeper"),
                                                  ("postgresql://127.0.0.1:1/db", "psycopg", "postgres"),
                                                  ("postgres://127.0.0.1:1/db", "psycopg_pool", "postgres")])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import tenure
@@ -39,3 +41,12 @@ def test_deadline_is_measured_from_before_the_request_was_sent() -> None:
 def test_drift_margin_is_checked(margin: float) -> None:
     with pytest.raises(tenure.InvalidArgument, match="drift_margin"):
         tenure.connect("memory://", drift_margin=margin)
+
+
+@pytest.mark.skipif(not hasattr(time, "CLOCK_BOOTTIME"), reason="CLOCK_BOOTTIME is Linux's")
+def test_the_system_clock_counts_time_suspended(monkeypatch: pytest.MonkeyPatch) -> None:
+    # After a suspend, CLOCK_MONOTONIC (time.monotonic) lags CLOCK_BOOTTIME by the time
+    # suspended: a holder's deadline on it would still be running when it wakes.
+    real = time.monotonic
+    monkeypatch.setattr(time, "monotonic", lambda: real() - 3600.0)
+    assert abs(tenure.SystemClock().monotonic() - time.clock_gettime(time.CLOCK_BOOTTIME)) < 1.0

@@ -56,7 +56,7 @@ from tenure.backends.etcd_layout import (
 )
 from tenure.core import transitions
 from tenure.core.backend import Backend, Characteristics, corrupt_status, newest
-from tenure.core.clock import Clock
+from tenure.core.clock import Clock, boot_clock
 from tenure.core.errors import (
     AlreadyClaimed,
     BackendUnavailable,
@@ -67,11 +67,10 @@ from tenure.core.errors import (
     LeaseError,
     NotYetClaimable,
     StaleLease,
+    TokenChanged,
 )
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import Change, HistoryEvent, JobState, JobStatus, Lease, Op, Reason, Rejection
-
-ec.load()  # fail at import (install hint, protobuf runtime) rather than at the first call
 
 log = logging.getLogger("tenure.etcd")
 
@@ -109,6 +108,7 @@ class _EtcdLease:
     ttl: int  # the etcd TTL of the claims it serves (its granted TTL less any slack)
     granted: int
     confirmed: float
+    alive: bool = True  # False once a keep-alive found it gone: never kept alive or pooled again
 
     def fresh(self, now: float) -> bool:
         """Whether a claim sent at ``now`` may use it without a keep-alive.
@@ -139,7 +139,7 @@ class _Snapshot:
         self.mods = (job.mod_revision if job else 0, lease.create_revision if lease else 0,
                      end.mod_revision if end else 0)
         self.now = now  # judge the record by this time only: a live lease key is live at it
-        self.seen = time.monotonic()  # no earlier than etcd's answer (see _wait_out_holder)
+        self.seen = boot_clock()  # no earlier than etcd's answer (see _wait_out_holder)
         self.record = record(job_id, job, lease, end, now)
 
 
@@ -149,6 +149,8 @@ class EtcdBackend(Backend):
         store_clock="etcd's lease TTLs decide expiry; times shown are the client's wall clock",
         min_ttl=2.0,
         tokens_ordered_across_jobs=True,
+        max_result_bytes=512 * 1024,  # base64, twice in a complete txn, under the 1.5 MiB request limit
+        tls_options=("ca_cert",),
     )
 
     def __init__(self, hosts: list[tuple[str, int]], prefix: str, *, clock: Clock | None = None,
@@ -215,7 +217,7 @@ class EtcdBackend(Backend):
         then one of them grants the next: records live 0.9 to 1.0 times the retention.
         """
         with self._lock:
-            if self._retention_lease and time.monotonic() < self._retention_lease[1]:
+            if self._retention_lease and boot_clock() < self._retention_lease[1]:
                 return self._retention_lease[0]
         for _ in range(_RETRIES):
             kvs, _, _ = self._conn.range(self.keys.retention)
@@ -225,7 +227,7 @@ class EtcdBackend(Backend):
                 fresh_for = remaining - 0.9 * granted
                 if fresh_for > 0:
                     with self._lock:
-                        self._retention_lease = (named, time.monotonic() + fresh_for)
+                        self._retention_lease = (named, boot_clock() + fresh_for)
                     return named
             lease_id, _ = self._conn.grant(_etcd_ttl(self.retention))
             mod = kvs[0].mod_revision if kvs else 0
@@ -346,7 +348,7 @@ class EtcdBackend(Backend):
 
     def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
         # The core noted its send time before this call: every time taken here is later.
-        start = time.monotonic()
+        start = boot_clock()
         etcd_ttl = _etcd_ttl(ttl)
         lease = self._take(etcd_ttl, start)
         try:
@@ -365,7 +367,7 @@ class EtcdBackend(Backend):
         """
         keepalive: Pending[int] | None = None
         snap: _Snapshot | None = None
-        sent = time.monotonic()
+        sent = boot_clock()
         if lease is None:  # nothing to reuse: grant one alongside a read of the job
             grant = self._conn.grant_started(etcd_ttl + _SLACK)
             try:
@@ -475,7 +477,7 @@ class EtcdBackend(Backend):
         if entry.ttl is None:
             named = held_ttl(snap.held) if snap.held is not None else None
             entry.ttl = max(rec.ttl or 0.0, named or 0.0)
-        left = entry.first_seen + entry.ttl - time.monotonic()
+        left = entry.first_seen + entry.ttl - boot_clock()
         if left > 0:
             raise NotYetClaimable(rec.job_id, rec.owner, rec.token, self.now() + left, left)
 
@@ -483,7 +485,7 @@ class EtcdBackend(Backend):
         """Whether a lease etcd ended is known to be in its quarantine still (no reads)."""
         with self._lock:
             entry = self._ended.get((job_id, incarnation))
-        return entry is not None and entry.ttl is not None and entry.first_seen + entry.ttl > time.monotonic()
+        return entry is not None and entry.ttl is not None and entry.first_seen + entry.ttl > boot_clock()
 
     def claim_next(self, owner: str, ttl: float) -> Lease | None:
         """Expired leases first (their work is overdue), then pending jobs oldest first.
@@ -497,7 +499,7 @@ class EtcdBackend(Backend):
         res = self._conn.txn([], [ec.get(*k.span("held"), keys_only=True),
                                   ec.get(*k.span("lease"), keys_only=True),
                                   ec.get(*window, keys_only=True, limit=_QUEUE_PAGE)], [], retry=True)
-        seen = time.monotonic()  # after the answer that showed these leases ended
+        seen = boot_clock()  # after the answer that showed these leases ended
         held, live, queued = res.ranges
         alive = {kv.key[len(k.section("lease")):] for kv in live}
         expired = []
@@ -545,7 +547,7 @@ class EtcdBackend(Backend):
     @staticmethod
     def _within_deadline(lease: Lease) -> bool:
         """Asked just before a transaction is sent: a revival must leave before the deadline."""
-        return time.monotonic() < lease.deadline
+        return boot_clock() < lease.deadline
 
     def _holder_txn(self, op: Op, lease: Lease, success: list[Any], now: float,
                     revive: list[Any] | None = None) -> TxnResult:
@@ -629,9 +631,9 @@ class EtcdBackend(Backend):
             cached = self._leases.get(key)
         etcd_ttl = _etcd_ttl(ttl)
         now = self.now()
-        sent = time.monotonic()
+        sent = boot_clock()
         keepalive: Pending[int] | None = None
-        if cached is not None and cached.ttl == etcd_ttl:
+        if cached is not None and cached.alive and cached.ttl == etcd_ttl:
             held = cached
             keepalive = self._conn.keepalive_started(held.id)
         else:  # a claim made elsewhere, or a new TTL: move the key to a new etcd lease
@@ -659,14 +661,18 @@ class EtcdBackend(Backend):
             raise
         if keepalive is not None:
             left = keepalive.result()
-            if left < etcd_ttl:
-                # etcd ended the lease between the check and the keep-alive: the renewal failed.
-                rejected = Rejection(lease.job_id, Op.RENEW, lease.owner, lease.token, lease.owner,
-                                     lease.token, now, str(Reason.EXPIRED))
-                self.record_rejection(rejected)
-                raise StaleLease(rejected)
-            held.confirmed, held.granted = sent, left
-            if any(prev.lease != held.id for prev in res.prev):
+            if left >= etcd_ttl:
+                held.confirmed, held.granted = sent, left
+            else:
+                # etcd ended the etcd lease after the transaction applied (a put naming a lease
+                # etcd no longer has is refused, so it was there then): the renewal stands, as
+                # any renewal sent before etcd ended a lease does. Claimers that find the key
+                # gone wait out the holder from then on (_wait_out_holder); the next renewal
+                # moves the key to a new etcd lease, restoring it while the deadline runs.
+                log.info("etcd ended the etcd lease of %r (token %d) just after a renewal", lease.job_id,
+                         lease.token)
+                held.alive = False
+            if held.alive and any(prev.lease != held.id for prev in res.prev):
                 # Another connection had moved the key to its own etcd lease, and may be revoking
                 # ours right now: that revoke must not land on the key, nor on a later claim.
                 self._remember(key, None)
@@ -690,7 +696,7 @@ class EtcdBackend(Backend):
         res = self._holder_txn(op, lease, writes, now, revive)
         held = self._remember((lease.job_id, lease.token, lease.owner), None)
         for prev in res.prev:
-            if held is not None and prev.lease == held.id:
+            if held is not None and held.alive and prev.lease == held.id:
                 # The key just deleted was the only one on it (each etcd lease serves one claim
                 # at a time): keep it for the next claim instead of a revoke now and a grant then.
                 self._give_back(held)
@@ -709,11 +715,15 @@ class EtcdBackend(Backend):
             snap = self._snapshot(job_id)
             if snap.record is None:
                 raise JobNotFound(job_id)
+            if token is not None and snap.record.token != token:
+                raise TokenChanged(job_id, token, snap.record.token)
             if snap.record.state is not JobState.LEASED or snap.end is not None:
                 return  # not leased, or its claim ended already
             now = self.now()
             # The outcome key tells claimers an operator ended it, not etcd: no wait before a
             # claim (_wait_out_holder), as on every backend, also if etcd had ended it first.
+            # The compares keep the job key as read, so the token checked above is still the
+            # job's when this applies; if anything changed, the next round reads it again.
             res = self._write(self._unchanged(job_id, snap),
                               [ec.delete(k.lease(job_id), prev_kv=True),
                                ec.put(k.end(job_id), end_value("expired", snap.record.token, now, None)),

@@ -12,13 +12,13 @@ import contextlib
 import itertools
 import queue
 import threading
-import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from tenure.backends import etcd_client as ec
 from tenure.backends.etcd_client import KV, Connection, WatchStream
 from tenure.backends.etcd_layout import Keys, read_rejection, record
+from tenure.core.clock import boot_clock
 from tenure.core.errors import BackendUnavailable, CorruptRecord
 from tenure.core.records import Change, JobStatus
 from tenure.core.transitions import JobRecord
@@ -89,7 +89,7 @@ class QueueCursor:
     def window(self, after: bytes | None = None, widen: int = 0) -> tuple[bytes, bytes]:
         """The span to read next: from ``after`` (or the floor), ``16 ** widen`` windows wide."""
         with self._lock:
-            floor = None if time.monotonic() >= self._resync_at else self._floor
+            floor = None if boot_clock() >= self._resync_at else self._floor
         low = after or floor
         if low is None:
             return self.start, self.end
@@ -107,7 +107,7 @@ class QueueCursor:
         with self._lock:
             self._floor = kvs[0].key if kvs else None
             if span[0] == self.start:
-                self._resync_at = time.monotonic() + self.RESYNC
+                self._resync_at = boot_clock() + self.RESYNC
 
     def oldest(self, conn: Connection, after: bytes | None = None,
                first: tuple[tuple[bytes, bytes], list[KV]] | None = None) -> list[KV]:

@@ -90,6 +90,8 @@ class MemoryBackend(RecordBackend):
         name="memory",
         store_clock="the clock passed to connect() (the process's own by default)",
         shared_between_processes=False,
+        max_result_bytes=64 * 1024 * 1024,  # bounded by memory alone; this keeps one result sane
+        tls_options=None,
     )
 
     def __init__(self, clock: Clock, *, name: str = "", retention: int = 10_000) -> None:

@@ -54,7 +54,8 @@ log = logging.getLogger("tenure.postgres")
 _ATTEMPTS = 5  # a statement that lost a race (a row changed between two of its reads) is re-run
 _TRIM_EVERY = 256  # writes between two trims of the audit tables
 _PAGE = 2000
-_LIBPQ_OPTIONS = ("sslmode", "sslrootcert", "sslcert", "sslkey", "target_session_attrs", "application_name")
+_SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+_LIBPQ_OPTIONS = ("sslrootcert", "sslcert", "sslkey", "target_session_attrs", "application_name")
 _UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
@@ -80,6 +81,7 @@ class PostgresBackend(Backend):
     characteristics = Characteristics(
         name="postgres",
         store_clock="the PostgreSQL server's clock (clock_timestamp(), read inside each deciding statement)",
+        tls_options=("sslmode",),  # libpq's: require, verify-ca or verify-full encrypt
     )
 
     def __init__(self, settings: Settings, *, schema: str = "tenure", retention: int = 10_000,
@@ -115,7 +117,8 @@ class PostgresBackend(Backend):
             raise InvalidArgument("PostgreSQL URLs look like postgresql://user@host:5432/dbname?schema=tenure")
         timeout = options.number("timeout", 5.0, low=0.1, high=600.0)
         assert timeout is not None
-        libpq = {name: value for name in _LIBPQ_OPTIONS if (value := options.text(name)) is not None}
+        libpq = {"sslmode": value} if (value := options.text("sslmode", choices=_SSLMODES)) else {}
+        libpq.update({name: value for name in _LIBPQ_OPTIONS if (value := options.text(name)) is not None})
         settings = Settings(url.hosts, dbname, url.username, url.password, timeout,
                             options.integer("pool_size", 10, low=1, high=1000), libpq)
         kwargs: dict[str, Any] = {

@@ -3,11 +3,17 @@
 Every operation is one ``BEGIN IMMEDIATE`` transaction, so claims from concurrent processes
 are serialised by SQLite's write lock, and the store's clock is read inside that lock.
 
-The store's clock is the *machine's* boot clock (``/proc/uptime``), not ``time.time()`` of
+The store's clock is the *machine's* boot clock (``sqlite_clock``), not ``time.time()`` of
 the calling process: every process on the machine reads the same kernel clock, and a worker
 whose wall clock is skewed (``faketime``, a bad TZ hack, a stepped clock) cannot make a live
 lease look expired. It is turned into epoch seconds by an offset fixed once per boot and kept
-in the database, so expiries read as ordinary timestamps.
+in the database, so expiries read as ordinary timestamps. Files on network filesystems are
+refused: another machine's processes would judge leases by another boot clock.
+
+``synchronous=FULL`` (the default) or ``EXTRA``: with ``NORMAL``, SQLite's WAL mode may lose
+the last acknowledged transactions on power loss, so a claim whose token a destination has
+already admitted can be handed out again with the same token. It takes an explicit
+``power_loss_may_reuse_tokens=true``.
 
 Paths follow SQLAlchemy: ``sqlite:///jobs.db`` is relative, ``sqlite:////var/lib/jobs.db``
 absolute.
@@ -19,11 +25,11 @@ import contextlib
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tenure.backends.sqlite_clock import RESOLUTION, MachineClock, refuse_network_filesystem
 from tenure.core.backend import Characteristics, RecordBackend, Transaction, corrupt_status
 from tenure.core.clock import Clock
 from tenure.core.errors import BackendUnavailable, CorruptRecord, InvalidArgument
@@ -63,42 +69,7 @@ CREATE INDEX IF NOT EXISTS tenure_events_at ON tenure_events (at);
 _JOB_COLUMNS = ("job_id, state, owner, token, lease_until, ttl, submitted_at, claimed_at, "
                 "renewed_at, completed_at, runs, result")
 _TRIM_EVERY = 256  # trim audit tables once per this many inserts, not on every write
-
-
-class MachineClock:
-    """The machine's boot clock as epoch seconds; immune to per-process wall-clock fakes."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-        self.boot_id = _read("/proc/sys/kernel/random/boot_id") or "unknown"
-        try:  # kept open: re-reading at offset 0 costs a syscall, not an open and close
-            self._fd: int | None = os.open("/proc/uptime", os.O_RDONLY)
-        except OSError:
-            self._fd = None
-
-    def uptime(self) -> float:
-        if self._fd is None:
-            return time.monotonic()
-        return float(os.pread(self._fd, 64, 0).split()[0])
-
-    def time(self) -> float:
-        return self.uptime() + self.offset
-
-    def monotonic(self) -> float:
-        return self.uptime()
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
+_NO_BOOT_ID = "clock_offset:no-boot-id"  # value: "<offset> <highest boot clock reading seen>"
 
 
 @contextlib.contextmanager
@@ -180,13 +151,24 @@ class SQLiteBackend(RecordBackend):
     characteristics = Characteristics(
         name="sqlite",
         store_clock="the machine's boot clock (shared by every process on the machine)",
+        max_result_bytes=64 * 1024 * 1024,  # far below SQLite's 1 GB blob limit
+        tls_options=None,
+        clock_resolution=RESOLUTION,
     )
 
     def __init__(self, path: str, *, clock: Clock | None = None, timeout: float = 5.0,
-                 retention: int = 10_000, synchronous: str = "FULL") -> None:
+                 retention: int = 10_000, synchronous: str = "FULL",
+                 power_loss_may_reuse_tokens: bool = False, machine_clock: MachineClock | None = None) -> None:
+        if synchronous not in ("FULL", "EXTRA") and not (synchronous == "NORMAL" and power_loss_may_reuse_tokens):
+            raise InvalidArgument(
+                f"synchronous={synchronous} can lose acknowledged claims on power loss, and a claim "
+                "lost that way is handed out again with the same token (which fences admit); use FULL "
+                "or EXTRA, or accept it with power_loss_may_reuse_tokens=true")
+        if path != ":memory:":
+            refuse_network_filesystem(path)
         self.path = path
         self._lock = threading.RLock()
-        self._machine = MachineClock() if clock is None else None
+        self._machine = (machine_clock or MachineClock()) if clock is None else None
         self._clock: Clock = clock or self._machine  # type: ignore[assignment]
         self.retention = retention
         with _mapped_errors(path):
@@ -215,17 +197,35 @@ class SQLiteBackend(RecordBackend):
                     raise InvalidArgument(f"{self.path} has tenure schema {version}, "
                                           f"this version reads {SCHEMA_VERSION}")
                 if self._machine is not None:
-                    # One epoch offset per boot, shared by every process through the file.
-                    key = f"clock_offset:{self._machine.boot_id}"
-                    offset = self._meta(key)
-                    if offset is None:
-                        offset = repr(time.time() - self._machine.uptime())
-                        self._db.execute("INSERT INTO tenure_meta VALUES (?, ?)", (key, offset))
-                    self._machine.offset = float(offset)
+                    self._machine.offset = self._boot_offset(self._machine)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
+
+    def _boot_offset(self, machine: MachineClock) -> float:
+        """One epoch offset per boot, shared by every process through the file.
+
+        Without a boot id (no ``/proc``) a new boot shows in the boot clock reading below the
+        highest one any opener saw: then the old offset is not reused. A reboot whose first
+        open comes later than that reading is not recognised; the store's time then lags the
+        wall clock, which delays expiries (never advances them) until the file is recreated.
+        """
+        now = machine.uptime()
+        if machine.boot_id is not None:
+            key = f"clock_offset:{machine.boot_id}"
+            stored = self._meta(key)
+            if stored is None:
+                stored = repr(machine.epoch_offset())
+                self._db.execute("INSERT INTO tenure_meta VALUES (?, ?)", (key, stored))
+            return float(stored)
+        stored = self._meta(_NO_BOOT_ID)
+        if stored is not None and now >= float(stored.split()[1]):
+            offset = float(stored.split()[0])  # the boot clock has not gone back: the same boot
+        else:
+            offset = machine.epoch_offset()  # the first open, or the clock went back: a new boot
+        self._db.execute("INSERT OR REPLACE INTO tenure_meta VALUES (?, ?)", (_NO_BOOT_ID, f"{offset!r} {now!r}"))
+        return offset
 
     def _meta(self, key: str) -> str | None:
         row = self._db.execute("SELECT value FROM tenure_meta WHERE key = ?", (key,)).fetchone()
@@ -249,6 +249,7 @@ class SQLiteBackend(RecordBackend):
             "timeout": options.number("timeout", 5.0, low=0.0, high=3600.0, low_open=True),
             "retention": options.integer("retention", 10_000, low=1),
             "synchronous": options.text("synchronous", "FULL", choices=("FULL", "NORMAL", "EXTRA")),
+            "power_loss_may_reuse_tokens": options.boolean("power_loss_may_reuse_tokens", False),
         }
         options.finish()
         return cls(path, clock=clock, **kwargs)

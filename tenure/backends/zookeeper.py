@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
 
 from tenure.backends import zookeeper_layout as zl
+from tenure.backends.zookeeper_acl import Guard
 from tenure.backends.zookeeper_audit import Audit
 from tenure.backends.zookeeper_config import Config, mapped_errors
 from tenure.backends.zookeeper_held import HeldRecords
@@ -45,7 +45,7 @@ from tenure.backends.zookeeper_index import Index, Known, Placer
 from tenure.backends.zookeeper_multiread import read_many
 from tenure.core import transitions
 from tenure.core.backend import Backend, Characteristics, Link, corrupt_status, history_event
-from tenure.core.clock import Clock
+from tenure.core.clock import Clock, boot_clock
 from tenure.core.errors import (
     AlreadyClaimed,
     BackendUnavailable,
@@ -53,6 +53,7 @@ from tenure.core.errors import (
     JobCompleted,
     JobNotFound,
     StaleLease,
+    TokenChanged,
 )
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import Change, HistoryEvent, JobState, JobStatus, Lease, Op, Rejection
@@ -90,10 +91,13 @@ class ZooKeeperBackend(Backend):
         name="zookeeper",
         store_clock="the ZooKeeper leader's clock, as it stamps znode mtimes",
         min_ttl=0.1,
+        max_result_bytes=512 * 1024,  # base64 in a znode under jute.maxbuffer (1 MB), with the record
+        tls_options=("tls",),
+        clock_resolution=0.001,  # znode mtimes are whole milliseconds
     )
 
     def __init__(self, config: Config, system_deadlines: bool = True) -> None:
-        """``system_deadlines``: holders' deadlines are on ``time.monotonic()`` (no clock was
+        """``system_deadlines``: holders' deadlines are on ``boot_clock()`` (no clock was
         injected into the Store), so ``HeldRecords`` may compare them with it."""
         self.config = config
         self.held = HeldRecords(self, system_deadlines)
@@ -102,7 +106,7 @@ class ZooKeeperBackend(Backend):
         self._state_lock = threading.Lock()
         self._link = Link()
         self._clock_path = f"{self.layout.clocks}/{uuid.uuid4().hex}"
-        self._last_time = (0.0, time.monotonic())  # (store time, our monotonic) of the last read
+        self._last_time = (0.0, boot_clock())  # (store time, our monotonic) of the last read
         self._last_zxid = 0
         self.client = KazooClient(**config.client_kwargs())
         self.client.add_listener(self._on_state)
@@ -147,9 +151,10 @@ class ZooKeeperBackend(Backend):
         without the index: it is used without one (``claim_next`` scans), never half-indexed.
         """
         dirs = self.layout.dirs + self.layout.index_dirs
+        Guard(self).check(dirs)  # before anything is written under a root anyone may change
         with mapped_errors("creating the layout"):
             found = [self.client.exists_async(p) for p in dirs]
-            stats = {path: self._wait(result) for path, result in zip(dirs, found, strict=True)}
+            stats = {path: self.wait(result) for path, result in zip(dirs, found, strict=True)}
             jobs = stats[self.layout.jobs]
             indexed = stats[self.layout.pending] is not None or jobs is None or jobs.numChildren == 0
             for path in dirs if indexed else self.layout.dirs:
@@ -164,14 +169,14 @@ class ZooKeeperBackend(Backend):
         with mapped_errors("creating the clock znode"), contextlib.suppress(NodeExistsError):
             self.client.create(self._clock_path, b"", ephemeral=True)
 
-    def _wait(self, result: Any) -> Any:
+    def wait(self, result: Any) -> Any:
         return result.get(timeout=self.config.timeout)
 
     def _stamp(self, stat: ZnodeStat, sent: float | None = None) -> float:
         """The leader's clock from a write of our clock znode; ``sent``: our monotonic time
         before that write was sent, which makes it a bound for ``HeldRecords``."""
         now = float(stat.mtime) / 1000.0
-        self._last_time = (now, time.monotonic())
+        self._last_time = (now, boot_clock())
         self._last_zxid = int(stat.mzxid)
         if sent is not None:
             self.held.stamped(now, sent, int(stat.mzxid) >> 32)
@@ -201,7 +206,7 @@ class ZooKeeperBackend(Backend):
         what = f"reading job {job_id!r}"
         with mapped_errors(what):
             bucket, probe = self.index.probe() if queue else (None, None)
-            sent = time.monotonic()
+            sent = boot_clock()
             clock = None if bound else self.client.set_async(self._clock_path, b"")
             job = self.client.get_async(key)
             gen_stat = self.client.exists_async(self.layout.gen(job_id)) if gen else None
@@ -213,18 +218,18 @@ class ZooKeeperBackend(Backend):
                     now, epoch = bound
                 else:
                     try:
-                        clock_stat = self._wait(clock)
+                        clock_stat = self.wait(clock)
                     except NoNodeError:
                         return None
                     now = self._stamp(clock_stat, sent)
                     epoch = clock_stat.mzxid >> 32  # a zxid's high half counts leader elections
                 try:
-                    data, stat = self._wait(job)
+                    data, stat = self.wait(job)
                     version = stat.version
                 except NoNodeError:
                     data, version = None, -1
-                g = None if gen_stat is None else self._wait(gen_stat)
-                placer = self.index.placer(now, bucket, None if probe is None else self._wait(probe))
+                g = None if gen_stat is None else self.wait(gen_stat)
+                placer = self.index.placer(now, bucket, None if probe is None else self.wait(probe))
                 return _Read(now, epoch, key, data, version, None if g is None else g.version,
                              placer if queue else None, exact=clock is not None)
 
@@ -233,7 +238,7 @@ class ZooKeeperBackend(Backend):
     def now(self) -> float:
         with mapped_errors("reading the store's clock"):
             for _ in range(2):
-                sent = time.monotonic()
+                sent = boot_clock()
                 try:
                     return self._stamp(self.client.set(self._clock_path, b""), sent)
                 except NoNodeError:
@@ -243,7 +248,7 @@ class ZooKeeperBackend(Backend):
     def estimated_now(self) -> float:
         """The last store time read plus our monotonic time since: for display, never decisions."""
         at, mono = self._last_time
-        return at + time.monotonic() - mono
+        return at + boot_clock() - mono
 
     # -- step 2: one multi ---------------------------------------------------------------------
     def _commit(self, tx: Any, what: str, known: Known | None = None) -> list[Any] | None:
@@ -258,15 +263,16 @@ class ZooKeeperBackend(Backend):
 
         def answer() -> list[Any] | None:
             with mapped_errors(what):
-                results: list[Any] = self._wait(pending)
+                results: list[Any] = self.wait(pending)
                 failed = [r for r in results if isinstance(r, Exception)]
                 for exc in failed:
                     if not isinstance(exc, _CONTENTION):
                         raise exc
             if failed:
                 self.index.learn(tx.operations, results, known)
+                self.audit.failed(tx.operations, results)
                 return None
-            self.audit.trim(results)
+            self.audit.committed(results)
             return results
 
         return answer
@@ -357,7 +363,7 @@ class ZooKeeperBackend(Backend):
         for _ in range(2):
             with mapped_errors("reading jobs"):
                 bucket, probe = self.index.probe()
-                sent = time.monotonic()
+                sent = boot_clock()
                 clock = self.client.set_async(self._clock_path, b"")
                 keys = [self.layout.job(j) for j in job_ids]
                 gens = [self.layout.gen(j) for j in job_ids]
@@ -365,12 +371,12 @@ class ZooKeeperBackend(Backend):
                 found = {path: (data, version) for path, data, version
                          in read_many(self.client, keys + gens, self.config.timeout)}
                 try:
-                    clock_stat = self._wait(clock)
+                    clock_stat = self.wait(clock)
                 except NoNodeError:
                     self._clock_create()
                     continue
                 now, epoch = self._stamp(clock_stat, sent), clock_stat.mzxid >> 32
-                placer = self.index.placer(now, bucket, None if probe is None else self._wait(probe))
+                placer = self.index.placer(now, bucket, None if probe is None else self.wait(probe))
                 reads = []
                 for key, gen in zip(keys, gens, strict=True):
                     data, version = found.get(key, (None, -1))
@@ -385,11 +391,18 @@ class ZooKeeperBackend(Backend):
         new = transitions.submit(rec, job_id, read.now)
         if new is None:
             return None
-        if rec is None and gen:  # the job znode was deleted; its generations were not
-            new = JobRecord(job_id, JobState.PENDING, token=gen, submitted_at=read.now)
+        recreated = rec is None and bool(gen)  # the job znode was deleted; its generations were not
+        if recreated:
+            # The new job znode starts again at version 0, where the holder's one-round-trip
+            # renew (zookeeper_held) could find the version it knows: moving the generation
+            # znode, which that multi checks, refuses it. The token skips one, never repeats.
+            assert gen
+            new = JobRecord(job_id, JobState.PENDING, token=gen + 1, submitted_at=read.now)
         tx = self._write(read, rec, new, Op.SUBMIT, actor, known, tx)
         if gen is None:
             tx.create(self.layout.gen(job_id), b"")
+        elif recreated:
+            tx.set_data(self.layout.gen(job_id), b"", version=gen)
         return tx
 
     def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
@@ -477,16 +490,26 @@ class ZooKeeperBackend(Backend):
             return False
         return zl.stamp_epoch(read.data) != read.epoch
 
-    def _rebase(self, read: _Read, rec: JobRecord) -> None:
-        """Restart the lease's TTL on this leader's clock, then report it as held.
+    def _on_this_leaders_clock(self, read: _Read, rec: JobRecord | None) -> JobRecord | None:
+        """The record with a lease an earlier leader stamped restarted on this leader's clock.
 
         The holder's own deadline ends within a TTL of its last renewal, which came before
         this read, so a lease ending a full TTL from now on the new clock outlasts it
-        whichever way the two leaders' clocks differ. Costs up to one TTL of extra reclaim
-        delay after a leader change, once per lease nobody renewed since.
+        whichever way the two leaders' clocks differ.
         """
+        if rec is None or not self._stamped_by_another_leader(read, rec):
+            return rec
         assert rec.ttl is not None
-        rebased = dataclasses.replace(rec, lease_until=read.now + rec.ttl)
+        return dataclasses.replace(rec, lease_until=read.now + rec.ttl)
+
+    def _rebase(self, read: _Read, rec: JobRecord) -> None:
+        """Write the lease re-stamped on this leader's clock, then report it as held.
+
+        Costs up to one TTL of extra reclaim delay after a leader change, once per lease
+        nobody renewed since.
+        """
+        rebased = self._on_this_leaders_clock(read, rec)
+        assert rebased is not None
         tx = self.client.transaction()
         tx.set_data(read.key, zl.dump_record(rebased, read.epoch), version=read.version)
         if self._commit(tx, f"re-stamping {rec.job_id!r} on the new leader's clock"):
@@ -525,10 +548,13 @@ class ZooKeeperBackend(Backend):
         for _ in range(ATTEMPTS):
             read = self._read(lease.job_id, queue=op is Op.RELEASE)
             rec = read.record(lease.job_id)
-            reason = transitions.check(rec, lease, read.now)
+            # Judged as a claim would leave it: re-stamped if an earlier leader stamped it
+            # (that leader's expiry means nothing on this clock). The multi checks the version.
+            judged = self._on_this_leaders_clock(read, rec)
+            reason = transitions.check(judged, lease, read.now)
             if reason is None:
-                assert rec is not None
-                new = change(rec, read.now)
+                assert judged is not None and rec is not None
+                new = change(judged, read.now)
                 tx = self._write(read, rec, new, op, known=known.at(read.version))
                 if self._commit(tx, f"{op} of {lease.job_id!r}", known):
                     self.held.remember(new, read.version + 1)
@@ -549,7 +575,6 @@ class ZooKeeperBackend(Backend):
         return transitions.lease_of(rec)
 
     def complete(self, lease: Lease, result: bytes | None) -> None:
-        self.config.check_result(result)
         self._holder_op(Op.COMPLETE, lease, lambda r, now: transitions.complete(r, result, now))
 
     def release(self, lease: Lease) -> None:
@@ -561,10 +586,18 @@ class ZooKeeperBackend(Backend):
             rec = read.record(job_id)
             if rec is None:
                 raise JobNotFound(job_id)
-            if rec.state is not JobState.LEASED or transitions.is_claimable(rec, read.now):
+            if token is not None and rec.token != token:
+                raise TokenChanged(job_id, token, rec.token)  # as of a read: nothing was written
+            # A lease an earlier leader stamped is ended too: judged on this leader's clock it
+            # may look over already, yet the next claim would re-stamp it and find it held.
+            if rec.state is not JobState.LEASED or (
+                    not self._stamped_by_another_leader(read, rec) and transitions.is_claimable(rec, read.now)):
                 return
             new = transitions.force_expire(rec, read.now)
-            if self._commit(self._write(read, rec, new, Op.EXPIRE, actor), f"expiring {job_id!r}"):
+            tx = self._write(read, rec, new, Op.EXPIRE, actor)
+            if token is not None:  # the generation znode's version is the token: still the one seen
+                tx.check(self.layout.gen(job_id), token)
+            if self._commit(tx, f"expiring {job_id!r}"):
                 return
         raise _outraced(job_id)
 

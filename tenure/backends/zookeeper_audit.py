@@ -1,81 +1,222 @@
 """History and rejections as sequential znodes, added inside the multi of the step they record.
 
-Retention is bounded: when a sequence number reaches a multiple of ``min(TRIM_EVERY,
-retention)``, the oldest znodes beyond ``retention`` are deleted, so at most twice
-``retention`` (and at most ``retention + TRIM_EVERY``) stay.
-Reading goes newest first in pipelined batches and stops as soon as ``limit`` is met.
+    <root>/events/<segment>/e-<number>       <root>/rejections/<segment>/r-<number>
+
+ZooKeeper numbers a sequential znode with its parent's count of child creations, a signed
+32-bit int. Its documentation says the names wrap to ``-2147483648`` after ``2147483647``;
+ZooKeeper 3.8 in fact stops there (the parent's counter never moves again, so every later
+create names an existing znode and fails, and so would every multi carrying a record). Either
+way one directory holds about two billion records in its life, weeks at 1,000 operations/s.
+
+So records go into *segments*: directories named by a 10-digit index. When a record's number
+reaches ``SEGMENT_LIMIT``, the client that wrote it opens the next segment and closes the old
+one in one multi (create the new segment, set the old one's data: version 0 to 1). Every
+multi that adds a record also checks that its segment is still at version 0, so no record
+lands in a closed segment and records are ordered exactly by (segment, number). A client
+whose multi failed on that check lists the segments again and takes the newest.
+
+Stores written before segments have their records straight under ``events/``
+(``e-<number>``): they are read and trimmed as the oldest segment; new records go into
+segments.
+
+Retention is bounded: when a record's number reaches a multiple of ``min(TRIM_EVERY,
+retention)``, the oldest records beyond ``retention`` are deleted. Reading goes newest first
+in pipelined batches and stops as soon as ``limit`` is met.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
+import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.protocol.serialization import CheckVersion, Create
 
 from tenure.backends import zookeeper_layout as zl
 from tenure.backends.zookeeper_config import mapped_errors
+from tenure.core.errors import AuthenticationFailed, BackendUnavailable
 from tenure.core.records import HistoryEvent, Rejection
 
 if TYPE_CHECKING:
     from tenure.backends.zookeeper import ZooKeeperBackend
 
+SEGMENT_LIMIT = 2**31 - 2**20  # a record numbered this or higher opens the next segment
 TRIM_EVERY = 256
 _BATCH = 200
 _TRIM_MULTI = 1000  # deletes per multi when trimming
+_LEGACY = -1  # the rank of records written straight into the directory, before segments
 T = TypeVar("T", HistoryEvent, Rejection)
+Key = tuple[int, int]  # (segment rank, number): the order records were written in
+
+
+class Log:
+    """One audit directory: its segments, the one records go into now, and their order."""
+
+    def __init__(self, backend: ZooKeeperBackend, directory: str, prefix: str) -> None:
+        self._b = backend
+        self.directory = directory
+        self._prefix = prefix  # "e-" or "r-", as ZooKeeper's sequential names start
+        self._lock = threading.Lock()
+        self.segment = self._path(0)
+        # Credentials that may not read here fail at their first operation, as before; a
+        # wrong guess of the segment is corrected by the first multi (``learn``).
+        with contextlib.suppress(AuthenticationFailed):
+            self.segment = self._newest()
+
+    # -- segments --------------------------------------------------------------------------------
+    def ranks(self, watch: Callable[[Any], None] | None = None) -> list[int]:
+        """The segments' ranks, oldest first; ``_LEGACY`` first if records predate segments."""
+        with mapped_errors("listing the audit"):
+            names = self._b.client.get_children(self.directory, watch=watch)
+        ranks = sorted(rank for n in names if (rank := zl.segment_rank(n)) is not None)
+        legacy = any(zl.sequence(n, self._prefix) is not None for n in names)
+        return [_LEGACY, *ranks] if legacy else ranks
+
+    def _path(self, rank: int) -> str:
+        return self.directory if rank == _LEGACY else f"{self.directory}/{zl.segment_name(rank)}"
+
+    def _newest(self) -> str:
+        ranks = [r for r in self.ranks() if r != _LEGACY]
+        if ranks:
+            return self._path(ranks[-1])
+        first = self._path(0)
+        # A read-only identity may not create it, and never writes records into it.
+        with contextlib.suppress(AuthenticationFailed), mapped_errors("opening the audit"), \
+                contextlib.suppress(NodeExistsError):
+            self._b.client.create(first, b"")
+        return first
+
+    def refresh(self) -> None:
+        newest = self._newest()
+        with self._lock:
+            self.segment = newest
+
+    def _rotate(self, segment: str) -> None:
+        """Open the segment after ``segment`` and close ``segment``, in one multi."""
+        rank = zl.segment_rank(segment.rsplit("/", 1)[1])
+        if rank is None:
+            return
+        tx = self._b.client.transaction()
+        tx.create(self._path(rank + 1), b"")
+        tx.set_data(segment, b"closed", version=0)
+        with mapped_errors("opening the next audit segment"):
+            self._b.wait(tx.commit_async())  # failed as a whole: another client rotated first
+        self.refresh()
+
+    # -- writing -----------------------------------------------------------------------------------
+    def add(self, tx: Any, data: bytes) -> None:
+        with self._lock:
+            segment = self.segment
+        if not any(isinstance(op, CheckVersion) and op.path == segment for op in tx.operations):
+            tx.check(segment, 0)  # still open: a closed segment takes no more records
+        tx.create(f"{segment}/{self._prefix}", data, sequence=True)
+
+    def added(self, path: str, every: int) -> bool:
+        """After a commit that created ``path``: open the next segment when the number is
+        near the limit; True if it is time to trim."""
+        segment, _, name = path.rpartition("/")
+        number = zl.sequence(name, self._prefix)
+        if segment.rpartition("/")[0] != self.directory or number is None:
+            return False
+        if number >= SEGMENT_LIMIT:
+            self._rotate(segment)
+        return number % every == 0
+
+    def learn(self, operations: list[Any], results: list[Any]) -> None:
+        """After a failed multi: a closed (or vanished) segment means take the newest."""
+        for op, result in zip(operations, results, strict=False):
+            path = getattr(op, "path", "")
+            if path.startswith(self.directory + "/") and (
+                    (isinstance(op, CheckVersion) and isinstance(result, BadVersionError))
+                    or (isinstance(op, Create) and isinstance(result, NoNodeError))):
+                self.refresh()
+                return
+
+    # -- reading -----------------------------------------------------------------------------------
+    def records(self, rank: int, watch: Callable[[Any], None] | None = None) -> list[tuple[Key, str]]:
+        """The records of one segment, oldest first, as (key, path)."""
+        directory = self._path(rank)
+        with mapped_errors("listing the audit"):
+            try:
+                names = self._b.client.get_children(directory, watch=watch)
+            except NoNodeError:
+                return []
+        found = [((rank, n), f"{directory}/{name}") for name in names
+                 if (n := zl.sequence(name, self._prefix)) is not None]
+        return sorted(found)
+
+    def newest_first(self) -> Iterator[str]:
+        for rank in reversed(self.ranks()):
+            for _, path in reversed(self.records(rank)):
+                yield path
+
+    def after(self, last: Key | None, watch: Callable[[Any], None]) -> list[tuple[Key, str]]:
+        """Records written after ``last`` (all with None), oldest first, arming ``watch`` on
+        the directory and on each segment listed."""
+        ranks = [r for r in self.ranks(watch) if last is None or r >= last[0]]
+        return [(key, path) for rank in ranks for key, path in self.records(rank, watch)
+                if last is None or key > last]
+
+    def trim(self, retention: int) -> None:
+        paths = [path for rank in self.ranks() for _, path in self.records(rank)]
+        doomed = paths[:max(0, len(paths) - retention)]
+        client = self._b.client
+        with mapped_errors("trimming the audit"):
+            for start in range(0, len(doomed), _TRIM_MULTI):
+                # One multi per batch: one transaction (and fsync) instead of one per znode.
+                tx = client.transaction()
+                for path in doomed[start:start + _TRIM_MULTI]:
+                    tx.delete(path)
+                if not any(isinstance(r, NoNodeError) for r in self._b.wait(tx.commit_async())):
+                    continue
+                # Another client trimmed some first: the multi did nothing; delete one by one.
+                pending = [client.delete_async(p) for p in doomed[start:start + _TRIM_MULTI]]
+                for result in pending:
+                    with contextlib.suppress(NoNodeError):
+                        self._b.wait(result)
 
 
 class Audit:
     def __init__(self, backend: ZooKeeperBackend) -> None:
         self._b = backend
-        self._events = backend.layout.events
-        self._rejections = backend.layout.rejections
+        self.event_log = Log(backend, backend.layout.events, "e-")
+        self.rejection_log = Log(backend, backend.layout.rejections, "r-")
         self._every = min(TRIM_EVERY, backend.config.retention)
 
     def add_event(self, tx: Any, event: HistoryEvent) -> None:
-        tx.create(f"{self._events}/e-", zl.dump_event(event), sequence=True)
+        self.event_log.add(tx, zl.dump_event(event))
 
     def add_rejection(self, tx: Any, rejection: Rejection) -> None:
-        tx.create(f"{self._rejections}/r-", zl.dump_rejection(rejection), sequence=True)
+        self.rejection_log.add(tx, zl.dump_rejection(rejection))
 
-    def trim(self, results: list[Any]) -> None:
-        """After a commit: trim a directory whose counter just reached a multiple of the period."""
+    def committed(self, results: list[Any]) -> None:
+        """After a commit: rotate or trim the logs whose records it created. Tidying only: a
+        failure here must not report the committed change as failed (the next record past
+        the limit rotates, the next period trims)."""
         for path in results:
-            if isinstance(path, str) and path.startswith((self._events, self._rejections)) \
-                    and zl.sequence(path) % self._every == 0:
-                self._trim(path.rsplit("/", 1)[0])
+            if isinstance(path, str):
+                for log in (self.event_log, self.rejection_log):
+                    with contextlib.suppress(BackendUnavailable):
+                        if log.added(path, self._every):
+                            log.trim(self._b.config.retention)
 
-    def _trim(self, directory: str) -> None:
-        with mapped_errors("trimming the audit"):
-            names = sorted(self._b.client.get_children(directory), key=zl.sequence)
-            doomed = [f"{directory}/{n}" for n in names[:max(0, len(names) - self._b.config.retention)]]
-            for start in range(0, len(doomed), _TRIM_MULTI):
-                # One multi per batch: one transaction (and fsync) instead of one per znode.
-                tx = self._b.client.transaction()
-                for path in doomed[start:start + _TRIM_MULTI]:
-                    tx.delete(path)
-                if not any(isinstance(r, NoNodeError) for r in self._b._wait(tx.commit_async())):
-                    continue
-                # Another client trimmed some first: the multi did nothing; delete one by one.
-                pending = [self._b.client.delete_async(p) for p in doomed[start:start + _TRIM_MULTI]]
-                for result in pending:
-                    with contextlib.suppress(NoNodeError):
-                        self._b._wait(result)
+    def failed(self, operations: list[Any], results: list[Any]) -> None:
+        for log in (self.event_log, self.rejection_log):
+            log.learn(operations, results)
 
-    def _newest_first(self, directory: str, load: Callable[[bytes], T | None]) -> Iterator[T]:
+    def _newest_first(self, log: Log, load: Callable[[bytes], T | None]) -> Iterator[T]:
         client = self._b.client
-        with mapped_errors("reading the audit"):
-            names = sorted(client.get_children(directory), key=zl.sequence, reverse=True)
-        for start in range(0, len(names), _BATCH):
-            chunk = names[start:start + _BATCH]
+        paths = log.newest_first()
+        while chunk := list(itertools.islice(paths, _BATCH)):
             with mapped_errors("reading the audit"):
-                pending = [client.get_async(f"{directory}/{n}") for n in chunk]
+                pending = [client.get_async(p) for p in chunk]
                 loaded = []
                 for result in pending:
                     try:
-                        loaded.append(load(self._b._wait(result)[0]))
+                        loaded.append(load(self._b.wait(result)[0]))
                     except NoNodeError:
                         continue  # trimmed since the listing
             yield from (item for item in loaded if item is not None)
@@ -94,8 +235,8 @@ class Audit:
         return found
 
     def rejections(self, since: float | None, limit: int | None) -> list[Rejection]:
-        return self._select(self._newest_first(self._rejections, zl.load_rejection), since, limit)
+        return self._select(self._newest_first(self.rejection_log, zl.load_rejection), since, limit)
 
     def history(self, job_id: str | None, since: float | None, limit: int | None) -> list[HistoryEvent]:
-        return self._select(self._newest_first(self._events, zl.load_event), since, limit,
+        return self._select(self._newest_first(self.event_log, zl.load_event), since, limit,
                             lambda e: job_id is None or e.job_id == job_id)

@@ -3,7 +3,8 @@ place where kazoo's errors become tenure's.
 
 Credentials come from the URL (``zk://user:pass@host/root``) or the ``username``/``password``
 keyword arguments. With credentials, every znode tenure creates is writable by that identity
-only; ``reader=name:password`` adds a read-only identity (a dashboard). Without credentials
+only; ``reader=name:password`` adds a read-only identity (a dashboard), and a root found open
+is refused at connect unless ``repair_acl=true`` (``zookeeper_acl``). Without credentials
 znodes are open to anyone, as ZooKeeper's own default.
 """
 
@@ -23,7 +24,6 @@ from tenure.core.errors import AuthenticationFailed, BackendUnavailable, Invalid
 from tenure.core.options import Options, StoreURL
 
 DEFAULT_PORT = 2181
-MAX_RESULT = 512 * 1024  # ZooKeeper refuses znodes over ~1 MB (jute.maxbuffer); base64 adds 1/3
 
 
 def _identity(text: str | None, option: str) -> tuple[str, str] | None:
@@ -45,6 +45,7 @@ class Config:
     auth: tuple[str, str] | None = field(default=None, repr=False)
     reader: tuple[str, str] | None = field(default=None, repr=False)
     tls: dict[str, Any] = field(default_factory=dict)
+    repair_acl: bool = False  # set this identity's ACL on a root found open (zookeeper_acl)
 
     @classmethod
     def from_url(cls, url: StoreURL, options: Options) -> Config:
@@ -73,9 +74,12 @@ class Config:
             if leftover:
                 raise InvalidArgument(f"option(s) {', '.join(leftover)} need tls=true")
         retention = options.integer("retention", 10_000, low=1, high=1_000_000)
+        repair_acl = options.boolean("repair_acl", False)
+        if repair_acl and not auth:
+            raise InvalidArgument("option repair_acl needs credentials: without them znodes are open by design")
         options.finish()
         assert session is not None and timeout is not None
-        return cls(hosts, root_path(url.path), session, timeout, retention, auth, reader, tls)
+        return cls(hosts, root_path(url.path), session, timeout, retention, auth, reader, tls, repair_acl)
 
     def acl(self) -> list[ACL]:
         """ACL of every znode this client creates."""
@@ -103,11 +107,6 @@ class Config:
         if self.auth is not None:
             kwargs["auth_data"] = [("digest", f"{self.auth[0]}:{self.auth[1]}")]
         return kwargs
-
-    def check_result(self, result: bytes | None) -> None:
-        if result is not None and len(result) > MAX_RESULT:
-            raise InvalidArgument(f"result of {len(result)} bytes is above ZooKeeper's limit of "
-                                  f"{MAX_RESULT} bytes per job")
 
 
 @contextlib.contextmanager

@@ -9,11 +9,14 @@ Two cases need no read:
   this process wrote the record, knows it and its version, and the multi checks the version
   and that the generation znode is still at the lease's token, so it fails if anyone wrote
   the record since (a claim, a re-stamp after a leader change, an operator, even one who
-  deleted the job znode); the general path then decides, and audits a refusal.
+  deleted the job znode: a claim or submit that re-creates it moves the generation znode);
+  the general path then decides, and audits a refusal.
 
 Neither judges expiry: a new job has no lease, and while the holder's deadline runs its lease
 cannot have run out by the store's clock (the deadline is the core's: the TTL less the drift
-margin after the request that set it). What they still need is the store's time, for the new
+margin after the request that set it). A pause between the deadline check and the send can
+still land the multi after the lease ended, if nobody wrote the record meanwhile: the
+exception docs/protocol.md states. What they still need is the store's time, for the new
 ``lease_until``: an upper bound of the leader's clock, from the last stamp (the ``mtime`` of
 this client's clock znode, from step 1 or a multi here) plus our monotonic time since
 that write was *sent*, with room for the leader's clock running ``_RATE`` times as fast. A
@@ -28,11 +31,11 @@ from __future__ import annotations
 import collections
 import math
 import threading
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tenure.core import transitions
+from tenure.core.clock import boot_clock
 from tenure.core.records import JobState, Lease, Op
 from tenure.core.transitions import JobRecord
 
@@ -47,7 +50,7 @@ _CACHE = 10_000  # records of held leases kept
 class HeldRecords:
     def __init__(self, backend: ZooKeeperBackend, system_deadlines: bool) -> None:
         self._b = backend
-        self._system_deadlines = system_deadlines  # lease deadlines are on time.monotonic()
+        self._system_deadlines = system_deadlines  # lease deadlines are on boot_clock()
         self._lock = threading.Lock()
         self._bound: tuple[float, float, int] | None = None  # (store time, our send time, epoch)
         self._records: collections.OrderedDict[tuple[str, int, str], tuple[JobRecord, int]] = \
@@ -67,7 +70,7 @@ class HeldRecords:
         if bound is None:
             return None
         at, sent, epoch = bound
-        elapsed = time.monotonic() - sent
+        elapsed = boot_clock() - sent
         return None if elapsed > _FRESH else (at + elapsed * _RATE, epoch, elapsed > _FRESH / 2)
 
     # -- the records this process wrote ------------------------------------------------------
@@ -114,7 +117,7 @@ class HeldRecords:
 
     def holder_op(self, op: Op, lease: Lease, change: Any) -> JobRecord | None:
         """``change(record, now)`` written in one multi; None to take the general path."""
-        if not (self._system_deadlines and math.isfinite(lease.deadline) and time.monotonic() < lease.deadline):
+        if not (self._system_deadlines and math.isfinite(lease.deadline) and boot_clock() < lease.deadline):
             return None
         with self._lock:
             held = self._records.get((lease.job_id, lease.token, lease.owner))
@@ -137,7 +140,7 @@ class HeldRecords:
     def _send(self, tx: Any, what: str, stamp: bool) -> Callable[[], bool]:
         """Send a multi of ours; the function returned: whether it was applied (False: outraced,
         a znode moved or exists), after taking its stamp of the leader's clock if it has one."""
-        sent = time.monotonic()
+        sent = boot_clock()
         answer = self._b.send_commit(tx, what)
 
         def applied() -> bool:

@@ -172,10 +172,10 @@ class Index:
             leased = client.get_children_async(self.layout.leased)
             early = {n: client.get_children_async(f"{self.layout.pending}/{n}") for n in front}
             try:
-                now = b._stamp(b._wait(clock))
+                now = b._stamp(b.wait(clock))
             except NoNodeError:
                 now = b.now()
-            expired = self._expired(b._wait(leased), now)
+            expired = self._expired(b.wait(leased), now)
         yield from expired
         yield from self._queued(now, early)
 
@@ -223,7 +223,7 @@ class Index:
             with mapped_errors("reading the pending index"):
                 try:
                     result = early.pop(bucket, None)
-                    children = self._b._wait(result) if result is not None else self._b.client.get_children(path)
+                    children = self._b.wait(result) if result is not None else self._b.client.get_children(path)
                 except NoNodeError:
                     children = None
             if not children:

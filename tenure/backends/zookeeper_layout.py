@@ -2,8 +2,9 @@
 
     <root>/jobs/<enc>        the job record (JSON); its version changes on every write
     <root>/gen/<enc>         written only by claims: its version IS the fencing token
-    <root>/events/e-<seq>    accepted changes (history), trimmed to ``retention``
-    <root>/rejections/r-<seq> audited stale operations, trimmed to ``retention``
+    <root>/events/<segment>/e-<seq>      accepted changes (history), trimmed to ``retention``
+    <root>/rejections/<segment>/r-<seq>  audited stale operations, trimmed to ``retention``
+                             (segments: see ``zookeeper_audit``)
     <root>/clocks/<uuid>     one ephemeral znode per client; writing it reads the leader's clock
     <root>/pending/<bucket>/<ms><seq>.<enc>
                              the index of pending jobs: one entry per pending job, in buckets
@@ -133,9 +134,27 @@ def entry_job(name: str) -> str:
     return decode(enc)
 
 
-def sequence(path: str) -> int:
-    """The counter ZooKeeper appended to a sequential znode's name."""
-    return int(path[-10:])
+# -- the audit's sequential znodes (zookeeper_audit) ------------------------------------------
+_NUMBER = re.compile(r"-?[0-9]{10}|-[0-9]{9}")  # "%010d" of a signed 32-bit int
+_AUDIT_SEGMENT = re.compile(r"[0-9]{10}")
+
+
+def sequence(name: str, prefix: str) -> int | None:
+    """The number ZooKeeper appended to the sequential znode ``name`` (``prefix`` then
+    ``%010d`` of a signed 32-bit counter, so ``e-0000000042`` or, after a wrap that some
+    versions document, ``e--2147483648``); None for a name tenure did not make."""
+    if not name.startswith(prefix) or not _NUMBER.fullmatch(name[len(prefix):]):
+        return None
+    return int(name[len(prefix):])
+
+
+def segment_rank(name: str) -> int | None:
+    """The index of an audit segment's directory name; None for any other name."""
+    return int(name) if _AUDIT_SEGMENT.fullmatch(name) else None
+
+
+def segment_name(rank: int) -> str:
+    return f"{rank:010d}"
 
 
 # -- job records -----------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""``watch()`` from ZooKeeper watches: a child watch on ``jobs/`` and ``rejections/`` and a
-data watch on every job znode, each re-armed by the read that follows it.
+"""``watch()`` from ZooKeeper watches: a child watch on ``jobs/``, on ``rejections/`` and its
+segments, and a data watch on every job znode, each re-armed by the read that follows it.
 
 Watch callbacks run on kazoo's event thread and only queue the path; the generator does the
 reads. A lease running out changes no znode, so while idle the generator re-rates leased
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from kazoo.exceptions import NoNodeError
 
 from tenure.backends import zookeeper_layout as zl
+from tenure.backends.zookeeper_audit import Key
 from tenure.backends.zookeeper_config import mapped_errors
 from tenure.core.records import Change, JobState, JobStatus
 from tenure.core.transitions import JobRecord, status
@@ -61,19 +62,21 @@ def watch(backend: ZooKeeperBackend, stop: threading.Event, interval: float) -> 
         shown[name] = item
         return Change(job=item)
 
-    def new_rejections(last: int) -> tuple[int, list[Change]]:
+    log = backend.audit.rejection_log
+
+    def new_rejections(last: Key | None) -> tuple[Key | None, list[Change]]:
+        """Rejections written after ``last``, in order, across segments (zookeeper_audit)."""
+        fresh = log.after(last, on_rejections)
+        found = []
         with mapped_errors("watching rejections"):
-            names = sorted(client.get_children(layout.rejections, watch=on_rejections), key=zl.sequence)
-            fresh = [n for n in names if zl.sequence(n) > last]
-            found = []
-            for name in fresh:
+            for _, path in fresh:
                 try:
-                    rejection = zl.load_rejection(client.get(f"{layout.rejections}/{name}")[0])
+                    rejection = zl.load_rejection(client.get(path)[0])
                 except NoNodeError:
                     continue
                 if rejection is not None:
                     found.append(Change(rejection=rejection))
-        return (zl.sequence(fresh[-1]) if fresh else last), found
+        return (fresh[-1][0] if fresh else last), found
 
     backend.now()  # a fresh store time for the first ratings
     with mapped_errors("watching jobs"):
@@ -81,7 +84,8 @@ def watch(backend: ZooKeeperBackend, stop: threading.Event, interval: float) -> 
     for name in sorted(names):
         if change := read_job(name):
             yield change
-    last_rejection, _ = new_rejections(-1)  # only rejections from now on
+    existing = log.after(None, on_rejections)  # only rejections from now on: names, not data
+    last_rejection = existing[-1][0] if existing else None
     while not stop.is_set():
         try:
             what = events.get(timeout=interval)

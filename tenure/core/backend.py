@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from tenure.core.clock import Clock
     from tenure.core.options import Options, StoreURL
 
+DEFAULT_MAX_RESULT_BYTES = 512 * 1024  # for third-party backends that do not say
+
 
 @dataclass(frozen=True)
 class Characteristics:
@@ -48,8 +50,18 @@ class Characteristics:
     store_clock: str  # whose clock decides expiry, in words
     min_ttl: float = 0.0
     max_ttl: float = MAX_TTL
+    # The smallest step of the store's clock (0: not declared). A holder's margin, its TTL
+    # times drift_margin, must cover it: a clock that lags by up to one step starts a lease
+    # that much early.
+    clock_resolution: float = 0.0
     shared_between_processes: bool = True
     tokens_ordered_across_jobs: bool = False  # true where tokens come from one global counter
+    # The largest job result the backend can write in one request, with room left for the rest
+    # of the record and the audit (etcd's request limit, ZooKeeper's znode limit ...).
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+    # Options that turn TLS on; None for a backend that sends nothing over a network. A network
+    # backend with () cannot encrypt: credentials given to it are always reported as clear text.
+    tls_options: tuple[str, ...] | None = ()
 
 
 @dataclass(frozen=True)

@@ -2,13 +2,41 @@
 
 A worker uses ``monotonic()`` for its safe local deadline; embedded stores use ``time()``
 as the store's clock. ``ManualClock`` moves only when a test says so.
+
+Every local deadline tenure trusts (a holder's safe deadline, the renewal schedule, the
+etcd and ZooKeeper backends' bounds) is read from ``boot_clock()``, a clock that keeps
+counting while the machine or VM is suspended: a holder suspended past its TTL must find its
+deadline passed when it wakes. ``time.monotonic()`` stops during suspend on Linux
+(CLOCK_MONOTONIC) and during sleep on macOS (``mach_absolute_time``, CPython issue 86273).
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Protocol
+
+
+def _suspend_proof_clock() -> tuple[Callable[[], float], str]:
+    """The platform's clock that counts suspend, and its name for the docs and health."""
+    if hasattr(time, "CLOCK_BOOTTIME"):  # Linux: CLOCK_MONOTONIC plus time suspended
+        boottime = time.CLOCK_BOOTTIME
+        return (lambda: time.clock_gettime(boottime)), "CLOCK_BOOTTIME"
+    if sys.platform == "darwin":  # Apple's clock_gettime(3): CLOCK_MONOTONIC increments while asleep
+        monotonic = time.CLOCK_MONOTONIC
+        return (lambda: time.clock_gettime(monotonic)), "CLOCK_MONOTONIC (darwin)"
+    # Windows, the BSDs: not known to count suspend; docs/protocol.md says so.
+    return time.monotonic, "time.monotonic (may stop while suspended)"
+
+
+_read_boot_clock, BOOT_CLOCK_NAME = _suspend_proof_clock()
+
+
+def boot_clock() -> float:
+    """Seconds on this machine's clock that never goes back and counts suspend."""
+    return _read_boot_clock()
 
 
 class Clock(Protocol):
@@ -17,16 +45,18 @@ class Clock(Protocol):
         ...
 
     def monotonic(self) -> float:
-        """Seconds on a clock that never goes back."""
+        """Seconds on a clock that never goes back and keeps counting while suspended."""
         ...
 
 
 class SystemClock:
+    """The process's wall clock and the machine's suspend-proof ``boot_clock()``."""
+
     def time(self) -> float:
         return time.time()
 
     def monotonic(self) -> float:
-        return time.monotonic()
+        return boot_clock()
 
 
 class ManualClock:

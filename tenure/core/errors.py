@@ -14,6 +14,8 @@ Every error tenure raises on purpose derives from :class:`LeaseError`::
     ├── StaleLease                          renew/complete/release with an owner or token that no
     │                                       longer matches, or after expiry by the store's clock
     ├── StaleToken                          a destination fence saw a token lower than it admitted
+    ├── ForgedToken                         a destination fence was shown a token nobody proved: a bad
+    │                                       or missing signature, or one the store never issued
     ├── LeaseLost                           a held lease can no longer be trusted (renewal failed or
     │                                       the safe local deadline passed)
     ├── CorruptRecord                       a record in the store that tenure cannot read
@@ -34,6 +36,23 @@ if TYPE_CHECKING:
     from tenure.core.records import Rejection
 
 
+MAX_QUOTED = 40  # characters of caller input an error message quotes, at most
+
+
+def quoted(value: object, limit: int = MAX_QUOTED) -> str:
+    """``repr`` of caller input for an error message, cut to ``limit`` characters of text.
+
+    Every message that quotes a job id, owner, resource or key goes through here, so no
+    message grows with its input (a 256-character job id, a 100 kB value refused).
+    """
+    if isinstance(value, str) and len(value) > limit:
+        return f"{value[:limit]!r}... ({len(value)} characters)"
+    if isinstance(value, int) and value.bit_length() > 4 * limit:  # repr() of a huge int is slow, or refused
+        return f"an int of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= limit + 2 else f"{text[:limit]}... ({len(text)} characters)"
+
+
 class LeaseError(Exception):
     """Root of every error tenure raises on purpose."""
 
@@ -46,7 +65,7 @@ class AlreadyClaimed(LeaseError):
     """The job is held by another lease that has not expired by the store's clock."""
 
     def __init__(self, job_id: str, owner: str | None, token: int, expires_at: float | None) -> None:
-        super().__init__(f"job {job_id!r} is held by {owner!r} (token {token}) until {expires_at}")
+        super().__init__(f"job {quoted(job_id)} is held by {quoted(owner)} (token {token}) until {expires_at}")
         self.job_id = job_id
         self.owner = owner
         self.token = token
@@ -64,7 +83,7 @@ class NotYetClaimable(AlreadyClaimed):
     def __init__(self, job_id: str, owner: str | None, token: int, expires_at: float | None,
                  retry_after: float) -> None:
         super().__init__(job_id, owner, token, expires_at)
-        self.args = (f"job {job_id!r}: the lease of {owner!r} (token {token}) ended in the store; "
+        self.args = (f"job {quoted(job_id)}: the lease of {quoted(owner)} (token {token}) ended in the store; "
                      f"claimable in {retry_after:.2f} s, once its holder must have stopped",)
         self.retry_after = retry_after
 
@@ -73,7 +92,7 @@ class JobCompleted(LeaseError):
     """The job has been completed; submit it again to start a new run."""
 
     def __init__(self, job_id: str) -> None:
-        super().__init__(f"job {job_id!r} is completed")
+        super().__init__(f"job {quoted(job_id)} is completed")
         self.job_id = job_id
 
 
@@ -85,7 +104,7 @@ class TokenChanged(LeaseError):
     """
 
     def __init__(self, job_id: str, expected: int, current: int | None) -> None:
-        super().__init__(f"job {job_id!r}: token {expected} was confirmed, but the current token is {current}; "
+        super().__init__(f"job {quoted(job_id)}: token {expected} was confirmed, but the current token is {current}; "
                          "nothing was changed")
         self.job_id = job_id
         self.expected = expected
@@ -96,7 +115,7 @@ class JobNotFound(LeaseError, KeyError):
     """The job does not exist in the store."""
 
     def __init__(self, job_id: str) -> None:
-        super().__init__(f"job {job_id!r} does not exist")
+        super().__init__(f"job {quoted(job_id)} does not exist")
         self.job_id = job_id
 
     def __str__(self) -> str:  # KeyError would repr() the message
@@ -112,8 +131,8 @@ class StaleLease(LeaseError):
     def __init__(self, rejection: Rejection) -> None:
         r = rejection
         super().__init__(
-            f"{r.op} of job {r.job_id!r} by {r.owner!r} with token {r.token} rejected: {r.reason}"
-            f" (current owner {r.current_owner!r}, token {r.current_token})"
+            f"{r.op} of job {quoted(r.job_id)} by {quoted(r.owner)} with token {r.token} rejected: {r.reason}"
+            f" (current owner {quoted(r.current_owner)}, token {r.current_token})"
         )
         self.rejection = rejection
 
@@ -122,10 +141,24 @@ class StaleToken(LeaseError):
     """A destination fence rejected a token lower than the highest it has admitted."""
 
     def __init__(self, resource: str, token: int, highest: int) -> None:
-        super().__init__(f"token {token} for {resource!r} is stale: {highest} was already admitted")
+        super().__init__(f"token {token} for {quoted(resource)} is stale: {highest} was already admitted")
         self.resource = resource
         self.token = token
         self.highest = highest
+
+
+class ForgedToken(LeaseError):
+    """A fence was shown a token it could not prove: nothing was admitted.
+
+    ``why`` says which proof failed (a missing or wrong signature, a token above the store's
+    current token for the job, another owner's token). It never quotes the signature.
+    """
+
+    def __init__(self, job_id: str, token: int, why: str) -> None:
+        super().__init__(f"token {token} of job {quoted(job_id)} is not proven: {why}")
+        self.job_id = job_id
+        self.token = token
+        self.why = why
 
 
 class LeaseLost(LeaseError):
@@ -136,7 +169,7 @@ class CorruptRecord(LeaseError):
     """A record in the store could not be read as a tenure record; it is never overwritten."""
 
     def __init__(self, key: str, problem: str) -> None:
-        super().__init__(f"corrupt record {key!r}: {problem}")
+        super().__init__(f"corrupt record {quoted(key, 120)}: {problem}")
         self.key = key
         self.problem = problem
 

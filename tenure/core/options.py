@@ -3,6 +3,10 @@
 ``scheme://user:pass@h1:p1,h2:p2/path?opt=value``: options come from the query string and
 keyword arguments override them. Every backend reads its options through ``Options``, so an
 unknown or out-of-range option is reported the same way everywhere.
+
+A URL may hold a password (in its user part or its options) and a mistyped URL may put it
+anywhere, so no error here quotes the URL's text: errors name the part that is wrong and
+quote only option names that look like names, and values of options that hold no secret.
 """
 
 from __future__ import annotations
@@ -11,12 +15,14 @@ import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import unquote, unquote_plus
 
-from tenure.core.errors import InvalidArgument
+from tenure.core.errors import InvalidArgument, quoted
 
 _URL = re.compile(r"^(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*)://(?P<rest>.*)$", re.DOTALL)
-_USERINFO = re.compile(r"(^|[/:])[^/:@]*(?::[^@]*)?@")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
+# Options whose values are secrets (or paths to them), never quoted back.
+_SECRET = re.compile(r"pass|secret|token|key|digest|auth|cred|reader", re.IGNORECASE)
 _HOST = re.compile(r"^(?:\[(?P<v6>[0-9a-fA-F:.]+)\]|(?P<name>[A-Za-z0-9._-]+))(?::(?P<port>\d{1,5}))?$")
 
 
@@ -43,8 +49,8 @@ def parse_url(url: object) -> StoreURL:
         raise InvalidArgument(f"store URL must be a str, not {type(url).__name__}")
     m = _URL.match(url.strip())
     if not m:
-        shown = _USERINFO.sub(r"\1***@", url)  # whatever stands before an @ may be a password
-        raise InvalidArgument(f"not a store URL (expected scheme://...): {shown!r}")
+        raise InvalidArgument("not a store URL (expected scheme://...; the text is not shown, "
+                              "it may hold a password)")
     scheme, rest = m["scheme"].lower(), m["rest"]
     rest, _, query_text = rest.partition("?")
     netloc, slash, path = rest.partition("/")
@@ -56,22 +62,25 @@ def parse_url(url: object) -> StoreURL:
         username = unquote(user_text) or None
         password = unquote(pass_text) if colon else None
     hosts: list[tuple[str, int | None]] = []
-    for part in filter(None, netloc.split(",")):
+    for number, part in enumerate(filter(None, netloc.split(",")), 1):
         hm = _HOST.match(part)
         if not hm:
-            raise InvalidArgument(f"bad host {part!r} in store URL")
+            raise InvalidArgument(f"bad host (the {_ordinal(number)}) in store URL: expected name[:port] "
+                                  "or [IPv6 address][:port], comma-separated")
         port = int(hm["port"]) if hm["port"] else None
         if port is not None and not 0 < port < 65536:
             raise InvalidArgument(f"port {port} out of range in store URL")
         hosts.append((hm["v6"] or hm["name"], port))
-    try:
-        pairs = parse_qsl(query_text, keep_blank_values=True, strict_parsing=bool(query_text))
-    except ValueError as exc:
-        raise InvalidArgument(f"bad query string in store URL: {query_text!r}") from exc
     query: dict[str, str] = {}
-    for key, value in pairs:
+    fields = query_text.split("&") if query_text else []
+    for number, text in enumerate(fields, 1):
+        raw_key, equals, raw_value = text.partition("=")
+        if not equals or not raw_key:  # checked here, not by parse_qsl, whose errors quote the field
+            raise InvalidArgument(f"bad query string in store URL: the {_ordinal(number)} of its "
+                                  f"{len(fields)} fields is not name=value")
+        key, value = unquote_plus(raw_key), unquote_plus(raw_value)
         if key in query:
-            raise InvalidArgument(f"option {key!r} given twice in store URL")
+            raise InvalidArgument(f"option {option_name(key)} given twice in store URL")
         query[key] = value
     return StoreURL(scheme, tuple(hosts), unquote(path), query, username, password, url)
 
@@ -79,15 +88,21 @@ def parse_url(url: object) -> StoreURL:
 class Options:
     """Typed access to URL options, keyword arguments winning; leftovers are an error."""
 
-    def __init__(self, query: dict[str, str], overrides: dict[str, Any], where: str) -> None:
+    def __init__(self, query: dict[str, str], overrides: dict[str, Any], where: str,
+                 secrets: tuple[str | None, ...] = ()) -> None:
         self._values: dict[str, Any] = {**query, **overrides}
         self._where = where
+        # Never quoted back, even from the wrong option: the URL's password and secret options.
+        self._secrets = {str(v) for v in (*secrets, *(v for k, v in self._values.items() if _SECRET.search(k)))
+                         if v is not None and str(v)}
 
     def _take(self, name: str) -> Any:
         return self._values.pop(name, None)
 
     def _bad(self, name: str, value: Any, expected: str) -> InvalidArgument:
-        return InvalidArgument(f"option {name}={value!r} for {self._where}: expected {expected}")
+        secret = _SECRET.search(name) or any(s in str(value) for s in self._secrets)
+        shown = "(not shown)" if secret else quoted(value)
+        return InvalidArgument(f"option {option_name(name)}={shown} for {self._where}: expected {expected}")
 
     def number(self, name: str, default: float | None, *, low: float = 0.0,
                high: float = math.inf, low_open: bool = False) -> float | None:
@@ -95,9 +110,11 @@ class Options:
         if value is None:
             return default
         try:
-            number = float(value)
+            number: float | None = float(value)
         except (TypeError, ValueError):
-            raise self._bad(name, value, "a number") from None
+            number = None  # raised below, outside this block: the error must not chain the value
+        if number is None:
+            raise self._bad(name, value, "a number")
         if isinstance(value, bool) or not math.isfinite(number) or number < low or number > high \
                 or (low_open and number == low):
             raise self._bad(name, value, f"a number {'>' if low_open else '>='} {low:g}"
@@ -109,9 +126,11 @@ class Options:
         if value is None:
             return default
         try:
-            number = int(value)
+            number: int | None = int(value)
         except (TypeError, ValueError):
-            raise self._bad(name, value, "an integer") from None
+            number = None  # raised below, outside this block: the error must not chain the value
+        if number is None:
+            raise self._bad(name, value, "an integer")
         if isinstance(value, (bool, float)) or not low <= number <= high:
             raise self._bad(name, value, f"an integer from {low} to {high}")
         return number
@@ -144,5 +163,14 @@ class Options:
 
     def finish(self) -> None:
         if self._values:
-            names = ", ".join(sorted(self._values))
+            names = ", ".join(sorted(option_name(name) for name in self._values))
             raise InvalidArgument(f"unknown option(s) for {self._where}: {names}")
+
+
+def option_name(name: object) -> str:
+    """An option's name for an error message; text that is not a name may be a misplaced secret."""
+    return name if isinstance(name, str) and _NAME.fullmatch(name) else "(a name that is not an identifier)"
+
+
+def _ordinal(number: int) -> str:
+    return {1: "first", 2: "second", 3: "third"}.get(number, f"{number}th")

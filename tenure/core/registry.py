@@ -10,8 +10,9 @@ import importlib
 from importlib.metadata import entry_points
 from typing import Any
 
+from tenure.core import transport
 from tenure.core.backend import Backend
-from tenure.core.errors import BackendUnavailable, InvalidArgument
+from tenure.core.errors import BackendUnavailable, InvalidArgument, quoted
 from tenure.core.options import Options, parse_url
 from tenure.core.store import DEFAULT_DRIFT_MARGIN, Store
 
@@ -47,7 +48,7 @@ def backend_class(scheme: str) -> type[Backend]:
                 raise InvalidArgument(f"entry point {ep.value} for {scheme}:// is not a tenure.Backend")
             return loaded
     known = sorted(set(BUILTIN) | {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
-    raise InvalidArgument(f"unknown store scheme {scheme!r}; known: {', '.join(known)}")
+    raise InvalidArgument(f"unknown store scheme {quoted(scheme)}; known: {', '.join(known)}")
 
 
 def connect(url: str, **options: Any) -> Store:
@@ -60,10 +61,14 @@ def connect(url: str, **options: Any) -> Store:
     parsed = parse_url(url)
     cls = backend_class(parsed.scheme)
     clock = options.pop("clock", None)
-    opts = Options(parsed.query, options, where=f"{parsed.scheme}://")
+    cleartext = transport.cleartext_credentials(cls.characteristics, parsed, {**parsed.query, **options})
+    opts = Options(parsed.query, options, where=f"{parsed.scheme}://", secrets=(parsed.password,))
     drift = opts.number("drift_margin", DEFAULT_DRIFT_MARGIN, low=0.0, high=0.5)
     backend = cls.from_url(parsed, opts, clock)
     assert drift is not None
+    if cleartext is not None:
+        transport.warn(cleartext)
+    notes = () if cleartext is None else (cleartext,)
     if clock is None:
-        return Store(backend, drift_margin=drift, url=parsed.redacted())
-    return Store(backend, clock=clock, drift_margin=drift, url=parsed.redacted())
+        return Store(backend, drift_margin=drift, url=parsed.redacted(), warnings=notes)
+    return Store(backend, clock=clock, drift_margin=drift, url=parsed.redacted(), warnings=notes)

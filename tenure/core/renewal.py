@@ -1,27 +1,31 @@
-"""Held leases and the one background thread per store that renews all of them.
+"""Held leases and the one background scheduler per store that renews all of them.
 
-A held lease is trusted until its *safe local deadline*: the holder's monotonic time when
-it sent the claim or the last successful renewal, plus the TTL shortened by the drift
-margin. The store can only have started the lease after the request was sent, so by then
-the lease may have expired but cannot have been handed to someone else earlier than that
-(up to the clock-rate drift the margin allows). Past that point, ``check()`` fails even if
-the store is unreachable and nothing has been heard.
+A held lease is trusted until its *safe local deadline*: the holder's suspend-proof
+monotonic time (``Clock.monotonic``) when it sent the claim or the last successful renewal,
+plus the TTL shortened by the drift margin. The store can only have started the lease after
+the request was sent, so by then the lease may have expired but cannot have been handed to
+someone else earlier than that (up to the clock-rate drift the margin allows). Past that
+point, ``check()`` fails even if the store is unreachable and nothing has been heard, and the
+scheduler sets ``lost`` (and calls ``on_lost`` callbacks) whether or not a renewal is stuck
+in a request that hangs.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
+import functools
 import heapq
 import itertools
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from tenure.core.errors import BackendUnavailable, LeaseError, LeaseLost, StaleLease
-from tenure.core.records import Lease
+from tenure.core import telemetry
+from tenure.core.errors import BackendUnavailable, InvalidArgument, LeaseError, LeaseLost, StaleLease
+from tenure.core.records import Lease, Reason
+from tenure.core.threads import ElasticPool
 
 if TYPE_CHECKING:
     from tenure.core.clock import Clock
@@ -30,8 +34,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("tenure.renewal")
 
 RENEW_FRACTION = 1 / 3  # renew when a third of the TTL has gone by since the last renewal
-RENEWAL_WORKERS = 4  # renewals in flight at once per store
+RENEWAL_WORKERS = 4  # threads kept for renewals; more start while requests hang
+MAX_RENEWAL_THREADS = 64  # renewals in flight at once per store, at most
 RETRY_FRACTION = 1 / 20  # after a failed attempt, retry this much later (of the TTL)
+# The scheduler's waits run on the OS's monotonic clock, which stops while the machine is
+# suspended; deadlines are on the suspend-proof one. Waking at least this often bounds how
+# late ``lost`` is set after a resume (``check()`` is exact either way).
+MAX_SLEEP = 1.0
+_RENEW, _DEADLINE = 0, 1
+LostCallback = Callable[["HeldLease"], object]
 
 
 class HeldLease:
@@ -44,6 +55,10 @@ class HeldLease:
         self._verified = store.backend.link().epoch if link_epoch is None else link_epoch
         self._lock = threading.Lock()  # one of: renewal in flight, complete, release
         self._done = False
+        self._completing = False  # a complete() failed in a way that may have landed
+        self._lost_lock = threading.Lock()
+        self._callbacks: list[LostCallback] = []
+        self._dispatch: Callable[[Callable[[], None]], bool] | None = None  # set by the Renewer
         self.lost = threading.Event()
         self.lost_reason: str | None = None
 
@@ -68,6 +83,11 @@ class HeldLease:
     def deadline(self) -> float:
         return self._lease.deadline
 
+    @property
+    def finished(self) -> bool:
+        """Completed or released (or given up after a failed release)."""
+        return self._done
+
     def remaining(self) -> float:
         """Seconds until the safe local deadline (negative once it has passed)."""
         return self._lease.deadline - self._store.clock.monotonic()
@@ -86,19 +106,58 @@ class HeldLease:
             raise LeaseLost(f"lease on {self.job_id!r} (token {self.token}) at risk: the connection "
                             "to the store was interrupted and the lease is not verified since")
 
+    def on_lost(self, callback: LostCallback) -> None:
+        """Call ``callback(held)`` once, when this lease can no longer be trusted.
+
+        That is when ``lost`` is set: a renewal refused, the store session lost, or the safe
+        local deadline passed (a timer sets it then, even while a renewal hangs). Callbacks
+        run on a renewal thread, in the order added; one that raises is logged and the others
+        still run. Added to a lease already lost, the callback runs at once in this thread.
+        Never called for a lease completed or released.
+        """
+        with self._lost_lock:
+            if not self.lost.is_set():
+                self._callbacks.append(callback)
+                return
+        self._call_back([callback])
+
     # What holders do.
     def complete(self, result: str | bytes | None = None) -> None:
-        with self._finishing():
+        """Mark the job completed. If the store could not be reached (``BackendUnavailable``)
+        or the result was refused (``InvalidArgument``), the lease is still held and renewed:
+        call ``complete()`` again while it lives. A retry that finds the job completed under
+        this very lease (the first attempt landed, its answer did not) returns normally."""
+        with self._lock:
+            if self._done:
+                raise LeaseLost(f"lease on {self.job_id!r} was already completed or released")
             try:
                 self._store.complete(self._lease, result)
-            except StaleLease as exc:
-                self._lose(str(exc))
+            except InvalidArgument:
+                raise  # nothing was written: the lease is held and renewed as before
+            except BackendUnavailable:
+                self._completing = True  # it may have landed; renewals go on (see _renew_once)
                 raise
+            except StaleLease as exc:
+                if not (self._completing and self._landed(exc)):
+                    self._lose(str(exc))
+                    self._done = True
+                    raise
+                self._done = True
+            except BaseException:
+                self._done = True
+                raise
+            self._done = True
 
     def release(self) -> None:
         with self._finishing():
             if not self.lost.is_set():  # a lost lease is not ours to give back
                 self._store.release(self._lease)
+
+    def _landed(self, exc: StaleLease) -> bool:
+        """Whether a refusal shows this lease's own completion: an earlier attempt landed."""
+        r = exc.rejection
+        return (r.reason == Reason.COMPLETED.value and r.current_token == self.token
+                and r.current_owner == self.owner)
 
     @contextlib.contextmanager
     def _finishing(self) -> Iterator[None]:
@@ -139,18 +198,47 @@ class HeldLease:
                 self._lose("the store session was lost")  # never renewed from a new session
                 return False
             try:
-                self._lease = self._store.renew(self._lease)
+                renewed = self._store.renew(self._lease)
             except StaleLease as exc:
-                self._lose(str(exc))
+                if self._completing and self._landed(exc):
+                    self._done = True  # the failed complete() did land: nothing to lose
+                else:
+                    self._lose(str(exc))
                 return False
+            if self.lost.is_set():
+                return False  # the deadline passed while the renewal was on its way: too late
+            self._lease = renewed
             self._verified = link.epoch
             return True
 
+    def _expire_if_due(self) -> bool:
+        """The deadline timer: lose the lease if its deadline passed; False once nothing is left
+        to watch (finished, lost, or just lost now)."""
+        if self._done or self.lost.is_set():
+            return False
+        if self.remaining() > 0:
+            return True
+        self._lose("the safe local deadline passed before a renewal succeeded")
+        return False
+
     def _lose(self, reason: str) -> None:
-        if not self.lost.is_set():
+        with self._lost_lock:
+            if self.lost.is_set():
+                return
             self.lost_reason = reason
             self.lost.set()
-            log.warning("lease on %r (token %d) lost: %s", self.job_id, self.token, reason)
+            callbacks, self._callbacks = ([] if self._done else self._callbacks), []
+        telemetry.lost(self._store.characteristics.name)
+        log.warning("lease on %r (token %d) lost: %s", self.job_id, self.token, reason)
+        if callbacks and not (self._dispatch and self._dispatch(lambda: self._call_back(callbacks))):
+            self._call_back(callbacks)  # no renewer (or it is closed): call them here
+
+    def _call_back(self, callbacks: list[LostCallback]) -> None:
+        for callback in callbacks:
+            try:
+                callback(self)
+            except Exception:
+                log.exception("an on_lost callback of the lease on %r raised", self.job_id)
 
     def __repr__(self) -> str:
         state = "lost" if self.lost.is_set() else ("done" if self._done else "held")
@@ -158,32 +246,34 @@ class HeldLease:
 
 
 class Renewer:
-    """Renews every held lease of a store: one scheduler thread keeps a time-ordered heap and
-    hands due renewals to a few worker threads, so a slow round trip delays only itself and a
-    worker holding 1,000 leases runs RENEWAL_WORKERS + 1 threads, not 1,000."""
+    """Renews every held lease of a store and watches their deadlines: one scheduler thread
+    keeps a time-ordered heap of renewals and deadlines and hands due renewals to a pool that
+    starts another thread rather than queue one behind a request that hangs. A worker holding
+    1,000 leases on a healthy store runs a handful of threads, not 1,000."""
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
-        self._heap: list[tuple[float, int, HeldLease]] = []
+        self._heap: list[tuple[float, int, int, HeldLease]] = []
         self._order = itertools.count()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pool = ElasticPool("tenure-renew", keep=RENEWAL_WORKERS, limit=MAX_RENEWAL_THREADS)
         self._closed = False
 
     def add(self, held: HeldLease) -> None:
         with self._cond:
             if self._closed:
                 raise LeaseError("the store is closed")
-            self._push(held, self._clock.monotonic() + held.lease.ttl * RENEW_FRACTION)
+            held._dispatch = self._pool.submit
+            self._push(held, self._clock.monotonic() + held.lease.ttl * RENEW_FRACTION, _RENEW)
+            self._push(held, held.deadline, _DEADLINE)
             if self._thread is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(RENEWAL_WORKERS, "tenure-renew")
                 self._thread = threading.Thread(target=self._run, name="tenure-renewer", daemon=True)
                 self._thread.start()
             self._cond.notify()
 
-    def _push(self, held: HeldLease, at: float) -> None:
-        heapq.heappush(self._heap, (at, next(self._order), held))
+    def _push(self, held: HeldLease, at: float, kind: int) -> None:
+        heapq.heappush(self._heap, (at, next(self._order), kind, held))
 
     def _run(self) -> None:
         while True:
@@ -192,13 +282,19 @@ class Renewer:
                     wait = self._heap[0][0] - self._clock.monotonic() if self._heap else None
                     if wait is not None and wait <= 0:
                         break
-                    self._cond.wait(wait)
+                    stalled = self._pool.unstall()  # renewals queued behind hung ones: one more thread
+                    waits = [w for w in (wait, stalled) if w is not None]
+                    self._cond.wait(min(*waits, MAX_SLEEP) if waits else None)
                 if self._closed:
                     return
-                _, _, held = heapq.heappop(self._heap)
-            assert self._pool is not None
+                _, _, kind, held = heapq.heappop(self._heap)
+                if kind == _DEADLINE:
+                    # Cheap and never blocks: done here, so no hung request can delay it.
+                    if held._expire_if_due():
+                        self._push(held, held.deadline, _DEADLINE)  # renewed since: watch the new one
+                    continue
             # A held lease is back in the heap only after its renewal ends: never two at once.
-            self._pool.submit(self._renew, held)
+            self._pool.submit(functools.partial(self._renew, held))
 
     def _renew(self, held: HeldLease) -> None:
         ttl = held.lease.ttl
@@ -216,9 +312,11 @@ class Renewer:
             again, delay = True, ttl * RETRY_FRACTION
         if again:
             with self._cond:
+                if self._closed:
+                    return
                 # Never schedule past the point where the lease would be lost anyway.
                 at = min(self._clock.monotonic() + delay, held.deadline)
-                self._push(held, at)
+                self._push(held, at, _RENEW)
                 self._cond.notify()  # the scheduler may be asleep on an empty heap
 
     def close(self) -> None:
@@ -227,5 +325,4 @@ class Renewer:
             self._cond.notify_all()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.close()

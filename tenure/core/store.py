@@ -14,10 +14,10 @@ from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import Any
 
-from tenure.core import validation
+from tenure.core import telemetry, validation, waiting
 from tenure.core.backend import Backend, Characteristics
 from tenure.core.clock import SYSTEM_CLOCK, Clock
-from tenure.core.errors import InvalidArgument, NotYetClaimable
+from tenure.core.errors import AlreadyClaimed, InvalidArgument, NotYetClaimable, quoted
 from tenure.core.records import (
     Change,
     HistoryEvent,
@@ -26,6 +26,7 @@ from tenure.core.records import (
     JobStatus,
     Lease,
     Op,
+    Reason,
     Rejection,
     RejectionKind,
     Summary,
@@ -42,14 +43,21 @@ class Store:
     """A lease store. Thread-safe; one per process is the usual shape."""
 
     def __init__(self, backend: Backend, *, clock: Clock = SYSTEM_CLOCK,
-                 drift_margin: float = DEFAULT_DRIFT_MARGIN, url: str = "") -> None:
+                 drift_margin: float = DEFAULT_DRIFT_MARGIN, url: str = "",
+                 warnings: tuple[str, ...] = ()) -> None:
         if not 0 <= drift_margin < 1:
-            raise InvalidArgument(f"drift_margin must be in [0, 1), got {drift_margin!r}")
+            raise InvalidArgument(f"drift_margin must be in [0, 1), got {quoted(drift_margin)}")
+        resolution = backend.characteristics.clock_resolution
+        if drift_margin == 0 and resolution > 0:
+            raise InvalidArgument(f"drift_margin=0 leaves no room for the {backend.characteristics.name} "
+                                  f"store clock's steps of {resolution:g}s; give it a margin above 0")
         self.backend = backend
         self.clock = clock
         self.drift_margin = drift_margin
         self.url = url  # redacted: safe to show
+        self.warnings = warnings  # what connect() found unsafe (credentials without TLS), no secrets
         self._renewer = Renewer(clock)
+        self._changes = waiting.Changes(backend)  # what blocking claims sleep on
 
     @property
     def characteristics(self) -> Characteristics:
@@ -58,13 +66,32 @@ class Store:
     # -- validation shared by every operation -------------------------------------------
     def _ttl(self, ttl: object) -> float:
         c = self.characteristics
-        return validation.ttl(ttl, minimum=c.min_ttl, maximum=c.max_ttl, backend=c.name)
+        seconds = validation.ttl(ttl, minimum=c.min_ttl, maximum=c.max_ttl, backend=c.name)
+        if seconds * self.drift_margin < c.clock_resolution:
+            raise InvalidArgument(f"ttl {seconds:g}s with drift_margin {self.drift_margin:g} leaves a margin "
+                                  f"below the {c.name} store clock's steps of {c.clock_resolution:g}s")
+        return seconds
 
-    @staticmethod
-    def _lease(lease: object) -> Lease:
+    def _lease(self, lease: object) -> Lease:
+        """A lease handed back to us, checked field by field like a claim's arguments: a Lease is
+        a plain dataclass anyone can build, and its fields reach the backend and the audit."""
         if not isinstance(lease, Lease):
             raise InvalidArgument(f"expected a tenure.Lease, not {type(lease).__name__}")
+        validation.job_id(lease.job_id)
+        validation.owner(lease.owner)
+        validation.token(lease.token)
+        self._ttl(lease.ttl)
+        validation.store_time("expires_at", lease.expires_at)
+        validation.deadline(lease.deadline)
         return lease
+
+    def _result(self, result: object) -> bytes | None:
+        data = validation.result(result)
+        limit = self.characteristics.max_result_bytes
+        if data is not None and len(data) > limit:
+            raise InvalidArgument(f"result of {len(data)} bytes is above the {limit} bytes "
+                                  f"{self.characteristics.name} can store with a job")
+        return data
 
     def _stamped(self, lease: Lease, sent_at: float) -> Lease:
         # The store started this lease no earlier than sent_at, on a clock that may run a
@@ -83,13 +110,18 @@ class Store:
         """Submit several jobs at once; all are validated before any is written."""
         self.backend.submit_many([validation.job_id(job_id) for job_id in job_ids])
 
-    def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
+    def claim(self, job_id: str, owner: str, ttl: float, *, wait: float | None = None) -> Lease:
         """Claim a job that is unowned or whose lease expired by the store's clock.
 
+        ``wait``: seconds to block while the job is held by someone else, woken by the store's
+        watch where it has one (see ``tenure.core.waiting``); AlreadyClaimed once it is over.
         Where the store may end leases early (etcd before 3.4.28), a lease it ended is taken
         only once its holder must have stopped: this waits up to one TTL (NotYetClaimable).
         """
         args = validation.job_id(job_id), validation.owner(owner), self._ttl(ttl)
+        blocking = waiting.seconds(wait)
+        if blocking:
+            return self._claim_waiting(args, blocking)
         for _ in range(_WAITS):  # each wait is for a newer claim (tokens grow): few rounds
             try:
                 return self._claim_once(*args)
@@ -97,15 +129,42 @@ class Store:
                 time.sleep(exc.retry_after)
         return self._claim_once(*args)
 
+    def _claim_waiting(self, args: tuple[str, str, float], wait: float) -> Lease:
+        waiter = waiting.Waiter(self._changes, wait)
+        while True:
+            try:
+                return self._claim_once(*args)
+            except NotYetClaimable as exc:
+                due_in: float | None = exc.retry_after
+                if not waiter.pause(due_in):
+                    raise
+            except AlreadyClaimed as exc:
+                due_in = None if exc.expires_at is None else exc.expires_at - self.backend.now()
+                if not waiter.pause(due_in):
+                    raise
+
     def _claim_once(self, job_id: str, owner: str, ttl: float) -> Lease:
         sent_at = self.clock.monotonic()  # after any wait: the deadline counts from the send
-        return self._stamped(self.backend.claim(job_id, owner, ttl), sent_at)
+        lease = telemetry.timed(self.characteristics.name, "claim", lambda: self.backend.claim(job_id, owner, ttl))
+        return self._stamped(lease, sent_at)
 
-    def claim_next(self, owner: str, ttl: float) -> Lease | None:
-        """Claim some pending or expired job (never a completed one), or return None."""
+    def claim_next(self, owner: str, ttl: float, *, wait: float | None = None) -> Lease | None:
+        """Claim some pending or expired job (never a completed one), or return None.
+
+        ``wait``: seconds to block while nothing is claimable (see ``claim``).
+        """
         args = validation.owner(owner), self._ttl(ttl)
+        blocking = waiting.seconds(wait)
+        lease = self._claim_next_once(*args)
+        if lease is None and blocking:
+            waiter = waiting.Waiter(self._changes, blocking)
+            while lease is None and waiter.pause():
+                lease = self._claim_next_once(*args)
+        return lease
+
+    def _claim_next_once(self, owner: str, ttl: float) -> Lease | None:
         sent_at = self.clock.monotonic()
-        lease = self.backend.claim_next(*args)
+        lease = telemetry.timed(self.characteristics.name, "claim_next", lambda: self.backend.claim_next(owner, ttl))
         return None if lease is None else self._stamped(lease, sent_at)
 
     def renew(self, lease: Lease, ttl: float | None = None) -> Lease:
@@ -113,25 +172,28 @@ class Store:
         lease = self._lease(lease)
         seconds = self._ttl(lease.ttl if ttl is None else ttl)
         sent_at = self.clock.monotonic()
-        return self._stamped(self.backend.renew(lease, seconds), sent_at)
+        renewed = telemetry.timed(self.characteristics.name, "renew", lambda: self.backend.renew(lease, seconds))
+        return self._stamped(renewed, sent_at)
 
     def complete(self, lease: Lease, result: str | bytes | None = None) -> None:
         """Mark the job completed; raises StaleLease (audited) if the lease is not current."""
-        self.backend.complete(self._lease(lease), validation.result(result))
+        args = self._lease(lease), self._result(result)
+        telemetry.timed(self.characteristics.name, "complete", lambda: self.backend.complete(*args))
 
     def release(self, lease: Lease) -> None:
         """Give the job back unfinished, so it can be claimed at once."""
-        self.backend.release(self._lease(lease))
+        lease = self._lease(lease)
+        telemetry.timed(self.characteristics.name, "release", lambda: self.backend.release(lease))
 
-    def hold(self, job_id: str, owner: str, ttl: float) -> HeldLease:
+    def hold(self, job_id: str, owner: str, ttl: float, *, wait: float | None = None) -> HeldLease:
         """Claim a job and keep renewing it in the background; use it as a context manager."""
         epoch = self.backend.link().epoch  # before the claim is sent, like its deadline
-        return self.hold_lease(self.claim(job_id, owner, ttl), _link_epoch=epoch)
+        return self.hold_lease(self.claim(job_id, owner, ttl, wait=wait), _link_epoch=epoch)
 
-    def hold_next(self, owner: str, ttl: float) -> HeldLease | None:
+    def hold_next(self, owner: str, ttl: float, *, wait: float | None = None) -> HeldLease | None:
         """``claim_next`` and hold the lease it gives, or None when nothing is claimable."""
         epoch = self.backend.link().epoch
-        lease = self.claim_next(owner, ttl)
+        lease = self.claim_next(owner, ttl, wait=wait)
         return None if lease is None else self.hold_lease(lease, _link_epoch=epoch)
 
     def hold_lease(self, lease: Lease, *, _link_epoch: int | None = None) -> HeldLease:
@@ -161,7 +223,7 @@ class Store:
         """Jobs counted by state now (store time), leases ending within ``soon`` seconds, and
         rejections in the last hour."""
         if isinstance(soon, bool) or not isinstance(soon, (int, float)) or not 0 <= soon < math.inf:
-            raise InvalidArgument(f"soon must be a non-negative number of seconds, got {soon!r}")
+            raise InvalidArgument(f"soon must be a non-negative number of seconds, got {quoted(soon)}")
         return self.backend.summary(self.backend.now(), float(soon))
 
     def page(self, *, states: Iterable[JobState | str] | None = None, job: str | None = None,
@@ -176,7 +238,7 @@ class Store:
         """
         wanted = None if states is None else frozenset(_state(s) for s in states)
         if order not in PAGE_ORDERS:
-            raise InvalidArgument(f"order must be one of {', '.join(PAGE_ORDERS)}, got {order!r}")
+            raise InvalidArgument(f"order must be one of {', '.join(PAGE_ORDERS)}, got {quoted(order)}")
         start = validation.limit(offset)
         size = validation.limit(limit)
         if start is None or size is None or not 1 <= size <= MAX_PAGE:
@@ -187,7 +249,7 @@ class Store:
     def watch(self, stop: threading.Event | None = None, interval: float = 1.0) -> Iterator[Change]:
         """Changes to jobs and new rejections until ``stop`` is set."""
         if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
-            raise InvalidArgument(f"interval must be a positive number, got {interval!r}")
+            raise InvalidArgument(f"interval must be a positive number, got {quoted(interval)}")
         return self.backend.watch(stop or threading.Event(), float(interval))
 
     def now(self) -> float:
@@ -195,7 +257,9 @@ class Store:
         return self.backend.now()
 
     def health(self) -> dict[str, Any]:
-        return self.backend.health()
+        """The backend's facts, and ``warnings`` about this connection when there are any."""
+        facts = self.backend.health()
+        return {**facts, "warnings": "; ".join(self.warnings)} if self.warnings else facts
 
     # -- operators and destinations ------------------------------------------------------
     def force_expire(self, job_id: str, *, token: int | None = None, actor: str | None = None) -> None:
@@ -212,17 +276,24 @@ class Store:
 
     def report_rejection(self, job_id: str, owner: str, token: int, *, resource: str,
                          highest: int, reason: str = "") -> Rejection:
-        """Add a rejection seen at a fenced destination to this store's audit."""
+        """Add a rejection seen at a fenced destination to this store's audit.
+
+        Every field is checked like a claim's arguments and bounded (``reason`` to 512
+        characters), so the record fits every backend's largest write.
+        """
+        checked = (validation.job_id(job_id), validation.owner(owner), validation.token(token),
+                   validation.resource(resource), validation.highest(highest), validation.reason(reason))
         rejection = Rejection(
-            job_id=validation.job_id(job_id), op=Op.EFFECT, owner=validation.owner(owner),
-            token=validation.token(token), current_owner=None, current_token=highest,
-            at=self.now(), reason=reason or "token lower than one already admitted",
-            kind=RejectionKind.DESTINATION, resource=resource)
+            job_id=checked[0], op=Op.EFFECT, owner=checked[1], token=checked[2], current_owner=None,
+            current_token=checked[4], at=self.now(), reason=checked[5] or str(Reason.STALE_TOKEN),
+            kind=RejectionKind.DESTINATION, resource=checked[3])
         self.backend.record_rejection(rejection)
+        telemetry.rejected(self.characteristics.name, Op.EFFECT.value, Reason.STALE_TOKEN.value)  # bounded labels
         return rejection
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
+        self._changes.close()
         self._renewer.close()
         self.backend.close()
 
@@ -242,7 +313,7 @@ def _state(value: object) -> JobState:
         return JobState(value)
     except ValueError:
         names = ", ".join(s.value for s in JobState)
-        raise InvalidArgument(f"unknown job state {value!r}; states are {names}") from None
+        raise InvalidArgument(f"unknown job state {quoted(value)}; states are {names}") from None
 
 
 def _needle(kind: str, value: object) -> str | None:

@@ -5,12 +5,20 @@ from __future__ import annotations
 import math
 import unicodedata
 
-from tenure.core.errors import InvalidArgument
+from tenure.core.errors import InvalidArgument, quoted
 
 MAX_JOB_ID = 256
 MAX_OWNER = 128
 MAX_RESOURCE = 256
 MAX_TTL = 7 * 24 * 3600.0
+MAX_TOKEN = 2**63 - 1  # stores and fence tables keep tokens in signed 64-bit integers
+MAX_REASON = 512
+
+# Cc: control characters; Cs: lone surrogates, which no store can encode; Cf: format
+# characters (zero-width, bidi overrides, BOM), which make two ids look alike or reorder what
+# an operator reads; Zl, Zp: line and paragraph separators, which break log lines and tables.
+_REFUSED = {"Cc": "control", "Cs": "surrogate", "Cf": "format", "Zl": "line separator",
+            "Zp": "paragraph separator"}
 
 
 def _text(kind: str, value: object, limit: int) -> str:
@@ -21,14 +29,15 @@ def _text(kind: str, value: object, limit: int) -> str:
     if value.isascii() and value.isprintable():  # the common case, and ASCII's only Cc are unprintable
         return value
     for ch in value:
-        # Cc: control characters; Cs: lone surrogates, which no store can encode.
-        if unicodedata.category(ch) in ("Cc", "Cs"):
-            raise InvalidArgument(f"{kind} {value!r} contains the control character {ch!r}")
+        refused = _REFUSED.get(unicodedata.category(ch))
+        if refused is not None:
+            raise InvalidArgument(f"{kind} {quoted(value)} contains the {refused} character "
+                                  f"U+{ord(ch):04X} ({ch!a})")
     return value
 
 
 def job_id(value: object) -> str:
-    """Any Unicode text of 1 to 256 characters without control characters."""
+    """Any Unicode text of 1 to 256 characters without control, format or separator characters."""
     return _text("job id", value, MAX_JOB_ID)
 
 
@@ -49,9 +58,11 @@ def effect_id(value: object) -> str:
 def ttl(value: object, *, minimum: float = 0.0, maximum: float = MAX_TTL, backend: str = "") -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidArgument(f"ttl must be a number of seconds, not {type(value).__name__}")
+    if isinstance(value, int) and abs(value) > 2**1000:  # float() would overflow
+        raise InvalidArgument(f"ttl must be a positive number of seconds up to {maximum:g}, got {quoted(value)}")
     seconds = float(value)
     if not math.isfinite(seconds) or seconds <= 0:
-        raise InvalidArgument(f"ttl must be a positive number of seconds, got {value!r}")
+        raise InvalidArgument(f"ttl must be a positive number of seconds, got {quoted(value)}")
     if seconds < minimum:
         where = f" on {backend}" if backend else ""
         raise InvalidArgument(f"ttl {seconds:g}s is below the minimum of {minimum:g}s{where}")
@@ -61,11 +72,40 @@ def ttl(value: object, *, minimum: float = 0.0, maximum: float = MAX_TTL, backen
 
 
 def token(value: object) -> int:
+    """A fencing token: a positive int that fits a signed 64-bit column (etcd revisions are int64)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgument(f"token must be an int, not {type(value).__name__}")
     if value < 1:
-        raise InvalidArgument(f"token must be a positive int, got {value}")
+        raise InvalidArgument(f"token must be a positive int, got {quoted(value)}")
+    if value > MAX_TOKEN:
+        raise InvalidArgument(f"token must be at most {MAX_TOKEN}, got {quoted(value)}")
     return value
+
+
+def highest(value: object) -> int:
+    """The highest token a destination admitted: as a token, or 0 when it had admitted none."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"highest must be an int, not {type(value).__name__}")
+    return 0 if value == 0 else token(value)
+
+
+def reason(value: object) -> str:
+    """Why a destination refused: text as for job ids, up to 512 characters; may be empty."""
+    return "" if value == "" else _text("reason", value, MAX_REASON)
+
+
+def store_time(kind: str, value: object) -> float:
+    """A time on the store's clock (seconds since the epoch): a finite number, not a bool."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidArgument(f"{kind} must be a finite number of seconds, got {quoted(value)}")
+    return float(value)
+
+
+def deadline(value: object) -> float:
+    """A safe local deadline on the holder's monotonic clock; infinity means not stamped."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise InvalidArgument(f"deadline must be a number of seconds, got {quoted(value)}")
+    return float(value)
 
 
 def result(value: object) -> bytes | None:
@@ -80,5 +120,5 @@ def limit(value: object) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidArgument(f"limit must be a non-negative int or None, got {value!r}")
+        raise InvalidArgument(f"limit must be a non-negative int or None, got {quoted(value)}")
     return value

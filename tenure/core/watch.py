@@ -15,8 +15,7 @@ if TYPE_CHECKING:
 def poll(backend: Backend, stop: threading.Event, interval: float) -> Iterator[Change]:
     """Yield every job as it is first seen, then each change and each new rejection."""
     seen: dict[str, JobStatus] = {}
-    seen_rejections: set[Rejection] = set()
-    since: float | None = None
+    fresh_rejections = NewRejections(backend, None)
     while not stop.is_set():
         current = {job.job_id: job for job in backend.jobs()}
         for job_id, job in current.items():
@@ -25,13 +24,29 @@ def poll(backend: Backend, stop: threading.Event, interval: float) -> Iterator[C
         for job_id in seen.keys() - current.keys():
             yield Change(removed=job_id)
         seen = current
-        fresh = [r for r in backend.rejections(since, None) if r not in seen_rejections]
-        for rejection in fresh:
+        for rejection in fresh_rejections():
             yield Change(rejection=rejection)
+        stop.wait(interval)
+
+
+class NewRejections:
+    """Reads the audit again and again, returning each rejection once (oldest first).
+
+    ``since``: store time to start from; None for every retained rejection on the first call,
+    then from the store's now when there were none.
+    """
+
+    def __init__(self, backend: Backend, since: float | None) -> None:
+        self._backend = backend
+        self._since = since
+        self._seen: set[Rejection] = set()
+
+    def __call__(self) -> list[Rejection]:
+        fresh = [r for r in self._backend.rejections(self._since, None) if r not in self._seen]
         if fresh:
             # Keep only the records at the newest instant to tell repeats from new ones.
-            since = max(r.at for r in fresh)
-            seen_rejections = {r for r in seen_rejections | set(fresh) if r.at >= since}
-        elif since is None:
-            since = backend.now()
-        stop.wait(interval)
+            self._since = max(r.at for r in fresh)
+            self._seen = {r for r in self._seen | set(fresh) if r.at >= self._since}
+        elif self._since is None:
+            self._since = self._backend.now()
+        return fresh

@@ -2,40 +2,62 @@
 
 Audited means recorded in the store, where operators look: the action's history event names
 ``dashboard-admin`` as its owner. A log line is written as well, for the process's own log.
+The unlock is rate-limited per server (``unlock``). A force-expire sends the generation the
+operator confirmed, so a job claimed again meanwhile is left to its new holder.
 """
 
 from __future__ import annotations
 
-import hmac
 import logging
 
 import streamlit as st
 
-from tenure.core.errors import LeaseError
+from tenure.core.errors import LeaseError, TokenChanged
 from tenure.core.records import JobState, JobStatus
 from tenure.core.store import Store
 from tenure.dashboard.config import ADMIN_ACTOR, Config
+from tenure.dashboard.unlock import LIMITER
 
 log = logging.getLogger("tenure.dashboard.admin")
 _UNLOCKED = "admin_unlocked"
 _PENDING = "admin_pending"
+_SECRET_INPUT = "admin_secret_input"
+_REFUSAL = "admin_unlock_refusal"
+
+
+def _try_unlock(cfg: Config) -> None:
+    """Runs once per secret typed (a widget callback), not on every rerun, so reruns are not tries."""
+    given = st.session_state.get(_SECRET_INPUT) or ""
+    st.session_state[_SECRET_INPUT] = ""  # the secret does not stay in the session
+    if not given:
+        return
+    assert cfg.admin_secret is not None
+    attempt = LIMITER.attempt(given, cfg.admin_secret)
+    if attempt.unlocked:
+        st.session_state[_UNLOCKED] = True
+        st.session_state.pop(_REFUSAL, None)
+        log.warning("admin actions unlocked")
+        return
+    log.warning("admin unlock refused: %s", "wrong secret" if attempt.heard else "tried during the backoff")
+    message = "Wrong admin secret" if attempt.heard else "Not checked"
+    if attempt.retry_after > 0:
+        message += (f". Too many wrong tries on this server: the next is heard in "
+                    f"{max(1, round(attempt.retry_after))} s")
+    st.session_state[_REFUSAL] = message
 
 
 def unlock_form(cfg: Config) -> None:
-    """Sidebar: the secret the operator supplies; compared in constant time."""
+    """Sidebar: the secret the operator supplies; compared in constant time, rate-limited."""
     if st.session_state.get(_UNLOCKED):
         st.success("Admin actions unlocked")
         if st.button("Lock admin actions"):
             st.session_state[_UNLOCKED] = False
             st.rerun()
         return
-    secret = st.text_input("Admin secret", type="password", key="admin_secret_input")
-    if secret:
-        assert cfg.admin_secret is not None
-        if hmac.compare_digest(secret.encode(), cfg.admin_secret.encode()):
-            st.session_state[_UNLOCKED] = True
-            st.rerun()
-        st.error("Wrong admin secret")
+    st.text_input("Admin secret", type="password", key=_SECRET_INPUT, on_change=_try_unlock, args=(cfg,))
+    refusal = st.session_state.get(_REFUSAL)
+    if refusal:
+        st.error(refusal)
 
 
 def actions(store: Store, cfg: Config, status: JobStatus) -> None:
@@ -64,9 +86,14 @@ def actions(store: Store, cfg: Config, status: JobStatus) -> None:
         del st.session_state[_PENDING]
         try:
             if action == "force-expire":
-                store.force_expire(job, actor=ADMIN_ACTOR)
+                store.force_expire(job, token=token, actor=ADMIN_ACTOR)
             else:
                 store.submit(job, actor=ADMIN_ACTOR)
+        except TokenChanged as exc:
+            st.error(f"Nothing was changed: job {job!r} is at generation {exc.current} now, not the "
+                     f"generation {token} you confirmed (claimed again or ended since you looked). "
+                     "Review it and try again.")
+            return
         except LeaseError as exc:
             st.error(cfg.scrub(str(exc)))
             return

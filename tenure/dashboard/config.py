@@ -10,7 +10,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from tenure.core.errors import InvalidArgument
+from tenure.core.errors import InvalidArgument, quoted
 from tenure.core.options import parse_url
 
 URL_ENV = "TENURE_DASHBOARD_URL"
@@ -45,9 +45,9 @@ def refresh_seconds(value: object) -> float:
     try:
         seconds = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise InvalidArgument(f"refresh must be a number of seconds, got {value!r}") from None
+        raise InvalidArgument(f"refresh must be a number of seconds, got {quoted(value)}") from None
     if isinstance(value, bool) or not math.isfinite(seconds) or not 0 <= seconds <= 3600:
-        raise InvalidArgument(f"refresh must be from 0 (off) to 3600 seconds, got {value!r}")
+        raise InvalidArgument(f"refresh must be from 0 (off) to 3600 seconds, got {quoted(value)}")
     return seconds
 
 

@@ -5,13 +5,12 @@ Every time here is the store's clock; "now" is the store's now as read for this 
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
 from tenure.core.backend import fold
+from tenure.core.export import to_json
 from tenure.core.records import HistoryEvent, JobState, JobStatus, Op, Rejection
 
 LEASE_COLUMNS = ["job", "owner", "token", "state", "expires in (s)", "lease left",
@@ -66,14 +65,29 @@ def filter_rejections(rejections: Iterable[Rejection], *, job: str = "", owner: 
             and (since is None or r.at >= since)]
 
 
+# A spreadsheet runs a cell that starts with one of these as a formula (CSV injection): job ids,
+# owners and resources are anyone's text, so such cells get a leading quote, as OWASP advises.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(cell: object) -> object:
+    """A text cell that a spreadsheet would run as a formula, quoted; anything else as it is."""
+    if isinstance(cell, str) and cell.startswith(FORMULA_STARTS):
+        return "'" + cell
+    return cell
+
+
 def rejections_csv(rejections: Iterable[Rejection]) -> bytes:
-    text: str = rejections_frame(rejections).to_csv(index=False, date_format="%Y-%m-%dT%H:%M:%S.%fZ")
+    frame = rejections_frame(rejections)
+    for column in ("job", "owner", "current owner", "reason", "resource"):
+        frame[column] = frame[column].map(spreadsheet_safe)
+    text: str = frame.to_csv(index=False, date_format="%Y-%m-%dT%H:%M:%S.%fZ")
     return text.encode()
 
 
 def rejections_json(rejections: Iterable[Rejection]) -> bytes:
-    """Every field, store times as epoch seconds: the form a script auditing them wants."""
-    return json.dumps([dataclasses.asdict(r) for r in rejections], indent=1).encode()
+    """Every field, store times as epoch seconds: the shape ``tenure rejections -o json`` prints."""
+    return to_json(list(rejections), indent=1).encode()
 
 
 def history_frame(events: Iterable[HistoryEvent]) -> pd.DataFrame:

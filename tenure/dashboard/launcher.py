@@ -17,7 +17,6 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tenure.backends.etcd_client import PROTOBUF_ENV, prepare_process
 from tenure.core.errors import InvalidArgument, LeaseError
 from tenure.core.options import parse_url
 from tenure.dashboard import config
@@ -36,9 +35,6 @@ def command(port: int, host: str) -> list[str]:
 def environment(url: str, *, admin_secret: str | None, refresh: float,
                 base: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
-    # The same choice prepare_process() makes, for the child: etcd3 needs protobuf's Python
-    # runtime, and only an environment variable set before protobuf loads can choose it.
-    env.setdefault(PROTOBUF_ENV, "python")
     env[config.URL_ENV] = url
     env[config.REFRESH_ENV] = repr(config.refresh_seconds(refresh))
     env.pop(config.ADMIN_SECRET_ENV, None)
@@ -118,7 +114,6 @@ def admin_secret(args: argparse.Namespace, env: dict[str, str] | None = None) ->
 
 def run(args: argparse.Namespace) -> int:
     """Serve in the foreground until Ctrl-C or the server exits; returns an exit code."""
-    prepare_process()
     try:
         secret = admin_secret(args)
         proc = start(args.url, port=args.port, host=args.host, admin_secret=secret,

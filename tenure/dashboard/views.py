@@ -41,6 +41,8 @@ def overview(store: Store, cfg: Config) -> None:
                    "Ownership is judged by the store's clock alone.")
     with right:
         st.subheader("Backend health")
+        for warning in store.warnings:  # e.g. a password sent without TLS; never the secret itself
+            st.warning(f"Insecure connection: {cfg.scrub(warning)}")
         facts = {k: cfg.scrub(str(v)) for k, v in store.health().items()}
         st.table(pd.DataFrame({"fact": list(facts), "value": list(facts.values())}))
 

@@ -14,31 +14,41 @@ from tenure.fencing.http import (
     JOB_HEADER,
     OWNER_HEADER,
     SCOPE_KEY,
+    SIGNATURE_HEADER,
     TOKEN_HEADER,
     FencingMiddleware,
     fencing_headers,
+    normal_path,
     path_resource,
     read_headers,
+    read_signature,
     sql_admitter,
 )
 from tenure.fencing.idempotency import IdempotencyKeys
+from tenure.fencing.proof import Proof, sign, signature
 from tenure.fencing.sql import SQLFence, fenced
 
 __all__ = [
     "JOB_HEADER",
     "OWNER_HEADER",
     "SCOPE_KEY",
+    "SIGNATURE_HEADER",
     "TOKEN_HEADER",
     "FenceClaim",
     "FenceRejection",
     "FencingMiddleware",
     "IdempotencyKeys",
+    "Proof",
     "RejectHook",
     "SQLFence",
     "fenced",
     "fencing_headers",
     "forward_to",
+    "normal_path",
     "path_resource",
     "read_headers",
+    "read_signature",
+    "sign",
+    "signature",
     "sql_admitter",
 ]

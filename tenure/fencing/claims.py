@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tenure.fencing")
 
-MAX_TOKEN = 2**63 - 1  # fence tables keep tokens in signed 64-bit columns (etcd revisions are int64)
+MAX_TOKEN = validation.MAX_TOKEN  # fence tables keep tokens in signed 64-bit columns
 UNKNOWN_OWNER = "(unknown)"  # reported to the store when the destination was not told the owner
 SHARED_SCOPE = ""  # the fence key of a resource shared across jobs; no job id is empty
 
@@ -52,7 +52,11 @@ class FenceClaim:
 
 @dataclass(frozen=True)
 class FenceRejection:
-    """A stale token refused at a destination; ``at`` is the destination's own clock."""
+    """A token refused at a destination; ``at`` is the destination's own clock.
+
+    ``reason`` is empty for a stale token (lower than ``highest``); otherwise it says why an
+    unproven token or an unnormalised request was refused (``highest`` is then 0: not asked).
+    """
 
     resource: str
     job_id: str
@@ -61,6 +65,7 @@ class FenceRejection:
     highest: int
     at: float
     shared: bool = False
+    reason: str = ""
 
 
 RejectHook = Callable[[FenceRejection], object]
@@ -68,10 +73,7 @@ RejectHook = Callable[[FenceRejection], object]
 
 def token(value: object) -> int:
     """A fencing token: a positive int that fits a signed 64-bit column."""
-    checked = validation.token(value)
-    if checked > MAX_TOKEN:
-        raise InvalidArgument(f"token must be at most {MAX_TOKEN}, got {checked}")
-    return checked
+    return validation.token(value)
 
 
 def holder(token_or_lease: object, *, job_id: object = None,
@@ -113,7 +115,7 @@ def forward_to(store: Store) -> Callable[[FenceRejection], Rejection]:
     def forward(rejection: FenceRejection) -> Rejection:
         return store.report_rejection(
             rejection.job_id, rejection.owner or UNKNOWN_OWNER, rejection.token,
-            resource=rejection.resource, highest=rejection.highest)
+            resource=rejection.resource, highest=rejection.highest, reason=rejection.reason)
 
     return forward
 

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
-from tenure.core.errors import BackendUnavailable, InvalidArgument
+from tenure.core.errors import BackendUnavailable, InvalidArgument, quoted
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}")
 _PLACEHOLDER = "?"  # tenure's own SQL is written in qmark style and rewritten once per driver
@@ -36,7 +36,7 @@ Params = Sequence[Any] | dict[str, Any]
 def identifier(kind: str, value: object) -> str:
     """A table name prefix: it goes into SQL text, so only plain identifiers are allowed."""
     if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
-        raise InvalidArgument(f"{kind} must be a plain SQL identifier (letters, digits, _), got {value!r}")
+        raise InvalidArgument(f"{kind} must be a plain SQL identifier (letters, digits, _), got {quoted(value)}")
     return value
 
 

@@ -1,9 +1,13 @@
-"""Fencing over HTTP: three request headers, a helper for senders, an ASGI middleware for receivers.
+"""Fencing over HTTP: request headers, a helper for senders, an ASGI middleware for receivers.
 
-A sender adds ``fencing_headers(held)`` to each request that produces an effect. A receiver
-wraps its ASGI app in ``FencingMiddleware``, which admits the token against a fence before
-the app runs and answers ``409 Conflict`` to stale work. Header values are percent-encoded
-UTF-8, because job ids and owners may be any Unicode text and headers carry only ASCII.
+A sender adds ``fencing_headers(held, secret=...)`` to each request that produces an effect. A
+receiver wraps its ASGI app in ``FencingMiddleware``, which proves the token (a signature and/or
+the store's word, see ``proof``), then admits it against a fence before the app runs: ``403`` to
+an unproven token, ``409 Conflict`` to stale work. Header values are percent-encoded UTF-8,
+because job ids and owners may be any Unicode text and headers carry only ASCII.
+
+The fence key is the request's path in one normal form (``normal_path``), so that a stale
+writer cannot reach a fresh key by spelling the same resource another way.
 
 The middleware's check commits before the app runs, so a newer holder may be admitted
 while the app is still writing; an app whose writes go to SQL closes that gap by writing
@@ -18,23 +22,28 @@ import inspect
 import json
 import logging
 import re
+import time
+import unicodedata
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping
 from typing import Any
 from urllib.parse import quote, unquote
 
 from tenure.core import validation
-from tenure.core.errors import BackendUnavailable, InvalidArgument, LeaseError, StaleToken
+from tenure.core.errors import BackendUnavailable, ForgedToken, InvalidArgument, LeaseError, StaleToken, quoted
 from tenure.core.records import Lease
 from tenure.core.renewal import HeldLease
-from tenure.fencing import claims
-from tenure.fencing.claims import FenceClaim, RejectHook
+from tenure.core.store import Store
+from tenure.fencing import claims, proof
+from tenure.fencing.claims import FenceClaim, FenceRejection, RejectHook
 from tenure.fencing.dbapi import Connection
 from tenure.fencing.sql import DEFAULT_PREFIX, SQLFence
 
 JOB_HEADER = "Tenure-Job-Id"
 TOKEN_HEADER = "Tenure-Fencing-Token"
 OWNER_HEADER = "Tenure-Owner"
+SIGNATURE_HEADER = "Tenure-Fencing-Signature"
 SCOPE_KEY = "tenure.fence"  # where the middleware leaves the admitted FenceClaim for the app
+UNNORMAL_RESOURCE = "(unnormalised path)"  # the audited resource of a request whose path has no normal form
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -44,29 +53,47 @@ Admit = Callable[[FenceClaim], object]  # raises StaleToken; may be a coroutine 
 
 log = logging.getLogger("tenure.fencing")
 _DIGITS = re.compile(r"[0-9]{1,19}")
+_STILL_ENCODED = re.compile(r"%[0-9A-Fa-f]{2}")
+Headers = Mapping[str, str] | Iterable[tuple[bytes, bytes]]
 
 
-def fencing_headers(lease: Lease | HeldLease) -> dict[str, str]:
-    """Headers carrying the lease's job id, token and owner; a held lease is checked first."""
+def fencing_headers(lease: Lease | HeldLease, *, secret: bytes | str | None = None) -> dict[str, str]:
+    """Headers carrying the lease's job id, token and owner, signed with ``secret`` when given
+    (the destination's ``FencingMiddleware(secret=...)``); a held lease is checked first."""
     if not isinstance(lease, (Lease, HeldLease)):
         raise InvalidArgument(f"expected a tenure.Lease or HeldLease, not {type(lease).__name__}")
     job_id, token, owner = claims.holder(lease)
     assert owner is not None  # a lease always names its owner
-    return {JOB_HEADER: quote(job_id, safe=""), TOKEN_HEADER: str(token), OWNER_HEADER: quote(owner, safe="")}
+    headers = {JOB_HEADER: quote(job_id, safe=""), TOKEN_HEADER: str(token), OWNER_HEADER: quote(owner, safe="")}
+    if secret is not None:
+        headers[SIGNATURE_HEADER] = proof.sign(secret, job_id, owner, token)
+    return headers
 
 
-def read_headers(headers: Mapping[str, str] | Iterable[tuple[bytes, bytes]]) -> tuple[str, int, str] | None:
+def _pairs(headers: Headers) -> list[tuple[str, str]]:
+    """(lower-case name, value) pairs from a mapping or ASGI's list of byte pairs."""
+    if isinstance(headers, Mapping):
+        return [(str(k).lower(), str(v)) for k, v in headers.items()]
+    return [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in headers]
+
+
+def read_signature(headers: Headers) -> str | None:
+    """The ``Tenure-Fencing-Signature`` header's value, or None."""
+    found = [v.strip() for k, v in _pairs(headers) if k == SIGNATURE_HEADER.lower()]
+    return found[0] if len(found) == 1 else None  # two signatures prove nothing
+
+
+def read_headers(headers: Headers) -> tuple[str, int, str] | None:
     """(job id, token, owner) from request headers; None if none of the three is present.
 
     Takes a mapping of names to values or ASGI's list of (name, value) byte pairs. Some but
     not all of the headers, or a malformed one, raise ``InvalidArgument``.
     """
-    if isinstance(headers, Mapping):
-        pairs = [(str(k).lower(), str(v)) for k, v in headers.items()]
-    else:
-        pairs = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in headers]
     wanted = {JOB_HEADER.lower(): "", TOKEN_HEADER.lower(): "", OWNER_HEADER.lower(): ""}
-    found = {k: v.strip() for k, v in pairs if k in wanted}
+    given = [(k, v.strip()) for k, v in _pairs(headers) if k in wanted]
+    found = dict(given)
+    if len(found) < len(given):  # which one would a proxy or the app believe? neither
+        raise InvalidArgument("fencing headers given more than once")
     if not found:
         return None
     missing = [name for name in (JOB_HEADER, TOKEN_HEADER, OWNER_HEADER) if name.lower() not in found]
@@ -85,59 +112,119 @@ def read_headers(headers: Mapping[str, str] | Iterable[tuple[bytes, bytes]]) -> 
     return job, checked, who
 
 
+def normal_path(path: str, root_path: str = "") -> str:
+    """The one spelling of a request path that names its fence: ``InvalidArgument`` if there is none.
+
+    The mount prefix (``root_path``) is dropped, whether or not the server left it in ``path``
+    (ASGI servers differ); Unicode is composed (NFC); empty segments (``//``, a trailing slash)
+    are dropped and a backslash counts as a slash. Dot segments and text still percent-encoded
+    after the server's one decoding (``%252F``) are refused: servers and apps resolve them
+    differently. Two spellings merged into one key can only refuse more, never admit more.
+    """
+    root = root_path.rstrip("/")
+    if root and (path == root or path.startswith(root + "/")):
+        path = path[len(root):]
+    path = unicodedata.normalize("NFC", path).replace("\\", "/")
+    if _STILL_ENCODED.search(path):
+        raise InvalidArgument(f"request path {quoted(path)} is still percent-encoded after decoding")
+    segments = [part for part in path.split("/") if part]
+    if any(part in (".", "..") for part in segments):
+        raise InvalidArgument(f"request path {quoted(path)} has '.' or '..' segments")
+    return validation.resource("/" + "/".join(segments))
+
+
 def path_resource(scope: Scope) -> str | None:
-    """The default resource of a request: its path, so each URL is fenced on its own."""
-    return str(scope.get("path") or "/")
+    """The default resource of a request: its normal path (``normal_path``), one fence per URL."""
+    return normal_path(str(scope.get("path") or "/"), str(scope.get("root_path") or ""))
 
 
 class FencingMiddleware:
-    """Pure ASGI 3 middleware: admit each request's token, or answer 4xx/5xx without the app.
+    """Pure ASGI 3 middleware: prove and admit each request's token, or answer 4xx/5xx without the app.
 
-    ``admit(claim)`` raises ``StaleToken`` for stale work (``sql_admitter`` builds one from
-    a connection factory); a plain function runs in a worker thread. ``resource(scope)``
-    names the fenced resource, or None to let a request through unfenced. Without fencing
-    headers a request gets 428 when ``required``, else passes through unfenced.
+    A token is proven first (``secret=``: its signature; ``store=``: the store issued it; at
+    least one is required, see ``proof.Proof``), then ``admit(claim)`` raises ``StaleToken`` for
+    stale work (``sql_admitter`` builds one from a connection factory); a plain function runs in
+    a worker thread. ``resource(scope)`` names the fenced resource, or None to let a request
+    through unfenced; it raises ``InvalidArgument`` for a path with no normal form. Without
+    fencing headers a request gets 428 when ``required``, else passes through unfenced.
+    ``on_reject`` hears of every unproven token and unnormalised path (``forward_to(store)``
+    audits them in the store); stale tokens are the fence's to report (``sql_admitter``'s own).
     """
 
-    def __init__(self, app: ASGIApp, admit: Admit, *, resource: Callable[[Scope], str | None] = path_resource,
+    def __init__(self, app: ASGIApp, admit: Admit, *, secret: bytes | str | None = None,
+                 store: Store | None = None, on_reject: RejectHook | None = None,
+                 resource: Callable[[Scope], str | None] = path_resource,
                  shared: bool = False, required: bool = True) -> None:
         if not callable(app) or not callable(admit) or not callable(resource):
             raise InvalidArgument("app, admit and resource must be callables")
+        if on_reject is not None and not callable(on_reject):
+            raise InvalidArgument(f"on_reject must be callable, not {type(on_reject).__name__}")
         self.app = app
         self.admit = admit
+        self.proof = proof.Proof(secret=secret, store=store)
+        self.on_reject = on_reject
         self.resource = resource
         self.shared = shared
         self.required = required
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        name = self.resource(scope) if scope["type"] == "http" else None
-        if name is None:
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         try:
-            found = read_headers(scope.get("headers") or [])
-            if found is None:
-                if self.required:
-                    await _answer(send, 428, {"error": "fencing headers required",
-                                              "headers": [JOB_HEADER, TOKEN_HEADER, OWNER_HEADER]})
-                    return
-                await self.app(scope, receive, send)
+            name, unnormal = self.resource(scope), None
+        except InvalidArgument as exc:
+            name, unnormal = None, exc
+        if name is None and unnormal is None:
+            await self.app(scope, receive, send)
+            return
+        headers = scope.get("headers") or []
+        try:
+            found = read_headers(headers)
+        except InvalidArgument as exc:
+            await _answer(send, 400, {"error": str(exc)})
+            return
+        if found is None:
+            if self.required:
+                await _answer(send, 428, {"error": "fencing headers required",
+                                          "headers": [JOB_HEADER, TOKEN_HEADER, OWNER_HEADER, SIGNATURE_HEADER]})
                 return
+            await self.app(scope, receive, send)
+            return
+        if unnormal is not None:
+            await self._refuse(send, 400, FenceClaim(UNNORMAL_RESOURCE, *found, shared=self.shared), str(unnormal))
+            return
+        assert name is not None
+        try:
             claim = FenceClaim(validation.resource(name), *found, shared=self.shared)
         except InvalidArgument as exc:
             await _answer(send, 400, {"error": str(exc)})
             return
         try:
+            await asyncio.to_thread(self.proof.check, claim, read_signature(headers))
             await self._admit(claim)
+        except ForgedToken as exc:
+            await self._refuse(send, 403, claim, exc.why)
+            return
         except StaleToken as exc:
             await _answer(send, 409, {"error": "stale fencing token", "resource": exc.resource,
                                       "token": exc.token, "highest": exc.highest})
             return
-        except LeaseError as exc:  # the fence cannot be checked: refuse rather than risk it
+        except LeaseError as exc:  # the fence or the store cannot be checked: refuse rather than risk it
             log.warning("fence unavailable for %r: %s", claim.resource, exc)
             await _answer(send, 503, {"error": "fence unavailable"})
             return
         await self.app({**scope, SCOPE_KEY: claim}, receive, send)
+
+    async def _refuse(self, send: Send, status: int, claim: FenceClaim, why: str) -> None:
+        """Answer an unproven token or an unnormalised path, log it and report it to ``on_reject``."""
+        log.warning("refused %s token %d of job %r by %r on %r: %s", "unproven" if status == 403 else "unnormalised",
+                    claim.token, claim.job_id, claim.owner, claim.resource, why)
+        reason = f"{'unproven token' if status == 403 else 'unnormalised path'}: {why}"[:validation.MAX_REASON]
+        rejection = FenceRejection(claim.resource, claim.job_id, claim.owner, claim.token, 0, time.time(),
+                                   claim.shared, reason)
+        await asyncio.to_thread(claims.report, self.on_reject, rejection)
+        await _answer(send, status, {"error": reason})
 
     async def _admit(self, claim: FenceClaim) -> None:
         result = await asyncio.to_thread(self.admit, claim)  # a blocking fence stays off the loop

@@ -34,6 +34,7 @@ def pg(postgres_session_harness: PostgresHarness) -> PostgresHarness:
     ("postgresql://postgres@127.0.0.1:5432/postgres?timeout=0", "timeout"),
     ("postgresql://postgres@127.0.0.1:5432/postgres?pool_size=0", "pool_size"),
     ("postgresql://postgres@127.0.0.1:5432/postgres?notify=maybe", "notify"),
+    ("postgresql://postgres@127.0.0.1:5432/postgres?sslmode=sometimes", "sslmode"),
 ])
 def test_bad_urls_and_options_are_invalid_arguments(url: str, match: str) -> None:
     with pytest.raises(tenure.InvalidArgument, match=match):
@@ -67,7 +68,8 @@ def test_wrong_password_is_authentication_failed(postgres_private: PostgresServe
     with pytest.raises(tenure.AuthenticationFailed) as info:
         tenure.connect(f"postgresql://{AUTH_USER}:wrong-{AUTH_PASSWORD}@{base}")
     assert "wrong-" not in str(info.value)
-    with tenure.connect(f"postgresql://{AUTH_USER}:{AUTH_PASSWORD}@{base}") as store:
+    with pytest.warns(tenure.InsecureTransportWarning), \
+            tenure.connect(f"postgresql://{AUTH_USER}:{AUTH_PASSWORD}@{base}") as store:  # no TLS here
         store.submit("j")  # the right one is let in
         assert AUTH_PASSWORD not in store.url and AUTH_PASSWORD not in repr(store)
 

@@ -6,6 +6,7 @@ import concurrent.futures
 import json
 import threading
 import time
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
@@ -40,6 +41,8 @@ def _kazoo(server: ZooKeeperServer, auth: str | None = None) -> KazooClient:
     ("u:p@h/x?reader=nocolon", "reader"),
     ("h/x?reader=dash:pw", "reader"),
     ("u@h/x", "username and a password"),
+    ("h/x?repair_acl=true", "repair_acl needs credentials"),
+    ("u:p@h/x?repair_acl=maybe", "repair_acl"),
 ])
 def test_bad_urls_and_options_name_the_problem(suffix: str, problem: str) -> None:
     # Parsing happens before any connection: none of these hosts is ever contacted.
@@ -175,8 +178,9 @@ def test_stale_complete_is_audited_in_the_same_multi_as_the_check(zk_harness: Zo
         store.claim("j", owner="b", ttl=zk_harness.ttl)
         with pytest.raises(tenure.StaleLease):
             store.complete(a)
-        (name,) = client.get_children(layout.rejections)
-        assert json.loads(client.get(f"{layout.rejections}/{name}")[0])["token"] == a.token
+        (segment,) = client.get_children(layout.rejections)
+        (name,) = client.get_children(f"{layout.rejections}/{segment}")
+        assert json.loads(client.get(f"{layout.rejections}/{segment}/{name}")[0])["token"] == a.token
 
 
 # -- watch --------------------------------------------------------------------------------------
@@ -229,6 +233,37 @@ def test_other_identities_cannot_claim_renew_complete_or_delete(zk_server: ZooKe
                 dashboard.claim("other", owner="dash", ttl=10.0)
         alice.complete(lease)
         assert alice.get("j").state is tenure.JobState.COMPLETED  # type: ignore[union-attr]
+
+
+def test_a_root_anyone_can_change_is_refused_with_credentials_or_repaired(zk_server: ZooKeeperServer) -> None:
+    url = f"zk://{zk_server.hosts}/opened-{time.time_ns()}"
+    with tenure.connect(url) as anonymous:  # made without credentials: ZooKeeper's open ACL
+        anonymous.submit("j")
+        layout = anonymous.backend.layout  # type: ignore[attr-defined]
+    with pytest.raises(tenure.InvalidArgument, match="open to anyone") as refused:
+        tenure.connect(url, username="alice", password="s3cret")
+    message = str(refused.value)
+    assert f"{layout.gens} grants world:anyone:CDRWA" in message and "s3cret" not in message
+    with tenure.connect(url, username="alice", password="s3cret", repair_acl=True) as alice:
+        lease = alice.claim("j", owner="alice", ttl=10.0)  # the record from before, still readable
+        assert lease.token == 1
+        raw = _kazoo(zk_server)  # anonymous again, straight to ZooKeeper
+        try:
+            with pytest.raises(NoAuthError):
+                raw.delete(layout.gen("j"))  # would reset the job's tokens
+            with pytest.raises(NoAuthError):
+                raw.set(layout.job("j"), b"forged")
+            with pytest.raises(NoAuthError):
+                raw.create(f"{layout.gens}/{zl.encode('new')}", b"")
+            backend: Any = alice.backend
+            for path in (layout.job("j"), layout.gen("j"), layout.gens, layout.root):
+                assert backend.client.get_acls(path)[0] == backend.config.acl()
+        finally:
+            raw.stop()
+            raw.close()
+        alice.complete(lease)
+    with tenure.connect(url, username="alice", password="s3cret") as again:  # repaired: accepted
+        assert again.get("j").state is tenure.JobState.COMPLETED  # type: ignore[union-attr]
 
 
 def test_health_reports_the_server(zk_harness: ZooKeeperHarness) -> None:

@@ -78,7 +78,16 @@ def test_leader_killed_while_leases_are_held(zk_ensemble: Ensemble) -> None:
             _assert_one_holder_at_a_time(other, job_id)
 
 
-def test_new_leader_with_a_clock_ahead_cannot_cut_a_lease_short(tmp_path: Path) -> None:
+def _serving(store: tenure.Store) -> float:
+    """The store's time once the ensemble has a leader again."""
+    while True:
+        try:
+            return store.now()
+        except tenure.BackendUnavailable:
+            time.sleep(0.05)  # no quorum yet: the election is under way
+
+
+def test_a_new_leader_with_a_clock_ahead_judges_no_lease_an_earlier_leader_stamped(tmp_path: Path) -> None:
     # Member 3 runs 30 s ahead. 1 and 2 start first and elect 2; 3 joins as a follower.
     # Killing 2 leaves 1 and 3, and 3 wins the election (same zxid, higher id).
     ensemble = Ensemble(tmp_path, wrappers={3: ("faketime", "-f", "+30s")})
@@ -88,18 +97,30 @@ def test_new_leader_with_a_clock_ahead_cannot_cut_a_lease_short(tmp_path: Path) 
         assert ensemble.leader().sid == 2
         url = f"zk://{ensemble.hosts}/skew"
         with tenure.connect(url, session_timeout=4) as a, tenure.connect(url, session_timeout=4) as b:
-            lease = a.claim("j", owner="a", ttl=10.0)
+            claimed, renewed, completed, expired = (a.claim(j, owner="a", ttl=10.0) for j in "jrcf")
             ensemble.server(2).kill()
             if ensemble.leader().sid != 3:
                 pytest.fail("the skewed member did not become leader; the test set-up is wrong")
-            # By the new leader's clock the lease ran out 20 s ago; a claim must not believe it.
-            assert b.now() > lease.expires_at + 15
+            # By the new leader's clock every lease ran out 20 s ago; nothing may believe it.
+            assert _serving(b) > claimed.expires_at + 15
             assert _retry(lambda: b.claim("j", owner="b", ttl=10.0)) is None
             status = b.get("j")
             assert status is not None and status.expires_at is not None
             assert status.expires_at > b.now() + 5  # re-stamped: a full TTL on the new clock
-            a.renew(lease)  # the holder carries on through the new leader
+            a.renew(claimed)  # the holder carries on through the new leader
             with pytest.raises(tenure.AlreadyClaimed):
                 b.claim("j", owner="b", ttl=10.0)
+            # The holder's renew and complete before any claim re-stamped those leases: ``b``
+            # has no record of them, so they take the path that judges expiry on the leader's
+            # clock (as the holder's own would after a restart or a pause of a second).
+            b.renew(renewed)
+            with pytest.raises(tenure.AlreadyClaimed):
+                b.claim("r", owner="b", ttl=10.0)
+            b.complete(completed)
+            assert b.get("c").state is tenure.JobState.COMPLETED  # type: ignore[union-attr]
+            # An operator's force_expire ends a lease the new clock would call over already.
+            b.force_expire("f", token=expired.token, actor="operator")
+            assert b.claim("f", owner="b", ttl=10.0).token == expired.token + 1
+            assert b.rejections() == []
     finally:
         ensemble.stop()

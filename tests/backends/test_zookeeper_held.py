@@ -140,3 +140,21 @@ def test_no_shortcut_with_a_stale_stamp_or_an_injected_clock(zk_harness: ZooKeep
         held = manual.claim("m", owner="a", ttl=zk_harness.ttl)
         _, reads, _ = _sent(counts, lambda: manual.renew(held))
         assert reads == 1
+
+
+def test_a_job_znode_deleted_and_submitted_again_is_not_overwritten_by_the_old_holder(
+        zk_harness: ZooKeeperHarness, store: tenure.Store) -> None:
+    """The re-created znode starts at the version the holder knows, and nobody claimed it."""
+    a = store.claim("j", owner="a", ttl=zk_harness.ttl)  # job znode at version 0, token 1
+    backend: Any = store.backend
+    backend.client.delete(backend.layout.job("j"))  # an operator deletes it by hand
+    with zk_harness.connect(store.url) as other:
+        other.submit("j")  # pending again, at version 0
+        counts = _counted(store)
+        with pytest.raises(tenure.StaleLease):
+            store.renew(a)
+        assert counts["reads"] >= 1  # the one-round-trip multi was refused; the read judged it
+        status = other.get("j")
+        assert status is not None and status.state is tenure.JobState.PENDING and status.owner is None
+        b = other.claim("j", owner="b", ttl=zk_harness.ttl)
+        assert b.token > a.token

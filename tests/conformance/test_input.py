@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -9,9 +10,13 @@ import pytest
 import tenure
 from tests.harness import Harness
 
-BAD_JOB_IDS = ["", "x" * 257, "tab\there", "nul\x00", "line\nbreak", "\x7f", "\ud800", None, 42, b"bytes"]
-BAD_OWNERS = ["", "o" * 129, "bell\x07", None, 3.5]
-BAD_TTLS = [0, -1, math.nan, math.inf, "10", None, True, 10 ** 9]
+# Format characters (zero-width space and joiner, bidi override, BOM) and line/paragraph separators
+# make two ids look alike or reorder and break what an operator reads.
+INVISIBLE = ["zero\u200bwidth", "join\u200d", "evil\u202egnp.exe", "\ufeffbom", "line\u2028sep", "para\u2029sep"]
+BAD_JOB_IDS = ["", "x" * 257, "tab\there", "nul\x00", "line\nbreak", "\x7f", "\ud800", None, 42, b"bytes",
+               *INVISIBLE]
+BAD_OWNERS = ["", "o" * 129, "bell\x07", None, 3.5, *INVISIBLE]
+BAD_TTLS = [0, -1, math.nan, math.inf, "10", None, True, 10 ** 9, 10 ** 5000, -(10 ** 5000)]
 
 
 @pytest.mark.parametrize("job_id", BAD_JOB_IDS)
@@ -33,7 +38,8 @@ def test_bad_owners(store: tenure.Store, harness: Harness, owner: object) -> Non
     assert list(store.jobs()) == []
 
 
-@pytest.mark.parametrize("ttl", BAD_TTLS)
+@pytest.mark.parametrize("ttl", BAD_TTLS, ids=lambda v: f"int-of-{v.bit_length()}-bits" if isinstance(v, int)
+                         and v.bit_length() > 64 else None)
 def test_bad_ttls(store: tenure.Store, ttl: object) -> None:
     with pytest.raises(tenure.InvalidArgument, match="ttl"):
         store.claim("j", owner="a", ttl=ttl)  # type: ignore[arg-type]
@@ -47,6 +53,41 @@ def test_ttl_below_the_backend_minimum_names_it(store: tenure.Store) -> None:
     with pytest.raises(tenure.InvalidArgument, match="minimum"):
         store.claim("j", owner="a", ttl=minimum / 2)
     assert list(store.jobs()) == []
+
+
+def test_an_error_quotes_at_most_a_short_prefix_of_the_input(store: tenure.Store, harness: Harness) -> None:
+    long_id = "a" * 200 + "\u202e" + "b" * 50
+    with pytest.raises(tenure.InvalidArgument) as info:
+        store.claim(long_id, owner="w", ttl=harness.ttl)
+    message = str(info.value)
+    assert "format character U+202E" in message and "(251 characters)" in message
+    assert "a" * 41 not in message and len(message) < 160
+
+
+def test_errors_about_long_ids_quote_only_their_start(store: tenure.Store, harness: Harness) -> None:
+    job, owner = "j" * 256, "o" * 128
+    lease = store.claim(job, owner=owner, ttl=harness.short_ttl)
+    with pytest.raises(tenure.AlreadyClaimed) as claimed:
+        store.claim(job, owner="other", ttl=harness.ttl)
+    harness.expire(store, lease)
+    store.claim(job, owner="p" * 128, ttl=harness.ttl)
+    with pytest.raises(tenure.StaleLease) as stale:
+        store.complete(lease)
+    for error in (claimed.value, stale.value):
+        message = str(error)
+        assert "(256 characters)" in message and "j" * 41 not in message and "o" * 41 not in message
+        assert len(message) < 300
+    assert stale.value.rejection.job_id == job  # the record keeps the whole id
+
+
+def test_huge_ints_are_refused_with_a_short_message(store: tenure.Store, harness: Harness) -> None:
+    lease = store.claim("j", owner="w", ttl=harness.ttl)
+    for call in (lambda: store.force_expire("j", token=10 ** 5000), lambda: store.rejections(limit=-(10 ** 5000)),
+                 lambda: store.renew(dataclasses.replace(lease, token=10 ** 5000))):
+        with pytest.raises(tenure.InvalidArgument) as info:
+            call()
+        assert len(str(info.value)) < 200
+    assert store.get("j").token == lease.token  # type: ignore[union-attr]
 
 
 def test_invalid_argument_is_a_value_error_and_a_lease_error() -> None:

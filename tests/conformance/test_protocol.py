@@ -168,7 +168,7 @@ def test_get_of_unknown_job_is_none_and_jobs_lists_all(store: tenure.Store) -> N
 
 
 @pytest.mark.parametrize("job_id", ["a/b/c", "with space", "ünïcødé-日本語", "/leading", "trailing/",
-                                    "..", "%2F", "x" * 256, "a\u200bb", "😀"])
+                                    "..", "%2F", "x" * 256, "a\u00a0b", "😀"])
 def test_job_ids_round_trip_unchanged(harness: Harness, store: tenure.Store, job_id: str) -> None:
     lease = store.claim(job_id, owner="o/w n€r", ttl=harness.ttl)
     assert lease.job_id == job_id

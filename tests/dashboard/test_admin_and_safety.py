@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +11,8 @@ from streamlit.testing.v1 import AppTest
 
 import tenure
 from tenure import JobState, Op
+from tenure.dashboard import unlock
+from tenure.dashboard.unlock import UnlockLimiter
 from tests.dashboard.conftest import texts
 from tests.dashboard.seeding import JOB, Seeded, seeded
 
@@ -109,3 +111,75 @@ def test_unreadable_audit_row_is_an_error_box_not_a_traceback(tmp_path: Path, op
     assert any("Rejections view could not be shown" in e.value and "bogus" in e.value for e in at.error)
     at.radio(key="view").set_value("Live leases").run()  # the other views still work
     assert not at.error and JOB in list(at.dataframe[0].value["job"])
+
+
+@pytest.fixture
+def limiter() -> Iterator[UnlockLimiter]:
+    """The server's one unlock limiter, on a clock the test moves, reset afterwards."""
+    clock = tenure.ManualClock()
+    saved = unlock.LIMITER.clock
+    unlock.LIMITER.clock = clock
+    unlock.LIMITER.reset()
+    yield unlock.LIMITER
+    unlock.LIMITER.clock = saved
+    unlock.LIMITER.reset()
+
+
+def test_force_expire_sends_the_confirmed_generation_and_spares_a_newer_holder(
+        seed: Seeded, open_app: OpenApp, limiter: UnlockLimiter) -> None:
+    at = open_app(seed.url, "Job detail", admin_secret=SECRET)
+    at.text_input(key="admin_secret_input").set_value(SECRET).run()
+    at.text_input(key="detail_job").set_value(JOB).run()
+    at.button[[b.label for b in at.button].index("Force-expire lease")].click().run()
+    assert any("(generation 2)" in w.value for w in at.warning)
+    # Between the click and the confirmation the lease ends and worker C claims the job.
+    other = seed.writer()
+    other.force_expire(JOB, actor="someone-else")
+    newer = other.claim(JOB, owner="worker-c", ttl=600)
+    at.button[[b.label for b in at.button].index("Confirm force-expire")].click().run()
+    assert not at.exception
+    assert any("Nothing was changed" in e.value and f"generation {newer.token} now" in e.value
+               and "generation 2 you confirmed" in e.value for e in at.error)
+    assert not any("recorded in its history" in s.value for s in at.success)
+    status = other.get(JOB)
+    assert status is not None and (status.state, status.owner, status.token) == (
+        JobState.LEASED, "worker-c", newer.token)
+    assert other.history(JOB)[-1].op is Op.CLAIM  # no EXPIRE by dashboard-admin
+
+
+def test_admin_unlock_backs_off_per_server_after_wrong_secrets(
+        seed: Seeded, open_app: OpenApp, limiter: UnlockLimiter) -> None:
+    first = open_app(seed.url, admin_secret=SECRET)
+    for _ in range(unlock.FREE_TRIES):
+        first.text_input(key="admin_secret_input").set_value("wrong guess").run()
+        assert [e.value for e in first.error] == ["Wrong admin secret"]
+    first.text_input(key="admin_secret_input").set_value("another guess").run()
+    assert any("next is heard in 1 s" in e.value for e in first.error)
+    # A new session (a new browser tab) gets no new tries: the right secret is not even compared.
+    second = open_app(seed.url, admin_secret=SECRET)
+    second.text_input(key="admin_secret_input").set_value(SECRET).run()
+    assert any(e.value.startswith("Not checked") for e in second.error)
+    assert "Admin actions unlocked" not in [s.value for s in second.sidebar.success]
+    limiter.clock.advance(1.0)  # type: ignore[attr-defined]
+    second.text_input(key="admin_secret_input").set_value("third guess").run()  # heard: the wait doubles
+    assert any("next is heard in 2 s" in e.value for e in second.error)
+    limiter.clock.advance(2.0)  # type: ignore[attr-defined]
+    second.text_input(key="admin_secret_input").set_value(SECRET).run()
+    assert "Admin actions unlocked" in [s.value for s in second.sidebar.success]
+    assert limiter.attempt("wrong", SECRET) == unlock.Attempt(False, True, 0.0)  # success reset the count
+
+
+def test_unlock_backoff_doubles_up_to_its_cap() -> None:
+    clock = tenure.ManualClock()
+    limiter = UnlockLimiter(clock)
+    waits = []
+    for _ in range(unlock.FREE_TRIES + 12):
+        attempt = limiter.attempt("wrong", SECRET)
+        assert attempt.heard
+        waits.append(attempt.retry_after)
+        if attempt.retry_after:  # even the right secret is refused unheard during the wait
+            assert limiter.attempt(SECRET, SECRET) == unlock.Attempt(False, False, attempt.retry_after)
+        clock.advance(attempt.retry_after)
+    assert waits[:unlock.FREE_TRIES] == [0.0] * unlock.FREE_TRIES
+    assert waits[unlock.FREE_TRIES:unlock.FREE_TRIES + 4] == [1.0, 2.0, 4.0, 8.0]
+    assert max(waits) == unlock.MAX_WAIT

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import csv as csv_module
+import io
 import json
 import os
 import signal
@@ -31,7 +33,7 @@ def test_child_environment_carries_settings_not_argv() -> None:
     env = launcher.environment("etcd://u:pw-123@h:2379/p", admin_secret=None, refresh=2,
                                base={config.ADMIN_SECRET_ENV: "inherited", "PYTHONPATH": "/x"})
     assert env[config.URL_ENV] == "etcd://u:pw-123@h:2379/p" and env[config.REFRESH_ENV] == "2.0"
-    assert env["PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"] == "python"
+    assert "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION" not in env  # tenure chooses no protobuf runtime
     assert config.ADMIN_SECRET_ENV not in env  # admin only when this launch asked for it
     assert env["PYTHONPATH"].split(os.pathsep) == [str(ROOT), "/x"]
     assert not any("pw-123" in part for part in launcher.command(8501, "127.0.0.1"))
@@ -122,3 +124,16 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def test_csv_export_quotes_cells_a_spreadsheet_would_run_as_formulas() -> None:
+    with tenure.connect("memory://") as store:
+        for i, text in enumerate(["=HYPERLINK(\"http://x\")", "+1+1", "-2+3", "@SUM(A1)"]):
+            store.report_rejection(text, f"{text} owner", i + 1, resource=f"{text}/r", highest=9,
+                                   reason=f"{text} reason")
+        store.report_rejection("plain-job", "w", 5, resource="ledger", highest=9)
+        rows = list(csv_module.DictReader(io.StringIO(data.rejections_csv(store.rejections()).decode())))
+    assert [r["job"] for r in rows] == ["plain-job", "'@SUM(A1)", "'-2+3", "'+1+1", "'=HYPERLINK(\"http://x\")"]
+    for row in rows[1:]:
+        assert all(row[c].startswith("'") for c in ("job", "owner", "reason", "resource"))
+    assert rows[0]["resource"] == "ledger" and rows[0]["token"] == "5"

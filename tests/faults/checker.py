@@ -59,6 +59,7 @@ def check(ops: list[Operation], final: Final, ttl: float) -> Verdict:
     completes = _resolve_completions(ops, final, by_key, v)
     _check_effects(ops, final, happened, completes, by_key, v)
     _check_rejections(ops, final, v)
+    _check_forgeries(ops, final, v)
     _check_linearizable(ops, happened, completes, ttl, v)
     return v
 
@@ -217,6 +218,30 @@ def _check_rejections(ops: list[Operation], final: Final, v: Verdict) -> None:
     for key, n in d_audited.items():
         if n > d_seen[key] + d_maybe[key]:
             v.flag(f"destination recorded a rejection of {key[0]} by {key[1]} (token {key[2]}) nobody caused")
+
+
+def _check_forgeries(ops: list[Operation], final: Final, v: Verdict) -> None:
+    """Every forged write refused as unproven and audited in the store; none landed."""
+    forged = [o for o in ops if o.op == "forge"]
+    audited = Counter((r.job_id, r.owner, r.token) for r in final.rejections
+                      if r.kind is tenure.RejectionKind.DESTINATION and r.reason.startswith("unproven token"))
+    expected = Counter((o.job, o.owner, o.token) for o in forged
+                       if o.error == "ForgedToken" and o.extra.get("audited"))
+    v.counts["forgeries refused"] = sum(1 for o in forged if o.error == "ForgedToken")
+    v.counts["forgeries audited"] = sum(audited.values())
+    for o in forged:
+        if o.outcome == "ok":
+            v.flag(f"{o.process}#{o.id}: forged token {o.token} of {o.job} by {o.owner} was admitted")
+        elif o.outcome == "fail" and o.error != "ForgedToken":
+            v.flag(f"{o.process}#{o.id}: forged token {o.token} of {o.job} refused as {o.error}, not as unproven")
+    for key, n in expected.items():
+        if audited[key] < n:
+            v.flag(f"forged token {key[2]} of {key[0]} by {key[1]} refused {n} times, audited {audited[key]}")
+    attempted = Counter((o.job, o.owner, o.token) for o in forged)
+    for key, n in audited.items():
+        if n > attempted[key]:
+            v.flag(f"audit has {n} unproven-token rejections of {key[0]} by {key[1]} (token {key[2]}); "
+                   f"the forger tried {attempted[key]}")
 
 
 def _check_linearizable(ops: list[Operation], claims: list[Operation], completes: dict[str, Operation],

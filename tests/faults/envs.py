@@ -18,7 +18,7 @@ from typing import Any
 
 from tests.faults.proxy import Proxy
 
-WORKER_FAULTS = ("pause", "burst", "skew", "kill-worker")
+WORKER_FAULTS = ("pause", "suspend", "burst", "skew", "kill-worker", "forge")
 
 
 class Env:

@@ -1,4 +1,5 @@
-"""The faults: worker pauses and kills, claim bursts, skewed worker clocks, server and network faults.
+"""The faults: worker pauses, suspends and kills, claim bursts, skewed worker clocks, forged fencing
+tokens, server and network faults.
 
 Worker processes are started here (under ``faketime`` when their clock is to be skewed), so
 the nemesis can pause, kill and replace them. Server and network faults go through the
@@ -20,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import tenure
+from tests.faults import suspend
 from tests.faults.clock import true_now
 from tests.faults.envs import Env
+from tests.faults.forger import Forger
 from tests.faults.history import Recorder, file_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,6 +60,9 @@ class Workers:
     def launch(self, name: str, skew: str | None = None, **extra: Any) -> None:
         cfg = {**self.base, **extra, "name": name, "url": self.env.worker_url(name),
                "seed": self.rng.randrange(2**32), "careless": int(name.split("-")[0][1:]) % 2 == 0}
+        # Every worker's monotonic clock can be made to miss a pause (the suspend fault).
+        cfg["hidden_clock"] = str(Path(self.base["history"]) / f"{name}.hidden")
+        suspend.create(Path(cfg["hidden_clock"]))
         cmd = [sys.executable, "-m", "tests.faults.workload", json.dumps(cfg)]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         if skew:
@@ -75,6 +81,10 @@ class Workers:
         new = f"{stem}-{self.generation[stem]}"
         self.launch(new, self.clocks.get(name), burst_mode=stem.startswith("b"))
         return new
+
+    def hide(self, name: str, seconds: float) -> None:
+        """Make ``name``'s monotonic clock miss ``seconds`` (see tests.faults.suspend)."""
+        suspend.hide(Path(self.base["history"]) / f"{name}.hidden", seconds)
 
     def alive(self) -> list[str]:
         return [n for n, p in self.procs.items() if p.poll() is None]
@@ -109,6 +119,7 @@ class Nemesis(threading.Thread):
         self.admin_url = admin_url
         self.rng = rng
         self.rec = Recorder(file_for(history, "nemesis").with_suffix(".log"), "nemesis")
+        self.forger = Forger(history, Path(workers.base["destination"]), admin_url)
         self.halt = threading.Event()
         self.done: Counter[str] = Counter()
         self.bursts = 0
@@ -133,9 +144,24 @@ class Nemesis(threading.Thread):
             w.signal(name, signal.SIGSTOP)
             self.halt.wait(pause)
             w.signal(name, signal.SIGCONT)
+        elif fault == "suspend":
+            # A pause its monotonic clock does not see, as after a suspend: only the boot clock
+            # tells the worker that its leases ran out meanwhile.
+            name = self.rng.choice(w.alive())
+            pause = self.rng.uniform(1.2, 3.0) * ttl
+            self.rec.note("suspend", worker=name, seconds=pause)
+            w.signal(name, signal.SIGSTOP)
+            start = true_now()
+            self.halt.wait(pause)
+            w.hide(name, true_now() - start)  # while it is stopped: it wakes to the jump
+            w.signal(name, signal.SIGCONT)
         elif fault == "burst":
             if not self.burst():
                 return
+        elif fault == "forge":
+            if not self.forger.forge(self.rng):
+                return
+            self.rec.note("forge")
         elif fault == "kill-worker":
             name = self.rng.choice([n for n in w.alive() if not n.startswith("b")])
             w.signal(name, signal.SIGKILL)
@@ -179,3 +205,4 @@ class Nemesis(threading.Thread):
         self.halt.set()
         self.join(timeout=120)
         self.rec.close()
+        self.forger.close()

@@ -28,6 +28,7 @@ libfaketime. A nemesis injects one fault, or all of them mixed:
 | fault | what it does |
 |---|---|
 | pause | SIGSTOP a worker for 1.2 to 3 TTLs, then SIGCONT |
+| suspend | as pause, but the worker's `time.monotonic()` misses the pause (as after a suspend) |
 | burst | three extra processes claim the same held jobs at the same instant |
 | skew | workers under libfaketime: clocks +1 h, -1 h, rates x1.03 and x0.97 (inside the 5 % drift margin) |
 | kill-worker | kill -9 a worker and start a new one in its place |

@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SERVER_MODULES = {"etcd": "tests/servers/etcd.py", "zk": "tests/servers/zookeeper.py",
                   "postgres": "tests/servers/postgres.py"}
 
-SINGLE = ("pause", "burst", "skew", "kill-worker", "net", "server-kill", "mixed")
+SINGLE = ("pause", "suspend", "burst", "skew", "kill-worker", "forge", "net", "server-kill", "mixed")
 CASES = [
-    *[("sqlite", f) for f in ("pause", "burst", "skew", "kill-worker", "mixed")],
+    *[("sqlite", f) for f in ("pause", "suspend", "burst", "skew", "kill-worker", "forge", "mixed")],
     *[("etcd", f) for f in SINGLE],
     *[("etcd3", f) for f in ("leader-kill", "leader-pause", "mixed")],
     *[("zk", f) for f in SINGLE],
@@ -79,3 +79,5 @@ def test_no_violation_under_fault(environment: Callable[[str], envs.Env], backen
     assert progress >= 3, f"the workload made no progress: {dict(result.counts)}"
     if fault not in ("mixed", "skew"):
         assert result.injected[fault] >= 1, f"{fault} was never injected"
+    if fault == "forge":  # not vacuous: forgeries were tried, refused as unproven and audited
+        assert result.counts["forgeries refused"] >= 3 and result.counts["forgeries audited"] >= 1

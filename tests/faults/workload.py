@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import tenure
+from tests.faults import suspend
 from tests.faults.clock import true_now
 from tests.faults.destination import Destination
 from tests.faults.history import Recorder, file_for
@@ -87,7 +88,8 @@ class Worker:
                 raise tenure.LeaseLost("safe local deadline passed")
 
         try:
-            self.dest.write(lease.job_id, lease.token, lease.owner, self.name, op, true_now, still_held)
+            self.dest.write(lease.job_id, lease.token, lease.owner, self.name, op, true_now, still_held,
+                            self.dest.signature(lease.job_id, lease.owner, lease.token))
         except tenure.StaleToken as exc:
             self.rec.end("fail", op, error="StaleToken", highest=exc.highest)
             return False
@@ -184,6 +186,8 @@ def main() -> None:
     for name in ("tenure", "kazoo"):  # the history is the record; their logs would be noise
         logging.getLogger(name).setLevel(logging.CRITICAL)
     cfg = json.loads(sys.argv[1])
+    if cfg.get("hidden_clock"):
+        suspend.install(Path(cfg["hidden_clock"]))  # before tenure reads any clock
     worker = Worker(cfg)
     signal.signal(signal.SIGTERM, worker.stop)
     try:

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import uuid
 from typing import Any
 
+import pytest
+
 import tenure
-from tenure.fencing import FenceClaim, FencingMiddleware, fencing_headers
+from tenure.fencing import (
+    FenceClaim,
+    FenceRejection,
+    FencingMiddleware,
+    fencing_headers,
+    normal_path,
+    sign,
+    signature,
+)
 
 LEASE = tenure.Lease(job_id="job", owner="w", token=5, expires_at=0.0, ttl=1.0)
+SECRET = "a shared fencing secret"
 
 
 async def app(scope: Any, receive: Any, send: Any) -> None:
@@ -17,7 +30,8 @@ async def app(scope: Any, receive: Any, send: Any) -> None:
         await send({"type": "http.response.body", "body": repr(scope.get("tenure.fence")).encode()})
 
 
-def call(middleware: FencingMiddleware, headers: dict[str, str], kind: str = "http") -> list[Any]:
+def call(middleware: FencingMiddleware, headers: dict[str, str], kind: str = "http", path: str = "/doc",
+         root_path: str = "") -> list[Any]:
     sent: list[Any] = []
 
     async def receive() -> dict[str, Any]:
@@ -26,8 +40,8 @@ def call(middleware: FencingMiddleware, headers: dict[str, str], kind: str = "ht
     async def send(message: Any) -> None:
         sent.append(message)
 
-    scope = {"type": kind, "path": "/doc", "headers": [(k.lower().encode(), v.encode())
-                                                       for k, v in headers.items()]}
+    scope = {"type": kind, "path": path, "root_path": root_path,
+             "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]}
     asyncio.run(middleware(scope, receive, send))
     return sent
 
@@ -40,10 +54,10 @@ def test_an_async_fence_is_awaited_and_its_claim_reaches_the_app() -> None:
         if claim.token < 6:
             raise tenure.StaleToken(claim.resource, claim.token, 6)
 
-    stale = call(FencingMiddleware(app, admit), fencing_headers(LEASE))
+    stale = call(FencingMiddleware(app, admit, secret=SECRET), fencing_headers(LEASE, secret=SECRET))
     assert stale[0]["status"] == 409
-    current = call(FencingMiddleware(app, admit), fencing_headers(
-        tenure.Lease(job_id="job", owner="w", token=6, expires_at=0.0, ttl=1.0)))
+    current = call(FencingMiddleware(app, admit, secret=SECRET), fencing_headers(
+        tenure.Lease(job_id="job", owner="w", token=6, expires_at=0.0, ttl=1.0), secret=SECRET))
     assert current[0]["status"] == 200
     assert current[1]["body"].decode() == repr(seen[-1])
     assert [(c.resource, c.job_id, c.owner, c.token) for c in seen] == [("/doc", "job", "w", 5),
@@ -52,13 +66,116 @@ def test_an_async_fence_is_awaited_and_its_claim_reaches_the_app() -> None:
 
 def test_without_headers_a_request_is_refused_or_passed_through_unfenced() -> None:
     calls: list[FenceClaim] = []
-    assert call(FencingMiddleware(app, calls.append), {})[0]["status"] == 428
-    relaxed = call(FencingMiddleware(app, calls.append, required=False), {})
+    assert call(FencingMiddleware(app, calls.append, secret=SECRET), {})[0]["status"] == 428
+    relaxed = call(FencingMiddleware(app, calls.append, secret=SECRET, required=False), {})
     assert (relaxed[0]["status"], relaxed[1]["body"]) == (200, b"None")
     assert calls == []
 
 
 def test_other_scopes_are_not_fenced() -> None:
     calls: list[FenceClaim] = []
-    assert call(FencingMiddleware(app, calls.append), {}, kind="lifespan") == []
+    assert call(FencingMiddleware(app, calls.append, secret=SECRET), {}, kind="lifespan") == []
     assert calls == []
+
+
+@pytest.mark.parametrize(("path", "root_path", "expected"), [
+    ("/accounts/42", "", "/accounts/42"),
+    ("/accounts/42/", "", "/accounts/42"),
+    ("//accounts///42//", "", "/accounts/42"),
+    ("/accounts\\42", "", "/accounts/42"),
+    ("/v1/accounts/42", "/v1", "/accounts/42"),  # servers that keep the mount prefix in path ...
+    ("/accounts/42", "/v1", "/accounts/42"),  # ... and those that strip it
+    ("/v1", "/v1/", "/"),
+    ("/v10/accounts", "/v1", "/v10/accounts"),  # a prefix only at a segment boundary
+    ("/caf\u0065\u0301", "", "/caf\u00e9"),  # composed Unicode
+    ("", "", "/"),
+])
+def test_one_normal_path_per_resource(path: str, root_path: str, expected: str) -> None:
+    assert normal_path(path, root_path) == expected
+
+
+@pytest.mark.parametrize(("path", "message"), [
+    ("/accounts/42/../43", "'.' or '..' segments"),
+    ("/accounts/./42", "'.' or '..' segments"),
+    ("/accounts%2F42", "still percent-encoded"),  # the server decoded %252F once
+    ("/a\x00b", "control character"),
+    ("/" + "r" * 300, "resource must be 1 to 256"),
+])
+def test_a_path_without_a_normal_form_is_refused_and_audited(path: str, message: str) -> None:
+    heard: list[FenceRejection] = []
+    admitted: list[FenceClaim] = []
+    sent = call(FencingMiddleware(app, admitted.append, secret=SECRET, on_reject=heard.append),
+                fencing_headers(LEASE, secret=SECRET), path=path)
+    assert sent[0]["status"] == 400 and message in json.loads(sent[1]["body"])["error"]
+    assert admitted == []
+    [rejection] = heard
+    assert (rejection.resource, rejection.job_id, rejection.owner, rejection.token) == (
+        "(unnormalised path)", "job", "w", 5)
+    assert rejection.reason.startswith("unnormalised path: ") and message in rejection.reason
+
+
+def test_a_mounted_app_fences_the_path_below_its_mount() -> None:
+    seen: list[FenceClaim] = []
+    for path, root in (("/v1/doc/", "/v1"), ("/doc", "/v1"), ("/doc", "")):
+        assert call(FencingMiddleware(app, seen.append, secret=SECRET), fencing_headers(LEASE, secret=SECRET),
+                    path=path, root_path=root)[0]["status"] == 200
+    assert {c.resource for c in seen} == {"/doc"}
+
+
+def test_the_store_proves_tokens_it_issued() -> None:
+    clock = tenure.ManualClock()
+    with tenure.connect(f"memory://proof-{uuid.uuid4().hex}", clock=clock) as store:
+        old = store.claim("job", owner="w", ttl=5.0)
+        clock.advance(6)
+        current = store.claim("job", owner="v", ttl=5.0)
+        heard: list[FenceRejection] = []
+        fence = FencingMiddleware(app, lambda claim: None, store=store, on_reject=heard.append)
+
+        def status(job: str, owner: str, token: int) -> int:
+            lease = tenure.Lease(job_id=job, owner=owner, token=token, expires_at=0.0, ttl=1.0)
+            return int(call(fence, fencing_headers(lease))[0]["status"])
+
+        assert status("job", "v", current.token) == 200
+        assert status("job", "w", old.token) == 200  # issued once: the fence behind decides if it is stale
+        assert status("job", "mallory", current.token + 1) == 403
+        assert status("job", "mallory", current.token) == 403  # the current token, another owner
+        assert status("never-claimed", "mallory", 1) == 403
+    assert [r.reason for r in heard] == [
+        "unproven token: above the store's current token for this job",
+        "unproven token: the store issued this token to another owner",
+        "unproven token: the store has never issued a token for this job"]
+
+
+def test_a_fence_needs_a_proof_and_a_real_secret() -> None:
+    with pytest.raises(tenure.InvalidArgument, match="needs a proof"):
+        FencingMiddleware(app, lambda claim: None)
+    with pytest.raises(tenure.InvalidArgument, match="at least 16 bytes"):
+        FencingMiddleware(app, lambda claim: None, secret="short")
+    with pytest.raises(tenure.InvalidArgument, match="at least 16 bytes"):
+        fencing_headers(LEASE, secret=b"")
+
+
+def test_signatures_bind_job_owner_and_token() -> None:
+    base = sign(SECRET, "job", "w", 5)
+    assert base.startswith("v1=") and len(base) == 67 and base == signature(LEASE, SECRET)
+    others = {sign(SECRET, "job", "w", 6), sign(SECRET, "jo", "bw", 5), sign(SECRET, "job", "x", 5),
+              sign(SECRET + "!", "job", "w", 5)}
+    assert base not in others and len(others) == 4
+    assert SECRET not in base
+
+
+def test_fencing_headers_given_twice_are_refused() -> None:
+    admitted: list[FenceClaim] = []
+    scope_headers = [(k.lower().encode(), v.encode()) for k, v in fencing_headers(LEASE, secret=SECRET).items()]
+    sent: list[Any] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    twice = [*scope_headers, (b"tenure-fencing-token", b"6")]
+    asyncio.run(FencingMiddleware(app, admitted.append, secret=SECRET)(
+        {"type": "http", "path": "/doc", "headers": twice}, receive, send))
+    assert sent[0]["status"] == 400 and b"more than once" in sent[1]["body"] and admitted == []

@@ -16,10 +16,20 @@ import uvicorn
 
 import tenure
 from tenure import Op, RejectionKind
-from tenure.fencing import SCOPE_KEY, FenceClaim, FencingMiddleware, SQLFence, fencing_headers, forward_to
+from tenure.fencing import (
+    SCOPE_KEY,
+    SIGNATURE_HEADER,
+    FenceClaim,
+    FencingMiddleware,
+    SQLFence,
+    fencing_headers,
+    forward_to,
+    signature,
+)
 from tenure.fencing.http import sql_admitter
 from tests.fencing.databases import Database
 
+SECRET = "the ledger's fencing secret"
 TABLE = "CREATE TABLE documents (id TEXT PRIMARY KEY, body TEXT, token BIGINT, job_id TEXT, owner TEXT)"
 WRITE = ("INSERT INTO documents (id, body, token, job_id, owner) VALUES ('report', ?, ?, ?, ?) "
          "ON CONFLICT (id) DO UPDATE SET body = excluded.body, token = excluded.token, "
@@ -79,18 +89,19 @@ def test_the_middleware_answers_409_to_stale_work_and_admits_current_work(db: Da
     store = tenure.connect(f"memory://http-{uuid.uuid4().hex}", clock=clock)
     db.execute(TABLE)
     admit = sql_admitter(db.connect, on_reject=forward_to(store))
-    url = serve(FencingMiddleware(documents_app(db), admit))
+    url = serve(FencingMiddleware(documents_app(db), admit, secret=SECRET))
 
     store.submit("jöb/42 ✓")  # any Unicode job id travels in the percent-encoded headers
     a = store.claim("jöb/42 ✓", owner="wörker-a", ttl=10.0)
     clock.advance(10.5)  # A pauses past its TTL
     b = store.claim("jöb/42 ✓", owner="worker-b", ttl=10.0)
     with httpx.Client(base_url=url, timeout=20) as client:
-        current = client.post("/documents/report", content=b"B's report", headers=fencing_headers(b))
-        stale = client.post("/documents/report", content=b"A's late report", headers=fencing_headers(a))
+        current = client.post("/documents/report", content=b"B's report", headers=fencing_headers(b, secret=SECRET))
+        stale = client.post("/documents/report", content=b"A's late report",
+                            headers=fencing_headers(a, secret=SECRET))
         bare = client.post("/documents/report", content=b"no lease")
         broken = client.post("/documents/report", content=b"?",
-                             headers={**fencing_headers(b), "Tenure-Fencing-Token": "eight"})
+                             headers={**fencing_headers(b, secret=SECRET), "Tenure-Fencing-Token": "eight"})
 
     assert (current.status_code, current.text) == (200, "written")
     assert stale.status_code == 409
@@ -118,10 +129,56 @@ def test_unfenced_paths_pass_through_and_an_unreachable_fence_refuses(serve: Any
         path = str(scope["path"])
         return path if path.startswith("/documents/") else None
 
-    url = serve(FencingMiddleware(hello, broken_fence, resource=only_documents))
+    url = serve(FencingMiddleware(hello, broken_fence, secret=SECRET, resource=only_documents))
     lease = tenure.Lease(job_id="j", owner="w", token=1, expires_at=0.0, ttl=1.0)
     with httpx.Client(base_url=url, timeout=20) as client:
         health = client.get("/health")
-        refused = client.post("/documents/x", headers=fencing_headers(lease))
+        refused = client.post("/documents/x", headers=fencing_headers(lease, secret=SECRET))
     assert (health.status_code, health.text) == (200, "False")  # served, and never fenced
     assert refused.status_code == 503
+
+
+def test_forged_tokens_are_refused_and_audited_and_other_spellings_reach_the_same_fence(
+        db: Database, serve: Any) -> None:
+    """The review's attack: a forged token 2**63-1 must not lock the real holder out, and a stale
+    writer must not reach a fresh fence key with a trailing slash or a doubled slash."""
+    clock = tenure.ManualClock()
+    store = tenure.connect(f"memory://http-{uuid.uuid4().hex}", clock=clock)
+    db.execute(TABLE)
+    audit = forward_to(store)
+    url = serve(FencingMiddleware(documents_app(db), sql_admitter(db.connect, on_reject=audit), secret=SECRET,
+                                  on_reject=audit))
+    a = store.claim("job-42", owner="worker-a", ttl=10.0)
+    clock.advance(10.5)
+    b = store.claim("job-42", owner="worker-b", ttl=10.0)
+    top = tenure.Lease(job_id="job-42", owner="mallory", token=2**63 - 1, expires_at=0.0, ttl=1.0)
+    forged = {
+        "unsigned": fencing_headers(top),
+        "made-up signature": {**fencing_headers(top), SIGNATURE_HEADER: "v1=" + "0" * 64},
+        "signed with another secret": fencing_headers(top, secret="not the ledger's secret"),
+        "b's signature on a higher token": {**fencing_headers(top), SIGNATURE_HEADER: signature(b, SECRET)},
+    }
+    with httpx.Client(base_url=url, timeout=20) as client:
+        refused = {name: client.post("/documents/report", content=b"forged", headers=headers)
+                   for name, headers in forged.items()}
+        current = client.post("/documents/report", content=b"B's report", headers=fencing_headers(b, secret=SECRET))
+        # raw paths: httpx would read "//documents" as a host name
+        respelled = [client.post(httpx.URL(url).copy_with(raw_path=path), content=b"A's late report",
+                                 headers=fencing_headers(a, secret=SECRET))
+                     for path in (b"/documents/report/", b"//documents//report", b"/documents/r%65port//")]
+
+    assert {name: r.status_code for name, r in refused.items()} == dict.fromkeys(forged, 403)
+    assert refused["unsigned"].json() == {"error": "unproven token: no signature"}
+    assert refused["made-up signature"].json() == {"error": "unproven token: bad signature"}
+    assert current.status_code == 200  # the forged 2**63-1 was never admitted
+    assert [r.status_code for r in respelled] == [409, 409, 409]
+    assert all(r.json()["resource"] == "/documents/report" for r in respelled)
+    assert db.rows("SELECT body, token FROM documents") == [("B's report", b.token)]
+    audited = store.rejections()
+    unproven = [r for r in audited if r.reason.startswith("unproven token")]
+    assert [(r.owner, r.token, r.resource, r.kind) for r in unproven] == [
+        ("mallory", 2**63 - 1, "/documents/report", RejectionKind.DESTINATION)] * len(forged)
+    stale = [r for r in audited if r not in unproven]
+    assert [(r.owner, r.token, r.current_token, r.resource) for r in stale] == [
+        ("worker-a", a.token, b.token, "/documents/report")] * 3
+    store.close()

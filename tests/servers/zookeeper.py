@@ -164,6 +164,19 @@ class ZooKeeperServer:
         self.start()
         self.wait_serving()
 
+    def set_child_counters(self, counters: dict[str, int]) -> None:
+        """Stop the server, set the child counter (which names sequential children) of each
+        znode path, and start it again: billions of creations skipped, for tests of the limit."""
+        self.kill()
+        args = [f"{v}" if i % 2 else k for k, v in counters.items() for i in (0, 1)]
+        tool = Path(__file__).with_name("ZkChildCounter.java")
+        done = subprocess.run(["java", "-cp", classpath(), str(tool), str(self.directory / "data"), *args],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            cannot_start(f"{tool.name} failed: {done.stderr[-2000:]}")
+        self.start()
+        self.wait_serving()
+
 
 class Ensemble:
     """Three servers on loopback; ``leader()`` finds the current leader.

@@ -1,0 +1,157 @@
+"""The store commands of ``tenure``: each takes an open store and parsed arguments and
+returns an exit status (see ``tenure.cli.exits``)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import getpass
+import sys
+import threading
+from typing import Any
+
+import tenure
+from tenure.cli import exits
+from tenure.cli.format import render, table, when
+from tenure.core.export import to_jsonl
+from tenure.core.records import Change
+
+
+def emit(args: argparse.Namespace, value: Any, human: Any) -> None:
+    print(render(args.output, value, human), flush=True)
+
+
+def _lease(args: argparse.Namespace) -> tenure.Lease:
+    return tenure.Lease(args.job_id, args.owner, args.token, 0.0, getattr(args, "ttl", None) or 1.0)
+
+
+def operator(args: argparse.Namespace) -> str:
+    """Who runs an operator command, for the history: ``--actor`` or the login name."""
+    if args.actor:
+        return str(args.actor)
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no login name (a container without a passwd entry)
+        return "operator"
+
+
+def cmd_submit(store: tenure.Store, args: argparse.Namespace) -> int:
+    store.submit_many(args.job_ids)
+    emit(args, {"submitted": args.job_ids}, lambda: f"submitted {len(args.job_ids)} job(s)")
+    return exits.OK
+
+
+def cmd_claim(store: tenure.Store, args: argparse.Namespace) -> int:
+    if args.job_id is None:
+        lease = store.claim_next(args.owner, args.ttl, wait=args.wait)
+        if lease is None:
+            print("tenure: nothing to claim", file=sys.stderr)
+            return exits.NOTHING
+    else:
+        lease = store.claim(args.job_id, args.owner, args.ttl, wait=args.wait)
+    if args.output == "table":
+        print(lease.token)  # what a shell script captures: TOKEN=$(tenure claim ...)
+        print(f"claimed {lease.job_id!r}: token {lease.token}, expires {when(lease.expires_at, store.now())}",
+              file=sys.stderr)
+    else:
+        emit(args, lease, str)
+    return exits.OK
+
+
+def cmd_renew(store: tenure.Store, args: argparse.Namespace) -> int:
+    lease = store.renew(_lease(args), args.ttl)
+    now = store.now()
+    emit(args, lease, lambda: f"renewed {lease.job_id!r} (token {lease.token}): expires {when(lease.expires_at, now)}")
+    return exits.OK
+
+
+def cmd_complete(store: tenure.Store, args: argparse.Namespace) -> int:
+    store.complete(_lease(args), args.result)
+    emit(args, {"completed": args.job_id, "token": args.token},
+         lambda: f"completed {args.job_id!r} (token {args.token})")
+    return exits.OK
+
+
+def cmd_release(store: tenure.Store, args: argparse.Namespace) -> int:
+    store.release(_lease(args))
+    emit(args, {"released": args.job_id, "token": args.token},
+         lambda: f"released {args.job_id!r} (token {args.token})")
+    return exits.OK
+
+
+def cmd_expire(store: tenure.Store, args: argparse.Namespace) -> int:
+    store.force_expire(args.job_id, token=args.token, actor=operator(args))
+    emit(args, {"expired": args.job_id, "token": args.token},
+         lambda: f"expired the lease on {args.job_id!r} (token {args.token})")
+    return exits.OK
+
+
+def cmd_get(store: tenure.Store, args: argparse.Namespace) -> int:
+    status = store.get(args.job_id)
+    if status is None:
+        raise tenure.JobNotFound(args.job_id)
+    now = store.now()
+    emit(args, status, lambda: "\n".join(
+        f"{f.name:>13}: {when(v, now) if f.name.endswith('_at') else ('-' if v is None else v)}"
+        for f in dataclasses.fields(status) if (v := getattr(status, f.name)) is not None or f.name == "owner"))
+    return exits.OK
+
+
+def cmd_ls(store: tenure.Store, args: argparse.Namespace) -> int:
+    page = store.page(states=args.state, owner=args.owner, job=args.job, order=args.order,
+                      offset=args.offset, limit=args.limit)
+    now = store.now()
+    emit(args, page.jobs, lambda: table(
+        ["job", "state", "owner", "token", "expires", "runs"],
+        [(j.job_id, j.state.value, j.owner, j.token, when(j.expires_at, now), j.runs) for j in page.jobs]))
+    if args.output == "table" and page.total > len(page.jobs):
+        first = page.offset + 1 if page.jobs else page.offset
+        print(f"jobs {first}-{page.offset + len(page.jobs)} of {page.total} (--offset, --limit for others)",
+              file=sys.stderr)
+    return exits.OK
+
+
+def cmd_rejections(store: tenure.Store, args: argparse.Namespace) -> int:
+    records = store.rejections(since=args.since, limit=args.limit)
+    now = store.now()
+    emit(args, records, lambda: table(
+        ["at", "job", "op", "owner", "token", "current owner", "current token", "kind", "reason"],
+        [(when(r.at, now), r.job_id, r.op.value, r.owner, r.token, r.current_owner, r.current_token,
+          r.kind.value, r.reason) for r in records]))
+    return exits.OK
+
+
+def cmd_history(store: tenure.Store, args: argparse.Namespace) -> int:
+    events = store.history(args.job_id, limit=args.limit)
+    now = store.now()
+    emit(args, events, lambda: table(
+        ["at", "job", "op", "owner", "token", "expires"],
+        [(when(e.at, now), e.job_id, e.op.value, e.owner, e.token, when(e.expires_at, now)) for e in events]))
+    return exits.OK
+
+
+def cmd_health(store: tenure.Store, args: argparse.Namespace) -> int:
+    facts = store.health()
+    emit(args, facts, lambda: "\n".join(f"{k:>14}: {v}" for k, v in facts.items()))
+    return exits.OK
+
+
+def cmd_watch(store: tenure.Store, args: argparse.Namespace) -> int:
+    """Print each change as it happens: every job first, then changes and new rejections."""
+    stop = threading.Event()
+    for seen, change in enumerate(store.watch(stop, interval=args.interval), start=1):
+        print(_change_line(change) if args.output == "table" else to_jsonl([change]), flush=True)
+        if args.count is not None and seen >= args.count:
+            stop.set()
+            break
+    return exits.OK
+
+
+def _change_line(change: Change) -> str:
+    if change.job is not None:
+        j = change.job
+        return f"job        {j.job_id}  {j.state.value}  owner={j.owner or '-'}  token={j.token}"
+    if change.rejection is not None:
+        r = change.rejection
+        return f"rejection  {r.job_id}  {r.op.value} by {r.owner} token={r.token}: {r.reason}"
+    return f"removed    {change.removed}"

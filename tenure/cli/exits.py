@@ -1,0 +1,47 @@
+"""Exit statuses of ``tenure``, after BSD's sysexits.h so schedulers and shells can act on them."""
+
+from __future__ import annotations
+
+from tenure.core.errors import (
+    AlreadyClaimed,
+    BackendUnavailable,
+    InvalidArgument,
+    JobCompleted,
+    JobNotFound,
+    LeaseError,
+    StaleLease,
+    TokenChanged,
+)
+
+OK = 0
+USAGE = 64  # EX_USAGE: a malformed command line or invalid input (nothing was written)
+REFUSED = 65  # EX_DATAERR: the store refused: stale lease, already claimed, completed, token changed
+NOTHING = 66  # EX_NOINPUT: nothing to claim, or no such job
+UNAVAILABLE = 69  # EX_UNAVAILABLE: the store cannot be reached, timed out or refused the credentials
+SOFTWARE = 70  # EX_SOFTWARE: anything else (a corrupt record, a lease lost outside ``run``)
+TEMPFAIL = 75  # EX_TEMPFAIL: ``run`` did not finish its command under the lease; try again later
+INTERRUPTED = 130  # Ctrl-C
+
+HELP = f"""exit status:
+  {OK:<4} success ("run": the command exited 0, or the job was already completed)
+  {USAGE:<4} invalid usage or input; nothing was written
+  {REFUSED:<4} the store refused: stale lease, already claimed, job completed, token changed
+  {NOTHING:<4} nothing to claim, or no such job
+  {UNAVAILABLE:<4} the store cannot be reached (or refused the credentials)
+  {SOFTWARE:<4} a record tenure cannot read, or another error
+  {TEMPFAIL:<4} "run": the job is held elsewhere, or the lease was lost while the command ran
+  N    "run": the command's own non-zero status (128+signal if a signal ended it)
+"""
+
+
+def for_error(exc: LeaseError) -> int:
+    """The status for an error that ends a command."""
+    if isinstance(exc, InvalidArgument):
+        return USAGE
+    if isinstance(exc, JobNotFound):
+        return NOTHING
+    if isinstance(exc, (StaleLease, AlreadyClaimed, JobCompleted, TokenChanged)):
+        return REFUSED
+    if isinstance(exc, BackendUnavailable):
+        return UNAVAILABLE
+    return SOFTWARE

@@ -1,0 +1,181 @@
+"""``tenure``: the command line. Human tables by default, ``-o json`` or ``-o jsonl`` for scripts.
+
+    tenure --url sqlite:///jobs.db submit job-42
+    TOKEN=$(tenure --url sqlite:///jobs.db claim job-42 --owner me --ttl 30)
+    tenure --url sqlite:///jobs.db complete job-42 --owner me --token "$TOKEN" --result done
+    tenure --url sqlite:///jobs.db run nightly --owner cron --ttl 60 -- ./nightly.sh
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from tenure.cli import commands, exits
+from tenure.cli.format import OUTPUTS
+from tenure.cli.run import cmd_run
+from tenure.core.records import JobState
+
+DEFAULT_URL = "sqlite:///tenure-demo.db"
+
+Command = Callable[[Any, argparse.Namespace], int]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse exits 2 on a usage error; tenure's usage status is EX_USAGE (64)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(exits.USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _version() -> str:
+    import tenure
+
+    return f"tenure {tenure.__version__}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="tenure", description="Expiring job leases with fencing tokens.",
+                     epilog=exits.HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument("--url", default=os.environ.get("TENURE_URL", DEFAULT_URL),
+                        help=f"store URL (env TENURE_URL; default {DEFAULT_URL})")
+    parser.add_argument("-o", "--output", choices=OUTPUTS, default="table",
+                        help="table (default), json, or jsonl (one record per line)")
+    parser.add_argument("--json", dest="output", action="store_const", const="json", help="same as -o json")
+    # The same options after the command too (``tenure ls --json``); given there, they win.
+    common = _Parser(add_help=False)
+    common.add_argument("--url", default=argparse.SUPPRESS, help="store URL")
+    common.add_argument("-o", "--output", choices=OUTPUTS, default=argparse.SUPPRESS, help="output form")
+    common.add_argument("--json", dest="output", action="store_const", const="json", default=argparse.SUPPRESS,
+                        help="same as -o json")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, func: Command | None, text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=text, description=text, parents=[common])
+        p.set_defaults(func=func)
+        return p
+
+    def waiting(p: argparse.ArgumentParser, what: str) -> None:
+        p.add_argument("--wait", type=float, metavar="SECONDS", help=f"block up to this long {what}")
+
+    p = command("submit", commands.cmd_submit, "submit jobs (a completed job starts a new run)")
+    p.add_argument("job_ids", nargs="+", metavar="JOB_ID")
+    p = command("claim", commands.cmd_claim,
+                "claim a job, or the next claimable one without JOB_ID; prints the token")
+    p.add_argument("job_id", nargs="?", metavar="JOB_ID")
+    p.add_argument("--owner", required=True)
+    p.add_argument("--ttl", type=float, required=True, help="lease length in seconds")
+    waiting(p, "while the job is held, or while nothing is claimable")
+    for name, func, text in (("renew", commands.cmd_renew, "renew a lease"),
+                             ("complete", commands.cmd_complete, "complete a job under a lease"),
+                             ("release", commands.cmd_release, "give a job back unfinished")):
+        p = command(name, func, text)
+        p.add_argument("job_id", metavar="JOB_ID")
+        p.add_argument("--owner", required=True)
+        p.add_argument("--token", type=int, required=True, help="the lease's fencing token")
+        if name == "renew":
+            p.add_argument("--ttl", type=float, required=True)
+        if name == "complete":
+            p.add_argument("--result", help="text to store as the job's result")
+    p = command("run", cmd_run, "hold a job's lease while a command runs; exit 75 if it cannot")
+    p.add_argument("job_id", metavar="JOB_ID")
+    p.add_argument("--owner", required=True)
+    p.add_argument("--ttl", type=float, required=True, help="lease length in seconds, renewed while CMD runs")
+    waiting(p, "while the job is held elsewhere (default: exit 75 at once)")
+    p.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
+                   help="after SIGTERM, SIGKILL the command this much later (default 10)")
+    p.usage = "tenure run JOB_ID --owner OWNER --ttl SECONDS [--wait SECONDS] [--grace SECONDS] -- CMD [ARGS...]"
+    p.epilog = ("CMD gets TENURE_JOB, TENURE_TOKEN and TENURE_OWNER. Exit 0: job completed. Non-zero: job "
+                "released, its status returned. Completed job: CMD not run, exit 0. Held elsewhere or lease "
+                "lost: exit 75 (on a lost lease CMD's process group gets SIGTERM, then SIGKILL after --grace).")
+    p = command("expire", commands.cmd_expire,
+                "end a job's lease now, if its token is still the one given (an operator action)")
+    p.add_argument("job_id", metavar="JOB_ID")
+    p.add_argument("--token", type=int, required=True, help="the current token you confirmed")
+    p.add_argument("--actor", help="who asks, for the history (default: your login name)")
+    p = command("get", commands.cmd_get, "show one job")
+    p.add_argument("job_id", metavar="JOB_ID")
+    p = command("ls", commands.cmd_ls, "list one page of jobs")
+    p.add_argument("--state", action="append", choices=[s.value for s in JobState],
+                   help="only jobs in this state (repeatable)")
+    p.add_argument("--owner", help="only jobs whose owner contains this text")
+    p.add_argument("--job", help="only jobs whose id contains this text")
+    p.add_argument("--order", choices=["expiry", "job"], default="job", help="by job id (default) or expiry")
+    p.add_argument("--offset", type=int, default=0)
+    p.add_argument("--limit", type=int, default=100, help="jobs per page, 1 to 1000 (default 100)")
+    p = command("rejections", commands.cmd_rejections, "list audited rejections, oldest first")
+    p.add_argument("--since", type=float, help="store time in seconds since the epoch")
+    p.add_argument("--limit", type=int, help="only the most recent N")
+    p = command("history", commands.cmd_history, "list accepted operations, oldest first")
+    p.add_argument("job_id", nargs="?", metavar="JOB_ID")
+    p.add_argument("--limit", type=int)
+    p = command("watch", commands.cmd_watch, "print every job, then each change and new rejection, until Ctrl-C")
+    p.add_argument("--interval", type=float, default=1.0, help="poll interval where the store has no watch")
+    p.add_argument("--count", type=int, help="stop after this many changes")
+    command("health", commands.cmd_health, "show facts about the store; exit 69 if it cannot be reached")
+    p = command("metrics", None, "serve Prometheus metrics of the store at http://HOST:PORT/metrics")
+    from tenure.cli import metrics
+
+    metrics.add_arguments(p)
+    p.set_defaults(run=metrics.run)
+
+    p = command("demo", None, "run the demo: workers, a paused worker, a rejected stale completion")
+    from tenure import demo
+
+    demo.add_arguments(p)
+    p.set_defaults(run=demo.run)
+    p = command("dashboard", None, "serve the operations dashboard")
+    try:
+        from tenure.dashboard import launcher
+    except ImportError:  # the dashboard extra is not installed; say so when it is used
+        p.set_defaults(run=_no_dashboard)
+    else:
+        launcher.add_arguments(p)
+        p.set_defaults(run=launcher.run)
+    return parser
+
+
+def _no_dashboard(args: argparse.Namespace) -> int:
+    print("tenure: the dashboard needs Streamlit: pip install 'tenure[dashboard]'", file=sys.stderr)
+    return exits.USAGE
+
+
+def _split_command(words: list[str]) -> tuple[list[str], list[str]]:
+    """``tenure ... run JOB ... -- CMD ARGS``: what argparse parses, and the command to run.
+
+    argparse cannot leave a command's own options alone after a positional argument, so the
+    command is cut off at the first ``--`` after ``run`` before parsing.
+    """
+    if "--" in words and "run" in words[:words.index("--")]:
+        cut = words.index("--")
+        return words[:cut], words[cut + 1:]
+    return words, []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import tenure
+
+    words = list(sys.argv[1:] if argv is None else argv)
+    head, command = _split_command(words)
+    try:
+        args = build_parser().parse_args(head)
+    except SystemExit as exc:  # --help, --version and usage errors
+        return exc.code if isinstance(exc.code, int) else exits.USAGE
+    args.cmd = command
+    try:
+        if args.func is None:
+            code: int = args.run(args)
+            return code
+        with tenure.connect(args.url) as store:
+            status: int = args.func(store, args)
+            return status
+    except tenure.LeaseError as exc:
+        print(f"tenure: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return exits.for_error(exc)
+    except KeyboardInterrupt:
+        return exits.INTERRUPTED

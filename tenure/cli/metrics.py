@@ -1,0 +1,106 @@
+"""``tenure metrics``: Prometheus metrics of a store at ``/metrics``, for alerting.
+
+Each scrape reads the store's indexed ``summary()`` (counts by state, leases ending soon,
+rejections in the last hour) and the rejections audited since the previous scrape; nothing
+is cached between scrapes, so a scrape costs the store one summary and one audit read.
+
+=====================================  =======  ==============================================
+metric                                 type     meaning
+=====================================  =======  ==============================================
+``tenure_jobs{state}``                 gauge    jobs by state (pending, leased, expired,
+                                                completed, corrupt) by the store's clock
+``tenure_leases_expiring_soon``        gauge    live leases ending within ``--soon`` seconds
+``tenure_rejections_total{op,kind,     counter  rejections audited since this exporter started
+reason}``
+``tenure_rejections_last_hour``        gauge    rejections the audit holds for the last hour
+``tenure_store_up``                    gauge    1 if the store answered this scrape, else 0
+``tenure_store_read_seconds``          gauge    how long this scrape's reads took
+=====================================  =======  ==============================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import tenure
+from tenure.cli import exits
+from tenure.core.records import JobState, Reason, RejectionKind
+from tenure.core.watch import NewRejections
+
+_REASONS = frozenset(r.value for r in Reason)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=int, default=9464, help="port to serve on (default 9464; 0 picks one)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--soon", type=float, default=30.0,
+                        help="a lease ending within this many seconds counts as expiring soon (default 30)")
+
+
+class StoreCollector:
+    """A prometheus_client collector that reads the store at each scrape."""
+
+    def __init__(self, store: tenure.Store, soon: float) -> None:
+        self.store = store
+        self.soon = soon
+        self._lock = threading.Lock()  # scrapes may overlap; the audit tally is one
+        self._rejections: Counter[tuple[str, str, str]] = Counter()
+        self._new_rejections = NewRejections(store.backend, store.now())
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        started = time.perf_counter()
+        up = 1
+        summary = None
+        with self._lock:
+            try:
+                summary = self.store.summary(self.soon)
+                for r in self._new_rejections():
+                    reason = r.reason if r.reason in _REASONS or r.kind is RejectionKind.STORE else "other"
+                    self._rejections[(r.op.value, r.kind.value, reason)] += 1
+            except tenure.LeaseError as exc:
+                up = 0
+                print(f"tenure metrics: reading the store failed: {exc}", file=sys.stderr, flush=True)
+            tally = dict(self._rejections)
+        if summary is not None:
+            jobs = GaugeMetricFamily("tenure_jobs", "Jobs by state, judged by the store's clock", labels=["state"])
+            for state in JobState:
+                jobs.add_metric([state.value], getattr(summary, state.value))
+            yield jobs
+            yield GaugeMetricFamily("tenure_leases_expiring_soon", f"Live leases ending within {self.soon:g} s",
+                                    value=summary.expiring_soon)
+            yield GaugeMetricFamily("tenure_rejections_last_hour", "Rejections audited in the last hour",
+                                    value=summary.rejections_last_hour)
+        rejections = CounterMetricFamily("tenure_rejections", "Rejections audited since this exporter started",
+                                         labels=["op", "kind", "reason"])
+        for (op, kind, reason), count in sorted(tally.items()):
+            rejections.add_metric([op, kind, reason], count)
+        yield rejections
+        yield GaugeMetricFamily("tenure_store_up", "1 if the store answered this scrape", value=up)
+        yield GaugeMetricFamily("tenure_store_read_seconds", "Time this scrape's store reads took",
+                                value=time.perf_counter() - started)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        from prometheus_client import CollectorRegistry, start_http_server
+    except ImportError:
+        print("tenure: metrics need prometheus_client: pip install 'tenure[metrics]'", file=sys.stderr)
+        return exits.USAGE
+    with tenure.connect(args.url) as store:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(StoreCollector(store, args.soon))
+        server, _ = start_http_server(args.port, addr=args.host, registry=registry)
+        print(f"tenure metrics: serving http://{args.host}:{server.server_port}/metrics", file=sys.stderr, flush=True)
+        try:
+            threading.Event().wait()  # until Ctrl-C or SIGTERM
+        finally:
+            server.shutdown()
+    return exits.OK

@@ -1,0 +1,128 @@
+"""The pauses of a blocking claim (``claim(..., wait=)``, ``claim_next(..., wait=)``).
+
+Between attempts a waiting claim sleeps until the store's watch reports a change (a release,
+a completion, a new job), the lease it ran into is due to end, or a backoff delay passes,
+whichever comes first. Backends with a native watch (etcd, ZooKeeper) wake it at once: one
+watch per store, started by the first claim that waits and shared by all later ones, so many
+waiting workers cost the store one watch. The others (memory, SQLite) are polled, starting at
+50 ms and doubling up to one second, so an idle waiter costs about one claim attempt a second.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+
+from tenure.core.backend import Backend
+from tenure.core.errors import InvalidArgument
+from tenure.core.records import Change, JobState
+
+log = logging.getLogger("tenure.waiting")
+
+FIRST_DELAY = 0.05
+MAX_POLL_DELAY = 1.0  # without a watch: also how late an expiry nobody announces is noticed
+MAX_WATCH_DELAY = 2.0  # with a watch: a fallback for changes a watch does not report (expiry)
+WATCH_INTERVAL = 0.5  # how often the watch thread looks at its stop flag
+
+
+def seconds(wait: object) -> float:
+    """A validated wait: None and 0 mean "do not wait"."""
+    if wait is None:
+        return 0.0
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait < math.inf:
+        raise InvalidArgument(f"wait must be a non-negative number of seconds, got {wait!r}")
+    return float(wait)
+
+
+def has_native_watch(backend: Backend) -> bool:
+    """Whether the backend overrides the polling watch with one the store pushes."""
+    return type(backend).watch is not Backend.watch
+
+
+def may_free_a_job(change: Change) -> bool:
+    """Whether a change can make a job claimable: renewals, claims, completions and
+    rejections cannot, so a busy store does not wake every waiter at each renewal."""
+    if change.job is not None:
+        return change.job.state in (JobState.PENDING, JobState.EXPIRED)
+    return change.removed is not None
+
+
+class Changes:
+    """A count of the changes a store's watch reported that may free a job, for waiting
+    claims to sleep on.
+
+    The watch runs in one thread per store, started by the first waiter and kept until
+    ``close()``; if it fails, the next waiter starts it again (and backoff covers the gap).
+    """
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+        self.native = has_native_watch(backend)
+        self._cond = threading.Condition()
+        self._count = 0
+        self._stop = threading.Event()
+        self._running = False
+
+    def seen(self) -> int:
+        """The count now; starts the watch if none runs."""
+        with self._cond:
+            if self.native and not self._running and not self._stop.is_set():
+                self._running = True
+                threading.Thread(target=self._follow, name="tenure-claim-wait", daemon=True).start()
+            return self._count
+
+    def wait(self, seen: int, timeout: float) -> None:
+        """Until a change after ``seen`` is reported, or ``timeout`` seconds."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._count != seen or self._stop.is_set(), timeout)
+
+    def _follow(self) -> None:
+        try:
+            for change in self._backend.watch(self._stop, WATCH_INTERVAL):
+                if not may_free_a_job(change):
+                    continue
+                with self._cond:
+                    self._count += 1
+                    self._cond.notify_all()
+        except Exception as exc:  # the backoff goes on without it; a closed store ends it too
+            if not self._stop.is_set():
+                log.info("the watch behind waiting claims ended: %s", exc)
+        finally:
+            with self._cond:
+                self._running = False
+
+    def close(self) -> None:
+        with self._cond:
+            self._stop.set()
+            self._cond.notify_all()
+
+
+class Waiter:
+    """Paces the attempts of one blocking claim."""
+
+    def __init__(self, changes: Changes, wait: float) -> None:
+        # The wait is the caller's real time (like the sleeps between attempts), not the
+        # store's clock: an injected test clock must not stretch or shrink it.
+        self._changes = changes
+        self._end = time.monotonic() + wait
+        self._delay = FIRST_DELAY
+        self._seen = changes.seen()  # before the next attempt: a change after it wakes us
+
+    def pause(self, due_in: float | None = None) -> bool:
+        """Sleep before the next attempt; False once the wait is over (do not try again).
+
+        ``due_in``: seconds until the obstacle ends by itself (a lease's expiry), if known.
+        """
+        remaining = self._end - time.monotonic()
+        if remaining <= 0:
+            return False
+        if self._changes.native:  # changes are announced: sleep until the lease is due, or the cap
+            timeout = min(MAX_WATCH_DELAY, self._delay if due_in is None else max(due_in, FIRST_DELAY))
+        else:  # a release is seen only by trying: back off, but not past the lease's end
+            timeout = self._delay if due_in is None else min(self._delay, max(due_in, FIRST_DELAY))
+        self._changes.wait(self._seen, min(timeout, remaining))
+        self._seen = self._changes.seen()
+        self._delay = min(self._delay * 2, MAX_WATCH_DELAY if self._changes.native else MAX_POLL_DELAY)
+        return True

@@ -1,0 +1,104 @@
+"""Proof that a fencing token came from the store, for fences that take tokens from the network.
+
+A fence admits the highest token it has seen, so a token it believes on a client's word is a
+weapon: one request with token 2**63-1 would lock every real holder out for good. Two proofs,
+either or both:
+
+- a **signature**: HMAC-SHA256 over (job id, owner, token) with a secret the workers and the
+  destination share. Workers sign with ``signature(held, secret)`` (``fencing_headers(held,
+  secret=...)`` adds it as a header). It proves the sender knows the secret, not that the store
+  issued the token: a worker holding the secret could still sign a token it made up.
+- the **store's word**: the token is at most the job's current token in the store, and the
+  current token is held by the owner who presents it. A token above the store's current one
+  was never issued. It costs one store read per check and needs the destination to reach the
+  store; it cannot tell an old token of the job from the one its holder was really given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from tenure.core.errors import ForgedToken, InvalidArgument
+from tenure.core.store import Store
+from tenure.fencing import claims
+from tenure.fencing.claims import FenceClaim
+
+VERSION = "v1"  # names the message layout, so a later layout can be told apart
+MIN_SECRET_BYTES = 16
+_CONTEXT = b"tenure-fencing-token\x00"  # a signature made for something else never matches
+
+
+def _key(secret: object) -> bytes:
+    if isinstance(secret, str):
+        secret = secret.encode("utf-8")
+    if not isinstance(secret, bytes):
+        raise InvalidArgument(f"a fencing secret must be str or bytes, not {type(secret).__name__}")
+    if len(secret) < MIN_SECRET_BYTES:
+        raise InvalidArgument(f"a fencing secret must be at least {MIN_SECRET_BYTES} bytes")
+    return secret
+
+
+def _message(job_id: str, owner: str, token: int) -> bytes:
+    # Each field is length-prefixed: no job id and owner pair can be spelled as another.
+    parts = [job_id.encode("utf-8"), owner.encode("utf-8"), str(token).encode("ascii")]
+    return _CONTEXT + b"".join(len(p).to_bytes(4, "big") + p for p in parts)
+
+
+def sign(secret: bytes | str, job_id: str, owner: str, token: int) -> str:
+    """The signature of (job id, owner, token): ``v1=`` and 64 hex digits."""
+    job, checked, who = claims.holder(token, job_id=job_id, owner=owner)
+    assert who is not None
+    return f"{VERSION}=" + hmac.new(_key(secret), _message(job, who, checked), hashlib.sha256).hexdigest()
+
+
+def signature(lease: claims.LeaseLike, secret: bytes | str) -> str:
+    """The worker's side: sign a lease (a held lease is checked first: LeaseLost once lost)."""
+    job, token, owner = claims.holder(lease)
+    assert owner is not None  # a lease always names its owner
+    return sign(secret, job, owner, token)
+
+
+class Proof:
+    """What a fence requires before it admits a token from the network.
+
+    ``secret``: the token must carry a valid signature. ``store``: the token must not be above
+    the job's current token in the store, and the current token must be presented by its owner.
+    At least one is required: a fence that believes any token is not a fence.
+    """
+
+    def __init__(self, *, secret: bytes | str | None = None, store: Store | None = None) -> None:
+        if secret is None and store is None:
+            raise InvalidArgument("a fence that takes tokens from the network needs a proof: pass secret= "
+                                  "(signed tokens) and/or store= (tokens the store issued)")
+        if store is not None and not isinstance(store, Store):
+            raise InvalidArgument(f"store must be a tenure.Store, not {type(store).__name__}")
+        self._key = None if secret is None else _key(secret)
+        self.store = store
+
+    def check(self, claim: FenceClaim, given: str | None) -> None:
+        """Raise ``ForgedToken`` unless ``claim`` is proven; ``given`` is the signature it came with."""
+        if self._key is not None:
+            self._check_signature(claim, given)
+        if self.store is not None:
+            self._check_issued(claim, self.store)
+
+    def _check_signature(self, claim: FenceClaim, given: str | None) -> None:
+        if not given:
+            raise ForgedToken(claim.job_id, claim.token, "no signature")
+        if claim.owner is None:
+            raise ForgedToken(claim.job_id, claim.token, "a signed token needs its owner")
+        expected = f"{VERSION}=" + hmac.new(self._key or b"", _message(claim.job_id, claim.owner, claim.token),
+                                            hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(given.encode("ascii", "replace"), expected.encode("ascii")):
+            raise ForgedToken(claim.job_id, claim.token, "bad signature")
+
+    @staticmethod
+    def _check_issued(claim: FenceClaim, store: Store) -> None:
+        status = store.get(claim.job_id)  # BackendUnavailable propagates: unproven is not admitted
+        if status is None or status.token == 0:
+            raise ForgedToken(claim.job_id, claim.token, "the store has never issued a token for this job")
+        if claim.token > status.token:
+            raise ForgedToken(claim.job_id, claim.token, "above the store's current token for this job")
+        if claim.token == status.token and claim.owner != status.owner:
+            raise ForgedToken(claim.job_id, claim.token, "the store issued this token to another owner")

@@ -1,0 +1,108 @@
+"""The audit past ZooKeeper's sequence counter: about two billion records per directory.
+
+ZooKeeper names a sequential znode with its parent's signed 32-bit count of child creations.
+Reaching it takes weeks of real traffic; the server's data is edited instead
+(``ZooKeeperServer.set_child_counters``), so the real server numbers the next records.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from typing import Any
+
+import pytest
+from kazoo.exceptions import NodeExistsError
+
+import tenure
+from tenure import Op
+from tenure.backends import zookeeper_layout as zl
+from tenure.backends.zookeeper_audit import SEGMENT_LIMIT
+from tests.servers.zookeeper import ZooKeeperHarness, ZooKeeperServer
+
+NEAR_THE_END = 2**31 - 3  # three numbers left: 2147483645, 2147483646, 2147483647
+
+
+def test_zookeeper_names_no_child_past_the_counters_end(zk_private: ZooKeeperServer) -> None:
+    """The premise: ZooKeeper 3.8 does not wrap to -2147483648 as its guide says; it stops."""
+    with tenure.connect(f"zk://{zk_private.hosts}/probe") as store:
+        store.backend.client.create("/probe/seq", b"")  # type: ignore[attr-defined]
+    zk_private.set_child_counters({"/probe/seq": NEAR_THE_END})
+    with tenure.connect(f"zk://{zk_private.hosts}/probe") as store:
+        client: Any = store.backend.client  # type: ignore[attr-defined]
+        names = [client.create("/probe/seq/e-", b"", sequence=True) for _ in range(3)]
+        assert [n.rsplit("/", 1)[1] for n in names] == ["e-2147483645", "e-2147483646", "e-2147483647"]
+        with pytest.raises(NodeExistsError):  # every later create names e-2147483647 again
+            client.create("/probe/seq/e-", b"", sequence=True)
+
+
+def test_history_rejections_and_watch_carry_on_past_the_counters_end(zk_private: ZooKeeperServer) -> None:
+    url = f"zk://{zk_private.hosts}/wrap?retention=8"
+    with tenure.connect(url) as store:
+        store.submit("seed")
+        client: Any = store.backend.client  # type: ignore[attr-defined]
+        layout = store.backend.layout  # type: ignore[attr-defined]
+        logs = (layout.events, layout.rejections)
+        counters = {d: NEAR_THE_END for d in logs}  # a store from before segments counts here
+        counters.update({f"{d}/{c}": NEAR_THE_END for d in logs for c in client.get_children(d)})
+    zk_private.set_child_counters(counters)
+
+    with tenure.connect(url) as store:
+        client = store.backend.client  # type: ignore[attr-defined]
+        stop = threading.Event()
+        changes = store.watch(stop, interval=30)  # 30 s: only ZooKeeper's watches report in time
+        pool = concurrent.futures.ThreadPoolExecutor(1)
+
+        def rejections_seen(count: int) -> list[str]:
+            seen: list[str] = []
+            while len(seen) < count:
+                change = next(changes)
+                if change.rejection is not None:
+                    seen.append(change.rejection.resource or "")
+            return seen
+
+        try:
+            watched = pool.submit(rejections_seen, 6)
+            for i in range(12):  # 36 events: past the last number, into a new segment
+                lease = store.claim(f"j{i}", owner="a", ttl=10.0)
+                store.complete(store.renew(lease))
+                if i % 2:
+                    store.report_rejection(f"j{i}", "a", lease.token, resource=f"r{i}", highest=lease.token + 1)
+            assert watched.result(timeout=20) == [f"r{i}" for i in range(1, 12, 2)]
+        finally:
+            stop.set()
+            pool.shutdown(wait=False)
+
+        history = store.history()
+        assert 8 <= len(history) <= 16  # trimmed to retention, the oldest first
+        assert [(e.job_id, e.op) for e in history[-3:]] == [("j11", Op.CLAIM), ("j11", Op.RENEW),
+                                                             ("j11", Op.COMPLETE)]
+        assert [e.at for e in history] == sorted(e.at for e in history)
+        assert [r.resource for r in store.rejections()] == [f"r{i}" for i in range(1, 12, 2)]
+        for directory in logs:  # a new segment opened; the full one was closed
+            segments = sorted(client.get_children(directory))
+            assert len(segments) == 2
+            assert client.exists(f"{directory}/{segments[0]}").version == 1
+            assert max(int(n.rsplit("-", 1)[1]) for n in client.get_children(f"{directory}/{segments[1]}")) \
+                < SEGMENT_LIMIT
+
+
+def test_records_from_before_segments_are_read_as_the_oldest(zk_harness: ZooKeeperHarness) -> None:
+    with zk_harness.connect() as store:
+        client: Any = store.backend.client  # type: ignore[attr-defined]
+        layout = store.backend.layout  # type: ignore[attr-defined]
+        for i in range(3):  # as an earlier version wrote them: straight into events/
+            event = tenure.HistoryEvent(f"old{i}", Op.SUBMIT, None, 0, float(i), None)
+            client.create(f"{layout.events}/e-", zl.dump_event(event), sequence=True)
+        store.submit("new")
+        assert [e.job_id for e in store.history()] == ["old0", "old1", "old2", "new"]
+        assert [e.job_id for e in store.history(limit=2)] == ["old2", "new"]
+
+
+@pytest.mark.parametrize(("name", "number"), [
+    ("e-0000000042", 42), ("e-2147483647", 2147483647),
+    ("e--2147483648", -2147483648), ("e--000000005", -5),  # the wrap ZooKeeper's guide describes
+    ("e-42", None), ("r-0000000042", None), ("e-00000000042", None), ("garbage", None),
+])
+def test_sequence_numbers_are_read_as_signed_32_bit_counters(name: str, number: int | None) -> None:
+    assert zl.sequence(name, "e-") == number

@@ -1,0 +1,72 @@
+"""``tenure metrics``: scraped over HTTP and parsed with prometheus_client's own parser."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import tenure
+
+parser = pytest.importorskip("prometheus_client.parser")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def exporter(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    with tenure.connect(url) as store:
+        store.submit_many(["p1", "p2", "c1"])
+        store.claim("l1", "w", 3600)
+        store.claim("soon", "w", 5)
+        store.complete(store.claim("c1", "w", 30))
+    proc = subprocess.Popen([sys.executable, "-m", "tenure", "--url", url, "metrics", "--port", "0", "--soon", "60"],
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        found = re.search(r"http://\S+/metrics", line)
+        assert found, line
+        yield url, found.group(0)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def scrape(address: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(address, timeout=30) as response:
+        text = response.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in parser.text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_metrics_count_jobs_by_state_and_rejections_since_start(exporter: tuple[str, str]) -> None:
+    url, address = exporter
+    first = scrape(address)
+    jobs = {dict(labels)["state"]: value for (name, labels), value in first.items() if name == "tenure_jobs"}
+    assert jobs == {"pending": 2, "leased": 2, "expired": 0, "completed": 1, "corrupt": 0}
+    assert first[("tenure_leases_expiring_soon", ())] == 1
+    assert first[("tenure_store_up", ())] == 1
+    assert not any(name == "tenure_rejections_total" for name, _ in first)  # none since it started
+
+    with tenure.connect(url) as store:
+        lease = store.claim("p1", "w", 30)
+        store.complete(lease)
+        for _ in range(2):
+            with pytest.raises(tenure.StaleLease):
+                store.renew(lease)
+        store.report_rejection("p2", "w", 1, resource="db", highest=3)
+    second = scrape(address)
+    key = ("tenure_rejections_total", (("kind", "store"), ("op", "renew"), ("reason", "job already completed")))
+    assert second[key] == 2
+    destination = ("tenure_rejections_total", (("kind", "destination"), ("op", "effect"),
+                                               ("reason", "token lower than one already admitted")))
+    assert second[destination] == 1
+    assert second[("tenure_rejections_last_hour", ())] == 3
+    assert scrape(address)[key] == 2  # counted once, however often it is scraped

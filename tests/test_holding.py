@@ -1,0 +1,231 @@
+"""What a holder can count on: ``lost`` at the deadline whatever hangs, renewals that no hung
+request starves, a completion that may be retried, and ``on_lost`` callbacks.
+
+The memory store stands in for a store whose requests hang or fail: what is under test is
+the renewal machinery, which is the same over every backend. Waits are bounded by generous
+timeouts that only an old, broken renewer runs into; nothing here times how fast it is.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import tenure
+from tenure.backends.memory import MemoryBackend
+from tenure.core.renewal import RENEWAL_WORKERS
+
+PATIENCE = 20.0  # seconds: far beyond every deadline below; reached only by a renewer that fails
+
+
+class HangingBackend(MemoryBackend):
+    """Renewals of jobs in ``hang`` block until ``unblock`` is set, like a store that stopped
+    answering (up to the client's timeout); completions fail or land as told."""
+
+    def __init__(self, clock: tenure.Clock) -> None:
+        super().__init__(clock)
+        self.hang: set[str] = set()
+        self.unblock = threading.Event()
+        self.hanging = threading.Semaphore(0)  # released once per renewal that hangs
+        self.fail_complete = 0  # completions to refuse before writing anything
+        self.lose_complete_answer = 0  # completions to apply, then fail as if the answer was lost
+
+    def renew(self, lease: tenure.Lease, ttl: float) -> tenure.Lease:
+        if lease.job_id in self.hang:
+            self.hanging.release()
+            self.unblock.wait()
+            raise tenure.BackendUnavailable("timed out")
+        return super().renew(lease, ttl)
+
+    def complete(self, lease: tenure.Lease, result: bytes | None) -> None:
+        if self.fail_complete:
+            self.fail_complete -= 1
+            raise tenure.BackendUnavailable("connection reset")
+        super().complete(lease, result)
+        if self.lose_complete_answer:
+            self.lose_complete_answer -= 1
+            raise tenure.BackendUnavailable("connection reset after the request was sent")
+
+
+@pytest.fixture
+def system() -> Iterator[tuple[tenure.Store, HangingBackend]]:
+    backend = HangingBackend(tenure.SystemClock())
+    store = tenure.Store(backend, clock=tenure.SystemClock())
+    yield store, backend
+    backend.unblock.set()
+    store.close()
+
+
+@pytest.fixture
+def manual() -> Iterator[tuple[tenure.Store, HangingBackend, tenure.ManualClock]]:
+    clock = tenure.ManualClock()
+    backend = HangingBackend(clock)
+    store = tenure.Store(backend, clock=clock)
+    yield store, backend, clock
+    store.close()
+
+
+# -- item 10: lost at the deadline, and no starvation -------------------------------------------
+def test_lost_is_set_at_the_deadline_while_a_renewal_hangs(system: tuple[tenure.Store, HangingBackend]) -> None:
+    store, backend = system
+    backend.hang.add("j")
+    held = store.hold("j", owner="a", ttl=0.6)
+    assert backend.hanging.acquire(timeout=PATIENCE), "the first renewal never started"
+    # The renewal is still hanging; the deadline (0.57 s after the claim) passes meanwhile.
+    assert held.lost.wait(PATIENCE), "lost was not set while a renewal hung past the deadline"
+    assert not backend.unblock.is_set()
+    assert held.remaining() <= 0
+    assert "deadline" in (held.lost_reason or "")
+
+
+def test_hung_renewals_do_not_starve_the_other_leases(system: tuple[tenure.Store, HangingBackend]) -> None:
+    store, backend = system
+    stuck = [f"stuck{i}" for i in range(RENEWAL_WORKERS + 1)]
+    backend.hang.update(stuck)
+    for job in stuck:
+        store.hold(job, owner="a", ttl=3.0)  # renewed after 1 s: the first renewal hangs
+    healthy = store.hold("healthy", owner="a", ttl=0.9)
+    first = healthy.lease.expires_at
+    # The stuck leases' first renewals are due 1 s in; the healthy lease must go on being
+    # renewed after they hang.
+    for _ in stuck:
+        assert backend.hanging.acquire(timeout=PATIENCE), "a stuck lease was never renewed"
+    renewed_at = healthy.lease.expires_at
+    end = time.monotonic() + PATIENCE
+    while healthy.lease.expires_at == renewed_at and not healthy.lost.is_set() and time.monotonic() < end:
+        time.sleep(0.05)  # real time: the renewal thread works on its own schedule
+    assert healthy.lease.expires_at > max(first, renewed_at), "renewals starved behind hung requests"
+    healthy.check()
+
+
+# -- item 11: a completion may be retried --------------------------------------------------------
+def test_a_failed_complete_may_be_retried_and_renewals_go_on(
+        manual: tuple[tenure.Store, HangingBackend, tenure.ManualClock]) -> None:
+    store, backend, clock = manual
+    held = store.hold("j", owner="a", ttl=10.0)
+    backend.fail_complete = 1
+    with pytest.raises(tenure.BackendUnavailable):
+        held.complete(b"done")
+    clock.advance(4.0)
+    assert held._renew_once() is True  # what the renewal thread does when its turn comes
+    held.check()
+    held.complete(b"done")
+    status = store.get("j")
+    assert status is not None and status.state is tenure.JobState.COMPLETED
+    assert not held.lost.is_set() and store.rejections() == []
+
+
+def test_a_completion_whose_answer_was_lost_is_found_on_retry(
+        manual: tuple[tenure.Store, HangingBackend, tenure.ManualClock]) -> None:
+    store, backend, _ = manual
+    held = store.hold("j", owner="a", ttl=10.0)
+    backend.lose_complete_answer = 1
+    with pytest.raises(tenure.BackendUnavailable):
+        held.complete(b"done")
+    held.complete(b"done")  # refused as "already completed" by this very lease: it landed
+    assert not held.lost.is_set() and held.finished
+    with pytest.raises(tenure.LeaseLost, match="already completed"):
+        held.complete(b"again")
+
+
+def test_a_renewal_after_a_completion_that_landed_does_not_lose_the_lease(
+        manual: tuple[tenure.Store, HangingBackend, tenure.ManualClock]) -> None:
+    store, backend, _ = manual
+    held = store.hold("j", owner="a", ttl=10.0)
+    backend.lose_complete_answer = 1
+    with pytest.raises(tenure.BackendUnavailable):
+        held.complete()
+    assert held._renew_once() is False
+    assert held.finished and not held.lost.is_set()
+
+
+def test_a_complete_refused_for_a_stale_lease_still_ends_the_hold(
+        manual: tuple[tenure.Store, HangingBackend, tenure.ManualClock]) -> None:
+    store, _, _ = manual
+    held = store.hold("j", owner="a", ttl=10.0)
+    store.force_expire("j")
+    store.claim("j", owner="b", ttl=10.0)
+    with pytest.raises(tenure.StaleLease):
+        held.complete()
+    assert held.lost.is_set() and held.finished
+
+
+# -- on_lost --------------------------------------------------------------------------------------
+def test_on_lost_is_called_once_and_a_raising_callback_is_only_logged(
+        manual: tuple[tenure.Store, HangingBackend, tenure.ManualClock],
+        caplog: pytest.LogCaptureFixture) -> None:
+    store, _, _ = manual
+    held = store.hold("j", owner="a", ttl=10.0)
+    called: list[str] = []
+    done = threading.Event()
+
+    def broken(h: tenure.HeldLease) -> None:
+        called.append("broken")
+        raise RuntimeError("callback bug")
+
+    def second(h: tenure.HeldLease) -> None:
+        called.append(f"second {h.job_id} {h.lost_reason}")
+        done.set()
+
+    held.on_lost(broken)
+    held.on_lost(second)
+    store.force_expire("j")
+    store.claim("j", owner="b", ttl=10.0)
+    assert held._renew_once() is False
+    with pytest.raises(tenure.LeaseLost):
+        held.check()  # a second way to notice: no second call
+    assert done.wait(PATIENCE)
+    assert called[0] == "broken" and called[1].startswith("second j ") and len(called) == 2
+    assert "callback bug" in caplog.text
+    late: list[tenure.HeldLease] = []
+    held.on_lost(late.append)  # already lost: called at once, here
+    assert late == [held]
+
+
+def test_on_lost_is_called_at_the_deadline_while_a_renewal_hangs(
+        system: tuple[tenure.Store, HangingBackend]) -> None:
+    store, backend = system
+    backend.hang.add("j")
+    held = store.hold("j", owner="a", ttl=0.6)
+    lost = threading.Event()
+    held.on_lost(lambda h: lost.set())
+    assert lost.wait(PATIENCE), "on_lost was not called while a renewal hung past the deadline"
+    assert not backend.unblock.is_set()
+
+
+def test_on_lost_is_not_called_for_a_completed_lease(
+        manual: tuple[tenure.Store, HangingBackend, tenure.ManualClock]) -> None:
+    store, _, clock = manual
+    held = store.hold("j", owner="a", ttl=10.0)
+    called: list[tenure.HeldLease] = []
+    held.on_lost(called.append)
+    held.complete()
+    clock.advance(20.0)
+    with pytest.raises(tenure.LeaseLost):
+        held.check()  # past the deadline: check() still refuses work
+    assert called == []
+
+
+class JumpClock(tenure.SystemClock):
+    """The system clock, whose monotonic reading can jump ahead as after a suspend."""
+
+    def __init__(self) -> None:
+        self.jumped = 0.0
+
+    def monotonic(self) -> float:
+        return super().monotonic() + self.jumped
+
+
+def test_lost_is_set_soon_after_a_suspend_though_no_renewal_is_due() -> None:
+    """The scheduler sleeps on the OS's monotonic clock, which misses a suspend: it must not
+    sleep until the next renewal (100 s away here) before noticing the deadline passed."""
+    clock = JumpClock()
+    with tenure.Store(MemoryBackend(clock), clock=clock) as store:
+        held = store.hold("j", owner="a", ttl=300.0)
+        time.sleep(0.1)  # real time: let the scheduler fall asleep until the renewal is due
+        clock.jumped = 400.0  # the machine was suspended for 400 s
+        assert held.lost.wait(PATIENCE), "lost was not set until the next renewal was due"
+        assert "deadline" in (held.lost_reason or "")
