@@ -111,7 +111,7 @@ class Options:
             return default
         try:
             number: float | None = float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: float(10**400), int(inf)
             number = None  # raised below, outside this block: the error must not chain the value
         if number is None:
             raise self._bad(name, value, "a number")
@@ -127,7 +127,7 @@ class Options:
             return default
         try:
             number: int | None = int(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: float(10**400), int(inf)
             number = None  # raised below, outside this block: the error must not chain the value
         if number is None:
             raise self._bad(name, value, "an integer")

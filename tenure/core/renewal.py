@@ -37,6 +37,10 @@ RENEW_FRACTION = 1 / 3  # renew when a third of the TTL has gone by since the la
 RENEWAL_WORKERS = 4  # threads kept for renewals; more start while requests hang
 MAX_RENEWAL_THREADS = 64  # renewals in flight at once per store, at most
 RETRY_FRACTION = 1 / 20  # after a failed attempt, retry this much later (of the TTL)
+# The safe window, TTL * (1 - drift_margin), must hold the first renewal and retries after it
+# (a margin above 2/3 loses every held lease before its first renewal is sent); etcd's claim
+# slack covers a store clock up to 50 % fast (docs/backends/etcd.md). Checked by Store.
+MAX_DRIFT_MARGIN = 0.5
 # The scheduler's waits run on the OS's monotonic clock, which stops while the machine is
 # suspended; deadlines are on the suspend-proof one. Waking at least this often bounds how
 # late ``lost`` is set after a resume (``check()`` is exact either way).
@@ -265,7 +269,8 @@ class Renewer:
             if self._closed:
                 raise LeaseError("the store is closed")
             held._dispatch = self._pool.submit
-            self._push(held, self._clock.monotonic() + held.lease.ttl * RENEW_FRACTION, _RENEW)
+            renew_at = self._clock.monotonic() + held.lease.ttl * RENEW_FRACTION
+            self._push(held, min(renew_at, held.deadline), _RENEW)  # never past the deadline
             self._push(held, held.deadline, _DEADLINE)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="tenure-renewer", daemon=True)

@@ -31,7 +31,7 @@ from tenure.core.records import (
     RejectionKind,
     Summary,
 )
-from tenure.core.renewal import HeldLease, Renewer
+from tenure.core.renewal import MAX_DRIFT_MARGIN, HeldLease, Renewer
 
 DEFAULT_DRIFT_MARGIN = 0.05
 PAGE_ORDERS = ("expiry", "job")
@@ -45,15 +45,17 @@ class Store:
     def __init__(self, backend: Backend, *, clock: Clock = SYSTEM_CLOCK,
                  drift_margin: float = DEFAULT_DRIFT_MARGIN, url: str = "",
                  warnings: tuple[str, ...] = ()) -> None:
-        if not 0 <= drift_margin < 1:
-            raise InvalidArgument(f"drift_margin must be in [0, 1), got {quoted(drift_margin)}")
+        margin = validation.number("drift_margin", drift_margin, what="fraction of the TTL")
+        if not 0 <= margin <= MAX_DRIFT_MARGIN:
+            raise InvalidArgument(f"drift_margin must be from 0 to {MAX_DRIFT_MARGIN:g} (a larger one leaves too "
+                                  f"little time to renew before the safe deadline), got {quoted(drift_margin)}")
         resolution = backend.characteristics.clock_resolution
-        if drift_margin == 0 and resolution > 0:
+        if margin == 0 and resolution > 0:
             raise InvalidArgument(f"drift_margin=0 leaves no room for the {backend.characteristics.name} "
                                   f"store clock's steps of {resolution:g}s; give it a margin above 0")
         self.backend = backend
         self.clock = clock
-        self.drift_margin = drift_margin
+        self.drift_margin = margin
         self.url = url  # redacted: safe to show
         self.warnings = warnings  # what connect() found unsafe (credentials without TLS), no secrets
         self._renewer = Renewer(clock)
@@ -80,9 +82,15 @@ class Store:
         validation.job_id(lease.job_id)
         validation.owner(lease.owner)
         validation.token(lease.token)
-        self._ttl(lease.ttl)
+        ttl = self._ttl(lease.ttl)
         validation.store_time("expires_at", lease.expires_at)
-        validation.deadline(lease.deadline)
+        deadline = validation.deadline(lease.deadline)
+        # A stamped deadline is at most a TTL after a request this process sent. One further
+        # ahead was not stamped here, and backends trust a running deadline (ZooKeeper's and
+        # etcd's one-round-trip paths skip judging expiry while it runs): refuse it.
+        if math.isfinite(deadline) and deadline > self.clock.monotonic() + ttl:
+            raise InvalidArgument(f"lease deadline {deadline:g} is more than its ttl ahead of this process's "
+                                  "clock: it was not stamped by a claim or renewal here")
         return lease
 
     def _result(self, result: object) -> bytes | None:
@@ -108,7 +116,14 @@ class Store:
 
     def submit_many(self, job_ids: Iterable[str]) -> None:
         """Submit several jobs at once; all are validated before any is written."""
-        self.backend.submit_many([validation.job_id(job_id) for job_id in job_ids])
+        if isinstance(job_ids, (str, bytes, bytearray, memoryview)):  # "abc" would be jobs "a", "b", "c"
+            raise InvalidArgument(f"submit_many takes an iterable of job ids, not one {type(job_ids).__name__}; "
+                                  "use submit() for one job")
+        try:
+            each = iter(job_ids)
+        except TypeError:
+            raise InvalidArgument(f"submit_many takes an iterable of job ids, not {type(job_ids).__name__}") from None
+        self.backend.submit_many([validation.job_id(job_id) for job_id in each])
 
     def claim(self, job_id: str, owner: str, ttl: float, *, wait: float | None = None) -> Lease:
         """Claim a job that is unowned or whose lease expired by the store's clock.
@@ -197,8 +212,12 @@ class Store:
         return None if lease is None else self.hold_lease(lease, _link_epoch=epoch)
 
     def hold_lease(self, lease: Lease, *, _link_epoch: int | None = None) -> HeldLease:
-        """Hold a lease this process already claimed."""
-        held = HeldLease(self, self._lease(lease), _link_epoch)
+        """Hold a lease this process already claimed (stamped with its safe deadline here)."""
+        checked = self._lease(lease)
+        if not math.isfinite(checked.deadline):  # never stamped: it would be trusted forever
+            raise InvalidArgument(f"lease on {quoted(checked.job_id)} has no safe deadline: hold a lease "
+                                  "returned by this store's claim() or renew(), not one built by hand")
+        held = HeldLease(self, checked, _link_epoch)
         self._renewer.add(held)
         return held
 
@@ -222,9 +241,8 @@ class Store:
     def summary(self, soon: float = 30.0) -> Summary:
         """Jobs counted by state now (store time), leases ending within ``soon`` seconds, and
         rejections in the last hour."""
-        if isinstance(soon, bool) or not isinstance(soon, (int, float)) or not 0 <= soon < math.inf:
-            raise InvalidArgument(f"soon must be a non-negative number of seconds, got {quoted(soon)}")
-        return self.backend.summary(self.backend.now(), float(soon))
+        window = validation.seconds("soon", soon, maximum=validation.MAX_TTL)  # no lease runs longer
+        return self.backend.summary(self.backend.now(), window)
 
     def page(self, *, states: Iterable[JobState | str] | None = None, job: str | None = None,
              owner: str | None = None, order: str = "expiry", offset: int = 0,
@@ -248,9 +266,8 @@ class Store:
 
     def watch(self, stop: threading.Event | None = None, interval: float = 1.0) -> Iterator[Change]:
         """Changes to jobs and new rejections until ``stop`` is set."""
-        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
-            raise InvalidArgument(f"interval must be a positive number, got {quoted(interval)}")
-        return self.backend.watch(stop or threading.Event(), float(interval))
+        every = validation.seconds("interval", interval, maximum=validation.MAX_WAIT, positive=True)
+        return self.backend.watch(stop or threading.Event(), every)
 
     def now(self) -> float:
         """The store's clock, seconds since the epoch."""
@@ -324,8 +341,4 @@ def _needle(kind: str, value: object) -> str | None:
 
 
 def _since(value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidArgument(f"since must be a store time in seconds, not {type(value).__name__}")
-    return float(value)
+    return None if value is None else validation.store_time("since", value)
