@@ -17,6 +17,8 @@ from typing import Any, NoReturn
 from tenure.cli import commands, exits
 from tenure.cli.format import OUTPUTS
 from tenure.cli.run import cmd_run
+from tenure.core import validation
+from tenure.core.errors import InvalidArgument
 from tenure.core.records import JobState
 
 DEFAULT_URL = "sqlite:///tenure-demo.db"
@@ -30,6 +32,28 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(exits.USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _checked(check: Callable[[float], float]) -> Callable[[str], float]:
+    """An argparse type: a number checked like the library's own arguments, so nan, inf, a
+    negative or a huge value is a usage error (64) before the store is even opened."""
+
+    def parse(text: str) -> float:
+        try:
+            return check(float(text))
+        except ValueError as exc:  # InvalidArgument is a ValueError too
+            raise argparse.ArgumentTypeError(str(exc) if isinstance(exc, InvalidArgument)
+                                             else f"not a number: {text[:40]!r}") from None
+
+    parse.__name__ = "seconds"  # what argparse's message calls the type
+    return parse
+
+
+TTL = _checked(validation.ttl)
+WAIT = _checked(lambda v: validation.seconds("wait", v, maximum=validation.MAX_WAIT))
+GRACE = _checked(lambda v: validation.seconds("grace", v, maximum=validation.MAX_WAIT))
+INTERVAL = _checked(lambda v: validation.seconds("interval", v, maximum=validation.MAX_WAIT, positive=True))
+SINCE = _checked(lambda v: validation.store_time("since", v))
 
 
 def _version() -> str:
@@ -61,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     def waiting(p: argparse.ArgumentParser, what: str) -> None:
-        p.add_argument("--wait", type=float, metavar="SECONDS", help=f"block up to this long {what}")
+        p.add_argument("--wait", type=WAIT, metavar="SECONDS", help=f"block up to this long {what}")
 
     p = command("submit", commands.cmd_submit, "submit jobs (a completed job starts a new run)")
     p.add_argument("job_ids", nargs="+", metavar="JOB_ID")
@@ -69,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "claim a job, or the next claimable one without JOB_ID; prints the token")
     p.add_argument("job_id", nargs="?", metavar="JOB_ID")
     p.add_argument("--owner", required=True)
-    p.add_argument("--ttl", type=float, required=True, help="lease length in seconds")
+    p.add_argument("--ttl", type=TTL, required=True, help="lease length in seconds")
     waiting(p, "while the job is held, or while nothing is claimable")
     for name, func, text in (("renew", commands.cmd_renew, "renew a lease"),
                              ("complete", commands.cmd_complete, "complete a job under a lease"),
@@ -79,15 +103,15 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--owner", required=True)
         p.add_argument("--token", type=int, required=True, help="the lease's fencing token")
         if name == "renew":
-            p.add_argument("--ttl", type=float, required=True)
+            p.add_argument("--ttl", type=TTL, required=True)
         if name == "complete":
             p.add_argument("--result", help="text to store as the job's result")
     p = command("run", cmd_run, "hold a job's lease while a command runs; exit 75 if it cannot")
     p.add_argument("job_id", metavar="JOB_ID")
     p.add_argument("--owner", required=True)
-    p.add_argument("--ttl", type=float, required=True, help="lease length in seconds, renewed while CMD runs")
+    p.add_argument("--ttl", type=TTL, required=True, help="lease length in seconds, renewed while CMD runs")
     waiting(p, "while the job is held elsewhere (default: exit 75 at once)")
-    p.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
+    p.add_argument("--grace", type=GRACE, default=10.0, metavar="SECONDS",
                    help="after SIGTERM, SIGKILL the command this much later (default 10)")
     p.usage = "tenure run JOB_ID --owner OWNER --ttl SECONDS [--wait SECONDS] [--grace SECONDS] -- CMD [ARGS...]"
     p.epilog = ("CMD gets TENURE_JOB, TENURE_TOKEN and TENURE_OWNER. Exit 0: job completed. Non-zero: job "
@@ -109,13 +133,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--offset", type=int, default=0)
     p.add_argument("--limit", type=int, default=100, help="jobs per page, 1 to 1000 (default 100)")
     p = command("rejections", commands.cmd_rejections, "list audited rejections, oldest first")
-    p.add_argument("--since", type=float, help="store time in seconds since the epoch")
+    p.add_argument("--since", type=SINCE, help="store time in seconds since the epoch")
     p.add_argument("--limit", type=int, help="only the most recent N")
     p = command("history", commands.cmd_history, "list accepted operations, oldest first")
     p.add_argument("job_id", nargs="?", metavar="JOB_ID")
     p.add_argument("--limit", type=int)
     p = command("watch", commands.cmd_watch, "print every job, then each change and new rejection, until Ctrl-C")
-    p.add_argument("--interval", type=float, default=1.0, help="poll interval where the store has no watch")
+    p.add_argument("--interval", type=INTERVAL, default=1.0, help="poll interval where the store has no watch")
     p.add_argument("--count", type=int, help="stop after this many changes")
     command("health", commands.cmd_health, "show facts about the store; exit 69 if it cannot be reached")
     p = command("metrics", None, "serve Prometheus metrics of the store at http://HOST:PORT/metrics")
