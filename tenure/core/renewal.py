@@ -62,6 +62,7 @@ class HeldLease:
         self._completing = False  # a complete() failed in a way that may have landed
         self._lost_lock = threading.Lock()
         self._callbacks: list[LostCallback] = []
+        self._finished_first = False  # lost only after complete() or release(): callbacks never run
         self._dispatch: Callable[[Callable[[], None]], bool] | None = None  # set by the Renewer
         self.lost = threading.Event()
         self.lost_reason: str | None = None
@@ -115,15 +116,18 @@ class HeldLease:
 
         That is when ``lost`` is set: a renewal refused, the store session lost, or the safe
         local deadline passed (a timer sets it then, even while a renewal hangs). Callbacks
-        run on a renewal thread, in the order added; one that raises is logged and the others
-        still run. Added to a lease already lost, the callback runs at once in this thread.
-        Never called for a lease completed or released.
+        run on a renewal thread (never while tenure holds a lock: a callback may call ``check()``,
+        ``release()`` or ``on_lost()``), in the order added; one that raises is logged and the
+        others still run. Added to a lease already lost, the callback runs at once in this
+        thread. Never called for a lease completed or released before it was lost.
         """
         with self._lost_lock:
             if not self.lost.is_set():
                 self._callbacks.append(callback)
                 return
-        self._call_back([callback])
+            if self._finished_first:
+                return  # completed or released before it was lost: nothing to hear
+        self._call_back([callback])  # in the caller's thread, holding none of our locks
 
     # What holders do.
     def complete(self, result: str | bytes | None = None) -> None:
@@ -226,16 +230,26 @@ class HeldLease:
         return False
 
     def _lose(self, reason: str) -> None:
+        """Mark the lease lost. Callers may hold ``_lock`` or the renewer's condition, so the
+        callbacks never run here: on a renewal thread, or on a thread of their own once the
+        renewer is closed. A callback may then call ``check()``, ``release()`` or ``on_lost()``."""
         with self._lost_lock:
             if self.lost.is_set():
                 return
             self.lost_reason = reason
             self.lost.set()
+            self._finished_first = self._done
             callbacks, self._callbacks = ([] if self._done else self._callbacks), []
         telemetry.lost(self._store.characteristics.name)
         log.warning("lease on %r (token %d) lost: %s", self.job_id, self.token, reason)
-        if callbacks and not (self._dispatch and self._dispatch(lambda: self._call_back(callbacks))):
-            self._call_back(callbacks)  # no renewer (or it is closed): call them here
+        if not callbacks:
+            return
+
+        def call() -> None:
+            self._call_back(callbacks)
+
+        if not (self._dispatch and self._dispatch(call)):
+            threading.Thread(target=call, name="tenure-on-lost", daemon=True).start()
 
     def _call_back(self, callbacks: list[LostCallback]) -> None:
         for callback in callbacks:
