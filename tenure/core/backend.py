@@ -59,8 +59,9 @@ class Characteristics:
     # The largest job result the backend can write in one request, with room left for the rest
     # of the record and the audit (etcd's request limit, ZooKeeper's znode limit ...).
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
-    # Options that turn TLS on; None for a backend that sends nothing over a network. A network
-    # backend with () cannot encrypt: credentials given to it are always reported as clear text.
+    # Options that turn TLS on: "name" (any true value) or "name=value" (that value only); None
+    # for a backend that sends nothing over a network. A network backend with () cannot
+    # encrypt: credentials given to it are always reported as clear text.
     tls_options: tuple[str, ...] | None = ()
 
 
