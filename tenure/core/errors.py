@@ -138,10 +138,12 @@ class StaleLease(LeaseError):
 
 
 class StaleToken(LeaseError):
-    """A destination fence rejected a token lower than the highest it has admitted."""
+    """A destination fence rejected a token lower than the highest it has admitted, or one
+    whose lease the store says has ended (``why`` says how; ``highest`` is then the store's
+    current token for the job)."""
 
-    def __init__(self, resource: str, token: int, highest: int) -> None:
-        super().__init__(f"token {token} for {quoted(resource)} is stale: {highest} was already admitted")
+    def __init__(self, resource: str, token: int, highest: int, why: str = "") -> None:
+        super().__init__(f"token {token} for {quoted(resource)} is stale: {why or f'{highest} was already admitted'}")
         self.resource = resource
         self.token = token
         self.highest = highest
