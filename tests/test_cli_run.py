@@ -7,6 +7,7 @@ renewal that follows is refused by the store whatever the timing.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import tenure
+from tenure.backends.memory import MemoryBackend
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -272,3 +274,43 @@ def test_the_command_gets_no_store_secret(tmp_path: Path) -> None:
     assert {k: v for k, v in seen.items() if k.startswith("TENURE_")} == {
         "TENURE_JOB": "j", "TENURE_TOKEN": "1", "TENURE_OWNER": "o"}
     assert seen["KEPT"] == "yes" and "PGPASSWORD" not in seen
+
+
+class _FlakyCompletion(MemoryBackend):
+    """A store whose first completions fail before they are applied, as while it is unreachable."""
+
+    characteristics = dataclasses.replace(MemoryBackend.characteristics, min_ttl=2.0)  # as etcd's
+    failures = 2
+
+    def complete(self, lease: tenure.Lease, result: bytes | None) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise tenure.BackendUnavailable("connection reset")
+        super().complete(lease, result)
+
+
+def test_a_completion_the_store_did_not_take_is_retried_while_the_lease_lives() -> None:
+    # The command succeeded: releasing the job on the way out would make it run again.
+    from tenure.cli.run import Supervisor
+
+    with tenure.Store(_FlakyCompletion(tenure.SystemClock())) as flaky:
+        with flaky.hold("nightly", "cron-1", 30) as held:
+            assert Supervisor([sys.executable, "-c", "pass"], 1.0, dict(os.environ)).run(held) == 0
+        job = flaky.get("nightly")
+        assert job is not None and job.state is tenure.JobState.COMPLETED
+
+
+def test_complete_and_release_on_the_command_line_respect_the_stores_minimum_ttl() -> None:
+    # complete and release take no --ttl; the lease they build must still be one etcd accepts.
+    import argparse
+
+    from tenure.cli import commands
+
+    with tenure.Store(_FlakyCompletion(tenure.SystemClock())) as store:
+        store.backend.failures = 0  # type: ignore[attr-defined]
+        first, second = store.claim("a", "me", 30), store.claim("b", "me", 30)
+        for command, lease in ((commands.cmd_complete, first), (commands.cmd_release, second)):
+            args = argparse.Namespace(job_id=lease.job_id, owner="me", token=lease.token, result=None, output="json")
+            assert command(store, args) == 0
+        states = {j.job_id: j.state for j in store.jobs()}
+        assert states == {"a": tenure.JobState.COMPLETED, "b": tenure.JobState.PENDING}

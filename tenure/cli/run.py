@@ -41,6 +41,7 @@ from tenure.core.options import parse_url
 
 TICK = 0.05  # how often the lease and the command are looked at
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+COMPLETE_RETRY = 0.2  # between attempts to complete while the store cannot be reached
 WAIT_SLICE = 0.5  # a blocking claim is made of waits this long, so a signal ends it promptly
 PASSED_ON = ("TENURE_JOB", "TENURE_TOKEN", "TENURE_OWNER")
 # Variables through which a store client may take the store's password without the URL.
@@ -166,12 +167,26 @@ class Supervisor:
             print(f"tenure run: the command finished, but the lease on {held.job_id!r} was lost "
                   "before it did; not completing", file=sys.stderr)
             return exits.TEMPFAIL
-        try:
-            held.complete(json.dumps({"exit_status": 0}))
-        except tenure.LeaseError as exc:
-            print(f"tenure run: completing {held.job_id!r} failed: {exc}", file=sys.stderr)
-            return exits.TEMPFAIL
-        return exits.OK
+        return self._complete(held)
+
+    @staticmethod
+    def _complete(held: tenure.HeldLease) -> int:
+        """Complete the job, retrying while the store cannot be reached and the lease lives:
+        the command succeeded, and a release on the way out would make it run again."""
+        while True:
+            try:
+                held.complete(json.dumps({"exit_status": 0}))
+                return exits.OK
+            except tenure.BackendUnavailable as exc:
+                if _lost(held):
+                    print(f"tenure run: completing {held.job_id!r} failed and the lease was lost: {exc}",
+                          file=sys.stderr)
+                    return exits.TEMPFAIL
+                print(f"tenure run: completing {held.job_id!r} failed, retrying: {exc}", file=sys.stderr, flush=True)
+                time.sleep(COMPLETE_RETRY)
+            except tenure.LeaseError as exc:
+                print(f"tenure run: completing {held.job_id!r} failed: {exc}", file=sys.stderr)
+                return exits.TEMPFAIL
 
     def _stop(self, proc: subprocess.Popen[bytes], signum: int) -> None:
         """Signal the process group; SIGKILL it if the command outlives the grace period."""
