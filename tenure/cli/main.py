@@ -34,21 +34,25 @@ class _Parser(argparse.ArgumentParser):
         self.exit(exits.USAGE, f"{self.prog}: error: {message}\n")
 
 
-def _checked(check: Callable[[float], float]) -> Callable[[str], float]:
-    """An argparse type: a number checked like the library's own arguments, so nan, inf, a
-    negative or a huge value is a usage error (64) before the store is even opened."""
+def _checked(check: Callable[[Any], Any], convert: Callable[[str], Any] = float) -> Callable[[str], Any]:
+    """An argparse type: a value checked like the library's own arguments, so nan, inf, a
+    negative or huge number, or a job id the store would refuse, is a usage error (64) before
+    the store is even opened (for SQLite, before its file is created)."""
 
-    def parse(text: str) -> float:
+    def parse(text: str) -> Any:
         try:
-            return check(float(text))
+            return check(convert(text))
         except ValueError as exc:  # InvalidArgument is a ValueError too
             raise argparse.ArgumentTypeError(str(exc) if isinstance(exc, InvalidArgument)
                                              else f"not a number: {text[:40]!r}") from None
 
-    parse.__name__ = "seconds"  # what argparse's message calls the type
+    parse.__name__ = "value"  # what argparse's message calls the type
     return parse
 
 
+JOB_ID = _checked(validation.job_id, str)
+OWNER = _checked(validation.owner, str)
+TOKEN = _checked(validation.token, int)
 TTL = _checked(validation.ttl)
 WAIT = _checked(lambda v: validation.seconds("wait", v, maximum=validation.MAX_WAIT))
 GRACE = _checked(lambda v: validation.seconds("grace", v, maximum=validation.MAX_WAIT))
@@ -88,27 +92,27 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--wait", type=WAIT, metavar="SECONDS", help=f"block up to this long {what}")
 
     p = command("submit", commands.cmd_submit, "submit jobs (a completed job starts a new run)")
-    p.add_argument("job_ids", nargs="+", metavar="JOB_ID")
+    p.add_argument("job_ids", nargs="+", metavar="JOB_ID", type=JOB_ID)
     p = command("claim", commands.cmd_claim,
                 "claim a job, or the next claimable one without JOB_ID; prints the token")
-    p.add_argument("job_id", nargs="?", metavar="JOB_ID")
-    p.add_argument("--owner", required=True)
+    p.add_argument("job_id", nargs="?", metavar="JOB_ID", type=JOB_ID)
+    p.add_argument("--owner", required=True, type=OWNER)
     p.add_argument("--ttl", type=TTL, required=True, help="lease length in seconds")
     waiting(p, "while the job is held, or while nothing is claimable")
     for name, func, text in (("renew", commands.cmd_renew, "renew a lease"),
                              ("complete", commands.cmd_complete, "complete a job under a lease"),
                              ("release", commands.cmd_release, "give a job back unfinished")):
         p = command(name, func, text)
-        p.add_argument("job_id", metavar="JOB_ID")
-        p.add_argument("--owner", required=True)
-        p.add_argument("--token", type=int, required=True, help="the lease's fencing token")
+        p.add_argument("job_id", metavar="JOB_ID", type=JOB_ID)
+        p.add_argument("--owner", required=True, type=OWNER)
+        p.add_argument("--token", type=TOKEN, required=True, help="the lease's fencing token")
         if name == "renew":
             p.add_argument("--ttl", type=TTL, required=True)
         if name == "complete":
             p.add_argument("--result", help="text to store as the job's result")
     p = command("run", cmd_run, "hold a job's lease while a command runs; exit 75 if it cannot")
-    p.add_argument("job_id", metavar="JOB_ID")
-    p.add_argument("--owner", required=True)
+    p.add_argument("job_id", metavar="JOB_ID", type=JOB_ID)
+    p.add_argument("--owner", required=True, type=OWNER)
     p.add_argument("--ttl", type=TTL, required=True, help="lease length in seconds, renewed while CMD runs")
     waiting(p, "while the job is held elsewhere (default: exit 75 at once)")
     p.add_argument("--grace", type=GRACE, default=10.0, metavar="SECONDS",
@@ -119,11 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
                 "lost: exit 75 (on a lost lease CMD's process group gets SIGTERM, then SIGKILL after --grace).")
     p = command("expire", commands.cmd_expire,
                 "end a job's lease now, if its token is still the one given (an operator action)")
-    p.add_argument("job_id", metavar="JOB_ID")
-    p.add_argument("--token", type=int, required=True, help="the current token you confirmed")
-    p.add_argument("--actor", help="who asks, for the history (default: your login name)")
+    p.add_argument("job_id", metavar="JOB_ID", type=JOB_ID)
+    p.add_argument("--token", type=TOKEN, required=True, help="the current token you confirmed")
+    p.add_argument("--actor", type=OWNER, help="who asks, for the history (default: your login name)")
     p = command("get", commands.cmd_get, "show one job")
-    p.add_argument("job_id", metavar="JOB_ID")
+    p.add_argument("job_id", metavar="JOB_ID", type=JOB_ID)
     p = command("ls", commands.cmd_ls, "list one page of jobs")
     p.add_argument("--state", action="append", choices=[s.value for s in JobState],
                    help="only jobs in this state (repeatable)")
@@ -136,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--since", type=SINCE, help="store time in seconds since the epoch")
     p.add_argument("--limit", type=int, help="only the most recent N")
     p = command("history", commands.cmd_history, "list accepted operations, oldest first")
-    p.add_argument("job_id", nargs="?", metavar="JOB_ID")
+    p.add_argument("job_id", nargs="?", metavar="JOB_ID", type=JOB_ID)
     p.add_argument("--limit", type=int)
     p = command("watch", commands.cmd_watch, "print every job, then each change and new rejection, until Ctrl-C")
     p.add_argument("--interval", type=INTERVAL, default=1.0, help="poll interval where the store has no watch")
