@@ -104,6 +104,8 @@ def test_python_dash_m_and_tenure_url_env(url: str) -> None:
     ["expire", "j", "--token", "abc"],
     ["rejections", "--since", "inf"],
     ["watch", "--interval", "0"],
+    ["metrics", "--soon", "nan"],
+    ["metrics", "--port", "70000"],
 ])
 def test_bad_input_is_a_usage_error_before_the_store_is_opened(tmp_path: Path, words: list[str],
                                                                capsys: pytest.CaptureFixture[str]) -> None:

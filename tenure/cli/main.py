@@ -15,10 +15,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from tenure.cli import commands, exits
+from tenure.cli.arguments import GRACE, INTERVAL, JOB_ID, OWNER, SINCE, TOKEN, TTL, WAIT
 from tenure.cli.format import OUTPUTS
 from tenure.cli.run import cmd_run
-from tenure.core import validation
-from tenure.core.errors import InvalidArgument
 from tenure.core.records import JobState
 
 DEFAULT_URL = "sqlite:///tenure-demo.db"
@@ -32,32 +31,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(exits.USAGE, f"{self.prog}: error: {message}\n")
-
-
-def _checked(check: Callable[[Any], Any], convert: Callable[[str], Any] = float) -> Callable[[str], Any]:
-    """An argparse type: a value checked like the library's own arguments, so nan, inf, a
-    negative or huge number, or a job id the store would refuse, is a usage error (64) before
-    the store is even opened (for SQLite, before its file is created)."""
-
-    def parse(text: str) -> Any:
-        try:
-            return check(convert(text))
-        except ValueError as exc:  # InvalidArgument is a ValueError too
-            raise argparse.ArgumentTypeError(str(exc) if isinstance(exc, InvalidArgument)
-                                             else f"not a number: {text[:40]!r}") from None
-
-    parse.__name__ = "value"  # what argparse's message calls the type
-    return parse
-
-
-JOB_ID = _checked(validation.job_id, str)
-OWNER = _checked(validation.owner, str)
-TOKEN = _checked(validation.token, int)
-TTL = _checked(validation.ttl)
-WAIT = _checked(lambda v: validation.seconds("wait", v, maximum=validation.MAX_WAIT))
-GRACE = _checked(lambda v: validation.seconds("grace", v, maximum=validation.MAX_WAIT))
-INTERVAL = _checked(lambda v: validation.seconds("interval", v, maximum=validation.MAX_WAIT, positive=True))
-SINCE = _checked(lambda v: validation.store_time("since", v))
 
 
 def _version() -> str:
