@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 import tenure
+from tenure.backends.memory import MemoryBackend
 from tenure.core.renewal import MAX_DRIFT_MARGIN, RENEW_FRACTION
 
 
@@ -38,25 +39,47 @@ def test_the_largest_drift_margin_still_renews_before_the_deadline() -> None:
     tenure.Store(backend, drift_margin=MAX_DRIFT_MARGIN).close()
 
 
-def test_an_unstamped_lease_cannot_be_held(store: tenure.Store) -> None:
+def test_a_lease_built_by_hand_cannot_be_held(store: tenure.Store) -> None:
     lease = store.claim("j", "a", 10.0)
-    unstamped = dataclasses.replace(lease, deadline=float("inf"))
+    by_hand = tenure.Lease(lease.job_id, lease.owner, lease.token + 1, lease.expires_at, lease.ttl)
     with pytest.raises(tenure.InvalidArgument, match="no safe deadline"):
-        store.hold_lease(unstamped)
-    held = store.hold_lease(lease)  # the lease as claimed is held
-    assert held.remaining() > 0
+        store.hold_lease(by_hand)  # its deadline is infinity: it would be trusted forever
+    held = store.hold_lease(dataclasses.replace(lease, deadline=float("inf")))
+    assert held.deadline == lease.deadline  # a copy of our own claim: held until the deadline stamped
     held.release()
 
 
-def test_a_deadline_further_ahead_than_its_ttl_is_refused(store: tenure.Store, clock: tenure.ManualClock) -> None:
-    lease = store.claim("j", "a", 10.0)
-    forged = dataclasses.replace(lease, deadline=clock.monotonic() + 3600.0)
-    for call in (store.hold_lease, store.renew, store.complete, store.release):
-        with pytest.raises(tenure.InvalidArgument, match="more than its ttl ahead"):
-            call(forged)
-    status = store.get("j")
-    assert status is not None and status.state is tenure.JobState.LEASED
-    assert [e.op for e in store.history("j")] == [tenure.Op.CLAIM] and store.rejections() == []
+class Recording(MemoryBackend):
+    """Keeps the leases the store hands it: what a backend may trust."""
+
+    def __init__(self, clock: tenure.Clock) -> None:
+        super().__init__(clock)
+        self.seen: list[tenure.Lease] = []
+
+    def renew(self, lease: tenure.Lease, ttl: float) -> tenure.Lease:
+        self.seen.append(lease)
+        return super().renew(lease, ttl)
+
+    def complete(self, lease: tenure.Lease, result: bytes | None) -> None:
+        self.seen.append(lease)
+        super().complete(lease, result)
+
+
+def test_a_backend_sees_only_deadlines_this_store_stamped(clock: tenure.ManualClock) -> None:
+    # ZooKeeper and etcd skip judging expiry while a lease's deadline runs: a copy of a lease
+    # with a later deadline, or one this store never stamped, must not reach them as such.
+    backend = Recording(clock)
+    with tenure.Store(backend, clock=clock) as store:
+        lease = store.claim("j", "a", 10.0)
+        clock.advance(20.0)  # the lease ran out long ago
+        with pytest.raises(tenure.StaleLease):
+            store.renew(dataclasses.replace(lease, deadline=clock.monotonic() + 5.0))
+        assert backend.seen[-1].deadline == lease.deadline  # the stamped one, long passed
+        with tenure.Store(backend, clock=clock) as other:  # never stamped this token
+            other.complete(dataclasses.replace(store.claim("k", "a", 10.0), deadline=clock.monotonic() + 5.0))
+            assert backend.seen[-1].deadline == float("inf")  # judged in full
+            with pytest.raises(tenure.InvalidArgument, match="no safe deadline from this store"):
+                other.hold_lease(store.claim("m", "a", 10.0))
 
 
 def test_a_huge_ttl_is_refused_whatever_the_backend_declares(store: tenure.Store) -> None:

@@ -32,6 +32,7 @@ from tenure.core.records import (
     Summary,
 )
 from tenure.core.renewal import MAX_DRIFT_MARGIN, HeldLease, Renewer
+from tenure.core.stamps import Stamps
 
 DEFAULT_DRIFT_MARGIN = 0.05
 PAGE_ORDERS = ("expiry", "job")
@@ -59,6 +60,7 @@ class Store:
         self.url = url  # redacted: safe to show
         self.warnings = warnings  # what connect() found unsafe (credentials without TLS), no secrets
         self._renewer = Renewer(clock)
+        self._stamps = Stamps()  # the deadlines stamped here, the only ones a backend sees
         self._changes = waiting.Changes(backend)  # what blocking claims sleep on
 
     @property
@@ -82,16 +84,11 @@ class Store:
         validation.job_id(lease.job_id)
         validation.owner(lease.owner)
         validation.token(lease.token)
-        ttl = self._ttl(lease.ttl)
+        self._ttl(lease.ttl)
         validation.store_time("expires_at", lease.expires_at)
-        deadline = validation.deadline(lease.deadline)
-        # A stamped deadline is at most a TTL after a request this process sent. One further
-        # ahead was not stamped here, and backends trust a running deadline (ZooKeeper's and
-        # etcd's one-round-trip paths skip judging expiry while it runs): refuse it.
-        if math.isfinite(deadline) and deadline > self.clock.monotonic() + ttl:
-            raise InvalidArgument(f"lease deadline {deadline:g} is more than its ttl ahead of this process's "
-                                  "clock: it was not stamped by a claim or renewal here")
-        return lease
+        given = validation.deadline(lease.deadline)
+        trusted = self._stamps.trusted(lease.job_id, lease.token, given)  # see tenure.core.stamps
+        return lease if trusted == given else dataclasses.replace(lease, deadline=trusted)
 
     def _result(self, result: object) -> bytes | None:
         data = validation.result(result)
@@ -104,7 +101,9 @@ class Store:
     def _stamped(self, lease: Lease, sent_at: float) -> Lease:
         # The store started this lease no earlier than sent_at, on a clock that may run a
         # little faster than ours: trust it for ttl shortened by the drift margin.
-        return dataclasses.replace(lease, deadline=sent_at + lease.ttl * (1 - self.drift_margin))
+        deadline = sent_at + lease.ttl * (1 - self.drift_margin)
+        self._stamps.stamp(lease.job_id, lease.token, deadline)
+        return dataclasses.replace(lease, deadline=deadline)
 
     # -- the protocol ----------------------------------------------------------------------
     def submit(self, job_id: str, *, actor: str | None = None) -> None:
@@ -194,11 +193,13 @@ class Store:
         """Mark the job completed; raises StaleLease (audited) if the lease is not current."""
         args = self._lease(lease), self._result(result)
         telemetry.timed(self.characteristics.name, "complete", lambda: self.backend.complete(*args))
+        self._stamps.forget(lease.job_id, lease.token)
 
     def release(self, lease: Lease) -> None:
         """Give the job back unfinished, so it can be claimed at once."""
         lease = self._lease(lease)
         telemetry.timed(self.characteristics.name, "release", lambda: self.backend.release(lease))
+        self._stamps.forget(lease.job_id, lease.token)
 
     def hold(self, job_id: str, owner: str, ttl: float, *, wait: float | None = None) -> HeldLease:
         """Claim a job and keep renewing it in the background; use it as a context manager."""
@@ -214,9 +215,9 @@ class Store:
     def hold_lease(self, lease: Lease, *, _link_epoch: int | None = None) -> HeldLease:
         """Hold a lease this process already claimed (stamped with its safe deadline here)."""
         checked = self._lease(lease)
-        if not math.isfinite(checked.deadline):  # never stamped: it would be trusted forever
-            raise InvalidArgument(f"lease on {quoted(checked.job_id)} has no safe deadline: hold a lease "
-                                  "returned by this store's claim() or renew(), not one built by hand")
+        if not math.isfinite(checked.deadline):  # not stamped here: it would be trusted forever
+            raise InvalidArgument(f"lease on {quoted(checked.job_id)} has no safe deadline from this store: "
+                                  "hold a lease returned by its claim() or renew(), not one built by hand")
         held = HeldLease(self, checked, _link_epoch)
         self._renewer.add(held)
         return held
