@@ -13,7 +13,8 @@ Every error tenure raises on purpose derives from :class:`LeaseError`::
     ├── JobNotFound (also KeyError)         an operation needs a job that does not exist
     ├── StaleLease                          renew/complete/release with an owner or token that no
     │                                       longer matches, or after expiry by the store's clock
-    ├── StaleToken                          a destination fence saw a token lower than it admitted
+    ├── StaleToken                          a destination fence saw a token lower than it admitted,
+    │                                       or (proven by the store) one whose lease has ended
     ├── ForgedToken                         a destination fence was shown a token nobody proved: a bad
     │                                       or missing signature, or one the store never issued
     ├── LeaseLost                           a held lease can no longer be trusted (renewal failed or
