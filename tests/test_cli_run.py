@@ -314,3 +314,11 @@ def test_complete_and_release_on_the_command_line_respect_the_stores_minimum_ttl
             assert command(store, args) == 0
         states = {j.job_id: j.state for j in store.jobs()}
         assert states == {"a": tenure.JobState.COMPLETED, "b": tenure.JobState.PENDING}
+
+
+def test_a_short_password_is_looked_for_only_where_it_can_be() -> None:
+    from tenure.cli.run import command_env
+
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/home/pw", "DATABASE_URL": "postgresql://u:pw@db/x",
+           "DB_PASSWORD": "pw", "DSN": "host=db password=pw", "TENURE_URL": "memory://u:pw@x"}
+    assert command_env(env, "memory://u:pw@x") == {"PATH": "/usr/bin:/bin", "HOME": "/home/pw"}

@@ -43,7 +43,7 @@ TICK = 0.05  # how often the lease and the command are looked at
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 COMPLETE_RETRY = 0.2  # between attempts to complete while the store cannot be reached
 WAIT_SLICE = 0.5  # a blocking claim is made of waits this long, so a signal ends it promptly
-PASSED_ON = ("TENURE_JOB", "TENURE_TOKEN", "TENURE_OWNER")
+SHORT_SECRET = 8  # a secret shorter than this is looked for only where a URL or option puts it
 # Variables through which a store client may take the store's password without the URL.
 _CLIENT_SECRETS = ("PGPASSWORD",)
 
@@ -77,7 +77,15 @@ def command_env(environ: Mapping[str, str], url: str) -> dict[str, str]:
     secrets = parse_url(url).secrets()
     return {name: value for name, value in environ.items()
             if not name.startswith("TENURE_") and name not in _CLIENT_SECRETS
-            and not any(secret in value for secret in secrets)}
+            and not any(_holds(value, secret) for secret in secrets)}
+
+
+def _holds(value: str, secret: str) -> bool:
+    # A short password ("pw") would match half the environment (PATH, HOME ...): looked for
+    # whole, in a URL's user part or as an option's value.
+    if len(secret) >= SHORT_SECRET:
+        return secret in value
+    return value == secret or f":{secret}@" in value or f"={secret}" in value
 
 
 class Supervisor:
