@@ -87,3 +87,4 @@ def test_a_huge_ttl_is_refused_whatever_the_backend_declares(store: tenure.Store
         with pytest.raises(tenure.InvalidArgument, match="ttl"):
             store.hold("j", "a", ttl)
     assert list(store.jobs()) == []
+

@@ -281,3 +281,13 @@ def test_lost_is_set_soon_after_a_suspend_though_no_renewal_is_due() -> None:
         clock.jumped = 400.0  # the machine was suspended for 400 s
         assert held.lost.wait(PATIENCE), "lost was not set until the next renewal was due"
         assert "deadline" in (held.lost_reason or "")
+
+
+def test_a_lease_that_cannot_be_held_is_given_back() -> None:
+    # A store closed while (or before) hold() claims: the claim must not leave the job blocked.
+    store = tenure.connect("memory://")
+    store.close()
+    with pytest.raises(tenure.LeaseError, match="closed"):
+        store.hold("j", "a", 10.0)
+    status = store.get("j")
+    assert status is not None and status.state is tenure.JobState.PENDING

@@ -6,6 +6,7 @@ holder's safe local deadline, and runs the one renewal thread that serves ``hold
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import threading
@@ -17,7 +18,7 @@ from typing import Any
 from tenure.core import telemetry, validation, waiting
 from tenure.core.backend import Backend, Characteristics
 from tenure.core.clock import SYSTEM_CLOCK, Clock
-from tenure.core.errors import AlreadyClaimed, InvalidArgument, NotYetClaimable, quoted
+from tenure.core.errors import AlreadyClaimed, InvalidArgument, LeaseError, NotYetClaimable, quoted
 from tenure.core.records import (
     Change,
     HistoryEvent,
@@ -204,13 +205,23 @@ class Store:
     def hold(self, job_id: str, owner: str, ttl: float, *, wait: float | None = None) -> HeldLease:
         """Claim a job and keep renewing it in the background; use it as a context manager."""
         epoch = self.backend.link().epoch  # before the claim is sent, like its deadline
-        return self.hold_lease(self.claim(job_id, owner, ttl, wait=wait), _link_epoch=epoch)
+        return self._hold_claimed(self.claim(job_id, owner, ttl, wait=wait), epoch)
 
     def hold_next(self, owner: str, ttl: float, *, wait: float | None = None) -> HeldLease | None:
         """``claim_next`` and hold the lease it gives, or None when nothing is claimable."""
         epoch = self.backend.link().epoch
         lease = self.claim_next(owner, ttl, wait=wait)
-        return None if lease is None else self.hold_lease(lease, _link_epoch=epoch)
+        return None if lease is None else self._hold_claimed(lease, epoch)
+
+    def _hold_claimed(self, lease: Lease, epoch: int) -> HeldLease:
+        """Hold a lease just claimed; if it cannot be held (the store was closed meanwhile),
+        give it back rather than leave the job blocked until the lease runs out."""
+        try:
+            return self.hold_lease(lease, _link_epoch=epoch)
+        except LeaseError:
+            with contextlib.suppress(LeaseError):
+                self.release(lease)
+            raise
 
     def hold_lease(self, lease: Lease, *, _link_epoch: int | None = None) -> HeldLease:
         """Hold a lease this process already claimed (stamped with its safe deadline here)."""
