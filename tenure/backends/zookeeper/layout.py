@@ -4,7 +4,7 @@
     <root>/gen/<enc>         written only by claims: its version IS the fencing token
     <root>/events/<segment>/e-<seq>      accepted changes (history), trimmed to ``retention``
     <root>/rejections/<segment>/r-<seq>  audited stale operations, trimmed to ``retention``
-                             (segments: see ``zookeeper_audit``)
+                             (segments: see ``audit``)
     <root>/clocks/<uuid>     one ephemeral znode per client; writing it reads the leader's clock
     <root>/pending/<bucket>/<ms><seq>.<enc>
                              the index of pending jobs: one entry per pending job, in buckets
@@ -134,7 +134,7 @@ def entry_job(name: str) -> str:
     return decode(enc)
 
 
-# -- the audit's sequential znodes (zookeeper_audit) ------------------------------------------
+# -- the audit's sequential znodes (audit) ------------------------------------------
 _NUMBER = re.compile(r"-?[0-9]{10}|-[0-9]{9}")  # "%010d" of a signed 32-bit int
 _AUDIT_SEGMENT = re.compile(r"[0-9]{10}")
 

@@ -2,7 +2,7 @@
 
 tenure's safety on ZooKeeper rests on who may write under the root: whoever may delete a
 ``gen/`` znode resets a job's tokens, whoever may write ``jobs/`` forges records. A client
-with credentials creates every znode with its own ACL (``zookeeper_config``), but a root
+with credentials creates every znode with its own ACL (``config``), but a root
 made earlier without credentials, or by hand, keeps ZooKeeper's open ACL. So at connect the
 ACLs of the root and of its directories (one pipelined round trip) must grant ``world:anyone``
 nothing beyond what tenure itself grants it (CREATE on ``clocks/``); otherwise ``connect``
@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING
 from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.security import ACL, Permissions
 
-from tenure.backends.zookeeper_config import mapped_errors
+from tenure.backends.zookeeper.config import mapped_errors
 from tenure.core.errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from tenure.backends.zookeeper import ZooKeeperBackend
+    from tenure.backends.zookeeper.backend import ZooKeeperBackend
 
 log = logging.getLogger("tenure.zookeeper")
 _BATCH = 1000  # requests in flight while repairing

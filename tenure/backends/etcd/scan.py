@@ -15,16 +15,16 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from tenure.backends import etcd_client as ec
-from tenure.backends.etcd_client import KV, Connection, WatchStream
-from tenure.backends.etcd_layout import Keys, read_rejection, record
+from tenure.backends.etcd import client as ec
+from tenure.backends.etcd.client import KV, Connection, WatchStream
+from tenure.backends.etcd.layout import Keys, read_rejection, record
 from tenure.core.clock import boot_clock
 from tenure.core.errors import BackendUnavailable, CorruptRecord
 from tenure.core.records import Change, JobStatus
 from tenure.core.transitions import JobRecord
 
 if TYPE_CHECKING:
-    from tenure.backends.etcd import EtcdBackend
+    from tenure.backends.etcd.backend import EtcdBackend
 
 PAGE = 2000  # jobs per page: one transaction reading their job, lease and end keys
 _JOB_SECTIONS = ("job", "lease", "end")

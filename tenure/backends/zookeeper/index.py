@@ -1,7 +1,7 @@
 """The claimable-jobs index on ZooKeeper: which znodes a state change adds or removes, and
 the candidates ``claim_next`` reads from it.
 
-The index is written inside the multi of the change it follows (see ``zookeeper_layout``),
+The index is written inside the multi of the change it follows (see ``layout``),
 so it costs no round trip of its own; it is read only to *propose* jobs, each claimed with the
 usual read and version-checked multi. An entry that is stale (its record moved on) or missing
 can therefore cost a wasted read or hide a job from ``claim_next``, never give a wrong claim.
@@ -23,16 +23,16 @@ from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.protocol.serialization import Create, Delete
 from kazoo.protocol.states import ZnodeStat
 
-from tenure.backends import zookeeper_layout as zl
-from tenure.backends.zookeeper_config import mapped_errors
-from tenure.backends.zookeeper_multiread import read_many
+from tenure.backends.zookeeper import layout as zl
+from tenure.backends.zookeeper.config import mapped_errors
+from tenure.backends.zookeeper.multiread import read_many
 from tenure.core import transitions
 from tenure.core.errors import CorruptRecord
 from tenure.core.records import JobState
 from tenure.core.transitions import JobRecord
 
 if TYPE_CHECKING:
-    from tenure.backends.zookeeper import ZooKeeperBackend
+    from tenure.backends.zookeeper.backend import ZooKeeperBackend
 
 
 @dataclass

@@ -35,7 +35,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from tenure.backends.etcd_client import KV
+from tenure.backends.etcd.client import KV
 from tenure.core import validation
 from tenure.core.errors import CorruptRecord, InvalidArgument
 from tenure.core.records import HistoryEvent, JobState, Op, Rejection, RejectionKind

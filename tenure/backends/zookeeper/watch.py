@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from kazoo.exceptions import NoNodeError
 
-from tenure.backends import zookeeper_layout as zl
-from tenure.backends.zookeeper_audit import Key
-from tenure.backends.zookeeper_config import mapped_errors
+from tenure.backends.zookeeper import layout as zl
+from tenure.backends.zookeeper.audit import Key
+from tenure.backends.zookeeper.config import mapped_errors
 from tenure.core.records import Change, JobState, JobStatus
 from tenure.core.transitions import JobRecord, status
 
 if TYPE_CHECKING:
-    from tenure.backends.zookeeper import ZooKeeperBackend
+    from tenure.backends.zookeeper.backend import ZooKeeperBackend
 
 _JOBS, _REJECTIONS = "jobs", "rejections"
 
@@ -65,7 +65,7 @@ def watch(backend: ZooKeeperBackend, stop: threading.Event, interval: float) -> 
     log = backend.audit.rejection_log
 
     def new_rejections(last: Key | None) -> tuple[Key | None, list[Change]]:
-        """Rejections written after ``last``, in order, across segments (zookeeper_audit)."""
+        """Rejections written after ``last``, in order, across segments (audit)."""
         fresh = log.after(last, on_rejections)
         found = []
         with mapped_errors("watching rejections"):

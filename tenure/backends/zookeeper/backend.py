@@ -1,6 +1,6 @@
 """``zk://user:pass@h1:2181,h2:2181/root``: leases on ZooKeeper through kazoo.
 
-Every decision follows one pattern, two round trips (``zookeeper_held`` has the two cases
+Every decision follows one pattern, two round trips (``held`` has the two cases
 that need only the second):
 
 1. *read*: write this client's clock znode and read the job's znodes, pipelined in one round
@@ -10,9 +10,9 @@ that need only the second):
    claims) and writes the new record plus a history or rejection znode. If anything changed
    since step 1 the multi fails as a whole and the step is retried from a fresh read.
 
-The token is the version of ``gen/<job>``, which only claims write; see ``zookeeper_layout``
+The token is the version of ``gen/<job>``, which only claims write; see ``layout``
 and docs/backends/zookeeper.md. The multi also keeps the index of claimable jobs that
-``claim_next`` reads (``zookeeper_index``).
+``claim_next`` reads (``index``).
 """
 
 from __future__ import annotations
@@ -36,13 +36,13 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
 
-from tenure.backends import zookeeper_layout as zl
-from tenure.backends.zookeeper_acl import Guard
-from tenure.backends.zookeeper_audit import Audit
-from tenure.backends.zookeeper_config import Config, mapped_errors
-from tenure.backends.zookeeper_held import HeldRecords
-from tenure.backends.zookeeper_index import Index, Known, Placer
-from tenure.backends.zookeeper_multiread import read_many
+from tenure.backends.zookeeper import layout as zl
+from tenure.backends.zookeeper.acl import Guard
+from tenure.backends.zookeeper.audit import Audit
+from tenure.backends.zookeeper.config import Config, mapped_errors
+from tenure.backends.zookeeper.held import HeldRecords
+from tenure.backends.zookeeper.index import Index, Known, Placer
+from tenure.backends.zookeeper.multiread import read_many
 from tenure.core import transitions
 from tenure.core.backend import Backend, Characteristics, Link, corrupt_status, history_event
 from tenure.core.clock import Clock, boot_clock
@@ -394,7 +394,7 @@ class ZooKeeperBackend(Backend):
         recreated = rec is None and bool(gen)  # the job znode was deleted; its generations were not
         if recreated:
             # The new job znode starts again at version 0, where the holder's one-round-trip
-            # renew (zookeeper_held) could find the version it knows: moving the generation
+            # renew (held) could find the version it knows: moving the generation
             # znode, which that multi checks, refuses it. The token skips one, never repeats.
             assert gen
             new = JobRecord(job_id, JobState.PENDING, token=gen + 1, submitted_at=read.now)
@@ -650,7 +650,7 @@ class ZooKeeperBackend(Backend):
         return self.audit.history(job_id, since, limit)
 
     def watch(self, stop: threading.Event, interval: float) -> Iterator[Change]:
-        from tenure.backends.zookeeper_watch import watch
+        from tenure.backends.zookeeper.watch import watch
 
         return watch(self, stop, interval)
 

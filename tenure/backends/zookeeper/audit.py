@@ -35,13 +35,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.serialization import CheckVersion, Create
 
-from tenure.backends import zookeeper_layout as zl
-from tenure.backends.zookeeper_config import mapped_errors
+from tenure.backends.zookeeper import layout as zl
+from tenure.backends.zookeeper.config import mapped_errors
 from tenure.core.errors import AuthenticationFailed, BackendUnavailable
 from tenure.core.records import HistoryEvent, Rejection
 
 if TYPE_CHECKING:
-    from tenure.backends.zookeeper import ZooKeeperBackend
+    from tenure.backends.zookeeper.backend import ZooKeeperBackend
 
 SEGMENT_LIMIT = 2**31 - 2**20  # a record numbered this or higher opens the next segment
 TRIM_EVERY = 256

@@ -15,7 +15,7 @@ in ``_EtcdLease`` and docs/backends/etcd.md.
 
 ``now()`` is this machine's wall clock: etcd has no clock API. Expiry never depends on it;
 ``expires_at`` is an estimate (local time of the grant or keep-alive plus the TTL plus
-``EXPIRY_GRACE``) of when etcd will have deleted the lease key. Key layout: ``etcd_layout``.
+``EXPIRY_GRACE``) of when etcd will have deleted the lease key. Key layout: ``layout``.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tenure.backends import etcd_client as ec
-from tenure.backends import etcd_scan
-from tenure.backends.etcd_client import KV, Connection, Pending, TxnResult
-from tenure.backends.etcd_layout import (
+from tenure.backends.etcd import client as ec
+from tenure.backends.etcd import scan as etcd_scan
+from tenure.backends.etcd.client import KV, Connection, Pending, TxnResult
+from tenure.backends.etcd.layout import (
     UNKNOWN_REASON,
     JobValue,
     Keys,
@@ -490,7 +490,7 @@ class EtcdBackend(Backend):
     def claim_next(self, owner: str, ttl: float) -> Lease | None:
         """Expired leases first (their work is overdue), then pending jobs oldest first.
 
-        Candidates come from the indexes (``etcd_layout``), read in one transaction; each is
+        Candidates come from the indexes (``layout``), read in one transaction; each is
         then claimed with its own compare-and-swap, so a candidate someone else took costs a
         retry, never a wrong claim.
         """

@@ -40,7 +40,7 @@ from tenure.core.records import JobState, Lease, Op
 from tenure.core.transitions import JobRecord
 
 if TYPE_CHECKING:
-    from tenure.backends.zookeeper import ZooKeeperBackend
+    from tenure.backends.zookeeper.backend import ZooKeeperBackend
 
 _FRESH = 1.0  # seconds a stamp of the leader's clock serves for the bound
 _RATE = 1.1  # the leader's clock may run this much faster than ours over that second
