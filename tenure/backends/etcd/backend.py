@@ -785,7 +785,7 @@ class EtcdBackend(Backend):
         return self._read_audit(self.keys.history_span(job_id), limit, since, read)
 
     def watch(self, stop: threading.Event, interval: float) -> Iterator[Change]:
-        return etcd_scan.watch(self, self._conn, stop, interval)
+        return etcd_scan.watch(self.keys, self._conn, self.jobs, self.get, stop, interval)
 
     def health(self) -> dict[str, Any]:
         status = self._conn.status()

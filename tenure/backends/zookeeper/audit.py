@@ -30,18 +30,16 @@ import contextlib
 import itertools
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.serialization import CheckVersion, Create
 
 from tenure.backends.zookeeper import layout as zl
 from tenure.backends.zookeeper.config import mapped_errors
+from tenure.backends.zookeeper.session import Session
 from tenure.core.errors import AuthenticationFailed, BackendUnavailable
 from tenure.core.records import HistoryEvent, Rejection
-
-if TYPE_CHECKING:
-    from tenure.backends.zookeeper.backend import ZooKeeperBackend
 
 SEGMENT_LIMIT = 2**31 - 2**20  # a record numbered this or higher opens the next segment
 TRIM_EVERY = 256
@@ -55,8 +53,8 @@ Key = tuple[int, int]  # (segment rank, number): the order records were written 
 class Log:
     """One audit directory: its segments, the one records go into now, and their order."""
 
-    def __init__(self, backend: ZooKeeperBackend, directory: str, prefix: str) -> None:
-        self._b = backend
+    def __init__(self, session: Session, directory: str, prefix: str) -> None:
+        self._b = session
         self.directory = directory
         self._prefix = prefix  # "e-" or "r-", as ZooKeeper's sequential names start
         self._lock = threading.Lock()
@@ -180,11 +178,11 @@ class Log:
 
 
 class Audit:
-    def __init__(self, backend: ZooKeeperBackend) -> None:
-        self._b = backend
-        self.event_log = Log(backend, backend.layout.events, "e-")
-        self.rejection_log = Log(backend, backend.layout.rejections, "r-")
-        self._every = min(TRIM_EVERY, backend.config.retention)
+    def __init__(self, session: Session) -> None:
+        self._b = session
+        self.event_log = Log(session, session.layout.events, "e-")
+        self.rejection_log = Log(session, session.layout.rejections, "r-")
+        self._every = min(TRIM_EVERY, session.config.retention)
 
     def add_event(self, tx: Any, event: HistoryEvent) -> None:
         self.event_log.add(tx, zl.dump_event(event))

@@ -20,12 +20,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
     BadVersionError,
     NodeExistsError,
@@ -33,8 +31,6 @@ from kazoo.exceptions import (
     RolledBackError,
     RuntimeInconsistency,
 )
-from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import ZnodeStat
 
 from tenure.backends.zookeeper import layout as zl
 from tenure.backends.zookeeper.acl import Guard
@@ -43,6 +39,7 @@ from tenure.backends.zookeeper.config import Config, mapped_errors
 from tenure.backends.zookeeper.held import HeldRecords
 from tenure.backends.zookeeper.index import Index, Known, Placer
 from tenure.backends.zookeeper.multiread import read_many
+from tenure.backends.zookeeper.session import Session
 from tenure.core import transitions
 from tenure.core.backend import Backend, Characteristics, Link, corrupt_status, history_event
 from tenure.core.clock import Clock, boot_clock
@@ -100,25 +97,14 @@ class ZooKeeperBackend(Backend):
         """``system_deadlines``: holders' deadlines are on ``boot_clock()`` (no clock was
         injected into the Store), so ``HeldRecords`` may compare them with it."""
         self.config = config
-        self.held = HeldRecords(self, system_deadlines)
+        self.session = Session(config)
+        self.client = self.session.client
+        self.layout = self.session.layout
+        self.held = HeldRecords(self.session, self, system_deadlines)
         self._claims_existing = False  # whether the last claim found its job existing
-        self.layout = zl.Layout(config.root)
-        self._state_lock = threading.Lock()
-        self._link = Link()
-        self._clock_path = f"{self.layout.clocks}/{uuid.uuid4().hex}"
-        self._last_time = (0.0, boot_clock())  # (store time, our monotonic) of the last read
-        self._last_zxid = 0
-        self.client = KazooClient(**config.client_kwargs())
-        self.client.add_listener(self._on_state)
-        with mapped_errors("connecting"):
-            try:
-                self.client.start(timeout=config.timeout)
-            except KazooTimeoutError as exc:
-                raise BackendUnavailable(f"cannot connect to ZooKeeper at {config.hosts} within "
-                                         f"{config.timeout:g}s") from exc
         try:
-            self.index = Index(self, self._ensure_layout())
-            self.audit = Audit(self)
+            self.index = Index(self.session, self._ensure_layout(), self.drop_stale)
+            self.audit = Audit(self.session)
         except BaseException:
             self.close()
             raise
@@ -128,21 +114,8 @@ class ZooKeeperBackend(Backend):
         # ``clock`` only sets holders' deadlines (in Store); the store's clock is the leader's.
         return cls(Config.from_url(url, options), system_deadlines=clock is None)
 
-    # -- connection ----------------------------------------------------------------------
-    def _on_state(self, state: str) -> None:
-        # Called on kazoo's connection thread: only bookkeeping here, never a request.
-        with self._state_lock:
-            link = self._link
-            if state == KazooState.SUSPENDED:
-                self._link = Link(link.epoch + 1, False, link.lost_epoch)
-            elif state == KazooState.LOST:
-                self._link = Link(link.epoch + 1, False, link.epoch + 1)
-            else:
-                self._link = Link(link.epoch, True, link.lost_epoch)
-
     def link(self) -> Link:
-        with self._state_lock:
-            return self._link
+        return self.session.link()
 
     def _ensure_layout(self) -> bool:
         """Create what is missing; True if the store has (or now has) the claimable index.
@@ -151,10 +124,10 @@ class ZooKeeperBackend(Backend):
         without the index: it is used without one (``claim_next`` scans), never half-indexed.
         """
         dirs = self.layout.dirs + self.layout.index_dirs
-        Guard(self).check(dirs)  # before anything is written under a root anyone may change
+        Guard(self.session).check(dirs)  # before anything is written under a root anyone may change
         with mapped_errors("creating the layout"):
             found = [self.client.exists_async(p) for p in dirs]
-            stats = {path: self.wait(result) for path, result in zip(dirs, found, strict=True)}
+            stats = {path: self.session.wait(result) for path, result in zip(dirs, found, strict=True)}
             jobs = stats[self.layout.jobs]
             indexed = stats[self.layout.pending] is not None or jobs is None or jobs.numChildren == 0
             for path in dirs if indexed else self.layout.dirs:
@@ -162,25 +135,8 @@ class ZooKeeperBackend(Backend):
                     acl = self.config.clocks_acl() if path == self.layout.clocks else None
                     with contextlib.suppress(NodeExistsError):
                         self.client.create(path, b"", acl=acl, makepath=True)
-        self._clock_create()
+        self.session.clock_create()
         return indexed
-
-    def _clock_create(self) -> None:
-        with mapped_errors("creating the clock znode"), contextlib.suppress(NodeExistsError):
-            self.client.create(self._clock_path, b"", ephemeral=True)
-
-    def wait(self, result: Any) -> Any:
-        return result.get(timeout=self.config.timeout)
-
-    def _stamp(self, stat: ZnodeStat, sent: float | None = None) -> float:
-        """The leader's clock from a write of our clock znode; ``sent``: our monotonic time
-        before that write was sent, which makes it a bound for ``HeldRecords``."""
-        now = float(stat.mtime) / 1000.0
-        self._last_time = (now, boot_clock())
-        self._last_zxid = int(stat.mzxid)
-        if sent is not None:
-            self.held.stamped(now, sent, int(stat.mzxid) >> 32)
-        return now
 
     # -- step 1: store time and the job's znodes -------------------------------------------
     def _read(self, job_id: str, *, gen: bool = False, queue: bool = False,
@@ -192,7 +148,7 @@ class ZooKeeperBackend(Backend):
             if read is not None:
                 return read
             sent = None
-            self._clock_create()
+            self.session.clock_create()
         raise BackendUnavailable("ZooKeeper keeps losing this client's clock znode")
 
     def _send_read(self, job_id: str, *, gen: bool = False, queue: bool = False,
@@ -207,7 +163,7 @@ class ZooKeeperBackend(Backend):
         with mapped_errors(what):
             bucket, probe = self.index.probe() if queue else (None, None)
             sent = boot_clock()
-            clock = None if bound else self.client.set_async(self._clock_path, b"")
+            clock = None if bound else self.client.set_async(self.session.clock_path, b"")
             job = self.client.get_async(key)
             gen_stat = self.client.exists_async(self.layout.gen(job_id)) if gen else None
 
@@ -218,37 +174,25 @@ class ZooKeeperBackend(Backend):
                     now, epoch = bound
                 else:
                     try:
-                        clock_stat = self.wait(clock)
+                        clock_stat = self.session.wait(clock)
                     except NoNodeError:
                         return None
-                    now = self._stamp(clock_stat, sent)
+                    now = self.session.stamp(clock_stat, sent)
                     epoch = clock_stat.mzxid >> 32  # a zxid's high half counts leader elections
                 try:
-                    data, stat = self.wait(job)
+                    data, stat = self.session.wait(job)
                     version = stat.version
                 except NoNodeError:
                     data, version = None, -1
-                g = None if gen_stat is None else self.wait(gen_stat)
-                placer = self.index.placer(now, bucket, None if probe is None else self.wait(probe))
+                g = None if gen_stat is None else self.session.wait(gen_stat)
+                placer = self.index.placer(now, bucket, None if probe is None else self.session.wait(probe))
                 return _Read(now, epoch, key, data, version, None if g is None else g.version,
                              placer if queue else None, exact=clock is not None)
 
         return answer
 
     def now(self) -> float:
-        with mapped_errors("reading the store's clock"):
-            for _ in range(2):
-                sent = boot_clock()
-                try:
-                    return self._stamp(self.client.set(self._clock_path, b""), sent)
-                except NoNodeError:
-                    self._clock_create()
-        raise BackendUnavailable("ZooKeeper keeps losing this client's clock znode")
-
-    def estimated_now(self) -> float:
-        """The last store time read plus our monotonic time since: for display, never decisions."""
-        at, mono = self._last_time
-        return at + boot_clock() - mono
+        return self.session.now()
 
     # -- step 2: one multi ---------------------------------------------------------------------
     def _commit(self, tx: Any, what: str, known: Known | None = None) -> list[Any] | None:
@@ -263,7 +207,7 @@ class ZooKeeperBackend(Backend):
 
         def answer() -> list[Any] | None:
             with mapped_errors(what):
-                results: list[Any] = self.wait(pending)
+                results: list[Any] = self.session.wait(pending)
                 failed = [r for r in results if isinstance(r, Exception)]
                 for exc in failed:
                     if not isinstance(exc, _CONTENTION):
@@ -277,13 +221,10 @@ class ZooKeeperBackend(Backend):
 
         return answer
 
-    def fast_write(self, now: tuple[float, int], old: JobRecord | None, version: int, new: JobRecord,
-                   op: Op, *, stamp: bool) -> Any:
-        """A multi of ``HeldRecords``: with ``stamp``, our clock znode first (a new stamp), then
-        as ``_write`` with the record at ``version`` (-1: created), ``now`` = (store time, epoch)."""
-        tx = self.client.transaction()
-        if stamp:
-            tx.set_data(self._clock_path, b"")
+    def fast_write(self, tx: Any, now: tuple[float, int], old: JobRecord | None, version: int,
+                   new: JobRecord, op: Op) -> Any:
+        """For ``HeldRecords``: add to ``tx`` what ``_write`` adds, with the record at
+        ``version`` (-1: created) and ``now`` = (store time, epoch), read from nothing."""
         read = _Read(now[0], now[1], self.layout.job(new.job_id), None, version, None)
         return self._write(read, old, new, op, tx=tx)
 
@@ -364,19 +305,19 @@ class ZooKeeperBackend(Backend):
             with mapped_errors("reading jobs"):
                 bucket, probe = self.index.probe()
                 sent = boot_clock()
-                clock = self.client.set_async(self._clock_path, b"")
+                clock = self.client.set_async(self.session.clock_path, b"")
                 keys = [self.layout.job(j) for j in job_ids]
                 gens = [self.layout.gen(j) for j in job_ids]
                 # Sent after the clock write, so answered after it: as new as that time.
                 found = {path: (data, version) for path, data, version
                          in read_many(self.client, keys + gens, self.config.timeout)}
                 try:
-                    clock_stat = self.wait(clock)
+                    clock_stat = self.session.wait(clock)
                 except NoNodeError:
-                    self._clock_create()
+                    self.session.clock_create()
                     continue
-                now, epoch = self._stamp(clock_stat, sent), clock_stat.mzxid >> 32
-                placer = self.index.placer(now, bucket, None if probe is None else self.wait(probe))
+                now, epoch = self.session.stamp(clock_stat, sent), clock_stat.mzxid >> 32
+                placer = self.index.placer(now, bucket, None if probe is None else self.session.wait(probe))
                 reads = []
                 for key, gen in zip(keys, gens, strict=True):
                     data, version = found.get(key, (None, -1))
@@ -621,17 +562,7 @@ class ZooKeeperBackend(Backend):
             for path, data, _ in read_many(self.client, paths, self.config.timeout):
                 name = path[prefix:]
                 status = None if now is None else zl.load_status(data, name, now)
-                yield self._decoded(name, data) if status is None else status
-
-    def _decoded(self, name: str, data: bytes) -> JobRecord | JobStatus:
-        key = f"{self.layout.jobs}/{name}"
-        try:
-            return zl.load_record(data, key, zl.decode(name))
-        except ValueError as exc:  # CorruptRecord is not a ValueError: this is a bad name
-            return JobStatus(job_id=name, state=JobState.CORRUPT, key=key,
-                             problem=f"znode name is not a tenure job id: {exc}")
-        except CorruptRecord as exc:
-            return corrupt_status(zl.decode(name), key, exc)
+                yield zl.decoded(self.layout.jobs, name, data) if status is None else status
 
     def jobs(self) -> Iterator[JobStatus]:
         now = self.now()
@@ -652,14 +583,14 @@ class ZooKeeperBackend(Backend):
     def watch(self, stop: threading.Event, interval: float) -> Iterator[Change]:
         from tenure.backends.zookeeper.watch import watch
 
-        return watch(self, stop, interval)
+        return watch(self.session, self.audit.rejection_log, stop, interval)
 
     def health(self) -> dict[str, Any]:
         info: dict[str, Any] = {"backend": "zookeeper", "hosts": self.config.hosts,
                                 "root": self.config.root, "state": str(self.client.state),
                                 "store_clock": self.characteristics.store_clock}
         info["store_time"] = self.now()
-        zxid = self._last_zxid
+        zxid = self.session.last_zxid
         info["zxid"], info["leader_epoch"] = hex(zxid), zxid >> 32
         with mapped_errors("reading server facts"):
             if not self.config.tls:  # kazoo 2.11's four-letter words fail over TLS
@@ -673,9 +604,7 @@ class ZooKeeperBackend(Backend):
         return info
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):  # closing is best effort and idempotent
-            self.client.stop()
-            self.client.close()
+        self.session.close()
 
 
 def _outraced(job_id: str) -> BackendUnavailable:

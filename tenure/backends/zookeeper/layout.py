@@ -36,6 +36,7 @@ import re
 import secrets
 from typing import Any
 
+from tenure.core.backend import corrupt_status
 from tenure.core.errors import CorruptRecord, InvalidArgument
 from tenure.core.records import HistoryEvent, JobState, JobStatus, Op, Rejection, RejectionKind
 from tenure.core.transitions import STORED_STATES, JobRecord
@@ -223,6 +224,18 @@ def load_record(data: bytes, key: str, job_id: str) -> JobRecord:
     except (ValueError, TypeError, binascii.Error) as exc:
         # json.JSONDecodeError and UnicodeDecodeError are ValueErrors too.
         raise CorruptRecord(key, str(exc) or type(exc).__name__) from None
+
+
+def decoded(jobs: str, name: str, data: bytes) -> JobRecord | JobStatus:
+    """The record in job znode ``name`` under ``jobs``, or a CORRUPT status saying why not."""
+    key = f"{jobs}/{name}"
+    try:
+        return load_record(data, key, decode(name))
+    except ValueError as exc:  # CorruptRecord is not a ValueError: this is a bad name
+        return JobStatus(job_id=name, state=JobState.CORRUPT, key=key,
+                         problem=f"znode name is not a tenure job id: {exc}")
+    except CorruptRecord as exc:
+        return corrupt_status(decode(name), key, exc)
 
 
 def load_status(data: bytes, name: str, now: float) -> JobStatus | None:
