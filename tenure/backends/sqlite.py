@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from tenure.backends.sqlite_clock import RESOLUTION, MachineClock, refuse_network_filesystem
+from tenure.core import codec
 from tenure.core.backend import Characteristics, RecordBackend, Transaction, corrupt_status
 from tenure.core.clock import Clock
 from tenure.core.errors import BackendUnavailable, CorruptRecord, InvalidArgument
@@ -37,6 +38,7 @@ from tenure.core.options import Options, StoreURL
 from tenure.core.records import (
     HistoryEvent,
     JobPage,
+    JobRecord,
     JobState,
     JobStatus,
     Op,
@@ -44,7 +46,7 @@ from tenure.core.records import (
     RejectionKind,
     Summary,
 )
-from tenure.core.transitions import STORED_STATES, JobRecord, status
+from tenure.core.transitions import status
 
 SCHEMA_VERSION = "1"
 _SCHEMA = """
@@ -84,24 +86,7 @@ def _mapped_errors(path: str) -> Iterator[None]:
 
 
 def _decode(row: tuple[Any, ...]) -> JobRecord:
-    job_id, state, owner, token, lease_until, ttl, sub, cla, ren, com, runs, result = row
-    key = f"tenure_jobs/{job_id}"
-    try:
-        state = JobState(state)
-    except ValueError:
-        raise CorruptRecord(key, f"unknown state {state!r}") from None
-    if state not in STORED_STATES:
-        raise CorruptRecord(key, f"state {state.value!r} is never stored")
-    if not isinstance(token, int) or token < 0 or not isinstance(runs, int):
-        raise CorruptRecord(key, f"bad token {token!r} or runs {runs!r}")
-    times = (lease_until, ttl, sub, cla, ren, com)
-    if any(t is not None and not isinstance(t, (int, float)) for t in times):
-        raise CorruptRecord(key, "a time column is not a number")
-    if state is JobState.LEASED and (not isinstance(owner, str) or lease_until is None or ttl is None):
-        raise CorruptRecord(key, "leased without owner or expiry")
-    if result is not None and not isinstance(result, bytes):
-        raise CorruptRecord(key, "result is not a blob")
-    return JobRecord(job_id, state, owner, token, lease_until, ttl, sub, cla, ren, com, runs, result)
+    return codec.job_record(f"tenure_jobs/{row[0]}", *row)
 
 
 class _SQLiteTransaction(Transaction):

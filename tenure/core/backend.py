@@ -25,14 +25,15 @@ from tenure.core.records import (
     Change,
     HistoryEvent,
     JobPage,
+    JobRecord,
     JobState,
     JobStatus,
     Lease,
     Op,
     Rejection,
     Summary,
+    lease_over,
 )
-from tenure.core.transitions import JobRecord
 from tenure.core.validation import MAX_TTL
 
 if TYPE_CHECKING:
@@ -291,17 +292,10 @@ class RecordBackend(Backend):
             tx.add_rejection(rejection)
 
 
-def newest(items: list[Any], limit: int | None) -> list[Any]:
-    """The last ``limit`` items (all of them for None), keeping their order."""
-    if limit is None:
-        return items
-    return items[len(items) - limit:] if limit else []
-
-
 def state_at(job: JobStatus, now: float) -> JobState:
     """The job's state judged at ``now`` rather than when it was read."""
     if job.state in (JobState.LEASED, JobState.EXPIRED) and job.expires_at is not None:
-        return JobState.EXPIRED if job.expires_at <= now else JobState.LEASED
+        return JobState.EXPIRED if lease_over(job.expires_at, now) else JobState.LEASED
     return job.state
 
 

@@ -8,34 +8,16 @@ completed; "expired" is a leased record whose ``lease_until`` has passed by stor
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 from tenure.core.errors import AlreadyClaimed, JobCompleted
-from tenure.core.records import JobState, JobStatus, Lease, Op, Reason, Rejection
+from tenure.core.records import STORED_STATES, JobRecord, JobState, JobStatus, Lease, Op, Reason, Rejection, lease_over
 
-STORED_STATES = (JobState.PENDING, JobState.LEASED, JobState.COMPLETED)
-
-
-@dataclass(frozen=True)
-class JobRecord:
-    job_id: str
-    state: JobState  # one of STORED_STATES
-    owner: str | None = None
-    token: int = 0  # generation of the latest claim; never goes down
-    lease_until: float | None = None
-    ttl: float | None = None
-    submitted_at: float | None = None
-    claimed_at: float | None = None
-    renewed_at: float | None = None
-    completed_at: float | None = None
-    runs: int = 1
-    result: bytes | None = None
-
+__all__ = ["STORED_STATES", "JobRecord"]  # moved to records; still importable from here
 
 def is_claimable(rec: JobRecord | None, now: float) -> bool:
     if rec is None or rec.state is JobState.PENDING:
         return True
-    return rec.state is JobState.LEASED and rec.lease_until is not None and rec.lease_until <= now
+    return rec.state is JobState.LEASED and rec.lease_until is not None and lease_over(rec.lease_until, now)
 
 
 def status(rec: JobRecord, now: float) -> JobStatus:
@@ -108,7 +90,7 @@ def check(rec: JobRecord | None, lease: Lease, now: float) -> Reason | None:
         return Reason.COMPLETED
     if rec.state is not JobState.LEASED:
         return Reason.NOT_LEASED
-    if rec.lease_until is None or rec.lease_until <= now:
+    if rec.lease_until is None or lease_over(rec.lease_until, now):
         return Reason.EXPIRED
     return None
 

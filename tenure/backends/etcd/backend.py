@@ -54,8 +54,8 @@ from tenure.backends.etcd.layout import (
     record,
     rejection_value,
 )
-from tenure.core import transitions
-from tenure.core.backend import Backend, Characteristics, corrupt_status, newest
+from tenure.core import audit, transitions
+from tenure.core.backend import Backend, Characteristics, corrupt_status
 from tenure.core.clock import Clock, boot_clock
 from tenure.core.errors import (
     AlreadyClaimed,
@@ -70,7 +70,7 @@ from tenure.core.errors import (
     TokenChanged,
 )
 from tenure.core.options import Options, StoreURL
-from tenure.core.records import Change, HistoryEvent, JobState, JobStatus, Lease, Op, Reason, Rejection
+from tenure.core.records import Change, HistoryEvent, JobRecord, JobState, JobStatus, Lease, Op, Reason, Rejection
 
 log = logging.getLogger("tenure.etcd")
 
@@ -333,7 +333,7 @@ class EtcdBackend(Backend):
                 for job_id in batch:
                     self.submit(job_id, actor)
 
-    def _submitted(self, new: transitions.JobRecord, now: float, actor: str | None) -> list[Any]:
+    def _submitted(self, new: JobRecord, now: float, actor: str | None) -> list[Any]:
         """The writes that make ``new`` pending: its job key, no outcome, a queue place, history."""
         k, job_id = self.keys, new.job_id
         value = JobValue(JobState.PENDING, None, new.token, None, now, None, None, new.runs)
@@ -758,22 +758,13 @@ class EtcdBackend(Backend):
 
     def _read_audit(self, span: tuple[bytes, bytes], limit: int | None, since: float | None,
                     read: Callable[[KV], _Stamped]) -> list[_Stamped]:
-        """Rejections or history, oldest first; a record tenure cannot read is logged and skipped."""
+        """Rejections or history, oldest first (``audit.select``)."""
         # Newest first with a limit when no time filter applies; otherwise all (bounded by retention).
         fetch = limit if since is None and limit is not None else 0
         if fetch == 0 and limit == 0:
             return []
         kvs, _, _ = self._conn.range(*span, limit=fetch, newest_first=True, by_create=True)
-        out = []
-        for kv in reversed(kvs):
-            try:
-                record = read(kv)
-            except CorruptRecord as exc:
-                log.warning("skipping an audit record tenure cannot read: %s", exc)
-                continue
-            if since is None or record.at >= since:
-                out.append(record)
-        return newest(out, limit)
+        return audit.select(audit.readable(kvs, read), since, limit)
 
     def rejections(self, since: float | None, limit: int | None) -> list[Rejection]:
         return self._read_audit(self.keys.span("rejection"), limit, since, lambda kv: read_rejection(kv)[0])

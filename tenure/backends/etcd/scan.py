@@ -19,8 +19,7 @@ from tenure.backends.etcd.client import KV, Connection, WatchStream
 from tenure.backends.etcd.layout import Keys, read_rejection, record
 from tenure.core.clock import boot_clock
 from tenure.core.errors import BackendUnavailable, CorruptRecord
-from tenure.core.records import Change, JobStatus
-from tenure.core.transitions import JobRecord
+from tenure.core.records import Change, JobRecord, JobStatus
 
 PAGE = 2000  # jobs per page: one transaction reading their job, lease and end keys
 _JOB_SECTIONS = ("job", "lease", "end")

@@ -53,8 +53,7 @@ from tenure.core.errors import (
     TokenChanged,
 )
 from tenure.core.options import Options, StoreURL
-from tenure.core.records import Change, HistoryEvent, JobState, JobStatus, Lease, Op, Rejection
-from tenure.core.transitions import JobRecord
+from tenure.core.records import Change, HistoryEvent, JobRecord, JobState, JobStatus, Lease, Op, Rejection
 
 ATTEMPTS = 50  # fresh reads after a lost compare-and-set before giving up
 SUBMIT_BATCH = 250  # jobs per multi in submit_many: about 200 KB, well under jute.maxbuffer (1 MB)

@@ -37,8 +37,7 @@ from typing import Any, Protocol
 from tenure.backends.zookeeper.session import Session
 from tenure.core import transitions
 from tenure.core.clock import boot_clock
-from tenure.core.records import JobState, Lease, Op
-from tenure.core.transitions import JobRecord
+from tenure.core.records import JobRecord, JobState, Lease, Op
 
 _FRESH = 1.0  # seconds a stamp of the leader's clock serves for the bound
 _RATE = 1.1  # the leader's clock may run this much faster than ours over that second

@@ -29,8 +29,7 @@ from tenure.backends.zookeeper.multiread import read_many
 from tenure.backends.zookeeper.session import Session
 from tenure.core import transitions
 from tenure.core.errors import CorruptRecord
-from tenure.core.records import JobState
-from tenure.core.transitions import JobRecord
+from tenure.core.records import JobRecord, JobState
 
 
 @dataclass

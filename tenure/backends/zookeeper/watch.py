@@ -19,8 +19,9 @@ from tenure.backends.zookeeper import layout as zl
 from tenure.backends.zookeeper.audit import Key, Log
 from tenure.backends.zookeeper.config import mapped_errors
 from tenure.backends.zookeeper.session import Session
-from tenure.core.records import Change, JobState, JobStatus
-from tenure.core.transitions import JobRecord, status
+from tenure.core import audit
+from tenure.core.records import Change, JobRecord, JobState, JobStatus
+from tenure.core.transitions import status
 
 _JOBS, _REJECTIONS = "jobs", "rejections"
 
@@ -64,15 +65,14 @@ def watch(session: Session, log: Log, stop: threading.Event, interval: float) ->
     def new_rejections(last: Key | None) -> tuple[Key | None, list[Change]]:
         """Rejections written after ``last``, in order, across segments (audit)."""
         fresh = log.after(last, on_rejections)
-        found = []
+        stored: list[tuple[str, bytes]] = []
         with mapped_errors("watching rejections"):
             for _, path in fresh:
                 try:
-                    rejection = zl.load_rejection(client.get(path)[0])
+                    stored.append((path, client.get(path)[0]))
                 except NoNodeError:
                     continue
-                if rejection is not None:
-                    found.append(Change(rejection=rejection))
+        found = [Change(rejection=r) for r in audit.readable(stored, lambda s: zl.load_rejection(s[1], s[0]))]
         return (fresh[-1][0] if fresh else last), found
 
     session.now()  # a fresh store time for the first ratings
