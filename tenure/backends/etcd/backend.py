@@ -54,7 +54,7 @@ from tenure.backends.etcd.layout import (
     record,
     rejection_value,
 )
-from tenure.core import audit, transitions
+from tenure.core import audit, contention, transitions
 from tenure.core.backend import Backend, Characteristics, corrupt_status
 from tenure.core.clock import Clock, boot_clock
 from tenure.core.errors import (
@@ -76,7 +76,6 @@ log = logging.getLogger("tenure.etcd")
 
 DEFAULT_PORT = 2379
 EXPIRY_GRACE = 1.0  # etcd checks for expired leases every 500 ms, then deletes through raft
-_RETRIES = 5  # optimistic transactions that lost a race are retried this often
 _CACHE = 10_000  # etcd leases of claims made here, for one-round-trip renewals
 _SLACK = 1  # seconds a claim's etcd lease gets beyond its TTL, so later claims can reuse it
 _POOL = 64  # idle etcd leases kept for reuse by claims (unused ones run out by themselves)
@@ -219,7 +218,7 @@ class EtcdBackend(Backend):
         with self._lock:
             if self._retention_lease and boot_clock() < self._retention_lease[1]:
                 return self._retention_lease[0]
-        for _ in range(_RETRIES):
+        for _ in contention.attempts():
             kvs, _, _ = self._conn.range(self.keys.retention)
             named = parse(kvs[0].value).get("lease") if kvs else None
             if isinstance(named, int) and not isinstance(named, bool):
@@ -301,7 +300,7 @@ class EtcdBackend(Backend):
     # -- the protocol --------------------------------------------------------------------
     def submit(self, job_id: str, actor: str | None = None) -> None:
         """``actor``: the operator who asked, recorded as the owner of the history event."""
-        for _ in range(_RETRIES):
+        for _ in contention.attempts():
             snap = self._snapshot(job_id)
             now = self.now()
             new = transitions.submit(snap.record, job_id, now)
@@ -309,7 +308,7 @@ class EtcdBackend(Backend):
                 return
             if self._write(self._unchanged(job_id, snap), self._submitted(new, now, actor), []).succeeded:
                 return
-        raise BackendUnavailable(f"submit of {job_id!r} kept losing races; try again")
+        raise contention.outraced(job_id)
 
     def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
         """New jobs in transactions of ``_BATCH`` without reading first; any job that exists
@@ -411,7 +410,7 @@ class EtcdBackend(Backend):
         the next transaction compares against those.
         """
         k = self.keys
-        for _ in range(_RETRIES):
+        for _ in contention.attempts():
             now = self.now()
             rec = None
             if snap is not None:
@@ -439,8 +438,8 @@ class EtcdBackend(Backend):
                 return res.revision, expires_at
             snap = _Snapshot(job_id, res.ranges, self.now())
         assert snap is not None
-        transitions.claim(snap.record, job_id, owner, ttl, snap.now)
-        raise AlreadyClaimed(job_id, None, 0, None)  # still racing after several rounds
+        transitions.claim(snap.record, job_id, owner, ttl, snap.now)  # held by now: say so
+        raise contention.outraced(job_id)
 
     def _note_ended(self, snap: _Snapshot) -> _Ended | None:
         """If etcd ended the snapshot's lease: when this process first saw that, and its TTL."""
@@ -711,7 +710,7 @@ class EtcdBackend(Backend):
 
     def force_expire(self, job_id: str, actor: str | None = None, token: int | None = None) -> None:
         k = self.keys
-        for _ in range(_RETRIES):
+        for _ in contention.attempts():
             snap = self._snapshot(job_id)
             if snap.record is None:
                 raise JobNotFound(job_id)
@@ -733,7 +732,7 @@ class EtcdBackend(Backend):
                 for prev in res.prev:
                     self._revoke_later(prev.lease)
                 return
-        raise BackendUnavailable(f"force_expire of {job_id!r} kept losing races; try again")
+        raise contention.outraced(job_id)
 
     def record_rejection(self, rejection: Rejection) -> None:
         key = self.keys.rejection(uuid.uuid4().hex)

@@ -40,7 +40,7 @@ from tenure.backends.zookeeper.held import HeldRecords
 from tenure.backends.zookeeper.index import Index, Known, Placer
 from tenure.backends.zookeeper.multiread import read_many
 from tenure.backends.zookeeper.session import Session
-from tenure.core import transitions
+from tenure.core import contention, transitions
 from tenure.core.backend import Backend, Characteristics, Link, corrupt_status, history_event
 from tenure.core.clock import Clock, boot_clock
 from tenure.core.errors import (
@@ -55,7 +55,6 @@ from tenure.core.errors import (
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import Change, HistoryEvent, JobRecord, JobState, JobStatus, Lease, Op, Rejection
 
-ATTEMPTS = 50  # fresh reads after a lost compare-and-set before giving up
 SUBMIT_BATCH = 250  # jobs per multi in submit_many: about 200 KB, well under jute.maxbuffer (1 MB)
 _CONTENTION = (BadVersionError, NodeExistsError, NoNodeError, RolledBackError, RuntimeInconsistency)
 
@@ -264,7 +263,7 @@ class ZooKeeperBackend(Backend):
     def submit(self, job_id: str, actor: str | None = None) -> None:
         seen: set[tuple[int, int | None]] = set()
         known = Known()
-        for _ in range(ATTEMPTS):
+        for _ in contention.attempts():
             read = self._read(job_id, gen=True, queue=True)
             rec = read.record(job_id)
             gen = self._gen_of(read, rec, job_id, seen)
@@ -273,7 +272,7 @@ class ZooKeeperBackend(Backend):
             tx = self._submit_in(read, rec, gen, job_id, actor, known.at(read.version))
             if tx is None or self._commit(tx, f"submitting {job_id!r}", known):
                 return
-        raise _outraced(job_id)
+        raise contention.outraced(job_id)
 
     def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
         """One pipelined read and one multi per ``SUBMIT_BATCH`` jobs. Each multi is atomic,
@@ -372,7 +371,7 @@ class ZooKeeperBackend(Backend):
         describes the record is deleted, in a multi that checks the record is as read."""
         seen: set[tuple[int, int | None]] = set()
         known = Known()
-        for _ in range(ATTEMPTS):
+        for _ in contention.attempts():
             read, first = self._read(job_id, gen=True, sent=first), None
             rec = read.record(job_id)
             if not read.exact and rec is not None and rec.state is JobState.LEASED:
@@ -404,7 +403,7 @@ class ZooKeeperBackend(Backend):
             if self._commit(tx, f"claiming {job_id!r}", known):
                 self.held.remember(new, 0 if read.version < 0 else read.version + 1)
                 return transitions.lease_of(new)
-        raise _outraced(job_id)
+        raise contention.outraced(job_id)
 
     def drop_stale(self, entry: str, version: int | None) -> None:
         """Delete an index entry that no longer describes its job, provided the job znode is
@@ -485,7 +484,7 @@ class ZooKeeperBackend(Backend):
             if fast is not None:
                 return fast
         known = Known()
-        for _ in range(ATTEMPTS):
+        for _ in contention.attempts():
             read = self._read(lease.job_id, queue=op is Op.RELEASE)
             rec = read.record(lease.job_id)
             # Judged as a claim would leave it: re-stamped if an earlier leader stamped it
@@ -508,7 +507,7 @@ class ZooKeeperBackend(Backend):
             if self._commit(tx, f"auditing a stale {op}"):
                 self.held.forget(lease)
                 raise StaleLease(rejected)
-        raise _outraced(lease.job_id)
+        raise contention.outraced(lease.job_id)
 
     def renew(self, lease: Lease, ttl: float) -> Lease:
         rec = self._holder_op(Op.RENEW, lease, lambda r, now: transitions.renew(r, ttl, now))
@@ -521,7 +520,7 @@ class ZooKeeperBackend(Backend):
         self._holder_op(Op.RELEASE, lease, transitions.release)
 
     def force_expire(self, job_id: str, actor: str | None = None, token: int | None = None) -> None:
-        for _ in range(ATTEMPTS):
+        for _ in contention.attempts():
             read = self._read(job_id)
             rec = read.record(job_id)
             if rec is None:
@@ -539,7 +538,7 @@ class ZooKeeperBackend(Backend):
                 tx.check(self.layout.gen(job_id), token)
             if self._commit(tx, f"expiring {job_id!r}"):
                 return
-        raise _outraced(job_id)
+        raise contention.outraced(job_id)
 
     # -- reading ------------------------------------------------------------------------------------
     def get(self, job_id: str) -> JobStatus | None:
@@ -604,9 +603,3 @@ class ZooKeeperBackend(Backend):
 
     def close(self) -> None:
         self.session.close()
-
-
-def _outraced(job_id: str) -> BackendUnavailable:
-    return BackendUnavailable(f"job {job_id!r} changed under every one of {ATTEMPTS} attempts")
-
-
