@@ -56,7 +56,7 @@ from tenure.backends.etcd.layout import (
 )
 from tenure.core import audit, contention, transitions
 from tenure.core.backend import Backend, Characteristics, corrupt_status
-from tenure.core.clock import Clock, boot_clock
+from tenure.core.clock import Clock, boot_clock, deadline_runs
 from tenure.core.errors import (
     AlreadyClaimed,
     BackendUnavailable,
@@ -538,15 +538,14 @@ class EtcdBackend(Backend):
         return None
 
     def _held_here(self, lease: Lease) -> bool:
-        """Whether this process claimed or renewed ``lease`` (so its deadline is on our clock)."""
+        """Whether this process claimed or renewed ``lease``."""
         with self._lock:
             mine = (lease.job_id, lease.token, lease.owner) in self._leases
-        return mine and self._clock is None and math.isfinite(lease.deadline)
+        return mine
 
-    @staticmethod
-    def _within_deadline(lease: Lease) -> bool:
+    def _within_deadline(self, lease: Lease) -> bool:
         """Asked just before a transaction is sent: a revival must leave before the deadline."""
-        return boot_clock() < lease.deadline
+        return deadline_runs(lease.deadline, self._clock)
 
     def _holder_txn(self, op: Op, lease: Lease, success: list[Any], now: float,
                     revive: list[Any] | None = None) -> TxnResult:

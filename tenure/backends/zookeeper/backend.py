@@ -91,14 +91,14 @@ class ZooKeeperBackend(Backend):
         clock_resolution=0.001,  # znode mtimes are whole milliseconds
     )
 
-    def __init__(self, config: Config, system_deadlines: bool = True) -> None:
-        """``system_deadlines``: holders' deadlines are on ``boot_clock()`` (no clock was
-        injected into the Store), so ``HeldRecords`` may compare them with it."""
+    def __init__(self, config: Config, injected: Clock | None = None) -> None:
+        """``injected``: the clock given to ``connect`` (tests), which holders' deadlines are
+        on; it only decides whether those vouch for anything (``clock.deadline_runs``)."""
         self.config = config
         self.session = Session(config)
         self.client = self.session.client
         self.layout = self.session.layout
-        self.held = HeldRecords(self.session, self, system_deadlines)
+        self.held = HeldRecords(self.session, self, injected)
         self._claims_existing = False  # whether the last claim found its job existing
         try:
             self.index = Index(self.session, self._ensure_layout(), self.drop_stale)
@@ -110,7 +110,7 @@ class ZooKeeperBackend(Backend):
     @classmethod
     def from_url(cls, url: StoreURL, options: Options, clock: Clock | None) -> ZooKeeperBackend:
         # ``clock`` only sets holders' deadlines (in Store); the store's clock is the leader's.
-        return cls(Config.from_url(url, options), system_deadlines=clock is None)
+        return cls(Config.from_url(url, options), clock)
 
     def link(self) -> Link:
         return self.session.link()

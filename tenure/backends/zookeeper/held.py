@@ -29,14 +29,13 @@ no extra round trip); younger stamps spare the multi that write.
 from __future__ import annotations
 
 import collections
-import math
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from tenure.backends.zookeeper.session import Session
 from tenure.core import transitions
-from tenure.core.clock import boot_clock
+from tenure.core.clock import Clock, boot_clock, deadline_runs
 from tenure.core.records import JobRecord, JobState, Lease, Op
 
 _FRESH = 1.0  # seconds a stamp of the leader's clock serves for the bound
@@ -54,10 +53,10 @@ class Writer(Protocol):
 
 
 class HeldRecords:
-    def __init__(self, session: Session, writer: Writer, system_deadlines: bool) -> None:
+    def __init__(self, session: Session, writer: Writer, injected: Clock | None) -> None:
         self._session = session
         self._writer = writer
-        self._system_deadlines = system_deadlines  # lease deadlines are on boot_clock()
+        self._injected = injected  # the clock given to connect(), if any: see deadline_runs
         self._lock = threading.Lock()
         self._records: collections.OrderedDict[tuple[str, int, str], tuple[JobRecord, int]] = \
             collections.OrderedDict()
@@ -116,7 +115,7 @@ class HeldRecords:
 
     def holder_op(self, op: Op, lease: Lease, change: Any) -> JobRecord | None:
         """``change(record, now)`` written in one multi; None to take the general path."""
-        if not (self._system_deadlines and math.isfinite(lease.deadline) and boot_clock() < lease.deadline):
+        if not deadline_runs(lease.deadline, self._injected):
             return None
         with self._lock:
             held = self._records.get((lease.job_id, lease.token, lease.owner))
