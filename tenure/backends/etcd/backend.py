@@ -54,7 +54,7 @@ from tenure.backends.etcd.layout import (
     record,
     rejection_value,
 )
-from tenure.core import audit, contention, transitions
+from tenure.core import audit, contention, protocol, transitions
 from tenure.core.backend import Backend, Characteristics, corrupt_status
 from tenure.core.clock import Clock, boot_clock, deadline_runs
 from tenure.core.errors import (
@@ -313,24 +313,23 @@ class EtcdBackend(Backend):
     def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
         """New jobs in transactions of ``_BATCH`` without reading first; any job that exists
         already makes its batch fail as a whole, and that batch goes one job at a time."""
+        protocol.submit_in_batches(job_ids, _BATCH, lambda batch: self._submit_new(batch, actor),
+                                   lambda job_id: self.submit(job_id, actor))
+
+    def _submit_new(self, batch: list[str], actor: str | None) -> bool:
         k = self.keys
-        unique = list(dict.fromkeys(job_ids))
-        for start in range(0, len(unique), _BATCH):
-            batch = unique[start:start + _BATCH]
-            now = self.now()
-            absent, writes = [], []
-            for i, job_id in enumerate(batch):
-                absent += [ec.compare(k.job(job_id), "mod", "==", 0), ec.compare(k.lease(job_id), "create", "==", 0),
-                           ec.compare(k.end(job_id), "mod", "==", 0)]
-                # Ten microseconds apart, so the queue keeps the order given: one apart can round
-                # to the same microsecond at today's epoch times (a double's step is 0.24 µs).
-                at = now + i * 1e-5
-                new = transitions.submit(None, job_id, at)
-                assert new is not None  # a job that does not exist is always submitted
-                writes += self._submitted(new, at, actor)
-            if not self._write(absent, writes, []).succeeded:
-                for job_id in batch:
-                    self.submit(job_id, actor)
+        now = self.now()
+        absent, writes = [], []
+        for i, job_id in enumerate(batch):
+            absent += [ec.compare(k.job(job_id), "mod", "==", 0), ec.compare(k.lease(job_id), "create", "==", 0),
+                       ec.compare(k.end(job_id), "mod", "==", 0)]
+            # Ten microseconds apart, so the queue keeps the order given: one apart can round
+            # to the same microsecond at today's epoch times (a double's step is 0.24 µs).
+            at = now + i * 1e-5
+            new = transitions.submit(None, job_id, at)
+            assert new is not None  # a job that does not exist is always submitted
+            writes += self._submitted(new, at, actor)
+        return self._write(absent, writes, []).succeeded
 
     def _submitted(self, new: JobRecord, now: float, actor: str | None) -> list[Any]:
         """The writes that make ``new`` pending: its job key, no outcome, a queue place, history."""
@@ -529,13 +528,7 @@ class EtcdBackend(Backend):
         return ids[shift:] + ids[:shift]
 
     def _first_claimable(self, job_ids: list[str], owner: str, ttl: float) -> Lease | None:
-        for job_id in job_ids:
-            try:
-                return self.claim(job_id, owner, ttl)
-            except (AlreadyClaimed, JobCompleted, CorruptRecord) as exc:
-                # Someone else was faster, it is waited out, or it cannot be claimed.
-                log.debug("claim_next passed over %r: %s", job_id, exc)
-        return None
+        return protocol.first_claimed(job_ids, lambda job_id: self.claim(job_id, owner, ttl))
 
     def _held_here(self, lease: Lease) -> bool:
         """Whether this process claimed or renewed ``lease``."""

@@ -40,7 +40,7 @@ from tenure.backends.zookeeper.held import HeldRecords
 from tenure.backends.zookeeper.index import Index, Known, Placer
 from tenure.backends.zookeeper.multiread import read_many
 from tenure.backends.zookeeper.session import Session
-from tenure.core import contention, transitions
+from tenure.core import contention, protocol, transitions
 from tenure.core.backend import Backend, Characteristics, Link, corrupt_status, history_event
 from tenure.core.clock import Clock, boot_clock
 from tenure.core.errors import (
@@ -278,12 +278,8 @@ class ZooKeeperBackend(Backend):
         """One pipelined read and one multi per ``SUBMIT_BATCH`` jobs. Each multi is atomic,
         the call as a whole is not (as with one ``submit`` per job); a batch that loses a race
         or meets a record it cannot read is submitted again job by job."""
-        unique = list(dict.fromkeys(job_ids))
-        for start in range(0, len(unique), SUBMIT_BATCH):
-            chunk = unique[start:start + SUBMIT_BATCH]
-            if not self._submit_batch(chunk, actor):
-                for job_id in chunk:
-                    self.submit(job_id, actor)
+        protocol.submit_in_batches(job_ids, SUBMIT_BATCH, lambda chunk: self._submit_batch(chunk, actor),
+                                   lambda job_id: self.submit(job_id, actor))
 
     def _submit_batch(self, job_ids: list[str], actor: str | None) -> bool:
         tx, changed = self.client.transaction(), False
@@ -457,12 +453,8 @@ class ZooKeeperBackend(Backend):
     def claim_next(self, owner: str, ttl: float) -> Lease | None:
         if not self.index.enabled:
             return self._claim_next_by_scan(owner, ttl)
-        for job_id, entry in self.index.candidates():
-            with contextlib.suppress(AlreadyClaimed, JobCompleted, CorruptRecord):
-                lease = self._claim(job_id, owner, ttl, entry)
-                if lease is not None:
-                    return lease
-        return None
+        return protocol.first_claimed(self.index.candidates(),
+                                      lambda candidate: self._claim(candidate[0], owner, ttl, candidate[1]))
 
     def _claim_next_by_scan(self, owner: str, ttl: float) -> Lease | None:
         # A store without the index. Candidates from a scan (expired leases first, then pending
@@ -473,10 +465,8 @@ class ZooKeeperBackend(Backend):
                       else (1, r.submitted_at or 0.0, r.job_id)
                       for r in self._records() if isinstance(r, JobRecord)
                       and transitions.is_claimable(r, now)]
-        for *_, job_id in sorted(candidates):
-            with contextlib.suppress(AlreadyClaimed, JobCompleted, CorruptRecord):
-                return self.claim(job_id, owner, ttl)
-        return None
+        return protocol.first_claimed([job_id for *_, job_id in sorted(candidates)],
+                                      lambda job_id: self.claim(job_id, owner, ttl))
 
     def _holder_op(self, op: Op, lease: Lease, change: Callable[[JobRecord, float], JobRecord]) -> JobRecord:
         if op is not Op.RELEASE:  # a release queues the job: that needs the bucket read first
