@@ -84,7 +84,7 @@ def operations(store: Any, tag: str) -> dict[str, Callable[[], object]]:
         "claim (pending job)": lambda: state.__setitem__("lease", store.claim(f"{tag}-s", owner="w", ttl=30)),
         "release (holder)": lambda: store.release(state["lease"]),
         "claim_next": lambda: state.__setitem__("lease", store.claim_next(owner="w", ttl=30)),
-        "renew (stale token)": lambda: _stale(store, state["lease"]),
+        "renew (not the holder)": lambda: _stale(store, state["lease"]),
         "force_expire": lambda: store.force_expire(state["lease"].job_id),
         "get": lambda: store.get(f"{tag}-s"),
         "submit_many (100 new)": lambda: store.submit_many([f"{tag}-m{i}" for i in range(100)]),
@@ -98,7 +98,7 @@ def _stale(store: Any, lease: Any) -> None:
     import tenure
 
     try:
-        store.renew(dataclasses.replace(lease, token=lease.token - 1))
+        store.renew(dataclasses.replace(lease, owner="not-the-holder"))
     except tenure.StaleLease:
         return
     raise AssertionError("a stale renew was accepted")
