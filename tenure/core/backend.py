@@ -217,7 +217,26 @@ def history_event(rec: JobRecord, op: Op, now: float, actor: str | None = None) 
     return HistoryEvent(rec.job_id, op, actor or rec.owner, rec.token, now, rec.lease_until)
 
 
-class RecordBackend(Backend):
+class SteppedBackend(Backend):
+    """renew, complete and release as one holder step each (``_holder_op``), whose decision is
+    ``transitions.holder_step``: record backends, and ZooKeeper."""
+
+    @abc.abstractmethod
+    def _holder_op(self, op: Op, lease: Lease, change: transitions.Change) -> JobRecord:
+        """Apply ``change`` if ``lease`` is current; otherwise audit and raise StaleLease."""
+
+    def renew(self, lease: Lease, ttl: float) -> Lease:
+        rec = self._holder_op(Op.RENEW, lease, lambda r, now: transitions.renew(r, ttl, now))
+        return transitions.lease_of(rec)
+
+    def complete(self, lease: Lease, result: bytes | None) -> None:
+        self._holder_op(Op.COMPLETE, lease, lambda r, now: transitions.complete(r, result, now))
+
+    def release(self, lease: Lease) -> None:
+        self._holder_op(Op.RELEASE, lease, transitions.release)
+
+
+class RecordBackend(SteppedBackend):
     """The protocol over ``transitions`` for stores with a per-job record and transactions."""
 
     @abc.abstractmethod
@@ -250,30 +269,15 @@ class RecordBackend(Backend):
             job_id = tx.next_claimable()
             return None if job_id is None else self._claim_in(tx, job_id, owner, ttl)
 
-    def _holder_op(self, op: Op, lease: Lease, change: Any) -> JobRecord:
-        """Apply ``change`` if the lease is current; otherwise audit and raise StaleLease."""
+    def _holder_op(self, op: Op, lease: Lease, change: transitions.Change) -> JobRecord:
         with self.transaction() as tx:
-            rec = tx.load(lease.job_id)
-            reason = transitions.check(rec, lease, tx.now)
-            if reason is None:
-                assert rec is not None
-                new: JobRecord = change(rec, tx.now)
-                tx.save(new)
-                tx.add_event(history_event(new, op, tx.now))
-                return new
-            rejected = transitions.rejection(rec, op, lease, reason, tx.now)
-            tx.add_rejection(rejected)
-        raise StaleLease(rejected)
-
-    def renew(self, lease: Lease, ttl: float) -> Lease:
-        rec = self._holder_op(Op.RENEW, lease, lambda r, now: transitions.renew(r, ttl, now))
-        return transitions.lease_of(rec)
-
-    def complete(self, lease: Lease, result: bytes | None) -> None:
-        self._holder_op(Op.COMPLETE, lease, lambda r, now: transitions.complete(r, result, now))
-
-    def release(self, lease: Lease) -> None:
-        self._holder_op(Op.RELEASE, lease, transitions.release)
+            step = transitions.holder_step(tx.load(lease.job_id), op, lease, change, tx.now)
+            if isinstance(step, JobRecord):
+                tx.save(step)
+                tx.add_event(history_event(step, op, tx.now))
+                return step
+            tx.add_rejection(step)
+        raise StaleLease(step)
 
     def force_expire(self, job_id: str, actor: str | None = None, token: int | None = None) -> None:
         with self.transaction() as tx:

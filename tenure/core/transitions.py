@@ -8,6 +8,7 @@ completed; "expired" is a leased record whose ``lease_until`` has passed by stor
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from tenure.core.errors import AlreadyClaimed, JobCompleted
 from tenure.core.records import STORED_STATES, JobRecord, JobState, JobStatus, Lease, Op, Reason, Rejection, lease_over
@@ -106,6 +107,19 @@ def rejection(rec: JobRecord | None, op: Op, lease: Lease, reason: Reason, now: 
         at=now,
         reason=str(reason),
     )
+
+
+Change = Callable[[JobRecord, float], JobRecord]  # what a holder's step does to a current record
+
+
+def holder_step(rec: JobRecord | None, op: Op, lease: Lease, change: Change, now: float) -> JobRecord | Rejection:
+    """The decision on a renew, complete or release: ``change`` applied if ``lease`` is current,
+    else the rejection to audit, in the same atomic step as the write it replaces."""
+    reason = check(rec, lease, now)
+    if reason is None:
+        assert rec is not None  # check() refuses a missing record
+        return change(rec, now)
+    return rejection(rec, op, lease, reason, now)
 
 
 def renew(rec: JobRecord, ttl: float, now: float) -> JobRecord:

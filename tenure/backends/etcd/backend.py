@@ -715,11 +715,13 @@ class EtcdBackend(Backend):
             # claim (_wait_out_holder), as on every backend, also if etcd had ended it first.
             # The compares keep the job key as read, so the token checked above is still the
             # job's when this applies; if anything changed, the next round reads it again.
+            new = transitions.force_expire(snap.record, now)
+            assert new.lease_until is not None
             res = self._write(self._unchanged(job_id, snap),
                               [ec.delete(k.lease(job_id), prev_kv=True),
-                               ec.put(k.end(job_id), end_value("expired", snap.record.token, now, None)),
-                               self._event(job_id, Op.EXPIRE, actor or snap.record.owner, snap.record.token,
-                                           now, now)], [])
+                               ec.put(k.end(job_id), end_value("expired", new.token, new.lease_until, None)),
+                               self._event(job_id, Op.EXPIRE, actor or new.owner, new.token, now,
+                                           new.lease_until)], [])
             if res.succeeded:
                 for prev in res.prev:
                     self._revoke_later(prev.lease)

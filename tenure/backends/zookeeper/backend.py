@@ -41,7 +41,7 @@ from tenure.backends.zookeeper.index import Index, Known, Placer
 from tenure.backends.zookeeper.multiread import read_many
 from tenure.backends.zookeeper.session import Session
 from tenure.core import contention, protocol, transitions
-from tenure.core.backend import Backend, Characteristics, Link, corrupt_status, history_event
+from tenure.core.backend import Characteristics, Link, SteppedBackend, corrupt_status, history_event
 from tenure.core.clock import Clock, boot_clock
 from tenure.core.errors import (
     AlreadyClaimed,
@@ -81,7 +81,7 @@ class _Read:
         return zl.queued_slot(self.data)
 
 
-class ZooKeeperBackend(Backend):
+class ZooKeeperBackend(SteppedBackend):
     characteristics = Characteristics(
         name="zookeeper",
         store_clock="the ZooKeeper leader's clock, as it stamps znode mtimes",
@@ -468,7 +468,7 @@ class ZooKeeperBackend(Backend):
         return protocol.first_claimed([job_id for *_, job_id in sorted(candidates)],
                                       lambda job_id: self.claim(job_id, owner, ttl))
 
-    def _holder_op(self, op: Op, lease: Lease, change: Callable[[JobRecord, float], JobRecord]) -> JobRecord:
+    def _holder_op(self, op: Op, lease: Lease, change: transitions.Change) -> JobRecord:
         if op is not Op.RELEASE:  # a release queues the job: that needs the bucket read first
             fast = self.held.holder_op(op, lease, change)
             if fast is not None:
@@ -479,17 +479,14 @@ class ZooKeeperBackend(Backend):
             rec = read.record(lease.job_id)
             # Judged as a claim would leave it: re-stamped if an earlier leader stamped it
             # (that leader's expiry means nothing on this clock). The multi checks the version.
-            judged = self._on_this_leaders_clock(read, rec)
-            reason = transitions.check(judged, lease, read.now)
-            if reason is None:
-                assert judged is not None and rec is not None
-                new = change(judged, read.now)
-                tx = self._write(read, rec, new, op, known=known.at(read.version))
+            step = transitions.holder_step(self._on_this_leaders_clock(read, rec), op, lease, change, read.now)
+            if isinstance(step, JobRecord):
+                tx = self._write(read, rec, step, op, known=known.at(read.version))
                 if self._commit(tx, f"{op} of {lease.job_id!r}", known):
-                    self.held.remember(new, read.version + 1)
-                    return new
+                    self.held.remember(step, read.version + 1)
+                    return step
                 continue
-            rejected = transitions.rejection(rec, op, lease, reason, read.now)
+            rejected = step
             tx = self.client.transaction()
             if read.version >= 0:  # the rejection stands only if the record is still as judged
                 tx.check(read.key, read.version)
@@ -498,16 +495,6 @@ class ZooKeeperBackend(Backend):
                 self.held.forget(lease)
                 raise StaleLease(rejected)
         raise contention.outraced(lease.job_id)
-
-    def renew(self, lease: Lease, ttl: float) -> Lease:
-        rec = self._holder_op(Op.RENEW, lease, lambda r, now: transitions.renew(r, ttl, now))
-        return transitions.lease_of(rec)
-
-    def complete(self, lease: Lease, result: bytes | None) -> None:
-        self._holder_op(Op.COMPLETE, lease, lambda r, now: transitions.complete(r, result, now))
-
-    def release(self, lease: Lease) -> None:
-        self._holder_op(Op.RELEASE, lease, transitions.release)
 
     def force_expire(self, job_id: str, actor: str | None = None, token: int | None = None) -> None:
         for _ in contention.attempts():
