@@ -110,7 +110,7 @@ class MemoryBackend(RecordBackend):
         return cls(clock or SYSTEM_CLOCK, name=name, retention=retention)
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[Transaction]:
+    def transaction(self, fresh: bool = False) -> Iterator[Transaction]:  # locked: always fresh
         with self._state.lock:
             tx = _MemoryTransaction(self._state)
             yield tx

@@ -240,7 +240,7 @@ class SQLiteBackend(RecordBackend):
         return cls(path, clock=clock, **kwargs)
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[Transaction]:
+    def transaction(self, fresh: bool = False) -> Iterator[Transaction]:  # locked: always fresh
         with self._lock, _mapped_errors(self.path):
             self._db.execute("BEGIN IMMEDIATE")
             try:

@@ -15,12 +15,12 @@ import abc
 import contextlib
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from tenure.core import transitions, watch
-from tenure.core.errors import CorruptRecord, JobNotFound, StaleLease, TokenChanged
+from tenure.core import contention, transitions, watch
+from tenure.core.errors import BackendUnavailable, CorruptRecord, JobNotFound, LeaseError, StaleLease, TokenChanged
 from tenure.core.records import (
     Change,
     HistoryEvent,
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from tenure.core.options import Options, StoreURL
 
 DEFAULT_MAX_RESULT_BYTES = 512 * 1024  # for third-party backends that do not say
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -190,9 +191,20 @@ class Backend(abc.ABC):
 
 
 class Transaction(abc.ABC):
-    """One atomic step on a record store; ``now`` is read once, inside the step."""
+    """One atomic step on a record store; ``now`` is read once, inside the step.
+
+    A store that locks (memory, SQLite) commits every step it began. An optimistic store
+    (reads that carry versions, one conditional commit) instead sets ``conflict`` when its
+    commit found something it read changed: nothing was written, and the core runs the step
+    again in a new transaction with fresh reads (``RecordBackend.transaction(fresh=True)``),
+    pausing and giving up as ``tenure.core.contention`` says. On a first attempt its ``load``
+    may answer from what this process last wrote, setting ``guessed``; the conditional commit
+    verifies a guess, and a refusal decided on one is decided again on fresh reads.
+    """
 
     now: float
+    conflict: bool = False  # set by the commit: lost a race, nothing was written
+    guessed: bool = False  # set by load: answered from a cache, not a fresh read
 
     @abc.abstractmethod
     def load(self, job_id: str) -> JobRecord | None:
@@ -240,19 +252,38 @@ class RecordBackend(SteppedBackend):
     """The protocol over ``transitions`` for stores with a per-job record and transactions."""
 
     @abc.abstractmethod
-    def transaction(self) -> contextlib.AbstractContextManager[Transaction]:
-        """Commit on normal exit, roll back on an exception."""
+    def transaction(self, fresh: bool = False) -> contextlib.AbstractContextManager[Transaction]:
+        """Commit on normal exit, roll back on an exception. ``fresh``: a retry after a
+        conflict or a guess; ``load`` must read the store (only optimistic stores see it)."""
+
+    def _run(self, job_id: str, step: Callable[[Transaction], T]) -> T:
+        """``step`` in a transaction, again with fresh reads while it conflicts or decided a
+        refusal on a guess; ``Outraced`` when every attempt lost its race."""
+        for attempt in contention.attempts():
+            tx: Transaction | None = None
+            try:
+                with self.transaction(fresh=True) if attempt else self.transaction() as tx:
+                    result = step(tx)
+            except (_Reread, LeaseError) as exc:
+                if tx is None or not tx.guessed or isinstance(exc, BackendUnavailable):
+                    raise
+                continue  # decided on a cached guess: decide again on what the store holds
+            if not tx.conflict:
+                return result
+        raise contention.outraced(job_id)
 
     def submit(self, job_id: str, actor: str | None = None) -> None:
         self.submit_many([job_id], actor)
 
     def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
-        with self.transaction() as tx:  # one transaction: all of them or none
+        def step(tx: Transaction) -> None:  # one transaction: all of them or none
             for job_id in job_ids:
                 new = transitions.submit(tx.load(job_id), job_id, tx.now)
                 if new is not None:
                     tx.save(new)
                     tx.add_event(history_event(new, Op.SUBMIT, tx.now, actor))
+
+        self._run(job_ids[0] if job_ids else "", step)
 
     def _claim_in(self, tx: Transaction, job_id: str, owner: str, ttl: float) -> Lease:
         new = transitions.claim(tx.load(job_id), job_id, owner, ttl, tx.now)
@@ -261,26 +292,34 @@ class RecordBackend(SteppedBackend):
         return transitions.lease_of(new)
 
     def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
-        with self.transaction() as tx:
-            return self._claim_in(tx, job_id, owner, ttl)
+        return self._run(job_id, lambda tx: self._claim_in(tx, job_id, owner, ttl))
 
     def claim_next(self, owner: str, ttl: float) -> Lease | None:
-        with self.transaction() as tx:
+        def step(tx: Transaction) -> Lease | None:
             job_id = tx.next_claimable()
             return None if job_id is None else self._claim_in(tx, job_id, owner, ttl)
 
+        return self._run("(claim_next)", step)
+
     def _holder_op(self, op: Op, lease: Lease, change: transitions.Change) -> JobRecord:
-        with self.transaction() as tx:
-            step = transitions.holder_step(tx.load(lease.job_id), op, lease, change, tx.now)
-            if isinstance(step, JobRecord):
-                tx.save(step)
-                tx.add_event(history_event(step, op, tx.now))
-                return step
-            tx.add_rejection(step)
-        raise StaleLease(step)
+        def step(tx: Transaction) -> JobRecord | Rejection:
+            found = transitions.holder_step(tx.load(lease.job_id), op, lease, change, tx.now)
+            if isinstance(found, JobRecord):
+                tx.save(found)
+                tx.add_event(history_event(found, op, tx.now))
+            elif tx.guessed:
+                raise _Reread  # never audit a refusal of what may be an old copy
+            else:
+                tx.add_rejection(found)
+            return found
+
+        done = self._run(lease.job_id, step)
+        if isinstance(done, Rejection):
+            raise StaleLease(done)
+        return done
 
     def force_expire(self, job_id: str, actor: str | None = None, token: int | None = None) -> None:
-        with self.transaction() as tx:
+        def step(tx: Transaction) -> None:
             rec = tx.load(job_id)
             if rec is None:
                 raise JobNotFound(job_id)
@@ -291,9 +330,14 @@ class RecordBackend(SteppedBackend):
                 tx.save(new)
                 tx.add_event(history_event(new, Op.EXPIRE, tx.now, actor))
 
+        self._run(job_id, step)
+
     def record_rejection(self, rejection: Rejection) -> None:
-        with self.transaction() as tx:
-            tx.add_rejection(rejection)
+        self._run(rejection.job_id, lambda tx: tx.add_rejection(rejection))
+
+
+class _Reread(Exception):
+    """Raised by a step that must not act on a guessed record: run it again on fresh reads."""
 
 
 def state_at(job: JobStatus, now: float) -> JobState:

@@ -31,11 +31,11 @@ def pause(retry: int, rand: Callable[[], float] = random.random) -> float:
     return rand() * min(LONGEST_PAUSE, FIRST_PAUSE * 2.0 ** (retry - 1))
 
 
-def attempts(count: int = ATTEMPTS, sleep: Callable[[float], None] = time.sleep) -> Iterator[int]:
-    """Attempt numbers from 0, with a pause before each retry."""
+def attempts(count: int = ATTEMPTS, sleep: Callable[[float], None] | None = None) -> Iterator[int]:
+    """Attempt numbers from 0, with a pause (``time.sleep`` unless given) before each retry."""
     for attempt in range(count):
         if attempt:
-            sleep(pause(attempt))
+            (sleep or time.sleep)(pause(attempt))
         yield attempt
 
 
