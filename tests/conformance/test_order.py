@@ -34,3 +34,4 @@ def test_claim_next_takes_an_expired_lease_then_pending_jobs_oldest_first(
         order.append(lease.job_id)
     assert store.claim_next(owner="b", ttl=harness.ttl) is None
     print("claimed in order:", order)  # how far from FIFO this backend went (run with -s)
+
