@@ -31,8 +31,9 @@ from typing import Any
 
 from tenure.backends.sqlite_clock import RESOLUTION, MachineClock, refuse_network_filesystem
 from tenure.core import codec
-from tenure.core.backend import Characteristics, RecordBackend, Transaction, corrupt_status
+from tenure.core.backend import Characteristics, RecordBackend, Transaction
 from tenure.core.clock import Clock
+from tenure.core.codec import corrupt_status
 from tenure.core.errors import BackendUnavailable, CorruptRecord, InvalidArgument
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import (

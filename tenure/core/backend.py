@@ -20,7 +20,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from tenure.core import contention, transitions, watch
-from tenure.core.errors import BackendUnavailable, CorruptRecord, JobNotFound, LeaseError, StaleLease, TokenChanged
+
+# corrupt_status (codec), history_event and state_at (transitions) live with what they belong
+# to; the "as" imports keep them importable from here (the PostgreSQL backend, the dashboard).
+from tenure.core.codec import corrupt_status as corrupt_status
+from tenure.core.errors import BackendUnavailable, JobNotFound, LeaseError, StaleLease, TokenChanged
 from tenure.core.records import (
     Change,
     HistoryEvent,
@@ -32,8 +36,9 @@ from tenure.core.records import (
     Op,
     Rejection,
     Summary,
-    lease_over,
 )
+from tenure.core.transitions import history_event as history_event
+from tenure.core.transitions import state_at as state_at
 from tenure.core.validation import MAX_TTL
 
 if TYPE_CHECKING:
@@ -164,7 +169,7 @@ class Backend(abc.ABC):
         counts: Counter[JobState] = Counter()
         expiring = 0
         for job in self.jobs():
-            state = state_at(job, now)
+            state = transitions.state_at(job, now)
             counts[state] += 1
             if state is JobState.LEASED and job.expires_at is not None and job.expires_at <= now + soon:
                 expiring += 1
@@ -177,7 +182,7 @@ class Backend(abc.ABC):
              owner: str | None, order: str, offset: int, limit: int) -> JobPage:
         """Jobs matching every filter given, ordered, one page of them (see ``Store.page``)."""
         found = [j for j in self.jobs()
-                 if (states is None or state_at(j, now) in states)
+                 if (states is None or transitions.state_at(j, now) in states)
                  and (job is None or fold(job) in fold(j.job_id))
                  and (owner is None or fold(owner) in fold(j.owner or ""))]
         if order == "expiry":
@@ -222,11 +227,6 @@ class Transaction(abc.ABC):
 
     @abc.abstractmethod
     def add_event(self, event: HistoryEvent) -> None: ...
-
-
-def history_event(rec: JobRecord, op: Op, now: float, actor: str | None = None) -> HistoryEvent:
-    """The history entry of an accepted change; an operator's ``actor`` stands in for the owner."""
-    return HistoryEvent(rec.job_id, op, actor or rec.owner, rec.token, now, rec.lease_until)
 
 
 class SteppedBackend(Backend):
@@ -281,14 +281,14 @@ class RecordBackend(SteppedBackend):
                 new = transitions.submit(tx.load(job_id), job_id, tx.now)
                 if new is not None:
                     tx.save(new)
-                    tx.add_event(history_event(new, Op.SUBMIT, tx.now, actor))
+                    tx.add_event(transitions.history_event(new, Op.SUBMIT, tx.now, actor))
 
         self._run(job_ids[0] if job_ids else "", step)
 
     def _claim_in(self, tx: Transaction, job_id: str, owner: str, ttl: float) -> Lease:
         new = transitions.claim(tx.load(job_id), job_id, owner, ttl, tx.now)
         tx.save(new)
-        tx.add_event(history_event(new, Op.CLAIM, tx.now))
+        tx.add_event(transitions.history_event(new, Op.CLAIM, tx.now))
         return transitions.lease_of(new)
 
     def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
@@ -306,7 +306,7 @@ class RecordBackend(SteppedBackend):
             found = transitions.holder_step(tx.load(lease.job_id), op, lease, change, tx.now)
             if isinstance(found, JobRecord):
                 tx.save(found)
-                tx.add_event(history_event(found, op, tx.now))
+                tx.add_event(transitions.history_event(found, op, tx.now))
             elif tx.guessed:
                 raise _Reread  # never audit a refusal of what may be an old copy
             else:
@@ -328,7 +328,7 @@ class RecordBackend(SteppedBackend):
             if rec.state is JobState.LEASED and transitions.is_claimable(rec, tx.now) is False:
                 new = transitions.force_expire(rec, tx.now)
                 tx.save(new)
-                tx.add_event(history_event(new, Op.EXPIRE, tx.now, actor))
+                tx.add_event(transitions.history_event(new, Op.EXPIRE, tx.now, actor))
 
         self._run(job_id, step)
 
@@ -340,20 +340,9 @@ class _Reread(Exception):
     """Raised by a step that must not act on a guessed record: run it again on fresh reads."""
 
 
-def state_at(job: JobStatus, now: float) -> JobState:
-    """The job's state judged at ``now`` rather than when it was read."""
-    if job.state in (JobState.LEASED, JobState.EXPIRED) and job.expires_at is not None:
-        return JobState.EXPIRED if lease_over(job.expires_at, now) else JobState.LEASED
-    return job.state
-
-
 def fold(text: str) -> str:
     """ASCII-only lower case: what SQLite's lower() does, so every backend filters alike."""
     return text.translate(_ASCII_LOWER)
 
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
-
-
-def corrupt_status(job_id: str, key: str, exc: CorruptRecord) -> JobStatus:
-    return JobStatus(job_id=job_id, state=JobState.CORRUPT, problem=exc.problem, key=key)

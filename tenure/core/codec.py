@@ -22,6 +22,7 @@ from tenure.core.records import (
     HistoryEvent,
     JobRecord,
     JobState,
+    JobStatus,
     Op,
     Rejection,
     RejectionKind,
@@ -49,6 +50,11 @@ def decode_job_id(text: str) -> str:
     if encode_job_id(job_id) != text:
         raise ValueError("not the canonical encoding of any job id")
     return job_id
+
+
+def corrupt_status(job_id: str, key: str, exc: CorruptRecord) -> JobStatus:
+    """How a job whose record cannot be read is listed, on every backend."""
+    return JobStatus(job_id=job_id, state=JobState.CORRUPT, problem=exc.problem, key=key)
 
 
 # -- fields ------------------------------------------------------------------------------------

@@ -11,7 +11,18 @@ import dataclasses
 from collections.abc import Callable
 
 from tenure.core.errors import AlreadyClaimed, JobCompleted
-from tenure.core.records import STORED_STATES, JobRecord, JobState, JobStatus, Lease, Op, Reason, Rejection, lease_over
+from tenure.core.records import (
+    STORED_STATES,
+    HistoryEvent,
+    JobRecord,
+    JobState,
+    JobStatus,
+    Lease,
+    Op,
+    Reason,
+    Rejection,
+    lease_over,
+)
 
 __all__ = ["STORED_STATES", "JobRecord"]  # moved to records; still importable from here
 
@@ -144,3 +155,15 @@ def force_expire(rec: JobRecord, now: float) -> JobRecord:
 def lease_of(rec: JobRecord) -> Lease:
     assert rec.owner is not None and rec.lease_until is not None and rec.ttl is not None
     return Lease(rec.job_id, rec.owner, rec.token, rec.lease_until, rec.ttl)
+
+
+def state_at(job: JobStatus, now: float) -> JobState:
+    """A status's state judged at ``now`` rather than when it was read."""
+    if job.state in (JobState.LEASED, JobState.EXPIRED) and job.expires_at is not None:
+        return JobState.EXPIRED if lease_over(job.expires_at, now) else JobState.LEASED
+    return job.state
+
+
+def history_event(rec: JobRecord, op: Op, now: float, actor: str | None = None) -> HistoryEvent:
+    """The history entry of an accepted change; an operator's ``actor`` stands in for the owner."""
+    return HistoryEvent(rec.job_id, op, actor or rec.owner, rec.token, now, rec.lease_until)

@@ -55,8 +55,9 @@ from tenure.backends.etcd.layout import (
     rejection_value,
 )
 from tenure.core import audit, contention, protocol, transitions
-from tenure.core.backend import Backend, Characteristics, corrupt_status
+from tenure.core.backend import Backend, Characteristics
 from tenure.core.clock import Clock, boot_clock, deadline_runs
+from tenure.core.codec import corrupt_status
 from tenure.core.errors import (
     AlreadyClaimed,
     BackendUnavailable,

@@ -41,8 +41,9 @@ from tenure.backends.zookeeper.index import Index, Known, Placer
 from tenure.backends.zookeeper.multiread import read_many
 from tenure.backends.zookeeper.session import Session
 from tenure.core import contention, protocol, transitions
-from tenure.core.backend import Characteristics, Link, SteppedBackend, corrupt_status, history_event
+from tenure.core.backend import Characteristics, Link, SteppedBackend
 from tenure.core.clock import Clock, boot_clock
+from tenure.core.codec import corrupt_status
 from tenure.core.errors import (
     AlreadyClaimed,
     BackendUnavailable,
@@ -54,6 +55,7 @@ from tenure.core.errors import (
 )
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import Change, HistoryEvent, JobRecord, JobState, JobStatus, Lease, Op, Rejection
+from tenure.core.transitions import history_event
 
 SUBMIT_BATCH = 250  # jobs per multi in submit_many: about 200 KB, well under jute.maxbuffer (1 MB)
 _CONTENTION = (BadVersionError, NodeExistsError, NoNodeError, RolledBackError, RuntimeInconsistency)

@@ -35,7 +35,7 @@ import secrets
 from typing import Any
 
 from tenure.core import codec
-from tenure.core.backend import corrupt_status
+from tenure.core.codec import corrupt_status
 from tenure.core.errors import CorruptRecord, InvalidArgument
 from tenure.core.records import (
     HistoryEvent,
