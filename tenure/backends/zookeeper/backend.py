@@ -143,13 +143,8 @@ class ZooKeeperBackend(SteppedBackend):
               sent: Callable[[], _Read | None] | None = None) -> _Read:
         """``queue``: the step may queue the job, so also probe the bucket it would go in.
         ``sent``: the answer of a step 1 already sent (``_send_read``), to wait for first."""
-        for _ in range(2):  # a second try after recreating a clock znode lost with its session
-            read = (sent or self._send_read(job_id, gen=gen, queue=queue))()
-            if read is not None:
-                return read
-            sent = None
-            self.session.clock_create()
-        raise BackendUnavailable("ZooKeeper keeps losing this client's clock znode")
+        return self.session.with_clock(
+            lambda first: (sent if first and sent else self._send_read(job_id, gen=gen, queue=queue))())
 
     def _send_read(self, job_id: str, *, gen: bool = False, queue: bool = False,
                    bound: tuple[float, int] | None = None) -> Callable[[], _Read | None]:
@@ -297,30 +292,28 @@ class ZooKeeperBackend(SteppedBackend):
 
     def _read_many(self, job_ids: list[str]) -> list[_Read]:
         """Step 1 for several jobs in one round trip (a read-only multi), with the probe."""
-        for _ in range(2):
+        keys = [self.layout.job(j) for j in job_ids]
+        gens = [self.layout.gen(j) for j in job_ids]
+
+        def attempt(_: bool) -> list[_Read] | None:
             with mapped_errors("reading jobs"):
                 bucket, probe = self.index.probe()
                 sent = boot_clock()
                 clock = self.client.set_async(self.session.clock_path, b"")
-                keys = [self.layout.job(j) for j in job_ids]
-                gens = [self.layout.gen(j) for j in job_ids]
                 # Sent after the clock write, so answered after it: as new as that time.
                 found = {path: (data, version) for path, data, version
                          in read_many(self.client, keys + gens, self.config.timeout)}
                 try:
                     clock_stat = self.session.wait(clock)
                 except NoNodeError:
-                    self.session.clock_create()
-                    continue
+                    return None
                 now, epoch = self.session.stamp(clock_stat, sent), clock_stat.mzxid >> 32
                 placer = self.index.placer(now, bucket, None if probe is None else self.session.wait(probe))
-                reads = []
-                for key, gen in zip(keys, gens, strict=True):
-                    data, version = found.get(key, (None, -1))
-                    reads.append(_Read(now, epoch, key, data, version,
-                                       found[gen][1] if gen in found else None, placer))
-                return reads
-        raise BackendUnavailable("ZooKeeper keeps losing this client's clock znode")
+            absent: tuple[bytes | None, int] = (None, -1)
+            return [_Read(now, epoch, key, found.get(key, absent)[0], found.get(key, absent)[1],
+                          found[gen][1] if gen in found else None, placer) for key, gen in zip(keys, gens, strict=True)]
+
+        return self.session.with_clock(attempt)
 
     def _submit_in(self, read: _Read, rec: JobRecord | None, gen: int | None, job_id: str,
                    actor: str | None, known: Known | None, tx: Any = None) -> Any:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError
@@ -22,6 +23,8 @@ from tenure.backends.zookeeper.config import Config, mapped_errors
 from tenure.core.backend import Link
 from tenure.core.clock import boot_clock
 from tenure.core.errors import BackendUnavailable
+
+T = TypeVar("T")
 
 
 class Session:
@@ -72,6 +75,16 @@ class Session:
         with mapped_errors("creating the clock znode"), contextlib.suppress(NodeExistsError):
             self.client.create(self.clock_path, b"", ephemeral=True)
 
+    def with_clock(self, attempt: Callable[[bool], T | None]) -> T:
+        """``attempt(first)``, which writes our clock znode and answers None when it found it
+        gone (with an expired session); once more after creating it again."""
+        for first in (True, False):
+            found = attempt(first)
+            if found is not None:
+                return found
+            self.clock_create()
+        raise BackendUnavailable("ZooKeeper keeps losing this client's clock znode")
+
     def stamp(self, stat: ZnodeStat, sent: float | None = None) -> float:
         """The leader's clock from a write of our clock znode; ``sent``: our monotonic time
         before that write was sent, which makes it a bound (``bound``)."""
@@ -90,14 +103,15 @@ class Session:
             return self._bound
 
     def now(self) -> float:
-        with mapped_errors("reading the store's clock"):
-            for _ in range(2):
-                sent = boot_clock()
+        def attempt(_: bool) -> float | None:
+            sent = boot_clock()
+            with mapped_errors("reading the store's clock"):
                 try:
                     return self.stamp(self.client.set(self.clock_path, b""), sent)
                 except NoNodeError:
-                    self.clock_create()
-        raise BackendUnavailable("ZooKeeper keeps losing this client's clock znode")
+                    return None
+
+        return self.with_clock(attempt)
 
     def estimated_now(self) -> float:
         """The last store time read plus our monotonic time since: for display, never decisions."""
