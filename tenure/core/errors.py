@@ -22,8 +22,10 @@ Every error tenure raises on purpose derives from :class:`LeaseError`::
     ├── CorruptRecord                       a record in the store that tenure cannot read
     └── BackendUnavailable                  the store cannot be reached, timed out or refused access
         ├── AuthenticationFailed            wrong or missing credentials
-        └── OutcomeUnknown                  a write was sent but its answer was lost: it may or may
-                                            not have been applied (never reported as refused)
+        ├── OutcomeUnknown                  a write was sent but its answer was lost: it may or may
+        │                                   not have been applied (never reported as refused)
+        └── Outraced                        other writers changed the job under every attempt of
+                                            an optimistic write; nothing was written, try again
 
 Backends map their client library's errors to these in one place each, keeping the
 original as ``__cause__`` (``raise ... from exc``).
@@ -191,3 +193,15 @@ class OutcomeUnknown(BackendUnavailable):
     Backends that cannot tell raise plain ``BackendUnavailable`` in this case; either way the
     caller must not take it as a refusal (re-read the job, or retry: tokens tell them apart).
     """
+
+
+class Outraced(BackendUnavailable):
+    """Other writers changed the job between the read and the conditional write of every
+    attempt (``tenure.core.contention``). Each attempt failed as a whole, so nothing was
+    written; the same call may succeed a moment later. Every backend gives up this way."""
+
+    def __init__(self, job_id: str, attempts: int) -> None:
+        super().__init__(f"job {quoted(job_id)} changed under every one of {attempts} attempts; "
+                         "nothing was written, try again")
+        self.job_id = job_id
+        self.attempts = attempts

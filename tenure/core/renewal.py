@@ -20,7 +20,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from tenure.core import telemetry
 from tenure.core.errors import BackendUnavailable, InvalidArgument, LeaseError, LeaseLost, StaleLease
@@ -28,8 +28,8 @@ from tenure.core.records import Lease, Reason
 from tenure.core.threads import ElasticPool
 
 if TYPE_CHECKING:
+    from tenure.core.backend import Backend, Characteristics
     from tenure.core.clock import Clock
-    from tenure.core.store import Store
 
 log = logging.getLogger("tenure.renewal")
 
@@ -49,10 +49,30 @@ _RENEW, _DEADLINE = 0, 1
 LostCallback = Callable[["HeldLease"], object]
 
 
+class LeaseStore(Protocol):
+    """What a held lease uses of its store (``tenure.Store``), named here because the store
+    imports this module."""
+
+    @property
+    def backend(self) -> Backend: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def characteristics(self) -> Characteristics: ...
+
+    def renew(self, lease: Lease, ttl: float | None = None) -> Lease: ...
+
+    def complete(self, lease: Lease, result: str | bytes | None = None) -> None: ...
+
+    def release(self, lease: Lease) -> None: ...
+
+
 class HeldLease:
     """A lease kept alive in the background until ``complete()``, ``release()`` or exit."""
 
-    def __init__(self, store: Store, lease: Lease, link_epoch: int | None = None) -> None:
+    def __init__(self, store: LeaseStore, lease: Lease, link_epoch: int | None = None) -> None:
         self._store = store
         self._lease = lease
         # The connection epoch before the claim (or last renewal) was sent; see Backend.link().
