@@ -322,3 +322,16 @@ def test_a_short_password_is_looked_for_only_where_it_can_be() -> None:
     env = {"PATH": "/usr/bin:/bin", "HOME": "/home/pw", "DATABASE_URL": "postgresql://u:pw@db/x",
            "DB_PASSWORD": "pw", "DSN": "host=db password=pw", "TENURE_URL": "memory://u:pw@x"}
     assert command_env(env, "memory://u:pw@x") == {"PATH": "/usr/bin:/bin", "HOME": "/home/pw"}
+
+
+def test_a_password_written_percent_encoded_is_found_too() -> None:
+    # A password with "@", "/", "+" or a space must be percent-encoded in a URL: a copy of the
+    # store's URL in the environment holds it that way, never as the decoded text.
+    from tenure.cli.run import command_env
+
+    url = "postgresql://u:p%40ss%2Fw0rd%20long@db/x?auth_token=t%2Bk3n-value-long"
+    env = {"DATABASE_URL": url, "LOWER_HEX": "postgresql://u:p%40ss%2fw0rd+long@db/x",
+           "TOKEN_COPY": "t%2Bk3n-value-long", "KEPT": "p%40ss"}
+    assert command_env(env, url) == {"KEPT": "p%40ss"}
+    assert command_env({"SHORT": "postgresql://u:p%40w@db/x", "DSN": "password=p%40w"},
+                       "postgresql://u:p%40w@db/x") == {}

@@ -18,7 +18,8 @@ lease is renewed in the background while it runs. Outcomes:
 
 The command's environment is ``tenure run``'s own without any ``TENURE_*`` variable
 (``TENURE_URL`` may hold the store's password) or any variable whose value holds the store
-URL's secrets, plus the three variables above: secrets never leave tenure.
+URL's secrets (as they are, or percent-encoded as in a copy of the URL), plus the three
+variables above: secrets never leave tenure.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from types import FrameType
+from urllib.parse import unquote, unquote_plus
 
 import tenure
 from tenure.cli import exits
@@ -81,6 +83,12 @@ def command_env(environ: Mapping[str, str], url: str) -> dict[str, str]:
 
 
 def _holds(value: str, secret: str) -> bool:
+    # In a copy of a URL the secret is percent-encoded ("p%40ss" for "p@ss"), as it must be
+    # there whatever the hex case, and in a query "+" stands for a space: decoded, it shows.
+    return any(_shows(form, secret) for form in {value, unquote(value), unquote_plus(value)})
+
+
+def _shows(value: str, secret: str) -> bool:
     # A short password ("pw") would match half the environment (PATH, HOME ...): looked for
     # whole, in a URL's user part or as an option's value.
     if len(secret) >= SHORT_SECRET:
