@@ -29,7 +29,7 @@ from tenure.backends.postgres_connection import (
     retryable,
 )
 from tenure.backends.postgres_schema import check_durability, check_schema_name, migrate
-from tenure.core import transitions
+from tenure.core import codec, transitions
 from tenure.core.backend import Backend, Characteristics, corrupt_status, fold
 from tenure.core.clock import Clock
 from tenure.core.errors import BackendUnavailable, CorruptRecord, InvalidArgument, JobNotFound, StaleLease, TokenChanged
@@ -47,7 +47,7 @@ from tenure.core.records import (
     RejectionKind,
     Summary,
 )
-from tenure.core.transitions import STORED_STATES, JobRecord, status
+from tenure.core.transitions import JobRecord, status
 
 log = logging.getLogger("tenure.postgres")
 
@@ -63,12 +63,7 @@ def decode_row(schema: str, row: tuple[Any, ...] | list[Any]) -> JobRecord:
     """A job row as a record; CorruptRecord for one tenure did not write (the rule of ``q.valid``)."""
     job_id, state, owner, token, lease_until, ttl, sub, cla, ren, com, runs, result = row
     key = f"{schema}.jobs/{job_id}"
-    try:
-        state = JobState(state)
-    except ValueError:
-        raise CorruptRecord(key, f"unknown state {state!r}") from None
-    if state not in STORED_STATES:
-        raise CorruptRecord(key, f"state {state.value!r} is never stored")
+    state = codec.state(key, state)
     if token < 0 or runs < 0:
         raise CorruptRecord(key, f"bad token {token!r} or runs {runs!r}")
     if state is JobState.LEASED and (owner is None or lease_until is None or ttl is None):
