@@ -335,3 +335,12 @@ def test_a_password_written_percent_encoded_is_found_too() -> None:
     assert command_env(env, url) == {"KEPT": "p%40ss"}
     assert command_env({"SHORT": "postgresql://u:p%40w@db/x", "DSN": "password=p%40w"},
                        "postgresql://u:p%40w@db/x") == {}
+
+
+def test_the_password_of_a_name_and_password_option_is_a_secret_of_its_own() -> None:
+    # ZooKeeper's reader=name:password: a variable holding the password alone is kept out too.
+    from tenure.cli.run import command_env
+
+    url = "zk://w:writer-pass-123@h:2181/r?reader=dash:reader-pass-456"
+    env = {"READER_PASSWORD": "reader-pass-456", "READER_NAME": "dash", "KEPT": "yes"}
+    assert command_env(env, url) == {"READER_NAME": "dash", "KEPT": "yes"}

@@ -38,9 +38,11 @@ class StoreURL:
 
     def secrets(self) -> tuple[str, ...]:
         """What this URL holds that must never be shown or handed on: its password and the
-        values of options whose names say they hold a secret."""
-        found = [self.password, *(v for k, v in self.query.items() if is_secret_option(k))]
-        return tuple(v for v in found if v)
+        values of options whose names say they hold a secret, and the password part of such a
+        value written ``name:password`` (ZooKeeper's ``reader=``)."""
+        values = [v for k, v in self.query.items() if is_secret_option(k)]
+        found = [self.password, *values, *(v.partition(":")[2] for v in values)]
+        return tuple(dict.fromkeys(v for v in found if v))
 
     def redacted(self) -> str:
         """The URL for display: never the password, never query options that hold secrets."""
