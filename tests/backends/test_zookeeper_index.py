@@ -272,3 +272,16 @@ def test_multiread_answers_as_get_does(zk_harness: ZooKeeperHarness) -> None:
                 expected.append((path, data, stat.version))
         assert list(read_many(client, asked, 10.0, batch=1000)) == expected
         assert list(read_many(client, [], 10.0)) == []
+
+
+def test_submit_many_of_the_longest_job_ids_keeps_each_multi_within_the_servers_limit(
+        zk_harness: ZooKeeperHarness) -> None:
+    # 256 characters outside ASCII: about 10 KB a job in the multi, so SUBMIT_BATCH of them would
+    # pass jute.maxbuffer (1 MB), and the server drops the connection instead of answering.
+    from tenure.backends.zookeeper import backend as zookeeper
+
+    ids = [f"{i:04d}" + "\U0001F600" * 252 for i in range(zookeeper.SUBMIT_BATCH + 10)]
+    with zk_harness.connect() as store:
+        store.submit_many(ids)
+        assert sorted(j.job_id for j in store.jobs()) == sorted(ids)
+        _assert_consistent(store)

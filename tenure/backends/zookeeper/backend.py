@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -58,6 +59,9 @@ from tenure.core.records import Change, HistoryEvent, JobRecord, JobState, JobSt
 from tenure.core.transitions import history_event
 
 SUBMIT_BATCH = 250  # jobs per multi in submit_many: about 200 KB, well under jute.maxbuffer (1 MB)
+# Bytes of a submit_many multi at most, by _submit_size: a multi above the server's
+# jute.maxbuffer (1 MB by default) is not refused but drops the connection, every time.
+SUBMIT_BYTES = 512 * 1024
 _CONTENTION = (BadVersionError, NodeExistsError, NoNodeError, RolledBackError, RuntimeInconsistency)
 
 
@@ -276,7 +280,13 @@ class ZooKeeperBackend(SteppedBackend):
         the call as a whole is not (as with one ``submit`` per job); a batch that loses a race
         or meets a record it cannot read is submitted again job by job."""
         protocol.submit_in_batches(job_ids, SUBMIT_BATCH, lambda chunk: self._submit_batch(chunk, actor),
-                                   lambda job_id: self.submit(job_id, actor))
+                                   lambda job_id: self.submit(job_id, actor), self._submit_size, SUBMIT_BYTES)
+
+    def _submit_size(self, job_id: str) -> int:
+        """What a job adds to a submit multi, at most: three paths that name it (job, generation,
+        pending entry), two JSON texts that hold it (record, history event; a character outside
+        ASCII takes up to 12 bytes there), and the rest of both."""
+        return 3 * (len(self.layout.job(job_id)) + 48) + 2 * len(json.dumps(job_id)) + 512
 
     def _submit_batch(self, job_ids: list[str], actor: str | None) -> bool:
         tx, changed = self.client.transaction(), False
