@@ -24,6 +24,7 @@ MALFORMED = [
     f"etcd://root:{PASSWORD}?@h:2379/p",  # a '?' in the password: it lands in the query
     f"etcd//root:{PASSWORD}@h:2379/p",  # no '://' at all
     f"zk://h:2181/r?reader=bob:{DIGEST}&{DIGEST}",
+    f"zk://u:{PASSWORD}@h:2181/r?reader=bob:{DIGEST}&session_timeout={DIGEST}",  # the half alone
     f"zk://h:2181/r?username=u&password={PASSWORD}&retention={PASSWORD}",
     f"zk://h:2181/r?password&{PASSWORD}",
     f"zk://h:2181/r?username=u&password={PASSWORD}&session_timeout={PASSWORD}",

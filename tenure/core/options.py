@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, unquote_plus
@@ -40,9 +41,7 @@ class StoreURL:
         """What this URL holds that must never be shown or handed on: its password and the
         values of options whose names say they hold a secret, and the password part of such a
         value written ``name:password`` (ZooKeeper's ``reader=``)."""
-        values = [v for k, v in self.query.items() if is_secret_option(k)]
-        found = [self.password, *values, *(v.partition(":")[2] for v in values)]
-        return tuple(dict.fromkeys(v for v in found if v))
+        return tuple(dict.fromkeys(v for v in (self.password, *secret_values(self.query)) if v))
 
     def redacted(self) -> str:
         """The URL for display: never the password, never query options that hold secrets."""
@@ -101,8 +100,7 @@ class Options:
         self._values: dict[str, Any] = {**query, **overrides}
         self._where = where
         # Never quoted back, even from the wrong option: the URL's password and secret options.
-        self._secrets = {str(v) for v in (*secrets, *(v for k, v in self._values.items() if is_secret_option(k)))
-                         if v is not None and str(v)}
+        self._secrets = {v for v in (*(str(s) for s in secrets if s is not None), *secret_values(self._values)) if v}
 
     def _take(self, name: str) -> Any:
         return self._values.pop(name, None)
@@ -173,6 +171,13 @@ class Options:
         if self._values:
             names = ", ".join(sorted(option_name(name) for name in self._values))
             raise InvalidArgument(f"unknown option(s) for {self._where}: {names}")
+
+
+def secret_values(options: Mapping[str, Any]) -> list[str]:
+    """The values of options whose names say they hold a secret, and the password part of such
+    a value written ``name:password`` (ZooKeeper's ``reader=``), a secret on its own."""
+    values = [str(v) for k, v in options.items() if is_secret_option(k) and v is not None]
+    return [*values, *(v.partition(":")[2] for v in values)]
 
 
 def is_secret_option(name: str) -> bool:
