@@ -49,3 +49,20 @@ def test_a_store_from_before_queued_at_is_upgraded_in_place(tmp_path: Path) -> N
             "EXPLAIN QUERY PLAN SELECT job_id FROM tenure_jobs WHERE state = 'pending' "
             "ORDER BY coalesce(queued_at, submitted_at) LIMIT 1"))
     assert "tenure_jobs_queued" in plan  # the queue is read through its index, not sorted
+
+
+def test_claim_next_passes_over_a_row_it_cannot_read(tmp_path: Path) -> None:
+    # As on PostgreSQL, etcd and ZooKeeper: a corrupt row at the head of the queue (or an
+    # overdue "lease" that is not one) is listed as corrupt, and never blocks the jobs behind it.
+    clock = tenure.ManualClock()
+    with tenure.connect(f"sqlite:///{tmp_path}/q.db", clock=clock) as store:
+        store.submit_many(["bad-pending", "good"])
+        store.claim("bad-leased", owner="a", ttl=30)
+        clock.advance(60)
+        with sqlite3.connect(tmp_path / "q.db") as db:
+            db.execute("UPDATE tenure_jobs SET token = 'x' WHERE job_id = 'bad-pending'")
+            db.execute("UPDATE tenure_jobs SET owner = NULL WHERE job_id = 'bad-leased'")
+        lease = store.claim_next(owner="b", ttl=30)
+        assert lease is not None and lease.job_id == "good"
+        assert store.claim_next(owner="b", ttl=30) is None
+        assert {j.job_id for j in store.page(states=["corrupt"]).jobs} == {"bad-pending", "bad-leased"}

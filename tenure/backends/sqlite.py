@@ -122,12 +122,13 @@ class _SQLiteTransaction(Transaction):
     def next_claimable(self) -> str | None:
         # Expired leases first (their work is overdue), then pending jobs in the order they
         # became pending; both through partial indexes, so the cost does not grow with
-        # completed jobs.
+        # completed jobs. A row that is not tenure's (_VALID) is passed over, as the other
+        # stores pass over one they cannot read: it never blocks the queue behind it.
         row = self._db.execute(
-            "SELECT job_id FROM tenure_jobs WHERE state = 'leased' AND lease_until <= ? "
+            f"SELECT job_id FROM tenure_jobs WHERE state = 'leased' AND lease_until <= ? AND {_VALID} "
             "ORDER BY lease_until LIMIT 1", (self.now,)).fetchone()
         if row is None:
-            row = self._db.execute("SELECT job_id FROM tenure_jobs WHERE state = 'pending' "
+            row = self._db.execute(f"SELECT job_id FROM tenure_jobs WHERE state = 'pending' AND {_VALID} "
                                    "ORDER BY coalesce(queued_at, submitted_at) LIMIT 1").fetchone()
         return None if row is None else str(row[0])
 
@@ -358,8 +359,10 @@ class SQLiteBackend(RecordBackend):
 
 
 # A row _decode() would accept, as far as SQL can tell; anything else counts as corrupt.
-_VALID = ("(typeof(token) = 'integer' AND typeof(runs) = 'integer' AND (state IN ('pending', 'completed')"
-          " OR (state = 'leased' AND typeof(lease_until) IN ('real', 'integer'))))")
+_VALID = ("(typeof(token) = 'integer' AND token >= 0 AND typeof(runs) = 'integer'"
+          " AND typeof(owner) IN ('text', 'null') AND typeof(result) IN ('blob', 'null')"
+          " AND (state IN ('pending', 'completed') OR (state = 'leased' AND owner IS NOT NULL"
+          " AND typeof(lease_until) IN ('real', 'integer') AND typeof(ttl) IN ('real', 'integer'))))")
 _STATE_SQL = {
     JobState.PENDING: f"(state = 'pending' AND {_VALID})",
     JobState.LEASED: f"(state = 'leased' AND lease_until > :now AND {_VALID})",
