@@ -29,7 +29,7 @@ from tenure.backends.postgres_connection import (
     retryable,
 )
 from tenure.backends.postgres_schema import check_durability, check_schema_name, migrate
-from tenure.core import codec, transitions
+from tenure.core import codec, contention, transitions
 from tenure.core.backend import Backend, Characteristics, corrupt_status, fold
 from tenure.core.clock import Clock
 from tenure.core.errors import BackendUnavailable, CorruptRecord, InvalidArgument, JobNotFound, StaleLease, TokenChanged
@@ -191,7 +191,7 @@ class PostgresBackend(Backend):
                 return Lease(job_id, holder, token, until, seconds)
             transitions.claim(self._decode(record), job_id, owner, ttl, now)  # raises AlreadyClaimed, JobCompleted
             # Claimable after all: the row changed between the statement's judgement and its read.
-        raise BackendUnavailable(f"job {job_id!r} changed under every one of {_ATTEMPTS} attempts")
+        raise contention.outraced(job_id, _ATTEMPTS)  # nothing was written: as on every backend
 
     def claim_next(self, owner: str, ttl: float) -> Lease | None:
         rows = self._run("CLAIM_NEXT", {"owner": owner, "ttl": ttl}, write=True)

@@ -252,3 +252,16 @@ def test_a_statement_the_server_cancelled_is_unavailable_not_unknown(pg: Postgre
         assert not isinstance(info.value, tenure.OutcomeUnknown), info.value
         assert "statement timeout" in str(info.value)
         assert store.get("j").state is tenure.JobState.PENDING  # type: ignore[union-attr]
+
+
+def test_a_claim_that_loses_every_race_is_outraced_and_writes_nothing(pg: PostgresHarness) -> None:
+    # The claim statement finds no row to answer with while another session's first claim of
+    # the job is not yet visible to it; on every attempt, here (injected), it gives up with
+    # Outraced, the one error of a lost race on every backend: nothing was written.
+    with pg.connect() as store:
+        backend: Any = store.backend
+        run = backend._run
+        backend._run = lambda name, params, *, write: [] if name == "CLAIM" else run(name, params, write=write)
+        with pytest.raises(tenure.Outraced):
+            store.claim("j", owner="a", ttl=30)
+        assert store.get("j") is None and store.history("j") == []
