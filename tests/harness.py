@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import tenure
+from tenure.testing.kit import wait_out
 
 
 class Harness:
@@ -27,16 +27,16 @@ class Harness:
         """A URL of a new, empty store."""
         raise NotImplementedError
 
+    def options(self) -> dict[str, Any]:
+        """Keyword arguments every store of the harness is opened with."""
+        return {}
+
     def connect(self, url: str | None = None, **options: Any) -> tenure.Store:
-        return tenure.connect(url or self.url(), **options)
+        return tenure.connect(url or self.url(), **{**self.options(), **options})
 
     def expire(self, store: tenure.Store, lease: tenure.Lease) -> None:
-        """Return once ``lease`` has expired by the store's clock."""
-        wait = lease.expires_at - store.now()
-        if wait > 0:
-            time.sleep(wait + 0.05)  # real time: the store's clock is a server's
-        while store.now() <= lease.expires_at:
-            time.sleep(0.01)
+        """Return once ``lease`` has expired by the store's clock (advancing a ManualClock)."""
+        wait_out(store, lease)
 
     def corrupt(self, store: tenure.Store, job_id: str) -> None:
         """Overwrite the job's record with bytes tenure did not write."""
@@ -53,15 +53,8 @@ class MemoryHarness(Harness):
     def url(self) -> str:
         return f"memory://t-{uuid.uuid4().hex}"
 
-    def connect(self, url: str | None = None, **options: Any) -> tenure.Store:
-        options.setdefault("clock", self.clock)
-        return tenure.connect(url or self.url(), **options)
-
-    def expire(self, store: tenure.Store, lease: tenure.Lease) -> None:
-        if isinstance(store.clock, tenure.ManualClock):
-            store.clock.advance(max(0.0, lease.expires_at - store.now()) + 0.001)
-        else:
-            super().expire(store, lease)
+    def options(self) -> dict[str, Any]:
+        return {"clock": self.clock}
 
     def corrupt(self, store: tenure.Store, job_id: str) -> None:
         pytest_skip("the memory store holds Python objects; nothing can corrupt them")
