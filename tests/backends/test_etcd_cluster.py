@@ -144,13 +144,13 @@ def _failover(cluster: EtcdCluster, fault: Callable[[EtcdNode], None],
 
 
 def test_leader_killed(cluster: EtcdCluster) -> None:
-    timing = _failover(cluster, EtcdNode.kill9, EtcdNode.start)
+    timing = _failover(cluster, EtcdNode.kill, EtcdNode.start)
     print(f"reclaim after leader kill -9: {timing}")
     # etcd's new leader restarts every lease's TTL plus an election timeout when it takes over.
     assert timing["from_fault"] < TTL + 2 * ELECTION + 5  # slack for a shared, busy machine
 
 
 def test_leader_frozen(cluster: EtcdCluster) -> None:
-    timing = _failover(cluster, EtcdNode.stop, EtcdNode.cont)  # the fixture resumes it on failure
+    timing = _failover(cluster, EtcdNode.pause, EtcdNode.resume)  # the fixture resumes it on failure
     print(f"reclaim after leader SIGSTOP: {timing}")
     assert timing["from_fault"] < TTL + 2 * ELECTION + 5

@@ -9,14 +9,13 @@ whether that is a skip or, in CI, a failure.
 
 from __future__ import annotations
 
-import contextlib
 import random
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 from tests.faults.proxy import Proxy
+from tests.servers.control import ServerProcess
 
 WORKER_FAULTS = ("pause", "suspend", "burst", "skew", "kill-worker", "forge")
 
@@ -87,8 +86,8 @@ class ServerEnv(Env):
         self.size = size
         self.prefix = ""
         self.faults = (*WORKER_FAULTS, "net", "server-kill", *(self.cluster_faults if size > 1 else ()))
-        self._paused: list[Any] = []
-        self._killed: list[Any] = []
+        self._paused: list[ServerProcess] = []
+        self._killed: list[ServerProcess] = []
 
     def endpoints(self) -> list[tuple[str, int]]:
         raise NotImplementedError
@@ -108,49 +107,35 @@ class ServerEnv(Env):
         hosts = ",".join(p.address for p in self.proxies[worker])
         return f"{self.scheme}://{hosts}/{self.prefix}{self.query()}"
 
-    # Each server class names these differently; subclasses map them.
-    def nodes(self) -> list[Any]:
+    def nodes(self) -> list[ServerProcess]:
         raise NotImplementedError
 
-    def leader(self) -> Any:
-        raise NotImplementedError
-
-    def kill(self, node: Any) -> None:
-        raise NotImplementedError
-
-    def restart(self, node: Any) -> None:
-        raise NotImplementedError
-
-    def pause(self, node: Any) -> None:
-        raise NotImplementedError
-
-    def resume(self, node: Any) -> None:
+    def leader(self) -> ServerProcess:
         raise NotImplementedError
 
     def server_fault(self, fault: str, rng: random.Random, seconds: float) -> str:
         node = rng.choice(self.nodes()) if fault == "server-kill" else self.leader()
         if fault == "leader-pause":
-            self.pause(node)
+            node.pause()
             self._paused.append(node)
-            time.sleep(seconds)
-            self.resume(node)
+            time.sleep(seconds)  # the fault's length, chosen by the nemesis
+            node.resume()
             self._paused.remove(node)
             return "paused"
-        self.kill(node)
+        node.kill()
         self._killed.append(node)
-        time.sleep(seconds)
-        self.restart(node)
+        time.sleep(seconds)  # the outage's length, chosen by the nemesis
+        node.start()
         self._killed.remove(node)
         return "killed"
 
     def heal(self) -> None:
         super().heal()
         for node in list(self._paused):
-            with contextlib.suppress(OSError):
-                self.resume(node)
+            node.resume()
             self._paused.remove(node)
         for node in list(self._killed):
-            self.restart(node)
+            node.start()
             self._killed.remove(node)
 
 
@@ -175,24 +160,11 @@ class EtcdEnv(ServerEnv):
     def endpoints(self) -> list[tuple[str, int]]:
         return [("127.0.0.1", n.client_port) for n in self.cluster.nodes]
 
-    def nodes(self) -> list[Any]:
+    def nodes(self) -> list[ServerProcess]:
         return list(self.cluster.nodes)
 
-    def leader(self) -> Any:
+    def leader(self) -> ServerProcess:
         return self.cluster.leader()
-
-    def kill(self, node: Any) -> None:
-        node.kill9()
-
-    def restart(self, node: Any) -> None:
-        node.start()
-        self.cluster.wait_healthy(60, nodes=[node])
-
-    def pause(self, node: Any) -> None:
-        node.stop()
-
-    def resume(self, node: Any) -> None:
-        node.cont()
 
     def close(self) -> None:
         super().close()
@@ -214,8 +186,7 @@ class ZooKeeperEnv(ServerEnv):
             self.servers = list(self.ensemble.servers)
         else:
             server = ZooKeeperServer(self.workdir / "zk")
-            server.start()
-            server.wait_serving(60)
+            server.start(60)
             self.servers = [server]
 
     def query(self) -> str:
@@ -224,26 +195,13 @@ class ZooKeeperEnv(ServerEnv):
     def endpoints(self) -> list[tuple[str, int]]:
         return [("127.0.0.1", s.port) for s in self.servers]
 
-    def nodes(self) -> list[Any]:
+    def nodes(self) -> list[ServerProcess]:
         return list(self.servers)
 
-    def leader(self) -> Any:
+    def leader(self) -> ServerProcess:
         if self.size == 1:
             return self.servers[0]
         return self.ensemble.leader()
-
-    def kill(self, node: Any) -> None:
-        node.kill()
-
-    def restart(self, node: Any) -> None:
-        node.start()
-        node.wait_serving(60)
-
-    def pause(self, node: Any) -> None:
-        node.pause()
-
-    def resume(self, node: Any) -> None:
-        node.resume()
 
     def close(self) -> None:
         super().close()
@@ -288,23 +246,11 @@ class PostgresEnv(ServerEnv):
     def endpoints(self) -> list[tuple[str, int]]:
         return [("127.0.0.1", self.server.port)]
 
-    def nodes(self) -> list[Any]:
+    def nodes(self) -> list[ServerProcess]:
         return [self.server]
 
-    def leader(self) -> Any:
+    def leader(self) -> ServerProcess:
         return self.server
-
-    def kill(self, node: Any) -> None:
-        node.kill()
-
-    def restart(self, node: Any) -> None:
-        node.start(60)
-
-    def pause(self, node: Any) -> None:
-        node.pause()
-
-    def resume(self, node: Any) -> None:
-        node.resume()
 
     def close(self) -> None:
         super().close()

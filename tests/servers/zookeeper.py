@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -22,6 +21,8 @@ import pytest
 
 import tenure
 from tests.harness import Harness, in_ci
+from tests.servers.control import ServerProcess
+from tests.servers.ports import free_port
 
 JARS = ("zookeeper", "zookeeper-jute", "slf4j-api", "slf4j-simple", "metrics-core", "snappy-java",
         "commons-cli", "netty-buffer", "netty-codec", "netty-common", "netty-handler", "netty-resolver",
@@ -30,12 +31,6 @@ JAVA_FLAGS = ("-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
               "-XX:-UsePerfData", "-Djava.net.preferIPv4Stack=true",
               "-Dzookeeper.admin.enableServer=false", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
 TICK_MS = 100  # sessions may last 2 to 20 ticks by default; we widen it below
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def four_letter(port: int, word: str, timeout: float = 1.0) -> str:
@@ -57,8 +52,10 @@ def cannot_start(reason: str) -> None:
     pytest.skip(f"ZooKeeper not available: {reason}")
 
 
-class ZooKeeperServer:
+class ZooKeeperServer(ServerProcess):
     """One ``QuorumPeerMain`` process; ``peers`` makes it a member of an ensemble."""
+
+    name = "ZooKeeper"
 
     def __init__(self, directory: Path, *, sid: int = 0, peers: dict[int, tuple[int, int]] | None = None,
                  client_port: int | None = None, env: dict[str, str] | None = None,
@@ -69,7 +66,6 @@ class ZooKeeperServer:
         self.port = client_port or free_port()
         self.env = env or {}
         self.wrapper = wrapper  # e.g. ("faketime", "+30s") to run the JVM on another clock
-        self.proc: subprocess.Popen[bytes] | None = None
         self.tls_port: int | None = None
         data = directory / "data"
         data.mkdir(parents=True, exist_ok=True)
@@ -110,7 +106,7 @@ class ZooKeeperServer:
                       f"ssl.trustStore.location={cert}\nssl.trustStore.type=PEM\nssl.clientAuth=none\n")
         return self.tls_port
 
-    def start(self) -> None:
+    def launch(self) -> None:
         log = open(self.directory / "server.log", "ab")  # noqa: SIM115 - the child keeps it
         cmd = [*self.wrapper, "java", f"-Xmx{self.heap}", *JAVA_FLAGS, "-cp", classpath(),
                "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(self.cfg)]
@@ -133,35 +129,14 @@ class ZooKeeperServer:
                 return line.split(":", 1)[1].strip()
         return None
 
+    def serving(self) -> bool:
+        return self.mode() is not None
+
     def wait_serving(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                cannot_start(f"exited with {self.proc.returncode}; see {self.directory / 'server.log'}")
-            if self.mode() is not None:
-                return
-            time.sleep(0.05)  # polling a starting JVM
-        cannot_start(f"not serving after {timeout}s on port {self.port}")
-
-    def kill(self) -> None:
-        """kill -9: no goodbye to clients or peers."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        self.proc = None
-
-    def pause(self) -> None:
-        assert self.proc is not None
-        os.killpg(self.proc.pid, signal.SIGSTOP)
-
-    def resume(self) -> None:
-        assert self.proc is not None
-        os.killpg(self.proc.pid, signal.SIGCONT)
-
-    def restart(self) -> None:
-        self.kill()
-        self.start()
-        self.wait_serving()
+        try:
+            super().wait_serving(timeout)
+        except RuntimeError as exc:
+            cannot_start(f"{exc} on port {self.port}; see {self.directory / 'server.log'}")
 
     def set_child_counters(self, counters: dict[str, int]) -> None:
         """Stop the server, set the child counter (which names sequential children) of each
@@ -174,7 +149,6 @@ class ZooKeeperServer:
         if done.returncode != 0:
             cannot_start(f"{tool.name} failed: {done.stderr[-2000:]}")
         self.start()
-        self.wait_serving()
 
 
 class Ensemble:
@@ -200,7 +174,7 @@ class Ensemble:
     def start(self, sids: tuple[int, ...] | None = None) -> None:
         chosen = [self.server(i) for i in sids] if sids else self.servers
         for s in chosen:
-            s.start()
+            s.launch()  # all at once: a member alone cannot elect a leader
         for s in chosen:
             s.wait_serving(timeout=60)
 
@@ -213,7 +187,7 @@ class Ensemble:
             time.sleep(0.05)  # waiting for an election
         raise AssertionError("no leader elected")
 
-    def stop(self) -> None:
+    def close(self) -> None:
         for s in self.servers:
             s.kill()
 
@@ -238,9 +212,8 @@ class ZooKeeperHarness(Harness):
 def running(directory: Path, heap: str = "128m") -> Iterator[ZooKeeperServer]:
     """A standalone server, serving until the block ends (tests and benchmarks alike)."""
     server = ZooKeeperServer(directory, heap=heap)
-    server.start()
     try:
-        server.wait_serving()
+        server.start()
         yield server
     finally:
         server.kill()
@@ -273,7 +246,7 @@ def zk_ensemble(tmp_path: Path) -> Iterator[Ensemble]:
         ensemble.start()
         yield ensemble
     finally:
-        ensemble.stop()
+        ensemble.close()
 
 
 def expire_session(store: tenure.Store) -> None:
@@ -294,9 +267,8 @@ def zk_tls(tmp_path: Path) -> Iterator[tuple[ZooKeeperServer, Path]]:
     """A standalone server with a TLS port; yields it and its certificate."""
     server = ZooKeeperServer(tmp_path / "zk")
     server.enable_tls(tmp_path)
-    server.start()
     try:
-        server.wait_serving()
+        server.start()
         yield server, tmp_path / "cert.pem"
     finally:
         server.kill()
