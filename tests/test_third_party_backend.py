@@ -1,0 +1,217 @@
+"""A third-party backend, written here on tenure's public RecordBackend API, passes the shipped suite.
+
+``jsonfile:///path/to/store.json`` keeps every record in one JSON file, locked with ``flock`` for
+each transaction, so processes on one machine share it. It is the backend that
+docs/backends/writing-a-backend.md builds step by step; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import fcntl
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tenure
+import tenure.testing
+from tenure.core.options import Options, StoreURL
+from tenure.core.transitions import JobRecord, status
+
+RETENTION = 10_000  # rejections and history events kept
+
+
+class JsonFileBackend(tenure.RecordBackend):
+    characteristics = tenure.Characteristics(
+        name="jsonfile",
+        store_clock="the machine's wall clock (time.time), or the clock passed to connect()",
+        shared_between_processes=True,  # every process locks the same file
+        tls_options=None,  # sends nothing over a network
+    )
+
+    def __init__(self, path: Path, clock: tenure.Clock | None) -> None:
+        self.path = path
+        self.clock = clock
+        self._threads = threading.Lock()  # flock() orders processes; this orders our own threads
+
+    @classmethod
+    def from_url(cls, url: StoreURL, options: Options, clock: tenure.Clock | None) -> JsonFileBackend:
+        options.finish()  # no options: anything in the query string is refused by name
+        if not url.path or url.path.endswith("/"):
+            raise tenure.InvalidArgument("a jsonfile:// URL names a file: jsonfile:///path/to/store.json")
+        return cls(Path(url.path), clock)
+
+    def now(self) -> float:
+        return self.clock.time() if self.clock is not None else time.time()
+
+    # -- the one atomic step ------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[dict[str, Any]]:
+        with self._threads, open(f"{self.path}.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield json.loads(self.path.read_text()) if self.path.exists() else {
+                    "jobs": {}, "rejections": [], "events": []}
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _write(self, data: dict[str, Any]) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump(data, f)
+            f.flush()
+            os.fsync(f.fileno())  # a claim is acknowledged only once it would survive a crash
+        os.replace(tmp, self.path)  # readers see the old file or the new one, never half of one
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[tenure.Transaction]:
+        with self._locked() as data:
+            tx = JsonTransaction(data, self.now())
+            yield tx  # an exception here leaves the file as it was: nothing is written
+            data["rejections"] = (data["rejections"] + tx.rejections)[-RETENTION:]
+            data["events"] = (data["events"] + tx.events)[-RETENTION:]
+            self._write(data)
+
+    # -- reads --------------------------------------------------------------------------------
+    def _snapshot(self) -> dict[str, Any]:
+        with self._locked() as data:
+            return data
+
+    def get(self, job_id: str) -> tenure.JobStatus | None:
+        stored = self._snapshot()["jobs"].get(job_id)
+        return None if stored is None else _status(job_id, stored, self.now())
+
+    def jobs(self) -> Iterator[tenure.JobStatus]:
+        now = self.now()
+        return iter([_status(job_id, stored, now) for job_id, stored in self._snapshot()["jobs"].items()])
+
+    def rejections(self, since: float | None, limit: int | None) -> list[tenure.Rejection]:
+        found = [_rejection(r) for r in self._snapshot()["rejections"] if since is None or r["at"] >= since]
+        return _newest(found, limit)
+
+    def history(self, job_id: str | None, since: float | None, limit: int | None) -> list[tenure.HistoryEvent]:
+        found = [_event(e) for e in self._snapshot()["events"]
+                 if (job_id is None or e["job_id"] == job_id) and (since is None or e["at"] >= since)]
+        return _newest(found, limit)
+
+
+class JsonTransaction(tenure.Transaction):
+    def __init__(self, data: dict[str, Any], now: float) -> None:
+        self.data = data
+        self.now = now
+        self.rejections: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []
+
+    def load(self, job_id: str) -> JobRecord | None:
+        stored = self.data["jobs"].get(job_id)
+        return None if stored is None else _decode(job_id, stored)
+
+    def save(self, record: JobRecord) -> None:
+        self.data["jobs"][record.job_id] = _encode(record)
+
+    def next_claimable(self) -> str | None:
+        # An expired lease first (its work is overdue), soonest expiry first; then the oldest pending job.
+        expired, pending = [], []
+        for job_id, stored in self.data["jobs"].items():
+            with contextlib.suppress(tenure.CorruptRecord):  # a corrupt record is never claimed
+                rec = _decode(job_id, stored)
+                if rec.state is tenure.JobState.LEASED and rec.lease_until is not None and rec.lease_until <= self.now:
+                    expired.append((rec.lease_until, job_id))
+                elif rec.state is tenure.JobState.PENDING:
+                    pending.append((rec.submitted_at or 0.0, job_id))
+        return min(expired or pending, default=(0.0, None))[1]
+
+    def add_rejection(self, rejection: tenure.Rejection) -> None:
+        self.rejections.append(dataclasses.asdict(rejection))
+
+    def add_event(self, event: tenure.HistoryEvent) -> None:
+        self.events.append(dataclasses.asdict(event))
+
+
+# -- the record codec ---------------------------------------------------------------------------
+def _encode(rec: JobRecord) -> dict[str, Any]:
+    fields = dataclasses.asdict(rec)
+    fields["state"] = rec.state.value
+    fields["result"] = None if rec.result is None else base64.b64encode(rec.result).decode()
+    return fields
+
+
+def _decode(job_id: str, stored: Any) -> JobRecord:
+    """The record, or CorruptRecord for anything this backend did not write: never guessed at."""
+    try:
+        fields = dict(stored)
+        fields["state"] = tenure.JobState(fields["state"])
+        if fields["result"] is not None:
+            fields["result"] = base64.b64decode(fields["result"], validate=True)
+        rec = JobRecord(**fields)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise tenure.CorruptRecord(job_id, f"unreadable record: {type(exc).__name__}") from None
+    if rec.job_id != job_id or rec.state not in (tenure.JobState.PENDING, tenure.JobState.LEASED,
+                                                 tenure.JobState.COMPLETED) or not isinstance(rec.token, int):
+        raise tenure.CorruptRecord(job_id, "fields out of range")
+    return rec
+
+
+def _status(job_id: str, stored: Any, now: float) -> tenure.JobStatus:
+    try:
+        return status(_decode(job_id, stored), now)  # judges "expired" by the store's clock
+    except tenure.CorruptRecord as exc:
+        return tenure.JobStatus(job_id=job_id, state=tenure.JobState.CORRUPT, problem=exc.problem, key=job_id)
+
+
+def _rejection(stored: dict[str, Any]) -> tenure.Rejection:
+    return tenure.Rejection(**{**stored, "op": tenure.Op(stored["op"]), "kind": tenure.RejectionKind(stored["kind"])})
+
+
+def _event(stored: dict[str, Any]) -> tenure.HistoryEvent:
+    return tenure.HistoryEvent(**{**stored, "op": tenure.Op(stored["op"])})
+
+
+def _newest(items: list[Any], limit: int | None) -> list[Any]:
+    return items if limit is None else items[len(items) - limit:] if limit else []
+
+
+# -- the test: the whole suite, through the public registration ---------------------------------
+tenure.register_backend("jsonfile", JsonFileBackend)
+
+
+class TestJsonFileStore(tenure.testing.ConformanceSuite):
+    @pytest.fixture
+    def store_url(self, tmp_path: Path) -> str:
+        return f"jsonfile://{tmp_path}/store.json"
+
+    @pytest.fixture
+    def connect_options(self) -> dict[str, Any]:
+        return {"clock": tenure.ManualClock()}  # expiry without sleeping, where a test allows it
+
+    @pytest.fixture
+    def corrupt_record(self) -> Any:
+        def corrupt(store: tenure.Store, job_id: str) -> None:
+            path = store.backend.path  # type: ignore[attr-defined]
+            data = json.loads(path.read_text())
+            data["jobs"][job_id] = {"state": "bogus", "token": "x"}
+            path.write_text(json.dumps(data))
+
+        return corrupt
+
+
+def test_a_registered_spec_is_imported_on_first_use_and_checked(tmp_path: Path) -> None:
+    tenure.register_backend("jsonfile-spec", f"{__name__}:JsonFileBackend")
+    assert tenure.testing.child_environment()["TENURE_TESTING_BACKENDS"].count("jsonfile") == 2
+    with tenure.connect(f"jsonfile-spec://{tmp_path}/s.json") as store:
+        assert isinstance(store.backend, JsonFileBackend)
+    tenure.register_backend("not-a-backend", f"{__name__}:RETENTION")
+    with pytest.raises(tenure.InvalidArgument, match=r"is not a tenure\.Backend"):
+        tenure.connect("not-a-backend:///x")
+    for scheme, backend, why in (("sqlite", JsonFileBackend, "built-in"), ("Bad Scheme", JsonFileBackend, "scheme"),
+                                 ("ok", "no colon", "spec"), ("ok", dict, "tenure.Backend subclass")):
+        with pytest.raises(tenure.InvalidArgument, match=why):
+            tenure.register_backend(scheme, backend)  # type: ignore[arg-type]
