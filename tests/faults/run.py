@@ -26,8 +26,8 @@ from pathlib import Path
 import tenure
 from tests.faults import checker, envs, history, report
 from tests.faults.destination import Destination
-from tests.faults.envs import Env
 from tests.faults.nemesis import BURST_WORKERS, SKEWS, Nemesis, Workers
+from tests.harness import Harness
 
 WORKERS = 8
 STEPS = 3  # effects (and renewals) per job
@@ -58,7 +58,7 @@ def _retry(call: object, timeout: float = 90.0) -> object:
             time.sleep(0.5)
 
 
-def run_case(env: Env, fault: str, seconds: float, seed: int, workers: int = WORKERS) -> Result:
+def run_case(env: Harness, fault: str, seconds: float, seed: int, workers: int = WORKERS) -> Result:
     """One workload of ``seconds`` under ``fault`` (or ``mixed``, or ``none``) on a fresh store."""
     rng = random.Random(seed)
     url = env.new_store()
@@ -66,7 +66,7 @@ def run_case(env: Env, fault: str, seconds: float, seed: int, workers: int = WOR
     rundir = Path(tempfile.mkdtemp(prefix=f"{env.name}-{fault}-{seed}-", dir=env.workdir))
     hist = rundir / "history"
     hist.mkdir()
-    base = {"ttl": env.ttl, "steps": STEPS, "history": str(hist), "destination": str(rundir / "dest.db"),
+    base = {"ttl": env.fault_ttl, "steps": STEPS, "history": str(hist), "destination": str(rundir / "dest.db"),
             "burst": str(rundir / "burst.json")}
     Destination(rundir / "dest.db").close()  # tables exist before workers race to make them
     admin: tenure.Store = _retry(lambda: tenure.connect(url))  # type: ignore[assignment]
@@ -97,14 +97,14 @@ def run_case(env: Env, fault: str, seconds: float, seed: int, workers: int = WOR
     finally:
         nemesis.stop()
         env.heal()
-        pool.stop(grace=env.ttl * (STEPS + 2) + 5)
+        pool.stop(grace=env.fault_ttl * (STEPS + 2) + 5)
     if nemesis.error is not None:
         raise RuntimeError(f"the nemesis failed: {nemesis.error!r}") from nemesis.error
     final = _collect(admin, rundir / "dest.db")
     admin.close()
     ops = history.load(hist)
-    verdict = checker.check(ops, final, env.ttl)
-    return Result(env.name + ("3" if getattr(env, "size", 1) > 1 else ""), fault, seed,
+    verdict = checker.check(ops, final, env.fault_ttl)
+    return Result(env.name + ("3" if env.size > 1 else ""), fault, seed,
                   time.monotonic() - started, verdict.counts, verdict.violations, verdict.unchecked_jobs,
                   len(final.rejections), nemesis.done, str(rundir))
 

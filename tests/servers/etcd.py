@@ -18,7 +18,6 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from typing import Any
 import pytest
 
 import tenure
-from tests.harness import Harness, in_ci
+from tests.harness import ServerHarness, in_ci
 from tests.servers.control import ServerProcess
 from tests.servers.ports import free_port
 
@@ -190,15 +189,32 @@ def make_certificates(directory: Path) -> dict[str, Path]:
             "client_cert": directory / "client.pem", "client_key": directory / "client.key"}
 
 
-class EtcdHarness(Harness):
-    name = "etcd"
+class EtcdHarness(ServerHarness):
+    name = scheme = "etcd"
     short_ttl = 2.0  # etcd refuses shorter leases
 
-    def __init__(self, cluster: EtcdCluster) -> None:
+    def __init__(self, cluster: EtcdCluster, query: str = "", owned: bool = False) -> None:
+        super().__init__(query)
         self.cluster = cluster
+        self.owned = owned  # started and closed by the harness (the fault suite's)
 
-    def url(self) -> str:
-        return f"etcd://{self.cluster.endpoints}/t-{uuid.uuid4().hex}"
+    def nodes(self) -> list[ServerProcess]:
+        return list(self.cluster.nodes)
+
+    def leader(self) -> ServerProcess:
+        return self.cluster.leader()
+
+    def endpoints(self) -> list[tuple[str, int]]:
+        return [("127.0.0.1", n.client_port) for n in self.cluster.nodes]
+
+    def start(self) -> None:
+        if self.owned:
+            self.cluster.start()
+
+    def close(self) -> None:
+        super().close()
+        if self.owned:
+            self.cluster.close()
 
     def expire(self, store: tenure.Store, lease: tenure.Lease) -> None:
         """Past the lease's end, and past the wait before a claim of a lease etcd ended.

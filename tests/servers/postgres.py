@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 import tenure
-from tests.harness import Harness, in_ci
+from tests.harness import ServerHarness, in_ci
 from tests.servers.control import ServerProcess
 from tests.servers.ports import free_port
 
@@ -51,18 +51,50 @@ def admin(url: str) -> Any:
                            dbname=u.path.strip("/"), autocommit=True, connect_timeout=5)
 
 
-class PostgresHarness(Harness):
+class PostgresHarness(ServerHarness):
+    """A schema per store: on the machine's server (conformance), or on a private server the
+    fault suite may kill and pause (``server``, owned by the harness)."""
+
     name = "postgres"
     short_ttl = 0.5
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, query: str = "", server: PostgresServer | None = None) -> None:
+        super().__init__(query)  # "&option=value...": the URL's first option is the schema
         self.base_url = base_url
+        self.server = server
         self.schemas: list[str] = []
 
     def url(self) -> str:
-        schema = f"t_{uuid.uuid4().hex[:12]}"
+        self.prefix = schema = f"t_{uuid.uuid4().hex[:12]}"
         self.schemas.append(schema)
-        return f"{self.base_url}?schema={schema}"
+        return f"{self.base_url}?schema={schema}{self.query}"
+
+    def store_url(self, hosts: str, prefix: str) -> str:
+        return f"postgresql://postgres@{hosts}/postgres?schema={prefix}{self.query}"
+
+    def nodes(self) -> list[ServerProcess]:
+        return [] if self.server is None else [self.server]
+
+    def leader(self) -> ServerProcess:
+        assert self.server is not None, "the machine's server is not ours to fault"
+        return self.server
+
+    def endpoints(self) -> list[tuple[str, int]]:
+        assert self.server is not None, "the machine's server is not ours to fault"
+        return [("127.0.0.1", self.server.port)]
+
+    @property
+    def faults(self) -> tuple[str, ...]:
+        return (*super().faults, "leader-pause")  # one server: the primary is its "leader"
+
+    def start(self) -> None:
+        if self.server is not None:
+            self.server.start(60)
+
+    def close(self) -> None:
+        super().close()
+        if self.server is not None:
+            self.server.close()
 
     def corrupt(self, store: tenure.Store, job_id: str) -> None:
         backend: Any = store.backend

@@ -13,14 +13,13 @@ import shutil
 import socket
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import tenure
-from tests.harness import Harness, in_ci
+from tests.harness import ServerHarness, in_ci
 from tests.servers.control import ServerProcess
 from tests.servers.ports import free_port
 
@@ -192,16 +191,39 @@ class Ensemble:
             s.kill()
 
 
-class ZooKeeperHarness(Harness):
-    name = "zk"
+class ZooKeeperHarness(ServerHarness):
+    name = scheme = "zk"
     ttl = 10.0
     short_ttl = 0.3
 
-    def __init__(self, server: ZooKeeperServer) -> None:
-        self.server = server
+    def __init__(self, servers: ZooKeeperServer | Ensemble, query: str = "", owned: bool = False) -> None:
+        super().__init__(query)
+        self.ensemble = servers if isinstance(servers, Ensemble) else None
+        self.servers = servers.servers if isinstance(servers, Ensemble) else [servers]
+        self.owned = owned  # started and closed by the harness (the fault suite's)
 
-    def url(self) -> str:
-        return f"zk://{self.server.hosts}/t-{uuid.uuid4().hex[:12]}"
+    def nodes(self) -> list[ServerProcess]:
+        return list(self.servers)
+
+    def leader(self) -> ServerProcess:
+        return self.servers[0] if self.ensemble is None else self.ensemble.leader()
+
+    def endpoints(self) -> list[tuple[str, int]]:
+        return [("127.0.0.1", s.port) for s in self.servers]
+
+    def start(self) -> None:
+        if not self.owned:
+            return
+        if self.ensemble is not None:
+            self.ensemble.start()
+        else:
+            self.servers[0].start(60)
+
+    def close(self) -> None:
+        super().close()
+        if self.owned:
+            for s in self.servers:
+                s.kill()
 
     def corrupt(self, store: tenure.Store, job_id: str) -> None:
         backend = store.backend
