@@ -1,6 +1,7 @@
 """Child processes that open the same stores as the test: the import path and registrations.
 
-Imports no pytest: a holder process started by a test runs this and tenure alone.
+The suite's holder and competing processes call ``adopt_registrations`` first, so a backend a
+test registered with ``tenure.register_backend`` opens there too.
 """
 
 from __future__ import annotations
