@@ -7,6 +7,8 @@ the server). A hook that is missing makes the tests that need it skip, saying wh
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +36,26 @@ class Restartable:
     restart: Callable[[], None]
 
 
+@dataclass(frozen=True)
+class Pauser:
+    """Freezes a holder process, by pid, and thaws it: SIGSTOP and SIGCONT by default.
+
+    A backend whose holders must be frozen another way (a cgroup freezer, a VM) overrides the
+    ``pause_holder`` fixture with its own.
+    """
+
+    pause: Callable[[int], None]
+    resume: Callable[[int], None]
+
+
+def signal_pauser() -> Pauser | None:
+    """SIGSTOP/SIGCONT where the platform has them (POSIX), else None."""
+    stop, cont = getattr(signal, "SIGSTOP", None), getattr(signal, "SIGCONT", None)
+    if stop is None or cont is None:
+        return None
+    return Pauser(lambda pid: os.kill(pid, stop), lambda pid: os.kill(pid, cont))
+
+
 def wait_out(store: tenure.Store, lease: tenure.Lease) -> None:
     """The default ``expire_lease`` hook: advance an injected ManualClock, else wait in real time."""
     if isinstance(store.clock, tenure.ManualClock):
@@ -58,6 +80,7 @@ class Kit:
     expire_hook: ExpireHook = wait_out
     corrupt_hook: CorruptHook | None = None
     restartable_factory: Callable[[], Restartable | None] = lambda: None
+    pauser: Pauser | None = None
 
     def connect(self, url: str | None = None, *, own_clock: bool = False, **options: Any) -> tenure.Store:
         """A store at ``url`` (the test's store by default) with the suite's options.
@@ -86,6 +109,12 @@ class Kit:
         if found is None:
             pytest.skip(f"{self.name}: no restartable_store hook (override the fixture with a server to restart)")
         return found
+
+    def holder_pauser(self) -> Pauser:
+        """How to freeze a holder process (skips without the hook)."""
+        if self.pauser is None:
+            pytest.skip(f"{self.name}: no pause_holder hook (this platform has no SIGSTOP)")
+        return self.pauser
 
     @property
     def shared_between_processes(self) -> bool:

@@ -11,6 +11,8 @@ fixtures are optional hooks with working or skipping defaults:
 ``corrupt_record``     ``(store, job_id) -> None``: plant bytes tenure did not write; None skips
 ``restartable_store``  a ``Restartable`` (url, restart) on a server the test may crash and start
                        again; None skips. Requested only by the test that needs it.
+``pause_holder``       a ``Pauser`` (pause(pid), resume(pid)) that freezes a holder process; by
+                       default SIGSTOP and SIGCONT, None (skips) where there are none
 
 ``ttl`` and ``short_ttl`` (class attributes) are the TTLs of leases that must outlive a test
 and of leases a test waits out; raise ``short_ttl`` for a store with a minimum lease.
@@ -24,7 +26,7 @@ from typing import Any, ClassVar
 import pytest
 
 import tenure
-from tenure.testing.kit import CorruptHook, ExpireHook, Kit, Restartable, wait_out
+from tenure.testing.kit import CorruptHook, ExpireHook, Kit, Pauser, Restartable, signal_pauser, wait_out
 from tenure.testing.suite_audit import AuditTests
 from tenure.testing.suite_blocking_claims import BlockingClaimTests
 from tenure.testing.suite_bounds import BoundsTests
@@ -64,14 +66,19 @@ class Hooks:
         return None
 
     @pytest.fixture
+    def pause_holder(self) -> Pauser | None:
+        return signal_pauser()
+
+    @pytest.fixture
     def kit(self, request: pytest.FixtureRequest, store_url: str, connect_options: dict[str, Any],
-            expire_lease: ExpireHook, corrupt_record: CorruptHook | None) -> Kit:
+            expire_lease: ExpireHook, corrupt_record: CorruptHook | None, pause_holder: Pauser | None) -> Kit:
         def restartable() -> Restartable | None:  # only the restart test starts such a server
             found: Restartable | None = request.getfixturevalue("restartable_store")
             return found
 
         return Kit(type(self).__name__, store_url, dict(connect_options), ttl=self.ttl, short_ttl=self.short_ttl,
-                   expire_hook=expire_lease, corrupt_hook=corrupt_record, restartable_factory=restartable)
+                   expire_hook=expire_lease, corrupt_hook=corrupt_record, restartable_factory=restartable,
+                   pauser=pause_holder)
 
     @pytest.fixture
     def store(self, kit: Kit) -> Iterator[tenure.Store]:

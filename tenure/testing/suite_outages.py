@@ -1,13 +1,12 @@
 """Outages the protocol must survive: a holder process frozen past its TTL, a server restart.
 
-The paused holder is a real process stopped with SIGSTOP (POSIX only), so only the store's
-clock can end its lease; it needs a store shared between processes. The restart needs the
+The paused holder is a real process frozen by the ``pause_holder`` hook (SIGSTOP by default), so
+only the store's clock can end its lease; it needs a store shared between processes. The restart needs the
 ``restartable_store`` hook: a server the test may crash and start again on the same data.
 """
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -50,6 +49,7 @@ def eventually(call: Callable[[], T], timeout: float = 60.0) -> T:
 class OutageTests:
     def test_a_paused_holder_process_is_fenced_and_audited(self, kit: Kit) -> None:
         kit.require_processes()
+        pauser = kit.holder_pauser()
         worker = subprocess.Popen(python_child(HOLDER, kit.url, str(kit.short_ttl)), env=child_environment(),
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
@@ -57,12 +57,12 @@ class OutageTests:
             line = worker.stdout.readline()
             assert line.strip().isdigit(), f"the holder did not claim: {line!r}, exit {worker.poll()}"
             token_a = int(line)
-            worker.send_signal(signal.SIGSTOP)  # frozen, whatever it was doing
+            pauser.pause(worker.pid)  # frozen, whatever it was doing
             with kit.connect(own_clock=True) as store:
                 # A blocking claim: it returns once the store's clock has ended the holder's lease.
                 b = store.claim("paused", owner="worker-b", ttl=kit.ttl, wait=kit.short_ttl * 10 + 60)
                 assert b.token > token_a
-                worker.send_signal(signal.SIGCONT)
+                pauser.resume(worker.pid)
                 out, _ = worker.communicate("go\n", timeout=120)
                 assert out.split("\n")[:2] == ["renew rejected", "complete rejected"], out
                 audit = [(r.op, r.owner, r.token, r.current_owner, r.current_token) for r in store.rejections()]
@@ -72,7 +72,7 @@ class OutageTests:
                 assert status is not None and (status.owner, status.token) == ("worker-b", b.token)
         finally:
             if worker.poll() is None:
-                worker.send_signal(signal.SIGCONT)
+                pauser.resume(worker.pid)
                 worker.kill()
                 worker.wait()
 
