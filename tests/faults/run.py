@@ -58,6 +58,21 @@ def _retry(call: object, timeout: float = 90.0) -> object:
             time.sleep(0.5)
 
 
+def _wait_started(hist: Path, names: list[str], timeout: float = 120.0) -> None:
+    """Until every worker has invoked its first operation (a claim_next, jobs or none).
+
+    Starting eight Python processes takes seconds on a busy machine; the workload's seconds
+    count from when they work, not from when they were spawned. A worker that never starts
+    leaves no history, and the caller's progress check says so.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        files = [history.file_for(hist, name) for name in names]
+        if all(f.exists() and f.stat().st_size > 0 for f in files):
+            return
+        time.sleep(0.1)  # polling files the workers write
+
+
 def run_case(env: Harness, fault: str, seconds: float, seed: int, workers: int = WORKERS) -> Result:
     """One workload of ``seconds`` under ``fault`` (or ``mixed``, or ``none``) on a fresh store."""
     rng = random.Random(seed)
@@ -70,7 +85,6 @@ def run_case(env: Harness, fault: str, seconds: float, seed: int, workers: int =
             "burst": str(rundir / "burst.json")}
     Destination(rundir / "dest.db").close()  # tables exist before workers race to make them
     admin: tenure.Store = _retry(lambda: tenure.connect(url))  # type: ignore[assignment]
-    started = time.monotonic()
     pool = Workers(env, base, rng)
     for i in range(1, workers + 1):
         skew = None
@@ -80,6 +94,8 @@ def run_case(env: Harness, fault: str, seconds: float, seed: int, workers: int =
     if "burst" in faults:
         for i in range(1, BURST_WORKERS + 1):
             pool.launch(f"b{i}", None, burst_mode=True)
+    _wait_started(hist, [f"w{i}" for i in range(1, workers + 1)])
+    started = time.monotonic()
     nemesis = Nemesis(env, pool, faults, url, rng, hist)
     nemesis.start()
     submitted = 0
