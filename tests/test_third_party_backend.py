@@ -201,17 +201,3 @@ class TestJsonFileStore(tenure.testing.ConformanceSuite):
             path.write_text(json.dumps(data))
 
         return corrupt
-
-
-def test_a_registered_spec_is_imported_on_first_use_and_checked(tmp_path: Path) -> None:
-    tenure.register_backend("jsonfile-spec", f"{__name__}:JsonFileBackend")
-    assert tenure.testing.child_environment()["TENURE_TESTING_BACKENDS"].count("jsonfile") == 2
-    with tenure.connect(f"jsonfile-spec://{tmp_path}/s.json") as store:
-        assert isinstance(store.backend, JsonFileBackend)
-    tenure.register_backend("not-a-backend", f"{__name__}:RETENTION")
-    with pytest.raises(tenure.InvalidArgument, match=r"is not a tenure\.Backend"):
-        tenure.connect("not-a-backend:///x")
-    for scheme, backend, why in (("sqlite", JsonFileBackend, "built-in"), ("Bad Scheme", JsonFileBackend, "scheme"),
-                                 ("ok", "no colon", "spec"), ("ok", dict, "tenure.Backend subclass")):
-        with pytest.raises(tenure.InvalidArgument, match=why):
-            tenure.register_backend(scheme, backend)  # type: ignore[arg-type]
