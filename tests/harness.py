@@ -20,10 +20,11 @@ from typing import Any
 
 import tenure
 from tenure.testing.kit import wait_out
+from tests.faults import catalog
 from tests.faults.proxy import Proxy
 from tests.servers.control import ServerProcess
 
-WORKER_FAULTS = ("pause", "suspend", "burst", "skew", "kill-worker", "forge")
+WORKER_FAULTS = catalog.names(catalog.WORKER)
 
 
 class Harness:
@@ -128,7 +129,6 @@ class ServerHarness(Harness):
 
     scheme = ""
     fault_ttl = 2.0  # etcd's own minimum lease; the same on the other servers for comparison
-    cluster_faults = ("leader-kill", "leader-pause")
 
     def __init__(self, query: str = "") -> None:
         super().__init__(query)
@@ -156,7 +156,8 @@ class ServerHarness(Harness):
 
     @property
     def faults(self) -> tuple[str, ...]:
-        return (*WORKER_FAULTS, "net", "server-kill", *(self.cluster_faults if self.size > 1 else ()))
+        scopes = (catalog.WORKER, catalog.NETWORK, catalog.SERVER, *((catalog.CLUSTER,) if self.size > 1 else ()))
+        return catalog.names(*scopes)
 
     def url(self) -> str:
         self.prefix = f"t{uuid.uuid4().hex[:12]}"

@@ -7,7 +7,6 @@ docs/backends/writing-a-backend.md builds step by step; keep the two in step.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import dataclasses
 import fcntl
@@ -23,8 +22,10 @@ import pytest
 
 import tenure
 import tenure.testing
+from tenure.core import audit, codec
 from tenure.core.options import Options, StoreURL
-from tenure.core.transitions import JobRecord, status
+from tenure.core.records import JobRecord
+from tenure.core.transitions import status
 
 RETENTION = 10_000  # rejections and history events kept
 
@@ -66,13 +67,14 @@ class JsonFileBackend(tenure.RecordBackend):
     def _write(self, data: dict[str, Any]) -> None:
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "w") as f:
-            json.dump(data, f)
+            f.write(json.dumps(data))  # dumps runs in C; dump() to a file streams in Python
             f.flush()
             os.fsync(f.fileno())  # a claim is acknowledged only once it would survive a crash
         os.replace(tmp, self.path)  # readers see the old file or the new one, never half of one
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[tenure.Transaction]:
+    def transaction(self, fresh: bool = False) -> Iterator[tenure.Transaction]:
+        # A locking store: every load reads the file, so ``fresh`` (a retry's) changes nothing.
         with self._locked() as data:
             tx = JsonTransaction(data, self.now())
             yield tx  # an exception here leaves the file as it was: nothing is written
@@ -94,13 +96,12 @@ class JsonFileBackend(tenure.RecordBackend):
         return iter([_status(job_id, stored, now) for job_id, stored in self._snapshot()["jobs"].items()])
 
     def rejections(self, since: float | None, limit: int | None) -> list[tenure.Rejection]:
-        found = [_rejection(r) for r in self._snapshot()["rejections"] if since is None or r["at"] >= since]
-        return _newest(found, limit)
+        newest_first = audit.readable(reversed(self._snapshot()["rejections"]), _rejection)
+        return audit.select(newest_first, since, limit)  # oldest first, the last ``limit`` of them
 
     def history(self, job_id: str | None, since: float | None, limit: int | None) -> list[tenure.HistoryEvent]:
-        found = [_event(e) for e in self._snapshot()["events"]
-                 if (job_id is None or e["job_id"] == job_id) and (since is None or e["at"] >= since)]
-        return _newest(found, limit)
+        newest_first = audit.readable(reversed(self._snapshot()["events"]), _event)
+        return audit.select(newest_first, since, limit, None if job_id is None else lambda e: e.job_id == job_id)
 
 
 class JsonTransaction(tenure.Transaction):
@@ -130,53 +131,40 @@ class JsonTransaction(tenure.Transaction):
         return min(expired or pending, default=(0.0, None))[1]
 
     def add_rejection(self, rejection: tenure.Rejection) -> None:
-        self.rejections.append(dataclasses.asdict(rejection))
+        self.rejections.append(codec.rejection_fields(rejection))
 
     def add_event(self, event: tenure.HistoryEvent) -> None:
-        self.events.append(dataclasses.asdict(event))
+        self.events.append({"job_id": event.job_id, **codec.event_fields(event, event.token)})
 
 
-# -- the record codec ---------------------------------------------------------------------------
+# -- records as JSON: tenure's own codec checks what is read -----------------------------------
 def _encode(rec: JobRecord) -> dict[str, Any]:
-    fields = dataclasses.asdict(rec)
-    fields["state"] = rec.state.value
-    fields["result"] = None if rec.result is None else base64.b64encode(rec.result).decode()
-    return fields
+    return {**dataclasses.asdict(rec), "state": rec.state.value, "result": codec.result_text(rec.result)}
 
 
 def _decode(job_id: str, stored: Any) -> JobRecord:
     """The record, or CorruptRecord for anything this backend did not write: never guessed at."""
-    try:
-        fields = dict(stored)
-        fields["state"] = tenure.JobState(fields["state"])
-        if fields["result"] is not None:
-            fields["result"] = base64.b64decode(fields["result"], validate=True)
-        rec = JobRecord(**fields)
-    except (TypeError, ValueError, KeyError) as exc:
-        raise tenure.CorruptRecord(job_id, f"unreadable record: {type(exc).__name__}") from None
-    if rec.job_id != job_id or rec.state not in (tenure.JobState.PENDING, tenure.JobState.LEASED,
-                                                 tenure.JobState.COMPLETED) or not isinstance(rec.token, int):
-        raise tenure.CorruptRecord(job_id, "fields out of range")
-    return rec
+    if not isinstance(stored, dict):
+        raise tenure.CorruptRecord(job_id, "not a JSON object")
+    fields = ("state", "owner", "token", "lease_until", "ttl", "submitted_at", "claimed_at", "renewed_at",
+              "completed_at", "runs")
+    return codec.job_record(job_id, job_id, *(stored.get(f) for f in fields),
+                            codec.result_bytes(job_id, stored.get("result")))
 
 
 def _status(job_id: str, stored: Any, now: float) -> tenure.JobStatus:
     try:
         return status(_decode(job_id, stored), now)  # judges "expired" by the store's clock
     except tenure.CorruptRecord as exc:
-        return tenure.JobStatus(job_id=job_id, state=tenure.JobState.CORRUPT, problem=exc.problem, key=job_id)
+        return codec.corrupt_status(job_id, job_id, exc)
 
 
 def _rejection(stored: dict[str, Any]) -> tenure.Rejection:
-    return tenure.Rejection(**{**stored, "op": tenure.Op(stored["op"]), "kind": tenure.RejectionKind(stored["kind"])})
+    return codec.rejection("rejections", stored)[0]
 
 
 def _event(stored: dict[str, Any]) -> tenure.HistoryEvent:
-    return tenure.HistoryEvent(**{**stored, "op": tenure.Op(stored["op"])})
-
-
-def _newest(items: list[Any], limit: int | None) -> list[Any]:
-    return items if limit is None else items[len(items) - limit:] if limit else []
+    return codec.event("events", stored, stored.get("job_id", ""))
 
 
 # -- the test: the whole suite, through the public registration ---------------------------------

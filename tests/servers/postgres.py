@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 import tenure
+from tests.faults import catalog
 from tests.harness import ServerHarness, in_ci
 from tests.servers.control import ServerProcess
 from tests.servers.ports import free_port
@@ -85,7 +86,7 @@ class PostgresHarness(ServerHarness):
 
     @property
     def faults(self) -> tuple[str, ...]:
-        return (*super().faults, "leader-pause")  # one server: the primary is its "leader"
+        return (*super().faults, catalog.BY_NAME["leader-pause"].name)  # one server: the primary is its "leader"
 
     def start(self) -> None:
         if self.server is not None:
