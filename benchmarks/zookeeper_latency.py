@@ -24,7 +24,6 @@ from tests.servers.zookeeper import ZooKeeperServer
 def main(rounds: int) -> None:
     server = ZooKeeperServer(Path(tempfile.mkdtemp()) / "zk")
     server.start()
-    server.wait_serving()
     times: dict[str, list[float]] = {}
 
     def timed(name: str, call: Callable[[], object]) -> object:

@@ -44,7 +44,7 @@ from tenure.core.records import (
     RejectionKind,
     Summary,
 )
-from tenure.core.registry import connect
+from tenure.core.registry import connect, register_backend
 from tenure.core.renewal import HeldLease
 from tenure.core.store import Store
 from tenure.core.transport import InsecureTransportWarning
@@ -100,4 +100,5 @@ __all__ = [
     "Transaction",
     "__version__",
     "connect",
+    "register_backend",
 ]

@@ -1,13 +1,17 @@
-"""What the conformance suite needs from each backend, in one small interface.
+"""One adapter per backend, for every test that needs a store: the conformance suite's hooks
+(``tests/conformance/test_backends.py``), the fault suite (``tests/faults/``), the dashboard.
 
-A harness hands out isolated stores (a new file, prefix or chroot per test) and knows how
-to make time pass for a lease and how to plant a corrupt record. Backends with an
-injectable store clock let time pass without sleeping; servers need real time.
+A harness hands out isolated stores (a new file, prefix, chroot or schema per ``url()``),
+knows how to make time pass for a lease and how to plant a corrupt record. For the fault
+suite it also gives each worker its own URL (through that worker's proxies on a server, so
+one worker can be cut off alone), injects server faults with the verbs of
+``tests/servers/control.py``, and undoes every fault (``heal``) before the final state is read.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import sqlite3
 import time
 import uuid
@@ -15,6 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import tenure
+from tenure.testing.kit import wait_out
+from tests.faults import catalog
+from tests.faults.proxy import Proxy
+from tests.servers.control import ServerProcess
+
+WORKER_FAULTS = catalog.names(catalog.WORKER)
 
 
 class Harness:
@@ -22,25 +32,57 @@ class Harness:
     shared_between_processes = True
     ttl = 5.0  # a TTL for tests where the lease must not expire on its own
     short_ttl = 0.5  # a TTL for tests that wait for expiry in real time
+    fault_ttl = 1.0  # the fault suite's workers' TTL
+    faults: tuple[str, ...] = ()  # what the fault suite may inject
+    leader_fault_ttls = (0.5, 1.5)  # how long a leader is paused or kept dead, in TTLs
+    size = 1  # servers
+
+    def __init__(self, query: str = "") -> None:
+        self.query = query  # options every URL of this harness carries (the fault suite's)
+        self.workdir = Path(".")  # where the fault suite keeps its runs
 
     def url(self) -> str:
         """A URL of a new, empty store."""
         raise NotImplementedError
 
+    def options(self) -> dict[str, Any]:
+        """Keyword arguments every store of the harness is opened with."""
+        return {}
+
     def connect(self, url: str | None = None, **options: Any) -> tenure.Store:
-        return tenure.connect(url or self.url(), **options)
+        return tenure.connect(url or self.url(), **{**self.options(), **options})
 
     def expire(self, store: tenure.Store, lease: tenure.Lease) -> None:
-        """Return once ``lease`` has expired by the store's clock."""
-        wait = lease.expires_at - store.now()
-        if wait > 0:
-            time.sleep(wait + 0.05)  # real time: the store's clock is a server's
-        while store.now() <= lease.expires_at:
-            time.sleep(0.01)
+        """Return once ``lease`` has expired by the store's clock (advancing a ManualClock)."""
+        wait_out(store, lease)
 
     def corrupt(self, store: tenure.Store, job_id: str) -> None:
         """Overwrite the job's record with bytes tenure did not write."""
         raise NotImplementedError
+
+    # -- the fault suite ------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the servers this harness owns (the fault suite's; fixtures start their own)."""
+
+    def new_store(self) -> str:
+        """A fresh store for one fault run; workers reach it through ``worker_url``."""
+        self.current = self.url()
+        return self.current
+
+    def worker_url(self, worker: str) -> str:
+        return self.current
+
+    def server_fault(self, fault: str, rng: random.Random, seconds: float) -> str:
+        raise NotImplementedError(fault)
+
+    def net_fault(self, worker: str, mode: str, delay: float = 0.0) -> None:
+        raise NotImplementedError(mode)
+
+    def heal(self) -> None:
+        """Undo every fault still in force."""
+
+    def close(self) -> None:
+        """Stop what ``start`` started."""
 
 
 class MemoryHarness(Harness):
@@ -48,40 +90,120 @@ class MemoryHarness(Harness):
     shared_between_processes = False
 
     def __init__(self) -> None:
+        super().__init__()
         self.clock = tenure.ManualClock()
 
     def url(self) -> str:
         return f"memory://t-{uuid.uuid4().hex}"
 
-    def connect(self, url: str | None = None, **options: Any) -> tenure.Store:
-        options.setdefault("clock", self.clock)
-        return tenure.connect(url or self.url(), **options)
-
-    def expire(self, store: tenure.Store, lease: tenure.Lease) -> None:
-        if isinstance(store.clock, tenure.ManualClock):
-            store.clock.advance(max(0.0, lease.expires_at - store.now()) + 0.001)
-        else:
-            super().expire(store, lease)
+    def options(self) -> dict[str, Any]:
+        return {"clock": self.clock}
 
     def corrupt(self, store: tenure.Store, job_id: str) -> None:
         pytest_skip("the memory store holds Python objects; nothing can corrupt them")
 
 
 class SQLiteHarness(MemoryHarness):
+    """A store file shared by processes; in the fault suite its faults are the workers' own."""
+
     name = "sqlite"
     shared_between_processes = True
+    faults = WORKER_FAULTS
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, query: str = "") -> None:
         super().__init__()
-        self.directory = directory
+        self.directory = self.workdir = directory
+        self.query = query
 
     def url(self) -> str:
-        return f"sqlite:///{self.directory / (uuid.uuid4().hex + '.db')}"
+        return f"sqlite:///{self.directory / (uuid.uuid4().hex[:12] + '.db')}{self.query}"
 
     def corrupt(self, store: tenure.Store, job_id: str) -> None:
         path = store.backend.path  # type: ignore[attr-defined]
         with sqlite3.connect(path) as db:
             db.execute("UPDATE tenure_jobs SET state = 'bogus', token = 'x' WHERE job_id = ?", (job_id,))
+
+
+class ServerHarness(Harness):
+    """Stores on real servers: a prefix (chroot, schema) per URL, and faults through proxies."""
+
+    scheme = ""
+    fault_ttl = 2.0  # etcd's own minimum lease; the same on the other servers for comparison
+
+    def __init__(self, query: str = "") -> None:
+        super().__init__(query)
+        self.prefix = ""
+        self.proxies: dict[str, list[Proxy]] = {}
+        self._paused: list[ServerProcess] = []
+        self._killed: list[ServerProcess] = []
+
+    # Each backend says where its servers are and how its URLs look.
+    def nodes(self) -> list[ServerProcess]:
+        raise NotImplementedError
+
+    def leader(self) -> ServerProcess:
+        raise NotImplementedError
+
+    def endpoints(self) -> list[tuple[str, int]]:
+        raise NotImplementedError
+
+    def store_url(self, hosts: str, prefix: str) -> str:
+        return f"{self.scheme}://{hosts}/{prefix}{self.query}"
+
+    @property
+    def size(self) -> int:
+        return len(self.nodes())
+
+    @property
+    def faults(self) -> tuple[str, ...]:
+        scopes = (catalog.WORKER, catalog.NETWORK, catalog.SERVER, *((catalog.CLUSTER,) if self.size > 1 else ()))
+        return catalog.names(*scopes)
+
+    def url(self) -> str:
+        self.prefix = f"t{uuid.uuid4().hex[:12]}"
+        return self.store_url(",".join(f"{h}:{p}" for h, p in self.endpoints()), self.prefix)
+
+    def worker_url(self, worker: str) -> str:
+        if worker not in self.proxies:
+            self.proxies[worker] = [Proxy(ep) for ep in self.endpoints()]
+        return self.store_url(",".join(p.address for p in self.proxies[worker]), self.prefix)
+
+    def net_fault(self, worker: str, mode: str, delay: float = 0.0) -> None:
+        for p in self.proxies.get(worker, []):
+            p.set(mode, delay)
+
+    def server_fault(self, fault: str, rng: random.Random, seconds: float) -> str:
+        node = rng.choice(self.nodes()) if fault == "server-kill" else self.leader()
+        if fault == "leader-pause":
+            node.pause()
+            self._paused.append(node)
+            time.sleep(seconds)  # the fault's length, chosen by the nemesis
+            node.resume()
+            self._paused.remove(node)
+            return "paused"
+        node.kill()
+        self._killed.append(node)
+        time.sleep(seconds)  # the outage's length, chosen by the nemesis
+        node.start()
+        self._killed.remove(node)
+        return "killed"
+
+    def heal(self) -> None:
+        for ps in self.proxies.values():
+            for p in ps:
+                p.set("pass")
+        for node in list(self._paused):
+            node.resume()
+            self._paused.remove(node)
+        for node in list(self._killed):
+            node.start()
+            self._killed.remove(node)
+
+    def close(self) -> None:
+        for ps in self.proxies.values():
+            for p in ps:
+                p.close()
+        self.proxies.clear()
 
 
 def pytest_skip(reason: str) -> None:

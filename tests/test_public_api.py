@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import inspect
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import tenure
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_all_names_exist_and_every_public_class_is_exported() -> None:
@@ -23,6 +29,19 @@ def test_every_error_derives_from_lease_error() -> None:
     assert issubclass(tenure.AuthenticationFailed, tenure.BackendUnavailable)
     assert issubclass(tenure.JobNotFound, KeyError)
     assert issubclass(tenure.InsecureTransportWarning, UserWarning)  # a warning, not an error
+
+
+def test_invalid_argument_is_a_value_error_and_a_lease_error() -> None:
+    assert issubclass(tenure.InvalidArgument, ValueError)
+    assert issubclass(tenure.InvalidArgument, tenure.LeaseError)
+
+
+def test_importing_tenure_never_imports_pytest() -> None:
+    # pytest is a dependency of tenure.testing's users, not of tenure: a fresh interpreter shows it.
+    code = "import sys, tenure; tenure.connect('memory://'); print('pytest' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.stdout.strip() == "False", done.stdout + done.stderr
 
 
 def test_stale_lease_carries_its_rejection() -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import tenure
+import tenure.testing
 from tenure.backends.memory import MemoryBackend
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,6 +36,30 @@ def test_a_backend_registered_by_entry_point_is_found(tmp_path: Path, monkeypatc
         tenure.connect("notabackend://x")
     with pytest.raises(tenure.InvalidArgument, match=r"known: .*thirdparty"):
         tenure.connect("unheard-of://x")
+
+
+def test_a_backend_registered_at_run_time_is_found_and_repeated_in_children() -> None:
+    tenure.register_backend("thirdparty-cls", ThirdPartyBackend)
+    tenure.register_backend("thirdparty-spec", "tests.test_registry:ThirdPartyBackend")  # imported on first use
+    for scheme in ("thirdparty-cls", "thirdparty-spec"):
+        with tenure.connect(f"{scheme}://x") as store:
+            assert isinstance(store.backend, ThirdPartyBackend)
+    code = ("import tenure\nfrom tenure.testing.processes import adopt_registrations\nadopt_registrations()\n"
+            "print(type(tenure.connect('thirdparty-cls://y').backend).__name__)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env=tenure.testing.child_environment())
+    assert done.stdout.strip() == "ThirdPartyBackend", done.stderr
+
+
+def test_a_bad_registration_is_refused_and_a_spec_checked_when_used() -> None:
+    tenure.register_backend("thirdparty-root", "tests.test_registry:ROOT")
+    with pytest.raises(tenure.InvalidArgument, match=r"is not a tenure\.Backend"):
+        tenure.connect("thirdparty-root://x")
+    for scheme, backend, why in (("sqlite", ThirdPartyBackend, "built-in"), ("Bad Scheme", ThirdPartyBackend, "scheme"),
+                                 ("ok", "no colon", "spec"), ("ok", dict, "tenure.Backend subclass"),
+                                 (7, ThirdPartyBackend, "scheme")):
+        with pytest.raises(tenure.InvalidArgument, match=why):
+            tenure.register_backend(scheme, backend)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("url, module, extra", [("etcd://127.0.0.1:1/p", "grpc", "etcd"),

@@ -1,12 +1,16 @@
 """Backends by URL scheme: a lazy table of built-ins plus the ``tenure.backends`` entry points.
 
 A third-party backend registers ``myscheme = mypackage.module:MyBackend`` in the
-``tenure.backends`` entry-point group; its class subclasses ``tenure.Backend``.
+``tenure.backends`` entry-point group; its class subclasses ``tenure.Backend``. A program (or
+a test) can also register one at run time: ``tenure.register_backend("myscheme", MyBackend)``
+or ``tenure.register_backend("myscheme", "mypackage.module:MyBackend")``, imported on first use.
 """
 
 from __future__ import annotations
 
 import importlib
+import re
+import threading
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -28,9 +32,62 @@ BUILTIN: dict[str, tuple[str, str, str | None]] = {
     "postgres": ("tenure.backends.postgres", "PostgresBackend", "postgres"),
 }
 ENTRY_POINT_GROUP = "tenure.backends"
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]{0,31}")  # RFC 3986's scheme characters, lower case
+_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")  # "package.module:Class.Nested"
+# Registered at run time: a class, or a "module:Class" spec not imported yet. Entries win over
+# entry points of the same name (a test registers what it is about to test), never over built-ins.
+_REGISTERED: dict[str, type[Backend] | str] = {}
+_REGISTERED_LOCK = threading.Lock()
+
+
+def register_backend(scheme: str, backend: type[Backend] | str) -> None:
+    """Make ``scheme://`` URLs open ``backend``: a ``tenure.Backend`` subclass, or ``"module:Class"``.
+
+    A spec string is imported on the first ``connect()`` of that scheme, so registering costs
+    nothing until used. Registering a scheme again replaces the earlier entry; a built-in scheme
+    cannot be replaced.
+    """
+    if not isinstance(scheme, str) or not _SCHEME.fullmatch(scheme):
+        raise InvalidArgument(f"a backend scheme must be 1 to 32 of a-z, 0-9, '+', '.', '-' starting with "
+                              f"a letter, not {quoted(scheme) if isinstance(scheme, str) else type(scheme).__name__}")
+    if scheme in BUILTIN:
+        raise InvalidArgument(f"{scheme}:// is a built-in backend and cannot be replaced")
+    if isinstance(backend, str):
+        if not _SPEC.fullmatch(backend):
+            raise InvalidArgument(f"a backend spec must look like 'package.module:Class', not {quoted(backend)}")
+    elif not (isinstance(backend, type) and issubclass(backend, Backend)):
+        raise InvalidArgument(f"the backend for {scheme}:// must be a tenure.Backend subclass or a "
+                              f"'module:Class' string, not {type(backend).__name__}")
+    with _REGISTERED_LOCK:
+        _REGISTERED[scheme] = backend
+
+
+def registered_backends() -> dict[str, str]:
+    """Every run-time registration as ``"module:Class"``, to repeat it in another process."""
+    with _REGISTERED_LOCK:
+        entries = dict(_REGISTERED)
+    return {scheme: b if isinstance(b, str) else f"{b.__module__}:{b.__qualname__}" for scheme, b in entries.items()}
+
+
+def _load_spec(scheme: str, spec: str) -> type[Backend]:
+    module_name, _, attribute = spec.partition(":")
+    loaded: Any = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        loaded = getattr(loaded, part)
+    if not (isinstance(loaded, type) and issubclass(loaded, Backend)):
+        raise InvalidArgument(f"{spec} registered for {scheme}:// is not a tenure.Backend")
+    with _REGISTERED_LOCK:
+        if _REGISTERED.get(scheme) == spec:
+            _REGISTERED[scheme] = loaded  # imported once
+    return loaded
 
 
 def backend_class(scheme: str) -> type[Backend]:
+    registered = _REGISTERED.get(scheme)
+    if isinstance(registered, str):
+        return _load_spec(scheme, registered)
+    if registered is not None:
+        return registered
     if scheme in BUILTIN:
         module_name, class_name, extra = BUILTIN[scheme]
         try:
@@ -48,7 +105,7 @@ def backend_class(scheme: str) -> type[Backend]:
             if not (isinstance(loaded, type) and issubclass(loaded, Backend)):
                 raise InvalidArgument(f"entry point {ep.value} for {scheme}:// is not a tenure.Backend")
             return loaded
-    known = sorted(set(BUILTIN) | {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+    known = sorted(set(BUILTIN) | set(_REGISTERED) | {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
     raise InvalidArgument(f"unknown store scheme {quoted(scheme)}; known: {', '.join(known)}")
 
 

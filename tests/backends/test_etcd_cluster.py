@@ -1,13 +1,14 @@
 """A 3-node etcd cluster losing its leader while leases are held and claims are running.
 
 The store's own record is the judge: every event on the lease keys since the start is read
-back through an etcd watch, and no lease key may be created while another one is live.
+back through an etcd watch, and no lease key may be created while another one is live. The
+tests assert ordering and safety only and print how long the reclaim took (run with ``-s``):
+a busy machine stretches it. ``benchmarks/failover.py`` measures it (docs/performance.md).
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,11 +17,11 @@ import pytest
 import tenure
 from tenure.backends.etcd import client as etcd_client
 from tests.servers.etcd import EtcdCluster, EtcdNode, start_or_fail
+from tests.servers.failover import Reclaim, reclaim_after
 
 pytestmark = pytest.mark.cluster
 
 TTL = 2.0
-ELECTION = 1.0  # etcd's default election timeout
 JOBS = [f"job-{i}" for i in range(6)]
 
 
@@ -99,7 +100,7 @@ def _check_one_holder_at_a_time(root: bytes, events: list[etcd_client.Event]) ->
 
 
 def _failover(cluster: EtcdCluster, fault: Callable[[EtcdNode], None],
-              recover: Callable[[EtcdNode], None]) -> dict[str, float]:
+              recover: Callable[[EtcdNode], None]) -> Reclaim:
     url = f"etcd://{cluster.endpoints}/failover?timeout=1"
     with tenure.connect(url) as store:
         for job_id in JOBS:
@@ -112,25 +113,15 @@ def _failover(cluster: EtcdCluster, fault: Callable[[EtcdNode], None],
                    for i in range(3)]
         for t in threads:
             t.start()
-        victim = store.claim("victim", owner="frozen", ttl=TTL)  # held and never renewed
-        claimed = time.monotonic()
         leader = cluster.leader()
-        fault(leader)
-        faulted = time.monotonic()
-        while True:
-            try:
-                rescued = store.claim("victim", owner="rescuer", ttl=TTL)
-                break
-            except (tenure.AlreadyClaimed, tenure.BackendUnavailable):
-                time.sleep(0.05)  # polling for the moment etcd ends the victim's lease
-        reclaimed = time.monotonic()
+        reclaim = reclaim_after(store, "victim", TTL, lambda: fault(leader))
         recover(leader)  # the old leader comes back as a follower and catches up
         cluster.wait_healthy()
         stop.set()
         for t in threads:
             t.join(timeout=30)
         assert errors == []
-        assert rescued.token > victim.token
+        reclaim.check_order()
         _, until, _ = store.backend._conn.range(b"-")  # type: ignore[attr-defined]  # a linearizable read
         root = store.backend.keys.root  # type: ignore[attr-defined]
         claims = _check_one_holder_at_a_time(root, _events(cluster, root, since, until))
@@ -140,17 +131,14 @@ def _failover(cluster: EtcdCluster, fault: Callable[[EtcdNode], None],
         for job_id in JOBS:
             tokens = [t for j, t in ws if j == job_id]
             assert tokens == sorted(set(tokens))
-    return {"from_claim": reclaimed - claimed, "from_fault": reclaimed - faulted}
+    return reclaim
 
 
 def test_leader_killed(cluster: EtcdCluster) -> None:
-    timing = _failover(cluster, EtcdNode.kill9, EtcdNode.start)
-    print(f"reclaim after leader kill -9: {timing}")
-    # etcd's new leader restarts every lease's TTL plus an election timeout when it takes over.
-    assert timing["from_fault"] < TTL + 2 * ELECTION + 5  # slack for a shared, busy machine
+    reclaim = _failover(cluster, EtcdNode.kill, EtcdNode.start)
+    print(f"leader kill -9: {reclaim.describe()}")
 
 
 def test_leader_frozen(cluster: EtcdCluster) -> None:
-    timing = _failover(cluster, EtcdNode.stop, EtcdNode.cont)  # the fixture resumes it on failure
-    print(f"reclaim after leader SIGSTOP: {timing}")
-    assert timing["from_fault"] < TTL + 2 * ELECTION + 5
+    reclaim = _failover(cluster, EtcdNode.pause, EtcdNode.resume)  # the fixture resumes it on failure
+    print(f"leader SIGSTOP: {reclaim.describe()}")

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 import tenure
+from tests.servers.ports import free_port
 from tests.servers.postgres import AUTH_PASSWORD, AUTH_USER, PostgresHarness, PostgresServer, admin
-from tests.servers.zookeeper import free_port
 
 pytest.importorskip("psycopg_pool")
 
@@ -118,22 +118,6 @@ def test_each_protocol_operation_is_one_statement(pg: PostgresHarness, counted: 
         with pytest.raises(tenure.StaleLease):
             store.complete(stale)  # the refusal and its audit: the same one statement
         assert len(counted.statements) == 1
-
-
-def test_tokens_survive_a_server_crash_and_resubmission(postgres_private: PostgresServer) -> None:
-    url = f"{postgres_private.url}?schema=crash&timeout=3"
-    with tenure.connect(url) as kept:
-        first = kept.claim("j", owner="a", ttl=30)
-        kept.complete(first)
-        postgres_private.kill()  # SIGKILL: no shutdown checkpoint, recovery from the WAL
-        postgres_private.start()
-        with tenure.connect(url) as store:
-            assert store.get("j").state is tenure.JobState.COMPLETED  # type: ignore[union-attr]
-            store.submit("j")
-            second = store.claim("j", owner="b", ttl=30)
-            assert second.token > first.token
-        # The store that lived through the crash drops its dead connections and goes on.
-        assert kept.get("j").token == second.token  # type: ignore[union-attr]
 
 
 def test_a_write_whose_answer_is_lost_is_outcome_unknown_not_refused(postgres_private: PostgresServer) -> None:

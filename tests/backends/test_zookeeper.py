@@ -59,7 +59,7 @@ def test_keyword_arguments_override_the_url(zk_server: ZooKeeperServer) -> None:
 
 
 def test_unreachable_server_is_backend_unavailable() -> None:
-    from tests.servers.zookeeper import free_port
+    from tests.servers.ports import free_port
 
     with pytest.raises(tenure.BackendUnavailable, match="cannot connect"):
         tenure.connect(f"zk://127.0.0.1:{free_port()}/x", timeout=0.5)
@@ -91,9 +91,8 @@ def test_lease_times_are_the_servers_clock_not_the_workers(tmp_path: object) -> 
     from pathlib import Path
 
     server = ZooKeeperServer(Path(str(tmp_path)) / "ahead", wrapper=("faketime", "-f", "+3600s"))
-    server.start()
     try:
-        server.wait_serving()
+        server.start()
         with tenure.connect(f"zk://{server.hosts}/clock") as store:
             lease = store.claim("j", owner="a", ttl=10.0)
             assert lease.expires_at - time.time() == pytest.approx(3610, abs=30)

@@ -123,4 +123,4 @@ def test_a_new_leader_with_a_clock_ahead_judges_no_lease_an_earlier_leader_stamp
             assert b.claim("f", owner="b", ttl=10.0).token == expired.token + 1
             assert b.rejections() == []
     finally:
-        ensemble.stop()
+        ensemble.close()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import tenure
 from tenure.dashboard import launcher
 from tests.dashboard.seeding import JOB, seed_on_server, seeded
 from tests.harness import Harness, in_ci
+from tests.servers.ports import free_port
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -50,12 +50,6 @@ def browser() -> Iterator[object]:
         b.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(params=BROWSER_BACKENDS)
 def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, tenure.Store]]:
     """The dashboard's address and a store (on the dashboard's clock) to write to."""
@@ -68,7 +62,7 @@ def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
         url = harness.url()
         writer = harness.connect(url)
         seed_on_server(writer, harness.ttl)
-    port = _free_port()
+    port = free_port()
     proc = launcher.start(url, port=port, refresh=1.0)
     try:
         yield launcher.wait_ready(proc, "127.0.0.1", port, timeout=90), writer

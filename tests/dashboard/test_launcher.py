@@ -8,7 +8,6 @@ import io
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 import tenure
 from tenure.dashboard import config, data, launcher
 from tests.dashboard.seeding import JOB, seed_example, seed_on_server
+from tests.servers.ports import free_port
 
 ROOT = Path(__file__).parents[2]
 
@@ -72,7 +72,7 @@ def test_run_serves_in_the_foreground_until_interrupted(tmp_path: Path) -> None:
     script = ("import argparse, sys; from tenure.dashboard import launcher\n"
               "p = argparse.ArgumentParser(); p.add_argument('--url'); launcher.add_arguments(p)\n"
               "sys.exit(launcher.run(p.parse_args(sys.argv[1:])))\n")
-    port = str(_free_port())
+    port = str(free_port())
     proc = subprocess.Popen([sys.executable, "-c", script, "--url", url, "--port", port],
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -118,12 +118,6 @@ def test_exports_hold_every_field() -> None:
                           "current_owner": None, "current_token": 2, "at": rejections[1].at,
                           "reason": "token lower than one already admitted", "kind": "destination",
                           "resource": "ledger/42"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_csv_export_quotes_cells_a_spreadsheet_would_run_as_formulas() -> None:

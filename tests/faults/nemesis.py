@@ -23,9 +23,9 @@ from typing import Any
 import tenure
 from tests.faults import suspend
 from tests.faults.clock import true_now
-from tests.faults.envs import Env
 from tests.faults.forger import Forger
 from tests.faults.history import Recorder, file_for
+from tests.harness import Harness
 
 ROOT = Path(__file__).resolve().parents[2]
 # Clock faults: an hour either way, and rates inside the default 5 % drift margin.
@@ -49,7 +49,7 @@ def faketime_library() -> str:
 class Workers:
     """The worker processes of one run."""
 
-    def __init__(self, env: Env, base: dict[str, Any], rng: random.Random) -> None:
+    def __init__(self, env: Harness, base: dict[str, Any], rng: random.Random) -> None:
         self.env = env
         self.base = base
         self.rng = rng
@@ -110,7 +110,7 @@ class Workers:
 class Nemesis(threading.Thread):
     """Injects the chosen faults one after another until stopped."""
 
-    def __init__(self, env: Env, workers: Workers, faults: list[str], admin_url: str,
+    def __init__(self, env: Harness, workers: Workers, faults: list[str], admin_url: str,
                  rng: random.Random, history: Path) -> None:
         super().__init__(name="nemesis", daemon=True)
         self.env = env
@@ -126,7 +126,7 @@ class Nemesis(threading.Thread):
         self.error: BaseException | None = None
 
     def run(self) -> None:
-        ttl = self.env.ttl
+        ttl = self.env.fault_ttl
         try:
             while not self.halt.wait(self.rng.uniform(0.3, 1.0) * ttl):
                 if self.faults:

@@ -100,7 +100,8 @@ the rules were not relaxed for either:
   stopped): after the server was killed and restarted, a store kept handing out the same dead
   pooled connection. The pool's idle check raised without closing it, and psycopg_pool puts
   a connection that fails the check but looks open back into the pool. The check now closes
-  it; `test_tokens_survive_a_server_crash_and_resubmission` keeps one store across a crash.
+  it; the conformance suite's `test_a_restart_keeps_acknowledged_writes_and_tokens_grow` keeps
+  one store across a crash on every server backend.
 """
 
 

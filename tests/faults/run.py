@@ -26,8 +26,8 @@ from pathlib import Path
 import tenure
 from tests.faults import checker, envs, history, report
 from tests.faults.destination import Destination
-from tests.faults.envs import Env
 from tests.faults.nemesis import BURST_WORKERS, SKEWS, Nemesis, Workers
+from tests.harness import Harness
 
 WORKERS = 8
 STEPS = 3  # effects (and renewals) per job
@@ -58,7 +58,22 @@ def _retry(call: object, timeout: float = 90.0) -> object:
             time.sleep(0.5)
 
 
-def run_case(env: Env, fault: str, seconds: float, seed: int, workers: int = WORKERS) -> Result:
+def _wait_started(hist: Path, names: list[str], timeout: float = 120.0) -> None:
+    """Until every worker has invoked its first operation (a claim_next, jobs or none).
+
+    Starting eight Python processes takes seconds on a busy machine; the workload's seconds
+    count from when they work, not from when they were spawned. A worker that never starts
+    leaves no history, and the caller's progress check says so.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        files = [history.file_for(hist, name) for name in names]
+        if all(f.exists() and f.stat().st_size > 0 for f in files):
+            return
+        time.sleep(0.1)  # polling files the workers write
+
+
+def run_case(env: Harness, fault: str, seconds: float, seed: int, workers: int = WORKERS) -> Result:
     """One workload of ``seconds`` under ``fault`` (or ``mixed``, or ``none``) on a fresh store."""
     rng = random.Random(seed)
     url = env.new_store()
@@ -66,11 +81,10 @@ def run_case(env: Env, fault: str, seconds: float, seed: int, workers: int = WOR
     rundir = Path(tempfile.mkdtemp(prefix=f"{env.name}-{fault}-{seed}-", dir=env.workdir))
     hist = rundir / "history"
     hist.mkdir()
-    base = {"ttl": env.ttl, "steps": STEPS, "history": str(hist), "destination": str(rundir / "dest.db"),
+    base = {"ttl": env.fault_ttl, "steps": STEPS, "history": str(hist), "destination": str(rundir / "dest.db"),
             "burst": str(rundir / "burst.json")}
     Destination(rundir / "dest.db").close()  # tables exist before workers race to make them
     admin: tenure.Store = _retry(lambda: tenure.connect(url))  # type: ignore[assignment]
-    started = time.monotonic()
     pool = Workers(env, base, rng)
     for i in range(1, workers + 1):
         skew = None
@@ -80,6 +94,8 @@ def run_case(env: Env, fault: str, seconds: float, seed: int, workers: int = WOR
     if "burst" in faults:
         for i in range(1, BURST_WORKERS + 1):
             pool.launch(f"b{i}", None, burst_mode=True)
+    _wait_started(hist, [f"w{i}" for i in range(1, workers + 1)])
+    started = time.monotonic()
     nemesis = Nemesis(env, pool, faults, url, rng, hist)
     nemesis.start()
     submitted = 0
@@ -97,14 +113,14 @@ def run_case(env: Env, fault: str, seconds: float, seed: int, workers: int = WOR
     finally:
         nemesis.stop()
         env.heal()
-        pool.stop(grace=env.ttl * (STEPS + 2) + 5)
+        pool.stop(grace=env.fault_ttl * (STEPS + 2) + 5)
     if nemesis.error is not None:
         raise RuntimeError(f"the nemesis failed: {nemesis.error!r}") from nemesis.error
     final = _collect(admin, rundir / "dest.db")
     admin.close()
     ops = history.load(hist)
-    verdict = checker.check(ops, final, env.ttl)
-    return Result(env.name + ("3" if getattr(env, "size", 1) > 1 else ""), fault, seed,
+    verdict = checker.check(ops, final, env.fault_ttl)
+    return Result(env.name + ("3" if env.size > 1 else ""), fault, seed,
                   time.monotonic() - started, verdict.counts, verdict.violations, verdict.unchecked_jobs,
                   len(final.rejections), nemesis.done, str(rundir))
 

@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import BACKENDS
 from tests.faults import envs
 from tests.faults.run import run_case
-from tests.harness import in_ci
+from tests.harness import Harness, in_ci
 
 SECONDS = float(os.environ.get("TENURE_FAULT_SECONDS", "6"))
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,11 +35,11 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], envs.Env]]:
+def environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], Harness]]:
     """Servers started on first use and kept for the module; a failed start is remembered."""
-    started: dict[str, envs.Env | BaseException] = {}
+    started: dict[str, Harness | BaseException] = {}
 
-    def get(name: str) -> envs.Env:
+    def get(name: str) -> Harness:
         family = name.rstrip("3")
         if family not in BACKENDS:
             pytest.skip(f"{family} not in TENURE_TEST_BACKENDS")
@@ -63,14 +63,14 @@ def environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[
 
     yield get
     for env in started.values():
-        if isinstance(env, envs.Env):
+        if isinstance(env, Harness):
             env.close()
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(("backend", "fault"), CASES, ids=[f"{b}-{f}" for b, f in CASES])
-def test_no_violation_under_fault(environment: Callable[[str], envs.Env], backend: str, fault: str) -> None:
+def test_no_violation_under_fault(environment: Callable[[str], Harness], backend: str, fault: str) -> None:
     env = environment(backend)
     result = run_case(env, fault, SECONDS, seed=sum(map(ord, backend + fault)))
     assert result.violations == [], "\n".join(result.violations[:30]) + f"\nrun kept in {result.directory}"

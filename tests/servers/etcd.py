@@ -1,7 +1,8 @@
 """Real etcd servers for tests: one node or a 3-node cluster on free loopback ports.
 
 Each node runs Debian's ``etcd`` binary with its own temporary data directory. Faults are
-real: ``kill9()``, ``stop()`` (SIGSTOP) and ``cont()``. Tests talk to a node's JSON gateway
+real, through the verbs of ``tests/servers/control.py``: ``kill()``, ``pause()`` (SIGSTOP),
+``resume()``, ``restart()``. Tests talk to a node's JSON gateway
 (``/v3/...``) only to look behind tenure's back (leader, raw keys), never through tenure.
 """
 
@@ -12,14 +13,11 @@ import contextlib
 import json
 import os
 import shutil
-import signal
-import socket
 import ssl
 import subprocess
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,18 +25,14 @@ from typing import Any
 import pytest
 
 import tenure
-from tests.harness import Harness, in_ci
+from tests.harness import ServerHarness, in_ci
+from tests.servers.control import ServerProcess
+from tests.servers.ports import free_port
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class EtcdNode:
+class EtcdNode(ServerProcess):
     def __init__(self, name: str, data_dir: Path, tls: dict[str, Path] | None = None,
                  extra: tuple[str, ...] = ()) -> None:
         self.name = name
@@ -48,7 +42,6 @@ class EtcdNode:
         self.client_port = free_port()
         self.peer_port = free_port()
         self.cluster = ""  # "name=peer-url,..." for every member, set by the cluster
-        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def client_url(self) -> str:
@@ -62,7 +55,7 @@ class EtcdNode:
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.client_port}"
 
-    def start(self) -> None:
+    def launch(self) -> None:
         log = open(self.data_dir.parent / f"{self.name}.log", "ab")  # noqa: SIM115 - owned by Popen
         self.proc = subprocess.Popen(
             [ETCD, "--name", self.name, "--data-dir", str(self.data_dir),
@@ -94,42 +87,13 @@ class EtcdNode:
             result: dict[str, Any] = json.load(resp)
             return result
 
-    def healthy(self) -> bool:
+    def serving(self) -> bool:
         try:
             with urllib.request.urlopen(self.client_url + "/health", timeout=1,
                                         context=self._context()) as resp:
                 return bool(json.load(resp).get("health") == "true")
         except (OSError, ValueError, urllib.error.URLError):
             return False
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill9(self) -> None:
-        if self.proc is not None and self.alive():
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        """SIGSTOP, returning once the kernel reports every thread stopped."""
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGSTOP)
-        deadline = time.monotonic() + 5
-        while not self._all_threads_stopped() and time.monotonic() < deadline:
-            time.sleep(0.005)  # the signal lands when the threads are next scheduled
-
-    def _all_threads_stopped(self) -> bool:
-        assert self.proc is not None
-        tasks = Path(f"/proc/{self.proc.pid}/task")
-        try:
-            states = [(t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in tasks.iterdir()]
-        except OSError:
-            return True  # gone or unreadable: nothing left running either way
-        return all(state in "tT" for state in states)
-
-    def cont(self) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGCONT)
 
     def member_id(self) -> int:
         return int(self.api("/v3/maintenance/status", {})["header"]["member_id"])
@@ -165,13 +129,13 @@ class EtcdCluster:
 
     def start(self, timeout: float = 30.0) -> None:
         for node in self.nodes:
-            node.start()
+            node.launch()  # all at once: a member alone has no quorum to be healthy with
         self.wait_healthy(timeout)
 
     def wait_healthy(self, timeout: float = 30.0, nodes: list[EtcdNode] | None = None) -> None:
         deadline = time.monotonic() + timeout
         for node in nodes or self.nodes:
-            while not node.healthy():
+            while not node.serving():
                 if not node.alive() or time.monotonic() > deadline:
                     raise RuntimeError(f"etcd {node.name} did not become healthy; see {self.base}")
                 time.sleep(0.05)  # polling a starting server
@@ -188,10 +152,8 @@ class EtcdCluster:
 
     def close(self) -> None:
         for node in self.nodes:
-            if node.proc is not None:
-                with contextlib.suppress(OSError):
-                    node.cont()
-                node.kill9()
+            node.resume()
+            node.kill()
 
 
 def start_or_fail(base: Path, size: int, **node_options: Any) -> EtcdCluster:
@@ -227,15 +189,32 @@ def make_certificates(directory: Path) -> dict[str, Path]:
             "client_cert": directory / "client.pem", "client_key": directory / "client.key"}
 
 
-class EtcdHarness(Harness):
-    name = "etcd"
+class EtcdHarness(ServerHarness):
+    name = scheme = "etcd"
     short_ttl = 2.0  # etcd refuses shorter leases
 
-    def __init__(self, cluster: EtcdCluster) -> None:
+    def __init__(self, cluster: EtcdCluster, query: str = "", owned: bool = False) -> None:
+        super().__init__(query)
         self.cluster = cluster
+        self.owned = owned  # started and closed by the harness (the fault suite's)
 
-    def url(self) -> str:
-        return f"etcd://{self.cluster.endpoints}/t-{uuid.uuid4().hex}"
+    def nodes(self) -> list[ServerProcess]:
+        return list(self.cluster.nodes)
+
+    def leader(self) -> ServerProcess:
+        return self.cluster.leader()
+
+    def endpoints(self) -> list[tuple[str, int]]:
+        return [("127.0.0.1", n.client_port) for n in self.cluster.nodes]
+
+    def start(self) -> None:
+        if self.owned:
+            self.cluster.start()
+
+    def close(self) -> None:
+        super().close()
+        if self.owned:
+            self.cluster.close()
 
     def expire(self, store: tenure.Store, lease: tenure.Lease) -> None:
         """Past the lease's end, and past the wait before a claim of a lease etcd ended.

@@ -16,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,8 +24,10 @@ from typing import Any
 import pytest
 
 import tenure
-from tests.harness import Harness, in_ci
-from tests.servers.zookeeper import free_port
+from tests.faults import catalog
+from tests.harness import ServerHarness, in_ci
+from tests.servers.control import ServerProcess
+from tests.servers.ports import free_port
 
 BIN = Path(os.environ.get("TENURE_PG_BIN", "/usr/lib/postgresql/15/bin"))
 MACHINE_URL = os.environ.get("TENURE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -51,18 +52,50 @@ def admin(url: str) -> Any:
                            dbname=u.path.strip("/"), autocommit=True, connect_timeout=5)
 
 
-class PostgresHarness(Harness):
+class PostgresHarness(ServerHarness):
+    """A schema per store: on the machine's server (conformance), or on a private server the
+    fault suite may kill and pause (``server``, owned by the harness)."""
+
     name = "postgres"
     short_ttl = 0.5
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, query: str = "", server: PostgresServer | None = None) -> None:
+        super().__init__(query)  # "&option=value...": the URL's first option is the schema
         self.base_url = base_url
+        self.server = server
         self.schemas: list[str] = []
 
     def url(self) -> str:
-        schema = f"t_{uuid.uuid4().hex[:12]}"
+        self.prefix = schema = f"t_{uuid.uuid4().hex[:12]}"
         self.schemas.append(schema)
-        return f"{self.base_url}?schema={schema}"
+        return f"{self.base_url}?schema={schema}{self.query}"
+
+    def store_url(self, hosts: str, prefix: str) -> str:
+        return f"postgresql://postgres@{hosts}/postgres?schema={prefix}{self.query}"
+
+    def nodes(self) -> list[ServerProcess]:
+        return [] if self.server is None else [self.server]
+
+    def leader(self) -> ServerProcess:
+        assert self.server is not None, "the machine's server is not ours to fault"
+        return self.server
+
+    def endpoints(self) -> list[tuple[str, int]]:
+        assert self.server is not None, "the machine's server is not ours to fault"
+        return [("127.0.0.1", self.server.port)]
+
+    @property
+    def faults(self) -> tuple[str, ...]:
+        return (*super().faults, catalog.BY_NAME["leader-pause"].name)  # one server: the primary is its "leader"
+
+    def start(self) -> None:
+        if self.server is not None:
+            self.server.start(60)
+
+    def close(self) -> None:
+        super().close()
+        if self.server is not None:
+            self.server.close()
 
     def corrupt(self, store: tenure.Store, job_id: str) -> None:
         backend: Any = store.backend
@@ -78,15 +111,16 @@ class PostgresHarness(Harness):
         self.schemas.clear()
 
 
-class PostgresServer:
-    """A private postmaster; ``kill``/``pause``/``resume``/``start`` act on its whole process group."""
+class PostgresServer(ServerProcess):
+    """A private postmaster; the verbs of ``ServerProcess`` act on it and every backend it forked."""
+
+    name = "PostgreSQL"
 
     def __init__(self, directory: Path | None = None, port: int | None = None) -> None:
         # Not under pytest's tmp_path: the postgres user must be able to reach the directory.
         self.directory = directory or Path(tempfile.mkdtemp(prefix="tenure-pg-", dir="/tmp"))
         self.data = self.directory / "data"
         self.port = port or free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -115,7 +149,7 @@ class PostgresServer:
         hba = self.data / "pg_hba.conf"
         hba.write_text(f"host all {AUTH_USER} 127.0.0.1/32 scram-sha-256\n" + hba.read_text())
 
-    def start(self, timeout: float = 30.0) -> None:
+    def launch(self) -> None:
         if not self.data.exists():
             self.init()
         log = open(self.directory / "server.log", "ab")  # noqa: SIM115 - the child keeps it
@@ -126,23 +160,23 @@ class PostgresServer:
                                          **self._user())
         finally:
             log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                cannot_start(f"postgres exited with {self.proc.returncode}; see {self.directory / 'server.log'}")
-            ready = subprocess.run([str(BIN / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port)],
-                                   check=False)
-            if ready.returncode == 0:
-                return
-            time.sleep(0.1)  # polling a starting server
-        cannot_start(f"not accepting connections after {timeout}s on port {self.port}")
+
+    def serving(self) -> bool:
+        ready = subprocess.run([str(BIN / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port)], check=False)
+        return ready.returncode == 0
+
+    def wait_serving(self, timeout: float = 30.0) -> None:
+        try:
+            super().wait_serving(timeout)
+        except RuntimeError as exc:
+            cannot_start(f"{exc} on port {self.port}; see {self.directory / 'server.log'}")
 
     def add_password_user(self) -> None:
         with admin(self.url) as conn:
             conn.execute(f"DO $$ BEGIN CREATE ROLE {AUTH_USER} LOGIN SUPERUSER PASSWORD '{AUTH_PASSWORD}';"
                          " EXCEPTION WHEN duplicate_object THEN NULL; END $$")
 
-    def _pids(self) -> list[int]:
+    def pids(self) -> list[int]:
         """The server's processes: each backend calls setsid(), so no process group holds them all."""
         if self.proc is None or self.proc.poll() is not None:
             return []
@@ -158,22 +192,12 @@ class PostgresServer:
             todo += [child for child, parent in parents.items() if parent == pid]
         return found
 
-    def _signal(self, sig: signal.Signals) -> None:
-        for pid in self._pids():
+    def signal(self, sig: signal.Signals) -> None:
+        """To the postmaster and every backend: SIGKILL is a crash with no shutdown checkpoint,
+        and the postmaster is reaped, so postmaster.pid names no live process when it restarts."""
+        for pid in self.pids():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-
-    def kill(self) -> None:
-        """SIGKILL to the postmaster and every backend: a crash, no shutdown checkpoint."""
-        self._signal(signal.SIGKILL)
-        if self.proc is not None:
-            self.proc.wait(10)  # reaped: postmaster.pid names no live process now
-
-    def pause(self) -> None:
-        self._signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        self._signal(signal.SIGCONT)
 
     def close(self) -> None:
         self.resume()

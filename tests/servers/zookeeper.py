@@ -10,19 +10,18 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import tenure
-from tests.harness import Harness, in_ci
+from tests.harness import ServerHarness, in_ci
+from tests.servers.control import ServerProcess
+from tests.servers.ports import free_port
 
 JARS = ("zookeeper", "zookeeper-jute", "slf4j-api", "slf4j-simple", "metrics-core", "snappy-java",
         "commons-cli", "netty-buffer", "netty-codec", "netty-common", "netty-handler", "netty-resolver",
@@ -31,12 +30,6 @@ JAVA_FLAGS = ("-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
               "-XX:-UsePerfData", "-Djava.net.preferIPv4Stack=true",
               "-Dzookeeper.admin.enableServer=false", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
 TICK_MS = 100  # sessions may last 2 to 20 ticks by default; we widen it below
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def four_letter(port: int, word: str, timeout: float = 1.0) -> str:
@@ -58,8 +51,10 @@ def cannot_start(reason: str) -> None:
     pytest.skip(f"ZooKeeper not available: {reason}")
 
 
-class ZooKeeperServer:
+class ZooKeeperServer(ServerProcess):
     """One ``QuorumPeerMain`` process; ``peers`` makes it a member of an ensemble."""
+
+    name = "ZooKeeper"
 
     def __init__(self, directory: Path, *, sid: int = 0, peers: dict[int, tuple[int, int]] | None = None,
                  client_port: int | None = None, env: dict[str, str] | None = None,
@@ -70,7 +65,6 @@ class ZooKeeperServer:
         self.port = client_port or free_port()
         self.env = env or {}
         self.wrapper = wrapper  # e.g. ("faketime", "+30s") to run the JVM on another clock
-        self.proc: subprocess.Popen[bytes] | None = None
         self.tls_port: int | None = None
         data = directory / "data"
         data.mkdir(parents=True, exist_ok=True)
@@ -111,7 +105,7 @@ class ZooKeeperServer:
                       f"ssl.trustStore.location={cert}\nssl.trustStore.type=PEM\nssl.clientAuth=none\n")
         return self.tls_port
 
-    def start(self) -> None:
+    def launch(self) -> None:
         log = open(self.directory / "server.log", "ab")  # noqa: SIM115 - the child keeps it
         cmd = [*self.wrapper, "java", f"-Xmx{self.heap}", *JAVA_FLAGS, "-cp", classpath(),
                "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(self.cfg)]
@@ -134,35 +128,14 @@ class ZooKeeperServer:
                 return line.split(":", 1)[1].strip()
         return None
 
+    def serving(self) -> bool:
+        return self.mode() is not None
+
     def wait_serving(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                cannot_start(f"exited with {self.proc.returncode}; see {self.directory / 'server.log'}")
-            if self.mode() is not None:
-                return
-            time.sleep(0.05)  # polling a starting JVM
-        cannot_start(f"not serving after {timeout}s on port {self.port}")
-
-    def kill(self) -> None:
-        """kill -9: no goodbye to clients or peers."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        self.proc = None
-
-    def pause(self) -> None:
-        assert self.proc is not None
-        os.killpg(self.proc.pid, signal.SIGSTOP)
-
-    def resume(self) -> None:
-        assert self.proc is not None
-        os.killpg(self.proc.pid, signal.SIGCONT)
-
-    def restart(self) -> None:
-        self.kill()
-        self.start()
-        self.wait_serving()
+        try:
+            super().wait_serving(timeout)
+        except RuntimeError as exc:
+            cannot_start(f"{exc} on port {self.port}; see {self.directory / 'server.log'}")
 
     def set_child_counters(self, counters: dict[str, int]) -> None:
         """Stop the server, set the child counter (which names sequential children) of each
@@ -175,7 +148,6 @@ class ZooKeeperServer:
         if done.returncode != 0:
             cannot_start(f"{tool.name} failed: {done.stderr[-2000:]}")
         self.start()
-        self.wait_serving()
 
 
 class Ensemble:
@@ -201,7 +173,7 @@ class Ensemble:
     def start(self, sids: tuple[int, ...] | None = None) -> None:
         chosen = [self.server(i) for i in sids] if sids else self.servers
         for s in chosen:
-            s.start()
+            s.launch()  # all at once: a member alone cannot elect a leader
         for s in chosen:
             s.wait_serving(timeout=60)
 
@@ -214,24 +186,44 @@ class Ensemble:
             time.sleep(0.05)  # waiting for an election
         raise AssertionError("no leader elected")
 
-    def stop(self) -> None:
+    def close(self) -> None:
         for s in self.servers:
             s.kill()
 
 
-class ZooKeeperHarness(Harness):
-    name = "zk"
+class ZooKeeperHarness(ServerHarness):
+    name = scheme = "zk"
     ttl = 10.0
     short_ttl = 0.3
 
-    def __init__(self, server: ZooKeeperServer) -> None:
-        self.server = server
+    def __init__(self, servers: ZooKeeperServer | Ensemble, query: str = "", owned: bool = False) -> None:
+        super().__init__(query)
+        self.ensemble = servers if isinstance(servers, Ensemble) else None
+        self.servers = servers.servers if isinstance(servers, Ensemble) else [servers]
+        self.owned = owned  # started and closed by the harness (the fault suite's)
 
-    def url(self) -> str:
-        return f"zk://{self.server.hosts}/t-{uuid.uuid4().hex[:12]}"
+    def nodes(self) -> list[ServerProcess]:
+        return list(self.servers)
 
-    def connect(self, url: str | None = None, **options: Any) -> tenure.Store:
-        return tenure.connect(url or self.url(), **options)
+    def leader(self) -> ServerProcess:
+        return self.servers[0] if self.ensemble is None else self.ensemble.leader()
+
+    def endpoints(self) -> list[tuple[str, int]]:
+        return [("127.0.0.1", s.port) for s in self.servers]
+
+    def start(self) -> None:
+        if not self.owned:
+            return
+        if self.ensemble is not None:
+            self.ensemble.start()
+        else:
+            self.servers[0].start(60)
+
+    def close(self) -> None:
+        super().close()
+        if self.owned:
+            for s in self.servers:
+                s.kill()
 
     def corrupt(self, store: tenure.Store, job_id: str) -> None:
         backend = store.backend
@@ -242,9 +234,8 @@ class ZooKeeperHarness(Harness):
 def running(directory: Path, heap: str = "128m") -> Iterator[ZooKeeperServer]:
     """A standalone server, serving until the block ends (tests and benchmarks alike)."""
     server = ZooKeeperServer(directory, heap=heap)
-    server.start()
     try:
-        server.wait_serving()
+        server.start()
         yield server
     finally:
         server.kill()
@@ -277,7 +268,7 @@ def zk_ensemble(tmp_path: Path) -> Iterator[Ensemble]:
         ensemble.start()
         yield ensemble
     finally:
-        ensemble.stop()
+        ensemble.close()
 
 
 def expire_session(store: tenure.Store) -> None:
@@ -298,9 +289,8 @@ def zk_tls(tmp_path: Path) -> Iterator[tuple[ZooKeeperServer, Path]]:
     """A standalone server with a TLS port; yields it and its certificate."""
     server = ZooKeeperServer(tmp_path / "zk")
     server.enable_tls(tmp_path)
-    server.start()
     try:
-        server.wait_serving()
+        server.start()
         yield server, tmp_path / "cert.pem"
     finally:
         server.kill()

@@ -1,0 +1,127 @@
+"""What the conformance suite needs from a backend, assembled from the suite's fixtures.
+
+A test of the suite gets a ``Kit``: the URL of a fresh store, the options to open it with,
+and the optional hooks a backend provides (make a lease expire, corrupt a record, restart
+the server). A hook that is missing makes the tests that need it skip, saying which hook.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+import tenure
+from tenure.core.options import parse_url
+from tenure.core.registry import backend_class
+
+ExpireHook = Callable[[tenure.Store, tenure.Lease], None]
+CorruptHook = Callable[[tenure.Store, str], None]
+
+
+@dataclass(frozen=True)
+class Restartable:
+    """A store on a server the test may restart: ``restart()`` returns once it serves again.
+
+    The restart must keep what the server acknowledged (a crash and recovery: ``kill -9`` and a
+    start on the same data), as a real outage would.
+    """
+
+    url: str
+    restart: Callable[[], None]
+
+
+@dataclass(frozen=True)
+class Pauser:
+    """Freezes a holder process, by pid, and thaws it: SIGSTOP and SIGCONT by default.
+
+    A backend whose holders must be frozen another way (a cgroup freezer, a VM) overrides the
+    ``pause_holder`` fixture with its own.
+    """
+
+    pause: Callable[[int], None]
+    resume: Callable[[int], None]
+
+
+def signal_pauser() -> Pauser | None:
+    """SIGSTOP/SIGCONT where the platform has them (POSIX), else None."""
+    stop, cont = getattr(signal, "SIGSTOP", None), getattr(signal, "SIGCONT", None)
+    if stop is None or cont is None:
+        return None
+    return Pauser(lambda pid: os.kill(pid, stop), lambda pid: os.kill(pid, cont))
+
+
+def wait_out(store: tenure.Store, lease: tenure.Lease) -> None:
+    """The default ``expire_lease`` hook: advance an injected ManualClock, else wait in real time."""
+    if isinstance(store.clock, tenure.ManualClock):
+        store.clock.advance(max(0.0, lease.expires_at - store.now()) + 0.001)
+        return
+    wait = lease.expires_at - store.now()
+    if wait > 0:
+        time.sleep(wait + 0.05)  # real time: the store's clock is not ours to move
+    while store.now() <= lease.expires_at:
+        time.sleep(0.01)  # the store's clock may step coarsely
+
+
+@dataclass
+class Kit:
+    """One backend as a test of the suite sees it."""
+
+    name: str
+    url: str
+    options: dict[str, Any] = field(default_factory=dict)
+    ttl: float = 5.0  # for leases that must not run out during a test
+    short_ttl: float = 0.5  # for leases a test waits out
+    expire_hook: ExpireHook = wait_out
+    corrupt_hook: CorruptHook | None = None
+    restartable_factory: Callable[[], Restartable | None] = lambda: None
+    pauser: Pauser | None = None
+
+    def connect(self, url: str | None = None, *, own_clock: bool = False, **options: Any) -> tenure.Store:
+        """A store at ``url`` (the test's store by default) with the suite's options.
+
+        ``own_clock=True`` drops an injected clock: the store judges time by its own clock, as
+        it does in another process.
+        """
+        merged = {**self.options, **options}
+        if own_clock:
+            merged.pop("clock", None)
+        return tenure.connect(url or self.url, **merged)
+
+    def expire(self, store: tenure.Store, lease: tenure.Lease) -> None:
+        """Return once ``lease`` has expired by the store's clock and may be claimed again."""
+        self.expire_hook(store, lease)
+
+    def corrupt(self, store: tenure.Store, job_id: str) -> None:
+        """Overwrite the job's record with bytes tenure did not write (skips without the hook)."""
+        if self.corrupt_hook is None:
+            pytest.skip(f"{self.name}: no corrupt_record hook (override the fixture to plant an unreadable record)")
+        self.corrupt_hook(store, job_id)
+
+    def restart_target(self) -> Restartable:
+        """The store on a server the test may restart (skips without the hook)."""
+        found = self.restartable_factory()
+        if found is None:
+            pytest.skip(f"{self.name}: no restartable_store hook (override the fixture with a server to restart)")
+        return found
+
+    def holder_pauser(self) -> Pauser:
+        """How to freeze a holder process (skips without the hook)."""
+        if self.pauser is None:
+            pytest.skip(f"{self.name}: no pause_holder hook (this platform has no SIGSTOP)")
+        return self.pauser
+
+    @property
+    def shared_between_processes(self) -> bool:
+        """Whether stores at one URL in different processes share their records."""
+        backend = backend_class(parse_url(self.url).scheme)
+        return backend.characteristics.shared_between_processes
+
+    def require_processes(self) -> None:
+        if not self.shared_between_processes:
+            pytest.skip(f"{self.name}: a store of one process (its Characteristics.shared_between_processes)")

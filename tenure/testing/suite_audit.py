@@ -1,0 +1,74 @@
+"""Rejections: recorded once per stale operation, filtered by time and count; watch()."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import tenure
+from tenure import Op, RejectionKind
+from tenure.testing.kit import Kit
+
+
+def _stale_lease(kit: Kit, store: tenure.Store, job_id: str) -> tenure.Lease:
+    lease = store.claim(job_id, owner="a", ttl=kit.ttl)
+    store.force_expire(job_id)
+    store.claim(job_id, owner="b", ttl=kit.ttl)
+    return lease
+
+
+class AuditTests:
+    def test_each_stale_operation_is_recorded_exactly_once(self, kit: Kit, store: tenure.Store) -> None:
+        stale = _stale_lease(kit, store, "j")
+        assert store.rejections() == []  # claims and expiries are not rejections
+        for _ in range(3):
+            with pytest.raises(tenure.StaleLease):
+                store.complete(stale)
+        records = store.rejections()
+        assert len(records) == 3
+        assert {(r.op, r.kind, r.token) for r in records} == {(Op.COMPLETE, RejectionKind.STORE, stale.token)}
+
+    def test_rejections_since_and_limit(self, kit: Kit, store: tenure.Store) -> None:
+        stale = _stale_lease(kit, store, "j")
+        with pytest.raises(tenure.StaleLease):
+            store.renew(stale)
+        middle = store.rejections()[-1].at
+        for _ in range(3):
+            with pytest.raises(tenure.StaleLease):
+                store.complete(stale)
+        assert [r.op for r in store.rejections(limit=2)] == [Op.COMPLETE, Op.COMPLETE]
+        assert store.rejections(limit=0) == []
+        after = store.rejections(since=middle)
+        assert all(r.at >= middle for r in after) and len(after) >= 3
+        assert store.rejections(since=store.now() + 3600) == []
+        with pytest.raises(tenure.InvalidArgument):
+            store.rejections(limit=-1)
+
+    def test_destination_rejections_join_the_audit(self, kit: Kit, store: tenure.Store) -> None:
+        lease = store.claim("j", owner="a", ttl=kit.ttl)
+        store.report_rejection("j", "a", lease.token, resource="accounts/7", highest=lease.token + 5)
+        (record,) = store.rejections()
+        assert (record.kind, record.resource, record.current_token) == (
+            RejectionKind.DESTINATION, "accounts/7", lease.token + 5)
+
+    def test_watch_reports_new_jobs_changes_and_rejections(self, kit: Kit, store: tenure.Store) -> None:
+        stop = threading.Event()
+        changes = store.watch(stop, interval=0.05)
+        store.submit("w")
+        seen: list[tenure.Change] = []
+
+        def until(predicate: object) -> None:
+            for change in changes:
+                seen.append(change)
+                if predicate(change):  # type: ignore[operator]
+                    return
+
+        until(lambda c: c.job is not None and c.job.job_id == "w")
+        stale = _stale_lease(kit, store, "w")
+        until(lambda c: c.job is not None and c.job.owner == "b")
+        with pytest.raises(tenure.StaleLease):
+            store.complete(stale)
+        until(lambda c: c.rejection is not None)
+        stop.set()
+        assert seen[-1].rejection is not None and seen[-1].rejection.token == stale.token

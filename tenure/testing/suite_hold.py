@@ -1,0 +1,71 @@
+"""hold(): background renewal, safe local deadline, and what leaving the block does."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import tenure
+from tenure.core.renewal import RENEWAL_WORKERS
+from tenure.testing.kit import Kit
+
+
+class HoldTests:
+    def test_hold_renews_past_the_ttl_and_completes(self, kit: Kit) -> None:
+        with kit.connect(clock=tenure.SystemClock()) as store:
+            ttl = kit.short_ttl
+            with store.hold("j", owner="a", ttl=ttl) as held:
+                first_expiry = held.lease.expires_at
+                time.sleep(ttl * 2.5)  # real time: the renewal thread must keep the lease alive
+                held.check()
+                assert held.lease.expires_at > first_expiry
+                held.complete(b"ok")
+            status = store.get("j")
+            assert status is not None and status.state is tenure.JobState.COMPLETED
+            assert store.rejections() == []
+
+    def test_leaving_without_complete_releases(self, kit: Kit, store: tenure.Store) -> None:
+        with store.hold("j", owner="a", ttl=kit.ttl) as held:
+            token = held.token
+        assert store.get("j").state is tenure.JobState.PENDING  # type: ignore[union-attr]
+        assert store.claim("j", owner="b", ttl=kit.ttl).token > token
+
+    def test_an_exception_leaving_the_block_is_never_replaced(self, kit: Kit, store: tenure.Store) -> None:
+        with pytest.raises(KeyError, match="mine"), store.hold("j", owner="a", ttl=kit.ttl) as held:
+            store.force_expire("j")
+            store.claim("j", owner="b", ttl=kit.ttl)  # the release on exit will be stale
+            assert held.token
+            raise KeyError("mine")
+
+    def test_check_fails_when_a_renewal_is_rejected(self, kit: Kit) -> None:
+        with kit.connect(clock=tenure.SystemClock()) as store:
+            ttl = kit.short_ttl
+            held = store.hold("j", owner="a", ttl=ttl)
+            store.force_expire("j")
+            store.claim("j", owner="b", ttl=kit.ttl)
+            # Real time: the renewal thread's turn comes a third of a TTL after the claim.
+            assert held.lost.wait(timeout=ttl * 10), "the refused renewal did not set lost"
+            with pytest.raises(tenure.LeaseLost):
+                held.check()
+            with pytest.raises(tenure.StaleLease):
+                held.complete()
+            assert [r.op for r in store.rejections()] == [tenure.Op.RENEW, tenure.Op.COMPLETE]
+
+    def test_a_bounded_number_of_threads_renews_every_held_lease(self, kit: Kit) -> None:
+
+        ttl = max(kit.short_ttl, 2.0)  # 50 leases renewed three times a TTL: 75 renewals a second
+        with kit.connect(clock=tenure.SystemClock()) as store:
+            store.get("warm-up")  # the client library starts its own threads here
+            before = threading.active_count()
+            held = [store.hold(f"j{i}", owner="a", ttl=ttl) for i in range(50)]
+            time.sleep(ttl * 1.5)  # real time: every lease has been renewed at least once
+            # The scheduler and its workers, and what the client library runs per request in
+            # flight (gRPC streams on etcd): a bound that does not grow with the number of leases.
+            assert threading.active_count() - before <= 4 * (1 + RENEWAL_WORKERS)
+            for h in held:
+                h.check()
+                h.complete()
+            renewed = {e.job_id for e in store.history() if e.op is tenure.Op.RENEW}
+            assert renewed == {f"j{i}" for i in range(50)}
