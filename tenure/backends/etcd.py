@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tenure.backends import etcd_client as ec
-from tenure.backends import etcd_scan
+from tenure.backends import etcd_query, etcd_scan
 from tenure.backends.etcd_client import KV, Connection, Pending, TxnResult
 from tenure.backends.etcd_layout import (
     UNKNOWN_REASON,
@@ -70,7 +70,18 @@ from tenure.core.errors import (
     TokenChanged,
 )
 from tenure.core.options import Options, StoreURL
-from tenure.core.records import Change, HistoryEvent, JobState, JobStatus, Lease, Op, Reason, Rejection
+from tenure.core.records import (
+    Change,
+    HistoryEvent,
+    JobPage,
+    JobState,
+    JobStatus,
+    Lease,
+    Op,
+    Reason,
+    Rejection,
+    Summary,
+)
 
 log = logging.getLogger("tenure.etcd")
 
@@ -151,6 +162,7 @@ class EtcdBackend(Backend):
         tokens_ordered_across_jobs=True,
         max_result_bytes=512 * 1024,  # base64, twice in a complete txn, under the 1.5 MiB request limit
         tls_options=("ca_cert",),
+        counts_from_indexes=True,
     )
 
     def __init__(self, hosts: list[tuple[str, int]], prefix: str, *, clock: Clock | None = None,
@@ -783,6 +795,15 @@ class EtcdBackend(Backend):
             return read_event(kv, job_id or self.keys.job_id(kv.key.rsplit(b"/", 1)[0], "history"))
 
         return self._read_audit(self.keys.history_span(job_id), limit, since, read)
+
+    def summary(self, now: float, soon: float) -> Summary:
+        return etcd_query.summary(self._conn, self.keys, now, soon, len(self.rejections(now - 3600.0, None)))
+
+    def page(self, now: float, states: frozenset[JobState] | None, job: str | None,
+             owner: str | None, order: str, offset: int, limit: int) -> JobPage:
+        if states and states <= etcd_query.HELD_STATES:  # from the held index
+            return etcd_query.page(self._conn, self.keys, now, states, job, owner, order, offset, limit)
+        return super().page(now, states, job, owner, order, offset, limit)
 
     def watch(self, stop: threading.Event, interval: float) -> Iterator[Change]:
         return etcd_scan.watch(self, self._conn, stop, interval)

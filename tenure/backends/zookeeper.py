@@ -37,6 +37,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
 
 from tenure.backends import zookeeper_layout as zl
+from tenure.backends import zookeeper_query
 from tenure.backends.zookeeper_acl import Guard
 from tenure.backends.zookeeper_audit import Audit
 from tenure.backends.zookeeper_config import Config, mapped_errors
@@ -56,7 +57,17 @@ from tenure.core.errors import (
     TokenChanged,
 )
 from tenure.core.options import Options, StoreURL
-from tenure.core.records import Change, HistoryEvent, JobState, JobStatus, Lease, Op, Rejection
+from tenure.core.records import (
+    Change,
+    HistoryEvent,
+    JobPage,
+    JobState,
+    JobStatus,
+    Lease,
+    Op,
+    Rejection,
+    Summary,
+)
 from tenure.core.transitions import JobRecord
 
 ATTEMPTS = 50  # fresh reads after a lost compare-and-set before giving up
@@ -94,6 +105,7 @@ class ZooKeeperBackend(Backend):
         max_result_bytes=512 * 1024,  # base64 in a znode under jute.maxbuffer (1 MB), with the record
         tls_options=("tls",),
         clock_resolution=0.001,  # znode mtimes are whole milliseconds
+        counts_from_indexes=True,  # where the store has the claimable index (zookeeper_query)
     )
 
     def __init__(self, config: Config, system_deadlines: bool = True) -> None:
@@ -637,6 +649,21 @@ class ZooKeeperBackend(Backend):
         now = self.now()
         for item in self._records(now):
             yield transitions.status(item, now) if isinstance(item, JobRecord) else item
+
+    def summary(self, now: float, soon: float) -> Summary:
+        if self.index.enabled:  # from the index's counts (zookeeper_query)
+            counted = zookeeper_query.summary(self.client, self.layout, self.config.timeout, now, soon,
+                                              lambda: len(self.rejections(now - 3600.0, None)))
+            if counted is not None:
+                return counted
+        return super().summary(now, soon)
+
+    def page(self, now: float, states: frozenset[JobState] | None, job: str | None,
+             owner: str | None, order: str, offset: int, limit: int) -> JobPage:
+        if self.index.enabled and states and states <= zookeeper_query.HELD_STATES:  # leased/ only
+            return zookeeper_query.page(self.client, self.layout, self.config.timeout, now, states, job,
+                                        owner, order, offset, limit)
+        return super().page(now, states, job, owner, order, offset, limit)
 
     def rejections(self, since: float | None, limit: int | None) -> list[Rejection]:
         return self.audit.rejections(since, limit)
