@@ -54,7 +54,7 @@ from tenure.backends.etcd_layout import (
     record,
     rejection_value,
 )
-from tenure.core import transitions
+from tenure.core import paging, transitions
 from tenure.core.backend import Backend, Characteristics, corrupt_status, newest
 from tenure.core.clock import Clock, boot_clock
 from tenure.core.errors import (
@@ -177,6 +177,7 @@ class EtcdBackend(Backend):
         self._pool: dict[int, list[_EtcdLease]] = {}  # idle leases by the etcd TTL they serve
         self._pooled = 0
         self._queue = etcd_scan.QueueCursor(self.keys)
+        self._index = etcd_query.EtcdIndex(self._conn, self.keys)  # summary() and page()
         # (job, incarnation) of leases etcd ended, for the wait before a claim (_wait_out_holder)
         self._ended: collections.OrderedDict[tuple[str, int], _Ended] = collections.OrderedDict()
         self._retention_lease: tuple[int, float] | None = None  # (id, monotonic time to rotate)
@@ -797,13 +798,13 @@ class EtcdBackend(Backend):
         return self._read_audit(self.keys.history_span(job_id), limit, since, read)
 
     def summary(self, now: float, soon: float) -> Summary:
-        return etcd_query.summary(self._conn, self.keys, now, soon, len(self.rejections(now - 3600.0, None)))
+        counted = self._index.counts(now, soon)  # from the indexes (etcd_query)
+        return dataclasses.replace(counted, rejections_last_hour=len(self.rejections(now - 3600.0, None)))
 
     def page(self, now: float, states: frozenset[JobState] | None, job: str | None,
              owner: str | None, order: str, offset: int, limit: int) -> JobPage:
-        if states and states <= etcd_query.HELD_STATES:  # from the held index
-            return etcd_query.page(self._conn, self.keys, now, states, job, owner, order, offset, limit)
-        return super().page(now, states, job, owner, order, offset, limit)
+        indexed = paging.page(self._index, now, states, job, owner, order, offset, limit)
+        return indexed or super().page(now, states, job, owner, order, offset, limit)
 
     def watch(self, stop: threading.Event, interval: float) -> Iterator[Change]:
         return etcd_scan.watch(self, self._conn, stop, interval)

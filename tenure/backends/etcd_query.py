@@ -10,13 +10,15 @@ that of the leases, not of the jobs. Nothing is written to keep these counts, so
 between round trips can leave them wrong and no store needs an upgrade: the indexes are as
 old as the etcd backend's first release.
 
-A record damaged behind tenure's back is counted where its index puts it; only a listing
-(``jobs()``, or a ``page()`` that asks for corrupt records) reads every record and finds it.
+Job ids in order (for pages by id) come from the ``job/`` keys' names, read once and kept
+while etcd's count of them is unchanged (tenure never deletes a job). A record damaged behind
+tenure's back is counted where its index puts it; only a listing finds it corrupt.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -24,47 +26,20 @@ from tenure.backends import etcd_client as ec
 from tenure.backends.etcd_client import KV, Connection
 from tenure.backends.etcd_layout import Keys, record
 from tenure.core import transitions
-from tenure.core.backend import fold
+from tenure.core.backend import corrupt_status
 from tenure.core.errors import CorruptRecord
-from tenure.core.records import JobPage, JobState, JobStatus, Summary
+from tenure.core.paging import Held
+from tenure.core.records import JobState, JobStatus, Summary
 
-HELD_STATES = frozenset({JobState.LEASED, JobState.EXPIRED})
 _JOBS_PER_TXN = 40  # 3 reads each: within etcd's default of 128 operations per transaction
 
 
 @dataclass(frozen=True)
-class Held:
-    """A held job as the indexes show it: its owner, and its lease's end if etcd keeps it."""
-
-    job_id: str
-    owner: str | None
-    lease: KV | None  # None: etcd ended the lease (or an operator did): expired
-
-
-@dataclass(frozen=True)
-class Counts:
+class _Counts:
     revision: int
     jobs: int
     pending: int
-    held: list[Held]
-
-
-def counts(conn: Connection, k: Keys) -> Counts:
-    """The indexes at one revision (one round trip)."""
-    res = conn.txn([], [ec.get(*k.span("job"), count_only=True),
-                                 ec.get(*k.span("queue"), count_only=True),
-                                 ec.get(*k.span("held")), ec.get(*k.span("lease"))], [], retry=True)
-    jobs, pending = res.counts[0], res.counts[1]
-    held_kvs, lease_kvs = res.ranges[2], res.ranges[3]
-    leases = {kv.key[len(k.section("lease")):]: kv for kv in lease_kvs}
-    held = []
-    for kv in held_kvs:
-        try:
-            job_id = k.job_id(kv.key, "held")
-        except CorruptRecord:
-            continue  # not a key tenure made: listed as corrupt by jobs(), never counted here
-        held.append(Held(job_id, _owner(kv.value), leases.get(kv.key[len(k.section("held")):])))
-    return Counts(res.revision, jobs, pending, held)
+    held: list[tuple[str, str | None, KV | None]]  # job id, owner, lease key (None: expired)
 
 
 def _owner(value: bytes) -> str | None:
@@ -86,62 +61,95 @@ def _lease_end(kv: KV, now: float) -> float:
     return max(float(expires_at), now + 1e-3)
 
 
-def summary(conn: Connection, keys: Keys, now: float, soon: float, rejections_last_hour: int) -> Summary:
-    c = counts(conn, keys)
-    live = [h for h in c.held if h.lease is not None]
-    expiring = sum(1 for h in live if h.lease is not None and _lease_end(h.lease, now) <= now + soon)
-    held = len(c.held)
-    return Summary(now=now, pending=c.pending, leased=len(live), expiring_soon=expiring,
-                   expired=held - len(live), completed=max(0, c.jobs - c.pending - held),
-                   rejections_last_hour=rejections_last_hour)
+class EtcdIndex:
+    """``tenure.core.paging.IndexedJobs`` on etcd."""
 
+    def __init__(self, conn: Connection, keys: Keys) -> None:
+        self._conn = conn
+        self._keys = keys
+        self._lock = threading.Lock()
+        self._names: tuple[int, list[str]] = (-1, [])  # (count of job keys, sorted ids)
 
-def _snapshots(conn: Connection, k: Keys, job_ids: list[str], revision: int
-               ) -> Iterator[tuple[str, list[KV | None]]]:
-    """The job, lease and end keys of each job, read at ``revision``."""
-    for start in range(0, len(job_ids), _JOBS_PER_TXN):
-        batch = job_ids[start:start + _JOBS_PER_TXN]
-        reads = [ec.get(key, revision=revision) for job_id in batch
-                 for key in (k.job(job_id), k.lease(job_id), k.end(job_id))]
-        ranges = conn.txn([], reads, [], retry=True).ranges
-        for i, job_id in enumerate(batch):
-            yield job_id, [r[0] if r else None for r in ranges[3 * i:3 * i + 3]]
+    def _read(self, counted: bool) -> _Counts:
+        """The indexes at one revision, one round trip; ``counted``: with etcd's counts of the
+        job and queue keys (each a walk of its whole range on etcd 3.4)."""
+        k = self._keys
+        reads = [ec.get(*k.span("held")), ec.get(*k.span("lease"))]
+        if counted:
+            reads += [ec.get(*k.span("job"), count_only=True), ec.get(*k.span("queue"), count_only=True)]
+        res = self._conn.txn([], reads, [], retry=True)
+        leases = {kv.key[len(k.section("lease")):]: kv for kv in res.ranges[1]}
+        held = []
+        for kv in res.ranges[0]:
+            try:
+                job_id = k.job_id(kv.key, "held")
+            except CorruptRecord:
+                continue  # not a key tenure made: listed as corrupt by jobs(), never counted here
+            held.append((job_id, _owner(kv.value), leases.get(kv.key[len(k.section("held")):])))
+        jobs, pending = res.counts[2:4] if counted else (0, 0)
+        return _Counts(res.revision, jobs, pending, held)
 
+    def counts(self, now: float, soon: float = 0.0) -> Summary:
+        c = self._read(counted=True)
+        live = [lease for _, _, lease in c.held if lease is not None]
+        return Summary(now=now, pending=c.pending, leased=len(live),
+                       expiring_soon=sum(1 for kv in live if _lease_end(kv, now) <= now + soon),
+                       expired=len(c.held) - len(live), completed=max(0, c.jobs - c.pending - len(c.held)))
 
-def _expired_until(job_id: str, parts: list[KV | None], now: float) -> float | None:
-    """When an expired lease ended, as the listing shows it (None: not an expired lease now)."""
-    job, lease, end = parts
-    try:
-        rec = record(job_id, job, lease, end, now)
-    except CorruptRecord:
-        return None
-    return rec.lease_until if rec is not None and rec.state is JobState.LEASED else None
+    def held(self, now: float, expiry: bool) -> list[Held]:
+        c = self._read(counted=False)
+        ended = [job_id for job_id, _, lease in c.held if lease is None]
+        until: dict[str, float | None] = {}
+        if expiry:  # an expired lease's end is in its job or end key: read the few there are
+            for job_id, (job, lease, end) in self._snapshots(ended, c.revision):
+                try:
+                    rec = record(job_id, job, lease, end, now)
+                except CorruptRecord:
+                    rec = None
+                until[job_id] = rec.lease_until if rec is not None else None
+        return [Held(job_id, owner, JobState.LEASED, _lease_end(lease, now)) if lease is not None
+                else Held(job_id, owner, JobState.EXPIRED, until.get(job_id))
+                for job_id, owner, lease in c.held]
 
+    def job_ids(self) -> list[str]:
+        res = self._conn.txn([], [ec.get(*self._keys.span("job"), count_only=True)], [], retry=True)
+        with self._lock:
+            count, names = self._names
+        if res.counts[0] == count:
+            return names
+        kvs, _, _ = self._conn.range(*self._keys.span("job"), keys_only=True)
+        ids = []
+        for kv in kvs:
+            try:
+                ids.append(self._keys.job_id(kv.key, "job"))
+            except CorruptRecord:
+                continue  # a key tenure did not make: only a listing shows it
+        ids.sort()
+        with self._lock:
+            self._names = (len(kvs), ids)
+        return ids
 
-def page(conn: Connection, keys: Keys, now: float, states: frozenset[JobState], job: str | None,
-         owner: str | None, order: str, offset: int, limit: int) -> JobPage:
-    """A page of leased and/or expired jobs (``states`` within ``HELD_STATES``)."""
-    c = counts(conn, keys)
-    chosen = [h for h in c.held
-              if (JobState.LEASED if h.lease is not None else JobState.EXPIRED) in states
-              and (job is None or fold(job) in fold(h.job_id))
-              and (owner is None or fold(owner) in fold(h.owner or ""))]
-    if order == "expiry":
-        ended = [h.job_id for h in chosen if h.lease is None]
-        until = {job_id: _expired_until(job_id, parts, now)
-                 for job_id, parts in _snapshots(conn, keys, ended, c.revision)}
-        chosen.sort(key=lambda h: (_lease_end(h.lease, now) if h.lease is not None
-                                   else until.get(h.job_id) or now, h.job_id))
-    else:
-        chosen.sort(key=lambda h: h.job_id)
-    wanted = chosen[offset:offset + limit]
-    found: list[JobStatus] = []
-    for job_id, (jv, lv, ev) in _snapshots(conn, keys, [h.job_id for h in wanted], c.revision):
-        try:
-            rec = record(job_id, jv, lv, ev, now)
-        except CorruptRecord:
-            continue  # counted by its index, shown as corrupt by a listing
-        if rec is not None:
-            found.append(transitions.status(rec, now))
-    return JobPage(found, len(chosen), offset, limit)
+    def statuses(self, job_ids: list[str], now: float) -> list[JobStatus]:
+        out = []
+        for job_id, (job, lease, end) in self._snapshots(job_ids, 0):
+            try:
+                rec = record(job_id, job, lease, end, now)
+            except CorruptRecord as exc:
+                out.append(corrupt_status(job_id, exc.key, exc))
+                continue
+            if rec is not None:
+                out.append(transitions.status(rec, now))
+        return out
 
+    def _snapshots(self, job_ids: list[str], revision: int) -> Iterator[tuple[str, list[KV | None]]]:
+        """The job, lease and end keys of each job, read at ``revision`` (0: the latest, the
+        same for every batch: the first answer's)."""
+        k = self._keys
+        for start in range(0, len(job_ids), _JOBS_PER_TXN):
+            batch = job_ids[start:start + _JOBS_PER_TXN]
+            reads = [ec.get(key, revision=revision) for job_id in batch
+                     for key in (k.job(job_id), k.lease(job_id), k.end(job_id))]
+            res = self._conn.txn([], reads, [], retry=True)
+            revision = revision or res.revision
+            for i, job_id in enumerate(batch):
+                yield job_id, [r[0] if r else None for r in res.ranges[3 * i:3 * i + 3]]

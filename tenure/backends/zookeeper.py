@@ -44,7 +44,7 @@ from tenure.backends.zookeeper_config import Config, mapped_errors
 from tenure.backends.zookeeper_held import HeldRecords
 from tenure.backends.zookeeper_index import Index, Known, Placer
 from tenure.backends.zookeeper_multiread import read_many
-from tenure.core import transitions
+from tenure.core import paging, transitions
 from tenure.core.backend import Backend, Characteristics, Link, corrupt_status, history_event
 from tenure.core.clock import Clock, boot_clock
 from tenure.core.errors import (
@@ -130,6 +130,7 @@ class ZooKeeperBackend(Backend):
                                          f"{config.timeout:g}s") from exc
         try:
             self.index = Index(self, self._ensure_layout())
+            self._queries = zookeeper_query.ZooKeeperIndex(self.client, self.layout, config.timeout)
             self.audit = Audit(self)
         except BaseException:
             self.close()
@@ -636,14 +637,7 @@ class ZooKeeperBackend(Backend):
                 yield self._decoded(name, data) if status is None else status
 
     def _decoded(self, name: str, data: bytes) -> JobRecord | JobStatus:
-        key = f"{self.layout.jobs}/{name}"
-        try:
-            return zl.load_record(data, key, zl.decode(name))
-        except ValueError as exc:  # CorruptRecord is not a ValueError: this is a bad name
-            return JobStatus(job_id=name, state=JobState.CORRUPT, key=key,
-                             problem=f"znode name is not a tenure job id: {exc}")
-        except CorruptRecord as exc:
-            return corrupt_status(zl.decode(name), key, exc)
+        return zookeeper_query.decoded(self.layout, name, data)
 
     def jobs(self) -> Iterator[JobStatus]:
         now = self.now()
@@ -651,19 +645,16 @@ class ZooKeeperBackend(Backend):
             yield transitions.status(item, now) if isinstance(item, JobRecord) else item
 
     def summary(self, now: float, soon: float) -> Summary:
-        if self.index.enabled:  # from the index's counts (zookeeper_query)
-            counted = zookeeper_query.summary(self.client, self.layout, self.config.timeout, now, soon,
-                                              lambda: len(self.rejections(now - 3600.0, None)))
-            if counted is not None:
-                return counted
-        return super().summary(now, soon)
+        counted = self._queries.counts(now, soon) if self.index.enabled else None  # zookeeper_query
+        if counted is None:
+            return super().summary(now, soon)
+        return dataclasses.replace(counted, rejections_last_hour=len(self.rejections(now - 3600.0, None)))
 
     def page(self, now: float, states: frozenset[JobState] | None, job: str | None,
              owner: str | None, order: str, offset: int, limit: int) -> JobPage:
-        if self.index.enabled and states and states <= zookeeper_query.HELD_STATES:  # leased/ only
-            return zookeeper_query.page(self.client, self.layout, self.config.timeout, now, states, job,
-                                        owner, order, offset, limit)
-        return super().page(now, states, job, owner, order, offset, limit)
+        indexed = (paging.page(self._queries, now, states, job, owner, order, offset, limit)
+                   if self.index.enabled else None)
+        return indexed or super().page(now, states, job, owner, order, offset, limit)
 
     def rejections(self, since: float | None, limit: int | None) -> list[Rejection]:
         return self.audit.rejections(since, limit)

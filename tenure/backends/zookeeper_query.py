@@ -10,15 +10,17 @@ applied in between. The names read before it are checked against the directories
 versions (``cversion``) in that same answer, so the multi read exactly the buckets and leases
 there were. Nothing is written to keep these counts: no crash can leave them wrong.
 
-A store made before the index (``Index.enabled`` false) has none of this: its queries list
-every job (``Backend.summary``/``page``). A record damaged behind tenure's back is counted
-where its index puts it; only a listing finds it corrupt.
+Job ids in order (for pages by id) are the names of ``jobs/``'s children, read once and kept
+while that directory's child version (``cversion``) is unchanged. A store made before the
+index (``Index.enabled`` false) has none of this: its queries list every job
+(``Backend.summary``/``page``). A record damaged behind tenure's back is counted where its
+index puts it; only a listing finds it corrupt.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import contextlib
+import threading
 
 from kazoo.client import KazooClient
 
@@ -26,98 +28,115 @@ from tenure.backends import zookeeper_layout as zl
 from tenure.backends.zookeeper_config import mapped_errors
 from tenure.backends.zookeeper_multiread import read_many, read_together
 from tenure.core import transitions
-from tenure.core.backend import fold
+from tenure.core.backend import corrupt_status
 from tenure.core.errors import CorruptRecord
-from tenure.core.records import JobPage, JobState, JobStatus, Summary
+from tenure.core.paging import HELD_STATES, Held
+from tenure.core.records import JobState, JobStatus, Summary
+from tenure.core.transitions import JobRecord
 
-HELD_STATES = frozenset({JobState.LEASED, JobState.EXPIRED})
 ROUNDS = 5  # multis tried before the counts settle for names that moved meanwhile
 TOGETHER = 5000  # leased records read inside the counting multi; more are read after it
 
 
-@dataclass(frozen=True)
-class Counts:
-    jobs: int
-    pending: int
-    held: int
-    leases: list[JobStatus]  # the leased jobs' statuses at ``now`` (unreadable ones left out)
+def decoded(layout: zl.Layout, name: str, data: bytes) -> JobRecord | JobStatus:
+    """The record in job znode ``name``, or a CORRUPT status saying why it cannot be read."""
+    key = f"{layout.jobs}/{name}"
+    try:
+        return zl.load_record(data, key, zl.decode(name))
+    except ValueError as exc:  # CorruptRecord is not a ValueError: this is a bad name
+        return JobStatus(job_id=name, state=JobState.CORRUPT, key=key,
+                         problem=f"znode name is not a tenure job id: {exc}")
+    except CorruptRecord as exc:
+        return corrupt_status(zl.decode(name), key, exc)
 
 
-def _status(layout: zl.Layout, name: str, data: bytes, now: float) -> JobStatus | None:
-    """A leased entry's job at ``now``; None if it is no job tenure can read, or not leased."""
-    status = zl.load_status(data, name, now)
-    if status is None:
-        try:
-            status = transitions.status(zl.load_record(data, f"{layout.jobs}/{name}", zl.decode(name)), now)
-        except (CorruptRecord, ValueError):
-            return None
-    return status if status.state in HELD_STATES else None
+def status(layout: zl.Layout, name: str, data: bytes, now: float) -> JobStatus:
+    """The status at ``now`` of the job in znode ``name`` (the listing's fast way first)."""
+    fast = zl.load_status(data, name, now)
+    if fast is not None:
+        return fast
+    item = decoded(layout, name, data)
+    return transitions.status(item, now) if isinstance(item, JobRecord) else item
 
 
-def counts(client: KazooClient, layout: zl.Layout, timeout: float, now: float) -> Counts | None:
-    """The index's counts and the leases, at one moment of the server's state (None: the
-    index's znodes are gone, deleted by hand)."""
-    for attempt in range(ROUNDS):
-        with mapped_errors("counting jobs"):
-            pending_names = client.get_children_async(layout.pending, include_data=True)
-            leased_names = client.get_children_async(layout.leased, include_data=True)
-            buckets, pending_stat = pending_names.get(timeout=timeout)
-            held, leased_stat = leased_names.get(timeout=timeout)
-        buckets = [b for b in buckets if zl.bucket_opened(b) is not None]
-        together = held[:TOGETHER]
-        paths = [layout.jobs, layout.pending, layout.leased, *(f"{layout.pending}/{b}" for b in buckets),
-                 *(f"{layout.jobs}/{n}" for n in together)]
-        with mapped_errors("counting jobs"):
-            answers = read_together(client, paths, timeout)
-        jobs, pending_dir, leased_dir = answers[:3]
-        if jobs is None or pending_dir is None or leased_dir is None:
-            return None
-        settled = (pending_dir[1].cversion == pending_stat.cversion
-                   and leased_dir[1].cversion == leased_stat.cversion)
-        if not settled and attempt < ROUNDS - 1:
-            continue  # a bucket or a lease came or went between the names and the multi
-        bucket_answers = answers[3:3 + len(buckets)]
-        pending = sum(a[1].numChildren for a in bucket_answers if a is not None)
-        leases = [s for name, a in zip(together, answers[3 + len(buckets):], strict=True)
-                  if a is not None and (s := _status(layout, name, a[0], now)) is not None]
-        if len(held) > TOGETHER:  # too many for one request: the rest are read just after it
-            rest = [f"{layout.jobs}/{n}" for n in held[TOGETHER:]]
-            start = len(layout.jobs) + 1
-            with mapped_errors("reading leased jobs"):
-                leases += [s for path, data, _ in read_many(client, rest, timeout)
-                           if (s := _status(layout, path[start:], data, now)) is not None]
-        return Counts(jobs[1].numChildren, pending, leased_dir[1].numChildren, leases)
-    raise AssertionError("unreachable: the last round always returns")
+class ZooKeeperIndex:
+    """``tenure.core.paging.IndexedJobs`` on ZooKeeper's claimable index."""
 
+    def __init__(self, client: KazooClient, layout: zl.Layout, timeout: float) -> None:
+        self._client = client
+        self._layout = layout
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._names: tuple[int, list[str]] = (-1, [])  # (cversion of jobs/, sorted ids)
 
-def summary(client: KazooClient, layout: zl.Layout, timeout: float, now: float, soon: float,
-            rejections_last_hour: Callable[[], int]) -> Summary | None:
-    c = counts(client, layout, timeout, now)
-    if c is None:
-        return None
-    expired = sum(1 for s in c.leases if s.state is JobState.EXPIRED)
-    live = c.held - expired  # a leased entry whose record cannot be read counts as live
-    expiring = sum(1 for s in c.leases if s.state is JobState.LEASED and s.expires_at is not None
-                   and s.expires_at <= now + soon)
-    return Summary(now=now, pending=c.pending, leased=live, expiring_soon=expiring, expired=expired,
-                   completed=max(0, c.jobs - c.pending - c.held),
-                   rejections_last_hour=rejections_last_hour())
+    def _held_statuses(self, names: list[str], now: float) -> list[JobStatus]:
+        start = len(self._layout.jobs) + 1
+        with mapped_errors("reading leased jobs"):
+            found = [status(self._layout, path[start:], data, now)
+                     for path, data, _ in read_many(self._client, [f"{self._layout.jobs}/{n}" for n in names],
+                                                    self._timeout)]
+        return [s for s in found if s.state in HELD_STATES]
 
+    def counts(self, now: float, soon: float = 0.0) -> Summary | None:
+        """The index's counts at one moment of the server's state (None: the index's znodes
+        are gone, deleted by hand)."""
+        layout, client = self._layout, self._client
+        for attempt in range(ROUNDS):
+            with mapped_errors("counting jobs"):
+                pending_names = client.get_children_async(layout.pending, include_data=True)
+                leased_names = client.get_children_async(layout.leased, include_data=True)
+                buckets, pending_stat = pending_names.get(timeout=self._timeout)
+                held, leased_stat = leased_names.get(timeout=self._timeout)
+            buckets = [b for b in buckets if zl.bucket_opened(b) is not None]
+            together = held[:TOGETHER]
+            paths = [layout.jobs, layout.pending, layout.leased, *(f"{layout.pending}/{b}" for b in buckets),
+                     *(f"{layout.jobs}/{n}" for n in together)]
+            with mapped_errors("counting jobs"):
+                answers = read_together(client, paths, self._timeout)
+            jobs, pending_dir, leased_dir = answers[:3]
+            if jobs is None or pending_dir is None or leased_dir is None:
+                return None
+            if attempt < ROUNDS - 1 and (pending_dir[1].cversion != pending_stat.cversion
+                                         or leased_dir[1].cversion != leased_stat.cversion):
+                continue  # a bucket or a lease came or went between the names and the multi
+            pending = sum(a[1].numChildren for a in answers[3:3 + len(buckets)] if a is not None)
+            leases = [s for name, a in zip(together, answers[3 + len(buckets):], strict=True)
+                      if a is not None and (s := status(layout, name, a[0], now)).state in HELD_STATES]
+            leases += self._held_statuses(held[TOGETHER:], now)  # too many for one request
+            expired = sum(1 for s in leases if s.state is JobState.EXPIRED)
+            held_count = leased_dir[1].numChildren
+            return Summary(now=now, pending=pending, leased=held_count - expired,  # unreadable: live
+                           expiring_soon=sum(1 for s in leases if s.state is JobState.LEASED
+                                             and s.expires_at is not None and s.expires_at <= now + soon),
+                           expired=expired, completed=max(0, jobs[1].numChildren - pending - held_count))
+        raise AssertionError("unreachable: the last round returns")
 
-def page(client: KazooClient, layout: zl.Layout, timeout: float, now: float, states: frozenset[JobState],
-         job: str | None, owner: str | None, order: str, offset: int, limit: int) -> JobPage:
-    """A page of leased and/or expired jobs (``states`` within ``HELD_STATES``), read from the
-    ``leased/`` entries' records only."""
-    with mapped_errors("listing leased jobs"):
-        names = client.get_children(layout.leased)
-    start = len(layout.jobs) + 1
-    with mapped_errors("reading leased jobs"):
-        found = [s for path, data, _ in read_many(client, [f"{layout.jobs}/{n}" for n in names], timeout)
-                 if (s := _status(layout, path[start:], data, now)) is not None and s.state in states
-                 and (job is None or fold(job) in fold(s.job_id))
-                 and (owner is None or fold(owner) in fold(s.owner or ""))]
-    if order == "expiry":
-        found.sort(key=lambda s: (s.expires_at is None, s.expires_at or 0.0, s.job_id))
-    else:
-        found.sort(key=lambda s: s.job_id)
-    return JobPage(found[offset:offset + limit], len(found), offset, limit)
+    def held(self, now: float, expiry: bool) -> list[Held]:
+        with mapped_errors("listing leased jobs"):
+            names = self._client.get_children(self._layout.leased)
+        return [Held(s.job_id, s.owner, s.state, s.expires_at) for s in self._held_statuses(names, now)]
+
+    def job_ids(self) -> list[str]:
+        with mapped_errors("listing jobs"):
+            stat = self._client.exists(self._layout.jobs)
+        with self._lock:
+            cversion, names = self._names
+        if stat is not None and stat.cversion == cversion:
+            return names
+        with mapped_errors("listing jobs"):
+            children, stat = self._client.get_children(self._layout.jobs, include_data=True)
+        ids = []
+        for name in children:
+            with contextlib.suppress(ValueError):  # a name tenure did not make: only a listing shows it
+                ids.append(zl.decode(name))
+        ids.sort()
+        with self._lock:
+            self._names = (stat.cversion, ids)
+        return ids
+
+    def statuses(self, job_ids: list[str], now: float) -> list[JobStatus]:
+        start = len(self._layout.jobs) + 1
+        with mapped_errors("reading jobs"):
+            return [status(self._layout, path[start:], data, now)
+                    for path, data, _ in read_many(self._client, [self._layout.job(j) for j in job_ids],
+                                                   self._timeout)]

@@ -1,0 +1,156 @@
+"""summary() and page() from the indexes on etcd and ZooKeeper agree with a listing of every
+job, also while other clients keep changing the jobs (issue 15)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import tenure
+from tenure import JobState
+from tenure.core.backend import Backend
+from tests.harness import Harness
+
+ORDERS = ("expiry", "job")
+STATE_SETS: list[frozenset[JobState] | None] = [
+    None, frozenset({JobState.LEASED}), frozenset({JobState.EXPIRED}), frozenset({JobState.PENDING}),
+    frozenset({JobState.COMPLETED}), frozenset({JobState.LEASED, JobState.EXPIRED}),
+    frozenset({JobState.PENDING, JobState.LEASED}), frozenset({JobState.PENDING, JobState.COMPLETED}),
+]
+
+
+@pytest.fixture(params=["etcd", "zk"])
+def indexed(request: pytest.FixtureRequest) -> Harness:
+    harness: Harness = request.getfixturevalue(f"{request.param}_harness")
+    return harness
+
+
+@pytest.fixture
+def store(indexed: Harness) -> Iterator[tenure.Store]:
+    with indexed.connect() as s:
+        assert s.backend.characteristics.counts_from_indexes
+        yield s
+
+
+def _listed(store: tenure.Store, now: float, soon: float) -> tenure.Summary:
+    """The summary a listing of every job gives (the default every backend inherits)."""
+    return Backend.summary(store.backend, now, soon)
+
+
+def _seed(indexed: Harness, store: tenure.Store) -> None:
+    """Every way a job gets where it is: ids that sort differently from their encodings."""
+    ids = ["b", "B", "a/b", "zz", "é", "日本", "a b", "A", "-x", "_y", "0", "~", "p1", "p2", "p3"]
+    store.submit_many(ids)
+    short = store.claim("b", owner="Short", ttl=indexed.short_ttl)  # left to run out
+    store.claim("B", owner="alice", ttl=indexed.ttl * 20)
+    store.claim("a/b", owner="bob", ttl=indexed.ttl * 10)
+    store.claim("new-1", owner="bob", ttl=indexed.ttl * 10)  # claimed without a submit
+    store.complete(store.claim("zz", owner="carol", ttl=indexed.ttl), b"done")
+    store.complete(store.claim("é", owner="carol", ttl=indexed.ttl))
+    store.submit("é")  # a second run: pending again
+    store.release(store.claim("日本", owner="dave", ttl=indexed.ttl))  # pending again
+    store.claim("a b", owner="erin", ttl=indexed.ttl * 10)
+    store.force_expire("a b", actor="ops")  # expired by an operator
+    store.complete(store.claim("A", owner="frank", ttl=indexed.ttl))
+    indexed.expire(store, short)
+
+
+def test_summary_and_every_page_agree_with_a_listing(indexed: Harness, store: tenure.Store) -> None:
+    _seed(indexed, store)
+    now = store.now()
+    for soon in (0.0, indexed.ttl * 15, 1e6):
+        assert store.backend.summary(now, soon) == _listed(store, now, soon)
+    counted = store.summary()
+    assert (counted.pending, counted.leased, counted.expired, counted.completed) == (9, 3, 2, 2)
+    for states, order in itertools.product(STATE_SETS, ORDERS):
+        for offset, limit in ((0, 50), (0, 3), (2, 4), (14, 5), (40, 5)):
+            args: tuple[Any, ...] = (now, states, None, None, order, offset, limit)
+            got, want = store.backend.page(*args), Backend.page(store.backend, *args)
+            assert (got.total, got.jobs) == (want.total, want.jobs), (states, order, offset, limit)
+    for job, owner in (("B", None), ("a", None), (None, "BOB"), ("new", "bob"), (None, "nobody")):
+        for states in (None, frozenset({JobState.LEASED, JobState.EXPIRED}), frozenset({JobState.PENDING})):
+            args = (now, states, job, owner, "expiry", 0, 50)
+            got, want = store.backend.page(*args), Backend.page(store.backend, *args)
+            assert (got.total, got.jobs) == (want.total, want.jobs), (states, job, owner)
+
+
+def test_pages_by_id_see_jobs_created_since_the_last_page(store: tenure.Store) -> None:
+    store.submit_many([f"j{i:02d}" for i in range(10)])
+    assert [j.job_id for j in store.page(order="job", limit=3).jobs] == ["j00", "j01", "j02"]
+    store.submit("j000")  # between j00 and j01: the ids read before must not be reused
+    store.claim("a-first", owner="w", ttl=30.0)
+    first = store.page(order="job", limit=3)
+    assert [j.job_id for j in first.jobs] == ["a-first", "j00", "j000"] and first.total == 12
+
+
+def test_counts_stay_exact_under_concurrent_writers(indexed: Harness, store: tenure.Store) -> None:
+    """Writers keep moving jobs between pending, leased and expired, never completing one,
+    while summaries are read: a summary whose counts were not read at one moment (one etcd
+    revision, one ZooKeeper read-only multi) finds a job in neither place (counted as
+    completed) or in both. Once the writers stop, the counts equal a listing's."""
+    jobs = [f"job-{i:03d}" for i in range(120)]
+    store.submit_many(jobs)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    changes = [0, 0, 0]
+
+    def writer(n: int) -> None:
+        rnd = random.Random(n)
+        try:
+            with indexed.connect(store.url) as mine:
+                while not stop.is_set():
+                    lease = mine.claim_next(owner=f"w{n}", ttl=indexed.ttl)
+                    if lease is None:
+                        continue
+                    roll = rnd.random()
+                    if roll < 0.7:
+                        mine.release(lease)
+                    elif roll < 0.85:
+                        mine.force_expire(lease.job_id, token=lease.token)  # claim_next takes it first
+                    changes[n] += 1  # else: left held
+        except BaseException as exc:  # reported by the test below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    summaries = []
+    deadline = time.monotonic() + 6.0  # long enough for a few hundred state changes
+    try:
+        while time.monotonic() < deadline:
+            summaries.append(store.summary())
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors, errors
+    assert len(summaries) > 20 and sum(changes) > 100, (len(summaries), changes)
+    wrong = [s for s in summaries if s.completed != 0 or s.total != len(jobs)]
+    assert not wrong, wrong[:3]
+    store.complete(store.claim_next(owner="last", ttl=indexed.ttl) or pytest.fail("nothing to claim"))
+    now = store.now()
+    assert store.backend.summary(now, 30.0) == _listed(store, now, 30.0)
+
+
+def test_a_store_without_the_zookeeper_index_counts_by_listing(zk_harness: Harness) -> None:
+    """A store written before the index (jobs/ without pending/) is never half-indexed: its
+    summary and pages come from a listing, and still count every job."""
+    url = zk_harness.url()
+    with zk_harness.connect(url) as old:
+        old.submit_many(["a", "b", "c"])
+        old.complete(old.claim("a", owner="w", ttl=zk_harness.ttl))
+        client, layout = old.backend.client, old.backend.layout  # type: ignore[attr-defined]
+        for entry in client.get_children(layout.leased):
+            client.delete(f"{layout.leased}/{entry}")
+        client.delete(layout.pending, recursive=True)  # as a store of the version before the index
+    with zk_harness.connect(url) as store:
+        assert not store.backend.index.enabled  # type: ignore[attr-defined]
+        s = store.summary()
+        assert (s.pending, s.completed, s.total) == (2, 1, 3)
+        assert [j.job_id for j in store.page(order="job", offset=1, limit=5).jobs] == ["b", "c"]
