@@ -762,12 +762,7 @@ class EtcdBackend(Backend):
         return None if snap.record is None else transitions.status(snap.record, snap.now)
 
     def jobs(self) -> Iterator[JobStatus]:
-        now = self.now()
-        for job_id, key, rec_or_error in etcd_scan.scan(self._conn, self.keys, now):
-            if isinstance(rec_or_error, CorruptRecord):
-                yield corrupt_status(job_id, key, rec_or_error)
-            elif rec_or_error is not None:
-                yield transitions.status(rec_or_error, now)
+        return etcd_scan.scan(self._conn, self.keys, self.now())
 
     def _read_audit(self, span: tuple[bytes, bytes], limit: int | None, since: float | None,
                     read: Callable[[KV], _Stamped]) -> list[_Stamped]:

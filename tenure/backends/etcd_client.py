@@ -282,6 +282,14 @@ class Connection:
         return self.call(lambda ep, md: txn_result(ep.kv.Txn(req, timeout=self.timeout, metadata=md)),
                          retry=retry)
 
+    def txn_started(self, compares: list[CompareSpec], success: list[OpSpec],
+                    failure: list[OpSpec]) -> Pending[TxnResult]:
+        """A read-only transaction sent now, answered later (retried on the next endpoint)."""
+        req = txn_request(compares, success, failure)
+        return self._started(lambda ep, md: ep.kv.Txn.future(req, timeout=self.timeout, metadata=md),
+                             lambda f: txn_result(f.result()),
+                             lambda: self.txn(compares, success, failure, retry=True))
+
     def range(self, key: bytes, end: bytes = b"", *, revision: int = 0, limit: int = 0,
               newest_first: bool = False, by_create: bool = False,
               keys_only: bool = False) -> tuple[list[KV], int, bool]:
