@@ -111,11 +111,12 @@ class EtcdIndex:
                 else Held(job_id, owner, JobState.EXPIRED, until.get(job_id))
                 for job_id, owner, lease in c.held]
 
-    def job_ids(self) -> list[str]:
-        res = self._conn.txn([], [ec.get(*self._keys.span("job"), count_only=True)], [], retry=True)
+    def job_ids(self, total: int | None = None) -> list[str]:
+        if total is None:
+            total = self._conn.txn([], [ec.get(*self._keys.span("job"), count_only=True)], [], retry=True).counts[0]
         with self._lock:
             count, names = self._names
-        if res.counts[0] == count:
+        if total == count:
             return names
         kvs, _, _ = self._conn.range(*self._keys.span("job"), keys_only=True)
         ids = []

@@ -116,7 +116,7 @@ class ZooKeeperIndex:
             names = self._client.get_children(self._layout.leased)
         return [Held(s.job_id, s.owner, s.state, s.expires_at) for s in self._held_statuses(names, now)]
 
-    def job_ids(self) -> list[str]:
+    def job_ids(self, total: int | None = None) -> list[str]:
         with mapped_errors("listing jobs"):
             stat = self._client.exists(self._layout.jobs)
         with self._lock:

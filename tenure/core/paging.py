@@ -43,8 +43,9 @@ class IndexedJobs(Protocol):
     def held(self, now: float, expiry: bool) -> list[Held]:
         """Every leased or expired job; ``expiry``: with ``expires_at`` (else it may be None)."""
 
-    def job_ids(self) -> list[str]:
-        """Every job id, sorted."""
+    def job_ids(self, total: int | None = None) -> list[str]:
+        """Every job id, sorted; ``total``: how many jobs ``counts()`` just found, which a
+        store may check a cached list against instead of counting again."""
 
     def statuses(self, job_ids: list[str], now: float) -> list[JobStatus]:
         """The jobs' statuses at ``now``, in the order given; jobs gone since are left out."""
@@ -75,8 +76,11 @@ def page(src: IndexedJobs, now: float, states: frozenset[JobState] | None, job: 
         wanted = [h.job_id for h in held[offset:offset + limit]]
         return JobPage(src.statuses(wanted, now), len(held), offset, limit)
 
+    counted = src.counts(now) if need_reads else None
+    if need_reads and counted is None:
+        return None
     held_ids = {h.job_id for h in all_held}
-    names = src.job_ids()
+    names = src.job_ids(counted.total if counted is not None else None)
     if job is not None:
         names = [n for n in names if fold(job) in fold(n)]
     if order == "expiry":
@@ -89,10 +93,8 @@ def page(src: IndexedJobs, now: float, states: frozenset[JobState] | None, job: 
     if not need_reads:
         sequence = head + others
         return JobPage(src.statuses(sequence[offset:offset + limit], now), len(sequence), offset, limit)
-    c = src.counts(now)
-    if c is None:
-        return None
-    total = len(held) + (c.pending if JobState.PENDING in rest else c.completed)
+    assert counted is not None
+    total = len(held) + (counted.pending if JobState.PENDING in rest else counted.completed)
     found = _walk(src, now, head, others, states or frozenset(), offset + limit)
     return JobPage(found[offset:offset + limit], total, offset, limit)
 

@@ -154,3 +154,20 @@ def test_a_store_without_the_zookeeper_index_counts_by_listing(zk_harness: Harne
         s = store.summary()
         assert (s.pending, s.completed, s.total) == (2, 1, 3)
         assert [j.job_id for j in store.page(order="job", offset=1, limit=5).jobs] == ["b", "c"]
+
+
+@pytest.mark.parametrize("value", [
+    b'{"tenure":1,"job":"p","state":"pending","owner":null,"token":"7","ttl":null,'
+    b'"submitted_at":1.0,"claimed_at":null,"expires_at":null,"runs":1}',  # a token that is text
+    b'{"tenure":1,"job":"q","state":"pending","owner":null,"token":0,"ttl":null,'
+    b'"submitted_at":1.0,"claimed_at":null,"expires_at":null,"runs":1}',  # another job's record
+    b'{"tenure":1,"job":"p","state":"pending","owner":null,"token":0,"ttl":null,'
+    b'"submitted_at":Infinity,"claimed_at":null,"expires_at":null,"runs":1}',  # not a finite time
+])
+def test_etcd_listing_reads_a_damaged_pending_record_as_corrupt(etcd_harness: Any, value: bytes) -> None:
+    """The listing's fast way for pending jobs checks what the general way checks."""
+    with etcd_harness.connect() as store:
+        store.submit_many(["o", "p"])
+        etcd_harness.cluster.nodes[0].put(store.backend.keys.job("p"), value)
+        listed = {j.job_id: j.state for j in store.jobs()}
+        assert listed == {"o": JobState.PENDING, "p": JobState.CORRUPT}
