@@ -178,11 +178,17 @@ def dump_record(r: JobRecord, epoch: int, queued: str | None = None) -> bytes:
 
 def _number(d: dict[str, Any], key: str) -> float | None:
     value = d.get(key)
+    kind = type(value)  # JSON gives exactly these types: the common cases first (listings)
+    if kind is float:
+        return value
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if kind is not int:  # bool included: not a number here
         raise ValueError(f"{key} is not a number")
     return float(value)
+
+
+_STORED = {state.value: state for state in STORED_STATES}
 
 
 _decode_json = json.JSONDecoder().decode
@@ -199,9 +205,9 @@ def _fields(data: bytes, job_id: str | None) -> tuple[Any, ...]:
         raise ValueError(f"names job {named!r}, not the job its znode is for")
     if not isinstance(named, str):
         raise ValueError("names no job")
-    state = JobState(d.get("state"))
-    if state not in STORED_STATES:
-        raise ValueError(f"state {state.value!r} is never stored")
+    state = _STORED.get(d.get("state"))  # type: ignore[arg-type]
+    if state is None:
+        raise ValueError(f"state {JobState(d.get('state')).value!r} is never stored")  # or not a JobState
     token, runs, owner = d.get("token"), d.get("runs"), d.get("owner")
     if type(token) is not int or token < 0 or type(runs) is not int:
         raise ValueError(f"bad token {token!r} or runs {runs!r}")
