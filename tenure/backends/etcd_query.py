@@ -17,13 +17,14 @@ tenure's back is counted where its index puts it; only a listing finds it corrup
 
 from __future__ import annotations
 
+import collections
 import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from tenure.backends import etcd_client as ec
-from tenure.backends.etcd_client import KV, Connection
+from tenure.backends.etcd_client import KV, Connection, Pending, TxnResult
 from tenure.backends.etcd_layout import Keys, record
 from tenure.core import transitions
 from tenure.core.backend import corrupt_status
@@ -32,6 +33,7 @@ from tenure.core.paging import Held
 from tenure.core.records import JobState, JobStatus, Summary
 
 _JOBS_PER_TXN = 40  # 3 reads each: within etcd's default of 128 operations per transaction
+_IN_FLIGHT = 25  # transactions of reads sent at once: a page of up to 1,000 jobs
 
 
 @dataclass(frozen=True)
@@ -143,14 +145,23 @@ class EtcdIndex:
         return out
 
     def _snapshots(self, job_ids: list[str], revision: int) -> Iterator[tuple[str, list[KV | None]]]:
-        """The job, lease and end keys of each job, read at ``revision`` (0: the latest, the
-        same for every batch: the first answer's)."""
+        """The job, lease and end keys of each job, at ``revision`` (0: the latest), with up to
+        ``_IN_FLIGHT`` transactions of reads sent ahead of the one being read."""
         k = self._keys
+        sent: collections.deque[tuple[list[str], Pending[TxnResult]]] = collections.deque()
+
+        def answered() -> Iterator[tuple[str, list[KV | None]]]:
+            batch, answer = sent.popleft()
+            ranges = answer.result().ranges
+            for i, job_id in enumerate(batch):
+                yield job_id, [r[0] if r else None for r in ranges[3 * i:3 * i + 3]]
+
         for start in range(0, len(job_ids), _JOBS_PER_TXN):
             batch = job_ids[start:start + _JOBS_PER_TXN]
             reads = [ec.get(key, revision=revision) for job_id in batch
                      for key in (k.job(job_id), k.lease(job_id), k.end(job_id))]
-            res = self._conn.txn([], reads, [], retry=True)
-            revision = revision or res.revision
-            for i, job_id in enumerate(batch):
-                yield job_id, [r[0] if r else None for r in res.ranges[3 * i:3 * i + 3]]
+            sent.append((batch, self._conn.txn_started([], reads, [])))
+            if len(sent) >= _IN_FLIGHT:
+                yield from answered()
+        while sent:
+            yield from answered()

@@ -23,7 +23,7 @@ from tenure.core.records import JobPage, JobState, JobStatus, Summary
 
 HELD_STATES = frozenset({JobState.LEASED, JobState.EXPIRED})
 _NOT_HELD = frozenset({JobState.PENDING, JobState.COMPLETED})
-_CHUNK = 200  # records read at a time while walking ids for a filter the index cannot answer
+_CHUNK = 100  # fewest records read at a time while walking ids for a filter the index cannot answer
 
 
 @dataclass(frozen=True)
@@ -95,23 +95,23 @@ def page(src: IndexedJobs, now: float, states: frozenset[JobState] | None, job: 
         return JobPage(src.statuses(sequence[offset:offset + limit], now), len(sequence), offset, limit)
     assert counted is not None
     total = len(held) + (counted.pending if JobState.PENDING in rest else counted.completed)
-    found = _walk(src, now, head, others, states or frozenset(), offset + limit)
+    found = _walk(src, now, head, others, states or frozenset(), offset + limit, max(offset + limit, _CHUNK))
     return JobPage(found[offset:offset + limit], total, offset, limit)
 
 
 def _walk(src: IndexedJobs, now: float, head: list[str], others: list[str], states: frozenset[JobState],
-          enough: int) -> list[JobStatus]:
+          enough: int, size: int) -> list[JobStatus]:
     """Statuses in the order of ``head`` then ``others`` whose state is in ``states``, read in
-    chunks until ``enough`` are found."""
+    chunks of ``size`` until ``enough`` are found."""
     found: list[JobStatus] = []
-    for chunk in _chunks(head, others):
+    for chunk in _chunks(size, head, others):
         found += [s for s in src.statuses(chunk, now) if s.state in states]
         if len(found) >= enough:
             break
     return found
 
 
-def _chunks(*sequences: list[str]) -> Iterator[list[str]]:
+def _chunks(size: int, *sequences: list[str]) -> Iterator[list[str]]:
     for seq in sequences:
-        for start in range(0, len(seq), _CHUNK):
-            yield seq[start:start + _CHUNK]
+        for start in range(0, len(seq), size):
+            yield seq[start:start + size]
