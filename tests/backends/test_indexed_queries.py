@@ -75,9 +75,10 @@ def test_summary_and_every_page_agree_with_a_listing(indexed: Harness, store: te
             assert (got.total, got.jobs) == (want.total, want.jobs), (states, order, offset, limit)
     for job, owner in (("B", None), ("a", None), (None, "BOB"), ("new", "bob"), (None, "nobody")):
         for states in (None, frozenset({JobState.LEASED, JobState.EXPIRED}), frozenset({JobState.PENDING})):
-            args = (now, states, job, owner, "expiry", 0, 50)
-            got, want = store.backend.page(*args), Backend.page(store.backend, *args)
-            assert (got.total, got.jobs) == (want.total, want.jobs), (states, job, owner)
+            for order in ORDERS:
+                args = (now, states, job, owner, order, 0, 50)
+                got, want = store.backend.page(*args), Backend.page(store.backend, *args)
+                assert (got.total, got.jobs) == (want.total, want.jobs), (states, job, owner, order)
 
 
 def test_pages_by_id_see_jobs_created_since_the_last_page(store: tenure.Store) -> None:
