@@ -762,7 +762,8 @@ class EtcdBackend(Backend):
         return None if snap.record is None else transitions.status(snap.record, snap.now)
 
     def jobs(self) -> Iterator[JobStatus]:
-        return etcd_scan.scan(self._conn, self.keys, self.now())
+        now = self.now()
+        return etcd_scan.scan(self._conn, self.keys, now, self._index.listing_pages(etcd_scan.PAGE))
 
     def _read_audit(self, span: tuple[bytes, bytes], limit: int | None, since: float | None,
                     read: Callable[[KV], _Stamped]) -> list[_Stamped]:

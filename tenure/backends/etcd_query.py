@@ -70,7 +70,7 @@ class EtcdIndex:
         self._conn = conn
         self._keys = keys
         self._lock = threading.Lock()
-        self._names: tuple[int, list[str]] = (-1, [])  # (count of job keys, sorted ids)
+        self._names: tuple[int, list[str], list[bytes]] = (-1, [], [])  # (count of job keys, ids, names)
 
     def _read(self, counted: bool) -> _Counts:
         """The indexes at one revision, one round trip; ``counted``: with etcd's counts of the
@@ -115,12 +115,24 @@ class EtcdIndex:
 
     def job_ids(self, total: int | None = None) -> list[str]:
         if total is None:
-            total = self._conn.txn([], [ec.get(*self._keys.span("job"), count_only=True)], [], retry=True).counts[0]
+            total = self._count_jobs()[1]
+        return self._job_names(total)[0]
+
+    def _count_jobs(self) -> tuple[int, int]:
+        """(revision, number of job keys): a walk inside etcd, but no key crosses the wire."""
+        res = self._conn.txn([], [ec.get(*self._keys.span("job"), count_only=True)], [], retry=True)
+        return res.revision, res.counts[0]
+
+    def _job_names(self, total: int) -> tuple[list[str], list[bytes]]:
+        """Every job id sorted, and every job key's name (after ``job/``) in key order: the
+        cached ones while there are ``total`` job keys (tenure never deletes one), else read."""
         with self._lock:
-            count, names = self._names
+            count, ids, names = self._names
         if total == count:
-            return names
+            return ids, names
+        start = len(self._keys.section("job"))
         kvs, _, _ = self._conn.range(*self._keys.span("job"), keys_only=True)
+        names = [kv.key[start:] for kv in kvs]
         ids = []
         for kv in kvs:
             try:
@@ -129,8 +141,16 @@ class EtcdIndex:
                 continue  # a key tenure did not make: only a listing shows it
         ids.sort()
         with self._lock:
-            self._names = (len(kvs), ids)
-        return ids
+            self._names = (len(kvs), ids, names)
+        return ids, names
+
+    def listing_pages(self, size: int) -> tuple[int, list[bytes]]:
+        """A revision to list at, and the names that cut the job keys into pages of about
+        ``size``: from the cached names when their count is still etcd's, which spares etcd
+        sending every key. Any cut is correct (each page reads its whole span)."""
+        revision, total = self._count_jobs()
+        names = self._job_names(total)[1]
+        return revision, names[size::size]
 
     def statuses(self, job_ids: list[str], now: float) -> list[JobStatus]:
         out = []

@@ -37,15 +37,17 @@ def _by_suffix(kvs: list[KV], start: bytes) -> dict[bytes, KV]:
     return {kv.key[len(start):]: kv for kv in kvs}
 
 
-def scan(conn: Connection, keys: Keys, now: float) -> Iterator[JobStatus]:
-    """Every job's status at ``now`` (CORRUPT for one tenure cannot read), by key order."""
+def scan(conn: Connection, keys: Keys, now: float, pages: tuple[int, list[bytes]]) -> Iterator[JobStatus]:
+    """Every job's status at ``now`` (CORRUPT for one tenure cannot read), by key order.
+
+    ``pages``: the revision to read at and the job key names that cut the listing into pages
+    (``EtcdIndex.listing_pages``). etcd 3.4 walks a whole range even to answer a limited read
+    of it, so pages read with a limit would cost the rest of the section each; instead each
+    page reads exactly its span of the three sections, all at that one revision.
+    """
     starts = {name: keys.span(name) for name in _JOB_SECTIONS}
-    job_start, job_end = starts["job"]
-    # etcd 3.4 walks a whole range even to answer a limited read of it, so pages read with a
-    # limit would cost the rest of the section each. Instead one walk of the job keys alone
-    # sets the pages' bounds, and each page reads exactly its span of the three sections.
-    names, revision, _ = conn.range(job_start, job_end, keys_only=True)
-    bounds: list[bytes | None] = [b"", *(kv.key[len(job_start):] for kv in names[PAGE::PAGE]), None]
+    revision, cuts = pages
+    bounds: list[bytes | None] = [b"", *cuts, None]
     spans = list(itertools.pairwise(bounds))
 
     def send(low: bytes | None, high: bytes | None) -> Pending[TxnResult]:

@@ -3,6 +3,7 @@ job, also while other clients keep changing the jobs (issue 15)."""
 
 from __future__ import annotations
 
+import base64
 import itertools
 import random
 import threading
@@ -172,3 +173,25 @@ def test_etcd_listing_reads_a_damaged_pending_record_as_corrupt(etcd_harness: An
         etcd_harness.cluster.nodes[0].put(store.backend.keys.job("p"), value)
         listed = {j.job_id: j.state for j in store.jobs()}
         assert listed == {"o": JobState.PENDING, "p": JobState.CORRUPT}
+
+
+def test_etcd_listing_is_whole_whatever_the_cached_names(etcd_harness: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The listing cuts its pages at job names cached from an earlier read; a stale cut only
+    changes the pages' sizes: every job is still listed once, in key order."""
+    from tenure.backends import etcd_scan
+
+    monkeypatch.setattr(etcd_scan, "PAGE", 3)
+    with etcd_harness.connect() as store:
+        store.submit_many([f"j{i:02d}" for i in range(10)])
+        assert sorted(j.job_id for j in store.jobs()) == [f"j{i:02d}" for i in range(10)]
+        store.submit_many(["a", "zz", "j055"])  # after the names were cached: counted, read again
+        assert sorted(j.job_id for j in store.jobs()) == sorted([f"j{i:02d}" for i in range(10)] + ["a", "zz", "j055"])
+        # A job key deleted by hand and another job added: the count is the same, the cached
+        # names are not, and the cuts made from them still cover every key.
+        node = etcd_harness.cluster.nodes[0]
+        node.api("/v3/kv/deleterange", {"key": base64.b64encode(store.backend.keys.job("j03")).decode()})
+        store.submit("mm")
+        listed = [j.job_id for j in store.jobs()]
+        keys = [store.backend.keys.job(j) for j in listed]
+        assert sorted(listed) == sorted([f"j{i:02d}" for i in range(10) if i != 3] + ["a", "zz", "j055", "mm"])
+        assert keys == sorted(keys) and len(set(listed)) == len(listed)
