@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tenure.backends import etcd_client as ec
-from tenure.backends import etcd_query, etcd_scan
+from tenure.backends import etcd_query, etcd_scan, etcd_upgrade
 from tenure.backends.etcd_client import KV, Connection, Pending, TxnResult
 from tenure.backends.etcd_layout import (
     UNKNOWN_REASON,
@@ -792,6 +792,11 @@ class EtcdBackend(Backend):
             return read_event(kv, job_id or self.keys.job_id(kv.key.rsplit(b"/", 1)[0], "history"))
 
         return self._read_audit(self.keys.history_span(job_id), limit, since, read)
+
+    def build_indexes(self) -> int:
+        """Add the ``queue/`` and ``held/`` keys a store written before them lacks (an
+        upgrade, safe beside writers of this version: see ``etcd_upgrade``); how many."""
+        return etcd_upgrade.build_indexes(self._conn, self.keys, self.now())
 
     def summary(self, now: float, soon: float) -> Summary:
         counted = self._index.counts(now, soon)  # from the indexes (etcd_query)

@@ -7,8 +7,8 @@ a held key without one is an expired lease, by etcd's own clock. So one read-onl
 transaction, at one revision, counts them all: etcd counts ``job/`` and ``queue/`` itself
 (``count_only``: no key crosses the wire) and sends the held and lease keys, whose number is
 that of the leases, not of the jobs. Nothing is written to keep these counts, so no crash
-between round trips can leave them wrong and no store needs an upgrade: the indexes are as
-old as the etcd backend's first release.
+between round trips can leave them wrong. A store written before the indexes (development
+versions before 2026-12-02) gets them from ``EtcdBackend.build_indexes`` (``etcd_upgrade``).
 
 Job ids in order (for pages by id) come from the ``job/`` keys' names, read once and kept
 while etcd's count of them is unchanged (tenure never deletes a job). A record damaged behind

@@ -4,6 +4,7 @@ job, also while other clients keep changing the jobs (issue 15)."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import random
 import threading
@@ -195,3 +196,82 @@ def test_etcd_listing_is_whole_whatever_the_cached_names(etcd_harness: Any, monk
         keys = [store.backend.keys.job(j) for j in listed]
         assert sorted(listed) == sorted([f"j{i:02d}" for i in range(10) if i != 3] + ["a", "zz", "j055", "mm"])
         assert keys == sorted(keys) and len(set(listed)) == len(listed)
+
+
+def _etcd_index(etcd_harness: Any, store: tenure.Store) -> tuple[set[bytes], set[bytes]]:
+    node, keys = etcd_harness.cluster.nodes[0], store.backend.keys
+    return set(node.keys(keys.section("queue"))), set(node.keys(keys.section("held")))
+
+
+def _raw(node: Any, key: bytes) -> Any:
+    """A key as etcd's JSON gateway shows it, as the KeyValue tenure reads (None if absent)."""
+    from tenure.backends.etcd_client import KV
+
+    found = node.api("/v3/kv/range", {"key": base64.b64encode(key).decode()}).get("kvs", [])
+    return KV(key=key, value=base64.b64decode(found[0]["value"])) if found else None
+
+
+def _etcd_index_wanted(etcd_harness: Any, store: tenure.Store) -> tuple[set[bytes], set[bytes]]:
+    """The index keys this version writes with each job, from the jobs' own keys."""
+    from tenure.backends import etcd_layout
+
+    node, keys = etcd_harness.cluster.nodes[0], store.backend.keys
+    queue, held = set(), set()
+    for job in store.jobs():
+        job_kv, end_kv = _raw(node, keys.job(job.job_id)), _raw(node, keys.end(job.job_id))
+        if job.state is JobState.PENDING:
+            queue.add(keys.queue(job.job_id, etcd_layout.queued_since(job.job_id, job_kv, end_kv)))
+        elif job.state in (JobState.LEASED, JobState.EXPIRED):
+            held.add(keys.held(job.job_id))
+    return queue, held
+
+
+def test_etcd_store_without_indexes_is_upgraded_beside_a_writer(etcd_harness: Any) -> None:
+    """A store written before the queue/ and held/ indexes (simulated: its index keys deleted)
+    counts its jobs as completed; build_indexes() adds the keys this version would have
+    written, while another client claims and releases jobs, and afterwards the counts equal
+    a listing's, claim_next finds the jobs and a second run adds nothing."""
+    with etcd_harness.connect() as store:
+        jobs = [f"old-{i:03d}" for i in range(150)]
+        store.submit_many(jobs)
+        for job_id in jobs[:20]:
+            store.claim(job_id, owner="w", ttl=etcd_harness.ttl * 20)
+        store.force_expire(jobs[0])
+        store.release(store.claim(jobs[30], owner="w", ttl=etcd_harness.ttl))
+        store.complete(store.claim(jobs[31], owner="w", ttl=etcd_harness.ttl))
+        node, keys = etcd_harness.cluster.nodes[0], store.backend.keys
+        for section in ("queue", "held"):
+            start = keys.section(section)
+            node.api("/v3/kv/deleterange", {"key": base64.b64encode(start).decode(),
+                                            "range_end": base64.b64encode(start[:-1] + b"0").decode()})
+        assert store.summary().completed == 150  # what a store without the indexes shows
+
+        stop, errors = threading.Event(), []
+
+        def writer() -> None:
+            rnd = random.Random(5)
+            try:
+                with etcd_harness.connect(store.url) as other:
+                    while not stop.is_set():
+                        job_id = rnd.choice(jobs[40:])
+                        with contextlib.suppress(tenure.AlreadyClaimed):
+                            other.release(other.claim(job_id, owner="x", ttl=etcd_harness.ttl))
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        try:
+            added = store.backend.build_indexes()
+        finally:
+            stop.set()
+            thread.join()
+        assert not errors, errors
+        assert 100 < added <= 150
+        assert _etcd_index(etcd_harness, store) == _etcd_index_wanted(etcd_harness, store)
+        now = store.now()
+        assert store.backend.summary(now, 30.0) == _listed(store, now, 30.0)
+        assert store.summary().completed == 1
+        assert store.backend.build_indexes() == 0
+        lease = store.claim_next(owner="new", ttl=etcd_harness.ttl)
+        assert lease is not None and lease.job_id == jobs[0]  # the expired lease first
