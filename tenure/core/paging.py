@@ -83,13 +83,11 @@ def page(src: IndexedJobs, now: float, states: frozenset[JobState] | None, job: 
     names = src.job_ids(counted.total if counted is not None else None)
     if job is not None:
         names = [n for n in names if fold(job) in fold(n)]
-    if order == "expiry":
-        head = [h.job_id for h in held]  # held first, by expiry; no other job has a lease end
-        others = [n for n in names if n not in held_ids] if rest else []
-    else:
-        head = []
+    if order == "expiry":  # held first, by expiry (no other job has a lease end), then by id
+        head, others = [h.job_id for h in held], [n for n in names if n not in held_ids]
+    else:  # by id: the held jobs kept, and every other job
         kept = {h.job_id for h in held}
-        others = [n for n in names if (n in kept) or (bool(rest) and n not in held_ids)]
+        head, others = [], [n for n in names if n in kept or n not in held_ids]
     if not need_reads:
         sequence = head + others
         return JobPage(src.statuses(sequence[offset:offset + limit], now), len(sequence), offset, limit)
