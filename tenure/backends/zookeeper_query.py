@@ -35,7 +35,7 @@ from tenure.core.records import JobState, JobStatus, Summary
 from tenure.core.transitions import JobRecord
 
 ROUNDS = 5  # multis tried before the counts settle for names that moved meanwhile
-TOGETHER = 5000  # leased records read inside the counting multi; more are read after it
+TOGETHER = 2000  # leased records read inside the counting multi (about 700 KB); more are read after it
 
 
 def decoded(layout: zl.Layout, name: str, data: bytes) -> JobRecord | JobStatus:

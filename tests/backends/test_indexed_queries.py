@@ -275,3 +275,15 @@ def test_etcd_store_without_indexes_is_upgraded_beside_a_writer(etcd_harness: An
         assert store.backend.build_indexes() == 0
         lease = store.claim_next(owner="new", ttl=etcd_harness.ttl)
         assert lease is not None and lease.job_id == jobs[0]  # the expired lease first
+
+
+def test_zookeeper_counts_leases_beyond_one_request(zk_harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """More leases than one counting multi carries: the rest are read after it, and counted."""
+    from tenure.backends import zookeeper_query
+
+    monkeypatch.setattr(zookeeper_query, "TOGETHER", 1)
+    with zk_harness.connect() as store:
+        _seed(zk_harness, store)
+        now = store.now()
+        assert store.backend.summary(now, 1e6) == _listed(store, now, 1e6)
+        assert (store.summary().leased, store.summary().expired) == (3, 2)
