@@ -179,7 +179,7 @@ def test_etcd_listing_reads_a_damaged_pending_record_as_corrupt(etcd_harness: An
 def test_etcd_listing_is_whole_whatever_the_cached_names(etcd_harness: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The listing cuts its pages at job names cached from an earlier read; a stale cut only
     changes the pages' sizes: every job is still listed once, in key order."""
-    from tenure.backends import etcd_scan
+    from tenure.backends.etcd import scan as etcd_scan
 
     monkeypatch.setattr(etcd_scan, "PAGE", 3)
     with etcd_harness.connect() as store:
@@ -205,7 +205,7 @@ def _etcd_index(etcd_harness: Any, store: tenure.Store) -> tuple[set[bytes], set
 
 def _raw(node: Any, key: bytes) -> Any:
     """A key as etcd's JSON gateway shows it, as the KeyValue tenure reads (None if absent)."""
-    from tenure.backends.etcd_client import KV
+    from tenure.backends.etcd.client import KV
 
     found = node.api("/v3/kv/range", {"key": base64.b64encode(key).decode()}).get("kvs", [])
     return KV(key=key, value=base64.b64decode(found[0]["value"])) if found else None
@@ -213,7 +213,7 @@ def _raw(node: Any, key: bytes) -> Any:
 
 def _etcd_index_wanted(etcd_harness: Any, store: tenure.Store) -> tuple[set[bytes], set[bytes]]:
     """The index keys this version writes with each job, from the jobs' own keys."""
-    from tenure.backends import etcd_layout
+    from tenure.backends.etcd import layout as etcd_layout
 
     node, keys = etcd_harness.cluster.nodes[0], store.backend.keys
     queue, held = set(), set()
@@ -279,7 +279,7 @@ def test_etcd_store_without_indexes_is_upgraded_beside_a_writer(etcd_harness: An
 
 def test_zookeeper_counts_leases_beyond_one_request(zk_harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     """More leases than one counting multi carries: the rest are read after it, and counted."""
-    from tenure.backends import zookeeper_query
+    from tenure.backends.zookeeper import query as zookeeper_query
 
     monkeypatch.setattr(zookeeper_query, "TOGETHER", 1)
     with zk_harness.connect() as store:

@@ -1,14 +1,14 @@
 """Operators' queries on etcd from the indexes, not from a listing of every job.
 
 Every job is in exactly one of three places, kept so by the transactions that change it
-(``etcd_layout``): a ``queue/`` key (pending), a ``held/`` key (leased, live or expired), or
+(``etcd.layout``): a ``queue/`` key (pending), a ``held/`` key (leased, live or expired), or
 neither (completed). A ``lease/`` key lives beside the held key while etcd keeps the lease:
 a held key without one is an expired lease, by etcd's own clock. So one read-only
 transaction, at one revision, counts them all: etcd counts ``job/`` and ``queue/`` itself
 (``count_only``: no key crosses the wire) and sends the held and lease keys, whose number is
 that of the leases, not of the jobs. Nothing is written to keep these counts, so no crash
 between round trips can leave them wrong. A store written before the indexes (development
-versions before 2026-12-02) gets them from ``EtcdBackend.build_indexes`` (``etcd_upgrade``).
+versions before 2026-12-02) gets them from ``EtcdBackend.build_indexes`` (``etcd.upgrade``).
 
 Job ids in order (for pages by id) come from the ``job/`` keys' names, read once and kept
 while etcd's count of them is unchanged (tenure never deletes a job). A record damaged behind
@@ -23,11 +23,11 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from tenure.backends import etcd_client as ec
-from tenure.backends.etcd_client import KV, Connection, Pending, TxnResult
-from tenure.backends.etcd_layout import Keys, record
+from tenure.backends.etcd import client as ec
+from tenure.backends.etcd.client import KV, Connection, Pending, TxnResult
+from tenure.backends.etcd.layout import Keys, record
 from tenure.core import transitions
-from tenure.core.backend import corrupt_status
+from tenure.core.codec import corrupt_status
 from tenure.core.errors import CorruptRecord
 from tenure.core.paging import Held
 from tenure.core.records import JobState, JobStatus, Summary
@@ -53,7 +53,7 @@ def _owner(value: bytes) -> str | None:
 
 
 def _lease_end(kv: KV, now: float) -> float:
-    """When a live lease ends, as ``etcd_layout.record`` judges it: never before ``now``."""
+    """When a live lease ends, as ``etcd.layout.record`` judges it: never before ``now``."""
     try:
         expires_at = json.loads(kv.value).get("expires_at")
     except (ValueError, AttributeError):

@@ -1,6 +1,6 @@
 """Operators' queries on ZooKeeper from the claimable index, not from a listing of every job.
 
-Every job znode is in exactly one place of the index (``zookeeper_layout``), kept so by the
+Every job znode is in exactly one place of the index (``zookeeper.layout``), kept so by the
 multis that change it: an entry in a ``pending/`` bucket (pending), a ``leased/`` entry
 (leased, live or expired), or neither (completed). ZooKeeper keeps each znode's number of
 children in its stat, so the counts are stats, not listings: ``jobs/``, ``leased/`` and each
@@ -24,30 +24,15 @@ import threading
 
 from kazoo.client import KazooClient
 
-from tenure.backends import zookeeper_layout as zl
-from tenure.backends.zookeeper_config import mapped_errors
-from tenure.backends.zookeeper_multiread import read_many, read_together
+from tenure.backends.zookeeper import layout as zl
+from tenure.backends.zookeeper.config import mapped_errors
+from tenure.backends.zookeeper.multiread import read_many, read_together
 from tenure.core import transitions
-from tenure.core.backend import corrupt_status
-from tenure.core.errors import CorruptRecord
 from tenure.core.paging import HELD_STATES, Held
-from tenure.core.records import JobState, JobStatus, Summary
-from tenure.core.transitions import JobRecord
+from tenure.core.records import JobRecord, JobState, JobStatus, Summary
 
 ROUNDS = 5  # multis tried before the counts settle for names that moved meanwhile
 TOGETHER = 2000  # leased records read inside the counting multi (about 700 KB); more are read after it
-
-
-def decoded(layout: zl.Layout, name: str, data: bytes) -> JobRecord | JobStatus:
-    """The record in job znode ``name``, or a CORRUPT status saying why it cannot be read."""
-    key = f"{layout.jobs}/{name}"
-    try:
-        return zl.load_record(data, key, zl.decode(name))
-    except ValueError as exc:  # CorruptRecord is not a ValueError: this is a bad name
-        return JobStatus(job_id=name, state=JobState.CORRUPT, key=key,
-                         problem=f"znode name is not a tenure job id: {exc}")
-    except CorruptRecord as exc:
-        return corrupt_status(zl.decode(name), key, exc)
 
 
 def status(layout: zl.Layout, name: str, data: bytes, now: float) -> JobStatus:
@@ -55,7 +40,7 @@ def status(layout: zl.Layout, name: str, data: bytes, now: float) -> JobStatus:
     fast = zl.load_status(data, name, now)
     if fast is not None:
         return fast
-    item = decoded(layout, name, data)
+    item = zl.decoded(layout.jobs, name, data)
     return transitions.status(item, now) if isinstance(item, JobRecord) else item
 
 

@@ -2,7 +2,7 @@
 
 Stores of development versions before 2026-12-02 have job keys without ``queue/`` and
 ``held/`` keys: ``claim_next`` cannot find their jobs, and ``summary()``, which counts from
-those indexes (``etcd_query``), counts their pending and leased jobs as completed.
+those indexes (``etcd.query``), counts their pending and leased jobs as completed.
 ``build_indexes`` adds to every job the index key this version would have written with it:
 a queue key for a pending job (named by when it became pending, as ``queued_since`` says, so
 the claim that takes it deletes exactly that key) and a held key for a leased or expired one.
@@ -19,9 +19,9 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from tenure.backends import etcd_client as ec
-from tenure.backends.etcd_client import KV, Connection
-from tenure.backends.etcd_layout import Keys, held_value, parse, queued_since, record
+from tenure.backends.etcd import client as ec
+from tenure.backends.etcd.client import KV, Connection
+from tenure.backends.etcd.layout import Keys, held_value, parse, queued_since, record
 from tenure.core.errors import CorruptRecord
 from tenure.core.records import JobState
 
