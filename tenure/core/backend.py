@@ -70,6 +70,10 @@ class Characteristics:
     # for a backend that sends nothing over a network. A network backend with () cannot
     # encrypt: credentials given to it are always reported as clear text.
     tls_options: tuple[str, ...] | None = ()
+    # summary() counts from the store's indexes instead of reading every record (etcd,
+    # ZooKeeper): a record damaged behind tenure's back is counted where its index puts it,
+    # and found as corrupt only by a listing (jobs(), or a page() that asks for corrupt jobs).
+    counts_from_indexes: bool = False
 
 
 @dataclass(frozen=True)

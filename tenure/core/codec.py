@@ -61,6 +61,8 @@ def corrupt_status(job_id: str, key: str, exc: CorruptRecord) -> JobStatus:
 def number(key: str, name: str, value: Any, optional: bool = True) -> float | None:
     if value is None and optional:
         return None
+    if type(value) is float and math.isfinite(value):  # the common case first (listings)
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise CorruptRecord(key, f"field {name!r} is {value!r}")
     return float(value)
@@ -82,8 +84,13 @@ def integer(key: str, name: str, value: Any, optional: bool = False) -> int | No
     return value
 
 
+_STORED = {state.value: state for state in STORED_STATES}
+
+
 def state(key: str, value: Any) -> JobState:
     """A stored state (pending, leased, completed)."""
+    if type(value) is str and value in _STORED:  # listings decode one per job: the quick way first
+        return _STORED[value]
     try:
         found = JobState(value)
     except ValueError:

@@ -34,7 +34,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tenure.backends.etcd import client as ec
+from tenure.backends.etcd import query as etcd_query
 from tenure.backends.etcd import scan as etcd_scan
+from tenure.backends.etcd import upgrade as etcd_upgrade
 from tenure.backends.etcd.client import KV, Connection, Pending, TxnResult
 from tenure.backends.etcd.layout import (
     UNKNOWN_REASON,
@@ -54,7 +56,7 @@ from tenure.backends.etcd.layout import (
     record,
     rejection_value,
 )
-from tenure.core import audit, contention, protocol, transitions
+from tenure.core import audit, contention, paging, protocol, transitions
 from tenure.core.backend import Backend, Characteristics
 from tenure.core.clock import Clock, boot_clock, deadline_runs
 from tenure.core.codec import corrupt_status
@@ -71,7 +73,19 @@ from tenure.core.errors import (
     TokenChanged,
 )
 from tenure.core.options import Options, StoreURL
-from tenure.core.records import Change, HistoryEvent, JobRecord, JobState, JobStatus, Lease, Op, Reason, Rejection
+from tenure.core.records import (
+    Change,
+    HistoryEvent,
+    JobPage,
+    JobRecord,
+    JobState,
+    JobStatus,
+    Lease,
+    Op,
+    Reason,
+    Rejection,
+    Summary,
+)
 
 log = logging.getLogger("tenure.etcd")
 
@@ -151,6 +165,7 @@ class EtcdBackend(Backend):
         tokens_ordered_across_jobs=True,
         max_result_bytes=512 * 1024,  # base64, twice in a complete txn, under the 1.5 MiB request limit
         tls_options=("ca_cert",),
+        counts_from_indexes=True,
     )
 
     def __init__(self, hosts: list[tuple[str, int]], prefix: str, *, clock: Clock | None = None,
@@ -165,6 +180,7 @@ class EtcdBackend(Backend):
         self._pool: dict[int, list[_EtcdLease]] = {}  # idle leases by the etcd TTL they serve
         self._pooled = 0
         self._queue = etcd_scan.QueueCursor(self.keys)
+        self._index = etcd_query.EtcdIndex(self._conn, self.keys)  # summary() and page()
         # (job, incarnation) of leases etcd ended, for the wait before a claim (_wait_out_holder)
         self._ended: collections.OrderedDict[tuple[str, int], _Ended] = collections.OrderedDict()
         self._retention_lease: tuple[int, float] | None = None  # (id, monotonic time to rotate)
@@ -744,11 +760,7 @@ class EtcdBackend(Backend):
 
     def jobs(self) -> Iterator[JobStatus]:
         now = self.now()
-        for job_id, key, rec_or_error in etcd_scan.scan(self._conn, self.keys, now):
-            if isinstance(rec_or_error, CorruptRecord):
-                yield corrupt_status(job_id, key, rec_or_error)
-            elif rec_or_error is not None:
-                yield transitions.status(rec_or_error, now)
+        return etcd_scan.scan(self._conn, self.keys, now, self._index.listing_pages(etcd_scan.PAGE))
 
     def _read_audit(self, span: tuple[bytes, bytes], limit: int | None, since: float | None,
                     read: Callable[[KV], _Stamped]) -> list[_Stamped]:
@@ -768,6 +780,20 @@ class EtcdBackend(Backend):
             return read_event(kv, job_id or self.keys.job_id(kv.key.rsplit(b"/", 1)[0], "history"))
 
         return self._read_audit(self.keys.history_span(job_id), limit, since, read)
+
+    def build_indexes(self) -> int:
+        """Add the ``queue/`` and ``held/`` keys a store written before them lacks (an
+        upgrade, safe beside writers of this version: see ``etcd.upgrade``); how many."""
+        return etcd_upgrade.build_indexes(self._conn, self.keys, self.now())
+
+    def summary(self, now: float, soon: float) -> Summary:
+        counted = self._index.counts(now, soon)  # from the indexes (etcd.query)
+        return dataclasses.replace(counted, rejections_last_hour=len(self.rejections(now - 3600.0, None)))
+
+    def page(self, now: float, states: frozenset[JobState] | None, job: str | None,
+             owner: str | None, order: str, offset: int, limit: int) -> JobPage:
+        indexed = paging.page(self._index, now, states, job, owner, order, offset, limit)
+        return indexed or super().page(now, states, job, owner, order, offset, limit)
 
     def watch(self, stop: threading.Event, interval: float) -> Iterator[Change]:
         return etcd_scan.watch(self.keys, self._conn, self.jobs, self.get, stop, interval)

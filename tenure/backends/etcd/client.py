@@ -101,9 +101,11 @@ def range_request(key: bytes, end: bytes = b"", *, limit: int = 0, revision: int
         sort_target=rpc_pb2.RangeRequest.CREATE if by_create else rpc_pb2.RangeRequest.KEY)
 
 
-def get(key: bytes, end: bytes = b"", *, keys_only: bool = False, revision: int = 0, limit: int = 0) -> OpSpec:
+def get(key: bytes, end: bytes = b"", *, keys_only: bool = False, revision: int = 0, limit: int = 0,
+        count_only: bool = False) -> OpSpec:
+    """``count_only``: the answer carries only how many keys the range holds (``TxnResult.counts``)."""
     return rpc_pb2.RequestOp(request_range=rpc_pb2.RangeRequest(
-        key=key, range_end=end, keys_only=keys_only, revision=revision, limit=limit))
+        key=key, range_end=end, keys_only=keys_only, revision=revision, limit=limit, count_only=count_only))
 
 
 def txn_request(compares: list[CompareSpec], success: list[OpSpec], failure: list[OpSpec]) -> Any:
@@ -145,6 +147,7 @@ class TxnResult:
     ranges: list[list[KV]]  # one per range op of the branch that ran, in order
     prev: list[KV]  # previous values returned by put/delete with prev_kv
     nested: list[TxnResult] = dataclasses.field(default_factory=list)  # of txn ops in that branch
+    counts: list[int] = dataclasses.field(default_factory=list)  # how many keys each range op holds
 
 
 def txn_result(resp: Any) -> TxnResult:
@@ -152,10 +155,12 @@ def txn_result(resp: Any) -> TxnResult:
     ranges: list[list[KV]] = []
     prev: list[KV] = []
     nested: list[TxnResult] = []
+    counts: list[int] = []
     for op in resp.responses:
         kind = op.WhichOneof("response")
         if kind == "response_range":
             ranges.append(list(op.response_range.kvs))
+            counts.append(int(op.response_range.count))
         elif kind == "response_put":
             if op.response_put.HasField("prev_kv"):
                 prev.append(op.response_put.prev_kv)
@@ -163,7 +168,7 @@ def txn_result(resp: Any) -> TxnResult:
             prev.extend(op.response_delete_range.prev_kvs)
         elif kind == "response_txn":
             nested.append(txn_result(op.response_txn))
-    return TxnResult(resp.succeeded, resp.header.revision, ranges, prev, nested)
+    return TxnResult(resp.succeeded, resp.header.revision, ranges, prev, nested, counts)
 
 
 def _granted(resp: Any) -> tuple[int, int]:
@@ -276,6 +281,14 @@ class Connection:
         req = txn_request(compares, success, failure)
         return self.call(lambda ep, md: txn_result(ep.kv.Txn(req, timeout=self.timeout, metadata=md)),
                          retry=retry)
+
+    def txn_started(self, compares: list[CompareSpec], success: list[OpSpec],
+                    failure: list[OpSpec]) -> Pending[TxnResult]:
+        """A read-only transaction sent now, answered later (retried on the next endpoint)."""
+        req = txn_request(compares, success, failure)
+        return self._started(lambda ep, md: ep.kv.Txn.future(req, timeout=self.timeout, metadata=md),
+                             lambda f: txn_result(f.result()),
+                             lambda: self.txn(compares, success, failure, retry=True))
 
     def range(self, key: bytes, end: bytes = b"", *, revision: int = 0, limit: int = 0,
               newest_first: bool = False, by_create: bool = False,

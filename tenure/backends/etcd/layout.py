@@ -29,13 +29,14 @@ Anything under the prefix that does not decode raises :class:`CorruptRecord`.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from tenure.backends.etcd.client import KV
 from tenure.core import codec, validation
 from tenure.core.errors import CorruptRecord, InvalidArgument
-from tenure.core.records import HistoryEvent, JobRecord, JobState, Op, Rejection
+from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Op, Rejection
 
 VERSION = 1
 _DUMP = {"ensure_ascii": True, "separators": (",", ":"), "allow_nan": False}
@@ -192,6 +193,40 @@ def read_job(kv: KV, job_id: str) -> JobValue:
     return JobValue(state, owner, _field(kv, v, "token", int, False), _field(kv, v, "ttl", _NUM),
                     _field(kv, v, "submitted_at", _NUM), _field(kv, v, "claimed_at", _NUM),
                     _field(kv, v, "expires_at", _NUM), _field(kv, v, "runs", int, False))
+
+
+_decode_json = json.JSONDecoder().decode
+
+
+def _plain_number(value: object) -> bool:
+    """None or a finite int or float (not a bool): what ``_field`` accepts for ``_NUM``."""
+    return value is None or (type(value) in (int, float) and math.isfinite(value))  # type: ignore[arg-type]
+
+
+def listed_pending(kv: KV, encoded: bytes) -> JobStatus | None:
+    """For listings: the status of a pending job whose job key ends in ``encoded`` and that
+    has no lease or outcome key, built straight from its value with the checks ``read_job``
+    and ``Keys.job_id`` make; None for anything else, which the general path then explains."""
+    try:
+        v = _decode_json(kv.value.decode())
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if type(v) is not dict or v.get("tenure") != VERSION or v.get("state") != "pending":
+        return None
+    job_id, owner, token, runs = v.get("job"), v.get("owner"), v.get("token"), v.get("runs")
+    submitted_at, claimed_at = v.get("submitted_at"), v.get("claimed_at")
+    if (type(job_id) is not str or type(token) is not int or type(runs) is not int
+            or (owner is not None and type(owner) is not str)
+            or not all(_plain_number(v.get(name)) for name in ("ttl", "submitted_at", "claimed_at", "expires_at"))
+            or _encoded(job_id) != encoded):
+        return None
+    try:
+        validation.job_id(job_id)
+    except InvalidArgument:
+        return None
+    return JobStatus(job_id, JobState.PENDING, owner, token, None,  # numbers as codec.number gives them
+                     None if submitted_at is None else float(submitted_at),
+                     None if claimed_at is None else float(claimed_at), runs=runs)
 
 
 def parse(value: bytes) -> dict[str, Any]:

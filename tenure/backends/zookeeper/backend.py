@@ -34,6 +34,7 @@ from kazoo.exceptions import (
 )
 
 from tenure.backends.zookeeper import layout as zl
+from tenure.backends.zookeeper import query as zookeeper_query
 from tenure.backends.zookeeper.acl import Guard
 from tenure.backends.zookeeper.audit import Audit
 from tenure.backends.zookeeper.config import Config, mapped_errors
@@ -41,7 +42,7 @@ from tenure.backends.zookeeper.held import HeldRecords
 from tenure.backends.zookeeper.index import Index, Known, Placer
 from tenure.backends.zookeeper.multiread import read_many
 from tenure.backends.zookeeper.session import Session
-from tenure.core import contention, protocol, transitions
+from tenure.core import contention, paging, protocol, transitions
 from tenure.core.backend import Characteristics, Link, SteppedBackend
 from tenure.core.clock import Clock, boot_clock
 from tenure.core.codec import corrupt_status
@@ -55,7 +56,18 @@ from tenure.core.errors import (
     TokenChanged,
 )
 from tenure.core.options import Options, StoreURL
-from tenure.core.records import Change, HistoryEvent, JobRecord, JobState, JobStatus, Lease, Op, Rejection
+from tenure.core.records import (
+    Change,
+    HistoryEvent,
+    JobPage,
+    JobRecord,
+    JobState,
+    JobStatus,
+    Lease,
+    Op,
+    Rejection,
+    Summary,
+)
 from tenure.core.transitions import history_event
 
 SUBMIT_BATCH = 250  # jobs per multi in submit_many: about 200 KB, well under jute.maxbuffer (1 MB)
@@ -95,6 +107,7 @@ class ZooKeeperBackend(SteppedBackend):
         max_result_bytes=512 * 1024,  # base64 in a znode under jute.maxbuffer (1 MB), with the record
         tls_options=("tls",),
         clock_resolution=0.001,  # znode mtimes are whole milliseconds
+        counts_from_indexes=True,  # where the store has the claimable index (zookeeper.query)
     )
 
     def __init__(self, config: Config, injected: Clock | None = None) -> None:
@@ -108,6 +121,7 @@ class ZooKeeperBackend(SteppedBackend):
         self._claims_existing = False  # whether the last claim found its job existing
         try:
             self.index = Index(self.session, self._ensure_layout(), self.drop_stale)
+            self._queries = zookeeper_query.ZooKeeperIndex(self.client, self.layout, config.timeout)
             self.audit = Audit(self.session)
         except BaseException:
             self.close()
@@ -548,6 +562,18 @@ class ZooKeeperBackend(SteppedBackend):
         now = self.now()
         for item in self._records(now):
             yield transitions.status(item, now) if isinstance(item, JobRecord) else item
+
+    def summary(self, now: float, soon: float) -> Summary:
+        counted = self._queries.counts(now, soon) if self.index.enabled else None  # zookeeper.query
+        if counted is None:
+            return super().summary(now, soon)
+        return dataclasses.replace(counted, rejections_last_hour=len(self.rejections(now - 3600.0, None)))
+
+    def page(self, now: float, states: frozenset[JobState] | None, job: str | None,
+             owner: str | None, order: str, offset: int, limit: int) -> JobPage:
+        indexed = (paging.page(self._queries, now, states, job, owner, order, offset, limit)
+                   if self.index.enabled else None)
+        return indexed or super().page(now, states, job, owner, order, offset, limit)
 
     def rejections(self, since: float | None, limit: int | None) -> list[Rejection]:
         return self.audit.rejections(since, limit)

@@ -18,6 +18,7 @@ from typing import Any
 from kazoo.exceptions import EXCEPTIONS, NoNodeError, UnimplementedError
 from kazoo.protocol.paths import _prefix_root
 from kazoo.protocol.serialization import GetData, MultiHeader, int_struct, multiheader_struct, stat_struct
+from kazoo.protocol.states import ZnodeStat
 
 BATCH = 1000  # getData per request: about 300 KB of tenure records in the answer
 IN_FLIGHT = 3  # requests sent ahead of the one being decoded
@@ -116,3 +117,48 @@ def _pipelined(client: Any, paths: list[str], timeout: float) -> Iterator[tuple[
             except NoNodeError:
                 continue
             yield path, data or b"", stat.version
+
+
+class MultiReadStats(MultiRead):
+    """``multiRead`` answered with each znode's data and whole stat (``numChildren``,
+    ``cversion`` ...), for the few znodes whose counts the operators' queries read."""
+
+    @classmethod
+    def deserialize(cls, buf: bytes, offset: int) -> list[tuple[bytes, ZnodeStat] | Exception]:
+        results: list[tuple[bytes, ZnodeStat] | Exception] = []
+        while True:
+            kind, done, _ = multiheader_struct.unpack_from(buf, offset)
+            offset += multiheader_struct.size
+            if done:
+                return results
+            if kind == GetData.type:
+                length = int_struct.unpack_from(buf, offset)[0]
+                offset += 4
+                data = bytes(buf[offset:offset + max(length, 0)])
+                offset += max(length, 0)
+                results.append((data, ZnodeStat._make(stat_struct.unpack_from(buf, offset))))
+                offset += stat_struct.size
+            elif kind == -1:
+                results.append(EXCEPTIONS[int_struct.unpack_from(buf, offset)[0]]())
+                offset += 4
+            else:
+                raise ValueError(f"unexpected operation {kind} in a multiRead answer")
+
+
+def read_together(client: Any, paths: list[str], timeout: float) -> list[tuple[bytes, ZnodeStat] | None]:
+    """Data and stat of every znode in ``paths`` (None where there is none), read by ONE
+    request: a server answers a multiRead as one request, with no write applied in between,
+    so the answers are one moment of that server's state. Needs ZooKeeper 3.6 or later."""
+    result = client.handler.async_result()
+    chroot = client.chroot
+    client._call(MultiReadStats([GetData(_prefix_root(chroot, p) if chroot else p, None) for p in paths]), result)
+    answers = result.get(timeout=timeout)
+    out: list[tuple[bytes, ZnodeStat] | None] = []
+    for answer in answers:
+        if isinstance(answer, NoNodeError):
+            out.append(None)
+        elif isinstance(answer, Exception):
+            raise answer
+        else:
+            out.append(answer)
+    return out

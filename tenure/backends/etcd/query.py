@@ -1,0 +1,187 @@
+"""Operators' queries on etcd from the indexes, not from a listing of every job.
+
+Every job is in exactly one of three places, kept so by the transactions that change it
+(``etcd.layout``): a ``queue/`` key (pending), a ``held/`` key (leased, live or expired), or
+neither (completed). A ``lease/`` key lives beside the held key while etcd keeps the lease:
+a held key without one is an expired lease, by etcd's own clock. So one read-only
+transaction, at one revision, counts them all: etcd counts ``job/`` and ``queue/`` itself
+(``count_only``: no key crosses the wire) and sends the held and lease keys, whose number is
+that of the leases, not of the jobs. Nothing is written to keep these counts, so no crash
+between round trips can leave them wrong. A store written before the indexes (development
+versions before 2026-12-02) gets them from ``EtcdBackend.build_indexes`` (``etcd.upgrade``).
+
+Job ids in order (for pages by id) come from the ``job/`` keys' names, read once and kept
+while etcd's count of them is unchanged (tenure never deletes a job). A record damaged behind
+tenure's back is counted where its index puts it; only a listing finds it corrupt.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from tenure.backends.etcd import client as ec
+from tenure.backends.etcd.client import KV, Connection, Pending, TxnResult
+from tenure.backends.etcd.layout import Keys, record
+from tenure.core import transitions
+from tenure.core.codec import corrupt_status
+from tenure.core.errors import CorruptRecord
+from tenure.core.paging import Held
+from tenure.core.records import JobState, JobStatus, Summary
+
+_JOBS_PER_TXN = 40  # 3 reads each: within etcd's default of 128 operations per transaction
+_IN_FLIGHT = 25  # transactions of reads sent at once: a page of up to 1,000 jobs
+
+
+@dataclass(frozen=True)
+class _Counts:
+    revision: int
+    jobs: int
+    pending: int
+    held: list[tuple[str, str | None, KV | None]]  # job id, owner, lease key (None: expired)
+
+
+def _owner(value: bytes) -> str | None:
+    try:
+        owner = json.loads(value).get("owner")
+    except (ValueError, AttributeError):
+        return None
+    return owner if isinstance(owner, str) else None
+
+
+def _lease_end(kv: KV, now: float) -> float:
+    """When a live lease ends, as ``etcd.layout.record`` judges it: never before ``now``."""
+    try:
+        expires_at = json.loads(kv.value).get("expires_at")
+    except (ValueError, AttributeError):
+        expires_at = None
+    if isinstance(expires_at, bool) or not isinstance(expires_at, (int, float)):
+        return now + 1e-3
+    return max(float(expires_at), now + 1e-3)
+
+
+class EtcdIndex:
+    """``tenure.core.paging.IndexedJobs`` on etcd."""
+
+    def __init__(self, conn: Connection, keys: Keys) -> None:
+        self._conn = conn
+        self._keys = keys
+        self._lock = threading.Lock()
+        self._names: tuple[int, list[str], list[bytes]] = (-1, [], [])  # (count of job keys, ids, names)
+
+    def _read(self, counted: bool) -> _Counts:
+        """The indexes at one revision, one round trip; ``counted``: with etcd's counts of the
+        job and queue keys (each a walk of its whole range on etcd 3.4)."""
+        k = self._keys
+        reads = [ec.get(*k.span("held")), ec.get(*k.span("lease"))]
+        if counted:
+            reads += [ec.get(*k.span("job"), count_only=True), ec.get(*k.span("queue"), count_only=True)]
+        res = self._conn.txn([], reads, [], retry=True)
+        leases = {kv.key[len(k.section("lease")):]: kv for kv in res.ranges[1]}
+        held = []
+        for kv in res.ranges[0]:
+            try:
+                job_id = k.job_id(kv.key, "held")
+            except CorruptRecord:
+                continue  # not a key tenure made: listed as corrupt by jobs(), never counted here
+            held.append((job_id, _owner(kv.value), leases.get(kv.key[len(k.section("held")):])))
+        jobs, pending = res.counts[2:4] if counted else (0, 0)
+        return _Counts(res.revision, jobs, pending, held)
+
+    def counts(self, now: float, soon: float = 0.0) -> Summary:
+        c = self._read(counted=True)
+        live = [lease for _, _, lease in c.held if lease is not None]
+        return Summary(now=now, pending=c.pending, leased=len(live),
+                       expiring_soon=sum(1 for kv in live if _lease_end(kv, now) <= now + soon),
+                       expired=len(c.held) - len(live), completed=max(0, c.jobs - c.pending - len(c.held)))
+
+    def held(self, now: float, expiry: bool) -> list[Held]:
+        c = self._read(counted=False)
+        ended = [job_id for job_id, _, lease in c.held if lease is None]
+        until: dict[str, float | None] = {}
+        if expiry:  # an expired lease's end is in its job or end key: read the few there are
+            for job_id, (job, lease, end) in self._snapshots(ended, c.revision):
+                try:
+                    rec = record(job_id, job, lease, end, now)
+                except CorruptRecord:
+                    rec = None
+                until[job_id] = rec.lease_until if rec is not None else None
+        return [Held(job_id, owner, JobState.LEASED, _lease_end(lease, now)) if lease is not None
+                else Held(job_id, owner, JobState.EXPIRED, until.get(job_id))
+                for job_id, owner, lease in c.held]
+
+    def job_ids(self, total: int | None = None) -> list[str]:
+        if total is None:
+            total = self._count_jobs()[1]
+        return self._job_names(total)[0]
+
+    def _count_jobs(self) -> tuple[int, int]:
+        """(revision, number of job keys): a walk inside etcd, but no key crosses the wire."""
+        res = self._conn.txn([], [ec.get(*self._keys.span("job"), count_only=True)], [], retry=True)
+        return res.revision, res.counts[0]
+
+    def _job_names(self, total: int) -> tuple[list[str], list[bytes]]:
+        """Every job id sorted, and every job key's name (after ``job/``) in key order: the
+        cached ones while there are ``total`` job keys (tenure never deletes one), else read."""
+        with self._lock:
+            count, ids, names = self._names
+        if total == count:
+            return ids, names
+        start = len(self._keys.section("job"))
+        kvs, _, _ = self._conn.range(*self._keys.span("job"), keys_only=True)
+        names = [kv.key[start:] for kv in kvs]
+        ids = []
+        for kv in kvs:
+            try:
+                ids.append(self._keys.job_id(kv.key, "job"))
+            except CorruptRecord:
+                continue  # a key tenure did not make: only a listing shows it
+        ids.sort()
+        with self._lock:
+            self._names = (len(kvs), ids, names)
+        return ids, names
+
+    def listing_pages(self, size: int) -> tuple[int, list[bytes]]:
+        """A revision to list at, and the names that cut the job keys into pages of about
+        ``size``: from the cached names when their count is still etcd's, which spares etcd
+        sending every key. Any cut is correct (each page reads its whole span)."""
+        revision, total = self._count_jobs()
+        names = self._job_names(total)[1]
+        return revision, names[size::size]
+
+    def statuses(self, job_ids: list[str], now: float) -> list[JobStatus]:
+        out = []
+        for job_id, (job, lease, end) in self._snapshots(job_ids, 0):
+            try:
+                rec = record(job_id, job, lease, end, now)
+            except CorruptRecord as exc:
+                out.append(corrupt_status(job_id, exc.key, exc))
+                continue
+            if rec is not None:
+                out.append(transitions.status(rec, now))
+        return out
+
+    def _snapshots(self, job_ids: list[str], revision: int) -> Iterator[tuple[str, list[KV | None]]]:
+        """The job, lease and end keys of each job, at ``revision`` (0: the latest), with up to
+        ``_IN_FLIGHT`` transactions of reads sent ahead of the one being read."""
+        k = self._keys
+        sent: collections.deque[tuple[list[str], Pending[TxnResult]]] = collections.deque()
+
+        def answered() -> Iterator[tuple[str, list[KV | None]]]:
+            batch, answer = sent.popleft()
+            ranges = answer.result().ranges
+            for i, job_id in enumerate(batch):
+                yield job_id, [r[0] if r else None for r in ranges[3 * i:3 * i + 3]]
+
+        for start in range(0, len(job_ids), _JOBS_PER_TXN):
+            batch = job_ids[start:start + _JOBS_PER_TXN]
+            reads = [ec.get(key, revision=revision) for job_id in batch
+                     for key in (k.job(job_id), k.lease(job_id), k.end(job_id))]
+            sent.append((batch, self._conn.txn_started([], reads, [])))
+            if len(sent) >= _IN_FLIGHT:
+                yield from answered()
+        while sent:
+            yield from answered()

@@ -1,0 +1,127 @@
+"""Operators' queries on ZooKeeper from the claimable index, not from a listing of every job.
+
+Every job znode is in exactly one place of the index (``zookeeper.layout``), kept so by the
+multis that change it: an entry in a ``pending/`` bucket (pending), a ``leased/`` entry
+(leased, live or expired), or neither (completed). ZooKeeper keeps each znode's number of
+children in its stat, so the counts are stats, not listings: ``jobs/``, ``leased/`` and each
+pending bucket, read with the records of the leased jobs (their expiry decides live or
+expired, by the store's clock) in ONE read-only multi, which the server answers with no write
+applied in between. The names read before it are checked against the directories' child
+versions (``cversion``) in that same answer, so the multi read exactly the buckets and leases
+there were. Nothing is written to keep these counts: no crash can leave them wrong.
+
+Job ids in order (for pages by id) are the names of ``jobs/``'s children, read once and kept
+while that directory's child version (``cversion``) is unchanged. A store made before the
+index (``Index.enabled`` false) has none of this: its queries list every job
+(``Backend.summary``/``page``). A record damaged behind tenure's back is counted where its
+index puts it; only a listing finds it corrupt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+from kazoo.client import KazooClient
+
+from tenure.backends.zookeeper import layout as zl
+from tenure.backends.zookeeper.config import mapped_errors
+from tenure.backends.zookeeper.multiread import read_many, read_together
+from tenure.core import transitions
+from tenure.core.paging import HELD_STATES, Held
+from tenure.core.records import JobRecord, JobState, JobStatus, Summary
+
+ROUNDS = 5  # multis tried before the counts settle for names that moved meanwhile
+TOGETHER = 2000  # leased records read inside the counting multi (about 700 KB); more are read after it
+
+
+def status(layout: zl.Layout, name: str, data: bytes, now: float) -> JobStatus:
+    """The status at ``now`` of the job in znode ``name`` (the listing's fast way first)."""
+    fast = zl.load_status(data, name, now)
+    if fast is not None:
+        return fast
+    item = zl.decoded(layout.jobs, name, data)
+    return transitions.status(item, now) if isinstance(item, JobRecord) else item
+
+
+class ZooKeeperIndex:
+    """``tenure.core.paging.IndexedJobs`` on ZooKeeper's claimable index."""
+
+    def __init__(self, client: KazooClient, layout: zl.Layout, timeout: float) -> None:
+        self._client = client
+        self._layout = layout
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._names: tuple[int, list[str]] = (-1, [])  # (cversion of jobs/, sorted ids)
+
+    def _held_statuses(self, names: list[str], now: float) -> list[JobStatus]:
+        start = len(self._layout.jobs) + 1
+        with mapped_errors("reading leased jobs"):
+            found = [status(self._layout, path[start:], data, now)
+                     for path, data, _ in read_many(self._client, [f"{self._layout.jobs}/{n}" for n in names],
+                                                    self._timeout)]
+        return [s for s in found if s.state in HELD_STATES]
+
+    def counts(self, now: float, soon: float = 0.0) -> Summary | None:
+        """The index's counts at one moment of the server's state (None: the index's znodes
+        are gone, deleted by hand)."""
+        layout, client = self._layout, self._client
+        for attempt in range(ROUNDS):
+            with mapped_errors("counting jobs"):
+                pending_names = client.get_children_async(layout.pending, include_data=True)
+                leased_names = client.get_children_async(layout.leased, include_data=True)
+                buckets, pending_stat = pending_names.get(timeout=self._timeout)
+                held, leased_stat = leased_names.get(timeout=self._timeout)
+            buckets = [b for b in buckets if zl.bucket_opened(b) is not None]
+            together = held[:TOGETHER]
+            paths = [layout.jobs, layout.pending, layout.leased, *(f"{layout.pending}/{b}" for b in buckets),
+                     *(f"{layout.jobs}/{n}" for n in together)]
+            with mapped_errors("counting jobs"):
+                answers = read_together(client, paths, self._timeout)
+            jobs, pending_dir, leased_dir = answers[:3]
+            if jobs is None or pending_dir is None or leased_dir is None:
+                return None
+            if attempt < ROUNDS - 1 and (pending_dir[1].cversion != pending_stat.cversion
+                                         or leased_dir[1].cversion != leased_stat.cversion):
+                continue  # a bucket or a lease came or went between the names and the multi
+            pending = sum(a[1].numChildren for a in answers[3:3 + len(buckets)] if a is not None)
+            leases = [s for name, a in zip(together, answers[3 + len(buckets):], strict=True)
+                      if a is not None and (s := status(layout, name, a[0], now)).state in HELD_STATES]
+            leases += self._held_statuses(held[TOGETHER:], now)  # too many for one request
+            expired = sum(1 for s in leases if s.state is JobState.EXPIRED)
+            held_count = leased_dir[1].numChildren
+            return Summary(now=now, pending=pending, leased=held_count - expired,  # unreadable: live
+                           expiring_soon=sum(1 for s in leases if s.state is JobState.LEASED
+                                             and s.expires_at is not None and s.expires_at <= now + soon),
+                           expired=expired, completed=max(0, jobs[1].numChildren - pending - held_count))
+        raise AssertionError("unreachable: the last round returns")
+
+    def held(self, now: float, expiry: bool) -> list[Held]:
+        with mapped_errors("listing leased jobs"):
+            names = self._client.get_children(self._layout.leased)
+        return [Held(s.job_id, s.owner, s.state, s.expires_at) for s in self._held_statuses(names, now)]
+
+    def job_ids(self, total: int | None = None) -> list[str]:
+        with mapped_errors("listing jobs"):
+            stat = self._client.exists(self._layout.jobs)
+        with self._lock:
+            cversion, names = self._names
+        if stat is not None and stat.cversion == cversion:
+            return names
+        with mapped_errors("listing jobs"):
+            children, stat = self._client.get_children(self._layout.jobs, include_data=True)
+        ids = []
+        for name in children:
+            with contextlib.suppress(ValueError):  # a name tenure did not make: only a listing shows it
+                ids.append(zl.decode(name))
+        ids.sort()
+        with self._lock:
+            self._names = (stat.cversion, ids)
+        return ids
+
+    def statuses(self, job_ids: list[str], now: float) -> list[JobStatus]:
+        start = len(self._layout.jobs) + 1
+        with mapped_errors("reading jobs"):
+            return [status(self._layout, path[start:], data, now)
+                    for path, data, _ in read_many(self._client, [self._layout.job(j) for j in job_ids],
+                                                   self._timeout)]

@@ -1,0 +1,115 @@
+"""``page()`` for stores that index their jobs instead of listing them (etcd, ZooKeeper).
+
+Such a store offers four reads (``IndexedJobs``): how many jobs are in each state, its leased
+and expired jobs (few: one per held lease), every job id in order (names only, no records)
+and the statuses of some jobs. A page is then cut from those without reading every record:
+
+- leased and expired jobs only: the held jobs, filtered and sorted, then the page's records;
+- any other filter by state: held jobs by expiry first (``order="expiry"``), then the rest by
+  id; the rest need their records read only when the filter keeps pending jobs but not
+  completed ones or the reverse, and then only up to the page (from the first id on);
+- ``None`` (the caller lists every job instead) for what no index answers: corrupt records,
+  and the owner of jobs that are not held (it is in their records only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from tenure.core.backend import fold
+from tenure.core.records import JobPage, JobState, JobStatus, Summary
+
+HELD_STATES = frozenset({JobState.LEASED, JobState.EXPIRED})
+_NOT_HELD = frozenset({JobState.PENDING, JobState.COMPLETED})
+_CHUNK = 100  # fewest records read at a time while walking ids for a filter the index cannot answer
+
+
+@dataclass(frozen=True)
+class Held:
+    """A leased or expired job as an index shows it, enough to filter and order it."""
+
+    job_id: str
+    owner: str | None
+    state: JobState  # LEASED or EXPIRED at the query's ``now``
+    expires_at: float | None
+
+
+class IndexedJobs(Protocol):
+    def counts(self, now: float) -> Summary | None:
+        """Jobs by state at ``now`` (``rejections_last_hour`` left 0); None: no index to count."""
+
+    def held(self, now: float, expiry: bool) -> list[Held]:
+        """Every leased or expired job; ``expiry``: with ``expires_at`` (else it may be None)."""
+
+    def job_ids(self, total: int | None = None) -> list[str]:
+        """Every job id, sorted; ``total``: how many jobs ``counts()`` just found, which a
+        store may check a cached list against instead of counting again."""
+
+    def statuses(self, job_ids: list[str], now: float) -> list[JobStatus]:
+        """The jobs' statuses at ``now``, in the order given; jobs gone since are left out."""
+
+
+def _expiry_key(h: Held) -> tuple[bool, float, str]:
+    return (h.expires_at is None, h.expires_at or 0.0, h.job_id)
+
+
+def page(src: IndexedJobs, now: float, states: frozenset[JobState] | None, job: str | None,
+         owner: str | None, order: str, offset: int, limit: int) -> JobPage | None:
+    """``Store.page`` from the indexes, or None where only a listing can answer."""
+    if states is not None and JobState.CORRUPT in states:
+        return None
+    held_only = states is not None and states <= HELD_STATES
+    if owner is not None and not held_only:
+        return None
+    rest = _NOT_HELD if states is None else states & _NOT_HELD
+    need_reads = bool(rest) and rest != _NOT_HELD  # pending without completed, or the reverse
+    if need_reads and job is not None:
+        return None
+    all_held = src.held(now, expiry=order == "expiry")
+    held = [h for h in all_held if (states is None or h.state in states)
+            and (job is None or fold(job) in fold(h.job_id))
+            and (owner is None or fold(owner) in fold(h.owner or ""))]
+    held.sort(key=_expiry_key if order == "expiry" else lambda h: h.job_id)
+    if held_only:
+        wanted = [h.job_id for h in held[offset:offset + limit]]
+        return JobPage(src.statuses(wanted, now), len(held), offset, limit)
+
+    counted = src.counts(now) if need_reads else None
+    if need_reads and counted is None:
+        return None
+    held_ids = {h.job_id for h in all_held}
+    names = src.job_ids(counted.total if counted is not None else None)
+    if job is not None:
+        names = [n for n in names if fold(job) in fold(n)]
+    if order == "expiry":  # held first, by expiry (no other job has a lease end), then by id
+        head, others = [h.job_id for h in held], [n for n in names if n not in held_ids]
+    else:  # by id: the held jobs kept, and every other job
+        kept = {h.job_id for h in held}
+        head, others = [], [n for n in names if n in kept or n not in held_ids]
+    if not need_reads:
+        sequence = head + others
+        return JobPage(src.statuses(sequence[offset:offset + limit], now), len(sequence), offset, limit)
+    assert counted is not None
+    total = len(held) + (counted.pending if JobState.PENDING in rest else counted.completed)
+    found = _walk(src, now, head, others, states or frozenset(), offset + limit, max(offset + limit, _CHUNK))
+    return JobPage(found[offset:offset + limit], total, offset, limit)
+
+
+def _walk(src: IndexedJobs, now: float, head: list[str], others: list[str], states: frozenset[JobState],
+          enough: int, size: int) -> list[JobStatus]:
+    """Statuses in the order of ``head`` then ``others`` whose state is in ``states``, read in
+    chunks of ``size`` until ``enough`` are found."""
+    found: list[JobStatus] = []
+    for chunk in _chunks(size, head, others):
+        found += [s for s in src.statuses(chunk, now) if s.state in states]
+        if len(found) >= enough:
+            break
+    return found
+
+
+def _chunks(size: int, *sequences: list[str]) -> Iterator[list[str]]:
+    for seq in sequences:
+        for start in range(0, len(seq), size):
+            yield seq[start:start + size]
