@@ -14,9 +14,10 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from tenure.core.backend import Characteristics, RecordBackend, Transaction, newest
+from tenure.core.backend import Characteristics, RecordBackend, Transaction
 from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.options import Options, StoreURL
+from tenure.core.queries import newest
 from tenure.core.records import HistoryEvent, JobState, JobStatus, Rejection
 from tenure.core.transitions import JobRecord, status
 
@@ -130,6 +131,11 @@ class MemoryBackend(RecordBackend):
     def rejections(self, since: float | None, limit: int | None) -> list[Rejection]:
         with self._state.lock:
             found = [r for r in self._state.rejections if since is None or r.at >= since]
+        return newest(found, limit)
+
+    def job_rejections(self, job_id: str, since: float | None, limit: int | None) -> list[Rejection]:
+        with self._state.lock:
+            found = [r for r in self._state.rejections if r.job_id == job_id and (since is None or r.at >= since)]
         return newest(found, limit)
 
     def history(self, job_id: str | None, since: float | None, limit: int | None) -> list[HistoryEvent]:

@@ -14,13 +14,15 @@ from __future__ import annotations
 import abc
 import contextlib
 import threading
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from tenure.core import transitions, watch
+from tenure.core import queries, transitions, watch
 from tenure.core.errors import CorruptRecord, JobNotFound, StaleLease, TokenChanged
+from tenure.core.queries import fold as fold  # re-exported
+from tenure.core.queries import newest as newest
+from tenure.core.queries import state_at as state_at
 from tenure.core.records import (
     Change,
     HistoryEvent,
@@ -159,30 +161,17 @@ class Backend(abc.ABC):
     # -- queries for operators: defaults over jobs(); stores with an index override them ----
     def summary(self, now: float, soon: float) -> Summary:
         """Jobs counted by state at ``now``; leases ending within ``soon`` seconds counted apart."""
-        counts: Counter[JobState] = Counter()
-        expiring = 0
-        for job in self.jobs():
-            state = state_at(job, now)
-            counts[state] += 1
-            if state is JobState.LEASED and job.expires_at is not None and job.expires_at <= now + soon:
-                expiring += 1
-        return Summary(now=now, pending=counts[JobState.PENDING], leased=counts[JobState.LEASED],
-                       expiring_soon=expiring, expired=counts[JobState.EXPIRED],
-                       completed=counts[JobState.COMPLETED], corrupt=counts[JobState.CORRUPT],
-                       rejections_last_hour=len(self.rejections(now - 3600.0, None)))
+        return queries.summarize(self.jobs(), now, soon, len(self.rejections(now - 3600.0, None)))
 
     def page(self, now: float, states: frozenset[JobState] | None, job: str | None,
              owner: str | None, order: str, offset: int, limit: int) -> JobPage:
         """Jobs matching every filter given, ordered, one page of them (see ``Store.page``)."""
-        found = [j for j in self.jobs()
-                 if (states is None or state_at(j, now) in states)
-                 and (job is None or fold(job) in fold(j.job_id))
-                 and (owner is None or fold(owner) in fold(j.owner or ""))]
-        if order == "expiry":
-            found.sort(key=lambda j: (j.expires_at is None, j.expires_at or 0.0, j.job_id))
-        else:
-            found.sort(key=lambda j: j.job_id)
-        return JobPage(found[offset:offset + limit], len(found), offset, limit)
+        return queries.select_page(self.jobs(), now, states, job, owner, order, offset, limit)
+
+    def job_rejections(self, job_id: str, since: float | None, limit: int | None) -> list[Rejection]:
+        """One job's rejections, oldest first; this default filters the whole audit, stores
+        with an index on the audit's job override it."""
+        return queries.of_job(self.rejections(since, None), job_id, limit)
 
     def close(self) -> None:  # noqa: B027 - a no-op is the right default
         """Release connections. Idempotent."""
@@ -289,28 +278,6 @@ class RecordBackend(Backend):
     def record_rejection(self, rejection: Rejection) -> None:
         with self.transaction() as tx:
             tx.add_rejection(rejection)
-
-
-def newest(items: list[Any], limit: int | None) -> list[Any]:
-    """The last ``limit`` items (all of them for None), keeping their order."""
-    if limit is None:
-        return items
-    return items[len(items) - limit:] if limit else []
-
-
-def state_at(job: JobStatus, now: float) -> JobState:
-    """The job's state judged at ``now`` rather than when it was read."""
-    if job.state in (JobState.LEASED, JobState.EXPIRED) and job.expires_at is not None:
-        return JobState.EXPIRED if job.expires_at <= now else JobState.LEASED
-    return job.state
-
-
-def fold(text: str) -> str:
-    """ASCII-only lower case: what SQLite's lower() does, so every backend filters alike."""
-    return text.translate(_ASCII_LOWER)
-
-
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
 def corrupt_status(job_id: str, key: str, exc: CorruptRecord) -> JobStatus:

@@ -209,9 +209,14 @@ class Store:
     def jobs(self) -> Iterator[JobStatus]:
         return self.backend.jobs()
 
-    def rejections(self, since: float | None = None, limit: int | None = None) -> list[Rejection]:
-        """Audited rejections, oldest first; with ``limit``, the most recent ones."""
-        return self.backend.rejections(_since(since), validation.limit(limit))
+    def rejections(self, since: float | None = None, limit: int | None = None, *,
+                   job_id: str | None = None) -> list[Rejection]:
+        """Audited rejections, oldest first; with ``limit``, the most recent ones; with
+        ``job_id``, that job's alone (read through an index where the store has one)."""
+        args = _since(since), validation.limit(limit)
+        if job_id is None:
+            return self.backend.rejections(*args)
+        return self.backend.job_rejections(validation.job_id(job_id), *args)
 
     def history(self, job_id: str | None = None, since: float | None = None,
                 limit: int | None = None) -> list[HistoryEvent]:

@@ -9,8 +9,8 @@ from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
-from tenure.core.backend import fold
 from tenure.core.export import to_json
+from tenure.core.queries import fold
 from tenure.core.records import HistoryEvent, JobState, JobStatus, Op, Rejection
 
 LEASE_COLUMNS = ["job", "owner", "token", "state", "expires in (s)", "lease left",

@@ -7,7 +7,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-from tenure.core.backend import fold
+from tenure.core.queries import fold
 from tenure.core.records import JobPage, JobState, Op, RejectionKind
 from tenure.core.store import Store
 from tenure.dashboard import admin, charts, data
