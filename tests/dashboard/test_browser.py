@@ -98,6 +98,15 @@ def _save(page: object, tmp_path: Path, name: str) -> Path:
     return path
 
 
+def _open_first_row(page: object) -> None:
+    """Click the first row's selection cell of the page's first st.dataframe (a canvas)."""
+    grid = page.locator("[data-testid='stDataFrame']").first  # type: ignore[attr-defined]
+    grid.wait_for(timeout=20_000)
+    box = grid.bounding_box()
+    assert box is not None
+    page.mouse.click(box["x"] + 12, box["y"] + 35 + 17)  # type: ignore[attr-defined]  # header, then row 1
+
+
 def test_dashboard_in_a_real_browser(browser: object, served: tuple[str, tenure.Store],
                                      tmp_path: Path) -> None:
     address, writer = served
@@ -105,15 +114,19 @@ def test_dashboard_in_a_real_browser(browser: object, served: tuple[str, tenure.
     page.goto(address)
     page.get_by_text("Rejections (1h)").wait_for(timeout=60_000)
 
-    page.get_by_text("Live leases", exact=True).click()
+    sidebar = page.locator("[data-testid='stSidebar']")
+    sidebar.get_by_text("Live leases", exact=True).click()
+    page.wait_for_url("**/leases", timeout=20_000)
     _html_has(page, JOB)
     _html_has(page, "worker-b")
+    sidebar.get_by_text("Store:").wait_for(timeout=20_000)  # the sidebar stays on every page
 
-    page.get_by_text("Expiry timeline", exact=True).click()
+    sidebar.get_by_text("Expiry timeline", exact=True).click()
     page.locator("[data-testid='stVegaLiteChart']").first.wait_for(timeout=20_000)
     assert _save(page, tmp_path, "dashboard.png").stat().st_size > 10_000
 
-    page.get_by_text("Rejections", exact=True).click()
+    sidebar.get_by_text("Rejections", exact=True).click()
+    page.wait_for_url("**/rejections", timeout=20_000)
     _html_has(page, "worker-a")
     _html_has(page, "complete")
     page.evaluate("window.__not_reloaded = true")
@@ -122,4 +135,14 @@ def test_dashboard_in_a_real_browser(browser: object, served: tuple[str, tenure.
     _html_has(page, "worker-late")  # the fragment refreshed itself ...
     assert page.evaluate("window.__not_reloaded === true")  # ... without reloading the page
     _save(page, tmp_path, "dashboard-rejections.png")
+
+    _open_first_row(page)  # the newest rejection: worker-late's, on JOB
+    page.wait_for_url(f"**/job?job={JOB}", timeout=20_000)
+    page.get_by_text("Generation").wait_for(timeout=20_000)
+    _html_has(page, "worker-late")  # this job's rejections
+
+    page.goto(f"{address}/job?job=pending-1")  # a deep link
+    page.get_by_text("pending", exact=True).wait_for(timeout=60_000)
+    page.goto(f"{address}/workers")
+    _html_has(page, "worker-b")
     page.close()
