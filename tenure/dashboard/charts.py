@@ -33,7 +33,7 @@ def timeline(spans: pd.DataFrame, rejections: pd.DataFrame, now: float, start: f
     jobs = job_order(spans, rejections)
     kind: Literal["time", "utc"] = "time" if local else "utc"
     x_scale = alt.Scale(type=kind, domain=[_iso(start), _iso(now + ahead)])
-    x_axis = alt.Axis(format="%H:%M:%S", formatType=kind, labelFlush=False,
+    x_axis = alt.Axis(format="%H:%M:%S", labelFlush=False,  # in the scale's zone
                       title="store time (local)" if local else "store time (UTC)")
     y = alt.Y("job:N", sort=jobs, title=None, scale=alt.Scale(domain=jobs),
               axis=alt.Axis(labelLimit=240))

@@ -1,5 +1,5 @@
 """The dashboard's pages and links between them: each page has a URL (``/leases``,
-``/job?job=ID`` ...) and a script in ``pages/`` that calls ``nav.render`` with its name."""
+``/job?job=ID`` ...) and a script in ``screens/`` that calls ``nav.render`` with its name."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from pathlib import Path
 
 import streamlit as st
 
-PAGES_DIR = Path(__file__).with_name("pages")
+# Not "pages": Streamlit would take a "pages" folder beside the app for its older file-based
+# navigation and open /leases there without running the app.
+SCREENS = Path(__file__).with_name("screens")
 
 
 @dataclass(frozen=True)
@@ -32,13 +34,13 @@ BY_TITLE = {r.title: r for r in ROUTES}
 
 def script(name: str) -> str:
     """The page's script, relative to the app's (what ``AppTest.switch_page`` takes)."""
-    return f"pages/{BY_NAME[name].name}.py"
+    return f"screens/{BY_NAME[name].name}.py"
 
 
 def page(name: str) -> st.Page:
     """The page as ``st.navigation`` and ``st.switch_page`` take it (the same each time)."""
     route = BY_NAME[name]
-    return st.Page(str(PAGES_DIR / f"{route.name}.py"), title=route.title, icon=route.icon,
+    return st.Page(str(SCREENS / f"{route.name}.py"), title=route.title, icon=route.icon,
                    url_path=route.name, default=route.name == "overview")
 
 

@@ -64,7 +64,7 @@ def activity(snap: Snapshot, cfg: Config) -> None:
     local = zone() is not None
     x = alt.X("minute:T", title="store time (local)" if local else "store time (UTC)",
               scale=alt.Scale(type="time" if local else "utc"),
-              axis=alt.Axis(format="%H:%M", formatType="time" if local else "utc"))
+              axis=alt.Axis(format="%H:%M"))  # in the scale's zone
     chart = alt.Chart(frame).mark_line(interpolate="step-after").encode(
         x=x, y=alt.Y("count:Q", title="per minute"),
         color=alt.Color("what:N", title=None, scale=alt.Scale(domain=["rejections", "expiries"],

@@ -35,7 +35,7 @@ def workers_frame(held: Iterable[JobStatus], now: float, soon: float, zone: str 
     rows = []
     for owner, jobs in owners.items():
         live = [j for j in jobs if state_at(j, now) is JobState.LEASED]
-        last = max((t for j in live if (t := _renewed(j)) is not None), default=None)
+        last = max((t for j in jobs if (t := _renewed(j)) is not None), default=None)  # expired ones too
         soonest = min((j.expires_at for j in live if j.expires_at is not None), default=None)
         rows.append({"owner": owner, "leases": len(live),
                      "expiring soon": sum(1 for j in live if j.expires_at is not None and j.expires_at <= now + soon),

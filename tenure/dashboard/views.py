@@ -30,7 +30,7 @@ LEASE_COLUMNS: dict[str, Any] = {
 }
 AUDIT_COLUMNS: dict[str, Any] = {
     "reason": st.column_config.TextColumn("reason", width="large"),
-    "at": st.column_config.TextColumn("at", width="medium"),
+    "at": st.column_config.TextColumn("at", width=260),  # the whole "... UTC (12 s ago)"
 }
 
 
