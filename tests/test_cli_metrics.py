@@ -14,7 +14,7 @@ import pytest
 
 import tenure
 from tests.harness import Harness
-from tests.test_snapshot import count_reads
+from tests.reads import count_reads
 
 parser = pytest.importorskip("prometheus_client.parser")
 ROOT = Path(__file__).resolve().parent.parent

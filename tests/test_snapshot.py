@@ -7,31 +7,13 @@ code runs underneath, nothing is faked).
 from __future__ import annotations
 
 import threading
-from collections import Counter
-from collections.abc import Callable
 
 import pytest
 
 import tenure
 from tenure.core.snapshot import Snapshot, has_native_watch
 from tests.harness import Harness
-
-READS = ("now", "get", "jobs", "rejections", "job_rejections", "history", "summary", "page", "health")
-
-
-def count_reads(store: tenure.Store) -> Counter[str]:
-    """Count every call of the backend's read methods from now on."""
-    reads: Counter[str] = Counter()
-    backend = store.backend
-    for name in READS:
-        method = getattr(backend, name)
-
-        def counted(*args: object, _name: str = name, _method: Callable[..., object] = method) -> object:
-            reads[_name] += 1
-            return _method(*args)
-
-        setattr(backend, name, counted)
-    return reads
+from tests.reads import count_reads
 
 
 def one_refresh(snap: Snapshot) -> None:
