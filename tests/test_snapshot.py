@@ -113,3 +113,22 @@ def test_the_mirror_follows_the_watch_and_saves_the_reads(harness: Harness) -> N
             assert reads["summary"] == 0  # still computed from the mirror
         finally:
             snap.close()
+
+
+def test_in_the_background_a_page_never_waits_for_a_reread(memory_harness: Harness) -> None:
+    with memory_harness.connect() as store:
+        clock = tenure.ManualClock()
+        snap = Snapshot(store, max_age=1.0, follow=False, background=True, clock=clock)
+        reads = count_reads(store)
+        assert snap.summary().pending == 0  # the first read is waited for
+        store.submit("new")
+        clock.advance(1.5)
+        assert snap.summary().pending == 0  # stale: answered at once, read again behind it
+        for _ in range(400):
+            if snap.summary().pending == 1:
+                break
+            threading.Event().wait(0.05)  # waiting for the background read's thread
+        assert snap.summary().pending == 1 and reads["summary"] == 2
+        clock.advance(10.0)  # ten times max_age with nobody asking: too old to show
+        store.submit("newer")
+        assert snap.summary().pending == 2

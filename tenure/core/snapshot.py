@@ -42,17 +42,22 @@ class Snapshot:
     """The store as operators see it, read at most once per ``max_age`` seconds per query.
 
     ``follow``: keep a mirror of every job from the store's watch; None (the default) follows
-    where the backend has a native watch. Thread-safe.
+    where the backend has a native watch. ``background``: once a query has a result, answer it
+    at once and read it again in a background thread when it is older than ``max_age`` (a
+    page then never waits for a slow store; what it shows is at most one read behind).
+    Thread-safe.
     """
 
     def __init__(self, store: Store, *, max_age: float, follow: bool | None = None,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 background: bool = False, clock: Clock = SYSTEM_CLOCK) -> None:
         if isinstance(max_age, bool) or not isinstance(max_age, (int, float)) or not 0 <= max_age <= 3600:
             raise InvalidArgument(f"max_age must be from 0 to 3600 seconds, got {quoted(max_age)}")
         self.store = store
         self.max_age = float(max_age)
         self.clock = clock
+        self.background = background
         self._lock = threading.Lock()
+        self._rereading: set[Hashable] = set()
         self._cache: dict[Hashable, tuple[float, Any]] = {}
         self._flights: dict[Hashable, threading.Lock] = {}
         wanted = has_native_watch(store.backend) if follow is None else follow
@@ -60,6 +65,36 @@ class Snapshot:
 
     # -- the cache -------------------------------------------------------------------------
     def _cached(self, key: Hashable, read: Callable[[], T]) -> T:
+        if self.background:
+            with self._lock:
+                hit = self._cache.get(key)
+                age = None if hit is None else self.clock.monotonic() - hit[0]
+                if age is not None and age >= self.max_age * _STALE_ENTRIES:
+                    hit = None  # nobody asked for a long while: too old to show, read it now
+                start = hit is not None and age is not None and age >= self.max_age \
+                    and key not in self._rereading
+                if start:
+                    self._rereading.add(key)
+            if hit is not None:
+                if start:
+                    threading.Thread(target=self._reread, args=(key, read), daemon=True,
+                                     name="tenure-snapshot-read").start()
+                value: T = hit[1]
+                return value
+        return self._read_once(key, read)
+
+    def _reread(self, key: Hashable, read: Callable[[], object]) -> None:
+        try:
+            self._read_once(key, read)
+        except Exception:  # the next page asking reads it itself, and shows the error
+            log.warning("reading %r for the snapshot failed", key, exc_info=True)
+            with self._lock:
+                self._cache.pop(key, None)
+        finally:
+            with self._lock:
+                self._rereading.discard(key)
+
+    def _read_once(self, key: Hashable, read: Callable[[], T]) -> T:
         with self._lock:
             flight = self._flights.setdefault(key, threading.Lock())
         with flight:  # one read per key at a time; the others wait and take its result

@@ -19,7 +19,8 @@ LOCAL, UTC = "local", "UTC"
 
 @st.cache_resource(show_spinner=False)
 def _snapshot(url: str, max_age: float) -> Snapshot:
-    return Snapshot(tenure.connect(url), max_age=max_age)
+    # In the background once a page has shown a result: a refresh never waits for the store.
+    return Snapshot(tenure.connect(url), max_age=max_age, background=max_age > 0)
 
 
 def snapshot(cfg: config.Config) -> Snapshot:
