@@ -31,6 +31,7 @@ log = logging.getLogger("tenure.snapshot")
 T = TypeVar("T")
 HELD_CAP = 5_000  # leases read for the per-worker and stuck views, soonest expiry first
 _STALE_ENTRIES = 10  # cached entries older than this many max_age are dropped
+MAX_RETRY_WAIT = 120.0  # seconds between starts of a mirror's watch that keeps failing
 
 
 def has_native_watch(backend: Backend) -> bool:
@@ -221,16 +222,19 @@ class Mirror:
         self._stop.set()
 
     def _run(self) -> None:
+        failures = 0
         while not self._stop.is_set():
             try:
                 self._follow()
             except LeaseError as exc:
-                log.warning("the snapshot's watch stopped (%s); reading the store directly for now",
-                            type(exc).__name__)
+                log.warning("the snapshot's watch stopped (%s: %s); reading the store directly for now",
+                            type(exc).__name__, exc)
             except Exception:  # a record or a library that failed: keep the dashboard serving
                 log.exception("the snapshot's watch failed; reading the store directly for now")
+            failures = 0 if self._ready.is_set() else failures + 1
             self._ready.clear()
-            self._stop.wait(self._quiet)
+            # Each start lists every job: a watch that keeps failing must not keep the store busy.
+            self._stop.wait(min(MAX_RETRY_WAIT, self._quiet * 2 ** failures))
 
     def _follow(self) -> None:
         expected = self._store.page(limit=1).total
