@@ -132,3 +132,18 @@ def test_in_the_background_a_page_never_waits_for_a_reread(memory_harness: Harne
         clock.advance(10.0)  # ten times max_age with nobody asking: too old to show
         store.submit("newer")
         assert snap.summary().pending == 2
+
+
+def test_no_mirror_of_a_store_above_the_limit(memory_harness: Harness) -> None:
+    with memory_harness.connect() as store:
+        store.submit_many(["a", "b", "c"])
+        snap = Snapshot(store, max_age=0.5, follow=True, mirror_limit=2)
+        try:
+            for _ in range(400):
+                if snap.mirror is not None and snap.mirror.declined:
+                    break
+                threading.Event().wait(0.05)  # waiting for the mirror's thread to count the jobs
+            assert snap.mirror is not None and snap.mirror.declined and not snap.mirror.ready()
+            assert snap.summary().pending == 3  # read from the store
+        finally:
+            snap.close()

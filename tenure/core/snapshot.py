@@ -32,6 +32,10 @@ T = TypeVar("T")
 HELD_CAP = 5_000  # leases read for the per-worker and stuck views, soonest expiry first
 _STALE_ENTRIES = 10  # cached entries older than this many max_age are dropped
 MAX_RETRY_WAIT = 120.0  # seconds between starts of a mirror's watch that keeps failing
+# A mirror holds every job in the server's memory, and some watches cost the store per job
+# (ZooKeeper's sets a data watch on each job znode: at 100,000 jobs its session drowned in
+# them). Above this many jobs the snapshot reads the store instead, once per interval.
+MIRROR_LIMIT = 50_000
 
 
 def has_native_watch(backend: Backend) -> bool:
@@ -43,14 +47,16 @@ class Snapshot:
     """The store as operators see it, read at most once per ``max_age`` seconds per query.
 
     ``follow``: keep a mirror of every job from the store's watch; None (the default) follows
-    where the backend has a native watch. ``background``: once a query has a result, answer it
+    where the backend has a native watch, and only while the store holds at most ``mirror_limit``
+    jobs when the mirror starts. ``background``: once a query has a result, answer it
     at once and read it again in a background thread when it is older than ``max_age`` (a
     page then never waits for a slow store; what it shows is at most one read behind).
     Thread-safe.
     """
 
     def __init__(self, store: Store, *, max_age: float, follow: bool | None = None,
-                 background: bool = False, clock: Clock = SYSTEM_CLOCK) -> None:
+                 background: bool = False, mirror_limit: int = MIRROR_LIMIT,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         if isinstance(max_age, bool) or not isinstance(max_age, (int, float)) or not 0 <= max_age <= 3600:
             raise InvalidArgument(f"max_age must be from 0 to 3600 seconds, got {quoted(max_age)}")
         self.store = store
@@ -62,7 +68,7 @@ class Snapshot:
         self._cache: dict[Hashable, tuple[float, Any]] = {}
         self._flights: dict[Hashable, threading.Lock] = {}
         wanted = has_native_watch(store.backend) if follow is None else follow
-        self.mirror = Mirror(store, max(self.max_age, 0.5)) if wanted else None
+        self.mirror = Mirror(store, max(self.max_age, 0.5), mirror_limit) if wanted else None
 
     # -- the cache -------------------------------------------------------------------------
     def _cached(self, key: Hashable, read: Callable[[], T]) -> T:
@@ -194,9 +200,11 @@ class Mirror:
     that fails is started again after ``quiet`` seconds; the mirror is not ready meanwhile.
     """
 
-    def __init__(self, store: Store, quiet: float) -> None:
+    def __init__(self, store: Store, quiet: float, limit: int = MIRROR_LIMIT) -> None:
         self._store = store
         self._quiet = quiet
+        self._limit = limit
+        self.declined = False  # the store held more than ``limit`` jobs: no mirror
         self._lock = threading.Lock()
         self._jobs: dict[str, JobStatus] = {}
         self._ready = threading.Event()
@@ -223,7 +231,7 @@ class Mirror:
 
     def _run(self) -> None:
         failures = 0
-        while not self._stop.is_set():
+        while not self._stop.is_set() and not self.declined:
             try:
                 self._follow()
             except LeaseError as exc:
@@ -238,6 +246,11 @@ class Mirror:
 
     def _follow(self) -> None:
         expected = self._store.page(limit=1).total
+        if expected > self._limit:
+            log.info("%d jobs, more than the %d a snapshot mirrors: reading the store instead",
+                     expected, self._limit)
+            self.declined = True
+            return
         with self._lock:
             self._jobs.clear()
         if expected == 0:
