@@ -13,19 +13,33 @@ import heapq
 import threading
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import psycopg
 from psycopg import sql
 
-from tenure.backends.postgres_connection import connection_error
-from tenure.core.records import Change, JobState, JobStatus
-
-if TYPE_CHECKING:
-    from tenure.backends.postgres import PostgresBackend
+from tenure.backends.postgres_connection import Settings, connection_error
+from tenure.core.records import Change, JobState, JobStatus, Rejection
 
 
-def watch(backend: PostgresBackend, stop: threading.Event, interval: float) -> Iterator[Change]:
+class Watched(Protocol):
+    """What the watch uses of the backend (``PostgresBackend``), which imports this module."""
+
+    settings: Settings
+    channel: str
+    statements: dict[str, str]
+
+    def jobs(self) -> Iterator[JobStatus]: ...
+
+    def get(self, job_id: str) -> JobStatus | None: ...
+
+    def rejections_with_ids(self, since: float | None, limit: int | None,
+                            after: int = 0) -> list[tuple[Rejection, int]]: ...
+
+    def now(self) -> float: ...
+
+
+def watch(backend: Watched, stop: threading.Event, interval: float) -> Iterator[Change]:
     try:
         conn = psycopg.connect(backend.settings.conninfo(), autocommit=True)
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(backend.channel)))
@@ -40,7 +54,7 @@ def watch(backend: PostgresBackend, stop: threading.Event, interval: float) -> I
                 conn.execute(backend.statements["WATCH_STOP"])
 
 
-def _changes(backend: PostgresBackend, conn: psycopg.Connection[tuple[object, ...]], stop: threading.Event,
+def _changes(backend: Watched, conn: psycopg.Connection[tuple[object, ...]], stop: threading.Event,
              interval: float) -> Iterator[Change]:
     shown: dict[str, JobStatus] = {}
     expiries: list[tuple[float, str]] = []  # live leases shown, by expiry; stale entries are skipped

@@ -8,16 +8,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
 
-from tenure.core.records import JobPage, JobState, JobStatus, Rejection, Summary
-
-
-def state_at(job: JobStatus, now: float) -> JobState:
-    """The job's state judged at ``now`` rather than when it was read."""
-    if job.state in (JobState.LEASED, JobState.EXPIRED) and job.expires_at is not None:
-        return JobState.EXPIRED if job.expires_at <= now else JobState.LEASED
-    return job.state
+from tenure.core.records import JobPage, JobState, JobStatus, Summary
+from tenure.core.transitions import state_at
 
 
 def fold(text: str) -> str:
@@ -55,15 +48,3 @@ def select_page(jobs: Iterable[JobStatus], now: float, states: frozenset[JobStat
     else:
         found.sort(key=lambda j: j.job_id)
     return JobPage(found[offset:offset + limit], len(found), offset, limit)
-
-
-def of_job(rejections: Iterable[Rejection], job_id: str, limit: int | None) -> list[Rejection]:
-    """The rejections of one job, oldest first; with ``limit``, the most recent ``limit``."""
-    return newest([r for r in rejections if r.job_id == job_id], limit)
-
-
-def newest(items: list[Any], limit: int | None) -> list[Any]:
-    """The last ``limit`` items (all of them for None), keeping their order."""
-    if limit is None:
-        return items
-    return items[len(items) - limit:] if limit else []

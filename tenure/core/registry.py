@@ -14,6 +14,7 @@ from tenure.core import transport
 from tenure.core.backend import Backend
 from tenure.core.errors import BackendUnavailable, InvalidArgument, quoted
 from tenure.core.options import Options, parse_url
+from tenure.core.renewal import MAX_DRIFT_MARGIN
 from tenure.core.store import DEFAULT_DRIFT_MARGIN, Store
 
 # scheme -> (module, class, extra that installs its client library)
@@ -63,7 +64,7 @@ def connect(url: str, **options: Any) -> Store:
     clock = options.pop("clock", None)
     cleartext = transport.cleartext_credentials(cls.characteristics, parsed, {**parsed.query, **options})
     opts = Options(parsed.query, options, where=f"{parsed.scheme}://", secrets=(parsed.password,))
-    drift = opts.number("drift_margin", DEFAULT_DRIFT_MARGIN, low=0.0, high=0.5)
+    drift = opts.number("drift_margin", DEFAULT_DRIFT_MARGIN, low=0.0, high=MAX_DRIFT_MARGIN)
     backend = cls.from_url(parsed, opts, clock)
     assert drift is not None
     if cleartext is not None:

@@ -20,7 +20,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from tenure.core import telemetry
 from tenure.core.errors import BackendUnavailable, InvalidArgument, LeaseError, LeaseLost, StaleLease
@@ -28,8 +28,8 @@ from tenure.core.records import Lease, Reason
 from tenure.core.threads import ElasticPool
 
 if TYPE_CHECKING:
+    from tenure.core.backend import Backend, Characteristics
     from tenure.core.clock import Clock
-    from tenure.core.store import Store
 
 log = logging.getLogger("tenure.renewal")
 
@@ -37,6 +37,10 @@ RENEW_FRACTION = 1 / 3  # renew when a third of the TTL has gone by since the la
 RENEWAL_WORKERS = 4  # threads kept for renewals; more start while requests hang
 MAX_RENEWAL_THREADS = 64  # renewals in flight at once per store, at most
 RETRY_FRACTION = 1 / 20  # after a failed attempt, retry this much later (of the TTL)
+# The safe window, TTL * (1 - drift_margin), must hold the first renewal and retries after it
+# (a margin above 2/3 loses every held lease before its first renewal is sent); etcd's claim
+# slack covers a store clock up to 50 % fast (docs/backends/etcd.md). Checked by Store.
+MAX_DRIFT_MARGIN = 0.5
 # The scheduler's waits run on the OS's monotonic clock, which stops while the machine is
 # suspended; deadlines are on the suspend-proof one. Waking at least this often bounds how
 # late ``lost`` is set after a resume (``check()`` is exact either way).
@@ -45,10 +49,30 @@ _RENEW, _DEADLINE = 0, 1
 LostCallback = Callable[["HeldLease"], object]
 
 
+class LeaseStore(Protocol):
+    """What a held lease uses of its store (``tenure.Store``), named here because the store
+    imports this module."""
+
+    @property
+    def backend(self) -> Backend: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def characteristics(self) -> Characteristics: ...
+
+    def renew(self, lease: Lease, ttl: float | None = None) -> Lease: ...
+
+    def complete(self, lease: Lease, result: str | bytes | None = None) -> None: ...
+
+    def release(self, lease: Lease) -> None: ...
+
+
 class HeldLease:
     """A lease kept alive in the background until ``complete()``, ``release()`` or exit."""
 
-    def __init__(self, store: Store, lease: Lease, link_epoch: int | None = None) -> None:
+    def __init__(self, store: LeaseStore, lease: Lease, link_epoch: int | None = None) -> None:
         self._store = store
         self._lease = lease
         # The connection epoch before the claim (or last renewal) was sent; see Backend.link().
@@ -58,6 +82,7 @@ class HeldLease:
         self._completing = False  # a complete() failed in a way that may have landed
         self._lost_lock = threading.Lock()
         self._callbacks: list[LostCallback] = []
+        self._finished_first = False  # lost only after complete() or release(): callbacks never run
         self._dispatch: Callable[[Callable[[], None]], bool] | None = None  # set by the Renewer
         self.lost = threading.Event()
         self.lost_reason: str | None = None
@@ -111,15 +136,18 @@ class HeldLease:
 
         That is when ``lost`` is set: a renewal refused, the store session lost, or the safe
         local deadline passed (a timer sets it then, even while a renewal hangs). Callbacks
-        run on a renewal thread, in the order added; one that raises is logged and the others
-        still run. Added to a lease already lost, the callback runs at once in this thread.
-        Never called for a lease completed or released.
+        run on a renewal thread (never while tenure holds a lock: a callback may call ``check()``,
+        ``release()`` or ``on_lost()``), in the order added; one that raises is logged and the
+        others still run. Added to a lease already lost, the callback runs at once in this
+        thread. Never called for a lease completed or released before it was lost.
         """
         with self._lost_lock:
             if not self.lost.is_set():
                 self._callbacks.append(callback)
                 return
-        self._call_back([callback])
+            if self._finished_first:
+                return  # completed or released before it was lost: nothing to hear
+        self._call_back([callback])  # in the caller's thread, holding none of our locks
 
     # What holders do.
     def complete(self, result: str | bytes | None = None) -> None:
@@ -222,16 +250,26 @@ class HeldLease:
         return False
 
     def _lose(self, reason: str) -> None:
+        """Mark the lease lost. Callers may hold ``_lock`` or the renewer's condition, so the
+        callbacks never run here: on a renewal thread, or on a thread of their own once the
+        renewer is closed. A callback may then call ``check()``, ``release()`` or ``on_lost()``."""
         with self._lost_lock:
             if self.lost.is_set():
                 return
             self.lost_reason = reason
             self.lost.set()
+            self._finished_first = self._done
             callbacks, self._callbacks = ([] if self._done else self._callbacks), []
         telemetry.lost(self._store.characteristics.name)
         log.warning("lease on %r (token %d) lost: %s", self.job_id, self.token, reason)
-        if callbacks and not (self._dispatch and self._dispatch(lambda: self._call_back(callbacks))):
-            self._call_back(callbacks)  # no renewer (or it is closed): call them here
+        if not callbacks:
+            return
+
+        def call() -> None:
+            self._call_back(callbacks)
+
+        if not (self._dispatch and self._dispatch(call)):
+            threading.Thread(target=call, name="tenure-on-lost", daemon=True).start()
 
     def _call_back(self, callbacks: list[LostCallback]) -> None:
         for callback in callbacks:
@@ -265,7 +303,8 @@ class Renewer:
             if self._closed:
                 raise LeaseError("the store is closed")
             held._dispatch = self._pool.submit
-            self._push(held, self._clock.monotonic() + held.lease.ttl * RENEW_FRACTION, _RENEW)
+            renew_at = self._clock.monotonic() + held.lease.ttl * RENEW_FRACTION
+            self._push(held, min(renew_at, held.deadline), _RENEW)  # never past the deadline
             self._push(held, held.deadline, _DEADLINE)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="tenure-renewer", daemon=True)

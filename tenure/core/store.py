@@ -6,6 +6,7 @@ holder's safe local deadline, and runs the one renewal thread that serves ``hold
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import threading
@@ -17,7 +18,7 @@ from typing import Any
 from tenure.core import telemetry, validation, waiting
 from tenure.core.backend import Backend, Characteristics
 from tenure.core.clock import SYSTEM_CLOCK, Clock
-from tenure.core.errors import AlreadyClaimed, InvalidArgument, NotYetClaimable, quoted
+from tenure.core.errors import AlreadyClaimed, InvalidArgument, LeaseError, NotYetClaimable, quoted
 from tenure.core.records import (
     Change,
     HistoryEvent,
@@ -31,7 +32,8 @@ from tenure.core.records import (
     RejectionKind,
     Summary,
 )
-from tenure.core.renewal import HeldLease, Renewer
+from tenure.core.renewal import MAX_DRIFT_MARGIN, HeldLease, Renewer
+from tenure.core.stamps import Stamps
 
 DEFAULT_DRIFT_MARGIN = 0.05
 PAGE_ORDERS = ("expiry", "job")
@@ -45,18 +47,21 @@ class Store:
     def __init__(self, backend: Backend, *, clock: Clock = SYSTEM_CLOCK,
                  drift_margin: float = DEFAULT_DRIFT_MARGIN, url: str = "",
                  warnings: tuple[str, ...] = ()) -> None:
-        if not 0 <= drift_margin < 1:
-            raise InvalidArgument(f"drift_margin must be in [0, 1), got {quoted(drift_margin)}")
+        margin = validation.number("drift_margin", drift_margin, what="fraction of the TTL")
+        if not 0 <= margin <= MAX_DRIFT_MARGIN:
+            raise InvalidArgument(f"drift_margin must be from 0 to {MAX_DRIFT_MARGIN:g} (a larger one leaves too "
+                                  f"little time to renew before the safe deadline), got {quoted(drift_margin)}")
         resolution = backend.characteristics.clock_resolution
-        if drift_margin == 0 and resolution > 0:
+        if margin == 0 and resolution > 0:
             raise InvalidArgument(f"drift_margin=0 leaves no room for the {backend.characteristics.name} "
                                   f"store clock's steps of {resolution:g}s; give it a margin above 0")
         self.backend = backend
         self.clock = clock
-        self.drift_margin = drift_margin
+        self.drift_margin = margin
         self.url = url  # redacted: safe to show
         self.warnings = warnings  # what connect() found unsafe (credentials without TLS), no secrets
         self._renewer = Renewer(clock)
+        self._stamps = Stamps()  # the deadlines stamped here, the only ones a backend sees
         self._changes = waiting.Changes(backend)  # what blocking claims sleep on
 
     @property
@@ -82,8 +87,9 @@ class Store:
         validation.token(lease.token)
         self._ttl(lease.ttl)
         validation.store_time("expires_at", lease.expires_at)
-        validation.deadline(lease.deadline)
-        return lease
+        given = validation.deadline(lease.deadline)
+        trusted = self._stamps.trusted(lease.job_id, lease.token, given)  # see tenure.core.stamps
+        return lease if trusted == given else dataclasses.replace(lease, deadline=trusted)
 
     def _result(self, result: object) -> bytes | None:
         data = validation.result(result)
@@ -96,7 +102,9 @@ class Store:
     def _stamped(self, lease: Lease, sent_at: float) -> Lease:
         # The store started this lease no earlier than sent_at, on a clock that may run a
         # little faster than ours: trust it for ttl shortened by the drift margin.
-        return dataclasses.replace(lease, deadline=sent_at + lease.ttl * (1 - self.drift_margin))
+        deadline = sent_at + lease.ttl * (1 - self.drift_margin)
+        self._stamps.stamp(lease.job_id, lease.token, deadline)
+        return dataclasses.replace(lease, deadline=deadline)
 
     # -- the protocol ----------------------------------------------------------------------
     def submit(self, job_id: str, *, actor: str | None = None) -> None:
@@ -108,7 +116,14 @@ class Store:
 
     def submit_many(self, job_ids: Iterable[str]) -> None:
         """Submit several jobs at once; all are validated before any is written."""
-        self.backend.submit_many([validation.job_id(job_id) for job_id in job_ids])
+        if isinstance(job_ids, (str, bytes, bytearray, memoryview)):  # "abc" would be jobs "a", "b", "c"
+            raise InvalidArgument(f"submit_many takes an iterable of job ids, not one {type(job_ids).__name__}; "
+                                  "use submit() for one job")
+        try:
+            each = iter(job_ids)
+        except TypeError:
+            raise InvalidArgument(f"submit_many takes an iterable of job ids, not {type(job_ids).__name__}") from None
+        self.backend.submit_many([validation.job_id(job_id) for job_id in each])
 
     def claim(self, job_id: str, owner: str, ttl: float, *, wait: float | None = None) -> Lease:
         """Claim a job that is unowned or whose lease expired by the store's clock.
@@ -179,26 +194,42 @@ class Store:
         """Mark the job completed; raises StaleLease (audited) if the lease is not current."""
         args = self._lease(lease), self._result(result)
         telemetry.timed(self.characteristics.name, "complete", lambda: self.backend.complete(*args))
+        self._stamps.forget(lease.job_id, lease.token)
 
     def release(self, lease: Lease) -> None:
         """Give the job back unfinished, so it can be claimed at once."""
         lease = self._lease(lease)
         telemetry.timed(self.characteristics.name, "release", lambda: self.backend.release(lease))
+        self._stamps.forget(lease.job_id, lease.token)
 
     def hold(self, job_id: str, owner: str, ttl: float, *, wait: float | None = None) -> HeldLease:
         """Claim a job and keep renewing it in the background; use it as a context manager."""
         epoch = self.backend.link().epoch  # before the claim is sent, like its deadline
-        return self.hold_lease(self.claim(job_id, owner, ttl, wait=wait), _link_epoch=epoch)
+        return self._hold_claimed(self.claim(job_id, owner, ttl, wait=wait), epoch)
 
     def hold_next(self, owner: str, ttl: float, *, wait: float | None = None) -> HeldLease | None:
         """``claim_next`` and hold the lease it gives, or None when nothing is claimable."""
         epoch = self.backend.link().epoch
         lease = self.claim_next(owner, ttl, wait=wait)
-        return None if lease is None else self.hold_lease(lease, _link_epoch=epoch)
+        return None if lease is None else self._hold_claimed(lease, epoch)
+
+    def _hold_claimed(self, lease: Lease, epoch: int) -> HeldLease:
+        """Hold a lease just claimed; if it cannot be held (the store was closed meanwhile),
+        give it back rather than leave the job blocked until the lease runs out."""
+        try:
+            return self.hold_lease(lease, _link_epoch=epoch)
+        except LeaseError:
+            with contextlib.suppress(LeaseError):
+                self.release(lease)
+            raise
 
     def hold_lease(self, lease: Lease, *, _link_epoch: int | None = None) -> HeldLease:
-        """Hold a lease this process already claimed."""
-        held = HeldLease(self, self._lease(lease), _link_epoch)
+        """Hold a lease this process already claimed (stamped with its safe deadline here)."""
+        checked = self._lease(lease)
+        if not math.isfinite(checked.deadline):  # not stamped here: it would be trusted forever
+            raise InvalidArgument(f"lease on {quoted(checked.job_id)} has no safe deadline from this store: "
+                                  "hold a lease returned by its claim() or renew(), not one built by hand")
+        held = HeldLease(self, checked, _link_epoch)
         self._renewer.add(held)
         return held
 
@@ -227,9 +258,8 @@ class Store:
     def summary(self, soon: float = 30.0) -> Summary:
         """Jobs counted by state now (store time), leases ending within ``soon`` seconds, and
         rejections in the last hour."""
-        if isinstance(soon, bool) or not isinstance(soon, (int, float)) or not 0 <= soon < math.inf:
-            raise InvalidArgument(f"soon must be a non-negative number of seconds, got {quoted(soon)}")
-        return self.backend.summary(self.backend.now(), float(soon))
+        window = validation.seconds("soon", soon, maximum=validation.MAX_TTL)  # no lease runs longer
+        return self.backend.summary(self.backend.now(), window)
 
     def page(self, *, states: Iterable[JobState | str] | None = None, job: str | None = None,
              owner: str | None = None, order: str = "expiry", offset: int = 0,
@@ -245,9 +275,8 @@ class Store:
 
     def watch(self, stop: threading.Event | None = None, interval: float = 1.0) -> Iterator[Change]:
         """Changes to jobs and new rejections until ``stop`` is set."""
-        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
-            raise InvalidArgument(f"interval must be a positive number, got {quoted(interval)}")
-        return self.backend.watch(stop or threading.Event(), float(interval))
+        every = validation.seconds("interval", interval, maximum=validation.MAX_WAIT, positive=True)
+        return self.backend.watch(stop or threading.Event(), every)
 
     def now(self) -> float:
         """The store's clock, seconds since the epoch."""
@@ -337,8 +366,4 @@ def _needle(kind: str, value: object) -> str | None:
 
 
 def _since(value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidArgument(f"since must be a store time in seconds, not {type(value).__name__}")
-    return float(value)
+    return None if value is None else validation.store_time("since", value)

@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tenure.core.records import Change, JobStatus, Rejection
 
-if TYPE_CHECKING:
-    from tenure.core.backend import Backend
+
+class Source(Protocol):
+    """What polling reads of a backend (``tenure.Backend`` has all of it)."""
+
+    def jobs(self) -> Iterator[JobStatus]: ...
+
+    def rejections(self, since: float | None, limit: int | None) -> list[Rejection]: ...
+
+    def now(self) -> float: ...
 
 
-def poll(backend: Backend, stop: threading.Event, interval: float) -> Iterator[Change]:
+def poll(backend: Source, stop: threading.Event, interval: float) -> Iterator[Change]:
     """Yield every job as it is first seen, then each change and each new rejection."""
     seen: dict[str, JobStatus] = {}
     fresh_rejections = NewRejections(backend, None)
@@ -36,7 +43,7 @@ class NewRejections:
     then from the store's now when there were none.
     """
 
-    def __init__(self, backend: Backend, since: float | None) -> None:
+    def __init__(self, backend: Source, since: float | None) -> None:
         self._backend = backend
         self._since = since
         self._seen: set[Rejection] = set()

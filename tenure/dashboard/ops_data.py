@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from tenure.core.queries import state_at
 from tenure.core.records import HistoryEvent, JobState, JobStatus, Op, Rejection
+from tenure.core.transitions import state_at
 from tenure.dashboard.data import ago, duration, intervals, stamp
 
 WORKER_COLUMNS = ["owner", "leases", "expiring soon", "expired, unclaimed", "since last renewal (s)",
