@@ -44,6 +44,19 @@ def page(name: str) -> st.Page:
                    url_path=route.name, default=route.name == "overview")
 
 
+_OPEN_JOB = "open_job"
+
+
 def open_job(job_id: str) -> None:
-    """Go to a job's detail page: ``/job?job=ID``, a link anyone can share."""
-    st.switch_page(page("job"), query_params={"job": job_id})
+    """Go to a job's detail page, ``/job?job=ID`` (a link anyone can share). Asked from a view,
+    which runs in a fragment: the switch is made by the whole app's next run (``follow``), not
+    from the fragment, whose timer may rerun it on the old page meanwhile."""
+    st.session_state[_OPEN_JOB] = job_id
+    st.rerun(scope="app")
+
+
+def follow() -> None:
+    """Make the switch ``open_job`` asked for, if any (called at the start of every page)."""
+    job_id = st.session_state.pop(_OPEN_JOB, None)
+    if job_id:
+        st.switch_page(page("job"), query_params={"job": job_id})

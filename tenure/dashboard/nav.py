@@ -12,7 +12,7 @@ import streamlit as st
 
 from tenure.core.errors import LeaseError
 from tenure.core.snapshot import Snapshot
-from tenure.dashboard import config, ops, shared, views
+from tenure.dashboard import config, links, ops, shared, views
 from tenure.dashboard.links import BY_NAME
 
 log = logging.getLogger("tenure.dashboard")
@@ -24,6 +24,7 @@ VIEWS: dict[str, View] = {"overview": views.overview, "leases": views.leases, "w
 
 def render(name: str) -> None:
     """A page's body: its title, then its view in a fragment that refreshes itself."""
+    links.follow()
     cfg = shared.settings()
     if cfg is None:
         return

@@ -81,8 +81,13 @@ def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
 def _html_has(page: object, text: str, timeout: float = 60_000) -> None:
     # st.dataframe draws cells on a canvas; their text is in the page's accessibility table.
     # Poll on a timer: headless Chromium throttles the animation frames Playwright polls by.
-    page.wait_for_function("t => document.body.innerHTML.includes(t)",  # type: ignore[attr-defined]
-                           arg=text, polling=250, timeout=timeout)
+    try:
+        page.wait_for_function("t => document.body.innerHTML.includes(t)",  # type: ignore[attr-defined]
+                               arg=text, polling=250, timeout=timeout)
+    except Exception as exc:  # say what the page showed instead (an error box, another page)
+        shown = page.inner_text("body")[:2000]  # type: ignore[attr-defined]
+        raise AssertionError(f"{text!r} not on {page.url} within {timeout / 1000:g} s; "  # type: ignore[attr-defined]
+                             f"it shows:\n{shown}") from exc
 
 
 def _save(page: object, tmp_path: Path, name: str) -> Path:
