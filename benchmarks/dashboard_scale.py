@@ -1,66 +1,89 @@
-"""Dashboard at scale: 100,000 jobs in SQLite; first render and refresh times, and memory.
+"""Dashboard at scale: 100,000 jobs on SQLite, etcd, ZooKeeper and PostgreSQL, in Chromium.
 
-    PYTHONPATH=. python benchmarks/dashboard_scale.py [--jobs 100000] [--db PATH] [--browser]
+    PYTHONPATH=. python benchmarks/dashboard_scale.py [--backends sqlite,etcd,zk,postgres]
+                                                      [--jobs 100000] [--no-browser]
 
-Seeds the store in a child process (so its memory is not counted), then, in this process,
-times the dashboard's data queries and the whole app script through Streamlit's AppTest:
-the first render of each view (the first one also connects) and a refresh (a rerun; the
-live fragment reruns less than that). Peak RSS is this process's, app and AppTest included.
-With ``--browser`` it also serves the dashboard for real and measures it from Chromium.
-Targets (issue 6): first render <= 2 s, refresh <= 1 s, RSS < 500 MB.
+For each backend it starts a private server (SQLite: a temporary file), seeds ``--jobs``
+pending jobs with 1 % of them leased and 200 rejections, and times the store's own queries
+(``summary()``, the first page of leases, a whole listing). Then it times the app script
+through Streamlit's AppTest (first render and rerun of each page, in this process), and
+serves the dashboard for real (``benchmarks/dashboard_counted_app.py``: the app with its
+store's reads counted) to headless Chromium: the first page load, the Live leases page's
+first render, the live refresh (how long the browser shows a rerun running, median of 5),
+and the store reads per second the server makes with 1 and with 5 sessions open on Live
+leases. Targets (issue 15): first render <= 2 s, refresh <= 0.5 s; 5 sessions must not cost
+5 times the reads of 1.
 """
 
 from __future__ import annotations
 
 import argparse
-import multiprocessing
+import contextlib
+import json
 import os
-import random
 import resource
+import socket
+import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import tenure  # noqa: E402
-from tenure.core.records import HistoryEvent, JobState, Op, Rejection  # noqa: E402
-from tenure.core.transitions import JobRecord  # noqa: E402
+from tenure.dashboard import launcher, links  # noqa: E402
 
-FIRST_RENDER, REFRESH, RSS_MB = 2.0, 1.0, 500.0
-VIEWS = ["Overview", "Live leases", "Expiry timeline", "Rejections", "Job detail"]
+FIRST_RENDER, REFRESH = 2.0, 0.5
+PAGES = ["overview", "leases", "workers", "stuck", "activity", "timeline", "rejections", "job"]
+COUNTED_APP = Path(__file__).with_name("dashboard_counted_app.py")
+READS_WINDOW = 10.0  # seconds over which reads per second are counted
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+
+@contextlib.contextmanager
+def served_store(backend: str, tmp: Path) -> Iterator[str]:
+    """A store URL on a private server (fsync on, as the tests start theirs)."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp / 'scale.db'}"
+    elif backend == "etcd":
+        from tests.servers.etcd import EtcdCluster
+
+        cluster = EtcdCluster(tmp / "etcd", size=1)
+        cluster.start()
+        try:
+            yield f"etcd://{cluster.endpoints}/dash-{uuid.uuid4().hex[:8]}"
+        finally:
+            cluster.close()
+    elif backend == "zk":
+        from tests.servers.zookeeper import running
+
+        with running(tmp / "zk", heap="1g") as server:  # 100,000 jobs are ~300,000 znodes
+            yield f"zk://{server.hosts}/dash-{uuid.uuid4().hex[:8]}"
+    elif backend == "postgres":
+        from tests.servers.postgres import running as pg_running
+
+        with pg_running() as pg:
+            yield f"{pg.url}?schema=dash_{uuid.uuid4().hex[:8]}"
+    else:
+        raise SystemExit(f"unknown backend {backend!r}")
 
 
 def seed(url: str, jobs: int) -> None:
-    """70% completed, 15% pending, 10% leased, 5% expired; 5,000 rejections; recent history."""
-    rnd = random.Random(7)
-    # A seed, thrown away after the run: speed over durability.
-    with tenure.connect(url + "?synchronous=NORMAL&power_loss_may_reuse_tokens=true") as store:
-        backend = store.backend
-        now = store.now()
-        with backend.transaction() as tx:  # type: ignore[attr-defined]
-            for i in range(jobs):
-                job, roll = f"job-{i:06d}", rnd.random()
-                sub = now - rnd.uniform(600, 7200)
-                if roll < 0.70:
-                    rec = JobRecord(job, JobState.COMPLETED, f"worker-{i % 50}", 1, None, 30.0, sub,
-                                    sub + 1, None, sub + 20, 1, b"ok")
-                elif roll < 0.85:
-                    rec = JobRecord(job, JobState.PENDING, submitted_at=sub)
-                else:
-                    until = now + rnd.uniform(1, 600) if roll < 0.95 else now - rnd.uniform(1, 600)
-                    claimed = min(until, now) - rnd.uniform(10, 200)
-                    rec = JobRecord(job, JobState.LEASED, f"worker-{i % 50}", 2, until, 30.0, sub,
-                                    claimed, claimed + 5, None, 1, None)
-                    tx.add_event(HistoryEvent(job, Op.CLAIM, rec.owner, 2, claimed, until))
-                tx.save(rec)
-            for n in range(5000):
-                job = f"job-{rnd.randrange(jobs):06d}"
-                tx.add_rejection(Rejection(job, Op.COMPLETE, f"worker-{n % 50}", 1, "worker-x", 2,
-                                           now - rnd.uniform(0, 3000), "token superseded by a newer claim"))
+    """``jobs`` pending jobs, 1 % of them claimed (an hour's lease), 200 rejections."""
+    with tenure.connect(url) as store:
+        for start in range(0, jobs, 2000):
+            store.submit_many(f"job-{i:06d}" for i in range(start, min(jobs, start + 2000)))
+        step = 100
+        for i in range(0, jobs, step):
+            store.claim(f"job-{i:06d}", owner=f"worker-{i % 50}", ttl=3600)
+        for n in range(200):
+            store.report_rejection(f"job-{n * step:06d}", f"worker-x{n % 7}", 1, resource="ledger", highest=2)
 
 
 def timed(fn: Callable[[], object]) -> float:
@@ -69,37 +92,60 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def in_browser(url: str) -> tuple[float, float, float, float]:
-    """Serve with the launcher and measure from Chromium: the very first page load (the server
-    imports the app), a page load once it runs, the live refresh of the Live leases view (how
-    long the browser shows a rerun running, median of 5) and the server's peak RSS."""
-    import socket
-    import statistics
-
-    from playwright.sync_api import sync_playwright
-
-    from tenure.dashboard import launcher
-
+def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    proc = launcher.start(url, port=port, refresh=1.0)
+        return int(s.getsockname()[1])
+
+
+def _reads(path: Path) -> int:
     try:
-        address = launcher.wait_ready(proc, "127.0.0.1", port)
+        return sum(json.loads(path.read_text()).values())
+    except (OSError, ValueError):
+        return 0
+
+
+def _reads_per_second(path: Path) -> float:
+    before = _reads(path)
+    time.sleep(READS_WINDOW)  # a benchmark counting a rate over a window, not a test
+    return (_reads(path) - before) / READS_WINDOW
+
+
+def _open_leases(browser: Any, address: str) -> Any:
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(f"{address}/leases", timeout=120_000)
+    page.wait_for_function("() => document.body.innerHTML.includes('glide-cell')", polling=50, timeout=120_000)
+    return page
+
+
+def in_browser(url: str, tmp: Path) -> dict[str, float]:
+    """Serve with the launcher (reads counted) and measure from Chromium."""
+    from playwright.sync_api import sync_playwright
+
+    counts = tmp / "reads.json"
+    os.environ["TENURE_BENCH_READS"] = str(counts)
+    port = _free_port()
+    proc = launcher.start(url, port=port, refresh=1.0, app=COUNTED_APP)
+    out: dict[str, float] = {}
+    try:
+        address = launcher.wait_ready(proc, "127.0.0.1", port, timeout=120)
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
-                                        args=["--no-sandbox", "--disable-gpu", "--no-first-run",
-                                              "--disable-background-networking", "--disable-component-update",
-                                              "--disable-sync"])
-            loads = []
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS)
+            loads, opened = [], []
             for _ in range(2):
-                page = browser.new_page(viewport={"width": 1400, "height": 900})
+                page = browser.new_page(viewport={"width": 1400, "height": 900})  # a session each
+                opened.append(page)
                 start = time.perf_counter()
-                page.goto(address)
-                page.get_by_text("Rejections (1h)").wait_for(timeout=60_000)
+                page.goto(address, timeout=120_000)
+                page.get_by_text("Rejections (1h)").wait_for(timeout=120_000)
                 loads.append(time.perf_counter() - start)
-            page.get_by_text("Live leases", exact=True).click()
-            page.wait_for_function("() => document.body.innerHTML.includes('glide-cell')", polling=50)
+            out["first page load (server imports the app, connects)"] = loads[0]
+            out["page load to Overview counts"] = loads[1]
+            start = time.perf_counter()
+            page.locator("[data-testid='stSidebar']").get_by_text("Live leases", exact=True).click()
+            page.wait_for_function("() => document.body.innerHTML.includes('glide-cell')", polling=50,
+                                   timeout=120_000)
+            out["Live leases first render (click to table)"] = time.perf_counter() - start
             durations = page.evaluate("""() => new Promise(done => {
                 const runs = []; let began = null;
                 const timer = setInterval(() => {
@@ -111,83 +157,93 @@ def in_browser(url: str) -> tuple[float, float, float, float]:
                 // A rerun too quick to catch at 5 ms polling counts as 5 ms; never wait forever.
                 setTimeout(() => { clearInterval(timer); done(runs.length ? runs : [5]); }, 30000);
             })""")
+            out["live refresh of Live leases (median of 5)"] = statistics.median(durations) / 1000
+            opened[0].close()  # one session left, on Live leases
+            out["store reads/s, 1 session"] = _reads_per_second(counts)
+            others = [_open_leases(browser, address) for _ in range(4)]
+            out["store reads/s, 5 sessions"] = _reads_per_second(counts)
+            for other in others:
+                other.close()
             browser.close()
         with open(f"/proc/{proc.pid}/status") as f:
             hwm = next(line for line in f if line.startswith("VmHWM:"))
-        return loads[0], loads[1], statistics.median(durations) / 1000, int(hwm.split()[1]) / 1024
+        out["server peak RSS (MB)"] = int(hwm.split()[1]) / 1024
+        return out
     finally:
         proc.terminate()
-        proc.wait(timeout=20)
+        proc.wait(timeout=30)
+
+
+def store_queries(url: str) -> dict[str, float]:
+    with tenure.connect(url) as store:
+        return {"summary()": timed(store.summary),
+                "page(leased+expired, by expiry, 50)": timed(lambda: store.page(states=["leased", "expired"])),
+                "page(by job, offset 50,000)": timed(lambda: store.page(order="job", offset=50_000)),
+                "whole jobs() listing": timed(lambda: sum(1 for _ in store.jobs()))}
+
+
+def apptest(url: str) -> list[tuple[str, float, float]]:
+    """First render and rerun of each page through AppTest (the first also connects)."""
+    from streamlit.testing.v1 import AppTest
+
+    os.environ.update({"TENURE_DASHBOARD_URL": url, "TENURE_DASHBOARD_REFRESH": "0"})
+    at = AppTest.from_file(str(ROOT / "tenure" / "dashboard" / "app.py"), default_timeout=300)
+    results = []
+    for name in PAGES:
+        if name == "overview":
+            first = timed(at.run)
+        else:
+            at.query_params.clear()
+            if name == "job":
+                at.query_params["job"] = "job-000100"
+            first = timed(at.switch_page(links.script(name)).run)
+        assert not at.exception, at.exception
+        results.append((links.BY_NAME[name].title, first, timed(at.run)))
+    return results
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backends", default="sqlite,etcd,zk,postgres")
     parser.add_argument("--jobs", type=int, default=100_000)
-    parser.add_argument("--db", help="SQLite file to use (default: a new temporary file)")
-    parser.add_argument("--browser", action="store_true",
-                        help="also serve it for real and measure in headless Chromium")
+    parser.add_argument("--no-browser", action="store_true", help="skip the real server and Chromium")
     args = parser.parse_args()
-    path = Path(args.db or Path(tempfile.mkdtemp()) / "scale.db")
-    url = f"sqlite:///{path}"
-    if not path.exists():
-        t = time.perf_counter()
-        child = multiprocessing.get_context("spawn").Process(target=seed, args=(url, args.jobs))
-        child.start()
-        child.join()
-        print(f"seeded {args.jobs} jobs in {time.perf_counter() - t:.1f} s: {path}")
-
-    print("\ndata queries (one each, seconds):")
-    with tenure.connect(url) as store:
-        now = store.now()
-        for name, fn in [
-            ("summary", lambda: store.summary()),
-            ("page leased+expired, first 50", lambda: store.page(states=["leased", "expired"])),
-            ("page all states, page 100", lambda: store.page(offset=99 * 50)),
-            ("page search job '12345'", lambda: store.page(job="12345", states=None)),
-            ("history last 5 min", lambda: store.history(since=now - 300)),
-            ("rejections last hour (<=10,000)", lambda: store.rejections(since=now - 3600, limit=10_000)),
-        ]:
-            print(f"  {name:34s} {timed(fn):.3f}")
-
-    from streamlit.testing.v1 import AppTest
-
-    os.environ.update({"TENURE_DASHBOARD_URL": url, "TENURE_DASHBOARD_REFRESH": "0"})
-    at = AppTest.from_file(str(ROOT / "tenure" / "dashboard" / "app.py"), default_timeout=120)
-    results: list[tuple[str, float, float]] = []
-    for view in VIEWS:
-        first = timed(at.run if view == "Overview" else at.radio(key="view").set_value(view).run)
-        if view == "Job detail":  # it shows a job once one is entered: time that
-            first = timed(at.text_input(key="detail_job").set_value("job-000042").run)
-        assert not at.exception, at.exception
-        results.append((view, first, timed(at.run)))
+    verdicts: list[tuple[str, bool, str]] = []
+    for backend in args.backends.split(","):
+        with tempfile.TemporaryDirectory(prefix="tenure-dash-") as tmp, served_store(backend, Path(tmp)) as url:
+            t = time.perf_counter()
+            seed(url, args.jobs)
+            print(f"\n== {backend}: seeded {args.jobs} jobs in {time.perf_counter() - t:.0f} s", flush=True)
+            for name, seconds in store_queries(url).items():
+                print(f"  store {name:38s} {seconds:8.3f} s", flush=True)
+            rows = apptest(url)
+            for title, first, again in rows:
+                print(f"  AppTest {title:16s} first render {first:6.3f} s, rerun {again:6.3f} s", flush=True)
+            if args.no_browser:
+                continue
+            try:
+                measured = in_browser(url, Path(tmp))
+            except Exception as exc:  # one backend's failure must not cost the others' figures
+                print(f"  browser NOT MEASURED: {type(exc).__name__}: {str(exc).splitlines()[0]}", flush=True)
+                verdicts.append((f"{backend}: measured in Chromium", False, type(exc).__name__))
+                continue
+            for name, value in measured.items():
+                print(f"  browser {name:52s} {value:8.3f}", flush=True)
+            first = measured["page load to Overview counts"]
+            leases = measured["Live leases first render (click to table)"]
+            refresh = measured["live refresh of Live leases (median of 5)"]
+            one, five = measured["store reads/s, 1 session"], measured["store reads/s, 5 sessions"]
+            verdicts += [
+                (f"{backend}: first render <= {FIRST_RENDER:g} s", max(first, leases) <= FIRST_RENDER,
+                 f"{max(first, leases):.2f} s"),
+                (f"{backend}: refresh <= {REFRESH:g} s", refresh <= REFRESH, f"{refresh:.3f} s"),
+                (f"{backend}: 5 sessions < 2x the reads of 1", five < 2 * max(one, 0.1),
+                 f"{one:.1f} -> {five:.1f} reads/s"),
+            ]
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-    print("\nwhole app through AppTest (seconds; first render of Overview includes connecting):")
-    print(f"  {'view':18s} {'first render':>12s} {'refresh':>8s}")
-    for view, first, again in results:
-        print(f"  {view:18s} {first:12.3f} {again:8.3f}")
-    worst_first = max(r[1] for r in results)
-    worst_refresh = max(r[2] for r in results)
-    verdicts = [
-        (f"first render <= {FIRST_RENDER:g} s", worst_first <= FIRST_RENDER, f"{worst_first:.3f} s"),
-        (f"refresh <= {REFRESH:g} s", worst_refresh <= REFRESH, f"{worst_refresh:.3f} s"),
-        (f"peak RSS < {RSS_MB:g} MB", rss < RSS_MB, f"{rss:.0f} MB"),
-    ]
-    if args.browser:
-        cold, first, refresh, server_rss = in_browser(url)
-        print("\nreal server (tenure dashboard) and headless Chromium (seconds):")
-        print(f"  very first page load (server imports the app)  {cold:.3f}")
-        print(f"  page load to Overview metrics                  {first:.3f}")
-        print(f"  live refresh of Live leases (median of 5)      {refresh:.3f}")
-        print(f"  server peak RSS (VmHWM)                        {server_rss:.0f} MB")
-        verdicts += [
-            (f"browser first <= {FIRST_RENDER:g} s", first <= FIRST_RENDER, f"{first:.3f} s"),
-            (f"browser refresh <= {REFRESH:g} s", refresh <= REFRESH, f"{refresh:.3f} s"),
-            (f"server RSS < {RSS_MB:g} MB", server_rss < RSS_MB, f"{server_rss:.0f} MB"),
-        ]
-    print()
+    print(f"\nthis process's peak RSS (AppTest included): {rss:.0f} MB\n")
     for target, met, value in verdicts:
-        print(f"  {'met    ' if met else 'NOT MET'}  {target:22s} worst: {value}")
+        print(f"  {'met    ' if met else 'NOT MET'}  {target:42s} {value}")
     return 0 if all(met for _, met, _ in verdicts) else 1
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 import tenure
+from tests.harness import Harness
+from tests.reads import count_reads
 
 parser = pytest.importorskip("prometheus_client.parser")
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,3 +72,25 @@ def test_metrics_count_jobs_by_state_and_rejections_since_start(exporter: tuple[
     assert second[destination] == 1
     assert second[("tenure_rejections_last_hour", ())] == 3
     assert scrape(address)[key] == 2  # counted once, however often it is scraped
+
+
+def test_metrics_count_with_the_dashboards_snapshot(postgres_harness: Harness) -> None:
+    """On a store with a native watch a scrape's counts come from the watch's mirror of the
+    jobs (the dashboard's Snapshot), not from summary() or a listing of the store."""
+    from prometheus_client.core import Metric
+
+    from tenure.cli.metrics import StoreCollector
+
+    with postgres_harness.connect() as store:
+        store.submit_many(["p1", "p2"])
+        store.claim("l1", "w", 3600)
+        collector = StoreCollector(store, 60.0)
+        try:
+            assert collector.snapshot.mirror is not None and collector.snapshot.mirror.wait_ready(60)
+            reads = count_reads(store)
+            families: dict[str, Metric] = {m.name: m for m in collector.collect()}
+            jobs = {s.labels["state"]: s.value for s in families["tenure_jobs"].samples}
+            assert jobs == {"pending": 2, "leased": 1, "expired": 0, "completed": 0, "corrupt": 0}
+            assert reads["summary"] == reads["jobs"] == reads["page"] == 0
+        finally:
+            collector.snapshot.close()

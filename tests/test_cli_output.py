@@ -102,6 +102,15 @@ def test_ls_pages_with_filters(url: str, capsys: pytest.CaptureFixture[str]) -> 
     assert len(out.splitlines()) == 12
 
 
+def test_rejections_of_one_job(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with tenure.connect(url) as store:
+        for job in ("a-1", "a-10"):
+            store.report_rejection(job, "w", 1, resource="ledger", highest=2)
+    code, out, _ = run(capsys, "--url", url, "-o", "json", "rejections", "--job", "a-1")
+    assert code == 0 and [r["job_id"] for r in json.loads(out)] == ["a-1"]
+    assert run(capsys, "--url", url, "rejections", "--job", "")[0] == 64  # an empty id: InvalidArgument
+
+
 def test_health_and_watch(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "--url", url, "-o", "json", "health")
     assert code == 0 and json.loads(out)["backend"] == "sqlite"

@@ -132,6 +132,11 @@ class MemoryBackend(RecordBackend):
             found = list(self._state.rejections)
         return audit.select(reversed(found), since, limit)
 
+    def job_rejections(self, job_id: str, since: float | None, limit: int | None) -> list[Rejection]:
+        with self._state.lock:
+            found = [r for r in self._state.rejections if r.job_id == job_id]
+        return audit.select(reversed(found), since, limit)
+
     def history(self, job_id: str | None, since: float | None, limit: int | None) -> list[HistoryEvent]:
         with self._state.lock:
             events = list(self._state.events)

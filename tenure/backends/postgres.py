@@ -30,10 +30,11 @@ from tenure.backends.postgres_connection import (
 )
 from tenure.backends.postgres_schema import check_durability, check_schema_name, migrate
 from tenure.core import codec, contention, transitions
-from tenure.core.backend import Backend, Characteristics, corrupt_status, fold
+from tenure.core.backend import Backend, Characteristics, corrupt_status
 from tenure.core.clock import Clock
 from tenure.core.errors import BackendUnavailable, CorruptRecord, InvalidArgument, JobNotFound, StaleLease, TokenChanged
 from tenure.core.options import Options, StoreURL
+from tenure.core.queries import fold
 from tenure.core.records import (
     Change,
     HistoryEvent,
@@ -264,8 +265,12 @@ class PostgresBackend(Backend):
                             after: int = 0) -> list[tuple[Rejection, int]]:
         rows = self._run("REJECTIONS", {"since": -1e300 if since is None else since, "limit": limit,
                                         "after": after}, write=False)
-        return [(Rejection(r[0], Op(r[1]), r[2], r[3], r[4], r[5], r[6], r[7], RejectionKind(r[8]), r[9]), r[10])
-                for r in rows]
+        return [(_rejection(r), r[10]) for r in rows]
+
+    def job_rejections(self, job_id: str, since: float | None, limit: int | None) -> list[Rejection]:
+        rows = self._run("JOB_REJECTIONS", {"job": job_id, "since": -1e300 if since is None else since,
+                                            "limit": limit}, write=False)  # through rejections_job
+        return [_rejection(r) for r in rows]
 
     def history(self, job_id: str | None, since: float | None, limit: int | None) -> list[HistoryEvent]:
         rows = self._run("HISTORY", {"job": job_id, "since": -1e300 if since is None else since,
@@ -333,3 +338,7 @@ _STATE_SQL = {
     JobState.COMPLETED: f"(j.state = 'completed' AND {q.valid('j')})",
     JobState.CORRUPT: f"(NOT {q.valid('j')})",
 }
+
+
+def _rejection(r: tuple[Any, ...]) -> Rejection:
+    return Rejection(r[0], Op(r[1]), r[2], r[3], r[4], r[5], r[6], r[7], RejectionKind(r[8]), r[9])

@@ -17,7 +17,7 @@ from tenure.core.errors import BackendUnavailable, InvalidArgument
 log = logging.getLogger("tenure.postgres")
 
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-VERSION = 2
+VERSION = 3
 
 # Migration N takes a store from version N-1 to N. Job ids sort in code-point order (C
 # collation), as every other backend sorts them. Times are the server's epoch seconds.
@@ -45,6 +45,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     # claimed rows leave the pending index soon and the planner knows the queue's size.
     2: ("CREATE TABLE {s}.watchers (pid integer PRIMARY KEY, since float8 NOT NULL)",
         "ALTER TABLE {s}.jobs SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02)"),
+    # One job's rejections (the dashboard's job detail) through an index, not a scan of the audit.
+    3: ("CREATE INDEX IF NOT EXISTS rejections_job ON {s}.rejections (job_id, id)",),
 }
 
 

@@ -216,6 +216,10 @@ REJECTIONS = """
 SELECT * FROM (SELECT job_id, op, owner, token, current_owner, current_token, at, reason, kind, resource, id
                FROM {s}.rejections WHERE at >= %(since)s AND id > %(after)s ORDER BY id DESC LIMIT %(limit)s) r
 ORDER BY id"""
+JOB_REJECTIONS = """
+SELECT * FROM (SELECT job_id, op, owner, token, current_owner, current_token, at, reason, kind, resource, id
+               FROM {s}.rejections WHERE job_id = %(job)s AND at >= %(since)s ORDER BY id DESC LIMIT %(limit)s) r
+ORDER BY id"""
 HISTORY = """
 SELECT * FROM (SELECT job_id, op, owner, token, at, expires_at, id FROM {s}.events
                WHERE (%(job)s::text IS NULL OR job_id = %(job)s::text) AND at >= %(since)s
@@ -240,6 +244,7 @@ WATCH_STOP = "DELETE FROM {s}.watchers WHERE pid = pg_backend_pid()"
 # By name, for the backend to bind to its schema once.
 STATEMENTS = {"CLAIM": CLAIM, "CLAIM_NEXT": CLAIM_NEXT, "RENEW": RENEW, "COMPLETE": COMPLETE, "RELEASE": RELEASE,
               "SUBMIT": SUBMIT, "FORCE_EXPIRE": FORCE_EXPIRE, "RECORD_REJECTION": RECORD_REJECTION, "NOW": NOW,
-              "GET": GET, "JOBS_PAGE": JOBS_PAGE, "REJECTIONS": REJECTIONS, "HISTORY": HISTORY,
+              "GET": GET, "JOBS_PAGE": JOBS_PAGE, "REJECTIONS": REJECTIONS, "JOB_REJECTIONS": JOB_REJECTIONS,
+              "HISTORY": HISTORY,
               "SUMMARY": SUMMARY, "STATE_COUNTS": STATE_COUNTS,
               "WATCH_START": WATCH_START, "WATCH_STOP": WATCH_STOP}

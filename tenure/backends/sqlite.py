@@ -62,6 +62,7 @@ CREATE TABLE IF NOT EXISTS tenure_rejections (
     owner TEXT NOT NULL, token INTEGER NOT NULL, current_owner TEXT, current_token INTEGER,
     at REAL NOT NULL, reason TEXT NOT NULL, kind TEXT NOT NULL, resource TEXT);
 CREATE INDEX IF NOT EXISTS tenure_rejections_at ON tenure_rejections (at);
+CREATE INDEX IF NOT EXISTS tenure_rejections_job ON tenure_rejections (job_id, id);
 CREATE TABLE IF NOT EXISTS tenure_events (
     id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, op TEXT NOT NULL,
     owner TEXT, token INTEGER NOT NULL, at REAL NOT NULL, expires_at REAL);
@@ -297,18 +298,25 @@ class SQLiteBackend(RecordBackend):
                                (rows[-1][0],))
 
     def rejections(self, since: float | None, limit: int | None) -> list[Rejection]:
+        return self._rejections(None, since, limit)
+
+    def job_rejections(self, job_id: str, since: float | None, limit: int | None) -> list[Rejection]:
+        return self._rejections(job_id, since, limit)  # through tenure_rejections_job
+
+    def _rejections(self, job_id: str | None, since: float | None, limit: int | None) -> list[Rejection]:
         rows = self._query(
             "SELECT * FROM (SELECT job_id, op, owner, token, current_owner, current_token, at, reason,"
-            " kind, resource, id FROM tenure_rejections WHERE at >= ? ORDER BY id DESC LIMIT ?)"
-            " ORDER BY id", (-1e300 if since is None else since, -1 if limit is None else limit))
+            f" kind, resource, id FROM tenure_rejections WHERE {_of_job(job_id)}at >= ?"
+            " ORDER BY id DESC LIMIT ?) ORDER BY id",
+            (*_job_arg(job_id), -1e300 if since is None else since, -1 if limit is None else limit))
         return [Rejection(r[0], Op(r[1]), r[2], r[3], r[4], r[5], r[6], r[7],
                           RejectionKind(r[8]), r[9]) for r in rows]
 
     def history(self, job_id: str | None, since: float | None, limit: int | None) -> list[HistoryEvent]:
         rows = self._query(
             "SELECT * FROM (SELECT job_id, op, owner, token, at, expires_at, id FROM tenure_events"
-            " WHERE (? IS NULL OR job_id = ?) AND at >= ? ORDER BY id DESC LIMIT ?) ORDER BY id",
-            (job_id, job_id, -1e300 if since is None else since, -1 if limit is None else limit))
+            f" WHERE {_of_job(job_id)}at >= ? ORDER BY id DESC LIMIT ?) ORDER BY id",
+            (*_job_arg(job_id), -1e300 if since is None else since, -1 if limit is None else limit))
         return [HistoryEvent(r[0], Op(r[1]), r[2], r[3], r[4], r[5]) for r in rows]
 
     def now(self) -> float:
@@ -376,3 +384,13 @@ _SUMMARY_SQL = (
     " WHEN state = 'leased' AND lease_until <= :now THEN 'expired'"
     " WHEN state = 'leased' AND lease_until <= :soon THEN 'soon' ELSE state END AS class,"
     " count(*) FROM tenure_jobs GROUP BY class")
+
+
+def _of_job(job_id: str | None) -> str:
+    """The condition on a table's job_id, only when a job is given: then the planner searches
+    the (job_id, id) index, where ``? IS NULL OR job_id = ?`` would scan the whole table."""
+    return "" if job_id is None else "job_id = ? AND "
+
+
+def _job_arg(job_id: str | None) -> tuple[str, ...]:
+    return () if job_id is None else (job_id,)

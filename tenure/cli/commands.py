@@ -115,7 +115,7 @@ def cmd_ls(store: tenure.Store, args: argparse.Namespace) -> int:
 
 
 def cmd_rejections(store: tenure.Store, args: argparse.Namespace) -> int:
-    records = store.rejections(since=args.since, limit=args.limit)
+    records = store.rejections(since=args.since, limit=args.limit, job_id=args.job)
     now = store.now()
     emit(args, records, lambda: table(
         ["at", "job", "op", "owner", "token", "current owner", "current token", "kind", "reason"],

@@ -112,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("rejections", commands.cmd_rejections, "list audited rejections, oldest first")
     p.add_argument("--since", type=SINCE, help="store time in seconds since the epoch")
     p.add_argument("--limit", type=int, help="only the most recent N")
+    p.add_argument("--job", metavar="JOB_ID", help="only this job's (through an index where the store has one)")
     p = command("history", commands.cmd_history, "list accepted operations, oldest first")
     p.add_argument("job_id", nargs="?", metavar="JOB_ID", type=JOB_ID)
     p.add_argument("--limit", type=int)

@@ -1,8 +1,10 @@
 """``tenure metrics``: Prometheus metrics of a store at ``/metrics``, for alerting.
 
-Each scrape reads the store's indexed ``summary()`` (counts by state, leases ending soon,
-rejections in the last hour) and the rejections audited since the previous scrape; nothing
-is cached between scrapes, so a scrape costs the store one summary and one audit read.
+Each scrape counts jobs through ``tenure.core.snapshot.Snapshot``, the dashboard's code: where
+the store has a native watch (etcd, ZooKeeper, PostgreSQL) the counts come from a mirror of
+every job kept by that watch, so a scrape does not list the store; elsewhere from the store's
+indexed ``summary()``. Nothing is kept between scrapes otherwise (``max_age=0``): a scrape costs
+the store at most one summary, the last hour's audit and the rejections since the last scrape.
 
 =====================================  =======  ==============================================
 metric                                 type     meaning
@@ -32,6 +34,7 @@ import tenure
 from tenure.cli import exits
 from tenure.cli.arguments import PORT, SOON
 from tenure.core.records import JobState, Reason, RejectionKind
+from tenure.core.snapshot import Snapshot
 from tenure.core.watch import NewRejections
 
 _REASONS = frozenset(r.value for r in Reason)
@@ -53,6 +56,7 @@ class StoreCollector:
         self._lock = threading.Lock()  # scrapes may overlap; the audit tally is one
         self._rejections: Counter[tuple[str, str, str]] = Counter()
         self._new_rejections = NewRejections(store.backend, store.now())
+        self.snapshot = Snapshot(store, max_age=0.0)  # the dashboard's counts, read at each scrape
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -62,7 +66,7 @@ class StoreCollector:
         summary = None
         with self._lock:
             try:
-                summary = self.store.summary(self.soon)
+                summary = self.snapshot.summary(self.soon)
                 for r in self._new_rejections():
                     reason = r.reason if r.reason in _REASONS or r.kind is RejectionKind.STORE else "other"
                     self._rejections[(r.op.value, r.kind.value, reason)] += 1
@@ -97,11 +101,13 @@ def run(args: argparse.Namespace) -> int:
         return exits.USAGE
     with tenure.connect(args.url) as store:
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(StoreCollector(store, args.soon))
+        collector = StoreCollector(store, args.soon)
+        registry.register(collector)
         server, _ = start_http_server(args.port, addr=args.host, registry=registry)
         print(f"tenure metrics: serving http://{args.host}:{server.server_port}/metrics", file=sys.stderr, flush=True)
         try:
             threading.Event().wait()  # until Ctrl-C or SIGTERM
         finally:
             server.shutdown()
+            collector.snapshot.close()
     return exits.OK

@@ -14,17 +14,17 @@ from __future__ import annotations
 import abc
 import contextlib
 import threading
-from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from tenure.core import contention, transitions, watch
+from tenure.core import audit, contention, queries, transitions, watch
 
-# corrupt_status (codec), history_event and state_at (transitions) live with what they belong
-# to; the "as" imports keep them importable from here (the PostgreSQL backend, the dashboard).
+# corrupt_status (codec), history_event and state_at (transitions), fold (queries) live with
+# what they belong to; the "as" imports keep them importable from here (backends, dashboard).
 from tenure.core.codec import corrupt_status as corrupt_status
 from tenure.core.errors import BackendUnavailable, JobNotFound, LeaseError, StaleLease, TokenChanged
+from tenure.core.queries import fold as fold
 from tenure.core.records import (
     Change,
     HistoryEvent,
@@ -171,30 +171,18 @@ class Backend(abc.ABC):
     # -- queries for operators: defaults over jobs(); stores with an index override them ----
     def summary(self, now: float, soon: float) -> Summary:
         """Jobs counted by state at ``now``; leases ending within ``soon`` seconds counted apart."""
-        counts: Counter[JobState] = Counter()
-        expiring = 0
-        for job in self.jobs():
-            state = transitions.state_at(job, now)
-            counts[state] += 1
-            if state is JobState.LEASED and job.expires_at is not None and job.expires_at <= now + soon:
-                expiring += 1
-        return Summary(now=now, pending=counts[JobState.PENDING], leased=counts[JobState.LEASED],
-                       expiring_soon=expiring, expired=counts[JobState.EXPIRED],
-                       completed=counts[JobState.COMPLETED], corrupt=counts[JobState.CORRUPT],
-                       rejections_last_hour=len(self.rejections(now - 3600.0, None)))
+        return queries.summarize(self.jobs(), now, soon, len(self.rejections(now - 3600.0, None)))
 
     def page(self, now: float, states: frozenset[JobState] | None, job: str | None,
              owner: str | None, order: str, offset: int, limit: int) -> JobPage:
         """Jobs matching every filter given, ordered, one page of them (see ``Store.page``)."""
-        found = [j for j in self.jobs()
-                 if (states is None or transitions.state_at(j, now) in states)
-                 and (job is None or fold(job) in fold(j.job_id))
-                 and (owner is None or fold(owner) in fold(j.owner or ""))]
-        if order == "expiry":
-            found.sort(key=lambda j: (j.expires_at is None, j.expires_at or 0.0, j.job_id))
-        else:
-            found.sort(key=lambda j: j.job_id)
-        return JobPage(found[offset:offset + limit], len(found), offset, limit)
+        return queries.select_page(self.jobs(), now, states, job, owner, order, offset, limit)
+
+    def job_rejections(self, job_id: str, since: float | None, limit: int | None) -> list[Rejection]:
+        """One job's rejections, oldest first; this default filters the whole audit, stores
+        with an index on the audit's job override it."""
+        return audit.select(reversed(self.rejections(since, None)), since, limit,
+                            keep=lambda r: r.job_id == job_id)
 
     def close(self) -> None:  # noqa: B027 - a no-op is the right default
         """Release connections. Idempotent."""
@@ -343,11 +331,3 @@ class RecordBackend(SteppedBackend):
 
 class _Reread(Exception):
     """Raised by a step that must not act on a guessed record: run it again on fresh reads."""
-
-
-def fold(text: str) -> str:
-    """ASCII-only lower case: what SQLite's lower() does, so every backend filters alike."""
-    return text.translate(_ASCII_LOWER)
-
-
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")

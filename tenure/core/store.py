@@ -240,9 +240,14 @@ class Store:
     def jobs(self) -> Iterator[JobStatus]:
         return self.backend.jobs()
 
-    def rejections(self, since: float | None = None, limit: int | None = None) -> list[Rejection]:
-        """Audited rejections, oldest first; with ``limit``, the most recent ones."""
-        return self.backend.rejections(_since(since), validation.limit(limit))
+    def rejections(self, since: float | None = None, limit: int | None = None, *,
+                   job_id: str | None = None) -> list[Rejection]:
+        """Audited rejections, oldest first; with ``limit``, the most recent ones; with
+        ``job_id``, that job's alone (read through an index where the store has one)."""
+        args = _since(since), validation.limit(limit)
+        if job_id is None:
+            return self.backend.rejections(*args)
+        return self.backend.job_rejections(validation.job_id(job_id), *args)
 
     def history(self, job_id: str | None = None, since: float | None = None,
                 limit: int | None = None) -> list[HistoryEvent]:
@@ -266,15 +271,7 @@ class Store:
         ``order`` is ``"expiry"`` (soonest lease end first, jobs without a lease last, then by
         id) or ``"job"`` (by id).
         """
-        wanted = None if states is None else frozenset(_state(s) for s in states)
-        if order not in PAGE_ORDERS:
-            raise InvalidArgument(f"order must be one of {', '.join(PAGE_ORDERS)}, got {quoted(order)}")
-        start = validation.limit(offset)
-        size = validation.limit(limit)
-        if start is None or size is None or not 1 <= size <= MAX_PAGE:
-            raise InvalidArgument(f"offset must be an int >= 0 and limit from 1 to {MAX_PAGE}")
-        return self.backend.page(self.backend.now(), wanted, _needle("job", job),
-                                 _needle("owner", owner), order, start, size)
+        return self.backend.page(self.backend.now(), *page_arguments(states, job, owner, order, offset, limit))
 
     def watch(self, stop: threading.Event | None = None, interval: float = 1.0) -> Iterator[Change]:
         """Changes to jobs and new rejections until ``stop`` is set."""
@@ -335,6 +332,22 @@ class Store:
 
     def __repr__(self) -> str:
         return f"<tenure.Store {self.url or self.characteristics.name}>"
+
+
+PageArguments = tuple[frozenset[JobState] | None, str | None, str | None, str, int, int]
+
+
+def page_arguments(states: Iterable[JobState | str] | None, job: object, owner: object, order: object,
+                   offset: object, limit: object) -> PageArguments:
+    """``Store.page``'s arguments checked, in ``Backend.page``'s order after ``now``."""
+    wanted = None if states is None else frozenset(_state(s) for s in states)
+    if order not in PAGE_ORDERS:
+        raise InvalidArgument(f"order must be one of {', '.join(PAGE_ORDERS)}, got {quoted(order)}")
+    start = validation.limit(offset)
+    size = validation.limit(limit)
+    if start is None or size is None or not 1 <= size <= MAX_PAGE:
+        raise InvalidArgument(f"offset must be an int >= 0 and limit from 1 to {MAX_PAGE}")
+    return wanted, _needle("job", job), _needle("owner", owner), str(order), start, size
 
 
 def _state(value: object) -> JobState:

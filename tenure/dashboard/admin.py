@@ -47,7 +47,7 @@ def _try_unlock(cfg: Config) -> None:
 
 
 def unlock_form(cfg: Config) -> None:
-    """Sidebar: the secret the operator supplies; compared in constant time, rate-limited."""
+    """The secret the operator supplies; compared in constant time, rate-limited."""
     if st.session_state.get(_UNLOCKED):
         st.success("Admin actions unlocked")
         if st.button("Lock admin actions"):
@@ -63,8 +63,9 @@ def unlock_form(cfg: Config) -> None:
 def actions(store: Store, cfg: Config, status: JobStatus) -> None:
     """Force-expire a live lease or resubmit a completed job, each after a confirmation."""
     st.subheader("Admin actions")
+    unlock_form(cfg)  # beside the actions it unlocks; the unlock lasts for the browser session
     if not st.session_state.get(_UNLOCKED):
-        st.caption("Unlock admin actions with the admin secret in the sidebar.")
+        st.caption("Unlock admin actions with the admin secret.")
         return
     job = status.job_id
     c1, c2 = st.columns(2)

@@ -1,59 +1,37 @@
 """The Streamlit app: ``streamlit run tenure/dashboard/app.py`` or ``tenure dashboard``.
 
-Settings come from the environment (see ``config``). The sidebar chooses a view; the view
-lives in a fragment that reruns on its own every refresh interval, not the whole page.
+Settings come from the environment (see ``config``). ``st.navigation`` lists the pages
+(``links.ROUTES``), each with its own URL; the sidebar holds the store, the refresh
+interval, and the time zone; admin actions are unlocked on a job's page.
 """
 
 from __future__ import annotations
 
-import logging
-
 import streamlit as st
 
-import tenure
-from tenure.dashboard import admin, config, views
-
-log = logging.getLogger("tenure.dashboard")
-
-
-@st.cache_resource(show_spinner=False)
-def _store(url: str) -> tenure.Store:
-    # One store per URL per server process, shared by every browser session.
-    return tenure.connect(url)
-
-
-def _show(cfg: config.Config, view: str) -> None:
-    try:
-        views.VIEWS[view](_store(cfg.url), cfg)
-    except tenure.LeaseError as exc:
-        st.error(f"{type(exc).__name__}: {cfg.scrub(str(exc))}")
-    except Exception as exc:
-        # A record the backend could not turn into values: an operator needs to see which
-        # view failed and why, not a traceback page (which could quote the URL); the log
-        # keeps the traceback.
-        log.exception("the %s view failed", view)
-        st.error(f"The {view} view could not be shown: {type(exc).__name__}: {cfg.scrub(str(exc))}")
+from tenure.core.errors import LeaseError
+from tenure.dashboard import links, shared
 
 
 def main() -> None:
     st.set_page_config(page_title="tenure dashboard", layout="wide")
-    try:
-        cfg = config.from_env()
-        store = _store(cfg.url)
-    except tenure.LeaseError as exc:
-        st.error(f"Cannot open the store: {type(exc).__name__}: {exc}")
+    cfg = shared.settings()
+    if cfg is None:
         return
+    try:
+        snap = shared.snapshot(cfg)
+    except LeaseError as exc:
+        st.error(f"Cannot open the store: {type(exc).__name__}: {cfg.scrub(str(exc))}")
+        return
+    current = st.navigation([links.page(route.name) for route in links.ROUTES])
     with st.sidebar:
-        st.title("tenure")
-        st.caption(f"Store: `{store.url}` ({store.characteristics.name})")
-        view = st.radio("View", list(views.VIEWS), key="view")
-        refresh = st.number_input("Refresh every (s, 0 = paused)", 0.0, 3600.0, cfg.refresh,
-                                  step=0.5, key="refresh")
-        st.caption("Read-only." if not cfg.admin else "Admin mode enabled by the operator.")
-        if cfg.admin:
-            admin.unlock_form(cfg)
-    st.header(view)
-    st.fragment(run_every=refresh or None)(_show)(cfg, view)
+        st.caption(f"Store: `{snap.store.url}` ({snap.store.characteristics.name})")
+        st.number_input("Refresh every (s, 0 = paused)", 0.0, 3600.0, cfg.refresh, step=0.5, key="refresh")
+        st.radio("Times", [shared.UTC, shared.LOCAL], key=shared.TIMES_KEY, horizontal=True,
+                 help="Local is this browser's time zone. Ownership is judged by the store's clock.")
+        st.caption("Read-only." if not cfg.admin else "Admin mode enabled by the operator: "
+                   "unlock the actions on a job's page.")
+    current.run()
 
 
 main()

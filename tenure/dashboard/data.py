@@ -5,12 +5,13 @@ Every time here is the store's clock; "now" is the store's now as read for this 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
-from tenure.core.backend import fold
 from tenure.core.export import to_json
+from tenure.core.queries import fold
 from tenure.core.records import HistoryEvent, JobState, JobStatus, Op, Rejection
 
 LEASE_COLUMNS = ["job", "owner", "token", "state", "expires in (s)", "lease left",
@@ -25,7 +26,38 @@ def when(seconds: float | None) -> pd.Timestamp | None:
     return None if seconds is None else pd.Timestamp(seconds, unit="s", tz="UTC")
 
 
-def leases_frame(jobs: Sequence[JobStatus], now: float) -> pd.DataFrame:
+def duration(seconds: float) -> str:
+    """A length of time in words: "12 s", "4 min", "2.5 h", "3 d"."""
+    size = abs(seconds)
+    if size < 90:
+        return f"{size:.0f} s"
+    if size < 90 * 60:
+        return f"{size / 60:.0f} min"
+    if size < 48 * 3600:
+        return f"{size / 3600:.1f} h"
+    return f"{size / 86400:.0f} d"
+
+
+def ago(delta: float) -> str:
+    """``delta`` seconds from now in words: "12 s ago", "in 4 min", "now"."""
+    if abs(delta) < 0.5:
+        return "now"
+    return f"in {duration(delta)}" if delta > 0 else f"{duration(delta)} ago"
+
+
+def stamp(seconds: float | None, now: float, zone: str | None = None) -> str:
+    """A store time as people read it: "2026-12-03 04:35:13 UTC (12 s ago)", in ``zone`` (an
+    IANA name such as the browser's) when given and known, else UTC; "" for None."""
+    if seconds is None:
+        return ""
+    t = pd.Timestamp(seconds, unit="s", tz="UTC")
+    if zone:
+        with contextlib.suppress(KeyError, ValueError):  # a zone unknown here: stay in UTC
+            t = t.tz_convert(zone)
+    return f"{t:%Y-%m-%d %H:%M:%S} {t.tzname()} ({ago(seconds - now)})"
+
+
+def leases_frame(jobs: Sequence[JobStatus], now: float, zone: str | None = None) -> pd.DataFrame:
     """One row per job; ``lease left`` is the fraction of the lease's TTL still to run."""
     rows = []
     for j in jobs:
@@ -38,7 +70,7 @@ def leases_frame(jobs: Sequence[JobStatus], now: float) -> pd.DataFrame:
         problem = f"{j.key}: {j.problem}" if j.state is JobState.CORRUPT else ""
         rows.append({"job": j.job_id, "owner": j.owner or "", "token": j.token,
                      "state": j.state.value, "expires in (s)": left, "lease left": fraction,
-                     "last renewal": when(j.renewed_at), "claimed at": when(j.claimed_at),
+                     "last renewal": stamp(j.renewed_at, now, zone), "claimed at": stamp(j.claimed_at, now, zone),
                      "problem": problem})
     return pd.DataFrame(rows, columns=LEASE_COLUMNS)
 
@@ -51,6 +83,19 @@ def rejections_frame(rejections: Iterable[Rejection]) -> pd.DataFrame:
             for r in rejections]
     frame = pd.DataFrame(rows, columns=REJECTION_COLUMNS)
     return frame.iloc[::-1].reset_index(drop=True)
+
+
+AUDIT_COLUMNS = ["at", "job", "op", "reason", "owner", "token", "current owner", "current token",
+                 "kind", "resource"]
+
+
+def audit_table(rejections: Iterable[Rejection], now: float, zone: str | None = None) -> pd.DataFrame:
+    """Rejections for people, newest first: readable times, the reason beside the operation."""
+    rows = [{"at": stamp(r.at, now, zone), "job": r.job_id, "op": r.op.value, "reason": r.reason,
+             "owner": r.owner, "token": r.token, "current owner": r.current_owner or "",
+             "current token": r.current_token, "kind": r.kind.value, "resource": r.resource or ""}
+            for r in rejections]
+    return pd.DataFrame(rows[::-1], columns=AUDIT_COLUMNS)
 
 
 def filter_rejections(rejections: Iterable[Rejection], *, job: str = "", owner: str = "",
@@ -90,9 +135,9 @@ def rejections_json(rejections: Iterable[Rejection]) -> bytes:
     return to_json(list(rejections), indent=1).encode()
 
 
-def history_frame(events: Iterable[HistoryEvent]) -> pd.DataFrame:
-    rows = [{"at": when(e.at), "op": e.op.value, "owner": e.owner or "", "token": e.token,
-             "expires at": when(e.expires_at)} for e in events]
+def history_frame(events: Iterable[HistoryEvent], now: float, zone: str | None = None) -> pd.DataFrame:
+    rows = [{"at": stamp(e.at, now, zone), "op": e.op.value, "owner": e.owner or "", "token": e.token,
+             "expires at": stamp(e.expires_at, now, zone)} for e in events]
     return pd.DataFrame(rows, columns=["at", "op", "owner", "token", "expires at"])
 
 

@@ -25,8 +25,8 @@ APP = Path(__file__).with_name("app.py")
 SECRET_ENV = "TENURE_ADMIN_SECRET"  # where an operator puts the admin secret for --admin
 
 
-def command(port: int, host: str) -> list[str]:
-    return [sys.executable, "-m", "streamlit", "run", str(APP),
+def command(port: int, host: str, app: Path = APP) -> list[str]:
+    return [sys.executable, "-m", "streamlit", "run", str(app),
             "--server.headless=true", f"--server.port={port}", f"--server.address={host}",
             "--browser.gatherUsageStats=false", "--server.fileWatcherType=none",
             "--server.runOnSave=false", "--client.toolbarMode=viewer"]
@@ -47,8 +47,10 @@ def environment(url: str, *, admin_secret: str | None, refresh: float,
 
 
 def start(url: str, *, port: int = 8501, host: str = "127.0.0.1", admin_secret: str | None = None,
-          refresh: float = 1.0) -> subprocess.Popen[bytes]:
-    """Start the dashboard in a child process and return at once (see ``wait_ready``)."""
+          refresh: float = 1.0, app: Path = APP) -> subprocess.Popen[bytes]:
+    """Start the dashboard in a child process and return at once (see ``wait_ready``).
+
+    ``app``: another script that runs the app (benchmarks/dashboard_counted_app.py counts reads)."""
     parse_url(url)
     if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
         raise InvalidArgument(f"port must be an int from 1 to 65535, got {port!r}")
@@ -59,7 +61,7 @@ def start(url: str, *, port: int = 8501, host: str = "127.0.0.1", admin_secret: 
     env = environment(url, admin_secret=admin_secret, refresh=refresh)
     if importlib.util.find_spec("streamlit") is None:
         raise LeaseError("the dashboard needs Streamlit: pip install 'tenure[dashboard]'")
-    return subprocess.Popen(command(port, host), env=env, stdin=subprocess.DEVNULL)
+    return subprocess.Popen(command(port, host, app), env=env, stdin=subprocess.DEVNULL)
 
 
 def wait_ready(proc: subprocess.Popen[bytes], host: str, port: int, timeout: float = 60.0) -> str:

@@ -1,17 +1,22 @@
-"""The dashboard's views; each reads only what it shows, through aggregated, paged queries."""
+"""The dashboard's main views; each reads only what it shows, through the shared snapshot.
+
+A row of a lease or rejection table opens that job's detail page (``/job?job=ID``).
+"""
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pandas as pd
 import streamlit as st
 
-from tenure.core.backend import fold
+from tenure.core.queries import fold
 from tenure.core.records import JobPage, JobState, Op, RejectionKind
-from tenure.core.store import Store
-from tenure.dashboard import admin, charts, data
+from tenure.core.snapshot import Snapshot
+from tenure.dashboard import admin, charts, data, links
 from tenure.dashboard.config import Config
+from tenure.dashboard.shared import zone
 
 PAGE_SIZE = 50
 SOON = 30.0  # seconds: a live lease ending within this is "expiring soon"
@@ -19,10 +24,27 @@ AUDIT_LIMIT = 10_000  # the audit reads at most this many of the newest rejectio
 AUDIT_ROWS = 1_000  # ... and shows this many of those that match the filters
 TIMELINE_JOBS = 30
 WINDOWS = {"last 15 minutes": 900.0, "last hour": 3600.0, "last 24 hours": 86400.0, "all kept": None}
+LEASE_COLUMNS: dict[str, Any] = {
+    "lease left": st.column_config.ProgressColumn("lease left", min_value=0.0, max_value=1.0, format="percent"),
+    "expires in (s)": st.column_config.NumberColumn(format="%.1f"),
+}
+AUDIT_COLUMNS: dict[str, Any] = {
+    "reason": st.column_config.TextColumn("reason", width="large"),
+    "at": st.column_config.TextColumn("at", width=260),  # the whole "... UTC (12 s ago)"
+}
 
 
-def overview(store: Store, cfg: Config) -> None:
-    s = store.summary(soon=SOON)
+def jobs_table(frame: pd.DataFrame, key: str, columns: dict[str, Any] | None = None) -> None:
+    """A table whose rows open their job's detail page when clicked."""
+    event = st.dataframe(frame, hide_index=True, width="stretch", column_config=columns, key=key,
+                         on_select="rerun", selection_mode="single-row")
+    rows = event.selection.rows if event is not None else []
+    if rows and rows[0] < len(frame):
+        links.open_job(str(frame["job"].iloc[rows[0]]))
+
+
+def overview(snap: Snapshot, cfg: Config) -> None:
+    s = snap.summary(soon=SOON)
     cols = st.columns(6)
     cols[0].metric("Pending", s.pending)
     cols[1].metric("Leased", s.leased)
@@ -32,22 +54,29 @@ def overview(store: Store, cfg: Config) -> None:
     cols[5].metric("Rejections (1h)", s.rejections_last_hour)
     if s.corrupt:
         st.error(f"{s.corrupt} corrupt record(s) in the store: filter Live leases by state 'corrupt'.")
+    st.subheader("Look first at")
+    nav = st.columns(5)
+    nav[0].page_link(links.page("leases"), label=f"Live leases ({s.leased + s.expired})")
+    nav[1].page_link(links.page("workers"), label="Workers: who holds what")
+    nav[2].page_link(links.page("stuck"), label="Stuck leases")
+    nav[3].page_link(links.page("activity"), label="Rejections and expiries per minute")
+    nav[4].page_link(links.page("rejections"), label=f"Rejections ({s.rejections_last_hour} in 1 h)")
     left, right = st.columns(2)
     with left:
         st.subheader("Store clock")
-        skew = time.time() - s.now
-        st.markdown(f"**{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(s.now))} UTC**")
+        skew = time.time() - snap.now()
+        st.markdown(f"**{data.stamp(s.now, s.now, zone()).removesuffix(' (now)')}**")
         st.caption(f"This machine's clock is {skew:+.3f} s from the store's. "
                    "Ownership is judged by the store's clock alone.")
     with right:
         st.subheader("Backend health")
-        for warning in store.warnings:  # e.g. a password sent without TLS; never the secret itself
+        for warning in snap.store.warnings:  # e.g. a password sent without TLS; never the secret itself
             st.warning(f"Insecure connection: {cfg.scrub(warning)}")
-        facts = {k: cfg.scrub(str(v)) for k, v in store.health().items()}
+        facts = {k: cfg.scrub(str(v)) for k, v in snap.health().items()}
         st.table(pd.DataFrame({"fact": list(facts), "value": list(facts.values())}))
 
 
-def leases(store: Store, cfg: Config) -> None:
+def leases(snap: Snapshot, cfg: Config) -> None:
     c1, c2, c3 = st.columns([2, 2, 3])
     job = c1.text_input("Job contains", key="lease_job").strip()
     owner = c2.text_input("Owner contains", key="lease_owner").strip()
@@ -55,8 +84,8 @@ def leases(store: Store, cfg: Config) -> None:
                             default=[JobState.LEASED.value, JobState.EXPIRED.value])
 
     def fetch(page_no: int) -> JobPage:
-        return store.page(states=states or None, job=job or None, owner=owner or None,
-                          order="expiry", offset=(page_no - 1) * PAGE_SIZE, limit=PAGE_SIZE)
+        return snap.page(states=states or None, job=job or None, owner=owner or None,
+                         order="expiry", offset=(page_no - 1) * PAGE_SIZE, limit=PAGE_SIZE)
 
     page_no = int(st.session_state.get("lease_page", 1))
     result = fetch(page_no)
@@ -64,26 +93,21 @@ def leases(store: Store, cfg: Config) -> None:
     if page_no > pages:  # the filters changed under a later page: show the last one
         page_no = st.session_state["lease_page"] = pages
         result = fetch(page_no)
-    now = store.now()
-    frame = data.leases_frame(result.jobs, now)
-    st.dataframe(frame, hide_index=True, width="stretch", column_config={
-        "lease left": st.column_config.ProgressColumn("lease left", min_value=0.0, max_value=1.0,
-                                                      format="percent"),
-        "expires in (s)": st.column_config.NumberColumn(format="%.1f"),
-    })
-    st.caption(f"{result.total} matching job(s), soonest expiry first; page {page_no} of {pages}.")
+    jobs_table(data.leases_frame(result.jobs, snap.now(), zone()), "lease_table", LEASE_COLUMNS)
+    st.caption(f"{result.total} matching job(s), soonest expiry first; page {page_no} of {pages}. "
+               "Click a row for the job's detail.")
     if pages > 1:
         st.number_input("Page", 1, pages, key="lease_page")
 
 
-def timeline(store: Store, cfg: Config) -> None:
+def timeline(snap: Snapshot, cfg: Config) -> None:
     c1, c2 = st.columns([1, 3])
     minutes = c1.select_slider("Window (minutes)", [1, 2, 5, 10, 30, 60], value=5, key="tl_minutes")
     job = c2.text_input("Job contains", key="tl_job").strip()
-    now = store.now()
+    now = snap.now()
     start = now - 60.0 * minutes
-    events = store.history(since=start)
-    rejected = data.filter_rejections(store.rejections(since=start, limit=AUDIT_LIMIT), job=job)
+    events = [e for e in snap.history(60.0 * minutes) if e.at >= start]
+    rejected = data.filter_rejections(snap.rejections(60.0 * minutes, AUDIT_LIMIT), job=job, since=start)
     if job:
         events = [e for e in events if fold(job) in fold(e.job_id)]
     shown = set(data.busiest_jobs(events, rejected, TIMELINE_JOBS))
@@ -92,7 +116,7 @@ def timeline(store: Store, cfg: Config) -> None:
     if spans.empty and marks.empty:
         st.info("No leases or rejections in this window.")
         return
-    chart = charts.timeline(spans, marks, now, start, ahead=max(30.0, 6.0 * minutes))
+    chart = charts.timeline(spans, marks, now, start, ahead=max(30.0, 6.0 * minutes), local=zone() is not None)
     st.altair_chart(chart, width="stretch", height=charts.height(spans, marks))
     st.caption(f"{len(charts.job_order(spans, marks))} most recently active job(s) with leases or "
                "rejections in the window, those with rejections first. "
@@ -100,20 +124,18 @@ def timeline(store: Store, cfg: Config) -> None:
                "Red crosses: rejected stale operations (hover for details).")
 
 
-def rejections(store: Store, cfg: Config) -> None:
+def rejections(snap: Snapshot, cfg: Config) -> None:
     c1, c2, c3, c4, c5 = st.columns(5)
     job = c1.text_input("Job contains", key="rj_job").strip()
     owner = c2.text_input("Owner contains", key="rj_owner").strip()
     ops = c3.multiselect("Operation", [o.value for o in Op], key="rj_ops")
     kinds = c4.multiselect("Kind", [k.value for k in RejectionKind], key="rj_kinds")
     window = c5.selectbox("Time", list(WINDOWS), index=1, key="rj_window")
-    seconds = WINDOWS[window]
-    since = None if seconds is None else store.now() - seconds
-    found = data.filter_rejections(store.rejections(since=since, limit=AUDIT_LIMIT),
+    found = data.filter_rejections(snap.rejections(WINDOWS[window], AUDIT_LIMIT),
                                    job=job, owner=owner, ops=ops, kinds=kinds)
-    st.dataframe(data.rejections_frame(found[-AUDIT_ROWS:]), hide_index=True, width="stretch")
+    jobs_table(data.audit_table(found[-AUDIT_ROWS:], snap.now(), zone()), "rj_table", AUDIT_COLUMNS)
     shown = "" if len(found) <= AUDIT_ROWS else f"; the newest {AUDIT_ROWS} shown, exports hold all"
-    st.caption(f"{len(found)} rejection(s), newest first{shown}.")
+    st.caption(f"{len(found)} rejection(s), newest first{shown}. Click a row for the job's detail.")
     d1, d2, _ = st.columns([1, 1, 4])
     # Exports are built only when clicked, not on every live refresh.
     d1.download_button("Export CSV", lambda: data.rejections_csv(found), "rejections.csv",
@@ -122,45 +144,57 @@ def rejections(store: Store, cfg: Config) -> None:
                        "application/json", on_click="ignore")
 
 
-def job_detail(store: Store, cfg: Config) -> None:
-    job = st.text_input("Job id", key="detail_job").strip()
+_JOB_PARAM_SEEN = "detail_job_param"
+
+
+def _job_typed() -> None:
+    """The id typed becomes the page's ``?job=`` so the address can be shared."""
+    typed = str(st.session_state.get("detail_job", "")).strip()
+    st.session_state[_JOB_PARAM_SEEN] = typed
+    if typed:
+        st.query_params["job"] = typed
+    else:
+        st.query_params.pop("job", None)
+
+
+def job_detail(snap: Snapshot, cfg: Config) -> None:
+    linked = st.query_params.get("job", "")
+    if st.session_state.get(_JOB_PARAM_SEEN) != linked:  # arrived by a link: show that job
+        st.session_state[_JOB_PARAM_SEEN] = st.session_state["detail_job"] = linked
+    job = st.text_input("Job id", key="detail_job", on_change=_job_typed).strip()
     if not job:
         st.info("Enter a job id to see its generations, owners, renewals and rejections.")
         return
-    status = store.get(job)
+    status = snap.get(job)
     if status is None:
         st.warning(f"No job {job!r} in the store.")
         return
     if status.state is JobState.CORRUPT:
         st.error(f"Corrupt record {status.key!r}: {status.problem}")
+    now, where = snap.now(), zone()
     cols = st.columns(5)
     cols[0].metric("State", status.state.value)
     cols[1].metric("Owner", status.owner or "-")
     cols[2].metric("Generation", status.token)
     cols[3].metric("Runs", status.runs)
-    left = "-" if status.expires_at is None else f"{status.expires_at - store.now():.1f} s"
-    cols[4].metric("Expires in", left)
-    times = [(name, data.when(t)) for name, t in [
-        ("submitted", status.submitted_at), ("claimed", status.claimed_at),
-        ("renewed", status.renewed_at), ("completed", status.completed_at)] if t is not None]
-    st.caption(" · ".join(f"{name} {t:%Y-%m-%d %H:%M:%S} UTC" for name, t in times))
-    events = store.history(job)
-    rejected = [r for r in store.rejections(limit=AUDIT_LIMIT) if r.job_id == job]
+    cols[4].metric("Expires", "-" if status.expires_at is None else data.ago(status.expires_at - now))
+    times = [(name, t) for name, t in [("submitted", status.submitted_at), ("claimed", status.claimed_at),
+                                       ("renewed", status.renewed_at), ("completed", status.completed_at)]
+             if t is not None]
+    st.caption(" · ".join(f"{name} {data.stamp(t, now, where)}" for name, t in times))
+    events = snap.history(job_id=job)
+    rejected = snap.rejections(None, job_id=job)  # this job's, through the store's index
     if events:
-        now = store.now()
         start = min([events[0].at] + [r.at for r in rejected])
         ahead = max(30.0, 0.1 * (now - start))
         spans = data.intervals(events, now, start)
         marks = data.rejections_frame(rejected)
-        chart = charts.timeline(spans, marks, now, start - ahead, ahead)
+        chart = charts.timeline(spans, marks, now, start - ahead, ahead, local=where is not None)
         st.altair_chart(chart, width="stretch", height=charts.height(spans, marks))
     st.subheader("History")
-    st.dataframe(data.history_frame(events), hide_index=True, width="stretch")
+    st.dataframe(data.history_frame(events, now, where), hide_index=True, width="stretch")
     st.subheader("Rejections")
-    st.dataframe(data.rejections_frame(rejected), hide_index=True, width="stretch")
+    st.dataframe(data.audit_table(rejected, now, where), hide_index=True, width="stretch",
+                 column_config=AUDIT_COLUMNS)
     if cfg.admin:
-        admin.actions(store, cfg, status)
-
-
-VIEWS = {"Overview": overview, "Live leases": leases, "Expiry timeline": timeline,
-         "Rejections": rejections, "Job detail": job_detail}
+        admin.actions(snap.store, cfg, status)

@@ -45,6 +45,25 @@ class AuditTests:
         with pytest.raises(tenure.InvalidArgument):
             store.rejections(limit=-1)
 
+    def test_rejections_of_one_job(self, kit: Kit, store: tenure.Store) -> None:
+        """``job_id`` keeps that job's rejections (native where the store indexes them), with
+        ``since`` and ``limit`` as for the whole audit; a bad id writes nothing and raises."""
+        one, other = _stale_lease(kit, store, "one"), _stale_lease(kit, store, "one-more")
+        with pytest.raises(tenure.StaleLease):
+            store.renew(one)
+        for _ in range(2):
+            with pytest.raises(tenure.StaleLease):
+                store.complete(other)
+        store.report_rejection("one", "a", one.token, resource="ledger", highest=one.token + 1)
+        mine = store.rejections(job_id="one")
+        assert [(r.job_id, r.op) for r in mine] == [("one", Op.RENEW), ("one", Op.EFFECT)]
+        assert [r.op for r in store.rejections(job_id="one", limit=1)] == [Op.EFFECT]
+        assert store.rejections(job_id="one", since=mine[-1].at) == [r for r in mine if r.at >= mine[-1].at]
+        assert len(store.rejections(job_id="one-more")) == 2 and store.rejections(job_id="on") == []
+        with pytest.raises(tenure.InvalidArgument):
+            store.rejections(job_id="")
+        assert len(store.rejections()) == 4
+
     def test_destination_rejections_join_the_audit(self, kit: Kit, store: tenure.Store) -> None:
         lease = store.claim("j", owner="a", ttl=kit.ttl)
         store.report_rejection("j", "a", lease.token, resource="accounts/7", highest=lease.token + 5)

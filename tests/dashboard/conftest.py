@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tenure.dashboard import config
+from tenure.dashboard import config, links
 from tests.dashboard.seeding import Seeded, seeded
 
 APP = str(Path(__file__).parents[2] / "tenure" / "dashboard" / "app.py")
@@ -35,11 +35,18 @@ def open_app(monkeypatch: pytest.MonkeyPatch) -> Callable[..., AppTest]:
             monkeypatch.setenv(config.ADMIN_SECRET_ENV, admin_secret)
         at = AppTest.from_file(APP, default_timeout=30).run()
         if view != "Overview":
-            at.radio(key="view").set_value(view).run()
+            goto(at, view)
         assert not at.exception, at.exception
         return at
 
     return run
+
+
+def goto(at: AppTest, title: str, **query: str) -> AppTest:
+    """Open the page titled ``title`` (``links.ROUTES``) with ``query`` as its query string."""
+    at.query_params.clear()
+    at.query_params.update(query)
+    return at.switch_page(links.script(links.BY_TITLE[title].name)).run()
 
 
 def texts(at: AppTest) -> str:

@@ -11,9 +11,9 @@ from streamlit.testing.v1 import AppTest
 
 import tenure
 from tenure import JobState, Op
-from tenure.dashboard import unlock
+from tenure.dashboard import links, unlock
 from tenure.dashboard.unlock import UnlockLimiter
-from tests.dashboard.conftest import texts
+from tests.dashboard.conftest import goto, texts
 from tests.dashboard.seeding import JOB, Seeded, seeded
 
 OpenApp = Callable[..., AppTest]
@@ -25,11 +25,11 @@ def buttons(at: AppTest) -> dict[str, object]:
 
 
 def test_read_only_without_admin(seed: Seeded, open_app: OpenApp) -> None:
-    at = open_app(seed.url, "Job detail")
-    at.text_input(key="detail_job").set_value(JOB).run()
+    at = open_app(seed.url)
+    assert "Read-only." in [c.value for c in at.sidebar.caption]
+    goto(at, "Job detail", job=JOB)
     assert "Admin actions" not in [s.value for s in at.subheader]
     assert not at.button and not [t for t in at.text_input if t.label == "Admin secret"]
-    assert "Read-only." in [c.value for c in at.sidebar.caption]
 
 
 def test_force_expire_needs_secret_and_confirmation_and_is_audited(
@@ -55,8 +55,8 @@ def test_force_expire_needs_secret_and_confirmation_and_is_audited(
 
 def test_resubmit_can_be_cancelled_then_done(seed: Seeded, open_app: OpenApp) -> None:
     at = open_app(seed.url, "Job detail", admin_secret=SECRET)
-    at.text_input(key="admin_secret_input").set_value(SECRET).run()
     at.text_input(key="detail_job").set_value("email-3").run()
+    at.text_input(key="admin_secret_input").set_value(SECRET).run()
     assert buttons(at)["Force-expire lease"].disabled
     at.button[[b.label for b in at.button].index("Resubmit job")].click().run()
     at.button[[b.label for b in at.button].index("Cancel")].click().run()
@@ -74,12 +74,12 @@ def test_corrupt_record_shows_as_a_row_with_its_key(tmp_path: Path, open_app: Op
         db.execute("UPDATE tenure_jobs SET state = 'bogus' WHERE job_id = 'email-3'")
     at = open_app(seed.url)
     assert any("1 corrupt record" in e.value for e in at.error) and not at.exception
-    at.radio(key="view").set_value("Live leases").run()
+    goto(at, "Live leases")
     at.multiselect(key="lease_states").set_value(["corrupt"]).run()
     (row,) = at.dataframe[0].value.to_dict("records")
     assert row["job"] == "email-3" and row["state"] == "corrupt"
     assert "tenure_jobs/email-3" in row["problem"] and "bogus" in row["problem"]
-    at.radio(key="view").set_value("Job detail").run()
+    goto(at, "Job detail")
     at.text_input(key="detail_job").set_value("email-3").run()
     assert not at.exception and any("tenure_jobs/email-3" in e.value for e in at.error)
 
@@ -89,11 +89,11 @@ def test_password_in_url_is_never_shown(open_app: OpenApp) -> None:
     with tenure.connect(url) as store:
         store.claim("j", owner="w", ttl=60)
         at = open_app(url)
-        for view in ("Overview", "Live leases", "Expiry timeline", "Rejections", "Job detail"):
-            at.radio(key="view").set_value(view).run()
+        assert "memory://operator:***@pw-test" in texts(at)  # the sidebar's store
+        for view in links.BY_TITLE:
+            goto(at, view, job="j")
             assert not at.exception
             assert "hunter2" not in texts(at)
-        assert "memory://operator:***@pw-test" in texts(at)
 
 
 @pytest.mark.parametrize("url", ["sqlite:///no/such/dir/x.db", "sqlite://user:hunter2@bad host/x"])
@@ -109,7 +109,7 @@ def test_unreadable_audit_row_is_an_error_box_not_a_traceback(tmp_path: Path, op
     at = open_app(seed.url, "Rejections")
     assert not at.exception
     assert any("Rejections view could not be shown" in e.value and "bogus" in e.value for e in at.error)
-    at.radio(key="view").set_value("Live leases").run()  # the other views still work
+    goto(at, "Live leases")  # the other views still work
     assert not at.error and JOB in list(at.dataframe[0].value["job"])
 
 
@@ -128,8 +128,8 @@ def limiter() -> Iterator[UnlockLimiter]:
 def test_force_expire_sends_the_confirmed_generation_and_spares_a_newer_holder(
         seed: Seeded, open_app: OpenApp, limiter: UnlockLimiter) -> None:
     at = open_app(seed.url, "Job detail", admin_secret=SECRET)
-    at.text_input(key="admin_secret_input").set_value(SECRET).run()
     at.text_input(key="detail_job").set_value(JOB).run()
+    at.text_input(key="admin_secret_input").set_value(SECRET).run()
     at.button[[b.label for b in at.button].index("Force-expire lease")].click().run()
     assert any("(generation 2)" in w.value for w in at.warning)
     # Between the click and the confirmation the lease ends and worker C claims the job.
@@ -149,23 +149,23 @@ def test_force_expire_sends_the_confirmed_generation_and_spares_a_newer_holder(
 
 def test_admin_unlock_backs_off_per_server_after_wrong_secrets(
         seed: Seeded, open_app: OpenApp, limiter: UnlockLimiter) -> None:
-    first = open_app(seed.url, admin_secret=SECRET)
+    first = goto(open_app(seed.url, admin_secret=SECRET), "Job detail", job=JOB)
     for _ in range(unlock.FREE_TRIES):
         first.text_input(key="admin_secret_input").set_value("wrong guess").run()
         assert [e.value for e in first.error] == ["Wrong admin secret"]
     first.text_input(key="admin_secret_input").set_value("another guess").run()
     assert any("next is heard in 1 s" in e.value for e in first.error)
     # A new session (a new browser tab) gets no new tries: the right secret is not even compared.
-    second = open_app(seed.url, admin_secret=SECRET)
+    second = goto(open_app(seed.url, admin_secret=SECRET), "Job detail", job=JOB)
     second.text_input(key="admin_secret_input").set_value(SECRET).run()
     assert any(e.value.startswith("Not checked") for e in second.error)
-    assert "Admin actions unlocked" not in [s.value for s in second.sidebar.success]
+    assert "Admin actions unlocked" not in [s.value for s in second.success]
     limiter.clock.advance(1.0)  # type: ignore[attr-defined]
     second.text_input(key="admin_secret_input").set_value("third guess").run()  # heard: the wait doubles
     assert any("next is heard in 2 s" in e.value for e in second.error)
     limiter.clock.advance(2.0)  # type: ignore[attr-defined]
     second.text_input(key="admin_secret_input").set_value(SECRET).run()
-    assert "Admin actions unlocked" in [s.value for s in second.sidebar.success]
+    assert "Admin actions unlocked" in [s.value for s in second.success]
     assert limiter.attempt("wrong", SECRET) == unlock.Attempt(False, True, 0.0)  # success reset the count
 
 

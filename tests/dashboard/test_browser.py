@@ -72,24 +72,38 @@ def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
         writer.close()
 
 
-def _html_has(page: object, text: str, timeout: float = 20_000) -> None:
+def _html_has(page: object, text: str, timeout: float = 60_000) -> None:
     # st.dataframe draws cells on a canvas; their text is in the page's accessibility table.
     # Poll on a timer: headless Chromium throttles the animation frames Playwright polls by.
-    page.wait_for_function("t => document.body.innerHTML.includes(t)",  # type: ignore[attr-defined]
-                           arg=text, polling=250, timeout=timeout)
+    try:
+        page.wait_for_function("t => document.body.innerHTML.includes(t)",  # type: ignore[attr-defined]
+                               arg=text, polling=250, timeout=timeout)
+    except Exception as exc:  # say what the page showed instead (an error box, another page)
+        shown = page.inner_text("body")[:2000]  # type: ignore[attr-defined]
+        raise AssertionError(f"{text!r} not on {page.url} within {timeout / 1000:g} s; "  # type: ignore[attr-defined]
+                             f"it shows:\n{shown}") from exc
 
 
 def _save(page: object, tmp_path: Path, name: str) -> Path:
     # Between two live refreshes, so the picture is not dimmed by a rerun in progress.
     page.wait_for_function(  # type: ignore[attr-defined]
         "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", polling=20,
-        timeout=20_000)
+        timeout=60_000)
     path = tmp_path / name
     page.screenshot(path=str(path), full_page=True)  # type: ignore[attr-defined]
     target = os.environ.get(SCREENSHOT_DIR_ENV)
     if target:
         shutil.copy(path, Path(target) / name)
     return path
+
+
+def _open_first_row(page: object) -> None:
+    """Click the first row's selection cell of the page's first st.dataframe (a canvas)."""
+    grid = page.locator("[data-testid='stDataFrame']").first  # type: ignore[attr-defined]
+    grid.wait_for(timeout=60_000)
+    box = grid.bounding_box()
+    assert box is not None
+    page.mouse.click(box["x"] + 12, box["y"] + 35 + 17)  # type: ignore[attr-defined]  # header, then row 1
 
 
 def test_dashboard_in_a_real_browser(browser: object, served: tuple[str, tenure.Store],
@@ -99,15 +113,19 @@ def test_dashboard_in_a_real_browser(browser: object, served: tuple[str, tenure.
     page.goto(address)
     page.get_by_text("Rejections (1h)").wait_for(timeout=60_000)
 
-    page.get_by_text("Live leases", exact=True).click()
+    sidebar = page.locator("[data-testid='stSidebar']")
+    sidebar.get_by_text("Live leases", exact=True).click()
+    page.wait_for_url("**/leases", timeout=60_000)
     _html_has(page, JOB)
     _html_has(page, "worker-b")
+    sidebar.get_by_text("Store:").wait_for(timeout=60_000)  # the sidebar stays on every page
 
-    page.get_by_text("Expiry timeline", exact=True).click()
-    page.locator("[data-testid='stVegaLiteChart']").first.wait_for(timeout=20_000)
+    sidebar.get_by_text("Expiry timeline", exact=True).click()
+    page.locator("[data-testid='stVegaLiteChart']").first.wait_for(timeout=60_000)
     assert _save(page, tmp_path, "dashboard.png").stat().st_size > 10_000
 
-    page.get_by_text("Rejections", exact=True).click()
+    sidebar.get_by_text("Rejections", exact=True).click()
+    page.wait_for_url("**/rejections", timeout=60_000)
     _html_has(page, "worker-a")
     _html_has(page, "complete")
     page.evaluate("window.__not_reloaded = true")
@@ -116,4 +134,15 @@ def test_dashboard_in_a_real_browser(browser: object, served: tuple[str, tenure.
     _html_has(page, "worker-late")  # the fragment refreshed itself ...
     assert page.evaluate("window.__not_reloaded === true")  # ... without reloading the page
     _save(page, tmp_path, "dashboard-rejections.png")
+
+    _open_first_row(page)  # the newest rejection: worker-late's, on JOB
+    page.wait_for_url(f"**/job?job={JOB}", timeout=60_000)
+    page.get_by_text("Generation").wait_for(timeout=60_000)
+    _html_has(page, "worker-late")  # this job's rejections
+
+    page.goto(f"{address}/job?job=pending-1")  # a deep link, opened in a new page load ...
+    page.get_by_text("pending", exact=True).wait_for(timeout=60_000)
+    sidebar.get_by_text("Stuck leases", exact=True).wait_for(timeout=60_000)  # ... within the app
+    page.goto(f"{address}/workers")
+    _html_has(page, "worker-b")
     page.close()

@@ -11,8 +11,8 @@ from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
 from streamlit.testing.v1 import AppTest
 
 import tenure
-from tenure.dashboard import config
-from tests.dashboard.conftest import APP
+from tenure.dashboard import config, data
+from tests.dashboard.conftest import APP, goto
 from tests.dashboard.seeding import JOB, Seeded
 
 OpenApp = Callable[..., AppTest]
@@ -129,3 +129,81 @@ def test_refresh_interval_comes_from_the_launcher(seed: Seeded, open_app: OpenAp
     monkeypatch.setenv(config.REFRESH_ENV, "2.5")
     at = AppTest.from_file(APP, default_timeout=30).run()
     assert at.number_input(key="refresh").value == 2.5
+
+
+def test_a_job_link_opens_its_detail_and_typing_updates_the_link(seed: Seeded, open_app: OpenApp) -> None:
+    at = goto(open_app(seed.url), "Job detail", job=JOB)
+    assert at.text_input(key="detail_job").value == JOB
+    m = metrics(at)
+    assert (m["State"], m["Owner"], m["Generation"]) == ("leased", "worker-b", "2")
+    assert m["Expires"].startswith("in ")
+    _history, rejections = (d.value for d in at.dataframe)
+    assert list(rejections["op"]) == ["effect", "complete"]  # this job's, newest first
+    assert list(rejections.columns[:4]) == ["at", "job", "op", "reason"]  # the reason beside the op
+    at.text_input(key="detail_job").set_value("email-3").run()
+    assert at.query_params["job"] == "email-3" and metrics(at)["State"] == "completed"
+
+
+def test_times_are_readable_with_ages(seed: Seeded, open_app: OpenApp) -> None:
+    at = open_app(seed.url, "Live leases")
+    row = at.dataframe[0].value.set_index("job").loc[JOB]
+    assert row["claimed at"].endswith(" UTC (64 s ago)") or row["claimed at"].endswith(" UTC (1 min ago)")
+    assert data.stamp(0.0, 60.0) == "1970-01-01 00:00:00 UTC (60 s ago)"
+    assert data.stamp(1_750_000_000.0, 1_750_000_000.0, "Europe/Berlin") == "2025-06-15 17:06:40 CEST (now)"
+    assert data.stamp(0.0, 0.0, "No/Such_Zone").endswith(" UTC (now)")  # an unknown zone: UTC
+    assert [data.ago(d) for d in (0.2, 30, -300, -7200, 3 * 86400)] == [
+        "now", "in 30 s", "5 min ago", "2.0 h ago", "in 3 d"]
+
+
+def test_overview_links_to_each_ops_view(seed: Seeded, open_app: OpenApp) -> None:
+    at = open_app(seed.url)
+    labels = [p.proto.label for p in at.get("page_link")]
+    assert labels == ["Live leases (3)", "Workers: who holds what", "Stuck leases",
+                      "Rejections and expiries per minute", "Rejections (2 in 1 h)"]
+
+
+def test_workers_shows_who_holds_what(seed: Seeded, open_app: OpenApp) -> None:
+    at = open_app(seed.url, "Workers")
+    table = at.dataframe[0].value.set_index("owner")
+    assert set(table.index) == {"worker-b", "worker-c", "worker-e"}
+    assert list(table.loc["worker-c", ["leases", "expired, unclaimed"]]) == [0, 1]
+    assert list(table.loc["worker-e", ["leases", "expiring soon"]]) == [1, 1]  # ends in 15 s
+    assert 63.9 <= table.loc["worker-b", "since last renewal (s)"] < 75  # claimed at t0+26, now t0+90
+    assert list(table.index[:2]) == ["worker-c", "worker-b"]  # the longest silent first
+
+
+def test_stuck_leases_by_usual_run_and_by_an_owner_that_completes_nothing(open_app: OpenApp) -> None:
+    clock = tenure.ManualClock()
+    with tenure.connect(f"memory://stuck-{uuid.uuid4().hex}", clock=clock) as store:
+        slow = store.claim("batch-slow", owner="busy", ttl=120)
+        for i in range(3):  # jobs usually run 10 s
+            lease = store.claim(f"batch-{i}", owner="busy", ttl=60)
+            clock.advance(10)
+            store.complete(lease)
+        zombie = store.claim("batch-zombie", owner="zombie", ttl=120)
+        for _ in range(25):  # 20+ minutes of renewals: both held far beyond 10 s
+            clock.advance(50)
+            slow, zombie = store.renew(slow), store.renew(zombie)
+        store.complete(store.claim("batch-3", owner="busy", ttl=60))  # busy still completes jobs
+        fresh = store.claim("batch-fresh", owner="busy", ttl=60)
+        clock.advance(5)
+        store.renew(fresh)  # held 5 s: not stuck
+        at = open_app(store.url, "Stuck leases")
+        at.selectbox(key="stuck_window").set_value("15 minutes").run()
+        table = at.dataframe[0].value.set_index("job")
+        assert list(table.index) == ["batch-slow", "batch-zombie"]  # the longest held first
+        assert table.loc["batch-slow", "usual run"] == "10.0 s"
+        assert "its usual run" in table.loc["batch-slow", "why"]
+        assert "busy" not in table.loc["batch-slow", "why"]  # busy completed jobs in the window
+        assert "zombie renews but completed nothing in 15 min" in table.loc["batch-zombie", "why"]
+
+
+def test_activity_counts_rejections_and_expiries_per_minute(seed: Seeded, open_app: OpenApp) -> None:
+    at = open_app(seed.url, "Activity")
+    (chart,) = at.get("vega_lite_chart")
+    (frame,) = [convert_arrow_bytes_to_pandas_df(d.data.data) for d in chart.proto.datasets]
+    totals = frame.groupby("what")["count"].sum().to_dict()
+    # A's completion and the ledger's refusal; A's generation 1 and report-9 ran out.
+    assert totals == {"rejections": 2, "expiries": 2}
+    assert len(frame) == 2 * frame["minute"].nunique() and frame["minute"].nunique() >= 180
+    assert "2 rejection(s) and 2 expiries" in at.caption[0].value

@@ -1,0 +1,126 @@
+"""What an operator looks for first, as tables: who holds what, which leases look stuck, and
+rejections and expiries per minute. Free of Streamlit, so tests call it directly.
+
+Every time is the store's clock; ``now`` is the store's now for this render.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+from tenure.core.records import HistoryEvent, JobState, JobStatus, Op, Rejection
+from tenure.core.transitions import state_at
+from tenure.dashboard.data import ago, duration, intervals, stamp
+
+WORKER_COLUMNS = ["owner", "leases", "expiring soon", "expired, unclaimed", "since last renewal (s)",
+                  "last renewal", "soonest expiry"]
+STUCK_COLUMNS = ["job", "owner", "token", "held for", "usual run", "why", "last renewal"]
+STUCK_FACTOR = 3.0  # held this many times the job's usual run is stuck ...
+STUCK_FLOOR = 60.0  # ... and for at least this many seconds (short jobs vary a lot)
+
+
+def _renewed(job: JobStatus) -> float | None:
+    return job.renewed_at if job.renewed_at is not None else job.claimed_at
+
+
+def workers_frame(held: Iterable[JobStatus], now: float, soon: float, zone: str | None = None) -> pd.DataFrame:
+    """One row per owner of a lease (live or expired and unclaimed): the longest silent first."""
+    owners: dict[str, list[JobStatus]] = {}
+    for job in held:
+        owners.setdefault(job.owner or "", []).append(job)
+    rows = []
+    for owner, jobs in owners.items():
+        live = [j for j in jobs if state_at(j, now) is JobState.LEASED]
+        last = max((t for j in jobs if (t := _renewed(j)) is not None), default=None)  # expired ones too
+        soonest = min((j.expires_at for j in live if j.expires_at is not None), default=None)
+        rows.append({"owner": owner, "leases": len(live),
+                     "expiring soon": sum(1 for j in live if j.expires_at is not None and j.expires_at <= now + soon),
+                     "expired, unclaimed": len(jobs) - len(live),
+                     "since last renewal (s)": None if last is None else round(now - last, 1),
+                     "last renewal": stamp(last, now, zone),
+                     "soonest expiry": "" if soonest is None else ago(soonest - now)})
+    frame = pd.DataFrame(rows, columns=WORKER_COLUMNS)
+    return frame.sort_values(["since last renewal (s)", "owner"], ascending=[False, True],
+                             na_position="first").reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class Runs:
+    """How long jobs usually run, from the claims and completions in the history read."""
+
+    per_job: dict[str, float]
+    overall: float | None
+    last_completion: dict[str, float]  # owner -> store time of its latest completion
+
+    def usual(self, job_id: str) -> float | None:
+        return self.per_job.get(job_id, self.overall)
+
+
+def runs(events: Sequence[HistoryEvent]) -> Runs:
+    claimed: dict[tuple[str, int], float] = {}
+    durations: dict[str, list[float]] = {}
+    last: dict[str, float] = {}
+    for e in events:
+        if e.op is Op.CLAIM:
+            claimed[(e.job_id, e.token)] = e.at
+        elif e.op is Op.COMPLETE:
+            if e.owner:
+                last[e.owner] = e.at
+            began = claimed.get((e.job_id, e.token))
+            if began is not None:
+                durations.setdefault(e.job_id, []).append(e.at - began)
+    every = [d for ds in durations.values() for d in ds]
+    return Runs({job: statistics.median(ds) for job, ds in durations.items()},
+                statistics.median(every) if every else None, last)
+
+
+def stuck_frame(held: Iterable[JobStatus], events: Sequence[HistoryEvent], now: float, window: float,
+                zone: str | None = None) -> pd.DataFrame:
+    """Live leases held far longer than their job's usual run (``STUCK_FACTOR`` times its median
+    in ``events``, or all jobs' median for a job with no completed run there), or held longer than
+    ``window`` seconds by an owner that completed nothing in that time: the longest held first."""
+    known = runs(events)
+    rows = []
+    for job in held:
+        if state_at(job, now) is not JobState.LEASED or job.claimed_at is None:
+            continue
+        held_for = now - job.claimed_at
+        usual = known.usual(job.job_id)
+        why = []
+        if usual is not None and held_for > max(STUCK_FACTOR * usual, STUCK_FLOOR):
+            why.append(f"held {held_for / max(usual, 1e-3):.0f}x its usual run")
+        owner = job.owner or ""
+        last_done = known.last_completion.get(owner)
+        if held_for > window and (last_done is None or last_done < now - window):
+            why.append(f"{owner} renews but completed nothing in {duration(window)}")
+        if why:
+            rows.append({"job": job.job_id, "owner": owner, "token": job.token, "held for": duration(held_for),
+                         "usual run": "" if usual is None else f"{usual:.1f} s", "why": "; ".join(why),
+                         "last renewal": stamp(_renewed(job), now, zone), "_held": held_for})
+    frame = pd.DataFrame(rows, columns=[*STUCK_COLUMNS, "_held"])
+    return frame.sort_values("_held", ascending=False).drop(columns="_held").reset_index(drop=True)
+
+
+def activity_frame(rejections: Iterable[Rejection], events: Sequence[HistoryEvent], now: float,
+                   window: float) -> pd.DataFrame:
+    """Rejections and lease expiries (run out or forced) per minute over the last ``window``
+    seconds, every minute present (0 where none): columns minute, what, count."""
+    start = now - window
+    minutes = pd.date_range(pd.Timestamp(start, unit="s", tz="UTC").floor("min"),
+                            pd.Timestamp(now, unit="s", tz="UTC").floor("min"), freq="min")
+    spans = intervals(events, now, start)
+    ended = spans[spans["outcome"].isin(["expired", "force-expired"])]["end"]
+    series = {
+        "rejections": pd.Series([pd.Timestamp(r.at, unit="s", tz="UTC") for r in rejections if r.at >= start],
+                                dtype="datetime64[ns, UTC]"),
+        "expiries": ended[(ended >= minutes[0]) & (ended <= pd.Timestamp(now, unit="s", tz="UTC"))],
+    }
+    parts = []
+    for what, times in series.items():
+        counts = times.dt.floor("min").value_counts().reindex(minutes, fill_value=0)
+        parts.append(pd.DataFrame({"minute": minutes, "what": what, "count": counts.to_numpy()}))
+    return pd.concat(parts, ignore_index=True)

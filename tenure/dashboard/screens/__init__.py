@@ -1,0 +1,1 @@
+"""One small script per dashboard page, each naming its view for ``tenure.dashboard.nav``."""
