@@ -94,13 +94,9 @@ class Store:
         while True:
             try:
                 return self._claim_once(*args)
-            except NotYetClaimable as exc:
-                due_in: float | None = exc.retry_after
-                if not waiter.pause(due_in):
-                    raise
-            except AlreadyClaimed as exc:
-                due_in = None if exc.expires_at is None else exc.expires_at - self.backend.now()
-                if not waiter.pause(due_in):
+            except (NotYetClaimable, AlreadyClaimed) as exc:
+                now = self.backend.now() if isinstance(exc, AlreadyClaimed) and exc.expires_at is not None else None
+                if not waiter.pause(waiting.due_in(exc, now)):
                     raise
 
     def _claim_once(self, job_id: str, owner: str, ttl: float) -> Lease:

@@ -16,7 +16,7 @@ import threading
 import time
 
 from tenure.core.backend import Backend
-from tenure.core.errors import InvalidArgument
+from tenure.core.errors import AlreadyClaimed, InvalidArgument, LeaseError, NotYetClaimable
 from tenure.core.records import Change, JobState
 
 log = logging.getLogger("tenure.waiting")
@@ -99,15 +99,49 @@ class Changes:
             self._cond.notify_all()
 
 
+class Pacing:
+    """When the next attempt of one blocking claim is due; no I/O, shared by both flavours."""
+
+    def __init__(self, wait: float, native: bool) -> None:
+        # The wait is the caller's real time (like the sleeps between attempts), not the
+        # store's clock: an injected test clock must not stretch or shrink it.
+        self._end = time.monotonic() + wait
+        self._delay = FIRST_DELAY
+        self._native = native
+
+    def next_sleep(self, due_in: float | None) -> float | None:
+        """Seconds to sleep before the next attempt, at most until a change wakes the claim;
+        None once the wait is over (do not try again).
+
+        ``due_in``: seconds until the obstacle ends by itself (a lease's expiry), if known.
+        """
+        remaining = self._end - time.monotonic()
+        if remaining <= 0:
+            return None
+        if self._native:  # changes are announced: sleep until the lease is due, or the cap
+            timeout = min(MAX_WATCH_DELAY, self._delay if due_in is None else max(due_in, FIRST_DELAY))
+        else:  # a release is seen only by trying: back off, but not past the lease's end
+            timeout = self._delay if due_in is None else min(self._delay, max(due_in, FIRST_DELAY))
+        self._delay = min(self._delay * 2, MAX_WATCH_DELAY if self._native else MAX_POLL_DELAY)
+        return min(timeout, remaining)
+
+
+def due_in(exc: LeaseError, store_now: float | None) -> float | None:
+    """Seconds until what refused a claim ends by itself, if known: a lease the store may have
+    ended early (``NotYetClaimable``), or the current holder's lease (``AlreadyClaimed``)."""
+    if isinstance(exc, NotYetClaimable):
+        return exc.retry_after
+    if isinstance(exc, AlreadyClaimed) and exc.expires_at is not None and store_now is not None:
+        return exc.expires_at - store_now
+    return None
+
+
 class Waiter:
     """Paces the attempts of one blocking claim."""
 
     def __init__(self, changes: Changes, wait: float) -> None:
-        # The wait is the caller's real time (like the sleeps between attempts), not the
-        # store's clock: an injected test clock must not stretch or shrink it.
         self._changes = changes
-        self._end = time.monotonic() + wait
-        self._delay = FIRST_DELAY
+        self._pacing = Pacing(wait, changes.native)
         self._seen = changes.seen()  # before the next attempt: a change after it wakes us
 
     def pause(self, due_in: float | None = None) -> bool:
@@ -115,14 +149,9 @@ class Waiter:
 
         ``due_in``: seconds until the obstacle ends by itself (a lease's expiry), if known.
         """
-        remaining = self._end - time.monotonic()
-        if remaining <= 0:
+        timeout = self._pacing.next_sleep(due_in)
+        if timeout is None:
             return False
-        if self._changes.native:  # changes are announced: sleep until the lease is due, or the cap
-            timeout = min(MAX_WATCH_DELAY, self._delay if due_in is None else max(due_in, FIRST_DELAY))
-        else:  # a release is seen only by trying: back off, but not past the lease's end
-            timeout = self._delay if due_in is None else min(self._delay, max(due_in, FIRST_DELAY))
-        self._changes.wait(self._seen, min(timeout, remaining))
+        self._changes.wait(self._seen, timeout)
         self._seen = self._changes.seen()
-        self._delay = min(self._delay * 2, MAX_WATCH_DELAY if self._changes.native else MAX_POLL_DELAY)
         return True
