@@ -28,7 +28,11 @@ class Harness:
         raise NotImplementedError
 
     def connect(self, url: str | None = None, **options: Any) -> tenure.Store:
-        return tenure.connect(url or self.url(), **options)
+        return tenure.connect(url or self.url(), **{**self.default_options(), **options})
+
+    def default_options(self) -> dict[str, Any]:
+        """Options every store of this harness is opened with, unless a test says otherwise."""
+        return {}
 
     def expire(self, store: tenure.Store, lease: tenure.Lease) -> None:
         """Return once ``lease`` has expired by the store's clock."""
@@ -53,9 +57,8 @@ class MemoryHarness(Harness):
     def url(self) -> str:
         return f"memory://t-{uuid.uuid4().hex}"
 
-    def connect(self, url: str | None = None, **options: Any) -> tenure.Store:
-        options.setdefault("clock", self.clock)
-        return tenure.connect(url or self.url(), **options)
+    def default_options(self) -> dict[str, Any]:
+        return {"clock": self.clock}
 
     def expire(self, store: tenure.Store, lease: tenure.Lease) -> None:
         if isinstance(store.clock, tenure.ManualClock):

@@ -17,7 +17,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -229,9 +228,6 @@ class ZooKeeperHarness(Harness):
 
     def url(self) -> str:
         return f"zk://{self.server.hosts}/t-{uuid.uuid4().hex[:12]}"
-
-    def connect(self, url: str | None = None, **options: Any) -> tenure.Store:
-        return tenure.connect(url or self.url(), **options)
 
     def corrupt(self, store: tenure.Store, job_id: str) -> None:
         backend = store.backend
