@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import sql
 
-from tenure.backends.postgres_connection import Settings, Watchdog, connection_error, open_pool
+from tenure.backends.postgres_connection import Settings, Watchdog, connection_error, open_pool, pool_only_waited
 from tenure.backends.postgres_ops import ATTEMPTS, Plan, Plans, Query, Trims, run_sync, try_again
 from tenure.backends.postgres_schema import check_durability, check_schema_name, migrate
 from tenure.core.backend import Backend, Characteristics
@@ -113,9 +113,10 @@ class PostgresBackend(Backend):
 
     # -- running statements ------------------------------------------------------------------
     def _do(self, plan: Plan[T]) -> T:
-        return run_sync(plan, self._execute)
+        return run_sync(plan, self.execute)
 
-    def _execute(self, query: Query) -> list[tuple[Any, ...]]:
+    def execute(self, query: Query) -> list[tuple[Any, ...]]:
+        """Run one query on a pooled connection (re-run if the server rolled it back)."""
         for attempt in range(ATTEMPTS):
             sent = False
             try:
@@ -132,8 +133,7 @@ class PostgresBackend(Backend):
         return rows
 
     def _error(self, exc: psycopg.Error, *, sent_write: bool) -> BackendUnavailable:
-        if not sent_write and isinstance(exc, psycopg.OperationalError) and "couldn't get a connection" in str(exc):
-            # The pool says only that it waited: one direct attempt tells the operator why.
+        if pool_only_waited(exc, sent_write):
             try:
                 psycopg.connect(self.settings.conninfo(), autocommit=True).close()
             except psycopg.Error as cause:
