@@ -57,7 +57,8 @@ class AsyncHeldLease(Holding):
         self._store = store
         self._lock = asyncio.Lock()  # one of: renewal in flight, complete, release
         self.lost = asyncio.Event()
-        self._keeper = store.background(self._keep(), renewal=True)
+        first = self._monotonic() + lease.ttl * RENEW_FRACTION  # now, not when the task first runs
+        self._keeper = store.background(self._keep(first), renewal=True)
 
     def _monotonic(self) -> float:
         return self._store.clock.monotonic()
@@ -136,10 +137,8 @@ class AsyncHeldLease(Holding):
         except Exception as exc:  # judged by next_attempt: retried, or the lease lost
             return exc
 
-    async def _keep(self) -> None:
-        delay: float | None = self._lease.ttl * RENEW_FRACTION
-        while delay is not None:
-            due = self._monotonic() + delay
+    async def _keep(self, due: float) -> None:
+        while True:
             while (left := due - self._monotonic()) > 0:
                 if not self._expire_if_due():
                     return
@@ -150,3 +149,6 @@ class AsyncHeldLease(Holding):
                     return  # lost while the renewal hangs; it ends by itself, its answer too late
                 await asyncio.wait({attempt}, timeout=min(max(self.remaining(), 0.0), MAX_SLEEP))
             delay = next_attempt(self, attempt.result())
+            if delay is None:
+                return
+            due = self._monotonic() + delay
