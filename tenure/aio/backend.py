@@ -103,20 +103,22 @@ class AsyncBackend(abc.ABC):
 
 
 class ThreadedBackend(AsyncBackend):
-    """A sync backend served by one worker thread per store, calls queued in order."""
+    """A sync backend served by one worker thread per store, calls queued in order; or, for a
+    backend that never waits on I/O (memory), called in the loop itself (``inline``)."""
 
-    io = "one worker thread per store"
-
-    def __init__(self, sync: Backend) -> None:
+    def __init__(self, sync: Backend, *, inline: bool = False) -> None:
         self.sync = sync
         self.characteristics = sync.characteristics
-        self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tenure-aio")
+        self.io = "in the event loop (no I/O)" if inline else "one worker thread per store"
+        self._worker = None if inline else concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tenure-aio")
 
     @property
     def native_watch(self) -> bool:
         return type(self.sync).watch is not Backend.watch
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._worker is None:
+            return fn(*args)  # microseconds under the memory store's lock: a hop would cost more
         # A caller cancelled while its call waits in the queue or runs does not stop the call:
         # the worker finishes it. AsyncStore decides what that means (claims are released).
         return await asyncio.get_running_loop().run_in_executor(self._worker, functools.partial(fn, *args))
@@ -181,7 +183,8 @@ class ThreadedBackend(AsyncBackend):
 
     async def close(self) -> None:
         await self._call(self.sync.close)
-        self._worker.shutdown(wait=False)
+        if self._worker is not None:
+            self._worker.shutdown(wait=False)
 
 
 async def in_thread(follow: Callable[[threading.Event], Iterator[T]], name: str) -> AsyncIterator[T]:

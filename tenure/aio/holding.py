@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from tenure.core.backend import Link
 from tenure.core.clock import Clock
 from tenure.core.errors import LeaseError, StaleLease
-from tenure.core.holding import MAX_SLEEP, RENEW_FRACTION, Holding, log, next_attempt
+from tenure.core.holding import MAX_SLEEP, RENEW_FRACTION, HeldState, log, next_attempt
 from tenure.core.records import Lease
 
 
@@ -44,7 +44,7 @@ class HoldingStore(Protocol):
         ...
 
 
-class AsyncHeldLease(Holding):
+class AsyncHeldLease(HeldState):
     """A lease kept alive by a task until ``await complete()``, ``await release()`` or exit.
 
     ``lost`` is an ``asyncio.Event``: ``await held.lost.wait()`` to stop work the moment the

@@ -3,8 +3,9 @@
 Which I/O each backend uses in an event loop (docs/asyncio.md says why):
 
 - ``postgresql://``: psycopg's asyncio connections and ``AsyncConnectionPool``, natively;
-- ``memory://``, ``sqlite://`` and third-party backends: the sync backend in one worker thread
-  per store (``ThreadedBackend``), as aiosqlite does;
+- ``sqlite://`` and third-party backends: the sync backend in one worker thread per store
+  (``ThreadedBackend``), as aiosqlite does;
+- ``memory://``: the sync backend called in the loop, as it never waits on I/O;
 - ``etcd://``, ``zk://``: not served yet (they are being reshaped, issue 14); ``InvalidArgument``
   says so rather than hiding a thread per call behind an async face.
 """
@@ -31,6 +32,7 @@ NATIVE: dict[str, tuple[str, str]] = {
     "postgres": ("tenure.backends.postgres_aio", "AsyncPostgresBackend"),
 }
 NOT_YET = ("etcd", "zk", "zookeeper")
+INLINE = ("memory",)  # backends that never wait on I/O: called in the loop, no thread
 
 
 def _build(cls: type[Backend], url: StoreURL, options: Options, clock: Clock | None) -> Backend:
@@ -49,7 +51,8 @@ async def _open(url: str, options: dict[str, Any]) -> AsyncStore:
     # Parsing and building a sync backend may touch files or the network: off the loop.
     opened = await asyncio.to_thread(open_backend, url, options, _build)
     built: Any = opened.backend
-    backend: AsyncBackend = built if isinstance(built, AsyncBackend) else ThreadedBackend(built)
+    inline = url.partition(":")[0].lower() in INLINE
+    backend: AsyncBackend = built if isinstance(built, AsyncBackend) else ThreadedBackend(built, inline=inline)
     try:
         await backend.open()
         kwargs: dict[str, Any] = {} if opened.clock is None else {"clock": opened.clock}

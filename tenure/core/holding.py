@@ -43,7 +43,7 @@ class Flag(Protocol):
     def set(self) -> None: ...
 
 
-class Holding(abc.ABC):
+class HeldState(abc.ABC):
     """A held lease's state and decisions; subclasses renew it and call the store."""
 
     lost: Flag
@@ -223,7 +223,7 @@ class Holding(abc.ABC):
         return f"<{type(self).__name__} {self.job_id!r} owner={self.owner!r} token={self.token} {state}>"
 
 
-def next_attempt(held: Holding, outcome: bool | BaseException) -> float | None:
+def next_attempt(held: HeldState, outcome: bool | BaseException) -> float | None:
     """Seconds until the next renewal after one that returned ``outcome`` (or raised it); None
     when renewals end. Never past the point where the lease would be lost anyway."""
     ttl = held.lease.ttl

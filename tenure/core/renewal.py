@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from tenure.core.errors import LeaseError, StaleLease
-from tenure.core.holding import MAX_SLEEP, RENEW_FRACTION, RETRY_FRACTION, Holding, log, next_attempt
+from tenure.core.holding import MAX_SLEEP, RENEW_FRACTION, RETRY_FRACTION, HeldState, log, next_attempt
 from tenure.core.records import Lease
 from tenure.core.threads import ElasticPool
 
@@ -36,7 +36,7 @@ _RENEW, _DEADLINE = 0, 1
 LostCallback = Callable[["HeldLease"], object]
 
 
-class HeldLease(Holding):
+class HeldLease(HeldState):
     """A lease kept alive in the background until ``complete()``, ``release()`` or exit."""
 
     def __init__(self, store: Store, lease: Lease, link_epoch: int | None = None) -> None:
