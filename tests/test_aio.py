@@ -23,6 +23,7 @@ from tenure.aio import AsyncStore, ThreadedBackend
 from tenure.backends.memory import MemoryBackend
 from tests.conftest import BACKENDS
 from tests.harness import Harness
+from tests.servers.postgres import PostgresServer
 
 T = TypeVar("T")
 PATIENCE = 20.0  # seconds: far beyond every wait below; reached only when something is broken
@@ -105,6 +106,32 @@ def test_a_claim_cancelled_in_flight_releases_what_it_won(
         assert status is not None and status.state is tenure.JobState.PENDING
         assert (await store.claim("j", owner="b", ttl=60.0)).owner == "b"  # free at once, not after 60 s
         await store.close()
+
+    run(scenario)
+
+
+def test_a_claim_cancelled_on_a_stopped_postgresql_server_is_released_once_it_lands(
+        postgres_private: PostgresServer) -> None:
+    async def scenario() -> None:
+        async with tenure.aio.connect(f"{postgres_private.url}?schema=aio_cancel") as store:
+            await store.submit("j")
+            await store.get("j")  # a pooled connection, idle and ready
+            postgres_private.pause()  # the claim reaches the server's socket, the answer waits
+            try:
+                claiming = asyncio.ensure_future(store.claim("j", owner="a", ttl=60.0))
+                await asyncio.sleep(0.3)  # real time: the statement is sent
+                claiming.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await claiming
+            finally:
+                postgres_private.resume()  # within the statement timeout: the claim lands now
+
+            async def released() -> bool:
+                return [e.op for e in await store.history("j")][-2:] == [tenure.Op.CLAIM, tenure.Op.RELEASE]
+
+            await asyncio.wait_for(until(released), PATIENCE)
+            status = await store.get("j")
+            assert status is not None and status.state is tenure.JobState.PENDING
 
     run(scenario)
 
