@@ -56,14 +56,19 @@ async def hold_many(s: Subject, leases: int, ttl: float, targets: Targets) -> No
         grown = rss() - rss_before
         lost = sum(h.lost.is_set() for h in held)
         renewals = sum(1 for e in await store.history(limit=None) if e.op is tenure.Op.RENEW)
+        started = time.perf_counter()
         for h in held:
-            await h.release()
+            await h.release()  # one after another, while the others are still being renewed
+        released = time.perf_counter() - started
+        lost_later = sum(h.lost.is_set() for h in held) - lost
         print(f"  claimed and held in {took:.2f} s; {renewals:,} renewals in {2.5 * ttl:g} s "
               f"({renewals / leases:.1f} per lease; the task renews every ttl/3)")
         print(f"  smallest margin before a safe deadline: {lowest:.2f} s of {ttl * 0.95:.2f} s; lost: {lost}")
+        print(f"  released one by one in {released:.2f} s; lost meanwhile: {lost_later}")
         print(f"  threads: {threads_before} before, {threads} at most while holding; "
               f"resident memory {grown / 2**20:+.1f} MiB ({grown / leases / 1024:.1f} KiB a lease)")
-        targets.check(lost == 0 and lowest > 0, f"{s.name}: {leases:,} leases renewed in time in one loop")
+        targets.check(lost == lost_later == 0 and lowest > 0,
+                      f"{s.name}: {leases:,} leases renewed in time in one loop")
         targets.check(threads - threads_before <= 8, f"{s.name}: threads bounded "
                       f"({threads - threads_before} more while holding {leases:,} leases)")
 
