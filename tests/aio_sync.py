@@ -69,6 +69,13 @@ class Proxy:
         self._target = target
         self._loop = loop
 
+    def __eq__(self, other: object) -> bool:
+        # A callback handed the async object (on_lost) compares equal to the case's proxy of it.
+        return other is self._target or (isinstance(other, Proxy) and other._target is self._target)
+
+    def __hash__(self) -> int:
+        return hash(self._target)
+
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._target, name)
         if not callable(value) or isinstance(value, type):
@@ -96,6 +103,12 @@ class SyncStore(Proxy):
             loop.stop()
             raise
         return cls(store, loop)
+
+    @classmethod
+    def around(cls, build: Callable[[], tenure.aio.AsyncStore]) -> SyncStore:
+        """A store ``build()`` makes in the loop (for a backend a case built itself)."""
+        loop = LoopThread()
+        return cls(loop.call(build), loop)
 
     @property
     def backend(self) -> Any:
