@@ -250,3 +250,26 @@ def test_the_aio_surface_is_exported_and_awaitable_where_it_does_io() -> None:
         mirrored: Any = getattr(AsyncStore, name, None)
         assert mirrored is not None, f"AsyncStore has no {name}()"
         assert inspect.iscoroutinefunction(mirrored) is (name not in not_coroutines), name
+
+
+def test_watch_polls_on_postgresql_when_writes_do_not_notify(postgres_harness: Harness) -> None:
+    async def scenario() -> None:
+        # timeout=30: a LISTEN-based watch would see the job only at its full re-read after 31 s.
+        async with tenure.aio.connect(f"{postgres_harness.url()}&notify=false&timeout=30") as store:
+            seen = asyncio.Event()
+            changes = store.watch(interval=0.05)
+
+            async def follow() -> None:
+                async for change in changes:
+                    if change.job is not None and change.job.job_id == "w":
+                        seen.set()
+                        return
+
+            following = asyncio.ensure_future(follow())
+            await asyncio.sleep(0.3)  # real time: the watch has read the empty store
+            await store.submit("w")
+            await asyncio.wait_for(seen.wait(), 5.0)
+            await following
+            await changes.aclose()  # type: ignore[attr-defined]
+
+    run(scenario)

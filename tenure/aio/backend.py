@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from tenure.core.backend import Backend, Characteristics, Link
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
+from tenure.core.watch import Polled, RejectionFilter
 
 T = TypeVar("T")
 _BATCH = 500  # jobs fetched per trip to the worker thread by jobs()
@@ -173,7 +174,9 @@ class ThreadedBackend(AsyncBackend):
         return await self._call(self.sync.page, now, states, job, owner, order, offset, limit)
 
     def watch(self, interval: float) -> AsyncIterator[Change]:
-        return in_thread(lambda stop: self.sync.watch(stop, interval), "tenure-aio-watch")
+        if self.native_watch:  # the backend's own feed, which blocks: followed in a thread
+            return in_thread(lambda stop: self.sync.watch(stop, interval), "tenure-aio-watch")
+        return poll(self, interval)
 
     async def health(self) -> dict[str, Any]:
         return {**await self._call(self.sync.health), "io": self.io}
@@ -185,6 +188,20 @@ class ThreadedBackend(AsyncBackend):
         await self._call(self.sync.close)
         if self._worker is not None:
             self._worker.shutdown(wait=False)
+
+
+async def poll(backend: AsyncBackend, interval: float) -> AsyncIterator[Change]:
+    """``tenure.core.watch.poll`` on an async backend: the same ``Polled`` decides."""
+    polled, rejections = Polled(), RejectionFilter(None)
+    while True:
+        for change in polled.jobs([job async for job in backend.jobs()]):
+            yield change
+        fresh = rejections.fresh(await backend.rejections(rejections.since, None))
+        if fresh is None:
+            rejections.start_at(await backend.now())
+        for rejection in fresh or ():
+            yield Change(rejection=rejection)
+        await asyncio.sleep(interval)
 
 
 async def in_thread(follow: Callable[[threading.Event], Iterator[T]], name: str) -> AsyncIterator[T]:

@@ -266,7 +266,7 @@ class AsyncStore:
         if self._closed:
             return
         self._closed = True
-        self._changes.close()
+        await self._changes.close()
         for task in list(self._renewals):  # leases still held are left to expire
             task.cancel()
         if self._tasks:  # requests in flight, releases of cancelled claims

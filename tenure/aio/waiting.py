@@ -52,12 +52,17 @@ class AsyncChanges:
         except Exception as exc:  # the backoff goes on without it
             log.info("the watch behind waiting claims ended: %s", exc)
         finally:
-            self._task = None
+            if self._task is asyncio.current_task():
+                self._task = None
 
-    def close(self) -> None:
+    async def close(self) -> None:
+        """Stop following the watch, and wait until it has let go of its connection."""
         self._closed = True
-        if self._task is not None:
-            self._task.cancel()
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 class AsyncWaiter:

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import psycopg
 import psycopg_pool
 
-from tenure.aio.backend import AsyncBackend
+from tenure.aio.backend import AsyncBackend, poll
 from tenure.backends.postgres import PostgresBackend, health, log, prepare, settings_from_url
 from tenure.backends.postgres_connection import (
     Settings,
@@ -172,6 +172,8 @@ class AsyncPostgresBackend(AsyncBackend):
         return await self._do(self.plans.page(now, states, job, owner, order, offset, limit))
 
     def watch(self, interval: float) -> AsyncIterator[Change]:
+        if not self.notify:  # writes do not notify: poll, as the sync backend does then
+            return poll(self, interval)
         from tenure.backends.postgres_watch import watch_async
 
         return watch_async(self, interval)
