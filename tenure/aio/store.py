@@ -121,7 +121,8 @@ class AsyncStore:
             try:
                 return await self._claim_once(*args)
             except (NotYetClaimable, AlreadyClaimed) as exc:
-                now = await self.backend.now() if isinstance(exc, AlreadyClaimed) and exc.expires_at else None
+                ends = isinstance(exc, AlreadyClaimed) and exc.expires_at is not None
+                now = await self.backend.now() if ends else None
                 if not await waiter.pause(waiting.due_in(exc, now)):
                     raise
 
