@@ -51,6 +51,8 @@ class AsyncHeldLease(HeldState):
     lease can no longer be trusted.
     """
 
+    lost: asyncio.Event
+
     def __init__(self, store: HoldingStore, lease: Lease, link_epoch: int | None = None) -> None:
         verified = store.link().epoch if link_epoch is None else link_epoch
         super().__init__(lease, verified, store.name, contextlib.nullcontext())  # one thread: no lock

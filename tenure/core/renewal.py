@@ -39,6 +39,8 @@ LostCallback = Callable[["HeldLease"], object]
 class HeldLease(HeldState):
     """A lease kept alive in the background until ``complete()``, ``release()`` or exit."""
 
+    lost: threading.Event
+
     def __init__(self, store: Store, lease: Lease, link_epoch: int | None = None) -> None:
         verified = store.backend.link().epoch if link_epoch is None else link_epoch
         super().__init__(lease, verified, store.characteristics.name, threading.Lock())
