@@ -273,3 +273,16 @@ def test_watch_polls_on_postgresql_when_writes_do_not_notify(postgres_harness: H
             await changes.aclose()  # type: ignore[attr-defined]
 
     run(scenario)
+
+
+def test_leaving_a_hold_after_the_store_closed_only_logs(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        store = await tenure.aio.connect("sqlite:///:memory:")
+        held = await store.hold("j", owner="a", ttl=30.0)
+        await store.close()  # renewals stop; the lease expires by itself
+        await held.__aexit__(None, None, None)  # what leaving the block does: no exception
+        with pytest.raises(tenure.BackendUnavailable, match="closed"):
+            await store.get("j")
+
+    run(scenario)
+    assert "releasing 'j' on exit failed" in caplog.text

@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar
 
 from tenure.core.backend import Backend, Characteristics, Link
+from tenure.core.errors import BackendUnavailable
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
 from tenure.core.watch import Polled, RejectionFilter
 
@@ -112,12 +113,15 @@ class ThreadedBackend(AsyncBackend):
         self.characteristics = sync.characteristics
         self.io = "in the event loop (no I/O)" if inline else "one worker thread per store"
         self._worker = None if inline else concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tenure-aio")
+        self._closed = False
 
     @property
     def native_watch(self) -> bool:
         return type(self.sync).watch is not Backend.watch
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._closed:
+            raise BackendUnavailable("the store is closed")
         if self._worker is None:
             return fn(*args)  # microseconds under the memory store's lock: a hop would cost more
         # A caller cancelled while its call waits in the queue or runs does not stop the call:
@@ -185,7 +189,10 @@ class ThreadedBackend(AsyncBackend):
         return self.sync.link()
 
     async def close(self) -> None:
+        if self._closed:
+            return
         await self._call(self.sync.close)
+        self._closed = True
         if self._worker is not None:
             self._worker.shutdown(wait=False)
 

@@ -183,8 +183,9 @@ class AsyncPostgresBackend(AsyncBackend):
         return {**health(self.settings, self.schema, self.server_version, counts), "io": self.io}
 
     async def close(self) -> None:
-        if self._pool is not None:
-            await self._pool.close()
+        pool, self._pool = self._pool, None  # later calls: BackendUnavailable("... not open (or closed)")
+        if pool is not None:
+            await pool.close()
 
 
 async def _idle_and_alive(conn: psycopg.AsyncConnection[Any]) -> None:
