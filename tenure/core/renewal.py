@@ -33,7 +33,6 @@ __all__ = ["MAX_SLEEP", "RENEWAL_WORKERS", "RENEW_FRACTION", "RETRY_FRACTION", "
 RENEWAL_WORKERS = 4  # threads kept for renewals; more start while requests hang
 MAX_RENEWAL_THREADS = 64  # renewals in flight at once per store, at most
 _RENEW, _DEADLINE = 0, 1
-LostCallback = Callable[["HeldLease"], object]
 
 
 class HeldLease(HeldState):
