@@ -4,8 +4,9 @@
 with arguments ``AsyncStore`` already checked (``tenure.core.checks``), deciding with the
 store's clock. A backend whose client library has asyncio I/O implements it natively
 (PostgreSQL: ``tenure.backends.postgres_aio``); ``ThreadedBackend`` serves a sync backend
-from ONE worker thread per store, as aiosqlite does: memory and SQLite answer in
-microseconds from local memory or a local file, so one thread is enough and never grows.
+from ONE worker thread per store, as aiosqlite does: SQLite answers from a local file in
+about a millisecond, so one thread is enough and never grows. The memory store, which never
+waits on I/O, is called in the loop itself.
 """
 
 from __future__ import annotations
