@@ -286,3 +286,26 @@ def test_leaving_a_hold_after_the_store_closed_only_logs(caplog: pytest.LogCaptu
 
     run(scenario)
     assert "releasing 'j' on exit failed" in caplog.text
+
+
+def test_concurrent_claimers_in_one_loop_take_each_job_once(opener: Opener) -> None:
+    async def scenario() -> None:
+        async with opener() as store:
+            jobs = [f"job-{i:02d}" for i in range(40)]
+            await store.submit_many(jobs)
+
+            async def claimer(name: str) -> list[tuple[str, int]]:
+                won = []
+                while (lease := await store.claim_next(owner=name, ttl=30.0)) is not None:
+                    won.append((lease.job_id, lease.token))
+                    await asyncio.sleep(0)  # let the others in between a claim and its completion
+                    await store.complete(lease)
+                return won
+
+            results = await asyncio.gather(*(claimer(f"w{i}") for i in range(16)))
+            wins = [win for result in results for win in result]
+            assert sorted(job for job, _ in wins) == jobs  # every job, each once
+            assert await store.rejections() == []
+            assert (await store.summary()).completed == len(jobs)
+
+    run(scenario)
