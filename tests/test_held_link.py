@@ -27,7 +27,7 @@ class SessionBackend(MemoryBackend):
 
 @pytest.fixture(params=["sync", "aio"])
 def session(request: pytest.FixtureRequest) -> Iterator[tuple[tenure.Store, SessionBackend]]:
-    """"aio": a tenure.aio store behind the conformance suite's sync face (tests/aio_sync.py)."""
+    """Sync, or ("aio") a tenure.aio store behind the conformance suite's sync face (tests/aio_sync.py)."""
     clock = tenure.ManualClock()
     backend = SessionBackend(clock)
     if request.param == "sync":
