@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Awaitable, Coroutine, Generator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Iterable
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -28,7 +28,7 @@ from tenure.core import checks, telemetry, validation, waiting
 from tenure.core.backend import Characteristics, Link
 from tenure.core.checks import DEFAULT_DRIFT_MARGIN, Checks
 from tenure.core.clock import SYSTEM_CLOCK, Clock
-from tenure.core.errors import AlreadyClaimed, NotYetClaimable
+from tenure.core.errors import LeaseError
 from tenure.core.records import (
     Change,
     HistoryEvent,
@@ -102,29 +102,33 @@ class AsyncStore:
         ``tenure.Store.claim``; cancellation: this module's docstring)."""
         args = self.checks.claim(job_id, owner, ttl)
         blocking = waiting.seconds(wait)
-        if blocking:
-            return await self._claim_waiting(args, blocking)
-        attempt = 0
-        while True:
-            try:
-                return await self._claim_once(*args)
-            except NotYetClaimable as exc:
-                pause = checks.retry_after(exc, attempt)
-                if pause is None:
-                    raise
-                await asyncio.sleep(pause)
-                attempt += 1
+        return await self._attempts(waiting.claim_steps(blocking > 0), lambda: self._claim_once(*args), blocking)
 
-    async def _claim_waiting(self, args: tuple[str, str, float], wait: float) -> Lease:
-        waiter = AsyncWaiter(self._changes, wait)
+    async def _attempts(self, steps: waiting.Steps[T], attempt: Callable[[], Awaitable[T]], wait: float) -> T:
+        """Carry out a claim's steps (``tenure.core.waiting``), as ``Store`` does, awaiting."""
+        waiter: AsyncWaiter | None = None
+        step = next(steps)
         while True:
             try:
-                return await self._claim_once(*args)
-            except (NotYetClaimable, AlreadyClaimed) as exc:
-                ends = isinstance(exc, AlreadyClaimed) and exc.expires_at is not None
-                now = await self.backend.now() if ends else None
-                if not await waiter.pause(waiting.due_in(exc, now)):
-                    raise
+                if isinstance(step, waiting.Attempt):
+                    try:
+                        outcome: Any = await attempt()
+                    except LeaseError as exc:
+                        step = steps.throw(exc)
+                        continue
+                elif isinstance(step, waiting.StartWaiting):
+                    outcome = waiter = AsyncWaiter(self._changes, wait)
+                elif isinstance(step, waiting.Pause):
+                    assert waiter is not None
+                    outcome = await waiter.pause(step.due_in)
+                elif isinstance(step, waiting.Sleep):
+                    await asyncio.sleep(step.seconds)
+                    outcome = None
+                else:
+                    outcome = await self.backend.now()
+                step = steps.send(outcome)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
 
     async def _claim_once(self, job_id: str, owner: str, ttl: float) -> Lease:
         sent_at = self.clock.monotonic()  # after any wait: the deadline counts from the send
@@ -135,12 +139,8 @@ class AsyncStore:
         """Claim some pending or expired job (never a completed one), or return None."""
         args = validation.owner(owner), self.checks.ttl(ttl)
         blocking = waiting.seconds(wait)
-        lease = await self._claim_next_once(*args)
-        if lease is None and blocking:
-            waiter = AsyncWaiter(self._changes, blocking)
-            while lease is None and await waiter.pause():
-                lease = await self._claim_next_once(*args)
-        return lease
+        steps = waiting.claim_next_steps(blocking > 0)
+        return await self._attempts(steps, lambda: self._claim_next_once(*args), blocking)
 
     async def _claim_next_once(self, owner: str, ttl: float) -> Lease | None:
         sent_at = self.clock.monotonic()

@@ -13,13 +13,12 @@ from typing import NamedTuple
 
 from tenure.core import validation
 from tenure.core.backend import Characteristics
-from tenure.core.errors import InvalidArgument, NotYetClaimable, quoted
+from tenure.core.errors import InvalidArgument, quoted
 from tenure.core.records import JobState, Lease, Op, Reason, Rejection, RejectionKind
 
 DEFAULT_DRIFT_MARGIN = 0.05
 PAGE_ORDERS = ("expiry", "job")
 MAX_PAGE = 1000
-CLAIM_WAITS = 3  # NotYetClaimable waits one claim() sits out before it raises
 
 
 class PageQuery(NamedTuple):
@@ -133,12 +132,6 @@ def destination_rejection(job_id: object, owner: object, token: object, resource
         job_id=checked[0], op=Op.EFFECT, owner=checked[1], token=checked[2], current_owner=None,
         current_token=checked[4], at=0.0, reason=checked[5] or str(Reason.STALE_TOKEN),
         kind=RejectionKind.DESTINATION, resource=checked[3])
-
-
-def retry_after(exc: NotYetClaimable, attempt: int) -> float | None:
-    """How long a claim without ``wait`` sits out a lease the store may have ended early; None
-    once it has waited ``CLAIM_WAITS`` times (each wait is for a newer claim: few rounds)."""
-    return exc.retry_after if attempt < CLAIM_WAITS else None
 
 
 def _state(value: object) -> JobState:

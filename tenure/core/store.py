@@ -9,15 +9,15 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from tenure.core import checks, telemetry, validation, waiting
 from tenure.core.backend import Backend, Characteristics
 from tenure.core.checks import DEFAULT_DRIFT_MARGIN, MAX_PAGE, PAGE_ORDERS, Checks
 from tenure.core.clock import SYSTEM_CLOCK, Clock
-from tenure.core.errors import AlreadyClaimed, NotYetClaimable
+from tenure.core.errors import LeaseError
 from tenure.core.records import (
     Change,
     HistoryEvent,
@@ -33,6 +33,7 @@ from tenure.core.records import (
 from tenure.core.renewal import HeldLease, Renewer
 
 __all__ = ["DEFAULT_DRIFT_MARGIN", "MAX_PAGE", "PAGE_ORDERS", "Store"]
+T = TypeVar("T")
 
 
 class Store:
@@ -76,28 +77,33 @@ class Store:
         """
         args = self.checks.claim(job_id, owner, ttl)
         blocking = waiting.seconds(wait)
-        if blocking:
-            return self._claim_waiting(args, blocking)
-        attempt = 0
-        while True:
-            try:
-                return self._claim_once(*args)
-            except NotYetClaimable as exc:
-                pause = checks.retry_after(exc, attempt)
-                if pause is None:
-                    raise
-                time.sleep(pause)
-                attempt += 1
+        return self._attempts(waiting.claim_steps(blocking > 0), lambda: self._claim_once(*args), blocking)
 
-    def _claim_waiting(self, args: tuple[str, str, float], wait: float) -> Lease:
-        waiter = waiting.Waiter(self._changes, wait)
+    def _attempts(self, steps: waiting.Steps[T], attempt: Callable[[], T], wait: float) -> T:
+        """Carry out a claim's steps (``tenure.core.waiting``): they decide, this does the I/O."""
+        waiter: waiting.Waiter | None = None
+        step = next(steps)
         while True:
             try:
-                return self._claim_once(*args)
-            except (NotYetClaimable, AlreadyClaimed) as exc:
-                now = self.backend.now() if isinstance(exc, AlreadyClaimed) and exc.expires_at is not None else None
-                if not waiter.pause(waiting.due_in(exc, now)):
-                    raise
+                if isinstance(step, waiting.Attempt):
+                    try:
+                        outcome: Any = attempt()
+                    except LeaseError as exc:
+                        step = steps.throw(exc)
+                        continue
+                elif isinstance(step, waiting.StartWaiting):
+                    outcome = waiter = waiting.Waiter(self._changes, wait)
+                elif isinstance(step, waiting.Pause):
+                    assert waiter is not None
+                    outcome = waiter.pause(step.due_in)
+                elif isinstance(step, waiting.Sleep):
+                    time.sleep(step.seconds)
+                    outcome = None
+                else:
+                    outcome = self.backend.now()
+                step = steps.send(outcome)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
 
     def _claim_once(self, job_id: str, owner: str, ttl: float) -> Lease:
         sent_at = self.clock.monotonic()  # after any wait: the deadline counts from the send
@@ -111,12 +117,7 @@ class Store:
         """
         args = validation.owner(owner), self.checks.ttl(ttl)
         blocking = waiting.seconds(wait)
-        lease = self._claim_next_once(*args)
-        if lease is None and blocking:
-            waiter = waiting.Waiter(self._changes, blocking)
-            while lease is None and waiter.pause():
-                lease = self._claim_next_once(*args)
-        return lease
+        return self._attempts(waiting.claim_next_steps(blocking > 0), lambda: self._claim_next_once(*args), blocking)
 
     def _claim_next_once(self, owner: str, ttl: float) -> Lease | None:
         sent_at = self.clock.monotonic()

@@ -14,13 +14,18 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from tenure.core.backend import Backend
 from tenure.core.errors import AlreadyClaimed, InvalidArgument, LeaseError, NotYetClaimable
-from tenure.core.records import Change, JobState
+from tenure.core.records import Change, JobState, Lease
 
 log = logging.getLogger("tenure.waiting")
+T = TypeVar("T")
 
+CLAIM_WAITS = 3  # NotYetClaimable waits one claim() without wait sits out before it raises
 FIRST_DELAY = 0.05
 MAX_POLL_DELAY = 1.0  # without a watch: also how late an expiry nobody announces is noticed
 MAX_WATCH_DELAY = 2.0  # with a watch: a fallback for changes a watch does not report (expiry)
@@ -134,6 +139,78 @@ def due_in(exc: LeaseError, store_now: float | None) -> float | None:
     if isinstance(exc, AlreadyClaimed) and exc.expires_at is not None and store_now is not None:
         return exc.expires_at - store_now
     return None
+
+
+# The attempts of a claim, free of I/O: ``claim_steps`` and ``claim_next_steps`` yield what to do
+# next and are sent its outcome; ``Store`` and ``tenure.aio.AsyncStore`` only carry it out.
+@dataclass(frozen=True)
+class Attempt:
+    """Send the claim once; sent back its lease (or None), or thrown the store's refusal."""
+
+
+@dataclass(frozen=True)
+class StartWaiting:
+    """Note the store's changes seen so far: one after this wakes the next ``Pause``."""
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A blocking claim's pause (``Waiter.pause``); sent back False once its wait is over."""
+
+    due_in: float | None
+
+
+@dataclass(frozen=True)
+class Sleep:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ReadNow:
+    """Sent back the store's clock."""
+
+
+Step = Attempt | StartWaiting | Pause | Sleep | ReadNow
+Steps = Generator[Step, Any, T]
+
+
+def claim_steps(blocking: bool) -> Steps[Lease]:
+    """``claim``: with a wait, pause while the job is held or not yet claimable, until the wait
+    is over; without one, sit out only a lease the store may have ended early, ``CLAIM_WAITS``
+    times (each is for a newer claim, as tokens grow: few rounds)."""
+    if blocking:
+        yield StartWaiting()
+    sat_out = 0
+    while True:
+        try:
+            lease: Lease = yield Attempt()
+            return lease
+        except NotYetClaimable as exc:  # first: it is an AlreadyClaimed too
+            if blocking:
+                if not (yield Pause(exc.retry_after)):
+                    raise
+            elif sat_out < CLAIM_WAITS:
+                yield Sleep(exc.retry_after)
+                sat_out += 1
+            else:
+                raise
+        except AlreadyClaimed as exc:
+            if not blocking:
+                raise
+            now = (yield ReadNow()) if exc.expires_at is not None else None
+            if not (yield Pause(due_in(exc, now))):
+                raise
+
+
+def claim_next_steps(blocking: bool) -> Steps[Lease | None]:
+    """``claim_next``: with a wait, try again after each pause until a job is claimed or the
+    wait is over."""
+    lease: Lease | None = yield Attempt()
+    if lease is None and blocking:
+        yield StartWaiting()
+        while lease is None and (yield Pause(None)):
+            lease = yield Attempt()
+    return lease
 
 
 class Waiter:
