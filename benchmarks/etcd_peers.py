@@ -21,7 +21,7 @@ import time
 import uuid
 from pathlib import Path
 
-from tenure.backends import etcd_client as ec
+from tenure.backends.etcd import client as ec
 
 ROOT = Path(__file__).resolve().parents[1]
 VENVS = ROOT / ".bench-venvs"

@@ -1,4 +1,4 @@
-"""Generate tenure's etcd API modules from tenure/backends/etcd_api/*.proto.
+"""Generate tenure's etcd API modules from tenure/backends/etcd/api/*.proto.
 
     python scripts/generate_etcd_api.py            # rewrite the committed modules
     python scripts/generate_etcd_api.py --check    # exit 1 if they differ from a fresh run
@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = Path("tenure/backends/etcd_api")
+PACKAGE = Path("tenure/backends/etcd/api")
 PROTOS = ("kv.proto", "rpc.proto")
 SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 
@@ -27,7 +27,7 @@ def outputs() -> list[Path]:
 
 
 def generate(out: Path) -> None:
-    """Write the generated files under ``out`` (as ``out/tenure/backends/etcd_api/...``)."""
+    """Write the generated files under ``out`` (as ``out/tenure/backends/etcd/api/...``)."""
     from grpc_tools import protoc  # a development tool only: the library never imports it
 
     (out / PACKAGE).mkdir(parents=True, exist_ok=True)
@@ -49,7 +49,7 @@ def generate(out: Path) -> None:
 _EDITS = (
     ("from google.protobuf.internal import builder as _builder\n",
      "from google.protobuf.internal import builder as _builder\n"
-     "from tenure.backends.etcd_api import POOL as _POOL  # edited by scripts/generate_etcd_api.py\n"),
+     "from tenure.backends.etcd.api import POOL as _POOL  # edited by scripts/generate_etcd_api.py\n"),
     ("DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(", "DESCRIPTOR = _POOL.AddSerializedFile("),
 )
 

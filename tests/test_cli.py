@@ -91,3 +91,25 @@ def test_python_dash_m_and_tenure_url_env(url: str) -> None:
     done = subprocess.run([sys.executable, "-m", "tenure", "--json", "ls"], env=env, capture_output=True,
                           text=True, timeout=60)
     assert [j["job_id"] for j in json.loads(done.stdout)] == ["x"]
+
+
+@pytest.mark.parametrize("words", [
+    ["submit", "ok", "nul\x00id"],
+    ["claim", "zero\u200bwidth", "--owner", "o", "--ttl", "5"],
+    ["claim", "j", "--owner", "bell\x07", "--ttl", "5"],
+    ["claim", "j", "--owner", "o", "--ttl", "nan"],
+    ["complete", "j", "--owner", "o", "--token", "0"],
+    ["release", "j", "--owner", "o", "--token", str(2**63)],
+    ["renew", "j", "--owner", "o", "--token", "1", "--ttl", "1e400"],
+    ["expire", "j", "--token", "abc"],
+    ["rejections", "--since", "inf"],
+    ["watch", "--interval", "0"],
+    ["metrics", "--soon", "nan"],
+    ["metrics", "--port", "70000"],
+])
+def test_bad_input_is_a_usage_error_before_the_store_is_opened(tmp_path: Path, words: list[str],
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "untouched.db"
+    assert main(["--url", f"sqlite:///{db}", *words]) == 64
+    assert not db.exists()
+    assert "error: argument" in capsys.readouterr().err

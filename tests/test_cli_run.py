@@ -7,6 +7,7 @@ renewal that follows is refused by the store whatever the timing.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import tenure
+from tenure.backends.memory import MemoryBackend
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -194,3 +196,129 @@ def test_run_without_a_command_is_a_usage_error(url: str) -> None:
     done = subprocess.run([sys.executable, "-m", "tenure", "--url", url, "run", "j", "--owner", "o", "--ttl", "30"],
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 64 and "needs a command" in done.stderr
+
+
+def test_a_signal_to_run_reaches_the_commands_whole_group(url: str, tmp_path: Path, store: tenure.Store) -> None:
+    # The command ignores SIGTERM but its child does not: the signal goes to the group, and
+    # the command itself is killed after --grace.
+    proc, out = start(url, tmp_path, "stubborn", "--grace", "0.5")
+    lines = lines_of(out, "started")
+    pids = [int(p) for p in next(line for line in lines if line.startswith("pids")).split()[1:]]
+    proc.send_signal(signal.SIGTERM)
+    code, err = finish(proc)
+    assert code == 128 + signal.SIGTERM, err
+    assert not any(alive(pid) for pid in pids)
+    job = store.get("nightly")
+    assert job is not None and job.state is tenure.JobState.PENDING
+
+
+def test_a_signal_while_waiting_to_claim_is_not_lost(url: str, tmp_path: Path, store: tenure.Store) -> None:
+    lease = store.claim("nightly", "someone-else", 300)
+    proc, out = start(url, tmp_path, "exit0", "--wait", "600")
+    assert proc.stderr is not None
+    assert "waiting up to 600 s" in proc.stderr.readline()
+    proc.send_signal(signal.SIGTERM)
+    code, err = finish(proc)  # promptly: not after the 600 s wait
+    assert code == 128 + signal.SIGTERM, err
+    assert not out.exists()  # the command never ran
+    store.release(lease)  # the job is still the other holder's: run claimed nothing
+    assert [e.owner for e in store.history("nightly") if e.op is tenure.Op.CLAIM] == ["someone-else"]
+
+
+def test_a_signal_that_lands_during_the_claim_releases_the_lease(store: tenure.Store) -> None:
+    from tenure.cli.run import Supervisor
+
+    supervisor = Supervisor(["true"], 1.0, {})
+
+    def hold(wait: float | None) -> tenure.HeldLease:
+        held = store.hold("nightly", "cron-1", 30, wait=wait)
+        supervisor._on_signal(signal.SIGINT, None)  # as if it arrived while the answer was on its way
+        return held
+
+    assert supervisor.claim(hold, 0.0) is None
+    job = store.get("nightly")
+    assert job is not None and job.state is tenure.JobState.PENDING and job.token == 1
+    assert supervisor.interrupted() == 128 + signal.SIGINT
+
+
+BAD_NUMBERS = [("--ttl", "nan"), ("--ttl", "inf"), ("--ttl", "-1"), ("--ttl", "1e400"), ("--ttl", "0"),
+               ("--wait", "nan"), ("--wait", "inf"), ("--wait", "-5"), ("--wait", "1e300"),
+               ("--grace", "nan"), ("--grace", "inf"), ("--grace", "-1"), ("--grace", "1e300")]
+
+
+@pytest.mark.parametrize(("option", "value"), BAD_NUMBERS)
+def test_bad_numbers_are_usage_errors_and_write_nothing(tmp_path: Path, option: str, value: str) -> None:
+    from tenure.cli import main
+
+    db = tmp_path / "untouched.db"
+    options = {"--ttl": "30", option: value}
+    words = [w for pair in options.items() for w in pair]
+    assert main(["--url", f"sqlite:///{db}", "run", "j", "--owner", "o", *words, "--", "true"]) == 64
+    assert not db.exists()  # the store was not even opened
+
+
+def test_the_command_gets_no_store_secret(tmp_path: Path) -> None:
+    # TENURE_URL carries the store's password; nothing holding it, and no other TENURE_*
+    # variable, may reach the command: only the lease's three.
+    secret = "HUNTER2xyz"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TENURE_URL": f"memory://user:{secret}@x",
+           "COPY_OF_IT": f"postgresql://user:{secret}@db/x", "PGPASSWORD": secret,
+           "TENURE_ADMIN_SECRET": "admin-secret-0123456789", "TENURE_TOKEN": "999", "KEPT": "yes"}
+    out = tmp_path / "env.json"
+    dump = f"import json, os; open({str(out)!r}, 'w').write(json.dumps(dict(os.environ)))"
+    done = subprocess.run([sys.executable, "-m", "tenure", "run", "j", "--owner", "o", "--ttl", "30", "--",
+                           sys.executable, "-c", dump], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(out.read_text())
+    assert not [k for k, v in seen.items() if secret in v or "admin-secret" in v]
+    assert {k: v for k, v in seen.items() if k.startswith("TENURE_")} == {
+        "TENURE_JOB": "j", "TENURE_TOKEN": "1", "TENURE_OWNER": "o"}
+    assert seen["KEPT"] == "yes" and "PGPASSWORD" not in seen
+
+
+class _FlakyCompletion(MemoryBackend):
+    """A store whose first completions fail before they are applied, as while it is unreachable."""
+
+    characteristics = dataclasses.replace(MemoryBackend.characteristics, min_ttl=2.0)  # as etcd's
+    failures = 2
+
+    def complete(self, lease: tenure.Lease, result: bytes | None) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise tenure.BackendUnavailable("connection reset")
+        super().complete(lease, result)
+
+
+def test_a_completion_the_store_did_not_take_is_retried_while_the_lease_lives() -> None:
+    # The command succeeded: releasing the job on the way out would make it run again.
+    from tenure.cli.run import Supervisor
+
+    with tenure.Store(_FlakyCompletion(tenure.SystemClock())) as flaky:
+        with flaky.hold("nightly", "cron-1", 30) as held:
+            assert Supervisor([sys.executable, "-c", "pass"], 1.0, dict(os.environ)).run(held) == 0
+        job = flaky.get("nightly")
+        assert job is not None and job.state is tenure.JobState.COMPLETED
+
+
+def test_complete_and_release_on_the_command_line_respect_the_stores_minimum_ttl() -> None:
+    # complete and release take no --ttl; the lease they build must still be one etcd accepts.
+    import argparse
+
+    from tenure.cli import commands
+
+    with tenure.Store(_FlakyCompletion(tenure.SystemClock())) as store:
+        store.backend.failures = 0  # type: ignore[attr-defined]
+        first, second = store.claim("a", "me", 30), store.claim("b", "me", 30)
+        for command, lease in ((commands.cmd_complete, first), (commands.cmd_release, second)):
+            args = argparse.Namespace(job_id=lease.job_id, owner="me", token=lease.token, result=None, output="json")
+            assert command(store, args) == 0
+        states = {j.job_id: j.state for j in store.jobs()}
+        assert states == {"a": tenure.JobState.COMPLETED, "b": tenure.JobState.PENDING}
+
+
+def test_a_short_password_is_looked_for_only_where_it_can_be() -> None:
+    from tenure.cli.run import command_env
+
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/home/pw", "DATABASE_URL": "postgresql://u:pw@db/x",
+           "DB_PASSWORD": "pw", "DSN": "host=db password=pw", "TENURE_URL": "memory://u:pw@x"}
+    assert command_env(env, "memory://u:pw@x") == {"PATH": "/usr/bin:/bin", "HOME": "/home/pw"}

@@ -8,6 +8,7 @@ timeouts that only an old, broken renewer runs into; nothing here times how fast
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -217,6 +218,59 @@ def test_on_lost_is_not_called_for_a_completed_lease(
     assert called == []
 
 
+@pytest.mark.parametrize("store_closed", [False, True], ids=["renewer-running", "store-closed"])
+def test_a_callback_may_use_the_lease_without_deadlock(
+        manual: tuple[tenure.Store, HangingBackend, tenure.ManualClock], store_closed: bool) -> None:
+    # complete() notices the loss while it holds the lease's lock; a callback run there (as it
+    # was once the renewer was closed) deadlocked on release().
+    store, _, _ = manual
+    if store_closed and not isinstance(store, tenure.Store):
+        pytest.skip("a closed tenure.aio store answers nothing (BackendUnavailable), so it refuses nothing")
+    held = store.hold("j", owner="a", ttl=10.0)
+    seen: list[str] = []
+    done = threading.Event()
+
+    def callback(h: tenure.HeldLease) -> None:
+        h.on_lost(lambda _: seen.append("registered from a callback"))
+        with pytest.raises(tenure.LeaseLost):
+            h.check()
+        with contextlib.suppress(tenure.LeaseError):
+            h.release()
+        seen.append("used the lease")
+        done.set()
+
+    held.on_lost(callback)
+    store.force_expire("j")
+    store.claim("j", owner="b", ttl=10.0)
+    if store_closed:
+        store.close()
+    def complete() -> None:
+        with pytest.raises(tenure.StaleLease):
+            held.complete()  # refused: the loss is noticed here, with the lease's lock held
+        seen.append("refused")
+
+    completing = threading.Thread(target=complete, daemon=True)
+    completing.start()
+    completing.join(PATIENCE)
+    assert not completing.is_alive(), "complete() deadlocked with an on_lost callback"
+    assert done.wait(PATIENCE)
+    assert sorted(seen) == ["refused", "registered from a callback", "used the lease"]
+
+
+def test_a_lease_released_before_it_is_lost_never_calls_back(
+        manual: tuple[tenure.Store, HangingBackend, tenure.ManualClock]) -> None:
+    store, _, clock = manual
+    held = store.hold("j", owner="a", ttl=10.0)
+    called: list[tenure.HeldLease] = []
+    held.on_lost(called.append)
+    held.release()
+    clock.advance(20.0)
+    with pytest.raises(tenure.LeaseLost):
+        held.check()
+    held.on_lost(called.append)  # registered after: still nothing to hear
+    assert called == []
+
+
 class JumpClock(tenure.SystemClock):
     """The system clock, whose monotonic reading can jump ahead as after a suspend."""
 
@@ -237,3 +291,13 @@ def test_lost_is_set_soon_after_a_suspend_though_no_renewal_is_due() -> None:
         clock.jumped = 400.0  # the machine was suspended for 400 s
         assert held.lost.wait(PATIENCE), "lost was not set until the next renewal was due"
         assert "deadline" in (held.lost_reason or "")
+
+
+def test_a_lease_that_cannot_be_held_is_given_back() -> None:
+    # A store closed while (or before) hold() claims: the claim must not leave the job blocked.
+    store = tenure.connect("memory://")
+    store.close()
+    with pytest.raises(tenure.LeaseError, match="closed"):
+        store.hold("j", "a", 10.0)
+    status = store.get("j")
+    assert status is not None and status.state is tenure.JobState.PENDING

@@ -13,6 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 import tenure
 from tenure.backends.etcd import EtcdBackend
+from tenure.backends.postgres import PostgresBackend
 from tenure.backends.zookeeper import ZooKeeperBackend
 from tenure.core.options import parse_url
 from tenure.core.transport import cleartext_credentials
@@ -20,6 +21,7 @@ from tests.dashboard.conftest import open_app, texts  # noqa: F401 - the fixture
 from tests.servers.zookeeper import ZooKeeperServer
 
 SECRET = "s3cret-pw"
+PG = PostgresBackend.characteristics
 DIGEST = "dash-v13w"
 
 
@@ -57,6 +59,21 @@ def test_no_warning_without_credentials_or_for_local_stores(zk_server: ZooKeeper
     (ZooKeeperBackend.characteristics, f"zk://u:{SECRET}@h/r", {"tls": "false"},
      "the URL's password sent to zookeeper without TLS (TLS needs tls)"),
     (ZooKeeperBackend.characteristics, f"zk://u:{SECRET}@h/r?tls=true", {"tls": "true"}, None),
+    (PG, f"postgresql://u:{SECRET}@h/db", {},
+     "the URL's password sent to postgres without TLS (TLS needs sslmode=require or sslmode=verify-ca or "
+     "sslmode=verify-full)"),
+    *[(PG, f"postgresql://u:{SECRET}@h/db?sslmode={mode}", {"sslmode": mode},
+       "the URL's password sent to postgres without TLS (TLS needs sslmode=require or sslmode=verify-ca or "
+       "sslmode=verify-full)") for mode in ("disable", "allow", "prefer")],  # prefer/allow fall back to clear text
+    *[(PG, f"postgresql://u:{SECRET}@h/db?sslmode={mode}", {"sslmode": mode}, None)
+      for mode in ("require", "verify-ca", "verify-full")],
+    (PG, "postgresql://u@h/db", {"password": SECRET, "sslmode": "prefer"},
+     "option password sent to postgres without TLS (TLS needs sslmode=require or sslmode=verify-ca or "
+     "sslmode=verify-full)"),
+    (ZooKeeperBackend.characteristics, f"zk://u:{SECRET}@h/r", {"tls": "off"},
+     "the URL's password sent to zookeeper without TLS (TLS needs tls)"),
+    (EtcdBackend.characteristics, f"etcd://root:{SECRET}@h:2379/p", {"ca_cert": ""},
+     "the URL's password sent to etcd without TLS (TLS needs ca_cert)"),
     (tenure.Characteristics("third-party", "?"), f"x://u:{SECRET}@h", {},
      "the URL's password sent to third-party without TLS (it has no TLS)"),
 ])

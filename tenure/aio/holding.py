@@ -59,7 +59,8 @@ class AsyncHeldLease(HeldState):
         self._store = store
         self._lock = asyncio.Lock()  # one of: renewal in flight, complete, release
         self.lost = asyncio.Event()
-        first = self._monotonic() + lease.ttl * RENEW_FRACTION  # now, not when the task first runs
+        # From now, not from when the task first runs; never past the deadline.
+        first = min(self._monotonic() + lease.ttl * RENEW_FRACTION, lease.deadline)
         self._keeper = store.background(self._keep(first), renewal=True)
 
     def _monotonic(self) -> float:

@@ -15,6 +15,7 @@ happened or did not, exactly as if the connection had dropped after sending it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Iterable
@@ -56,7 +57,7 @@ class AsyncStore:
         self.checks = Checks(backend.characteristics, drift_margin)
         self.backend = backend
         self.clock = clock
-        self.drift_margin = drift_margin
+        self.drift_margin = self.checks.drift_margin
         self.url = url  # redacted: safe to show
         self.warnings = warnings
         self._changes = AsyncChanges(backend)
@@ -95,7 +96,7 @@ class AsyncStore:
 
     async def submit_many(self, job_ids: Iterable[str]) -> None:
         """Submit several jobs at once; all are validated before any is written."""
-        await self.backend.submit_many([validation.job_id(job_id) for job_id in job_ids])
+        await self.backend.submit_many(checks.job_ids(job_ids))
 
     async def claim(self, job_id: str, owner: str, ttl: float, *, wait: float | None = None) -> Lease:
         """Claim a job that is unowned or whose lease expired by the store's clock (see
@@ -181,11 +182,13 @@ class AsyncStore:
         """Mark the job completed; raises StaleLease (audited) if the lease is not current."""
         checked, data = self.checks.lease(lease), self.checks.result(result)
         await self._measured("complete", self.backend.complete(checked, data))
+        self.checks.forget(checked)
 
     async def release(self, lease: Lease) -> None:
         """Give the job back unfinished, so it can be claimed at once."""
         checked = self.checks.lease(lease)
         await self._measured("release", self.backend.release(checked))
+        self.checks.forget(checked)
 
     def hold(self, job_id: str, owner: str, ttl: float, *, wait: float | None = None) -> Holding:
         """Claim a job and keep renewing it in a task: ``async with store.hold(...) as held``
@@ -198,11 +201,24 @@ class AsyncStore:
         """``claim_next`` and hold the lease it gives, or None when nothing is claimable."""
         epoch = self.link().epoch
         lease = await self.claim_next(owner, ttl, wait=wait)
-        return None if lease is None else self.hold_lease(lease, _link_epoch=epoch)
+        return None if lease is None else await self._hold_claimed(lease, epoch)
+
+    async def _hold_claimed(self, lease: Lease, epoch: int) -> AsyncHeldLease:
+        """Hold a lease just claimed; if it cannot be held (the store was closed meanwhile),
+        give it back rather than leave the job blocked until the lease runs out."""
+        try:
+            return self.hold_lease(lease, _link_epoch=epoch)
+        except LeaseError:
+            with contextlib.suppress(LeaseError):
+                await self.release(lease)
+            raise
 
     def hold_lease(self, lease: Lease, *, _link_epoch: int | None = None) -> AsyncHeldLease:
-        """Hold a lease this process already claimed (call it in the loop)."""
-        return AsyncHeldLease(self, self.checks.lease(lease), _link_epoch)
+        """Hold a lease this process already claimed (call it in the loop); stamped with its
+        safe deadline by this store."""
+        if self._closed:
+            raise LeaseError("the store is closed")
+        return AsyncHeldLease(self, self.checks.held_lease(lease), _link_epoch)
 
     # -- reading -----------------------------------------------------------------------------
     async def get(self, job_id: str) -> JobStatus | None:
@@ -297,7 +313,7 @@ class Holding:
     async def _hold(self) -> AsyncHeldLease:
         epoch = self._store.link().epoch  # before the claim is sent, like its deadline
         lease = await self._store.claim(*self._args, wait=self._wait)
-        return self._store.hold_lease(lease, _link_epoch=epoch)
+        return await self._store._hold_claimed(lease, epoch)
 
     def __await__(self) -> Generator[Any, None, AsyncHeldLease]:
         return self._hold().__await__()

@@ -6,7 +6,6 @@ open the store a worker thread uses. The clock passed to ``connect`` is the stor
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import heapq
 import threading
@@ -14,11 +13,12 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from tenure.core.backend import Characteristics, RecordBackend, Transaction, newest
+from tenure.core import audit
+from tenure.core.backend import Characteristics, RecordBackend, Transaction
 from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.options import Options, StoreURL
-from tenure.core.records import HistoryEvent, JobState, JobStatus, Rejection
-from tenure.core.transitions import JobRecord, status
+from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Rejection
+from tenure.core.transitions import status
 
 
 class _State:
@@ -110,7 +110,7 @@ class MemoryBackend(RecordBackend):
         return cls(clock or SYSTEM_CLOCK, name=name, retention=retention)
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[Transaction]:
+    def transaction(self, fresh: bool = False) -> Iterator[Transaction]:  # locked: always fresh
         with self._state.lock:
             tx = _MemoryTransaction(self._state)
             yield tx
@@ -129,17 +129,13 @@ class MemoryBackend(RecordBackend):
 
     def rejections(self, since: float | None, limit: int | None) -> list[Rejection]:
         with self._state.lock:
-            found = [r for r in self._state.rejections if since is None or r.at >= since]
-        return newest(found, limit)
+            found = list(self._state.rejections)
+        return audit.select(reversed(found), since, limit)
 
     def history(self, job_id: str | None, since: float | None, limit: int | None) -> list[HistoryEvent]:
         with self._state.lock:
             events = list(self._state.events)
-        if since is not None:
-            events = events[bisect.bisect_left([e.at for e in events], since):]
-        if job_id is not None:
-            events = [e for e in events if e.job_id == job_id]
-        return newest(events, limit)
+        return audit.select(reversed(events), since, limit, None if job_id is None else lambda e: e.job_id == job_id)
 
     def now(self) -> float:
         return self._state.clock.time()

@@ -86,7 +86,8 @@ class PostgresBackend(Backend):
     characteristics = Characteristics(
         name="postgres",
         store_clock="the PostgreSQL server's clock (clock_timestamp(), read inside each deciding statement)",
-        tls_options=("sslmode",),  # libpq's: require, verify-ca or verify-full encrypt
+        # libpq's prefer (its default) and allow fall back to clear text: they do not count.
+        tls_options=("sslmode=require", "sslmode=verify-ca", "sslmode=verify-full"),
     )
 
     def __init__(self, settings: Settings, *, schema: str = "tenure", retention: int = 10_000,

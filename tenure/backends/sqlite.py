@@ -30,13 +30,16 @@ from pathlib import Path
 from typing import Any
 
 from tenure.backends.sqlite_clock import RESOLUTION, MachineClock, refuse_network_filesystem
-from tenure.core.backend import Characteristics, RecordBackend, Transaction, corrupt_status
+from tenure.core import codec
+from tenure.core.backend import Characteristics, RecordBackend, Transaction
 from tenure.core.clock import Clock
+from tenure.core.codec import corrupt_status
 from tenure.core.errors import BackendUnavailable, CorruptRecord, InvalidArgument
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import (
     HistoryEvent,
     JobPage,
+    JobRecord,
     JobState,
     JobStatus,
     Op,
@@ -44,7 +47,7 @@ from tenure.core.records import (
     RejectionKind,
     Summary,
 )
-from tenure.core.transitions import STORED_STATES, JobRecord, status
+from tenure.core.transitions import status
 
 SCHEMA_VERSION = "1"
 _SCHEMA = """
@@ -52,8 +55,7 @@ CREATE TABLE IF NOT EXISTS tenure_meta (key TEXT PRIMARY KEY, value TEXT NOT NUL
 CREATE TABLE IF NOT EXISTS tenure_jobs (
     job_id TEXT PRIMARY KEY, state TEXT NOT NULL, owner TEXT, token INTEGER NOT NULL,
     lease_until REAL, ttl REAL, submitted_at REAL, claimed_at REAL, renewed_at REAL,
-    completed_at REAL, runs INTEGER NOT NULL, result BLOB);
-CREATE INDEX IF NOT EXISTS tenure_jobs_pending ON tenure_jobs (submitted_at) WHERE state = 'pending';
+    completed_at REAL, runs INTEGER NOT NULL, result BLOB, queued_at REAL);
 CREATE INDEX IF NOT EXISTS tenure_jobs_leased ON tenure_jobs (lease_until) WHERE state = 'leased';
 CREATE TABLE IF NOT EXISTS tenure_rejections (
     id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, op TEXT NOT NULL,
@@ -65,6 +67,14 @@ CREATE TABLE IF NOT EXISTS tenure_events (
     owner TEXT, token INTEGER NOT NULL, at REAL NOT NULL, expires_at REAL);
 CREATE INDEX IF NOT EXISTS tenure_events_job ON tenure_events (job_id, id);
 CREATE INDEX IF NOT EXISTS tenure_events_at ON tenure_events (at);
+"""
+# Pending jobs queue by the time they became pending (submitted, or released): ``queued_at``,
+# added to stores made before it (``_setup``); rows an older version wrote have none and
+# queue by their submission time.
+_QUEUE = """
+CREATE INDEX IF NOT EXISTS tenure_jobs_queued ON tenure_jobs (coalesce(queued_at, submitted_at))
+    WHERE state = 'pending';
+DROP INDEX IF EXISTS tenure_jobs_pending;
 """
 _JOB_COLUMNS = ("job_id, state, owner, token, lease_until, ttl, submitted_at, claimed_at, "
                 "renewed_at, completed_at, runs, result")
@@ -84,24 +94,7 @@ def _mapped_errors(path: str) -> Iterator[None]:
 
 
 def _decode(row: tuple[Any, ...]) -> JobRecord:
-    job_id, state, owner, token, lease_until, ttl, sub, cla, ren, com, runs, result = row
-    key = f"tenure_jobs/{job_id}"
-    try:
-        state = JobState(state)
-    except ValueError:
-        raise CorruptRecord(key, f"unknown state {state!r}") from None
-    if state not in STORED_STATES:
-        raise CorruptRecord(key, f"state {state.value!r} is never stored")
-    if not isinstance(token, int) or token < 0 or not isinstance(runs, int):
-        raise CorruptRecord(key, f"bad token {token!r} or runs {runs!r}")
-    times = (lease_until, ttl, sub, cla, ren, com)
-    if any(t is not None and not isinstance(t, (int, float)) for t in times):
-        raise CorruptRecord(key, "a time column is not a number")
-    if state is JobState.LEASED and (not isinstance(owner, str) or lease_until is None or ttl is None):
-        raise CorruptRecord(key, "leased without owner or expiry")
-    if result is not None and not isinstance(result, bytes):
-        raise CorruptRecord(key, "result is not a blob")
-    return JobRecord(job_id, state, owner, token, lease_until, ttl, sub, cla, ren, com, runs, result)
+    return codec.job_record(f"tenure_jobs/{row[0]}", *row)
 
 
 class _SQLiteTransaction(Transaction):
@@ -116,20 +109,26 @@ class _SQLiteTransaction(Transaction):
         return None if row is None else _decode(row)
 
     def save(self, r: JobRecord) -> None:
+        queued = None
+        if r.state is JobState.PENDING:  # still pending: keep its place; newly pending: now
+            row = self._db.execute("SELECT coalesce(queued_at, submitted_at) FROM tenure_jobs "
+                                   "WHERE job_id = ? AND state = 'pending'", (r.job_id,)).fetchone()
+            queued = self.now if row is None else row[0]
         self._db.execute(
-            f"INSERT OR REPLACE INTO tenure_jobs ({_JOB_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            f"INSERT OR REPLACE INTO tenure_jobs ({_JOB_COLUMNS}, queued_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (r.job_id, r.state.value, r.owner, r.token, r.lease_until, r.ttl, r.submitted_at,
-             r.claimed_at, r.renewed_at, r.completed_at, r.runs, r.result))
+             r.claimed_at, r.renewed_at, r.completed_at, r.runs, r.result, queued))
 
     def next_claimable(self) -> str | None:
-        # Expired leases first (their work is overdue), then pending jobs in submission order;
-        # both through partial indexes, so the cost does not grow with completed jobs.
+        # Expired leases first (their work is overdue), then pending jobs in the order they
+        # became pending; both through partial indexes, so the cost does not grow with
+        # completed jobs.
         row = self._db.execute(
             "SELECT job_id FROM tenure_jobs WHERE state = 'leased' AND lease_until <= ? "
             "ORDER BY lease_until LIMIT 1", (self.now,)).fetchone()
         if row is None:
             row = self._db.execute("SELECT job_id FROM tenure_jobs WHERE state = 'pending' "
-                                   "ORDER BY submitted_at LIMIT 1").fetchone()
+                                   "ORDER BY coalesce(queued_at, submitted_at) LIMIT 1").fetchone()
         return None if row is None else str(row[0])
 
     def add_rejection(self, r: Rejection) -> None:
@@ -188,6 +187,11 @@ class SQLiteBackend(RecordBackend):
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 for statement in filter(str.strip, _SCHEMA.split(";")):
+                    self._db.execute(statement)
+                columns = {row[1] for row in self._db.execute("PRAGMA table_info(tenure_jobs)")}
+                if "queued_at" not in columns:  # a store made before the column: add it
+                    self._db.execute("ALTER TABLE tenure_jobs ADD COLUMN queued_at REAL")
+                for statement in filter(str.strip, _QUEUE.split(";")):
                     self._db.execute(statement)
                 version = self._meta("schema_version")
                 if version is None:
@@ -255,7 +259,7 @@ class SQLiteBackend(RecordBackend):
         return cls(path, clock=clock, **kwargs)
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[Transaction]:
+    def transaction(self, fresh: bool = False) -> Iterator[Transaction]:  # locked: always fresh
         with self._lock, _mapped_errors(self.path):
             self._db.execute("BEGIN IMMEDIATE")
             try:

@@ -21,8 +21,11 @@ def emit(args: argparse.Namespace, value: Any, human: Any) -> None:
     print(render(args.output, value, human), flush=True)
 
 
-def _lease(args: argparse.Namespace) -> tenure.Lease:
-    return tenure.Lease(args.job_id, args.owner, args.token, 0.0, getattr(args, "ttl", None) or 1.0)
+def _lease(store: tenure.Store, args: argparse.Namespace) -> tenure.Lease:
+    """The lease named on the command line. complete and release take no --ttl and ignore the
+    lease's; it must still be one the store accepts (etcd refuses TTLs below 2 s)."""
+    ttl = getattr(args, "ttl", None) or max(1.0, store.characteristics.min_ttl)
+    return tenure.Lease(args.job_id, args.owner, args.token, 0.0, ttl)
 
 
 def operator(args: argparse.Namespace) -> str:
@@ -59,21 +62,21 @@ def cmd_claim(store: tenure.Store, args: argparse.Namespace) -> int:
 
 
 def cmd_renew(store: tenure.Store, args: argparse.Namespace) -> int:
-    lease = store.renew(_lease(args), args.ttl)
+    lease = store.renew(_lease(store, args), args.ttl)
     now = store.now()
     emit(args, lease, lambda: f"renewed {lease.job_id!r} (token {lease.token}): expires {when(lease.expires_at, now)}")
     return exits.OK
 
 
 def cmd_complete(store: tenure.Store, args: argparse.Namespace) -> int:
-    store.complete(_lease(args), args.result)
+    store.complete(_lease(store, args), args.result)
     emit(args, {"completed": args.job_id, "token": args.token},
          lambda: f"completed {args.job_id!r} (token {args.token})")
     return exits.OK
 
 
 def cmd_release(store: tenure.Store, args: argparse.Namespace) -> int:
-    store.release(_lease(args))
+    store.release(_lease(store, args))
     emit(args, {"released": args.job_id, "token": args.token},
          lambda: f"released {args.job_id!r} (token {args.token})")
     return exits.OK

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from tenure.cli import commands, exits
+from tenure.cli.arguments import GRACE, INTERVAL, JOB_ID, OWNER, SINCE, TOKEN, TTL, WAIT
 from tenure.cli.format import OUTPUTS
 from tenure.cli.run import cmd_run
 from tenure.core.records import JobState
@@ -61,33 +62,33 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     def waiting(p: argparse.ArgumentParser, what: str) -> None:
-        p.add_argument("--wait", type=float, metavar="SECONDS", help=f"block up to this long {what}")
+        p.add_argument("--wait", type=WAIT, metavar="SECONDS", help=f"block up to this long {what}")
 
     p = command("submit", commands.cmd_submit, "submit jobs (a completed job starts a new run)")
-    p.add_argument("job_ids", nargs="+", metavar="JOB_ID")
+    p.add_argument("job_ids", nargs="+", metavar="JOB_ID", type=JOB_ID)
     p = command("claim", commands.cmd_claim,
                 "claim a job, or the next claimable one without JOB_ID; prints the token")
-    p.add_argument("job_id", nargs="?", metavar="JOB_ID")
-    p.add_argument("--owner", required=True)
-    p.add_argument("--ttl", type=float, required=True, help="lease length in seconds")
+    p.add_argument("job_id", nargs="?", metavar="JOB_ID", type=JOB_ID)
+    p.add_argument("--owner", required=True, type=OWNER)
+    p.add_argument("--ttl", type=TTL, required=True, help="lease length in seconds")
     waiting(p, "while the job is held, or while nothing is claimable")
     for name, func, text in (("renew", commands.cmd_renew, "renew a lease"),
                              ("complete", commands.cmd_complete, "complete a job under a lease"),
                              ("release", commands.cmd_release, "give a job back unfinished")):
         p = command(name, func, text)
-        p.add_argument("job_id", metavar="JOB_ID")
-        p.add_argument("--owner", required=True)
-        p.add_argument("--token", type=int, required=True, help="the lease's fencing token")
+        p.add_argument("job_id", metavar="JOB_ID", type=JOB_ID)
+        p.add_argument("--owner", required=True, type=OWNER)
+        p.add_argument("--token", type=TOKEN, required=True, help="the lease's fencing token")
         if name == "renew":
-            p.add_argument("--ttl", type=float, required=True)
+            p.add_argument("--ttl", type=TTL, required=True)
         if name == "complete":
             p.add_argument("--result", help="text to store as the job's result")
     p = command("run", cmd_run, "hold a job's lease while a command runs; exit 75 if it cannot")
-    p.add_argument("job_id", metavar="JOB_ID")
-    p.add_argument("--owner", required=True)
-    p.add_argument("--ttl", type=float, required=True, help="lease length in seconds, renewed while CMD runs")
+    p.add_argument("job_id", metavar="JOB_ID", type=JOB_ID)
+    p.add_argument("--owner", required=True, type=OWNER)
+    p.add_argument("--ttl", type=TTL, required=True, help="lease length in seconds, renewed while CMD runs")
     waiting(p, "while the job is held elsewhere (default: exit 75 at once)")
-    p.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
+    p.add_argument("--grace", type=GRACE, default=10.0, metavar="SECONDS",
                    help="after SIGTERM, SIGKILL the command this much later (default 10)")
     p.usage = "tenure run JOB_ID --owner OWNER --ttl SECONDS [--wait SECONDS] [--grace SECONDS] -- CMD [ARGS...]"
     p.epilog = ("CMD gets TENURE_JOB, TENURE_TOKEN and TENURE_OWNER. Exit 0: job completed. Non-zero: job "
@@ -95,11 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
                 "lost: exit 75 (on a lost lease CMD's process group gets SIGTERM, then SIGKILL after --grace).")
     p = command("expire", commands.cmd_expire,
                 "end a job's lease now, if its token is still the one given (an operator action)")
-    p.add_argument("job_id", metavar="JOB_ID")
-    p.add_argument("--token", type=int, required=True, help="the current token you confirmed")
-    p.add_argument("--actor", help="who asks, for the history (default: your login name)")
+    p.add_argument("job_id", metavar="JOB_ID", type=JOB_ID)
+    p.add_argument("--token", type=TOKEN, required=True, help="the current token you confirmed")
+    p.add_argument("--actor", type=OWNER, help="who asks, for the history (default: your login name)")
     p = command("get", commands.cmd_get, "show one job")
-    p.add_argument("job_id", metavar="JOB_ID")
+    p.add_argument("job_id", metavar="JOB_ID", type=JOB_ID)
     p = command("ls", commands.cmd_ls, "list one page of jobs")
     p.add_argument("--state", action="append", choices=[s.value for s in JobState],
                    help="only jobs in this state (repeatable)")
@@ -109,13 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--offset", type=int, default=0)
     p.add_argument("--limit", type=int, default=100, help="jobs per page, 1 to 1000 (default 100)")
     p = command("rejections", commands.cmd_rejections, "list audited rejections, oldest first")
-    p.add_argument("--since", type=float, help="store time in seconds since the epoch")
+    p.add_argument("--since", type=SINCE, help="store time in seconds since the epoch")
     p.add_argument("--limit", type=int, help="only the most recent N")
     p = command("history", commands.cmd_history, "list accepted operations, oldest first")
-    p.add_argument("job_id", nargs="?", metavar="JOB_ID")
+    p.add_argument("job_id", nargs="?", metavar="JOB_ID", type=JOB_ID)
     p.add_argument("--limit", type=int)
     p = command("watch", commands.cmd_watch, "print every job, then each change and new rejection, until Ctrl-C")
-    p.add_argument("--interval", type=float, default=1.0, help="poll interval where the store has no watch")
+    p.add_argument("--interval", type=INTERVAL, default=1.0, help="poll interval where the store has no watch")
     p.add_argument("--count", type=int, help="stop after this many changes")
     command("health", commands.cmd_health, "show facts about the store; exit 69 if it cannot be reached")
     p = command("metrics", None, "serve Prometheus metrics of the store at http://HOST:PORT/metrics")

@@ -30,6 +30,7 @@ from typing import Any
 
 import tenure
 from tenure.cli import exits
+from tenure.cli.arguments import PORT, SOON
 from tenure.core.records import JobState, Reason, RejectionKind
 from tenure.core.watch import NewRejections
 
@@ -37,9 +38,9 @@ _REASONS = frozenset(r.value for r in Reason)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--port", type=int, default=9464, help="port to serve on (default 9464; 0 picks one)")
+    parser.add_argument("--port", type=PORT, default=9464, help="port to serve on (default 9464; 0 picks one)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--soon", type=float, default=30.0,
+    parser.add_argument("--soon", type=SOON, default=30.0,
                         help="a lease ending within this many seconds counts as expiring soon (default 30)")
 
 

@@ -15,16 +15,21 @@ import abc
 import contextlib
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from tenure.core import transitions, watch
-from tenure.core.errors import CorruptRecord, JobNotFound, StaleLease, TokenChanged
+from tenure.core import contention, transitions, watch
+
+# corrupt_status (codec), history_event and state_at (transitions) live with what they belong
+# to; the "as" imports keep them importable from here (the PostgreSQL backend, the dashboard).
+from tenure.core.codec import corrupt_status as corrupt_status
+from tenure.core.errors import BackendUnavailable, JobNotFound, LeaseError, StaleLease, TokenChanged
 from tenure.core.records import (
     Change,
     HistoryEvent,
     JobPage,
+    JobRecord,
     JobState,
     JobStatus,
     Lease,
@@ -32,7 +37,8 @@ from tenure.core.records import (
     Rejection,
     Summary,
 )
-from tenure.core.transitions import JobRecord
+from tenure.core.transitions import history_event as history_event
+from tenure.core.transitions import state_at as state_at
 from tenure.core.validation import MAX_TTL
 
 if TYPE_CHECKING:
@@ -40,6 +46,7 @@ if TYPE_CHECKING:
     from tenure.core.options import Options, StoreURL
 
 DEFAULT_MAX_RESULT_BYTES = 512 * 1024  # for third-party backends that do not say
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -59,8 +66,9 @@ class Characteristics:
     # The largest job result the backend can write in one request, with room left for the rest
     # of the record and the audit (etcd's request limit, ZooKeeper's znode limit ...).
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
-    # Options that turn TLS on; None for a backend that sends nothing over a network. A network
-    # backend with () cannot encrypt: credentials given to it are always reported as clear text.
+    # Options that turn TLS on: "name" (any true value) or "name=value" (that value only); None
+    # for a backend that sends nothing over a network. A network backend with () cannot
+    # encrypt: credentials given to it are always reported as clear text.
     tls_options: tuple[str, ...] | None = ()
 
 
@@ -162,7 +170,7 @@ class Backend(abc.ABC):
         counts: Counter[JobState] = Counter()
         expiring = 0
         for job in self.jobs():
-            state = state_at(job, now)
+            state = transitions.state_at(job, now)
             counts[state] += 1
             if state is JobState.LEASED and job.expires_at is not None and job.expires_at <= now + soon:
                 expiring += 1
@@ -175,7 +183,7 @@ class Backend(abc.ABC):
              owner: str | None, order: str, offset: int, limit: int) -> JobPage:
         """Jobs matching every filter given, ordered, one page of them (see ``Store.page``)."""
         found = [j for j in self.jobs()
-                 if (states is None or state_at(j, now) in states)
+                 if (states is None or transitions.state_at(j, now) in states)
                  and (job is None or fold(job) in fold(j.job_id))
                  and (owner is None or fold(owner) in fold(j.owner or ""))]
         if order == "expiry":
@@ -189,9 +197,20 @@ class Backend(abc.ABC):
 
 
 class Transaction(abc.ABC):
-    """One atomic step on a record store; ``now`` is read once, inside the step."""
+    """One atomic step on a record store; ``now`` is read once, inside the step.
+
+    A store that locks (memory, SQLite) commits every step it began. An optimistic store
+    (reads that carry versions, one conditional commit) instead sets ``conflict`` when its
+    commit found something it read changed: nothing was written, and the core runs the step
+    again in a new transaction with fresh reads (``RecordBackend.transaction(fresh=True)``),
+    pausing and giving up as ``tenure.core.contention`` says. On a first attempt its ``load``
+    may answer from what this process last wrote, setting ``guessed``; the conditional commit
+    verifies a guess, and a refusal decided on one is decided again on fresh reads.
+    """
 
     now: float
+    conflict: bool = False  # set by the commit: lost a race, nothing was written
+    guessed: bool = False  # set by load: answered from a cache, not a fresh read
 
     @abc.abstractmethod
     def load(self, job_id: str) -> JobRecord | None:
@@ -211,58 +230,13 @@ class Transaction(abc.ABC):
     def add_event(self, event: HistoryEvent) -> None: ...
 
 
-def history_event(rec: JobRecord, op: Op, now: float, actor: str | None = None) -> HistoryEvent:
-    """The history entry of an accepted change; an operator's ``actor`` stands in for the owner."""
-    return HistoryEvent(rec.job_id, op, actor or rec.owner, rec.token, now, rec.lease_until)
-
-
-class RecordBackend(Backend):
-    """The protocol over ``transitions`` for stores with a per-job record and transactions."""
+class SteppedBackend(Backend):
+    """renew, complete and release as one holder step each (``_holder_op``), whose decision is
+    ``transitions.holder_step``: record backends, and ZooKeeper."""
 
     @abc.abstractmethod
-    def transaction(self) -> contextlib.AbstractContextManager[Transaction]:
-        """Commit on normal exit, roll back on an exception."""
-
-    def submit(self, job_id: str, actor: str | None = None) -> None:
-        self.submit_many([job_id], actor)
-
-    def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
-        with self.transaction() as tx:  # one transaction: all of them or none
-            for job_id in job_ids:
-                new = transitions.submit(tx.load(job_id), job_id, tx.now)
-                if new is not None:
-                    tx.save(new)
-                    tx.add_event(history_event(new, Op.SUBMIT, tx.now, actor))
-
-    def _claim_in(self, tx: Transaction, job_id: str, owner: str, ttl: float) -> Lease:
-        new = transitions.claim(tx.load(job_id), job_id, owner, ttl, tx.now)
-        tx.save(new)
-        tx.add_event(history_event(new, Op.CLAIM, tx.now))
-        return transitions.lease_of(new)
-
-    def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
-        with self.transaction() as tx:
-            return self._claim_in(tx, job_id, owner, ttl)
-
-    def claim_next(self, owner: str, ttl: float) -> Lease | None:
-        with self.transaction() as tx:
-            job_id = tx.next_claimable()
-            return None if job_id is None else self._claim_in(tx, job_id, owner, ttl)
-
-    def _holder_op(self, op: Op, lease: Lease, change: Any) -> JobRecord:
-        """Apply ``change`` if the lease is current; otherwise audit and raise StaleLease."""
-        with self.transaction() as tx:
-            rec = tx.load(lease.job_id)
-            reason = transitions.check(rec, lease, tx.now)
-            if reason is None:
-                assert rec is not None
-                new: JobRecord = change(rec, tx.now)
-                tx.save(new)
-                tx.add_event(history_event(new, op, tx.now))
-                return new
-            rejected = transitions.rejection(rec, op, lease, reason, tx.now)
-            tx.add_rejection(rejected)
-        raise StaleLease(rejected)
+    def _holder_op(self, op: Op, lease: Lease, change: transitions.Change) -> JobRecord:
+        """Apply ``change`` if ``lease`` is current; otherwise audit and raise StaleLease."""
 
     def renew(self, lease: Lease, ttl: float) -> Lease:
         rec = self._holder_op(Op.RENEW, lease, lambda r, now: transitions.renew(r, ttl, now))
@@ -274,8 +248,79 @@ class RecordBackend(Backend):
     def release(self, lease: Lease) -> None:
         self._holder_op(Op.RELEASE, lease, transitions.release)
 
+
+class RecordBackend(SteppedBackend):
+    """The protocol over ``transitions`` for stores with a per-job record and transactions."""
+
+    @abc.abstractmethod
+    def transaction(self, fresh: bool = False) -> contextlib.AbstractContextManager[Transaction]:
+        """Commit on normal exit, roll back on an exception. ``fresh``: a retry after a
+        conflict or a guess; ``load`` must read the store (only optimistic stores see it)."""
+
+    def _run(self, job_id: str, step: Callable[[Transaction], T]) -> T:
+        """``step`` in a transaction, again with fresh reads while it conflicts or decided a
+        refusal on a guess; ``Outraced`` when every attempt lost its race."""
+        for attempt in contention.attempts():
+            tx: Transaction | None = None
+            try:
+                with self.transaction(fresh=True) if attempt else self.transaction() as tx:
+                    result = step(tx)
+            except (_Reread, LeaseError) as exc:
+                if tx is None or not tx.guessed or isinstance(exc, BackendUnavailable):
+                    raise
+                continue  # decided on a cached guess: decide again on what the store holds
+            if not tx.conflict:
+                return result
+        raise contention.outraced(job_id)
+
+    def submit(self, job_id: str, actor: str | None = None) -> None:
+        self.submit_many([job_id], actor)
+
+    def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
+        def step(tx: Transaction) -> None:  # one transaction: all of them or none
+            for job_id in job_ids:
+                new = transitions.submit(tx.load(job_id), job_id, tx.now)
+                if new is not None:
+                    tx.save(new)
+                    tx.add_event(transitions.history_event(new, Op.SUBMIT, tx.now, actor))
+
+        self._run(job_ids[0] if job_ids else "", step)
+
+    def _claim_in(self, tx: Transaction, job_id: str, owner: str, ttl: float) -> Lease:
+        new = transitions.claim(tx.load(job_id), job_id, owner, ttl, tx.now)
+        tx.save(new)
+        tx.add_event(transitions.history_event(new, Op.CLAIM, tx.now))
+        return transitions.lease_of(new)
+
+    def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
+        return self._run(job_id, lambda tx: self._claim_in(tx, job_id, owner, ttl))
+
+    def claim_next(self, owner: str, ttl: float) -> Lease | None:
+        def step(tx: Transaction) -> Lease | None:
+            job_id = tx.next_claimable()
+            return None if job_id is None else self._claim_in(tx, job_id, owner, ttl)
+
+        return self._run("(claim_next)", step)
+
+    def _holder_op(self, op: Op, lease: Lease, change: transitions.Change) -> JobRecord:
+        def step(tx: Transaction) -> JobRecord | Rejection:
+            found = transitions.holder_step(tx.load(lease.job_id), op, lease, change, tx.now)
+            if isinstance(found, JobRecord):
+                tx.save(found)
+                tx.add_event(transitions.history_event(found, op, tx.now))
+            elif tx.guessed:
+                raise _Reread  # never audit a refusal of what may be an old copy
+            else:
+                tx.add_rejection(found)
+            return found
+
+        done = self._run(lease.job_id, step)
+        if isinstance(done, Rejection):
+            raise StaleLease(done)
+        return done
+
     def force_expire(self, job_id: str, actor: str | None = None, token: int | None = None) -> None:
-        with self.transaction() as tx:
+        def step(tx: Transaction) -> None:
             rec = tx.load(job_id)
             if rec is None:
                 raise JobNotFound(job_id)
@@ -284,25 +329,16 @@ class RecordBackend(Backend):
             if rec.state is JobState.LEASED and transitions.is_claimable(rec, tx.now) is False:
                 new = transitions.force_expire(rec, tx.now)
                 tx.save(new)
-                tx.add_event(history_event(new, Op.EXPIRE, tx.now, actor))
+                tx.add_event(transitions.history_event(new, Op.EXPIRE, tx.now, actor))
+
+        self._run(job_id, step)
 
     def record_rejection(self, rejection: Rejection) -> None:
-        with self.transaction() as tx:
-            tx.add_rejection(rejection)
+        self._run(rejection.job_id, lambda tx: tx.add_rejection(rejection))
 
 
-def newest(items: list[Any], limit: int | None) -> list[Any]:
-    """The last ``limit`` items (all of them for None), keeping their order."""
-    if limit is None:
-        return items
-    return items[len(items) - limit:] if limit else []
-
-
-def state_at(job: JobStatus, now: float) -> JobState:
-    """The job's state judged at ``now`` rather than when it was read."""
-    if job.state in (JobState.LEASED, JobState.EXPIRED) and job.expires_at is not None:
-        return JobState.EXPIRED if job.expires_at <= now else JobState.LEASED
-    return job.state
+class _Reread(Exception):
+    """Raised by a step that must not act on a guessed record: run it again on fresh reads."""
 
 
 def fold(text: str) -> str:
@@ -311,7 +347,3 @@ def fold(text: str) -> str:
 
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
-
-
-def corrupt_status(job_id: str, key: str, exc: CorruptRecord) -> JobStatus:
-    return JobStatus(job_id=job_id, state=JobState.CORRUPT, problem=exc.problem, key=key)

@@ -14,7 +14,9 @@ from typing import NamedTuple
 from tenure.core import validation
 from tenure.core.backend import Characteristics
 from tenure.core.errors import InvalidArgument, quoted
+from tenure.core.holding import MAX_DRIFT_MARGIN
 from tenure.core.records import JobState, Lease, Op, Reason, Rejection, RejectionKind
+from tenure.core.stamps import Stamps
 
 DEFAULT_DRIFT_MARGIN = 0.05
 PAGE_ORDERS = ("expiry", "job")
@@ -36,14 +38,17 @@ class Checks:
     """The checks of one store: its backend's characteristics and the holder's drift margin."""
 
     def __init__(self, characteristics: Characteristics, drift_margin: float) -> None:
-        if not 0 <= drift_margin < 1:
-            raise InvalidArgument(f"drift_margin must be in [0, 1), got {quoted(drift_margin)}")
+        margin = validation.number("drift_margin", drift_margin, what="fraction of the TTL")
+        if not 0 <= margin <= MAX_DRIFT_MARGIN:
+            raise InvalidArgument(f"drift_margin must be from 0 to {MAX_DRIFT_MARGIN:g} (a larger one leaves too "
+                                  f"little time to renew before the safe deadline), got {quoted(drift_margin)}")
         resolution = characteristics.clock_resolution
-        if drift_margin == 0 and resolution > 0:
+        if margin == 0 and resolution > 0:
             raise InvalidArgument(f"drift_margin=0 leaves no room for the {characteristics.name} "
                                   f"store clock's steps of {resolution:g}s; give it a margin above 0")
         self.characteristics = characteristics
-        self.drift_margin = drift_margin
+        self.drift_margin = margin
+        self._stamps = Stamps()  # the deadlines stamped here, the only ones a backend sees
 
     def ttl(self, ttl: object) -> float:
         c = self.characteristics
@@ -66,8 +71,21 @@ class Checks:
         validation.token(lease.token)
         self.ttl(lease.ttl)
         validation.store_time("expires_at", lease.expires_at)
-        validation.deadline(lease.deadline)
-        return lease
+        given = validation.deadline(lease.deadline)
+        trusted = self._stamps.trusted(lease.job_id, lease.token, given)  # see tenure.core.stamps
+        return lease if trusted == given else dataclasses.replace(lease, deadline=trusted)
+
+    def held_lease(self, lease: object) -> Lease:
+        """A lease to hold: checked, and stamped with its safe deadline by this store."""
+        checked = self.lease(lease)
+        if not math.isfinite(checked.deadline):  # not stamped here: it would be trusted forever
+            raise InvalidArgument(f"lease on {quoted(checked.job_id)} has no safe deadline from this store: "
+                                  "hold a lease returned by its claim() or renew(), not one built by hand")
+        return checked
+
+    def forget(self, lease: Lease) -> None:
+        """The lease ended (completed or released): its deadline is no longer trusted."""
+        self._stamps.forget(lease.job_id, lease.token)
 
     def result(self, result: object) -> bytes | None:
         data = validation.result(result)
@@ -80,31 +98,37 @@ class Checks:
     def stamped(self, lease: Lease, sent_at: float) -> Lease:
         # The store started this lease no earlier than sent_at, on a clock that may run a
         # little faster than ours: trust it for ttl shortened by the drift margin.
-        return dataclasses.replace(lease, deadline=sent_at + lease.ttl * (1 - self.drift_margin))
+        deadline = sent_at + lease.ttl * (1 - self.drift_margin)
+        self._stamps.stamp(lease.job_id, lease.token, deadline)
+        return dataclasses.replace(lease, deadline=deadline)
 
 
 def actor(value: object) -> str | None:
     return None if value is None else validation.owner(value)
 
 
+def job_ids(values: object) -> list[str]:
+    """``submit_many``'s ids, every one checked before any is written."""
+    if isinstance(values, (str, bytes, bytearray, memoryview)):  # "abc" would be jobs "a", "b", "c"
+        raise InvalidArgument(f"submit_many takes an iterable of job ids, not one {type(values).__name__}; "
+                              "use submit() for one job")
+    try:
+        each = iter(values)  # type: ignore[call-overload]
+    except TypeError:
+        raise InvalidArgument(f"submit_many takes an iterable of job ids, not {type(values).__name__}") from None
+    return [validation.job_id(job_id) for job_id in each]
+
+
 def soon(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-        raise InvalidArgument(f"soon must be a non-negative number of seconds, got {quoted(value)}")
-    return float(value)
+    return validation.seconds("soon", value, maximum=validation.MAX_TTL)  # no lease runs longer
 
 
 def interval(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise InvalidArgument(f"interval must be a positive number, got {quoted(value)}")
-    return float(value)
+    return validation.seconds("interval", value, maximum=validation.MAX_WAIT, positive=True)
 
 
 def since(value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidArgument(f"since must be a store time in seconds, not {type(value).__name__}")
-    return float(value)
+    return None if value is None else validation.store_time("since", value)
 
 
 def page(states: Iterable[JobState | str] | None, job: object, owner: object, order: object,

@@ -12,6 +12,7 @@ deadline passed when it wakes. ``time.monotonic()`` stops during suspend on Linu
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 import time
@@ -82,3 +83,12 @@ class ManualClock:
 
 
 SYSTEM_CLOCK = SystemClock()
+
+
+def deadline_runs(deadline: float, injected: Clock | None) -> bool:
+    """Whether a holder's safe deadline (``Lease.deadline``) is still ahead, so its lease cannot
+    have ended by the store's clock and a backend may skip judging expiry (its one-round-trip
+    paths). The one place this is decided. ``injected``: the clock a caller gave ``connect``
+    (tests), None for the machine's own; deadlines on an injected clock need not follow real
+    time, so they vouch for nothing."""
+    return injected is None and math.isfinite(deadline) and boot_clock() < deadline

@@ -13,7 +13,8 @@ Every error tenure raises on purpose derives from :class:`LeaseError`::
     ├── JobNotFound (also KeyError)         an operation needs a job that does not exist
     ├── StaleLease                          renew/complete/release with an owner or token that no
     │                                       longer matches, or after expiry by the store's clock
-    ├── StaleToken                          a destination fence saw a token lower than it admitted
+    ├── StaleToken                          a destination fence saw a token lower than it admitted,
+    │                                       or (proven by the store) one whose lease has ended
     ├── ForgedToken                         a destination fence was shown a token nobody proved: a bad
     │                                       or missing signature, or one the store never issued
     ├── LeaseLost                           a held lease can no longer be trusted (renewal failed or
@@ -21,8 +22,10 @@ Every error tenure raises on purpose derives from :class:`LeaseError`::
     ├── CorruptRecord                       a record in the store that tenure cannot read
     └── BackendUnavailable                  the store cannot be reached, timed out or refused access
         ├── AuthenticationFailed            wrong or missing credentials
-        └── OutcomeUnknown                  a write was sent but its answer was lost: it may or may
-                                            not have been applied (never reported as refused)
+        ├── OutcomeUnknown                  a write was sent but its answer was lost: it may or may
+        │                                   not have been applied (never reported as refused)
+        └── Outraced                        other writers changed the job under every attempt of
+                                            an optimistic write; nothing was written, try again
 
 Backends map their client library's errors to these in one place each, keeping the
 original as ``__cause__`` (``raise ... from exc``).
@@ -138,10 +141,12 @@ class StaleLease(LeaseError):
 
 
 class StaleToken(LeaseError):
-    """A destination fence rejected a token lower than the highest it has admitted."""
+    """A destination fence rejected a token lower than the highest it has admitted, or one
+    whose lease the store says has ended (``why`` says how; ``highest`` is then the store's
+    current token for the job)."""
 
-    def __init__(self, resource: str, token: int, highest: int) -> None:
-        super().__init__(f"token {token} for {quoted(resource)} is stale: {highest} was already admitted")
+    def __init__(self, resource: str, token: int, highest: int, why: str = "") -> None:
+        super().__init__(f"token {token} for {quoted(resource)} is stale: {why or f'{highest} was already admitted'}")
         self.resource = resource
         self.token = token
         self.highest = highest
@@ -188,3 +193,15 @@ class OutcomeUnknown(BackendUnavailable):
     Backends that cannot tell raise plain ``BackendUnavailable`` in this case; either way the
     caller must not take it as a refusal (re-read the job, or retry: tokens tell them apart).
     """
+
+
+class Outraced(BackendUnavailable):
+    """Other writers changed the job between the read and the conditional write of every
+    attempt (``tenure.core.contention``). Each attempt failed as a whole, so nothing was
+    written; the same call may succeed a moment later. Every backend gives up this way."""
+
+    def __init__(self, job_id: str, attempts: int) -> None:
+        super().__init__(f"job {quoted(job_id)} changed under every one of {attempts} attempts; "
+                         "nothing was written, try again")
+        self.job_id = job_id
+        self.attempts = attempts

@@ -27,6 +27,10 @@ log = logging.getLogger("tenure.renewal")
 
 RENEW_FRACTION = 1 / 3  # renew when a third of the TTL has gone by since the last renewal
 RETRY_FRACTION = 1 / 20  # after a failed attempt, retry this much later (of the TTL)
+# The safe window, TTL * (1 - drift_margin), must hold the first renewal and retries after it
+# (a margin above 2/3 loses every held lease before its first renewal is sent); etcd's claim
+# slack covers a store clock up to 50 % fast (docs/backends/etcd.md). Checked by the stores.
+MAX_DRIFT_MARGIN = 0.5
 # Timers run on the OS's monotonic clock (threading waits, the asyncio loop), which stops while
 # the machine is suspended; deadlines are on the suspend-proof one. Waking at least this often
 # bounds how late ``lost`` is set after a resume (``check()`` is exact either way).
@@ -58,6 +62,7 @@ class HeldState(abc.ABC):
         self._completing = False  # a complete() failed in a way that may have landed
         self._callbacks: list[Callable[[Any], object]] = []
         self._lost_lock = lost_lock  # a threading.Lock where callers run in several threads
+        self._finished_first = False  # lost only after complete() or release(): callbacks never run
         self.lost_reason: str | None = None
 
     @abc.abstractmethod
@@ -139,12 +144,12 @@ class HeldState(abc.ABC):
         if isinstance(exc, BackendUnavailable):
             self._completing = True  # it may have landed; renewals go on (see _renewal_refused)
             return True
+        if isinstance(exc, StaleLease) and not (self._completing and self._landed(exc)):
+            self._lose(str(exc))  # before it is done: lost while held, so on_lost callbacks run
+            self._done = True
+            return True
         self._done = True
-        if isinstance(exc, StaleLease):
-            if self._completing and self._landed(exc):
-                return False
-            self._lose(str(exc))
-        return True
+        return not isinstance(exc, StaleLease)  # a StaleLease here shows our own completion landed
 
     def _renewal_due(self) -> Link | None:
         """Before a renewal: the link to verify against, or None when there is nothing to renew."""
@@ -189,15 +194,19 @@ class HeldState(abc.ABC):
 
         That is when ``lost`` is set: a renewal refused, the store session lost, or the safe
         local deadline passed (a timer sets it then, even while a renewal hangs). Callbacks
-        run off the caller's path (a renewal thread; the event loop in tenure.aio), in the
-        order added; one that raises is logged and the others still run. Added to a lease
-        already lost, the callback runs at once. Never called for a lease completed or released.
+        run off the caller's path and never while tenure holds a lock (a renewal thread; the
+        event loop in tenure.aio): a callback may call ``check()``, ``release()`` or
+        ``on_lost()``. They run in the order added; one that raises is logged and the others
+        still run. Added to a lease already lost, the callback runs at once in the caller's
+        thread. Never called for a lease completed or released before it was lost.
         """
         with self._lost_lock:
             if not self.lost.is_set():
                 self._callbacks.append(callback)
                 return
-        self._call_back([callback])
+            if self._finished_first:
+                return  # completed or released before it was lost: nothing to hear
+        self._call_back([callback])  # in the caller's thread, holding none of our locks
 
     def _lose(self, reason: str) -> None:
         with self._lost_lock:
@@ -205,6 +214,7 @@ class HeldState(abc.ABC):
                 return
             self.lost_reason = reason
             self.lost.set()
+            self._finished_first = self._done
             callbacks, self._callbacks = ([] if self._done else self._callbacks), []
         telemetry.lost(self._store_name)
         log.warning("lease on %r (token %d) lost: %s", self.job_id, self.token, reason)

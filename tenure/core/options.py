@@ -36,6 +36,12 @@ class StoreURL:
     password: str | None = field(default=None, repr=False)
     raw: str = field(default="", repr=False)
 
+    def secrets(self) -> tuple[str, ...]:
+        """What this URL holds that must never be shown or handed on: its password and the
+        values of options whose names say they hold a secret."""
+        found = [self.password, *(v for k, v in self.query.items() if is_secret_option(k))]
+        return tuple(v for v in found if v)
+
     def redacted(self) -> str:
         """The URL for display: never the password, never query options that hold secrets."""
         auth = f"{self.username}:***@" if self.password is not None else (
@@ -93,14 +99,14 @@ class Options:
         self._values: dict[str, Any] = {**query, **overrides}
         self._where = where
         # Never quoted back, even from the wrong option: the URL's password and secret options.
-        self._secrets = {str(v) for v in (*secrets, *(v for k, v in self._values.items() if _SECRET.search(k)))
+        self._secrets = {str(v) for v in (*secrets, *(v for k, v in self._values.items() if is_secret_option(k)))
                          if v is not None and str(v)}
 
     def _take(self, name: str) -> Any:
         return self._values.pop(name, None)
 
     def _bad(self, name: str, value: Any, expected: str) -> InvalidArgument:
-        secret = _SECRET.search(name) or any(s in str(value) for s in self._secrets)
+        secret = is_secret_option(name) or any(s in str(value) for s in self._secrets)
         shown = "(not shown)" if secret else quoted(value)
         return InvalidArgument(f"option {option_name(name)}={shown} for {self._where}: expected {expected}")
 
@@ -111,7 +117,7 @@ class Options:
             return default
         try:
             number: float | None = float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: float(10**400), int(inf)
             number = None  # raised below, outside this block: the error must not chain the value
         if number is None:
             raise self._bad(name, value, "a number")
@@ -127,7 +133,7 @@ class Options:
             return default
         try:
             number: int | None = int(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: float(10**400), int(inf)
             number = None  # raised below, outside this block: the error must not chain the value
         if number is None:
             raise self._bad(name, value, "an integer")
@@ -165,6 +171,11 @@ class Options:
         if self._values:
             names = ", ".join(sorted(option_name(name) for name in self._values))
             raise InvalidArgument(f"unknown option(s) for {self._where}: {names}")
+
+
+def is_secret_option(name: str) -> bool:
+    """Whether an option's value is a secret (or a path to one), by its name."""
+    return _SECRET.search(name) is not None
 
 
 def option_name(name: object) -> str:

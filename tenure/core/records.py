@@ -62,6 +62,12 @@ class Reason(str, enum.Enum):
         return self.value
 
 
+def lease_over(lease_until: float, now: float) -> bool:
+    """Whether a lease that runs until ``lease_until`` has ended at ``now`` (store time): the
+    one place "expired" is judged."""
+    return lease_until <= now
+
+
 @dataclass(frozen=True)
 class Lease:
     """A claim on a job: present ``token`` to the store and to destinations.
@@ -93,6 +99,28 @@ class JobStatus:
     result: bytes | None = None
     problem: str | None = None  # for CORRUPT records: what is wrong
     key: str | None = None  # for CORRUPT records: the backend's key of the record
+
+
+STORED_STATES = (JobState.PENDING, JobState.LEASED, JobState.COMPLETED)
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """A job as a store keeps it; ``transitions`` moves it from state to state. "Expired" is
+    never stored: it is a leased record whose ``lease_until`` has passed by store time."""
+
+    job_id: str
+    state: JobState  # one of STORED_STATES
+    owner: str | None = None
+    token: int = 0  # generation of the latest claim; never goes down
+    lease_until: float | None = None
+    ttl: float | None = None
+    submitted_at: float | None = None
+    claimed_at: float | None = None
+    renewed_at: float | None = None
+    completed_at: float | None = None
+    runs: int = 1
+    result: bytes | None = None
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from tenure.core import transport
 from tenure.core.backend import Backend
 from tenure.core.clock import Clock
 from tenure.core.errors import BackendUnavailable, InvalidArgument, quoted
+from tenure.core.holding import MAX_DRIFT_MARGIN
 from tenure.core.options import Options, StoreURL, parse_url
 from tenure.core.store import DEFAULT_DRIFT_MARGIN, Store
 
@@ -78,7 +79,7 @@ def open_backend(url: str, options: dict[str, Any],
     clock = options.pop("clock", None)
     cleartext = transport.cleartext_credentials(cls.characteristics, parsed, {**parsed.query, **options})
     opts = Options(parsed.query, options, where=f"{parsed.scheme}://", secrets=(parsed.password,))
-    drift = opts.number("drift_margin", DEFAULT_DRIFT_MARGIN, low=0.0, high=0.5)
+    drift = opts.number("drift_margin", DEFAULT_DRIFT_MARGIN, low=0.0, high=MAX_DRIFT_MARGIN)
     backend = cls.from_url(parsed, opts, clock) if build is None else build(cls, parsed, opts, clock)
     assert drift is not None
     if cleartext is not None:

@@ -16,23 +16,51 @@ import itertools
 import threading
 from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tenure.core.errors import LeaseError, StaleLease
-from tenure.core.holding import MAX_SLEEP, RENEW_FRACTION, RETRY_FRACTION, HeldState, log, next_attempt
+from tenure.core.holding import (
+    MAX_DRIFT_MARGIN,
+    MAX_SLEEP,
+    RENEW_FRACTION,
+    RETRY_FRACTION,
+    HeldState,
+    log,
+    next_attempt,
+)
 from tenure.core.records import Lease
 from tenure.core.threads import ElasticPool
 
 if TYPE_CHECKING:
-    from tenure.core.backend import Link
+    from tenure.core.backend import Backend, Characteristics, Link
     from tenure.core.clock import Clock
-    from tenure.core.store import Store
 
-__all__ = ["MAX_SLEEP", "RENEWAL_WORKERS", "RENEW_FRACTION", "RETRY_FRACTION", "HeldLease", "Renewer"]
+__all__ = ["MAX_DRIFT_MARGIN", "MAX_SLEEP", "RENEWAL_WORKERS", "RENEW_FRACTION", "RETRY_FRACTION", "HeldLease",
+           "LeaseStore", "Renewer"]
 
 RENEWAL_WORKERS = 4  # threads kept for renewals; more start while requests hang
 MAX_RENEWAL_THREADS = 64  # renewals in flight at once per store, at most
 _RENEW, _DEADLINE = 0, 1
+
+
+class LeaseStore(Protocol):
+    """What a held lease uses of its store (``tenure.Store``), named here because the store
+    imports this module."""
+
+    @property
+    def backend(self) -> Backend: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def characteristics(self) -> Characteristics: ...
+
+    def renew(self, lease: Lease, ttl: float | None = None) -> Lease: ...
+
+    def complete(self, lease: Lease, result: str | bytes | None = None) -> None: ...
+
+    def release(self, lease: Lease) -> None: ...
 
 
 class HeldLease(HeldState):
@@ -40,7 +68,7 @@ class HeldLease(HeldState):
 
     lost: threading.Event
 
-    def __init__(self, store: Store, lease: Lease, link_epoch: int | None = None) -> None:
+    def __init__(self, store: LeaseStore, lease: Lease, link_epoch: int | None = None) -> None:
         verified = store.backend.link().epoch if link_epoch is None else link_epoch
         super().__init__(lease, verified, store.characteristics.name, threading.Lock())
         self._store = store
@@ -55,8 +83,13 @@ class HeldLease(HeldState):
         return self._store.backend.link()
 
     def _run_callbacks(self, callbacks: list[Callable[[Any], object]]) -> None:
-        if not (self._dispatch and self._dispatch(lambda: self._call_back(callbacks))):
-            self._call_back(callbacks)  # no renewer (or it is closed): call them here
+        # Callers of _lose may hold _lock or the renewer's condition: never call back here, but
+        # on a renewal thread, or on a thread of their own once the renewer is closed.
+        def call() -> None:
+            self._call_back(callbacks)
+
+        if not (self._dispatch and self._dispatch(call)):
+            threading.Thread(target=call, name="tenure-on-lost", daemon=True).start()
 
     # What holders do.
     def complete(self, result: str | bytes | None = None) -> None:
@@ -136,7 +169,8 @@ class Renewer:
             if self._closed:
                 raise LeaseError("the store is closed")
             held._dispatch = self._pool.submit
-            self._push(held, self._clock.monotonic() + held.lease.ttl * RENEW_FRACTION, _RENEW)
+            renew_at = self._clock.monotonic() + held.lease.ttl * RENEW_FRACTION
+            self._push(held, min(renew_at, held.deadline), _RENEW)  # never past the deadline
             self._push(held, held.deadline, _DEADLINE)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="tenure-renewer", daemon=True)

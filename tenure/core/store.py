@@ -6,6 +6,7 @@ holder's safe local deadline, and runs the one renewal thread that serves ``hold
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
@@ -45,7 +46,7 @@ class Store:
         self.checks = Checks(backend.characteristics, drift_margin)
         self.backend = backend
         self.clock = clock
-        self.drift_margin = drift_margin
+        self.drift_margin = self.checks.drift_margin
         self.url = url  # redacted: safe to show
         self.warnings = warnings  # what connect() found unsafe (credentials without TLS), no secrets
         self._renewer = Renewer(clock)
@@ -65,7 +66,7 @@ class Store:
 
     def submit_many(self, job_ids: Iterable[str]) -> None:
         """Submit several jobs at once; all are validated before any is written."""
-        self.backend.submit_many([validation.job_id(job_id) for job_id in job_ids])
+        self.backend.submit_many(checks.job_ids(job_ids))
 
     def claim(self, job_id: str, owner: str, ttl: float, *, wait: float | None = None) -> Lease:
         """Claim a job that is unowned or whose lease expired by the store's clock.
@@ -136,26 +137,38 @@ class Store:
         """Mark the job completed; raises StaleLease (audited) if the lease is not current."""
         args = self.checks.lease(lease), self.checks.result(result)
         telemetry.timed(self.characteristics.name, "complete", lambda: self.backend.complete(*args))
+        self.checks.forget(args[0])
 
     def release(self, lease: Lease) -> None:
         """Give the job back unfinished, so it can be claimed at once."""
         lease = self.checks.lease(lease)
         telemetry.timed(self.characteristics.name, "release", lambda: self.backend.release(lease))
+        self.checks.forget(lease)
 
     def hold(self, job_id: str, owner: str, ttl: float, *, wait: float | None = None) -> HeldLease:
         """Claim a job and keep renewing it in the background; use it as a context manager."""
         epoch = self.backend.link().epoch  # before the claim is sent, like its deadline
-        return self.hold_lease(self.claim(job_id, owner, ttl, wait=wait), _link_epoch=epoch)
+        return self._hold_claimed(self.claim(job_id, owner, ttl, wait=wait), epoch)
 
     def hold_next(self, owner: str, ttl: float, *, wait: float | None = None) -> HeldLease | None:
         """``claim_next`` and hold the lease it gives, or None when nothing is claimable."""
         epoch = self.backend.link().epoch
         lease = self.claim_next(owner, ttl, wait=wait)
-        return None if lease is None else self.hold_lease(lease, _link_epoch=epoch)
+        return None if lease is None else self._hold_claimed(lease, epoch)
+
+    def _hold_claimed(self, lease: Lease, epoch: int) -> HeldLease:
+        """Hold a lease just claimed; if it cannot be held (the store was closed meanwhile),
+        give it back rather than leave the job blocked until the lease runs out."""
+        try:
+            return self.hold_lease(lease, _link_epoch=epoch)
+        except LeaseError:
+            with contextlib.suppress(LeaseError):
+                self.release(lease)
+            raise
 
     def hold_lease(self, lease: Lease, *, _link_epoch: int | None = None) -> HeldLease:
-        """Hold a lease this process already claimed."""
-        held = HeldLease(self, self.checks.lease(lease), _link_epoch)
+        """Hold a lease this process already claimed (stamped with its safe deadline here)."""
+        held = HeldLease(self, self.checks.held_lease(lease), _link_epoch)
         self._renewer.add(held)
         return held
 

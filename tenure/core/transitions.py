@@ -8,34 +8,28 @@ completed; "expired" is a leased record whose ``lease_until`` has passed by stor
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Callable
 
 from tenure.core.errors import AlreadyClaimed, JobCompleted
-from tenure.core.records import JobState, JobStatus, Lease, Op, Reason, Rejection
+from tenure.core.records import (
+    STORED_STATES,
+    HistoryEvent,
+    JobRecord,
+    JobState,
+    JobStatus,
+    Lease,
+    Op,
+    Reason,
+    Rejection,
+    lease_over,
+)
 
-STORED_STATES = (JobState.PENDING, JobState.LEASED, JobState.COMPLETED)
-
-
-@dataclass(frozen=True)
-class JobRecord:
-    job_id: str
-    state: JobState  # one of STORED_STATES
-    owner: str | None = None
-    token: int = 0  # generation of the latest claim; never goes down
-    lease_until: float | None = None
-    ttl: float | None = None
-    submitted_at: float | None = None
-    claimed_at: float | None = None
-    renewed_at: float | None = None
-    completed_at: float | None = None
-    runs: int = 1
-    result: bytes | None = None
-
+__all__ = ["STORED_STATES", "JobRecord"]  # moved to records; still importable from here
 
 def is_claimable(rec: JobRecord | None, now: float) -> bool:
     if rec is None or rec.state is JobState.PENDING:
         return True
-    return rec.state is JobState.LEASED and rec.lease_until is not None and rec.lease_until <= now
+    return rec.state is JobState.LEASED and rec.lease_until is not None and lease_over(rec.lease_until, now)
 
 
 def status(rec: JobRecord, now: float) -> JobStatus:
@@ -108,7 +102,7 @@ def check(rec: JobRecord | None, lease: Lease, now: float) -> Reason | None:
         return Reason.COMPLETED
     if rec.state is not JobState.LEASED:
         return Reason.NOT_LEASED
-    if rec.lease_until is None or rec.lease_until <= now:
+    if rec.lease_until is None or lease_over(rec.lease_until, now):
         return Reason.EXPIRED
     return None
 
@@ -124,6 +118,19 @@ def rejection(rec: JobRecord | None, op: Op, lease: Lease, reason: Reason, now: 
         at=now,
         reason=str(reason),
     )
+
+
+Change = Callable[[JobRecord, float], JobRecord]  # what a holder's step does to a current record
+
+
+def holder_step(rec: JobRecord | None, op: Op, lease: Lease, change: Change, now: float) -> JobRecord | Rejection:
+    """The decision on a renew, complete or release: ``change`` applied if ``lease`` is current,
+    else the rejection to audit, in the same atomic step as the write it replaces."""
+    reason = check(rec, lease, now)
+    if reason is None:
+        assert rec is not None  # check() refuses a missing record
+        return change(rec, now)
+    return rejection(rec, op, lease, reason, now)
 
 
 def renew(rec: JobRecord, ttl: float, now: float) -> JobRecord:
@@ -148,3 +155,15 @@ def force_expire(rec: JobRecord, now: float) -> JobRecord:
 def lease_of(rec: JobRecord) -> Lease:
     assert rec.owner is not None and rec.lease_until is not None and rec.ttl is not None
     return Lease(rec.job_id, rec.owner, rec.token, rec.lease_until, rec.ttl)
+
+
+def state_at(job: JobStatus, now: float) -> JobState:
+    """A status's state judged at ``now`` rather than when it was read."""
+    if job.state in (JobState.LEASED, JobState.EXPIRED) and job.expires_at is not None:
+        return JobState.EXPIRED if lease_over(job.expires_at, now) else JobState.LEASED
+    return job.state
+
+
+def history_event(rec: JobRecord, op: Op, now: float, actor: str | None = None) -> HistoryEvent:
+    """The history entry of an accepted change; an operator's ``actor`` stands in for the owner."""
+    return HistoryEvent(rec.job_id, op, actor or rec.owner, rec.token, now, rec.lease_until)

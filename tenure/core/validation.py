@@ -11,6 +11,7 @@ MAX_JOB_ID = 256
 MAX_OWNER = 128
 MAX_RESOURCE = 256
 MAX_TTL = 7 * 24 * 3600.0
+MAX_WAIT = MAX_TTL  # the longest a call blocks (a blocking claim, a grace period)
 MAX_TOKEN = 2**63 - 1  # stores and fence tables keep tokens in signed 64-bit integers
 MAX_REASON = 512
 
@@ -55,20 +56,43 @@ def effect_id(value: object) -> str:
     return _text("effect id", value, MAX_RESOURCE)
 
 
-def ttl(value: object, *, minimum: float = 0.0, maximum: float = MAX_TTL, backend: str = "") -> float:
+def number(kind: str, value: object, what: str = "number of seconds") -> float:
+    """A finite real number as a float: an int or a float, never a bool, str or Decimal, never
+    nan or infinity, never an int too large for a float (10**400 would raise OverflowError)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidArgument(f"ttl must be a number of seconds, not {type(value).__name__}")
-    if isinstance(value, int) and abs(value) > 2**1000:  # float() would overflow
-        raise InvalidArgument(f"ttl must be a positive number of seconds up to {maximum:g}, got {quoted(value)}")
-    seconds = float(value)
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise InvalidArgument(f"ttl must be a positive number of seconds, got {quoted(value)}")
-    if seconds < minimum:
+        raise InvalidArgument(f"{kind} must be a {what} (int or float), not {type(value).__name__}")
+    try:
+        converted = float(value)
+    except OverflowError:
+        converted = math.inf  # refused just below, with the same words as infinity
+    if not math.isfinite(converted):
+        raise InvalidArgument(f"{kind} must be a finite {what}, got {quoted(value)}")
+    return converted
+
+
+def seconds(kind: str, value: object, *, maximum: float, positive: bool = False) -> float:
+    """A duration: a finite number from 0 (above 0 with ``positive``) up to ``maximum``.
+
+    Every duration has an upper bound: a wait or timeout beyond ``threading.TIMEOUT_MAX``
+    raises OverflowError deep in the standard library, and a deadline that far away is a typo.
+    """
+    converted = number(kind, value)
+    if converted < 0 or (positive and converted == 0):
+        raise InvalidArgument(f"{kind} must be a {'positive' if positive else 'non-negative'} number of "
+                              f"seconds, got {quoted(value)}")
+    if converted > maximum:
+        raise InvalidArgument(f"{kind} {converted:g}s is above the maximum of {maximum:g}s")
+    return converted
+
+
+def ttl(value: object, *, minimum: float = 0.0, maximum: float = MAX_TTL, backend: str = "") -> float:
+    """A lease length: at most ``MAX_TTL`` whatever a backend declares, so no deadline computed
+    from it can overflow a clock."""
+    length = seconds("ttl", value, maximum=min(maximum, MAX_TTL), positive=True)
+    if length < minimum:
         where = f" on {backend}" if backend else ""
-        raise InvalidArgument(f"ttl {seconds:g}s is below the minimum of {minimum:g}s{where}")
-    if seconds > maximum:
-        raise InvalidArgument(f"ttl {seconds:g}s is above the maximum of {maximum:g}s")
-    return seconds
+        raise InvalidArgument(f"ttl {length:g}s is below the minimum of {minimum:g}s{where}")
+    return length
 
 
 def token(value: object) -> int:
@@ -96,16 +120,14 @@ def reason(value: object) -> str:
 
 def store_time(kind: str, value: object) -> float:
     """A time on the store's clock (seconds since the epoch): a finite number, not a bool."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InvalidArgument(f"{kind} must be a finite number of seconds, got {quoted(value)}")
-    return float(value)
+    return number(kind, value)
 
 
 def deadline(value: object) -> float:
     """A safe local deadline on the holder's monotonic clock; infinity means not stamped."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise InvalidArgument(f"deadline must be a number of seconds, got {quoted(value)}")
-    return float(value)
+    if isinstance(value, float) and value == math.inf:
+        return value
+    return number("deadline", value)
 
 
 def result(value: object) -> bytes | None:

@@ -11,15 +11,15 @@ waiting workers cost the store one watch. The others (memory, SQLite) are polled
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from tenure.core import validation
 from tenure.core.backend import Backend
-from tenure.core.errors import AlreadyClaimed, InvalidArgument, LeaseError, NotYetClaimable
+from tenure.core.errors import AlreadyClaimed, LeaseError, NotYetClaimable
 from tenure.core.records import Change, JobState, Lease
 
 log = logging.getLogger("tenure.waiting")
@@ -34,11 +34,7 @@ WATCH_INTERVAL = 0.5  # how often the watch thread looks at its stop flag
 
 def seconds(wait: object) -> float:
     """A validated wait: None and 0 mean "do not wait"."""
-    if wait is None:
-        return 0.0
-    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait < math.inf:
-        raise InvalidArgument(f"wait must be a non-negative number of seconds, got {wait!r}")
-    return float(wait)
+    return 0.0 if wait is None else validation.seconds("wait", wait, maximum=validation.MAX_WAIT)
 
 
 def has_native_watch(backend: Backend) -> bool:

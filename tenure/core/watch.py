@@ -8,15 +8,22 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tenure.core.records import Change, JobStatus, Rejection
 
-if TYPE_CHECKING:
-    from tenure.core.backend import Backend
+
+class Source(Protocol):
+    """What polling reads of a backend (``tenure.Backend`` has all of it)."""
+
+    def jobs(self) -> Iterator[JobStatus]: ...
+
+    def rejections(self, since: float | None, limit: int | None) -> list[Rejection]: ...
+
+    def now(self) -> float: ...
 
 
-def poll(backend: Backend, stop: threading.Event, interval: float) -> Iterator[Change]:
+def poll(backend: Source, stop: threading.Event, interval: float) -> Iterator[Change]:
     """Yield every job as it is first seen, then each change and each new rejection."""
     polled = Polled()
     fresh_rejections = NewRejections(backend, None)
@@ -74,7 +81,7 @@ class NewRejections:
     then from the store's now when there were none.
     """
 
-    def __init__(self, backend: Backend, since: float | None) -> None:
+    def __init__(self, backend: Source, since: float | None) -> None:
         self._backend = backend
         self._filter = RejectionFilter(since)
 

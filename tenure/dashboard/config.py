@@ -44,7 +44,7 @@ def refresh_seconds(value: object) -> float:
     """A refresh interval: seconds > 0, or 0 for no automatic refresh."""
     try:
         seconds = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: float(10**400)
         raise InvalidArgument(f"refresh must be a number of seconds, got {quoted(value)}") from None
     if isinstance(value, bool) or not math.isfinite(seconds) or not 0 <= seconds <= 3600:
         raise InvalidArgument(f"refresh must be from 0 (off) to 3600 seconds, got {quoted(value)}")

@@ -3,8 +3,10 @@
 A sender adds ``fencing_headers(held, secret=...)`` to each request that produces an effect. A
 receiver wraps its ASGI app in ``FencingMiddleware``, which proves the token (a signature and/or
 the store's word, see ``proof``), then admits it against a fence before the app runs: ``403`` to
-an unproven token, ``409 Conflict`` to stale work. Header values are percent-encoded UTF-8,
-because job ids and owners may be any Unicode text and headers carry only ASCII.
+an unproven token, ``409 Conflict`` to stale work (a token below one the fence admitted, or,
+with ``store=``, one whose lease the store says was completed, released, expired or
+superseded). Header values are percent-encoded UTF-8, because job ids and owners may be any
+Unicode text and headers carry only ASCII.
 
 The fence key is the request's path in one normal form (``normal_path``), so that a stale
 writer cannot reach a fresh key by spelling the same resource another way.
@@ -202,34 +204,55 @@ class FencingMiddleware:
             return
         try:
             await asyncio.to_thread(self.proof.check, claim, read_signature(headers))
-            await self._admit(claim)
         except ForgedToken as exc:
             await self._refuse(send, 403, claim, exc.why)
             return
-        except StaleToken as exc:
-            await _answer(send, 409, {"error": "stale fencing token", "resource": exc.resource,
-                                      "token": exc.token, "highest": exc.highest})
+        except StaleToken as exc:  # the store says its lease ended; the fence never saw it: audit here
+            await self._refuse(send, 409, claim, str(exc), highest=exc.highest)
             return
-        except LeaseError as exc:  # the fence or the store cannot be checked: refuse rather than risk it
-            log.warning("fence unavailable for %r: %s", claim.resource, exc)
-            await _answer(send, 503, {"error": "fence unavailable"})
+        except LeaseError as exc:  # the store cannot be asked: refuse rather than risk it
+            await _unavailable(send, claim, exc)
+            return
+        try:
+            await self._admit(claim)
+        except StaleToken as exc:  # the fence refused it and reported it itself
+            await _answer(send, 409, _stale(exc.resource, exc.token, exc.highest))
+            return
+        except LeaseError as exc:
+            await _unavailable(send, claim, exc)
             return
         await self.app({**scope, SCOPE_KEY: claim}, receive, send)
 
-    async def _refuse(self, send: Send, status: int, claim: FenceClaim, why: str) -> None:
-        """Answer an unproven token or an unnormalised path, log it and report it to ``on_reject``."""
-        log.warning("refused %s token %d of job %r by %r on %r: %s", "unproven" if status == 403 else "unnormalised",
-                    claim.token, claim.job_id, claim.owner, claim.resource, why)
-        reason = f"{'unproven token' if status == 403 else 'unnormalised path'}: {why}"[:validation.MAX_REASON]
-        rejection = FenceRejection(claim.resource, claim.job_id, claim.owner, claim.token, 0, time.time(),
+    async def _refuse(self, send: Send, status: int, claim: FenceClaim, why: str, highest: int = 0) -> None:
+        """Answer an unproven token (403), one whose lease the store says ended (409) or an
+        unnormalised path (400); log it and report it to ``on_reject``."""
+        kind = _REFUSALS[status]
+        log.warning("refused %s token %d of job %r by %r on %r: %s", kind, claim.token, claim.job_id, claim.owner,
+                    claim.resource, why)
+        reason = f"{kind}: {why}"[:validation.MAX_REASON]
+        rejection = FenceRejection(claim.resource, claim.job_id, claim.owner, claim.token, highest, time.time(),
                                    claim.shared, reason)
         await asyncio.to_thread(claims.report, self.on_reject, rejection)
-        await _answer(send, status, {"error": reason})
+        body = {**_stale(claim.resource, claim.token, highest), "reason": reason} if status == 409 else {
+            "error": reason}
+        await _answer(send, status, body)
 
     async def _admit(self, claim: FenceClaim) -> None:
         result = await asyncio.to_thread(self.admit, claim)  # a blocking fence stays off the loop
         if inspect.isawaitable(result):  # an async admit (or callable object) gave a coroutine
             await result
+
+
+_REFUSALS = {403: "unproven token", 409: "ended lease", 400: "unnormalised path"}
+
+
+def _stale(resource: str, token: int, highest: int) -> dict[str, Any]:
+    return {"error": "stale fencing token", "resource": resource, "token": token, "highest": highest}
+
+
+async def _unavailable(send: Send, claim: FenceClaim, exc: LeaseError) -> None:
+    log.warning("fence unavailable for %r: %s", claim.resource, exc)
+    await _answer(send, 503, {"error": "fence unavailable"})
 
 
 async def _answer(send: Send, status: int, body: dict[str, Any]) -> None:

@@ -8,10 +8,13 @@ either or both:
   destination share. Workers sign with ``signature(held, secret)`` (``fencing_headers(held,
   secret=...)`` adds it as a header). It proves the sender knows the secret, not that the store
   issued the token: a worker holding the secret could still sign a token it made up.
-- the **store's word**: the token is at most the job's current token in the store, and the
-  current token is held by the owner who presents it. A token above the store's current one
-  was never issued. It costs one store read per check and needs the destination to reach the
-  store; it cannot tell an old token of the job from the one its holder was really given.
+- the **store's word**: the store issued this token for this job to this owner (its current
+  lease, or a claim in its history), and the lease under it still runs. A token above the
+  store's current one, or one the store gave another owner, is forged (``ForgedToken``); a
+  genuine token whose lease was completed, released, expired or superseded is stale
+  (``StaleToken``): its effects must not land. It costs one store read per check (two for an
+  old token) and needs the destination to reach the store. A token older than the store's
+  retained history cannot be proven and is refused as forged.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-from tenure.core.errors import ForgedToken, InvalidArgument
+from tenure.core.errors import ForgedToken, InvalidArgument, StaleToken
+from tenure.core.records import JobState, Op
 from tenure.core.store import Store
 from tenure.fencing import claims
 from tenure.fencing.claims import FenceClaim
@@ -62,9 +66,9 @@ def signature(lease: claims.LeaseLike, secret: bytes | str) -> str:
 class Proof:
     """What a fence requires before it admits a token from the network.
 
-    ``secret``: the token must carry a valid signature. ``store``: the token must not be above
-    the job's current token in the store, and the current token must be presented by its owner.
-    At least one is required: a fence that believes any token is not a fence.
+    ``secret``: the token must carry a valid signature. ``store``: the store must have issued
+    the token for the job to its presenter, and its lease must still run (``StaleToken``
+    otherwise). At least one is required: a fence that believes any token is not a fence.
     """
 
     def __init__(self, *, secret: bytes | str | None = None, store: Store | None = None) -> None:
@@ -77,7 +81,8 @@ class Proof:
         self.store = store
 
     def check(self, claim: FenceClaim, given: str | None) -> None:
-        """Raise ``ForgedToken`` unless ``claim`` is proven; ``given`` is the signature it came with."""
+        """Raise ``ForgedToken`` unless ``claim`` is proven, ``StaleToken`` if the store says its
+        lease has ended; ``given`` is the signature it came with."""
         if self._key is not None:
             self._check_signature(claim, given)
         if self.store is not None:
@@ -95,10 +100,30 @@ class Proof:
 
     @staticmethod
     def _check_issued(claim: FenceClaim, store: Store) -> None:
+        if claim.owner is None:
+            raise ForgedToken(claim.job_id, claim.token, "the store's word needs the owner the token was issued to")
         status = store.get(claim.job_id)  # BackendUnavailable propagates: unproven is not admitted
         if status is None or status.token == 0:
             raise ForgedToken(claim.job_id, claim.token, "the store has never issued a token for this job")
         if claim.token > status.token:
             raise ForgedToken(claim.job_id, claim.token, "above the store's current token for this job")
-        if claim.token == status.token and claim.owner != status.owner:
+        if claim.token == status.token and status.state is JobState.LEASED:
+            if claim.owner != status.owner:
+                raise ForgedToken(claim.job_id, claim.token, "the store issued this token to another owner")
+            return  # the running lease: the common case, one read
+        issued_to = _claimed_by(store, claim.job_id, claim.token)
+        if issued_to is None:
+            raise ForgedToken(claim.job_id, claim.token, "the store's history does not show this token issued")
+        if issued_to != claim.owner:
             raise ForgedToken(claim.job_id, claim.token, "the store issued this token to another owner")
+        ended = (f"superseded by token {status.token}" if claim.token < status.token
+                 else f"its lease has ended (the job is {status.state.value})")
+        raise StaleToken(claim.resource, claim.token, status.token, ended)
+
+
+def _claimed_by(store: Store, job_id: str, token: int) -> str | None:
+    """The owner the store's history shows claiming ``token`` of the job, or None."""
+    for event in reversed(store.history(job_id)):
+        if event.op is Op.CLAIM and event.token == token:
+            return event.owner
+    return None

@@ -645,7 +645,7 @@ def _etcd_leases(etcd_harness: EtcdHarness) -> set[int]:
     """Every lease etcd has, from its LeaseLeases call (through tenure's generated stubs)."""
     import grpc
 
-    from tenure.backends.etcd_api import rpc_pb2, rpc_pb2_grpc
+    from tenure.backends.etcd.api import rpc_pb2, rpc_pb2_grpc
 
     with grpc.insecure_channel(etcd_harness.cluster.nodes[0].endpoint) as channel:
         answer = rpc_pb2_grpc.LeaseStub(channel).LeaseLeases(rpc_pb2.LeaseLeasesRequest(), timeout=5)

@@ -35,7 +35,7 @@ def test_regenerating_gives_the_committed_files() -> None:
 
 def test_service_paths_and_field_numbers_are_etcds() -> None:
     """A few of the numbers etcd's rpc.proto and kv.proto fix, read back from the generated code."""
-    from tenure.backends.etcd_api import kv_pb2, rpc_pb2
+    from tenure.backends.etcd.api import kv_pb2, rpc_pb2
 
     services = {s.full_name: [m.name for m in s.methods] for s in rpc_pb2.DESCRIPTOR.services_by_name.values()}
     assert services["etcdserverpb.KV"] == ["Range", "Put", "DeleteRange", "Txn"]
@@ -160,7 +160,7 @@ ANOTHER_ETCD_CLIENT = textwrap.dedent("""
 
     if sys.argv[1] == "first":
         another_etcd_client()
-    from tenure.backends import etcd_client
+    from tenure.backends.etcd import client as etcd_client
     if sys.argv[1] == "after":
         another_etcd_client()
     print(etcd_client.txn_request([etcd_client.compare(b"k", "mod", "==", 3)], [], []).SerializeToString())

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import tenure
-from tenure.backends import etcd_client
+from tenure.backends.etcd import client as etcd_client
 from tests.servers.etcd import EtcdCluster, EtcdNode, start_or_fail
 
 pytestmark = pytest.mark.cluster

@@ -13,7 +13,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
 import tenure
-from tenure.backends import zookeeper_layout as zl
+from tenure.backends.zookeeper import layout as zl
 from tests.servers.zookeeper import ZooKeeperHarness, ZooKeeperServer
 
 

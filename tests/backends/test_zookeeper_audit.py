@@ -16,8 +16,8 @@ from kazoo.exceptions import NodeExistsError
 
 import tenure
 from tenure import Op
-from tenure.backends import zookeeper_layout as zl
-from tenure.backends.zookeeper_audit import SEGMENT_LIMIT
+from tenure.backends.zookeeper import layout as zl
+from tenure.backends.zookeeper.audit import SEGMENT_LIMIT
 from tests.servers.zookeeper import ZooKeeperHarness, ZooKeeperServer
 
 NEAR_THE_END = 2**31 - 3  # three numbers left: 2147483645, 2147483646, 2147483647

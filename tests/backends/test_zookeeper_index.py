@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import tenure
-from tenure.backends import zookeeper_layout as zl
+from tenure.backends.zookeeper import layout as zl
 from tests.servers.zookeeper import ZooKeeperHarness
 
 
@@ -182,7 +182,7 @@ def test_concurrent_claim_next_never_hands_a_job_out_twice(zk_harness: ZooKeeper
 
 # -- submit_many --------------------------------------------------------------------------------
 def test_submit_many_batches_and_leaves_live_jobs_alone(zk_harness: ZooKeeperHarness) -> None:
-    from tenure.backends import zookeeper
+    from tenure.backends.zookeeper import backend as zookeeper
 
     with zk_harness.connect() as store:
         held = store.claim("held", owner="a", ttl=zk_harness.ttl)
@@ -250,7 +250,7 @@ def test_a_store_without_the_index_is_used_by_scanning(zk_harness: ZooKeeperHarn
 
 # -- reading many znodes in one request -----------------------------------------------------------
 def test_multiread_answers_as_get_does(zk_harness: ZooKeeperHarness) -> None:
-    from tenure.backends.zookeeper_multiread import read_many
+    from tenure.backends.zookeeper.multiread import read_many
 
     with zk_harness.connect() as store:
         client, layout = store.backend.client, store.backend.layout  # type: ignore[attr-defined]

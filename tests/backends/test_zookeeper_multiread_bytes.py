@@ -11,7 +11,7 @@ import pytest
 
 serialization = pytest.importorskip("kazoo.protocol.serialization")
 exceptions = pytest.importorskip("kazoo.exceptions")
-from tenure.backends.zookeeper_multiread import MultiRead  # noqa: E402
+from tenure.backends.zookeeper.multiread import MultiRead  # noqa: E402
 
 PATHS = ["/tenure/jobs/a", "/tenure/jobs/ünï", "/x"]
 

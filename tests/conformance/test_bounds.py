@@ -28,10 +28,10 @@ BAD_LEASE_FIELDS = [
     ("token", True, "token must be an int"),
     ("token", 2**63, "token must be at most"),
     ("ttl", "10", "ttl must be a number"),
-    ("ttl", float("nan"), "ttl must be a positive"),
-    ("expires_at", "soon", "expires_at must be a finite number"),
+    ("ttl", float("nan"), "ttl must be a finite number"),
+    ("expires_at", "soon", "expires_at must be a number"),
     ("expires_at", float("inf"), "expires_at must be a finite number"),
-    ("deadline", float("nan"), "deadline must be a number"),
+    ("deadline", float("nan"), "deadline must be a finite number"),
 ]
 
 

@@ -117,3 +117,11 @@ def test_corrupt_record_is_listed_and_never_overwritten(harness: Harness, store:
         with pytest.raises(tenure.CorruptRecord):
             call()
     assert store.get("bad").state is tenure.JobState.CORRUPT  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("job_ids", ["abc", b"abc", bytearray(b"ab"), 42, None])
+def test_submit_many_refuses_a_str_or_bytes_and_writes_nothing(store: tenure.Store, job_ids: object) -> None:
+    # A str is an iterable of one-character job ids: "abc" would submit "a", "b" and "c".
+    with pytest.raises(tenure.InvalidArgument, match="submit_many takes an iterable of job ids"):
+        store.submit_many(job_ids)  # type: ignore[arg-type]
+    assert list(store.jobs()) == [] and store.history() == []

@@ -16,9 +16,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from tests.faults import catalog
 from tests.faults.proxy import Proxy
 
-WORKER_FAULTS = ("pause", "suspend", "burst", "skew", "kill-worker", "forge")
+WORKER_FAULTS = catalog.names(catalog.WORKER)
 
 
 class Env:
@@ -77,7 +78,7 @@ class ServerEnv(Env):
     """Servers with one proxy per worker per server, so network faults hit one worker."""
 
     scheme = ""
-    cluster_faults = ("leader-kill", "leader-pause")
+    cluster_faults = catalog.names(catalog.CLUSTER)
     # How long a leader is paused or kept dead, in TTLs: from a pause too short to notice to
     # one that outlasts every lease the leader knew of.
     leader_fault_ttls = (0.5, 1.5)
@@ -86,7 +87,8 @@ class ServerEnv(Env):
         super().__init__(workdir)
         self.size = size
         self.prefix = ""
-        self.faults = (*WORKER_FAULTS, "net", "server-kill", *(self.cluster_faults if size > 1 else ()))
+        scopes = (catalog.WORKER, catalog.NETWORK, catalog.SERVER, *((catalog.CLUSTER,) if size > 1 else ()))
+        self.faults = catalog.names(*scopes)
         self._paused: list[Any] = []
         self._killed: list[Any] = []
 
@@ -263,7 +265,7 @@ class PostgresEnv(ServerEnv):
 
     def __init__(self, workdir: Path) -> None:
         super().__init__(workdir)
-        self.faults = (*self.faults, "leader-pause")
+        self.faults = (*self.faults, catalog.BY_NAME["leader-pause"].name)
 
     def start(self) -> None:
         from tests.servers.postgres import PostgresServer

@@ -13,28 +13,21 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from tests.faults import catalog
+
 INTRO = """# Reliability: the fault-injection suite
 
-The seed asks for pauses beyond the lease duration, competing claims and clock differences.
-`tests/faults/` runs them, in the manner of Jepsen's lock tests, against real stores: at
+What breaks leases in production is pauses beyond the lease duration, competing claims and clock
+differences. `tests/faults/` runs them, in the manner of Jepsen's lock tests, against real stores: at
 least eight worker processes claim jobs (`claim_next`), write fenced effects to an SQLite
 destination through `tenure.fencing.SQLFence`, renew while they work and complete. Half of
-them are careless, like worker A of the seed's example: they do not check their safe local
+them are careless, like the paused worker A of the README's story: they do not check their safe local
 deadline and, once a renewal is refused, still write once more and try to complete, so the
 store and the fence must refuse them. Every operation is recorded as invoked and then ok,
 fail or unknown (timeouts, lost connections) with the machine's monotonic time, read past
 libfaketime. A nemesis injects one fault, or all of them mixed:
 
-| fault | what it does |
-|---|---|
-| pause | SIGSTOP a worker for 1.2 to 3 TTLs, then SIGCONT |
-| suspend | as pause, but the worker's `time.monotonic()` misses the pause (as after a suspend) |
-| burst | three extra processes claim the same held jobs at the same instant |
-| skew | workers under libfaketime: clocks +1 h, -1 h, rates x1.03 and x0.97 (inside the 5 % drift margin) |
-| kill-worker | kill -9 a worker and start a new one in its place |
-| net | cut one worker off through its own loopback TCP proxy: blackhole, delay (50-600 ms) or drop |
-| server-kill | kill -9 a server (PostgreSQL: the postmaster and every backend), restart it after 0.5 to 1.5 TTLs |
-| leader-kill, leader-pause | kill -9 or SIGSTOP the leader of a 3-node etcd or ZooKeeper (PostgreSQL: SIGSTOP it all) |
+{faults}
 
 The checker (`tests/faults/checker.py`, `linear.py`) then verifies, over the history and
 the final state of the store and the destination:
@@ -50,6 +43,9 @@ the final state of the store and the destination:
   worker's completion that was not refused to it;
 - every renewal and completion a worker saw refused as stale is in `rejections()`, and no
   rejection is there that no worker could have caused; the same for the destination fence;
+- every forged write is refused as unproven (`ForgedToken`), none lands, and each is in the
+  store's `rejections()` (kind `destination`, reason `unproven token: ...`) unless the store was
+  down when it was reported; the real holders keep writing (the forged 2⁶³\u22121 locks nobody out);
 - the claim/renew/complete history of each job is linearizable as a mutex with tokens and
   expiring leases (a Wing-Gong-Lowe search; an unknown outcome may take effect at any time
   after its invocation or never; a lease can expire no earlier than the TTL after the
@@ -142,7 +138,7 @@ def render(runs: list[dict[str, Any]]) -> str:
     results = [r for run in current for r in run["results"]]
     ops = sum(r["counts"].get("ops", 0) for r in results)
     bad = sum(r["violation_count"] for r in results)
-    lines = [INTRO, FINDINGS, "## Results", "",
+    lines = [INTRO.format(faults=catalog.markdown()), FINDINGS, "## Results", "",
              f"In all: {len(results)} runs, {ops} operations, {bad} violations, "
              f"{sum(r['unchecked'] for r in results)} jobs whose linearizability search ran out of budget.", ""]
     lines += _sections(current)

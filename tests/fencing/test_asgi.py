@@ -14,7 +14,9 @@ from tenure.fencing import (
     FenceClaim,
     FenceRejection,
     FencingMiddleware,
+    Proof,
     fencing_headers,
+    forward_to,
     normal_path,
     sign,
     signature,
@@ -136,14 +138,56 @@ def test_the_store_proves_tokens_it_issued() -> None:
             return int(call(fence, fencing_headers(lease))[0]["status"])
 
         assert status("job", "v", current.token) == 200
-        assert status("job", "w", old.token) == 200  # issued once: the fence behind decides if it is stale
+        assert status("job", "w", old.token) == 409  # issued to w, but superseded: its effects must not land
+        assert status("job", "mallory", old.token) == 403  # an old token, claimed by someone else
         assert status("job", "mallory", current.token + 1) == 403
         assert status("job", "mallory", current.token) == 403  # the current token, another owner
         assert status("never-claimed", "mallory", 1) == 403
     assert [r.reason for r in heard] == [
+        f"ended lease: token {old.token} for '/doc' is stale: superseded by token {current.token}",
+        "unproven token: the store issued this token to another owner",
         "unproven token: above the store's current token for this job",
         "unproven token: the store issued this token to another owner",
         "unproven token: the store has never issued a token for this job"]
+    assert [r.highest for r in heard] == [current.token, 0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("end", ["complete", "release", "expire", "force_expire"])
+def test_a_token_whose_lease_ended_gets_409_and_is_audited(end: str) -> None:
+    """The token is the job's current one and its owner presents it, but the lease under it was
+    completed, released or ran out: the store's word refuses it (409), and the refusal reaches
+    the audit, since the fence behind never saw it."""
+    clock = tenure.ManualClock()
+    with tenure.connect(f"memory://ended-{uuid.uuid4().hex}", clock=clock) as store:
+        lease = store.claim("job", owner="w", ttl=5.0)
+        admitted: list[FenceClaim] = []
+        fence = FencingMiddleware(app, admitted.append, store=store, on_reject=forward_to(store))
+        assert call(fence, fencing_headers(lease))[0]["status"] == 200
+        if end == "complete":
+            store.complete(lease)
+        elif end == "release":
+            store.release(lease)
+        elif end == "expire":
+            clock.advance(6)
+        else:
+            store.force_expire("job", token=lease.token)
+        sent = call(fence, fencing_headers(lease))
+        body = json.loads(sent[1]["body"])
+        assert sent[0]["status"] == 409 and body["error"] == "stale fencing token"
+        assert (body["token"], body["highest"]) == (lease.token, lease.token)
+        assert len(admitted) == 1  # only the write made while the lease ran
+        [audited] = store.rejections()
+        assert (audited.kind, audited.owner, audited.token, audited.resource) == (
+            tenure.RejectionKind.DESTINATION, "w", lease.token, "/doc")
+        assert audited.reason.startswith("ended lease: ")
+
+
+def test_the_store_proof_needs_the_owner() -> None:
+    with tenure.connect(f"memory://owner-{uuid.uuid4().hex}") as store:
+        lease = store.claim("job", owner="w", ttl=5.0)
+        claim = FenceClaim("/doc", "job", lease.token, owner=None)
+        with pytest.raises(tenure.ForgedToken, match="needs the owner"):
+            Proof(store=store).check(claim, None)
 
 
 def test_a_fence_needs_a_proof_and_a_real_secret() -> None:

@@ -12,19 +12,14 @@ import contextlib
 import itertools
 import queue
 import threading
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator
 
-from tenure.backends import etcd_client as ec
-from tenure.backends.etcd_client import KV, Connection, WatchStream
-from tenure.backends.etcd_layout import Keys, read_rejection, record
+from tenure.backends.etcd import client as ec
+from tenure.backends.etcd.client import KV, Connection, WatchStream
+from tenure.backends.etcd.layout import Keys, read_rejection, record
 from tenure.core.clock import boot_clock
 from tenure.core.errors import BackendUnavailable, CorruptRecord
-from tenure.core.records import Change, JobStatus
-from tenure.core.transitions import JobRecord
-
-if TYPE_CHECKING:
-    from tenure.backends.etcd import EtcdBackend
+from tenure.core.records import Change, JobRecord, JobStatus
 
 PAGE = 2000  # jobs per page: one transaction reading their job, lease and end keys
 _JOB_SECTIONS = ("job", "lease", "end")
@@ -128,15 +123,19 @@ class QueueCursor:
             widen = 0 if span[1] == self.end else widen + 1
 
 
-def watch(backend: EtcdBackend, conn: Connection, stop: threading.Event, interval: float) -> Iterator[Change]:
+Lister = Callable[[], Iterable[JobStatus]]  # the backend's jobs()
+Getter = Callable[[str], JobStatus | None]  # the backend's get()
+
+
+def watch(keys: Keys, conn: Connection, jobs: Lister, get: Getter, stop: threading.Event,
+          interval: float) -> Iterator[Change]:
     """Every job once, then each change and each new rejection, until ``stop`` is set."""
-    keys = backend.keys
     seen: dict[str, JobStatus] = {}
     root_end = keys.root[:-1] + bytes([keys.root[-1] + 1])
     while not stop.is_set():
         _, revision, _ = conn.range(keys.retention)
         # Anything that changes during the listing is replayed by the watch and deduplicated.
-        current = {s.job_id: s for s in backend.jobs()}
+        current = {s.job_id: s for s in jobs()}
         for job_id in seen.keys() - current.keys():
             yield Change(removed=job_id)
         for job_id, status in current.items():
@@ -145,16 +144,15 @@ def watch(backend: EtcdBackend, conn: Connection, stop: threading.Event, interva
         seen = current
         stream = conn.watch(keys.root, root_end, revision + 1)
         try:
-            yield from _follow(backend, stream, seen, stop, interval)
+            yield from _follow(keys, get, stream, seen, stop, interval)
         except BackendUnavailable:
             stop.wait(interval)  # the cluster is moving; list again and resume
         finally:
             stream.cancel()
 
 
-def _follow(backend: EtcdBackend, stream: WatchStream, seen: dict[str, JobStatus],
+def _follow(keys: Keys, get: Getter, stream: WatchStream, seen: dict[str, JobStatus],
             stop: threading.Event, interval: float) -> Iterator[Change]:
-    keys = backend.keys
     batches: queue.Queue[list[object] | BaseException] = queue.Queue()
 
     def pump() -> None:
@@ -192,7 +190,7 @@ def _follow(backend: EtcdBackend, stream: WatchStream, seen: dict[str, JobStatus
                         changed[keys.job_id(kv.key, name)] = None
                 break
         for job_id in changed:
-            status = backend.get(job_id)
+            status = get(job_id)
             if status is None:
                 if seen.pop(job_id, None) is not None:
                     yield Change(removed=job_id)

@@ -1,7 +1,7 @@
 """The claimable-jobs index on ZooKeeper: which znodes a state change adds or removes, and
 the candidates ``claim_next`` reads from it.
 
-The index is written inside the multi of the change it follows (see ``zookeeper_layout``),
+The index is written inside the multi of the change it follows (see ``layout``),
 so it costs no round trip of its own; it is read only to *propose* jobs, each claimed with the
 usual read and version-checked multi. An entry that is stale (its record moved on) or missing
 can therefore cost a wasted read or hide a job from ``claim_next``, never give a wrong claim.
@@ -15,24 +15,21 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.protocol.serialization import Create, Delete
 from kazoo.protocol.states import ZnodeStat
 
-from tenure.backends import zookeeper_layout as zl
-from tenure.backends.zookeeper_config import mapped_errors
-from tenure.backends.zookeeper_multiread import read_many
+from tenure.backends.zookeeper import layout as zl
+from tenure.backends.zookeeper.config import mapped_errors
+from tenure.backends.zookeeper.multiread import read_many
+from tenure.backends.zookeeper.session import Session
 from tenure.core import transitions
 from tenure.core.errors import CorruptRecord
-from tenure.core.records import JobState
-from tenure.core.transitions import JobRecord
-
-if TYPE_CHECKING:
-    from tenure.backends.zookeeper import ZooKeeperBackend
+from tenure.core.records import JobRecord, JobState
 
 
 @dataclass
@@ -72,10 +69,13 @@ class Placer:
 
 
 class Index:
-    def __init__(self, backend: ZooKeeperBackend, enabled: bool) -> None:
-        self._b = backend
+    def __init__(self, session: Session, enabled: bool, drop_stale: Callable[[str, int | None], None]) -> None:
+        """``drop_stale(entry, version)``: delete an index entry that no longer describes its
+        job, provided the job znode is still at ``version`` (the backend's multi)."""
+        self._b = session
+        self._drop_stale = drop_stale
         self.enabled = enabled
-        self.layout = backend.layout
+        self.layout = session.layout
         self.filling: str | None = None  # the bucket this client puts new entries in
         self._looked = False  # for a bucket to fill, once per client
         self._lock = threading.Lock()
@@ -168,11 +168,11 @@ class Index:
         with self._lock:
             front = self._front[:2]
         with mapped_errors("reading the index"):
-            clock = client.set_async(b._clock_path, b"")
+            clock = client.set_async(b.clock_path, b"")
             leased = client.get_children_async(self.layout.leased)
             early = {n: client.get_children_async(f"{self.layout.pending}/{n}") for n in front}
             try:
-                now = b._stamp(b.wait(clock))
+                now = b.stamp(b.wait(clock))
             except NoNodeError:
                 now = b.now()
             expired = self._expired(b.wait(leased), now)
@@ -193,7 +193,7 @@ class Index:
                 except (CorruptRecord, ValueError):
                     continue  # not a job tenure can claim: never proposed
                 if rec.state is not JobState.LEASED:
-                    self._b.drop_stale(entry, version)
+                    self._drop_stale(entry, version)
                 elif transitions.is_claimable(rec, now):
                     found.append((rec.lease_until or 0.0, job_id, entry))
         # An entry without a job znode (deleted by hand) is skipped: see Backend.drop_stale.

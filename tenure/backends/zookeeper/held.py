@@ -1,6 +1,6 @@
 """One round trip, not two, for a new claim and for the holder's renew and complete.
 
-The general path (``zookeeper.py``) reads the store's time and the record first, then writes.
+The general path (``backend``) reads the store's time and the record first, then writes.
 Two cases need no read:
 
 - the claim of a job that does not exist yet: the multi creates its znodes and fails as a
@@ -29,44 +29,43 @@ no extra round trip); younger stamps spare the multi that write.
 from __future__ import annotations
 
 import collections
-import math
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from tenure.backends.zookeeper.session import Session
 from tenure.core import transitions
-from tenure.core.clock import boot_clock
-from tenure.core.records import JobState, Lease, Op
-from tenure.core.transitions import JobRecord
-
-if TYPE_CHECKING:
-    from tenure.backends.zookeeper import ZooKeeperBackend
+from tenure.core.clock import Clock, boot_clock, deadline_runs
+from tenure.core.records import JobRecord, JobState, Lease, Op
 
 _FRESH = 1.0  # seconds a stamp of the leader's clock serves for the bound
 _RATE = 1.1  # the leader's clock may run this much faster than ours over that second
 _CACHE = 10_000  # records of held leases kept
 
 
+class Writer(Protocol):
+    """What the shortcuts need of the backend: its multi for a change, and its commit."""
+
+    def fast_write(self, tx: Any, now: tuple[float, int], old: JobRecord | None, version: int,
+                   new: JobRecord, op: Op) -> Any: ...
+
+    def send_commit(self, tx: Any, what: str) -> Callable[[], list[Any] | None]: ...
+
+
 class HeldRecords:
-    def __init__(self, backend: ZooKeeperBackend, system_deadlines: bool) -> None:
-        self._b = backend
-        self._system_deadlines = system_deadlines  # lease deadlines are on boot_clock()
+    def __init__(self, session: Session, writer: Writer, injected: Clock | None) -> None:
+        self._session = session
+        self._writer = writer
+        self._injected = injected  # the clock given to connect(), if any: see deadline_runs
         self._lock = threading.Lock()
-        self._bound: tuple[float, float, int] | None = None  # (store time, our send time, epoch)
         self._records: collections.OrderedDict[tuple[str, int, str], tuple[JobRecord, int]] = \
             collections.OrderedDict()
 
     # -- the leader's clock ------------------------------------------------------------------
-    def stamped(self, store_time: float, sent: float, epoch: int) -> None:
-        """A stamp whose clock write was sent at ``sent`` (our monotonic time)."""
-        with self._lock:
-            self._bound = (store_time, sent, epoch)
-
     def _now_at_most(self) -> tuple[float, int, bool] | None:
         """An upper bound of the leader's clock now, its epoch, and whether the stamp is old
         enough to take a new one; None if it is too old to use."""
-        with self._lock:
-            bound = self._bound
+        bound = self._session.bound()
         if bound is None:
             return None
         at, sent, epoch = bound
@@ -100,9 +99,8 @@ class HeldRecords:
         if now is None:
             return None
         new = transitions.claim(None, job_id, owner, ttl, now[0])
-        b = self._b
-        tx = b.fast_write(now[:2], None, -1, new, Op.CLAIM, stamp=now[2])
-        gen = b.layout.gen(job_id)
+        tx = self._writer.fast_write(self._multi(now[2]), now[:2], None, -1, new, Op.CLAIM)
+        gen = self._session.layout.gen(job_id)
         tx.create(gen, b"")
         tx.set_data(gen, b"", version=0)  # the first claim: token 1, as on the general path
         answer = self._send(tx, f"claiming {job_id!r}", now[2])
@@ -117,7 +115,7 @@ class HeldRecords:
 
     def holder_op(self, op: Op, lease: Lease, change: Any) -> JobRecord | None:
         """``change(record, now)`` written in one multi; None to take the general path."""
-        if not (self._system_deadlines and math.isfinite(lease.deadline) and boot_clock() < lease.deadline):
+        if not deadline_runs(lease.deadline, self._injected):
             return None
         with self._lock:
             held = self._records.get((lease.job_id, lease.token, lease.owner))
@@ -126,29 +124,36 @@ class HeldRecords:
             return None
         rec, version = held
         new: JobRecord = change(rec, now[0])
-        tx = self._b.fast_write(now[:2], rec, version, new, op, stamp=now[2])
+        tx = self._writer.fast_write(self._multi(now[2]), now[:2], rec, version, new, op)
         # The job znode's version alone does not prove the record is ours: deleted by hand and
         # created again by another claim, it starts at the same versions. The generation
         # znode is never deleted and every claim moves its version, which is the token.
-        tx.check(self._b.layout.gen(lease.job_id), lease.token)
+        tx.check(self._session.layout.gen(lease.job_id), lease.token)
         if not self._send(tx, f"{op} of {lease.job_id!r}", now[2])():
             self.forget(lease)  # someone wrote it since: the general path reads it
             return None
         self.remember(new, version + 1)
         return new
 
+    def _multi(self, stamp: bool) -> Any:
+        """A new multi; with ``stamp``, our clock znode written first (a new stamp)."""
+        tx = self._session.client.transaction()
+        if stamp:
+            tx.set_data(self._session.clock_path, b"")
+        return tx
+
     def _send(self, tx: Any, what: str, stamp: bool) -> Callable[[], bool]:
         """Send a multi of ours; the function returned: whether it was applied (False: outraced,
         a znode moved or exists), after taking its stamp of the leader's clock if it has one."""
         sent = boot_clock()
-        answer = self._b.send_commit(tx, what)
+        answer = self._writer.send_commit(tx, what)
 
         def applied() -> bool:
             results = answer()
             if results is None:
                 return False
             if stamp:
-                self._b._stamp(results[0], sent)  # the clock znode, written first
+                self._session.stamp(results[0], sent)  # the clock znode, written first
             return True
 
         return applied

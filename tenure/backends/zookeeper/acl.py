@@ -2,7 +2,7 @@
 
 tenure's safety on ZooKeeper rests on who may write under the root: whoever may delete a
 ``gen/`` znode resets a job's tokens, whoever may write ``jobs/`` forges records. A client
-with credentials creates every znode with its own ACL (``zookeeper_config``), but a root
+with credentials creates every znode with its own ACL (``config``), but a root
 made earlier without credentials, or by hand, keeps ZooKeeper's open ACL. So at connect the
 ACLs of the root and of its directories (one pipelined round trip) must grant ``world:anyone``
 nothing beyond what tenure itself grants it (CREATE on ``clocks/``); otherwise ``connect``
@@ -19,16 +19,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.security import ACL, Permissions
 
-from tenure.backends.zookeeper_config import mapped_errors
+from tenure.backends.zookeeper.config import mapped_errors
+from tenure.backends.zookeeper.session import Session
 from tenure.core.errors import InvalidArgument
-
-if TYPE_CHECKING:
-    from tenure.backends.zookeeper import ZooKeeperBackend
 
 log = logging.getLogger("tenure.zookeeper")
 _BATCH = 1000  # requests in flight while repairing
@@ -48,10 +45,10 @@ def _letters(perms: int) -> str:
 
 
 class Guard:
-    def __init__(self, backend: ZooKeeperBackend) -> None:
-        self._b = backend
-        self._layout = backend.layout
-        self._config = backend.config
+    def __init__(self, session: Session) -> None:
+        self._b = session
+        self._layout = session.layout
+        self._config = session.config
 
     def expected(self, path: str) -> list[ACL]:
         return self._config.clocks_acl() if path == self._layout.clocks else self._config.acl()

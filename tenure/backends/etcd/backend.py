@@ -15,7 +15,7 @@ in ``_EtcdLease`` and docs/backends/etcd.md.
 
 ``now()`` is this machine's wall clock: etcd has no clock API. Expiry never depends on it;
 ``expires_at`` is an estimate (local time of the grant or keep-alive plus the TTL plus
-``EXPIRY_GRACE``) of when etcd will have deleted the lease key. Key layout: ``etcd_layout``.
+``EXPIRY_GRACE``) of when etcd will have deleted the lease key. Key layout: ``layout``.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tenure.backends import etcd_client as ec
-from tenure.backends import etcd_scan
-from tenure.backends.etcd_client import KV, Connection, Pending, TxnResult
-from tenure.backends.etcd_layout import (
+from tenure.backends.etcd import client as ec
+from tenure.backends.etcd import scan as etcd_scan
+from tenure.backends.etcd.client import KV, Connection, Pending, TxnResult
+from tenure.backends.etcd.layout import (
     UNKNOWN_REASON,
     JobValue,
     Keys,
@@ -54,9 +54,10 @@ from tenure.backends.etcd_layout import (
     record,
     rejection_value,
 )
-from tenure.core import transitions
-from tenure.core.backend import Backend, Characteristics, corrupt_status, newest
-from tenure.core.clock import Clock, boot_clock
+from tenure.core import audit, contention, protocol, transitions
+from tenure.core.backend import Backend, Characteristics
+from tenure.core.clock import Clock, boot_clock, deadline_runs
+from tenure.core.codec import corrupt_status
 from tenure.core.errors import (
     AlreadyClaimed,
     BackendUnavailable,
@@ -70,13 +71,12 @@ from tenure.core.errors import (
     TokenChanged,
 )
 from tenure.core.options import Options, StoreURL
-from tenure.core.records import Change, HistoryEvent, JobState, JobStatus, Lease, Op, Reason, Rejection
+from tenure.core.records import Change, HistoryEvent, JobRecord, JobState, JobStatus, Lease, Op, Reason, Rejection
 
 log = logging.getLogger("tenure.etcd")
 
 DEFAULT_PORT = 2379
 EXPIRY_GRACE = 1.0  # etcd checks for expired leases every 500 ms, then deletes through raft
-_RETRIES = 5  # optimistic transactions that lost a race are retried this often
 _CACHE = 10_000  # etcd leases of claims made here, for one-round-trip renewals
 _SLACK = 1  # seconds a claim's etcd lease gets beyond its TTL, so later claims can reuse it
 _POOL = 64  # idle etcd leases kept for reuse by claims (unused ones run out by themselves)
@@ -219,7 +219,7 @@ class EtcdBackend(Backend):
         with self._lock:
             if self._retention_lease and boot_clock() < self._retention_lease[1]:
                 return self._retention_lease[0]
-        for _ in range(_RETRIES):
+        for _ in contention.attempts():
             kvs, _, _ = self._conn.range(self.keys.retention)
             named = parse(kvs[0].value).get("lease") if kvs else None
             if isinstance(named, int) and not isinstance(named, bool):
@@ -301,7 +301,7 @@ class EtcdBackend(Backend):
     # -- the protocol --------------------------------------------------------------------
     def submit(self, job_id: str, actor: str | None = None) -> None:
         """``actor``: the operator who asked, recorded as the owner of the history event."""
-        for _ in range(_RETRIES):
+        for _ in contention.attempts():
             snap = self._snapshot(job_id)
             now = self.now()
             new = transitions.submit(snap.record, job_id, now)
@@ -309,31 +309,30 @@ class EtcdBackend(Backend):
                 return
             if self._write(self._unchanged(job_id, snap), self._submitted(new, now, actor), []).succeeded:
                 return
-        raise BackendUnavailable(f"submit of {job_id!r} kept losing races; try again")
+        raise contention.outraced(job_id)
 
     def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
         """New jobs in transactions of ``_BATCH`` without reading first; any job that exists
         already makes its batch fail as a whole, and that batch goes one job at a time."""
-        k = self.keys
-        unique = list(dict.fromkeys(job_ids))
-        for start in range(0, len(unique), _BATCH):
-            batch = unique[start:start + _BATCH]
-            now = self.now()
-            absent, writes = [], []
-            for i, job_id in enumerate(batch):
-                absent += [ec.compare(k.job(job_id), "mod", "==", 0), ec.compare(k.lease(job_id), "create", "==", 0),
-                           ec.compare(k.end(job_id), "mod", "==", 0)]
-                # Ten microseconds apart, so the queue keeps the order given: one apart can round
-                # to the same microsecond at today's epoch times (a double's step is 0.24 µs).
-                at = now + i * 1e-5
-                new = transitions.submit(None, job_id, at)
-                assert new is not None  # a job that does not exist is always submitted
-                writes += self._submitted(new, at, actor)
-            if not self._write(absent, writes, []).succeeded:
-                for job_id in batch:
-                    self.submit(job_id, actor)
+        protocol.submit_in_batches(job_ids, _BATCH, lambda batch: self._submit_new(batch, actor),
+                                   lambda job_id: self.submit(job_id, actor))
 
-    def _submitted(self, new: transitions.JobRecord, now: float, actor: str | None) -> list[Any]:
+    def _submit_new(self, batch: list[str], actor: str | None) -> bool:
+        k = self.keys
+        now = self.now()
+        absent, writes = [], []
+        for i, job_id in enumerate(batch):
+            absent += [ec.compare(k.job(job_id), "mod", "==", 0), ec.compare(k.lease(job_id), "create", "==", 0),
+                       ec.compare(k.end(job_id), "mod", "==", 0)]
+            # Ten microseconds apart, so the queue keeps the order given: one apart can round
+            # to the same microsecond at today's epoch times (a double's step is 0.24 µs).
+            at = now + i * 1e-5
+            new = transitions.submit(None, job_id, at)
+            assert new is not None  # a job that does not exist is always submitted
+            writes += self._submitted(new, at, actor)
+        return self._write(absent, writes, []).succeeded
+
+    def _submitted(self, new: JobRecord, now: float, actor: str | None) -> list[Any]:
         """The writes that make ``new`` pending: its job key, no outcome, a queue place, history."""
         k, job_id = self.keys, new.job_id
         value = JobValue(JobState.PENDING, None, new.token, None, now, None, None, new.runs)
@@ -411,7 +410,7 @@ class EtcdBackend(Backend):
         the next transaction compares against those.
         """
         k = self.keys
-        for _ in range(_RETRIES):
+        for _ in contention.attempts():
             now = self.now()
             rec = None
             if snap is not None:
@@ -439,8 +438,8 @@ class EtcdBackend(Backend):
                 return res.revision, expires_at
             snap = _Snapshot(job_id, res.ranges, self.now())
         assert snap is not None
-        transitions.claim(snap.record, job_id, owner, ttl, snap.now)
-        raise AlreadyClaimed(job_id, None, 0, None)  # still racing after several rounds
+        transitions.claim(snap.record, job_id, owner, ttl, snap.now)  # held by now: say so
+        raise contention.outraced(job_id)
 
     def _note_ended(self, snap: _Snapshot) -> _Ended | None:
         """If etcd ended the snapshot's lease: when this process first saw that, and its TTL."""
@@ -490,7 +489,7 @@ class EtcdBackend(Backend):
     def claim_next(self, owner: str, ttl: float) -> Lease | None:
         """Expired leases first (their work is overdue), then pending jobs oldest first.
 
-        Candidates come from the indexes (``etcd_layout``), read in one transaction; each is
+        Candidates come from the indexes (``layout``), read in one transaction; each is
         then claimed with its own compare-and-swap, so a candidate someone else took costs a
         retry, never a wrong claim.
         """
@@ -530,24 +529,17 @@ class EtcdBackend(Backend):
         return ids[shift:] + ids[:shift]
 
     def _first_claimable(self, job_ids: list[str], owner: str, ttl: float) -> Lease | None:
-        for job_id in job_ids:
-            try:
-                return self.claim(job_id, owner, ttl)
-            except (AlreadyClaimed, JobCompleted, CorruptRecord) as exc:
-                # Someone else was faster, it is waited out, or it cannot be claimed.
-                log.debug("claim_next passed over %r: %s", job_id, exc)
-        return None
+        return protocol.first_claimed(job_ids, lambda job_id: self.claim(job_id, owner, ttl))
 
     def _held_here(self, lease: Lease) -> bool:
-        """Whether this process claimed or renewed ``lease`` (so its deadline is on our clock)."""
+        """Whether this process claimed or renewed ``lease``."""
         with self._lock:
             mine = (lease.job_id, lease.token, lease.owner) in self._leases
-        return mine and self._clock is None and math.isfinite(lease.deadline)
+        return mine
 
-    @staticmethod
-    def _within_deadline(lease: Lease) -> bool:
+    def _within_deadline(self, lease: Lease) -> bool:
         """Asked just before a transaction is sent: a revival must leave before the deadline."""
-        return boot_clock() < lease.deadline
+        return deadline_runs(lease.deadline, self._clock)
 
     def _holder_txn(self, op: Op, lease: Lease, success: list[Any], now: float,
                     revive: list[Any] | None = None) -> TxnResult:
@@ -711,7 +703,7 @@ class EtcdBackend(Backend):
 
     def force_expire(self, job_id: str, actor: str | None = None, token: int | None = None) -> None:
         k = self.keys
-        for _ in range(_RETRIES):
+        for _ in contention.attempts():
             snap = self._snapshot(job_id)
             if snap.record is None:
                 raise JobNotFound(job_id)
@@ -724,16 +716,18 @@ class EtcdBackend(Backend):
             # claim (_wait_out_holder), as on every backend, also if etcd had ended it first.
             # The compares keep the job key as read, so the token checked above is still the
             # job's when this applies; if anything changed, the next round reads it again.
+            new = transitions.force_expire(snap.record, now)
+            assert new.lease_until is not None
             res = self._write(self._unchanged(job_id, snap),
                               [ec.delete(k.lease(job_id), prev_kv=True),
-                               ec.put(k.end(job_id), end_value("expired", snap.record.token, now, None)),
-                               self._event(job_id, Op.EXPIRE, actor or snap.record.owner, snap.record.token,
-                                           now, now)], [])
+                               ec.put(k.end(job_id), end_value("expired", new.token, new.lease_until, None)),
+                               self._event(job_id, Op.EXPIRE, actor or new.owner, new.token, now,
+                                           new.lease_until)], [])
             if res.succeeded:
                 for prev in res.prev:
                     self._revoke_later(prev.lease)
                 return
-        raise BackendUnavailable(f"force_expire of {job_id!r} kept losing races; try again")
+        raise contention.outraced(job_id)
 
     def record_rejection(self, rejection: Rejection) -> None:
         key = self.keys.rejection(uuid.uuid4().hex)
@@ -758,22 +752,13 @@ class EtcdBackend(Backend):
 
     def _read_audit(self, span: tuple[bytes, bytes], limit: int | None, since: float | None,
                     read: Callable[[KV], _Stamped]) -> list[_Stamped]:
-        """Rejections or history, oldest first; a record tenure cannot read is logged and skipped."""
+        """Rejections or history, oldest first (``audit.select``)."""
         # Newest first with a limit when no time filter applies; otherwise all (bounded by retention).
         fetch = limit if since is None and limit is not None else 0
         if fetch == 0 and limit == 0:
             return []
         kvs, _, _ = self._conn.range(*span, limit=fetch, newest_first=True, by_create=True)
-        out = []
-        for kv in reversed(kvs):
-            try:
-                record = read(kv)
-            except CorruptRecord as exc:
-                log.warning("skipping an audit record tenure cannot read: %s", exc)
-                continue
-            if since is None or record.at >= since:
-                out.append(record)
-        return newest(out, limit)
+        return audit.select(audit.readable(kvs, read), since, limit)
 
     def rejections(self, since: float | None, limit: int | None) -> list[Rejection]:
         return self._read_audit(self.keys.span("rejection"), limit, since, lambda kv: read_rejection(kv)[0])
@@ -785,7 +770,7 @@ class EtcdBackend(Backend):
         return self._read_audit(self.keys.history_span(job_id), limit, since, read)
 
     def watch(self, stop: threading.Event, interval: float) -> Iterator[Change]:
-        return etcd_scan.watch(self, self._conn, stop, interval)
+        return etcd_scan.watch(self.keys, self._conn, self.jobs, self.get, stop, interval)
 
     def health(self) -> dict[str, Any]:
         status = self._conn.status()

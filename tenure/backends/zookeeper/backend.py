@@ -1,6 +1,6 @@
 """``zk://user:pass@h1:2181,h2:2181/root``: leases on ZooKeeper through kazoo.
 
-Every decision follows one pattern, two round trips (``zookeeper_held`` has the two cases
+Every decision follows one pattern, two round trips (``held`` has the two cases
 that need only the second):
 
 1. *read*: write this client's clock znode and read the job's znodes, pipelined in one round
@@ -10,9 +10,9 @@ that need only the second):
    claims) and writes the new record plus a history or rejection znode. If anything changed
    since step 1 the multi fails as a whole and the step is retried from a fresh read.
 
-The token is the version of ``gen/<job>``, which only claims write; see ``zookeeper_layout``
+The token is the version of ``gen/<job>``, which only claims write; see ``layout``
 and docs/backends/zookeeper.md. The multi also keeps the index of claimable jobs that
-``claim_next`` reads (``zookeeper_index``).
+``claim_next`` reads (``index``).
 """
 
 from __future__ import annotations
@@ -20,12 +20,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
     BadVersionError,
     NodeExistsError,
@@ -33,19 +31,19 @@ from kazoo.exceptions import (
     RolledBackError,
     RuntimeInconsistency,
 )
-from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import ZnodeStat
 
-from tenure.backends import zookeeper_layout as zl
-from tenure.backends.zookeeper_acl import Guard
-from tenure.backends.zookeeper_audit import Audit
-from tenure.backends.zookeeper_config import Config, mapped_errors
-from tenure.backends.zookeeper_held import HeldRecords
-from tenure.backends.zookeeper_index import Index, Known, Placer
-from tenure.backends.zookeeper_multiread import read_many
-from tenure.core import transitions
-from tenure.core.backend import Backend, Characteristics, Link, corrupt_status, history_event
+from tenure.backends.zookeeper import layout as zl
+from tenure.backends.zookeeper.acl import Guard
+from tenure.backends.zookeeper.audit import Audit
+from tenure.backends.zookeeper.config import Config, mapped_errors
+from tenure.backends.zookeeper.held import HeldRecords
+from tenure.backends.zookeeper.index import Index, Known, Placer
+from tenure.backends.zookeeper.multiread import read_many
+from tenure.backends.zookeeper.session import Session
+from tenure.core import contention, protocol, transitions
+from tenure.core.backend import Characteristics, Link, SteppedBackend
 from tenure.core.clock import Clock, boot_clock
+from tenure.core.codec import corrupt_status
 from tenure.core.errors import (
     AlreadyClaimed,
     BackendUnavailable,
@@ -56,10 +54,9 @@ from tenure.core.errors import (
     TokenChanged,
 )
 from tenure.core.options import Options, StoreURL
-from tenure.core.records import Change, HistoryEvent, JobState, JobStatus, Lease, Op, Rejection
-from tenure.core.transitions import JobRecord
+from tenure.core.records import Change, HistoryEvent, JobRecord, JobState, JobStatus, Lease, Op, Rejection
+from tenure.core.transitions import history_event
 
-ATTEMPTS = 50  # fresh reads after a lost compare-and-set before giving up
 SUBMIT_BATCH = 250  # jobs per multi in submit_many: about 200 KB, well under jute.maxbuffer (1 MB)
 _CONTENTION = (BadVersionError, NodeExistsError, NoNodeError, RolledBackError, RuntimeInconsistency)
 
@@ -86,7 +83,7 @@ class _Read:
         return zl.queued_slot(self.data)
 
 
-class ZooKeeperBackend(Backend):
+class ZooKeeperBackend(SteppedBackend):
     characteristics = Characteristics(
         name="zookeeper",
         store_clock="the ZooKeeper leader's clock, as it stamps znode mtimes",
@@ -96,29 +93,18 @@ class ZooKeeperBackend(Backend):
         clock_resolution=0.001,  # znode mtimes are whole milliseconds
     )
 
-    def __init__(self, config: Config, system_deadlines: bool = True) -> None:
-        """``system_deadlines``: holders' deadlines are on ``boot_clock()`` (no clock was
-        injected into the Store), so ``HeldRecords`` may compare them with it."""
+    def __init__(self, config: Config, injected: Clock | None = None) -> None:
+        """``injected``: the clock given to ``connect`` (tests), which holders' deadlines are
+        on; it only decides whether those vouch for anything (``clock.deadline_runs``)."""
         self.config = config
-        self.held = HeldRecords(self, system_deadlines)
+        self.session = Session(config)
+        self.client = self.session.client
+        self.layout = self.session.layout
+        self.held = HeldRecords(self.session, self, injected)
         self._claims_existing = False  # whether the last claim found its job existing
-        self.layout = zl.Layout(config.root)
-        self._state_lock = threading.Lock()
-        self._link = Link()
-        self._clock_path = f"{self.layout.clocks}/{uuid.uuid4().hex}"
-        self._last_time = (0.0, boot_clock())  # (store time, our monotonic) of the last read
-        self._last_zxid = 0
-        self.client = KazooClient(**config.client_kwargs())
-        self.client.add_listener(self._on_state)
-        with mapped_errors("connecting"):
-            try:
-                self.client.start(timeout=config.timeout)
-            except KazooTimeoutError as exc:
-                raise BackendUnavailable(f"cannot connect to ZooKeeper at {config.hosts} within "
-                                         f"{config.timeout:g}s") from exc
         try:
-            self.index = Index(self, self._ensure_layout())
-            self.audit = Audit(self)
+            self.index = Index(self.session, self._ensure_layout(), self.drop_stale)
+            self.audit = Audit(self.session)
         except BaseException:
             self.close()
             raise
@@ -126,23 +112,10 @@ class ZooKeeperBackend(Backend):
     @classmethod
     def from_url(cls, url: StoreURL, options: Options, clock: Clock | None) -> ZooKeeperBackend:
         # ``clock`` only sets holders' deadlines (in Store); the store's clock is the leader's.
-        return cls(Config.from_url(url, options), system_deadlines=clock is None)
-
-    # -- connection ----------------------------------------------------------------------
-    def _on_state(self, state: str) -> None:
-        # Called on kazoo's connection thread: only bookkeeping here, never a request.
-        with self._state_lock:
-            link = self._link
-            if state == KazooState.SUSPENDED:
-                self._link = Link(link.epoch + 1, False, link.lost_epoch)
-            elif state == KazooState.LOST:
-                self._link = Link(link.epoch + 1, False, link.epoch + 1)
-            else:
-                self._link = Link(link.epoch, True, link.lost_epoch)
+        return cls(Config.from_url(url, options), clock)
 
     def link(self) -> Link:
-        with self._state_lock:
-            return self._link
+        return self.session.link()
 
     def _ensure_layout(self) -> bool:
         """Create what is missing; True if the store has (or now has) the claimable index.
@@ -151,10 +124,10 @@ class ZooKeeperBackend(Backend):
         without the index: it is used without one (``claim_next`` scans), never half-indexed.
         """
         dirs = self.layout.dirs + self.layout.index_dirs
-        Guard(self).check(dirs)  # before anything is written under a root anyone may change
+        Guard(self.session).check(dirs)  # before anything is written under a root anyone may change
         with mapped_errors("creating the layout"):
             found = [self.client.exists_async(p) for p in dirs]
-            stats = {path: self.wait(result) for path, result in zip(dirs, found, strict=True)}
+            stats = {path: self.session.wait(result) for path, result in zip(dirs, found, strict=True)}
             jobs = stats[self.layout.jobs]
             indexed = stats[self.layout.pending] is not None or jobs is None or jobs.numChildren == 0
             for path in dirs if indexed else self.layout.dirs:
@@ -162,38 +135,16 @@ class ZooKeeperBackend(Backend):
                     acl = self.config.clocks_acl() if path == self.layout.clocks else None
                     with contextlib.suppress(NodeExistsError):
                         self.client.create(path, b"", acl=acl, makepath=True)
-        self._clock_create()
+        self.session.clock_create()
         return indexed
-
-    def _clock_create(self) -> None:
-        with mapped_errors("creating the clock znode"), contextlib.suppress(NodeExistsError):
-            self.client.create(self._clock_path, b"", ephemeral=True)
-
-    def wait(self, result: Any) -> Any:
-        return result.get(timeout=self.config.timeout)
-
-    def _stamp(self, stat: ZnodeStat, sent: float | None = None) -> float:
-        """The leader's clock from a write of our clock znode; ``sent``: our monotonic time
-        before that write was sent, which makes it a bound for ``HeldRecords``."""
-        now = float(stat.mtime) / 1000.0
-        self._last_time = (now, boot_clock())
-        self._last_zxid = int(stat.mzxid)
-        if sent is not None:
-            self.held.stamped(now, sent, int(stat.mzxid) >> 32)
-        return now
 
     # -- step 1: store time and the job's znodes -------------------------------------------
     def _read(self, job_id: str, *, gen: bool = False, queue: bool = False,
               sent: Callable[[], _Read | None] | None = None) -> _Read:
         """``queue``: the step may queue the job, so also probe the bucket it would go in.
         ``sent``: the answer of a step 1 already sent (``_send_read``), to wait for first."""
-        for _ in range(2):  # a second try after recreating a clock znode lost with its session
-            read = (sent or self._send_read(job_id, gen=gen, queue=queue))()
-            if read is not None:
-                return read
-            sent = None
-            self._clock_create()
-        raise BackendUnavailable("ZooKeeper keeps losing this client's clock znode")
+        return self.session.with_clock(
+            lambda first: (sent if first and sent else self._send_read(job_id, gen=gen, queue=queue))())
 
     def _send_read(self, job_id: str, *, gen: bool = False, queue: bool = False,
                    bound: tuple[float, int] | None = None) -> Callable[[], _Read | None]:
@@ -207,7 +158,7 @@ class ZooKeeperBackend(Backend):
         with mapped_errors(what):
             bucket, probe = self.index.probe() if queue else (None, None)
             sent = boot_clock()
-            clock = None if bound else self.client.set_async(self._clock_path, b"")
+            clock = None if bound else self.client.set_async(self.session.clock_path, b"")
             job = self.client.get_async(key)
             gen_stat = self.client.exists_async(self.layout.gen(job_id)) if gen else None
 
@@ -218,37 +169,25 @@ class ZooKeeperBackend(Backend):
                     now, epoch = bound
                 else:
                     try:
-                        clock_stat = self.wait(clock)
+                        clock_stat = self.session.wait(clock)
                     except NoNodeError:
                         return None
-                    now = self._stamp(clock_stat, sent)
+                    now = self.session.stamp(clock_stat, sent)
                     epoch = clock_stat.mzxid >> 32  # a zxid's high half counts leader elections
                 try:
-                    data, stat = self.wait(job)
+                    data, stat = self.session.wait(job)
                     version = stat.version
                 except NoNodeError:
                     data, version = None, -1
-                g = None if gen_stat is None else self.wait(gen_stat)
-                placer = self.index.placer(now, bucket, None if probe is None else self.wait(probe))
+                g = None if gen_stat is None else self.session.wait(gen_stat)
+                placer = self.index.placer(now, bucket, None if probe is None else self.session.wait(probe))
                 return _Read(now, epoch, key, data, version, None if g is None else g.version,
                              placer if queue else None, exact=clock is not None)
 
         return answer
 
     def now(self) -> float:
-        with mapped_errors("reading the store's clock"):
-            for _ in range(2):
-                sent = boot_clock()
-                try:
-                    return self._stamp(self.client.set(self._clock_path, b""), sent)
-                except NoNodeError:
-                    self._clock_create()
-        raise BackendUnavailable("ZooKeeper keeps losing this client's clock znode")
-
-    def estimated_now(self) -> float:
-        """The last store time read plus our monotonic time since: for display, never decisions."""
-        at, mono = self._last_time
-        return at + boot_clock() - mono
+        return self.session.now()
 
     # -- step 2: one multi ---------------------------------------------------------------------
     def _commit(self, tx: Any, what: str, known: Known | None = None) -> list[Any] | None:
@@ -263,7 +202,7 @@ class ZooKeeperBackend(Backend):
 
         def answer() -> list[Any] | None:
             with mapped_errors(what):
-                results: list[Any] = self.wait(pending)
+                results: list[Any] = self.session.wait(pending)
                 failed = [r for r in results if isinstance(r, Exception)]
                 for exc in failed:
                     if not isinstance(exc, _CONTENTION):
@@ -277,13 +216,10 @@ class ZooKeeperBackend(Backend):
 
         return answer
 
-    def fast_write(self, now: tuple[float, int], old: JobRecord | None, version: int, new: JobRecord,
-                   op: Op, *, stamp: bool) -> Any:
-        """A multi of ``HeldRecords``: with ``stamp``, our clock znode first (a new stamp), then
-        as ``_write`` with the record at ``version`` (-1: created), ``now`` = (store time, epoch)."""
-        tx = self.client.transaction()
-        if stamp:
-            tx.set_data(self._clock_path, b"")
+    def fast_write(self, tx: Any, now: tuple[float, int], old: JobRecord | None, version: int,
+                   new: JobRecord, op: Op) -> Any:
+        """For ``HeldRecords``: add to ``tx`` what ``_write`` adds, with the record at
+        ``version`` (-1: created) and ``now`` = (store time, epoch), read from nothing."""
         read = _Read(now[0], now[1], self.layout.job(new.job_id), None, version, None)
         return self._write(read, old, new, op, tx=tx)
 
@@ -324,7 +260,7 @@ class ZooKeeperBackend(Backend):
     def submit(self, job_id: str, actor: str | None = None) -> None:
         seen: set[tuple[int, int | None]] = set()
         known = Known()
-        for _ in range(ATTEMPTS):
+        for _ in contention.attempts():
             read = self._read(job_id, gen=True, queue=True)
             rec = read.record(job_id)
             gen = self._gen_of(read, rec, job_id, seen)
@@ -333,18 +269,14 @@ class ZooKeeperBackend(Backend):
             tx = self._submit_in(read, rec, gen, job_id, actor, known.at(read.version))
             if tx is None or self._commit(tx, f"submitting {job_id!r}", known):
                 return
-        raise _outraced(job_id)
+        raise contention.outraced(job_id)
 
     def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
         """One pipelined read and one multi per ``SUBMIT_BATCH`` jobs. Each multi is atomic,
         the call as a whole is not (as with one ``submit`` per job); a batch that loses a race
         or meets a record it cannot read is submitted again job by job."""
-        unique = list(dict.fromkeys(job_ids))
-        for start in range(0, len(unique), SUBMIT_BATCH):
-            chunk = unique[start:start + SUBMIT_BATCH]
-            if not self._submit_batch(chunk, actor):
-                for job_id in chunk:
-                    self.submit(job_id, actor)
+        protocol.submit_in_batches(job_ids, SUBMIT_BATCH, lambda chunk: self._submit_batch(chunk, actor),
+                                   lambda job_id: self.submit(job_id, actor))
 
     def _submit_batch(self, job_ids: list[str], actor: str | None) -> bool:
         tx, changed = self.client.transaction(), False
@@ -360,30 +292,28 @@ class ZooKeeperBackend(Backend):
 
     def _read_many(self, job_ids: list[str]) -> list[_Read]:
         """Step 1 for several jobs in one round trip (a read-only multi), with the probe."""
-        for _ in range(2):
+        keys = [self.layout.job(j) for j in job_ids]
+        gens = [self.layout.gen(j) for j in job_ids]
+
+        def attempt(_: bool) -> list[_Read] | None:
             with mapped_errors("reading jobs"):
                 bucket, probe = self.index.probe()
                 sent = boot_clock()
-                clock = self.client.set_async(self._clock_path, b"")
-                keys = [self.layout.job(j) for j in job_ids]
-                gens = [self.layout.gen(j) for j in job_ids]
+                clock = self.client.set_async(self.session.clock_path, b"")
                 # Sent after the clock write, so answered after it: as new as that time.
                 found = {path: (data, version) for path, data, version
                          in read_many(self.client, keys + gens, self.config.timeout)}
                 try:
-                    clock_stat = self.wait(clock)
+                    clock_stat = self.session.wait(clock)
                 except NoNodeError:
-                    self._clock_create()
-                    continue
-                now, epoch = self._stamp(clock_stat, sent), clock_stat.mzxid >> 32
-                placer = self.index.placer(now, bucket, None if probe is None else self.wait(probe))
-                reads = []
-                for key, gen in zip(keys, gens, strict=True):
-                    data, version = found.get(key, (None, -1))
-                    reads.append(_Read(now, epoch, key, data, version,
-                                       found[gen][1] if gen in found else None, placer))
-                return reads
-        raise BackendUnavailable("ZooKeeper keeps losing this client's clock znode")
+                    return None
+                now, epoch = self.session.stamp(clock_stat, sent), clock_stat.mzxid >> 32
+                placer = self.index.placer(now, bucket, None if probe is None else self.session.wait(probe))
+            absent: tuple[bytes | None, int] = (None, -1)
+            return [_Read(now, epoch, key, found.get(key, absent)[0], found.get(key, absent)[1],
+                          found[gen][1] if gen in found else None, placer) for key, gen in zip(keys, gens, strict=True)]
+
+        return self.session.with_clock(attempt)
 
     def _submit_in(self, read: _Read, rec: JobRecord | None, gen: int | None, job_id: str,
                    actor: str | None, known: Known | None, tx: Any = None) -> Any:
@@ -394,7 +324,7 @@ class ZooKeeperBackend(Backend):
         recreated = rec is None and bool(gen)  # the job znode was deleted; its generations were not
         if recreated:
             # The new job znode starts again at version 0, where the holder's one-round-trip
-            # renew (zookeeper_held) could find the version it knows: moving the generation
+            # renew (held) could find the version it knows: moving the generation
             # znode, which that multi checks, refuses it. The token skips one, never repeats.
             assert gen
             new = JobRecord(job_id, JobState.PENDING, token=gen + 1, submitted_at=read.now)
@@ -432,7 +362,7 @@ class ZooKeeperBackend(Backend):
         describes the record is deleted, in a multi that checks the record is as read."""
         seen: set[tuple[int, int | None]] = set()
         known = Known()
-        for _ in range(ATTEMPTS):
+        for _ in contention.attempts():
             read, first = self._read(job_id, gen=True, sent=first), None
             rec = read.record(job_id)
             if not read.exact and rec is not None and rec.state is JobState.LEASED:
@@ -464,7 +394,7 @@ class ZooKeeperBackend(Backend):
             if self._commit(tx, f"claiming {job_id!r}", known):
                 self.held.remember(new, 0 if read.version < 0 else read.version + 1)
                 return transitions.lease_of(new)
-        raise _outraced(job_id)
+        raise contention.outraced(job_id)
 
     def drop_stale(self, entry: str, version: int | None) -> None:
         """Delete an index entry that no longer describes its job, provided the job znode is
@@ -518,12 +448,8 @@ class ZooKeeperBackend(Backend):
     def claim_next(self, owner: str, ttl: float) -> Lease | None:
         if not self.index.enabled:
             return self._claim_next_by_scan(owner, ttl)
-        for job_id, entry in self.index.candidates():
-            with contextlib.suppress(AlreadyClaimed, JobCompleted, CorruptRecord):
-                lease = self._claim(job_id, owner, ttl, entry)
-                if lease is not None:
-                    return lease
-        return None
+        return protocol.first_claimed(self.index.candidates(),
+                                      lambda candidate: self._claim(candidate[0], owner, ttl, candidate[1]))
 
     def _claim_next_by_scan(self, owner: str, ttl: float) -> Lease | None:
         # A store without the index. Candidates from a scan (expired leases first, then pending
@@ -534,33 +460,28 @@ class ZooKeeperBackend(Backend):
                       else (1, r.submitted_at or 0.0, r.job_id)
                       for r in self._records() if isinstance(r, JobRecord)
                       and transitions.is_claimable(r, now)]
-        for *_, job_id in sorted(candidates):
-            with contextlib.suppress(AlreadyClaimed, JobCompleted, CorruptRecord):
-                return self.claim(job_id, owner, ttl)
-        return None
+        return protocol.first_claimed([job_id for *_, job_id in sorted(candidates)],
+                                      lambda job_id: self.claim(job_id, owner, ttl))
 
-    def _holder_op(self, op: Op, lease: Lease, change: Callable[[JobRecord, float], JobRecord]) -> JobRecord:
+    def _holder_op(self, op: Op, lease: Lease, change: transitions.Change) -> JobRecord:
         if op is not Op.RELEASE:  # a release queues the job: that needs the bucket read first
             fast = self.held.holder_op(op, lease, change)
             if fast is not None:
                 return fast
         known = Known()
-        for _ in range(ATTEMPTS):
+        for _ in contention.attempts():
             read = self._read(lease.job_id, queue=op is Op.RELEASE)
             rec = read.record(lease.job_id)
             # Judged as a claim would leave it: re-stamped if an earlier leader stamped it
             # (that leader's expiry means nothing on this clock). The multi checks the version.
-            judged = self._on_this_leaders_clock(read, rec)
-            reason = transitions.check(judged, lease, read.now)
-            if reason is None:
-                assert judged is not None and rec is not None
-                new = change(judged, read.now)
-                tx = self._write(read, rec, new, op, known=known.at(read.version))
+            step = transitions.holder_step(self._on_this_leaders_clock(read, rec), op, lease, change, read.now)
+            if isinstance(step, JobRecord):
+                tx = self._write(read, rec, step, op, known=known.at(read.version))
                 if self._commit(tx, f"{op} of {lease.job_id!r}", known):
-                    self.held.remember(new, read.version + 1)
-                    return new
+                    self.held.remember(step, read.version + 1)
+                    return step
                 continue
-            rejected = transitions.rejection(rec, op, lease, reason, read.now)
+            rejected = step
             tx = self.client.transaction()
             if read.version >= 0:  # the rejection stands only if the record is still as judged
                 tx.check(read.key, read.version)
@@ -568,20 +489,10 @@ class ZooKeeperBackend(Backend):
             if self._commit(tx, f"auditing a stale {op}"):
                 self.held.forget(lease)
                 raise StaleLease(rejected)
-        raise _outraced(lease.job_id)
-
-    def renew(self, lease: Lease, ttl: float) -> Lease:
-        rec = self._holder_op(Op.RENEW, lease, lambda r, now: transitions.renew(r, ttl, now))
-        return transitions.lease_of(rec)
-
-    def complete(self, lease: Lease, result: bytes | None) -> None:
-        self._holder_op(Op.COMPLETE, lease, lambda r, now: transitions.complete(r, result, now))
-
-    def release(self, lease: Lease) -> None:
-        self._holder_op(Op.RELEASE, lease, transitions.release)
+        raise contention.outraced(lease.job_id)
 
     def force_expire(self, job_id: str, actor: str | None = None, token: int | None = None) -> None:
-        for _ in range(ATTEMPTS):
+        for _ in contention.attempts():
             read = self._read(job_id)
             rec = read.record(job_id)
             if rec is None:
@@ -599,7 +510,7 @@ class ZooKeeperBackend(Backend):
                 tx.check(self.layout.gen(job_id), token)
             if self._commit(tx, f"expiring {job_id!r}"):
                 return
-        raise _outraced(job_id)
+        raise contention.outraced(job_id)
 
     # -- reading ------------------------------------------------------------------------------------
     def get(self, job_id: str) -> JobStatus | None:
@@ -621,17 +532,7 @@ class ZooKeeperBackend(Backend):
             for path, data, _ in read_many(self.client, paths, self.config.timeout):
                 name = path[prefix:]
                 status = None if now is None else zl.load_status(data, name, now)
-                yield self._decoded(name, data) if status is None else status
-
-    def _decoded(self, name: str, data: bytes) -> JobRecord | JobStatus:
-        key = f"{self.layout.jobs}/{name}"
-        try:
-            return zl.load_record(data, key, zl.decode(name))
-        except ValueError as exc:  # CorruptRecord is not a ValueError: this is a bad name
-            return JobStatus(job_id=name, state=JobState.CORRUPT, key=key,
-                             problem=f"znode name is not a tenure job id: {exc}")
-        except CorruptRecord as exc:
-            return corrupt_status(zl.decode(name), key, exc)
+                yield zl.decoded(self.layout.jobs, name, data) if status is None else status
 
     def jobs(self) -> Iterator[JobStatus]:
         now = self.now()
@@ -650,16 +551,16 @@ class ZooKeeperBackend(Backend):
         return self.audit.history(job_id, since, limit)
 
     def watch(self, stop: threading.Event, interval: float) -> Iterator[Change]:
-        from tenure.backends.zookeeper_watch import watch
+        from tenure.backends.zookeeper.watch import watch
 
-        return watch(self, stop, interval)
+        return watch(self.session, self.audit.rejection_log, stop, interval)
 
     def health(self) -> dict[str, Any]:
         info: dict[str, Any] = {"backend": "zookeeper", "hosts": self.config.hosts,
                                 "root": self.config.root, "state": str(self.client.state),
                                 "store_clock": self.characteristics.store_clock}
         info["store_time"] = self.now()
-        zxid = self._last_zxid
+        zxid = self.session.last_zxid
         info["zxid"], info["leader_epoch"] = hex(zxid), zxid >> 32
         with mapped_errors("reading server facts"):
             if not self.config.tls:  # kazoo 2.11's four-letter words fail over TLS
@@ -673,12 +574,4 @@ class ZooKeeperBackend(Backend):
         return info
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):  # closing is best effort and idempotent
-            self.client.stop()
-            self.client.close()
-
-
-def _outraced(job_id: str) -> BackendUnavailable:
-    return BackendUnavailable(f"job {job_id!r} changed under every one of {ATTEMPTS} attempts")
-
-
+        self.session.close()

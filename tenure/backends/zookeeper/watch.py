@@ -11,25 +11,25 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kazoo.exceptions import NoNodeError
 
-from tenure.backends import zookeeper_layout as zl
-from tenure.backends.zookeeper_audit import Key
-from tenure.backends.zookeeper_config import mapped_errors
-from tenure.core.records import Change, JobState, JobStatus
-from tenure.core.transitions import JobRecord, status
-
-if TYPE_CHECKING:
-    from tenure.backends.zookeeper import ZooKeeperBackend
+from tenure.backends.zookeeper import layout as zl
+from tenure.backends.zookeeper.audit import Key, Log
+from tenure.backends.zookeeper.config import mapped_errors
+from tenure.backends.zookeeper.session import Session
+from tenure.core import audit
+from tenure.core.records import Change, JobRecord, JobState, JobStatus
+from tenure.core.transitions import status
 
 _JOBS, _REJECTIONS = "jobs", "rejections"
 
 
-def watch(backend: ZooKeeperBackend, stop: threading.Event, interval: float) -> Iterator[Change]:
-    client = backend.client
-    layout = backend.layout
+def watch(session: Session, log: Log, stop: threading.Event, interval: float) -> Iterator[Change]:
+    """``log``: the audit's rejections."""
+    client = session.client
+    layout = session.layout
     events: queue.Queue[str] = queue.Queue()
     records: dict[str, JobRecord] = {}  # znode name -> last record seen, to re-rate expiry
     shown: dict[str, JobStatus] = {}
@@ -51,10 +51,10 @@ def watch(backend: ZooKeeperBackend, stop: threading.Event, interval: float) -> 
                 records.pop(name, None)
                 gone = shown.pop(name, None)
                 return None if gone is None else Change(removed=gone.job_id)
-        item = backend._decoded(name, data)
+        item = zl.decoded(layout.jobs, name, data)
         if isinstance(item, JobRecord):
             records[name] = item
-            item = status(item, backend.estimated_now())
+            item = status(item, session.estimated_now())
         else:
             records.pop(name, None)
         if shown.get(name) == item:
@@ -62,23 +62,20 @@ def watch(backend: ZooKeeperBackend, stop: threading.Event, interval: float) -> 
         shown[name] = item
         return Change(job=item)
 
-    log = backend.audit.rejection_log
-
     def new_rejections(last: Key | None) -> tuple[Key | None, list[Change]]:
-        """Rejections written after ``last``, in order, across segments (zookeeper_audit)."""
+        """Rejections written after ``last``, in order, across segments (audit)."""
         fresh = log.after(last, on_rejections)
-        found = []
+        stored: list[tuple[str, bytes]] = []
         with mapped_errors("watching rejections"):
             for _, path in fresh:
                 try:
-                    rejection = zl.load_rejection(client.get(path)[0])
+                    stored.append((path, client.get(path)[0]))
                 except NoNodeError:
                     continue
-                if rejection is not None:
-                    found.append(Change(rejection=rejection))
+        found = [Change(rejection=r) for r in audit.readable(stored, lambda s: zl.load_rejection(s[1], s[0]))]
         return (fresh[-1][0] if fresh else last), found
 
-    backend.now()  # a fresh store time for the first ratings
+    session.now()  # a fresh store time for the first ratings
     with mapped_errors("watching jobs"):
         names = set(client.get_children(layout.jobs, watch=on_jobs))
     for name in sorted(names):
@@ -91,7 +88,7 @@ def watch(backend: ZooKeeperBackend, stop: threading.Event, interval: float) -> 
             what = events.get(timeout=interval)
         except queue.Empty:
             # Nothing changed: leases may still have run out by the store's clock.
-            now = backend.estimated_now()
+            now = session.estimated_now()
             for name, rec in list(records.items()):
                 was = shown.get(name)
                 if was is not None and was.state is JobState.LEASED \

@@ -30,33 +30,31 @@ import contextlib
 import itertools
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.serialization import CheckVersion, Create
 
-from tenure.backends import zookeeper_layout as zl
-from tenure.backends.zookeeper_config import mapped_errors
+from tenure.backends.zookeeper import layout as zl
+from tenure.backends.zookeeper.config import mapped_errors
+from tenure.backends.zookeeper.session import Session
+from tenure.core import audit
 from tenure.core.errors import AuthenticationFailed, BackendUnavailable
 from tenure.core.records import HistoryEvent, Rejection
-
-if TYPE_CHECKING:
-    from tenure.backends.zookeeper import ZooKeeperBackend
 
 SEGMENT_LIMIT = 2**31 - 2**20  # a record numbered this or higher opens the next segment
 TRIM_EVERY = 256
 _BATCH = 200
 _TRIM_MULTI = 1000  # deletes per multi when trimming
 _LEGACY = -1  # the rank of records written straight into the directory, before segments
-T = TypeVar("T", HistoryEvent, Rejection)
 Key = tuple[int, int]  # (segment rank, number): the order records were written in
 
 
 class Log:
     """One audit directory: its segments, the one records go into now, and their order."""
 
-    def __init__(self, backend: ZooKeeperBackend, directory: str, prefix: str) -> None:
-        self._b = backend
+    def __init__(self, session: Session, directory: str, prefix: str) -> None:
+        self._b = session
         self.directory = directory
         self._prefix = prefix  # "e-" or "r-", as ZooKeeper's sequential names start
         self._lock = threading.Lock()
@@ -180,11 +178,11 @@ class Log:
 
 
 class Audit:
-    def __init__(self, backend: ZooKeeperBackend) -> None:
-        self._b = backend
-        self.event_log = Log(backend, backend.layout.events, "e-")
-        self.rejection_log = Log(backend, backend.layout.rejections, "r-")
-        self._every = min(TRIM_EVERY, backend.config.retention)
+    def __init__(self, session: Session) -> None:
+        self._b = session
+        self.event_log = Log(session, session.layout.events, "e-")
+        self.rejection_log = Log(session, session.layout.rejections, "r-")
+        self._every = min(TRIM_EVERY, session.config.retention)
 
     def add_event(self, tx: Any, event: HistoryEvent) -> None:
         self.event_log.add(tx, zl.dump_event(event))
@@ -207,36 +205,25 @@ class Audit:
         for log in (self.event_log, self.rejection_log):
             log.learn(operations, results)
 
-    def _newest_first(self, log: Log, load: Callable[[bytes], T | None]) -> Iterator[T]:
+    def _newest_first(self, log: Log) -> Iterator[tuple[str, bytes]]:
+        """(path, data) of the log's records, newest first."""
         client = self._b.client
         paths = log.newest_first()
         while chunk := list(itertools.islice(paths, _BATCH)):
             with mapped_errors("reading the audit"):
-                pending = [client.get_async(p) for p in chunk]
+                pending = [(p, client.get_async(p)) for p in chunk]
                 loaded = []
-                for result in pending:
+                for path, result in pending:
                     try:
-                        loaded.append(load(self._b.wait(result)[0]))
+                        loaded.append((path, self._b.wait(result)[0]))
                     except NoNodeError:
                         continue  # trimmed since the listing
-            yield from (item for item in loaded if item is not None)
-
-    def _select(self, items: Iterator[T], since: float | None, limit: int | None,
-                keep: Callable[[T], bool] = lambda _: True) -> list[T]:
-        if limit == 0:
-            return []
-        found: list[T] = []
-        for item in items:
-            if (since is None or item.at >= since) and keep(item):
-                found.append(item)
-                if limit is not None and len(found) >= limit:
-                    break
-        found.reverse()
-        return found
+            yield from loaded
 
     def rejections(self, since: float | None, limit: int | None) -> list[Rejection]:
-        return self._select(self._newest_first(self.rejection_log, zl.load_rejection), since, limit)
+        found = audit.readable(self._newest_first(self.rejection_log), lambda r: zl.load_rejection(r[1], r[0]))
+        return audit.select(found, since, limit)
 
     def history(self, job_id: str | None, since: float | None, limit: int | None) -> list[HistoryEvent]:
-        return self._select(self._newest_first(self.event_log, zl.load_event), since, limit,
-                            lambda e: job_id is None or e.job_id == job_id)
+        found = audit.readable(self._newest_first(self.event_log), lambda r: zl.load_event(r[1], r[0]))
+        return audit.select(found, since, limit, None if job_id is None else lambda e: e.job_id == job_id)

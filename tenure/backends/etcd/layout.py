@@ -28,18 +28,14 @@ Anything under the prefix that does not decode raises :class:`CorruptRecord`.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
-import math
 from dataclasses import dataclass
 from typing import Any
 
-from tenure.backends.etcd_client import KV
-from tenure.core import validation
+from tenure.backends.etcd.client import KV
+from tenure.core import codec, validation
 from tenure.core.errors import CorruptRecord, InvalidArgument
-from tenure.core.records import HistoryEvent, JobState, Op, Rejection, RejectionKind
-from tenure.core.transitions import JobRecord
+from tenure.core.records import HistoryEvent, JobRecord, JobState, Op, Rejection
 
 VERSION = 1
 _DUMP = {"ensure_ascii": True, "separators": (",", ":"), "allow_nan": False}
@@ -51,7 +47,7 @@ def _next(key: bytes) -> bytes:
 
 
 def _encoded(job_id: str) -> bytes:
-    return base64.urlsafe_b64encode(job_id.encode()).rstrip(b"=")
+    return codec.encode_job_id(job_id).encode("ascii")
 
 
 class Keys:
@@ -107,14 +103,11 @@ class Keys:
 
     def job_id(self, key: bytes, section: str) -> str:
         """The job id in a key of ``section``; CorruptRecord for a key tenure did not make."""
-        encoded = key[len(self.section(section)):]
         try:
-            job_id = base64.urlsafe_b64decode(encoded + b"=" * (-len(encoded) % 4)).decode()
+            job_id = codec.decode_job_id(key[len(self.section(section)):].decode("ascii"))
             validation.job_id(job_id)
-        except (binascii.Error, ValueError) as exc:
+        except ValueError as exc:  # UnicodeDecodeError and InvalidArgument are ValueErrors too
             raise CorruptRecord(key.decode(errors="replace"), "the key does not name a job id") from exc
-        if base64.urlsafe_b64encode(job_id.encode()).rstrip(b"=") != encoded:
-            raise CorruptRecord(key.decode(errors="replace"), "the key is not tenure's job id encoding")
         return job_id
 
 
@@ -157,13 +150,13 @@ def _load(kv: KV) -> dict[str, Any]:
 
 def _field(kv: KV, value: dict[str, Any], name: str, kind: type | tuple[type, ...],
            optional: bool = True) -> Any:
-    item = value.get(name)
-    if item is None and optional:
-        return None
-    if not isinstance(item, kind) or isinstance(item, bool) or (
-            isinstance(item, float) and not math.isfinite(item)):
-        raise CorruptRecord(kv.key.decode(errors="replace"), f"field {name!r} is {item!r}")
-    return item
+    key, item = kv.key.decode(errors="replace"), value.get(name)
+    if kind is str:
+        return codec.text(key, name, item, optional)
+    if kind is int:
+        return codec.integer(key, name, item, optional)
+    found = codec.number(key, name, item, optional)
+    return found if found is None or type(item) is not int else item  # as stored
 
 
 _NUM = (int, float)
@@ -212,7 +205,7 @@ def parse(value: bytes) -> dict[str, Any]:
 
 def end_value(how: str, token: int, at: float, result: bytes | None) -> bytes:
     return dump({"tenure": VERSION, "how": how, "token": token, "at": at,
-                 "result": None if result is None else base64.b64encode(result).decode()})
+                 "result": codec.result_text(result)})
 
 
 def queued_since(job_id: str, job: KV | None, end: KV | None) -> float | None:
@@ -261,10 +254,10 @@ def record(job_id: str, job: KV | None, lease: KV | None, end: KV | None, now: f
                              v.claimed_at, runs=v.runs)
         if how == "released":
             return JobRecord(job_id, JobState.PENDING, None, token, None, None, v.submitted_at, runs=v.runs)
-        result = _field(end, o, "result", str)
+        result = codec.result_bytes(end.key.decode(errors="replace"), o.get("result"))
         return JobRecord(job_id, JobState.COMPLETED, v.owner, token, None, None, v.submitted_at,
                          v.claimed_at, None, _field(end, o, "at", _NUM), v.runs,
-                         None if result is None else base64.b64decode(result))
+                         result)
     if lease is None:  # etcd ended the lease, or an operator did
         until = min(v.expires_at or now, now)
         return JobRecord(job_id, JobState.LEASED, v.owner, token, until, v.ttl, v.submitted_at,
@@ -282,40 +275,20 @@ def record(job_id: str, job: KV | None, lease: KV | None, end: KV | None, now: f
 # -- audit records ---------------------------------------------------------------------------
 def event_value(op: Op, owner: str | None, token: int | None, at: float, expires_at: float | None) -> bytes:
     """``token`` None: the token is the revision of the write itself (a claim's)."""
-    return dump({"op": op.value, "owner": owner, "token": token, "at": at, "expires_at": expires_at})
+    return dump(codec.event_fields(HistoryEvent("", op, owner, 0, at, expires_at), token))
 
 
 def read_event(kv: KV, job_id: str) -> HistoryEvent:
-    v = _load(kv)
-    try:
-        op = Op(v.get("op"))
-    except ValueError:
-        raise CorruptRecord(kv.key.decode(errors="replace"), "unknown operation") from None
-    token = _field(kv, v, "token", int)
-    return HistoryEvent(job_id, op, _field(kv, v, "owner", str),
-                        kv.create_revision if token is None else token,
-                        _field(kv, v, "at", _NUM, False), _field(kv, v, "expires_at", _NUM))
+    return codec.event(kv.key.decode(errors="replace"), _load(kv), job_id, kv.create_revision)
 
 
-UNKNOWN_REASON = "unknown (the rejecting client stopped before recording why)"
+UNKNOWN_REASON = codec.UNKNOWN_REASON
 
 
 def rejection_value(r: Rejection, complete: bool = True) -> bytes:
-    return dump({"job": r.job_id, "op": r.op.value, "owner": r.owner, "token": r.token,
-                 "current_owner": r.current_owner, "current_token": r.current_token, "at": r.at,
-                 "reason": r.reason if complete else None, "kind": r.kind.value, "resource": r.resource})
+    return dump(codec.rejection_fields(r, complete))
 
 
 def read_rejection(kv: KV) -> tuple[Rejection, bool]:
     """The rejection and whether its reason was recorded (a stub's is filled in later)."""
-    v = _load(kv)
-    try:
-        op, kind = Op(v.get("op")), RejectionKind(v.get("kind"))
-    except ValueError:
-        raise CorruptRecord(kv.key.decode(errors="replace"), "unknown operation or kind") from None
-    reason = _field(kv, v, "reason", str)
-    r = Rejection(_field(kv, v, "job", str, False), op, _field(kv, v, "owner", str, False),
-                  _field(kv, v, "token", int, False), _field(kv, v, "current_owner", str),
-                  _field(kv, v, "current_token", int) or 0, _field(kv, v, "at", _NUM, False),
-                  reason or UNKNOWN_REASON, kind, _field(kv, v, "resource", str))
-    return r, reason is not None
+    return codec.rejection(kv.key.decode(errors="replace"), _load(kv))

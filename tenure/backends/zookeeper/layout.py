@@ -4,7 +4,7 @@
     <root>/gen/<enc>         written only by claims: its version IS the fencing token
     <root>/events/<segment>/e-<seq>      accepted changes (history), trimmed to ``retention``
     <root>/rejections/<segment>/r-<seq>  audited stale operations, trimmed to ``retention``
-                             (segments: see ``zookeeper_audit``)
+                             (segments: see ``audit``)
     <root>/clocks/<uuid>     one ephemeral znode per client; writing it reads the leader's clock
     <root>/pending/<bucket>/<ms><seq>.<enc>
                              the index of pending jobs: one entry per pending job, in buckets
@@ -28,17 +28,23 @@ without it: ``claim_next`` scans every job, as before.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
 import json
 import re
 import secrets
 from typing import Any
 
+from tenure.core import codec
+from tenure.core.codec import corrupt_status
 from tenure.core.errors import CorruptRecord, InvalidArgument
-from tenure.core.records import HistoryEvent, JobState, JobStatus, Op, Rejection, RejectionKind
-from tenure.core.transitions import STORED_STATES, JobRecord
+from tenure.core.records import (
+    HistoryEvent,
+    JobRecord,
+    JobState,
+    JobStatus,
+    Rejection,
+)
+from tenure.core.transitions import status
 
 FORMAT = 1  # "tenure" field of every record; a znode without it was not written by tenure
 DEFAULT_ROOT = "/tenure"
@@ -59,21 +65,8 @@ def root_path(path: str) -> str:
     return "/" + "/".join(parts)
 
 
-def encode(job_id: str) -> str:
-    return base64.urlsafe_b64encode(job_id.encode("utf-8")).decode("ascii").rstrip("=")
-
-
-def decode(name: str) -> str:
-    """The job id of a znode name; ValueError for a name tenure did not make."""
-    if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
-        raise ValueError("not base64url")
-    try:
-        text = base64.urlsafe_b64decode(name + "=" * (-len(name) % 4)).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError) as exc:
-        raise ValueError(str(exc)) from None
-    if encode(text) != name:
-        raise ValueError("not the canonical encoding of any job id")
-    return text
+encode = codec.encode_job_id
+decode = codec.decode_job_id  # ValueError for a name tenure did not make
 
 
 class Layout:
@@ -134,7 +127,7 @@ def entry_job(name: str) -> str:
     return decode(enc)
 
 
-# -- the audit's sequential znodes (zookeeper_audit) ------------------------------------------
+# -- the audit's sequential znodes (audit) ------------------------------------------
 _NUMBER = re.compile(r"-?[0-9]{10}|-[0-9]{9}")  # "%010d" of a signed 32-bit int
 _AUDIT_SEGMENT = re.compile(r"[0-9]{10}")
 
@@ -158,10 +151,6 @@ def segment_name(rank: int) -> str:
 
 
 # -- job records -----------------------------------------------------------------------------
-def _b64(data: bytes | None) -> str | None:
-    return None if data is None else base64.b64encode(data).decode("ascii")
-
-
 def dump_record(r: JobRecord, epoch: int, queued: str | None = None) -> bytes:
     """``epoch`` is the leader epoch whose clock stamped the record's times; ``queued`` the
     pending entry (``<bucket>/<entry>``) of a pending record in an indexed store."""
@@ -169,77 +158,66 @@ def dump_record(r: JobRecord, epoch: int, queued: str | None = None) -> bytes:
         "tenure": FORMAT, "epoch": epoch, "job_id": r.job_id, "state": r.state.value, "owner": r.owner,
         "token": r.token, "lease_until": r.lease_until, "ttl": r.ttl,
         "submitted_at": r.submitted_at, "claimed_at": r.claimed_at, "renewed_at": r.renewed_at,
-        "completed_at": r.completed_at, "runs": r.runs, "result": _b64(r.result),
+        "completed_at": r.completed_at, "runs": r.runs, "result": codec.result_text(r.result),
     }
     if queued is not None:
         d["queued"] = queued
     return json.dumps(d, separators=(",", ":")).encode()
 
 
-def _number(d: dict[str, Any], key: str) -> float | None:
-    value = d.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{key} is not a number")
-    return float(value)
-
-
 _decode_json = json.JSONDecoder().decode
 
 
-def _fields(data: bytes, job_id: str | None) -> tuple[Any, ...]:
-    """The record's fields in JobRecord's order, checked; ValueError (or TypeError, binascii's
-    Error) for anything tenure did not write. ``job_id`` None: the record names its job."""
-    d = _decode_json(data.decode("utf-8"))
+def _load(data: bytes, key: str) -> dict[str, Any]:
+    """A JSON object tenure wrote; CorruptRecord for anything else."""
+    try:
+        d = _decode_json(data.decode("utf-8"))
+    except ValueError:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise CorruptRecord(key, "not JSON") from None
     if not isinstance(d, dict) or d.get("tenure") != FORMAT:
-        raise ValueError("not a tenure record")
+        raise CorruptRecord(key, "not a tenure record")
+    return d
+
+
+def _record(data: bytes, key: str, job_id: str | None) -> JobRecord:
+    """``job_id`` None: the record names its job."""
+    d = _load(data, key)
     named = d.get("job_id")
-    if job_id is not None and named != job_id:
-        raise ValueError(f"names job {named!r}, not the job its znode is for")
     if not isinstance(named, str):
-        raise ValueError("names no job")
-    state = JobState(d.get("state"))
-    if state not in STORED_STATES:
-        raise ValueError(f"state {state.value!r} is never stored")
-    token, runs, owner = d.get("token"), d.get("runs"), d.get("owner")
-    if type(token) is not int or token < 0 or type(runs) is not int:
-        raise ValueError(f"bad token {token!r} or runs {runs!r}")
-    if owner is not None and not isinstance(owner, str):
-        raise ValueError("owner is not text")
-    result = d.get("result")
-    lease_until, ttl = _number(d, "lease_until"), _number(d, "ttl")
-    if state is JobState.LEASED and (owner is None or lease_until is None or ttl is None):
-        raise ValueError("leased without owner or expiry")
-    return (named, state, owner, token, lease_until, ttl, _number(d, "submitted_at"),
-            _number(d, "claimed_at"), _number(d, "renewed_at"), _number(d, "completed_at"), runs,
-            None if result is None else base64.b64decode(result, validate=True))
+        raise CorruptRecord(key, "names no job")
+    if job_id is not None and named != job_id:
+        raise CorruptRecord(key, f"names job {named!r}, not the job its znode is for")
+    return codec.job_record(key, named, d.get("state"), d.get("owner"), d.get("token"), d.get("lease_until"),
+                            d.get("ttl"), d.get("submitted_at"), d.get("claimed_at"), d.get("renewed_at"),
+                            d.get("completed_at"), d.get("runs"), codec.result_bytes(key, d.get("result")))
 
 
 def load_record(data: bytes, key: str, job_id: str) -> JobRecord:
     """The record in a job znode; CorruptRecord for anything tenure did not write."""
+    return _record(data, key, job_id)
+
+
+def decoded(jobs: str, name: str, data: bytes) -> JobRecord | JobStatus:
+    """The record in job znode ``name`` under ``jobs``, or a CORRUPT status saying why not."""
+    key = f"{jobs}/{name}"
     try:
-        return JobRecord(*_fields(data, job_id))
-    except (ValueError, TypeError, binascii.Error) as exc:
-        # json.JSONDecodeError and UnicodeDecodeError are ValueErrors too.
-        raise CorruptRecord(key, str(exc) or type(exc).__name__) from None
+        return load_record(data, key, decode(name))
+    except ValueError as exc:  # CorruptRecord is not a ValueError: this is a bad name
+        return JobStatus(job_id=name, state=JobState.CORRUPT, key=key,
+                         problem=f"znode name is not a tenure job id: {exc}")
+    except CorruptRecord as exc:
+        return corrupt_status(decode(name), key, exc)
 
 
 def load_status(data: bytes, name: str, now: float) -> JobStatus | None:
     """For listings: the status of the record in job znode ``name`` at store time ``now``,
-    built straight from the record (one object per job, the name checked by encoding the id
-    the record names); None for anything else, which ``load_record`` then explains."""
+    the name checked by encoding the id the record names; None for anything else, which
+    ``load_record`` then explains."""
     try:
-        (job_id, state, owner, token, lease_until, _, submitted_at, claimed_at, renewed_at,
-         completed_at, runs, result) = _fields(data, None)
-    except (ValueError, TypeError, binascii.Error):
+        rec = _record(data, name, None)
+    except CorruptRecord:
         return None
-    if encode(job_id) != name:
-        return None
-    if state is JobState.LEASED and lease_until is not None and lease_until <= now:
-        state = JobState.EXPIRED  # as transitions.status judges it
-    return JobStatus(job_id, state, owner, token, lease_until, submitted_at, claimed_at,
-                     renewed_at, completed_at, runs, result)
+    return status(rec, now) if encode(rec.job_id) == name else None
 
 
 def queued_slot(data: bytes | None) -> str | None:
@@ -260,35 +238,18 @@ def stamp_epoch(data: bytes) -> int | None:
 
 # -- audit ----------------------------------------------------------------------------------
 def dump_rejection(r: Rejection) -> bytes:
-    return json.dumps({
-        "tenure": FORMAT, "job_id": r.job_id, "op": r.op.value, "owner": r.owner, "token": r.token,
-        "current_owner": r.current_owner, "current_token": r.current_token, "at": r.at,
-        "reason": r.reason, "kind": r.kind.value, "resource": r.resource,
-    }, separators=(",", ":")).encode()
+    return json.dumps({"tenure": FORMAT, **codec.rejection_fields(r)}, separators=(",", ":")).encode()
 
 
-def load_rejection(data: bytes) -> Rejection | None:
-    """None for a znode tenure did not write: the audit skips it rather than failing."""
-    try:
-        d = json.loads(data)
-        return Rejection(d["job_id"], Op(d["op"]), d["owner"], d["token"], d["current_owner"],
-                         d["current_token"], float(d["at"]), d["reason"], RejectionKind(d["kind"]),
-                         d["resource"])
-    except (ValueError, TypeError, KeyError):
-        return None
+def load_rejection(data: bytes, key: str) -> Rejection:
+    return codec.rejection(key, _load(data, key))[0]
 
 
 def dump_event(e: HistoryEvent) -> bytes:
-    return json.dumps({
-        "tenure": FORMAT, "job_id": e.job_id, "op": e.op.value, "owner": e.owner, "token": e.token,
-        "at": e.at, "expires_at": e.expires_at,
-    }, separators=(",", ":")).encode()
+    return json.dumps({"tenure": FORMAT, "job_id": e.job_id, **codec.event_fields(e, e.token)},
+                      separators=(",", ":")).encode()
 
 
-def load_event(data: bytes) -> HistoryEvent | None:
-    try:
-        d = json.loads(data)
-        return HistoryEvent(d["job_id"], Op(d["op"]), d["owner"], d["token"], float(d["at"]),
-                            d["expires_at"])
-    except (ValueError, TypeError, KeyError):
-        return None
+def load_event(data: bytes, key: str) -> HistoryEvent:
+    d = _load(data, key)
+    return codec.event(key, d, codec.text(key, "job_id", d.get("job_id"), False) or "")

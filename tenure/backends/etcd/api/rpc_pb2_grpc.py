@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from tenure.backends.etcd_api import rpc_pb2 as tenure_dot_backends_dot_etcd__api_dot_rpc__pb2
+from tenure.backends.etcd.api import rpc_pb2 as tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in tenure/backends/etcd_api/rpc_pb2_grpc.py depends on'
+        + ' but the generated code in tenure/backends/etcd/api/rpc_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,23 +36,23 @@ class KVStub:
         """
         self.Range = channel.unary_unary(
                 '/etcdserverpb.KV/Range',
-                request_serializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.RangeRequest.SerializeToString,
-                response_deserializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.RangeResponse.FromString,
+                request_serializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.RangeRequest.SerializeToString,
+                response_deserializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.RangeResponse.FromString,
                 _registered_method=True)
         self.Put = channel.unary_unary(
                 '/etcdserverpb.KV/Put',
-                request_serializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.PutRequest.SerializeToString,
-                response_deserializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.PutResponse.FromString,
+                request_serializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.PutRequest.SerializeToString,
+                response_deserializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.PutResponse.FromString,
                 _registered_method=True)
         self.DeleteRange = channel.unary_unary(
                 '/etcdserverpb.KV/DeleteRange',
-                request_serializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.DeleteRangeRequest.SerializeToString,
-                response_deserializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.DeleteRangeResponse.FromString,
+                request_serializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.DeleteRangeRequest.SerializeToString,
+                response_deserializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.DeleteRangeResponse.FromString,
                 _registered_method=True)
         self.Txn = channel.unary_unary(
                 '/etcdserverpb.KV/Txn',
-                request_serializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.TxnRequest.SerializeToString,
-                response_deserializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.TxnResponse.FromString,
+                request_serializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.TxnRequest.SerializeToString,
+                response_deserializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.TxnResponse.FromString,
                 _registered_method=True)
 
 
@@ -89,23 +89,23 @@ def add_KVServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Range': grpc.unary_unary_rpc_method_handler(
                     servicer.Range,
-                    request_deserializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.RangeRequest.FromString,
-                    response_serializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.RangeResponse.SerializeToString,
+                    request_deserializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.RangeRequest.FromString,
+                    response_serializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.RangeResponse.SerializeToString,
             ),
             'Put': grpc.unary_unary_rpc_method_handler(
                     servicer.Put,
-                    request_deserializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.PutRequest.FromString,
-                    response_serializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.PutResponse.SerializeToString,
+                    request_deserializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.PutRequest.FromString,
+                    response_serializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.PutResponse.SerializeToString,
             ),
             'DeleteRange': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteRange,
-                    request_deserializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.DeleteRangeRequest.FromString,
-                    response_serializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.DeleteRangeResponse.SerializeToString,
+                    request_deserializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.DeleteRangeRequest.FromString,
+                    response_serializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.DeleteRangeResponse.SerializeToString,
             ),
             'Txn': grpc.unary_unary_rpc_method_handler(
                     servicer.Txn,
-                    request_deserializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.TxnRequest.FromString,
-                    response_serializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.TxnResponse.SerializeToString,
+                    request_deserializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.TxnRequest.FromString,
+                    response_serializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.TxnResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -133,8 +133,8 @@ class KV:
             request,
             target,
             '/etcdserverpb.KV/Range',
-            tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.RangeRequest.SerializeToString,
-            tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.RangeResponse.FromString,
+            tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.RangeRequest.SerializeToString,
+            tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.RangeResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -160,8 +160,8 @@ class KV:
             request,
             target,
             '/etcdserverpb.KV/Put',
-            tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.PutRequest.SerializeToString,
-            tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.PutResponse.FromString,
+            tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.PutRequest.SerializeToString,
+            tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.PutResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -187,8 +187,8 @@ class KV:
             request,
             target,
             '/etcdserverpb.KV/DeleteRange',
-            tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.DeleteRangeRequest.SerializeToString,
-            tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.DeleteRangeResponse.FromString,
+            tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.DeleteRangeRequest.SerializeToString,
+            tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.DeleteRangeResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -214,8 +214,8 @@ class KV:
             request,
             target,
             '/etcdserverpb.KV/Txn',
-            tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.TxnRequest.SerializeToString,
-            tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.TxnResponse.FromString,
+            tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.TxnRequest.SerializeToString,
+            tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.TxnResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -238,8 +238,8 @@ class WatchStub:
         """
         self.Watch = channel.stream_stream(
                 '/etcdserverpb.Watch/Watch',
-                request_serializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.WatchRequest.SerializeToString,
-                response_deserializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.WatchResponse.FromString,
+                request_serializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.WatchRequest.SerializeToString,
+                response_deserializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.WatchResponse.FromString,
                 _registered_method=True)
 
 
@@ -257,8 +257,8 @@ def add_WatchServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Watch': grpc.stream_stream_rpc_method_handler(
                     servicer.Watch,
-                    request_deserializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.WatchRequest.FromString,
-                    response_serializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.WatchResponse.SerializeToString,
+                    request_deserializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.WatchRequest.FromString,
+                    response_serializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.WatchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -286,8 +286,8 @@ class Watch:
             request_iterator,
             target,
             '/etcdserverpb.Watch/Watch',
-            tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.WatchRequest.SerializeToString,
-            tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.WatchResponse.FromString,
+            tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.WatchRequest.SerializeToString,
+            tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.WatchResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -310,28 +310,28 @@ class LeaseStub:
         """
         self.LeaseGrant = channel.unary_unary(
                 '/etcdserverpb.Lease/LeaseGrant',
-                request_serializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseGrantRequest.SerializeToString,
-                response_deserializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseGrantResponse.FromString,
+                request_serializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseGrantRequest.SerializeToString,
+                response_deserializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseGrantResponse.FromString,
                 _registered_method=True)
         self.LeaseRevoke = channel.unary_unary(
                 '/etcdserverpb.Lease/LeaseRevoke',
-                request_serializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseRevokeRequest.SerializeToString,
-                response_deserializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseRevokeResponse.FromString,
+                request_serializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseRevokeRequest.SerializeToString,
+                response_deserializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseRevokeResponse.FromString,
                 _registered_method=True)
         self.LeaseKeepAlive = channel.stream_stream(
                 '/etcdserverpb.Lease/LeaseKeepAlive',
-                request_serializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseKeepAliveRequest.SerializeToString,
-                response_deserializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseKeepAliveResponse.FromString,
+                request_serializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseKeepAliveRequest.SerializeToString,
+                response_deserializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseKeepAliveResponse.FromString,
                 _registered_method=True)
         self.LeaseTimeToLive = channel.unary_unary(
                 '/etcdserverpb.Lease/LeaseTimeToLive',
-                request_serializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseTimeToLiveRequest.SerializeToString,
-                response_deserializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseTimeToLiveResponse.FromString,
+                request_serializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseTimeToLiveRequest.SerializeToString,
+                response_deserializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseTimeToLiveResponse.FromString,
                 _registered_method=True)
         self.LeaseLeases = channel.unary_unary(
                 '/etcdserverpb.Lease/LeaseLeases',
-                request_serializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseLeasesRequest.SerializeToString,
-                response_deserializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseLeasesResponse.FromString,
+                request_serializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseLeasesRequest.SerializeToString,
+                response_deserializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseLeasesResponse.FromString,
                 _registered_method=True)
 
 
@@ -373,28 +373,28 @@ def add_LeaseServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'LeaseGrant': grpc.unary_unary_rpc_method_handler(
                     servicer.LeaseGrant,
-                    request_deserializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseGrantRequest.FromString,
-                    response_serializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseGrantResponse.SerializeToString,
+                    request_deserializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseGrantRequest.FromString,
+                    response_serializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseGrantResponse.SerializeToString,
             ),
             'LeaseRevoke': grpc.unary_unary_rpc_method_handler(
                     servicer.LeaseRevoke,
-                    request_deserializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseRevokeRequest.FromString,
-                    response_serializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseRevokeResponse.SerializeToString,
+                    request_deserializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseRevokeRequest.FromString,
+                    response_serializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseRevokeResponse.SerializeToString,
             ),
             'LeaseKeepAlive': grpc.stream_stream_rpc_method_handler(
                     servicer.LeaseKeepAlive,
-                    request_deserializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseKeepAliveRequest.FromString,
-                    response_serializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseKeepAliveResponse.SerializeToString,
+                    request_deserializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseKeepAliveRequest.FromString,
+                    response_serializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseKeepAliveResponse.SerializeToString,
             ),
             'LeaseTimeToLive': grpc.unary_unary_rpc_method_handler(
                     servicer.LeaseTimeToLive,
-                    request_deserializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseTimeToLiveRequest.FromString,
-                    response_serializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseTimeToLiveResponse.SerializeToString,
+                    request_deserializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseTimeToLiveRequest.FromString,
+                    response_serializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseTimeToLiveResponse.SerializeToString,
             ),
             'LeaseLeases': grpc.unary_unary_rpc_method_handler(
                     servicer.LeaseLeases,
-                    request_deserializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseLeasesRequest.FromString,
-                    response_serializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseLeasesResponse.SerializeToString,
+                    request_deserializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseLeasesRequest.FromString,
+                    response_serializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseLeasesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -422,8 +422,8 @@ class Lease:
             request,
             target,
             '/etcdserverpb.Lease/LeaseGrant',
-            tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseGrantRequest.SerializeToString,
-            tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseGrantResponse.FromString,
+            tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseGrantRequest.SerializeToString,
+            tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseGrantResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -449,8 +449,8 @@ class Lease:
             request,
             target,
             '/etcdserverpb.Lease/LeaseRevoke',
-            tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseRevokeRequest.SerializeToString,
-            tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseRevokeResponse.FromString,
+            tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseRevokeRequest.SerializeToString,
+            tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseRevokeResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -476,8 +476,8 @@ class Lease:
             request_iterator,
             target,
             '/etcdserverpb.Lease/LeaseKeepAlive',
-            tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseKeepAliveRequest.SerializeToString,
-            tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseKeepAliveResponse.FromString,
+            tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseKeepAliveRequest.SerializeToString,
+            tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseKeepAliveResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -503,8 +503,8 @@ class Lease:
             request,
             target,
             '/etcdserverpb.Lease/LeaseTimeToLive',
-            tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseTimeToLiveRequest.SerializeToString,
-            tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseTimeToLiveResponse.FromString,
+            tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseTimeToLiveRequest.SerializeToString,
+            tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseTimeToLiveResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -530,8 +530,8 @@ class Lease:
             request,
             target,
             '/etcdserverpb.Lease/LeaseLeases',
-            tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseLeasesRequest.SerializeToString,
-            tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.LeaseLeasesResponse.FromString,
+            tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseLeasesRequest.SerializeToString,
+            tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.LeaseLeasesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -554,8 +554,8 @@ class ClusterStub:
         """
         self.MemberList = channel.unary_unary(
                 '/etcdserverpb.Cluster/MemberList',
-                request_serializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.MemberListRequest.SerializeToString,
-                response_deserializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.MemberListResponse.FromString,
+                request_serializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.MemberListRequest.SerializeToString,
+                response_deserializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.MemberListResponse.FromString,
                 _registered_method=True)
 
 
@@ -573,8 +573,8 @@ def add_ClusterServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'MemberList': grpc.unary_unary_rpc_method_handler(
                     servicer.MemberList,
-                    request_deserializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.MemberListRequest.FromString,
-                    response_serializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.MemberListResponse.SerializeToString,
+                    request_deserializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.MemberListRequest.FromString,
+                    response_serializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.MemberListResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -602,8 +602,8 @@ class Cluster:
             request,
             target,
             '/etcdserverpb.Cluster/MemberList',
-            tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.MemberListRequest.SerializeToString,
-            tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.MemberListResponse.FromString,
+            tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.MemberListRequest.SerializeToString,
+            tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.MemberListResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -626,8 +626,8 @@ class MaintenanceStub:
         """
         self.Status = channel.unary_unary(
                 '/etcdserverpb.Maintenance/Status',
-                request_serializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.StatusRequest.SerializeToString,
-                response_deserializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.StatusResponse.FromString,
+                request_serializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.StatusRequest.SerializeToString,
+                response_deserializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.StatusResponse.FromString,
                 _registered_method=True)
 
 
@@ -645,8 +645,8 @@ def add_MaintenanceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Status': grpc.unary_unary_rpc_method_handler(
                     servicer.Status,
-                    request_deserializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.StatusRequest.FromString,
-                    response_serializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.StatusResponse.SerializeToString,
+                    request_deserializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.StatusRequest.FromString,
+                    response_serializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.StatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -674,8 +674,8 @@ class Maintenance:
             request,
             target,
             '/etcdserverpb.Maintenance/Status',
-            tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.StatusRequest.SerializeToString,
-            tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.StatusResponse.FromString,
+            tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.StatusRequest.SerializeToString,
+            tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.StatusResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -698,8 +698,8 @@ class AuthStub:
         """
         self.Authenticate = channel.unary_unary(
                 '/etcdserverpb.Auth/Authenticate',
-                request_serializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.AuthenticateRequest.SerializeToString,
-                response_deserializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.AuthenticateResponse.FromString,
+                request_serializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.AuthenticateRequest.SerializeToString,
+                response_deserializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.AuthenticateResponse.FromString,
                 _registered_method=True)
 
 
@@ -717,8 +717,8 @@ def add_AuthServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Authenticate': grpc.unary_unary_rpc_method_handler(
                     servicer.Authenticate,
-                    request_deserializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.AuthenticateRequest.FromString,
-                    response_serializer=tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.AuthenticateResponse.SerializeToString,
+                    request_deserializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.AuthenticateRequest.FromString,
+                    response_serializer=tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.AuthenticateResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -746,8 +746,8 @@ class Auth:
             request,
             target,
             '/etcdserverpb.Auth/Authenticate',
-            tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.AuthenticateRequest.SerializeToString,
-            tenure_dot_backends_dot_etcd__api_dot_rpc__pb2.AuthenticateResponse.FromString,
+            tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.AuthenticateRequest.SerializeToString,
+            tenure_dot_backends_dot_etcd_dot_api_dot_rpc__pb2.AuthenticateResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,6 +1,6 @@
 """The one module that talks to etcd: gRPC channels, etcd's generated stubs, errors mapped once.
 
-Messages and stubs come from ``tenure.backends.etcd_api``, generated from tenure's own
+Messages and stubs come from ``tenure.backends.etcd.api``, generated from tenure's own
 description of etcd's wire format. They run on protobuf's default (upb) runtime and change
 nothing process-wide, so tenure shares a process with any other protobuf or gRPC user.
 
@@ -31,7 +31,7 @@ from google.protobuf.runtime_version import VersionError
 from tenure.core.errors import AuthenticationFailed, BackendUnavailable, LeaseError
 
 try:
-    from tenure.backends.etcd_api import kv_pb2, rpc_pb2, rpc_pb2_grpc
+    from tenure.backends.etcd.api import kv_pb2, rpc_pb2, rpc_pb2_grpc
 except (VersionError, RuntimeError) as exc:  # protobuf or grpcio older than the generated code
     raise BackendUnavailable(f"the etcd backend cannot load its generated code ({exc}); "
                              "pip install 'tenure[etcd]' installs versions that can") from exc
@@ -175,7 +175,7 @@ def _granted(resp: Any) -> tuple[int, int]:
 # -- the transport ------------------------------------------------------------------------------
 # Pings on open streams (watches) notice a frozen server; etcd refuses pings under 5 s apart.
 _CHANNEL_OPTIONS = [("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
-                    # A listing's walk of every job key in one answer (etcd_scan.scan): 1,000,000
+                    # A listing's walk of every job key in one answer (scan.scan): 1,000,000
                     # keys of 30 bytes are about 40 MB, past gRPC's default 4 MB.
                     ("grpc.max_receive_message_length", 512 * 1024 * 1024)]
 

@@ -4,7 +4,7 @@ place where kazoo's errors become tenure's.
 Credentials come from the URL (``zk://user:pass@host/root``) or the ``username``/``password``
 keyword arguments. With credentials, every znode tenure creates is writable by that identity
 only; ``reader=name:password`` adds a read-only identity (a dashboard), and a root found open
-is refused at connect unless ``repair_acl=true`` (``zookeeper_acl``). Without credentials
+is refused at connect unless ``repair_acl=true`` (``acl``). Without credentials
 znodes are open to anyone, as ZooKeeper's own default.
 """
 
@@ -19,7 +19,7 @@ from kazoo.exceptions import KazooException, NoAuthError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.security import ACL, OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 
-from tenure.backends.zookeeper_layout import root_path
+from tenure.backends.zookeeper.layout import root_path
 from tenure.core.errors import AuthenticationFailed, BackendUnavailable, InvalidArgument
 from tenure.core.options import Options, StoreURL
 
@@ -45,7 +45,7 @@ class Config:
     auth: tuple[str, str] | None = field(default=None, repr=False)
     reader: tuple[str, str] | None = field(default=None, repr=False)
     tls: dict[str, Any] = field(default_factory=dict)
-    repair_acl: bool = False  # set this identity's ACL on a root found open (zookeeper_acl)
+    repair_acl: bool = False  # set this identity's ACL on a root found open (acl)
 
     @classmethod
     def from_url(cls, url: StoreURL, options: Options) -> Config:

@@ -1,0 +1,161 @@
+"""Round trips per operation on etcd and ZooKeeper: what each call makes the caller wait for.
+
+    python benchmarks/round_trips.py                  # this tree
+    python benchmarks/round_trips.py --tree DIR       # another checkout (e.g. the commit before)
+
+Starts a private single-node etcd and a standalone ZooKeeper like the tests do (their servers
+come from this tree's tests/servers), imports tenure from ``--tree``, and counts:
+
+- etcd: requests the caller waits for on the backend's connection (``txn``, ``range``,
+  ``grant``, ``time_to_live`` ...); a request started alongside another (``*_started``: a
+  keep-alive sent with a transaction) is not a round trip of its own, as in
+  tests/backends/test_etcd.py::test_round_trips_per_operation.
+- ZooKeeper: send-then-wait phases on the kazoo client: requests sent before the caller
+  waits for any answer travel together (pipelined), so a round trip starts with the first
+  request sent after a wait.
+
+Each figure is the median over ``--rounds`` repetitions (fast paths that depend on a fresh
+stamp of the leader's clock may take the general path when the machine is slow).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parents[1]
+
+
+class EtcdCounter:
+    def __init__(self, store: Any) -> None:
+        self.count = 0
+        conn = store.backend._conn  # the benchmark watches the wire, not the API
+        for name in ("txn", "range", "grant", "time_to_live", "status"):
+            setattr(conn, name, self._counted(getattr(conn, name)))
+
+    def _counted(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return method(*args, **kwargs)
+
+        return counted
+
+
+class ZooKeeperCounter:
+    def __init__(self, store: Any) -> None:
+        import kazoo.handlers.utils as kazoo_utils
+
+        self.count = 0
+        self._waited = True
+        client = store.backend.client
+        call = client._call  # every request kazoo sends goes through it
+
+        def sent(request: Any, async_object: Any) -> Any:
+            if self._waited:
+                self.count += 1
+                self._waited = False
+            return call(request, async_object)
+
+        client._call = sent
+        get = kazoo_utils.AsyncResult.get
+
+        def waited(result: Any, *args: Any, **kwargs: Any) -> Any:
+            self._waited = True
+            return get(result, *args, **kwargs)
+
+        kazoo_utils.AsyncResult.get = waited  # type: ignore[method-assign]
+
+
+def operations(store: Any, tag: str) -> dict[str, Callable[[], object]]:
+    """Each named operation as a call; they run in this order, each on the state the last left."""
+    state: dict[str, Any] = {}
+    steps: dict[str, Callable[[], object]] = {
+        "submit (new job)": lambda: store.submit(f"{tag}-s"),
+        "submit (pending job)": lambda: store.submit(f"{tag}-s"),
+        "claim (new job)": lambda: state.__setitem__("lease", store.claim(f"{tag}-c", owner="w", ttl=30)),
+        "renew (holder)": lambda: state.__setitem__("lease", store.renew(state["lease"])),
+        "complete (holder)": lambda: store.complete(state["lease"], b"done"),
+        "claim (pending job)": lambda: state.__setitem__("lease", store.claim(f"{tag}-s", owner="w", ttl=30)),
+        "release (holder)": lambda: store.release(state["lease"]),
+        "claim_next": lambda: state.__setitem__("lease", store.claim_next(owner="w", ttl=30)),
+        "renew (not the holder)": lambda: _stale(store, state["lease"]),
+        "force_expire": lambda: store.force_expire(state["lease"].job_id),
+        "get": lambda: store.get(f"{tag}-s"),
+        "submit_many (100 new)": lambda: store.submit_many([f"{tag}-m{i}" for i in range(100)]),
+    }
+    return steps
+
+
+def _stale(store: Any, lease: Any) -> None:
+    import dataclasses
+
+    import tenure
+
+    try:
+        store.renew(dataclasses.replace(lease, owner="not-the-holder"))
+    except tenure.StaleLease:
+        return
+    raise AssertionError("a stale renew was accepted")
+
+
+def measure(url: str, counter: type[EtcdCounter] | type[ZooKeeperCounter], rounds: int) -> dict[str, float]:
+    import tenure
+
+    found: dict[str, list[int]] = {}
+    with tenure.connect(url) as store:
+        store.submit("warm-up")  # one-time work per process (etcd's retention lease, a clock znode)
+        count = counter(store)
+        for r in range(rounds):
+            for name, step in operations(store, f"r{r}").items():
+                before = count.count
+                step()
+                found.setdefault(name, []).append(count.count - before)
+    return {name: statistics.median(values) for name, values in found.items()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tree", type=Path, default=HERE, help="the checkout whose tenure is measured")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    sys.path.insert(0, str(HERE))  # tests.servers from this tree
+    from tests.servers.etcd import EtcdCluster
+    from tests.servers.zookeeper import ZooKeeperServer
+
+    sys.path.insert(0, str(args.tree.resolve()))
+    for name in [m for m in sys.modules if m == "tenure" or m.startswith("tenure.")]:
+        del sys.modules[name]
+    import tenure
+
+    print(f"tenure from {Path(tenure.__file__).parent.parent}")
+    results: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="tenure-rt-") as tmp:
+        cluster = EtcdCluster(Path(tmp) / "etcd", size=1)
+        cluster.start()
+        try:
+            results["etcd"] = measure(f"etcd://{cluster.endpoints}/rt-{uuid.uuid4().hex[:6]}", EtcdCounter,
+                                      args.rounds)
+        finally:
+            cluster.close()
+        server = ZooKeeperServer(Path(tmp) / "zk")
+        server.start()
+        server.wait_serving()
+        try:
+            results["zk"] = measure(f"zk://{server.hosts}/rt-{uuid.uuid4().hex[:6]}", ZooKeeperCounter,
+                                    args.rounds)
+        finally:
+            server.kill()
+    print(f"{'operation':24} {'etcd':>5} {'zk':>5}")
+    for name in results["etcd"]:
+        print(f"{name:24} {results['etcd'][name]:5g} {results['zk'][name]:5g}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

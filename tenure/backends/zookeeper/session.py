@@ -1,0 +1,120 @@
+"""One kazoo client: its connection state, this client's clock znode, and the leader's time
+that writing it stamps.
+
+The backend and its helpers (``acl``, ``audit``, ``index``, ``held``, ``watch``) all talk to
+ZooKeeper through a ``Session``; none of them needs the backend itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import ZnodeStat
+
+from tenure.backends.zookeeper import layout as zl
+from tenure.backends.zookeeper.config import Config, mapped_errors
+from tenure.core.backend import Link
+from tenure.core.clock import boot_clock
+from tenure.core.errors import BackendUnavailable
+
+T = TypeVar("T")
+
+
+class Session:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.layout = zl.Layout(config.root)
+        self.clock_path = f"{self.layout.clocks}/{uuid.uuid4().hex}"
+        self._lock = threading.Lock()
+        self._link = Link()
+        self._last_time = (0.0, boot_clock())  # (store time, our monotonic) of the last stamp
+        self._bound: tuple[float, float, int] | None = None  # (store time, our send time, epoch)
+        self.last_zxid = 0
+        self.client = KazooClient(**config.client_kwargs())
+        self.client.add_listener(self._on_state)
+        with mapped_errors("connecting"):
+            try:
+                self.client.start(timeout=config.timeout)
+            except KazooTimeoutError as exc:
+                raise BackendUnavailable(f"cannot connect to ZooKeeper at {config.hosts} within "
+                                         f"{config.timeout:g}s") from exc
+
+    # -- connection ----------------------------------------------------------------------
+    def _on_state(self, state: str) -> None:
+        # Called on kazoo's connection thread: only bookkeeping here, never a request.
+        with self._lock:
+            link = self._link
+            if state == KazooState.SUSPENDED:
+                self._link = Link(link.epoch + 1, False, link.lost_epoch)
+            elif state == KazooState.LOST:
+                self._link = Link(link.epoch + 1, False, link.epoch + 1)
+            else:
+                self._link = Link(link.epoch, True, link.lost_epoch)
+
+    def link(self) -> Link:
+        with self._lock:
+            return self._link
+
+    def wait(self, result: Any) -> Any:
+        return result.get(timeout=self.config.timeout)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):  # closing is best effort and idempotent
+            self.client.stop()
+            self.client.close()
+
+    # -- the leader's clock ------------------------------------------------------------------
+    def clock_create(self) -> None:
+        with mapped_errors("creating the clock znode"), contextlib.suppress(NodeExistsError):
+            self.client.create(self.clock_path, b"", ephemeral=True)
+
+    def with_clock(self, attempt: Callable[[bool], T | None]) -> T:
+        """``attempt(first)``, which writes our clock znode and answers None when it found it
+        gone (with an expired session); once more after creating it again."""
+        for first in (True, False):
+            found = attempt(first)
+            if found is not None:
+                return found
+            self.clock_create()
+        raise BackendUnavailable("ZooKeeper keeps losing this client's clock znode")
+
+    def stamp(self, stat: ZnodeStat, sent: float | None = None) -> float:
+        """The leader's clock from a write of our clock znode; ``sent``: our monotonic time
+        before that write was sent, which makes it a bound (``bound``)."""
+        now = float(stat.mtime) / 1000.0
+        with self._lock:
+            self._last_time = (now, boot_clock())
+            self.last_zxid = int(stat.mzxid)
+            if sent is not None:
+                self._bound = (now, sent, int(stat.mzxid) >> 32)
+        return now
+
+    def bound(self) -> tuple[float, float, int] | None:
+        """(store time, our monotonic time when its clock write was sent, leader epoch) of
+        the last stamp that had a send time; None before the first."""
+        with self._lock:
+            return self._bound
+
+    def now(self) -> float:
+        def attempt(_: bool) -> float | None:
+            sent = boot_clock()
+            with mapped_errors("reading the store's clock"):
+                try:
+                    return self.stamp(self.client.set(self.clock_path, b""), sent)
+                except NoNodeError:
+                    return None
+
+        return self.with_clock(attempt)
+
+    def estimated_now(self) -> float:
+        """The last store time read plus our monotonic time since: for display, never decisions."""
+        with self._lock:
+            at, mono = self._last_time
+        return at + boot_clock() - mono

@@ -1,0 +1,48 @@
+"""Argument types of ``tenure``'s commands, checked by the library's own validators.
+
+nan, inf, a negative or huge number, or a job id the store would refuse, is a usage error
+(exit 64) at parse time, before the store is opened (for SQLite, before its file is created).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from tenure.core import validation
+from tenure.core.errors import InvalidArgument
+
+
+def _checked(check: Callable[[Any], Any], convert: Callable[[str], Any] = float) -> Callable[[str], Any]:
+    """An argparse type: a value checked like the library's own arguments."""
+
+    def parse(text: str) -> Any:
+        try:
+            return check(convert(text))
+        except ValueError as exc:  # InvalidArgument is a ValueError too
+            raise argparse.ArgumentTypeError(str(exc) if isinstance(exc, InvalidArgument)
+                                             else f"not a number: {text[:40]!r}") from None
+
+    parse.__name__ = "value"  # what argparse's message calls the type
+    return parse
+
+
+JOB_ID = _checked(validation.job_id, str)
+OWNER = _checked(validation.owner, str)
+TOKEN = _checked(validation.token, int)
+TTL = _checked(validation.ttl)
+WAIT = _checked(lambda v: validation.seconds("wait", v, maximum=validation.MAX_WAIT))
+GRACE = _checked(lambda v: validation.seconds("grace", v, maximum=validation.MAX_WAIT))
+INTERVAL = _checked(lambda v: validation.seconds("interval", v, maximum=validation.MAX_WAIT, positive=True))
+SINCE = _checked(lambda v: validation.store_time("since", v))
+
+
+def _port(value: int) -> int:
+    if not 0 <= value <= 65535:
+        raise InvalidArgument(f"port must be from 0 to 65535, got {value}")
+    return value
+
+
+PORT = _checked(_port, int)
+SOON = _checked(lambda v: validation.seconds("soon", v, maximum=validation.MAX_TTL))

@@ -1,0 +1,172 @@
+"""The one record codec: how a job record, a rejection and a history event become data and
+come back, with the checks every stored record must pass.
+
+Each store decides where the pieces live (SQLite columns, etcd keys, one znode per job);
+what a readable record is, the JSON field names of audit records, and how a job id is
+written into a key are decided here, once. A record that fails a check raises
+``CorruptRecord`` naming the store's key: reads of that job show it as CORRUPT, and audit
+readers skip it with a warning (``tenure.core.audit``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import re
+from typing import Any
+
+from tenure.core.errors import CorruptRecord
+from tenure.core.records import (
+    STORED_STATES,
+    HistoryEvent,
+    JobRecord,
+    JobState,
+    JobStatus,
+    Op,
+    Rejection,
+    RejectionKind,
+)
+
+# A rejection recorded before its reason was known (etcd writes the reason in a later step).
+UNKNOWN_REASON = "unknown (the rejecting client stopped before recording why)"
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]*")
+
+
+# -- job ids in keys ---------------------------------------------------------------------------
+def encode_job_id(job_id: str) -> str:
+    """The job id's UTF-8 in unpadded base64url: any id is a legal key or znode name."""
+    return base64.urlsafe_b64encode(job_id.encode("utf-8")).decode("ascii").rstrip("=")
+
+
+def decode_job_id(text: str) -> str:
+    """The job id ``encode_job_id`` made ``text`` from; ValueError for any other text."""
+    if not text or not _BASE64URL.fullmatch(text):
+        raise ValueError("not base64url")
+    try:
+        job_id = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError) as exc:
+        raise ValueError(str(exc)) from None
+    if encode_job_id(job_id) != text:
+        raise ValueError("not the canonical encoding of any job id")
+    return job_id
+
+
+def corrupt_status(job_id: str, key: str, exc: CorruptRecord) -> JobStatus:
+    """How a job whose record cannot be read is listed, on every backend."""
+    return JobStatus(job_id=job_id, state=JobState.CORRUPT, problem=exc.problem, key=key)
+
+
+# -- fields ------------------------------------------------------------------------------------
+def number(key: str, name: str, value: Any, optional: bool = True) -> float | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise CorruptRecord(key, f"field {name!r} is {value!r}")
+    return float(value)
+
+
+def text(key: str, name: str, value: Any, optional: bool = True) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise CorruptRecord(key, f"field {name!r} is {value!r}")
+    return value
+
+
+def integer(key: str, name: str, value: Any, optional: bool = False) -> int | None:
+    if value is None and optional:
+        return None
+    if type(value) is not int:
+        raise CorruptRecord(key, f"field {name!r} is {value!r}")
+    return value
+
+
+def state(key: str, value: Any) -> JobState:
+    """A stored state (pending, leased, completed)."""
+    try:
+        found = JobState(value)
+    except ValueError:
+        raise CorruptRecord(key, f"unknown state {value!r}") from None
+    if found not in STORED_STATES:
+        raise CorruptRecord(key, f"state {found.value!r} is never stored")
+    return found
+
+
+# -- job records -------------------------------------------------------------------------------
+def job_record(key: str, job_id: str, state_value: Any, owner: Any, token: Any, lease_until: Any,
+               ttl: Any, submitted_at: Any, claimed_at: Any, renewed_at: Any, completed_at: Any,
+               runs: Any, result: Any) -> JobRecord:
+    """A JobRecord from stored values, checked: the invariants every backend's records keep."""
+    found = state(key, state_value)
+    if type(token) is not int or token < 0 or type(runs) is not int:
+        raise CorruptRecord(key, f"bad token {token!r} or runs {runs!r}")
+    owner = text(key, "owner", owner)
+    until, span = number(key, "lease_until", lease_until), number(key, "ttl", ttl)
+    if found is JobState.LEASED and (owner is None or until is None or span is None):
+        raise CorruptRecord(key, "leased without owner or expiry")
+    if result is not None and not isinstance(result, bytes):
+        raise CorruptRecord(key, "result is not bytes")
+    return JobRecord(job_id, found, owner, token, until, span, number(key, "submitted_at", submitted_at),
+                     number(key, "claimed_at", claimed_at), number(key, "renewed_at", renewed_at),
+                     number(key, "completed_at", completed_at), runs, result)
+
+
+def result_text(result: bytes | None) -> str | None:
+    """A job result in JSON: base64."""
+    return None if result is None else base64.b64encode(result).decode("ascii")
+
+
+def result_bytes(key: str, value: Any) -> bytes | None:
+    encoded = text(key, "result", value)
+    if encoded is None:
+        return None
+    try:
+        return base64.b64decode(encoded, validate=True)
+    except binascii.Error:
+        raise CorruptRecord(key, "field 'result' is not base64") from None
+
+
+# -- audit records: the same JSON field names on every store that writes JSON ----------------
+def rejection_fields(r: Rejection, complete: bool = True) -> dict[str, Any]:
+    """``complete`` False: a stub whose reason a later write fills in (etcd)."""
+    return {"job_id": r.job_id, "op": r.op.value, "owner": r.owner, "token": r.token,
+            "current_owner": r.current_owner, "current_token": r.current_token, "at": r.at,
+            "reason": r.reason if complete else None, "kind": r.kind.value, "resource": r.resource}
+
+
+def rejection(key: str, d: dict[str, Any]) -> tuple[Rejection, bool]:
+    """The rejection in ``d`` and whether its reason was recorded. Reads the field names of
+    ``rejection_fields`` and etcd's before them ("job" for "job_id")."""
+    try:
+        op, kind = Op(d.get("op")), RejectionKind(d.get("kind", RejectionKind.STORE.value))
+    except ValueError:
+        raise CorruptRecord(key, "unknown operation or kind") from None
+    job_id = text(key, "job_id", d.get("job_id", d.get("job")), optional=False)
+    reason = text(key, "reason", d.get("reason"))
+    found = Rejection(job_id or "", op, text(key, "owner", d.get("owner"), False) or "",
+                      integer(key, "token", d.get("token")) or 0, text(key, "current_owner", d.get("current_owner")),
+                      integer(key, "current_token", d.get("current_token"), True) or 0,
+                      number(key, "at", d.get("at"), False) or 0.0, reason or UNKNOWN_REASON, kind,
+                      text(key, "resource", d.get("resource")))
+    return found, reason is not None
+
+
+def event_fields(e: HistoryEvent, token: int | None) -> dict[str, Any]:
+    """``token`` None: the store fills it in from the write itself (an etcd claim's revision)."""
+    return {"op": e.op.value, "owner": e.owner, "token": token, "at": e.at, "expires_at": e.expires_at}
+
+
+def event(key: str, d: dict[str, Any], job_id: str, token: int | None = None) -> HistoryEvent:
+    """The history event in ``d`` for ``job_id``; ``token``: the one to use if ``d`` names none."""
+    try:
+        op = Op(d.get("op"))
+    except ValueError:
+        raise CorruptRecord(key, "unknown operation") from None
+    stored = integer(key, "token", d.get("token"), optional=True)
+    if stored is None:
+        if token is None:
+            raise CorruptRecord(key, "field 'token' is None")
+        stored = token
+    return HistoryEvent(job_id, op, text(key, "owner", d.get("owner")), stored,
+                        number(key, "at", d.get("at"), False) or 0.0, number(key, "expires_at", d.get("expires_at")))

@@ -1,0 +1,44 @@
+"""Optimistic writes on a shared store, retried the same way on every backend.
+
+An operation reads, decides with ``transitions``, and writes on the condition that nothing it
+read has changed (an etcd compare, a ZooKeeper version check). When another writer got there
+first, the write fails as a whole and the operation reads again: after a short random pause,
+so two writers that collided do not collide again in step, growing while they keep colliding.
+After ``ATTEMPTS`` it gives up with ``Outraced``: nothing was written.
+
+    for _ in contention.attempts():
+        read = ...
+        if conditional_write(...):
+            return
+    raise contention.outraced(job_id)
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator
+
+from tenure.core.errors import Outraced
+
+ATTEMPTS = 20  # reads of one operation before it gives up
+FIRST_PAUSE = 0.002  # seconds, at most, before the first retry; doubles per retry
+LONGEST_PAUSE = 0.1  # seconds, at most, of any one pause
+
+
+def pause(retry: int, rand: Callable[[], float] = random.random) -> float:
+    """The pause before retry number ``retry`` (1 for the first): full jitter, capped."""
+    return rand() * min(LONGEST_PAUSE, FIRST_PAUSE * 2.0 ** (retry - 1))
+
+
+def attempts(count: int = ATTEMPTS, sleep: Callable[[float], None] | None = None) -> Iterator[int]:
+    """Attempt numbers from 0, with a pause (``time.sleep`` unless given) before each retry."""
+    for attempt in range(count):
+        if attempt:
+            (sleep or time.sleep)(pause(attempt))
+        yield attempt
+
+
+def outraced(job_id: str, count: int = ATTEMPTS) -> Outraced:
+    """The one error of an operation that lost the race on every attempt."""
+    return Outraced(job_id, count)

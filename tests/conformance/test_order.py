@@ -1,0 +1,37 @@
+"""The one promise about claim_next's order (docs/protocol.md, "State machine"), on every backend:
+an expired lease before any pending job; pending jobs oldest first, each claim taking one of the
+ORDER_TOLERANCE oldest among jobs queued through one client."""
+
+from __future__ import annotations
+
+import tenure
+from tests.harness import Harness
+
+ORDER_TOLERANCE = 4  # etcd starts claimers up to 4 queue places apart; the others take the oldest
+
+
+def _queue(store: tenure.Store, job_ids: list[str]) -> None:
+    for job_id in job_ids:
+        if isinstance(store.clock, tenure.ManualClock):
+            store.clock.advance(0.001)  # one store time each, as jobs submitted one after another
+        store.submit(job_id)
+
+
+def test_claim_next_takes_an_expired_lease_then_pending_jobs_oldest_first(
+        harness: Harness, store: tenure.Store) -> None:
+    waiting = [f"q{i:02d}" for i in range(12)]
+    _queue(store, waiting)
+    store.claim("overdue", owner="a", ttl=harness.ttl * 20)
+    store.force_expire("overdue")
+    first = store.claim_next(owner="b", ttl=harness.ttl * 20)
+    assert first is not None and first.job_id == "overdue"
+    order = []
+    while waiting:
+        lease = store.claim_next(owner="b", ttl=harness.ttl * 20)
+        assert lease is not None
+        assert lease.job_id in waiting[:ORDER_TOLERANCE], (lease.job_id, waiting[:ORDER_TOLERANCE])
+        waiting.remove(lease.job_id)
+        order.append(lease.job_id)
+    assert store.claim_next(owner="b", ttl=harness.ttl) is None
+    print("claimed in order:", order)  # how far from FIFO this backend went (run with -s)
+

@@ -1,0 +1,77 @@
+"""The one record codec (tenure.core.codec): the checks every store's records pass, and the
+audit records' JSON, read in today's shape and in the shape etcd wrote before."""
+
+from __future__ import annotations
+
+import pytest
+
+from tenure.core import codec
+from tenure.core.errors import CorruptRecord
+from tenure.core.records import HistoryEvent, JobState, Op, Rejection, RejectionKind
+
+
+@pytest.mark.parametrize("job_id", ["a", "ünï/cödé", "../..", " ", "x" * 300])
+def test_job_ids_round_trip(job_id: str) -> None:
+    encoded = codec.encode_job_id(job_id)
+    assert "/" not in encoded and "=" not in encoded
+    assert codec.decode_job_id(encoded) == job_id
+
+
+@pytest.mark.parametrize("text", ["", "YQ=", "a+b", "YR", "_w"])  # padded, other alphabet, not canonical
+def test_other_names_are_no_job_ids(text: str) -> None:
+    with pytest.raises(ValueError):
+        codec.decode_job_id(text)
+
+
+GOOD = ("k", "j", "leased", "w", 3, 10.0, 5.0, 1.0, 2.0, None, None, 1, None)
+
+
+def test_a_good_record_reads() -> None:
+    rec = codec.job_record(*GOOD)
+    assert rec.state is JobState.LEASED and rec.token == 3 and rec.lease_until == 10.0
+
+
+@pytest.mark.parametrize(("index", "value", "problem"), [
+    (2, "expired", "state 'expired' is never stored"),
+    (2, "gone", "unknown state 'gone'"),
+    (4, -1, "bad token -1 or runs 1"),
+    (4, True, "bad token True or runs 1"),
+    (3, None, "leased without owner or expiry"),
+    (5, float("nan"), "field 'lease_until' is nan"),
+    (7, "soon", "field 'submitted_at' is 'soon'"),
+    (12, "text", "result is not bytes"),
+])
+def test_broken_records_are_corrupt_with_one_message(index: int, value: object, problem: str) -> None:
+    fields = list(GOOD)
+    fields[index] = value
+    with pytest.raises(CorruptRecord) as caught:
+        codec.job_record(*fields)  # type: ignore[arg-type]
+    assert caught.value.key == "k" and caught.value.problem == problem
+
+
+REJECTION = Rejection("j", Op.RENEW, "w", 2, "v", 3, 12.5, "token superseded by a newer claim",
+                      RejectionKind.STORE, None)
+
+
+def test_rejections_round_trip_with_one_set_of_field_names() -> None:
+    fields = codec.rejection_fields(REJECTION)
+    assert set(fields) == {"job_id", "op", "owner", "token", "current_owner", "current_token", "at",
+                           "reason", "kind", "resource"}
+    assert codec.rejection("k", fields) == (REJECTION, True)
+
+
+def test_etcds_earlier_rejection_shape_still_reads() -> None:
+    old = {"job": "j", "op": "renew", "owner": "w", "token": 2, "current_owner": "v", "current_token": 3,
+           "at": 12.5, "reason": None, "kind": "store", "resource": None}  # a stub, as etcd wrote it
+    rejection, complete = codec.rejection("k", old)
+    assert not complete and rejection.job_id == "j" and rejection.reason == codec.UNKNOWN_REASON
+
+
+def test_events_take_the_stores_token_only_when_they_name_none() -> None:
+    event = HistoryEvent("j", Op.SUBMIT, None, 0, 1.0, None)
+    assert codec.event("k", codec.event_fields(event, 0), "j", token=99) == event
+    assert codec.event("k", codec.event_fields(event, None), "j", token=99).token == 99
+    with pytest.raises(CorruptRecord):
+        codec.event("k", codec.event_fields(event, None), "j")
+    with pytest.raises(CorruptRecord):
+        codec.event("k", {**codec.event_fields(event, 0), "op": "dance"}, "j")

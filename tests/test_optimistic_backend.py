@@ -1,0 +1,179 @@
+"""RecordBackend's optimistic transactions: a store with versioned reads and one conditional
+commit gets the protocol from the core, which retries a lost race with fresh reads, decides
+again what it decided on a cached guess, and gives up with Outraced.
+
+The store here is a dict behind a lock standing in for a server; ``interfere`` makes the next
+commits lose their race as if another client had written first."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import tenure
+from tenure.core import contention, transitions
+from tenure.core.backend import Characteristics, RecordBackend, Transaction
+from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Rejection
+
+
+class _Tx(Transaction):
+    def __init__(self, b: CasBackend, fresh: bool) -> None:
+        self._b, self._fresh = b, fresh
+        self.now = b.clock.time()
+        self._read: dict[str, int] = {}
+        self._writes: dict[str, JobRecord] = {}
+        self._events: list[HistoryEvent] = []
+        self._rejections: list[Rejection] = []
+
+    def load(self, job_id: str) -> JobRecord | None:
+        if not self._fresh and job_id in self._b.cache:  # what this process last wrote
+            rec, version = self._b.cache[job_id]
+            self.guessed = True
+        else:
+            with self._b.lock:
+                self._b.reads += 1
+                rec, version = self._b.records.get(job_id, (None, 0))
+        self._read[job_id] = version
+        return rec
+
+    def save(self, record: JobRecord) -> None:
+        self._writes[record.job_id] = record
+
+    def next_claimable(self) -> str | None:
+        with self._b.lock:
+            found = sorted((r.submitted_at or 0.0, r.job_id, v) for r, v in self._b.records.values()
+                           if transitions.is_claimable(r, self.now))
+        if not found:
+            return None
+        _, job_id, version = found[0]
+        self._read[job_id] = version  # the claim's load reads it again; this pins what was seen
+        return job_id
+
+    def add_rejection(self, rejection: Rejection) -> None:
+        self._rejections.append(rejection)
+
+    def add_event(self, event: HistoryEvent) -> None:
+        self._events.append(event)
+
+    def commit(self) -> None:
+        b = self._b
+        with b.lock:
+            if b.interfere:
+                b.interfere -= 1
+                for job_id in self._read:  # another client wrote every job read
+                    rec, version = b.records.get(job_id, (None, 0))
+                    if rec is not None:
+                        b.records[job_id] = (rec, version + 1)
+            if any(b.records.get(j, (None, 0))[1] != v for j, v in self._read.items()):
+                self.conflict = True
+                return
+            for job_id, rec in self._writes.items():
+                version = b.records.get(job_id, (None, 0))[1] + 1
+                b.records[job_id] = (rec, version)
+                b.cache[job_id] = (rec, version)
+            b.events += self._events
+            b.audit += self._rejections
+
+
+class CasBackend(RecordBackend):
+    characteristics = Characteristics(name="cas-test", store_clock="a test clock",
+                                      shared_between_processes=False)
+
+    def __init__(self, clock: tenure.ManualClock) -> None:
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.records: dict[str, tuple[JobRecord, int]] = {}
+        self.cache: dict[str, tuple[JobRecord, int]] = {}
+        self.events: list[HistoryEvent] = []
+        self.audit: list[Rejection] = []
+        self.interfere = 0
+        self.reads = 0
+
+    @classmethod
+    def from_url(cls, url: Any, options: Any, clock: Any) -> CasBackend:
+        raise NotImplementedError  # built directly by the tests
+
+    @contextlib.contextmanager
+    def transaction(self, fresh: bool = False) -> Iterator[Transaction]:
+        tx = _Tx(self, fresh)
+        yield tx
+        tx.commit()
+
+    def get(self, job_id: str) -> JobStatus | None:
+        found = self.records.get(job_id)
+        return None if found is None else transitions.status(found[0], self.now())
+
+    def jobs(self) -> Iterator[JobStatus]:
+        return iter([transitions.status(r, self.now()) for r, _ in self.records.values()])
+
+    def rejections(self, since: float | None, limit: int | None) -> list[Rejection]:
+        return list(self.audit)
+
+    def history(self, job_id: str | None, since: float | None, limit: int | None) -> list[HistoryEvent]:
+        return [e for e in self.events if job_id is None or e.job_id == job_id]
+
+    def now(self) -> float:
+        return self.clock.time()
+
+
+@pytest.fixture
+def backend() -> CasBackend:
+    return CasBackend(tenure.ManualClock())
+
+
+@pytest.fixture
+def store(backend: CasBackend) -> tenure.Store:
+    return tenure.Store(backend, clock=backend.clock)
+
+
+@pytest.fixture(autouse=True)
+def no_pauses(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The retries' pauses, recorded instead of slept (contention's own test times them)."""
+    paused: list[float] = []
+    monkeypatch.setattr(contention.time, "sleep", paused.append)
+    return paused
+
+
+def test_a_lost_race_is_retried_with_fresh_reads(backend: CasBackend, store: tenure.Store,
+                                                 no_pauses: list[float]) -> None:
+    store.submit("j")
+    backend.interfere = 3
+    lease = store.claim("j", owner="a", ttl=10)
+    assert lease.token == 1 and len(no_pauses) == 3
+    assert [e.op for e in backend.events] == [tenure.Op.SUBMIT, tenure.Op.CLAIM]  # written once
+
+
+def test_every_attempt_lost_is_outraced_and_writes_nothing(backend: CasBackend, store: tenure.Store) -> None:
+    store.submit("j")
+    backend.interfere = contention.ATTEMPTS
+    with pytest.raises(tenure.Outraced):
+        store.claim("j", owner="a", ttl=10)
+    assert backend.records["j"][0].state is JobState.PENDING and len(backend.events) == 1
+
+
+def test_a_renewal_on_a_stale_guess_is_refused_from_fresh_reads(backend: CasBackend, store: tenure.Store) -> None:
+    lease = store.claim("j", owner="a", ttl=10)
+    backend.clock.advance(11)
+    rec, version = backend.records["j"]
+    taken = transitions.claim(rec, "j", "b", 10, backend.now())  # another client, not in our cache
+    backend.records["j"] = (taken, version + 1)
+    reads = backend.reads
+    with pytest.raises(tenure.StaleLease) as refused:
+        store.renew(lease)
+    assert refused.value.rejection.current_owner == "b"
+    assert backend.reads == reads + 1  # the guess said "yours", the commit said no, one fresh read
+    assert len(backend.audit) == 1
+
+
+def test_a_refusal_decided_on_a_guess_is_decided_again(backend: CasBackend, store: tenure.Store) -> None:
+    store.claim("j", owner="a", ttl=10)
+    rec, version = backend.records["j"]
+    backend.records["j"] = (dataclasses.replace(rec, state=JobState.PENDING, owner=None, lease_until=None,
+                                                ttl=None), version + 1)  # released by another client
+    lease = store.claim("j", owner="b", ttl=10)  # our cache still says "held by a"
+    assert lease.owner == "b" and lease.token == 2

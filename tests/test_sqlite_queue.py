@@ -1,0 +1,51 @@
+"""SQLite queues pending jobs by the time they became pending (submitted, or released), like
+the other backends, also in a store made before it kept that time (``queued_at``)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import tenure
+
+# The jobs table as tenure wrote it before queued_at (schema 1), with two pending jobs.
+_OLD = """
+CREATE TABLE tenure_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO tenure_meta VALUES ('schema_version', '1');
+CREATE TABLE tenure_jobs (
+    job_id TEXT PRIMARY KEY, state TEXT NOT NULL, owner TEXT, token INTEGER NOT NULL,
+    lease_until REAL, ttl REAL, submitted_at REAL, claimed_at REAL, renewed_at REAL,
+    completed_at REAL, runs INTEGER NOT NULL, result BLOB);
+CREATE INDEX tenure_jobs_pending ON tenure_jobs (submitted_at) WHERE state = 'pending';
+INSERT INTO tenure_jobs (job_id, state, token, submitted_at, runs) VALUES ('old-b', 'pending', 0, 20.0, 1);
+INSERT INTO tenure_jobs (job_id, state, token, submitted_at, runs) VALUES ('old-a', 'pending', 0, 10.0, 1);
+"""
+
+
+def test_a_released_job_queues_behind_the_jobs_waiting(tmp_path: Path) -> None:
+    clock = tenure.ManualClock()
+    with tenure.connect(f"sqlite:///{tmp_path}/q.db", clock=clock) as store:
+        lease = store.claim("back", owner="a", ttl=30)  # submitted (and claimed) first
+        for job_id in ("w1", "w2"):
+            clock.advance(1)
+            store.submit(job_id)
+        clock.advance(1)
+        store.release(lease)
+        order = [store.claim_next(owner="b", ttl=30) for _ in range(3)]
+        assert [lease.job_id for lease in order if lease] == ["w1", "w2", "back"]
+
+
+def test_a_store_from_before_queued_at_is_upgraded_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        db.executescript(_OLD)
+    clock = tenure.ManualClock(start=100.0)
+    with tenure.connect(f"sqlite:///{path}", clock=clock) as store:
+        store.submit("new")
+        first, second, third = (store.claim_next(owner="w", ttl=30) for _ in range(3))
+        assert [x.job_id if x else None for x in (first, second, third)] == ["old-a", "old-b", "new"]
+    with sqlite3.connect(path) as db:
+        plan = " ".join(str(r) for r in db.execute(
+            "EXPLAIN QUERY PLAN SELECT job_id FROM tenure_jobs WHERE state = 'pending' "
+            "ORDER BY coalesce(queued_at, submitted_at) LIMIT 1"))
+    assert "tenure_jobs_queued" in plan  # the queue is read through its index, not sorted
