@@ -15,62 +15,71 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
 
-from tenure.backends import postgres_sql as q
-from tenure.backends.postgres_connection import (
-    Settings,
-    Watchdog,
-    connection_error,
-    open_pool,
-    retryable,
-)
+from tenure.backends.postgres_connection import Settings, Watchdog, connection_error, open_pool, pool_only_waited
+from tenure.backends.postgres_ops import ATTEMPTS, Plan, Plans, Query, Trims, run_sync, try_again
 from tenure.backends.postgres_schema import check_durability, check_schema_name, migrate
-from tenure.core import codec, contention, transitions
-from tenure.core.backend import Backend, Characteristics, corrupt_status
+from tenure.core.backend import Backend, Characteristics
 from tenure.core.clock import Clock
-from tenure.core.errors import BackendUnavailable, CorruptRecord, InvalidArgument, JobNotFound, StaleLease, TokenChanged
+from tenure.core.errors import BackendUnavailable, InvalidArgument
 from tenure.core.options import Options, StoreURL
-from tenure.core.queries import fold
-from tenure.core.records import (
-    Change,
-    HistoryEvent,
-    JobPage,
-    JobState,
-    JobStatus,
-    Lease,
-    Op,
-    Reason,
-    Rejection,
-    RejectionKind,
-    Summary,
-)
-from tenure.core.transitions import JobRecord, status
+from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
 
 log = logging.getLogger("tenure.postgres")
 
-_ATTEMPTS = 5  # a statement that lost a race (a row changed between two of its reads) is re-run
-_TRIM_EVERY = 256  # writes between two trims of the audit tables
-_PAGE = 2000
 _SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 _LIBPQ_OPTIONS = ("sslrootcert", "sslcert", "sslkey", "target_session_attrs", "application_name")
-_UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+T = TypeVar("T")
 
 
-def decode_row(schema: str, row: tuple[Any, ...] | list[Any]) -> JobRecord:
-    """A job row as a record; CorruptRecord for one tenure did not write (the rule of ``q.valid``)."""
-    job_id, state, owner, token, lease_until, ttl, sub, cla, ren, com, runs, result = row
-    key = f"{schema}.jobs/{job_id}"
-    state = codec.state(key, state)
-    if token < 0 or runs < 0:
-        raise CorruptRecord(key, f"bad token {token!r} or runs {runs!r}")
-    if state is JobState.LEASED and (owner is None or lease_until is None or ttl is None):
-        raise CorruptRecord(key, "leased without owner or expiry")
-    return JobRecord(job_id, state, owner, token, lease_until, ttl, sub, cla, ren, com, runs,
-                     None if result is None else bytes(result))
+def settings_from_url(url: StoreURL, options: Options) -> tuple[Settings, dict[str, Any]]:
+    """The connection settings and the backend's keyword arguments a URL gives (both flavours)."""
+    dbname = url.path.strip("/")
+    if not url.hosts or not dbname or "/" in dbname:
+        raise InvalidArgument("PostgreSQL URLs look like postgresql://user@host:5432/dbname?schema=tenure")
+    timeout = options.number("timeout", 5.0, low=0.1, high=600.0)
+    assert timeout is not None
+    libpq = {"sslmode": value} if (value := options.text("sslmode", choices=_SSLMODES)) else {}
+    libpq.update({name: value for name in _LIBPQ_OPTIONS if (value := options.text(name)) is not None})
+    settings = Settings(url.hosts, dbname, url.username, url.password, timeout,
+                        options.integer("pool_size", 10, low=1, high=1000), libpq)
+    kwargs: dict[str, Any] = {
+        "schema": options.text("schema", "tenure"),
+        "retention": options.integer("retention", 10_000, low=1),
+        "notify": options.boolean("notify", True),
+        "unsafe_durability": options.boolean("unsafe_durability", False),
+    }
+    options.finish()
+    return settings, kwargs
+
+
+@dataclass(frozen=True)
+class Prepared:
+    quoted: str  # the schema's name, quoted for SQL
+    previous_version: int  # the schema's version before this store migrated it (0: created)
+    server_version: int
+    synchronous_commit: str | None  # what this store's sessions set, where the server says otherwise
+
+
+def prepare(settings: Settings, schema: str, unsafe_durability: bool) -> Prepared:
+    """Create or migrate the schema and check durability, on a connection of its own, once per
+    store (for the asyncio backend too: a one-time step when it opens)."""
+    try:
+        with psycopg.connect(settings.conninfo(), autocommit=True) as conn:
+            quoted = sql.Identifier(schema).as_string(conn)
+            previous = migrate(conn, schema, quoted)
+            commit = check_durability(conn, unsafe_durability)
+            prepared = Prepared(quoted, previous, conn.info.server_version, commit)
+    except psycopg.Error as exc:
+        raise connection_error(settings, exc) from exc
+    if commit:
+        log.info("%s: this store's sessions use synchronous_commit=%s", settings.where(), commit)
+    return prepared
 
 
 class PostgresBackend(Backend):
@@ -88,198 +97,112 @@ class PostgresBackend(Backend):
         self.retention = retention
         self.channel = f"tenure_{schema}"[:63]
         self.notify = notify
-        self._writes = 0
-        self._count_lock = threading.Lock()
         self.watchdog = Watchdog(settings.timeout + 1.0)
-        try:
-            with psycopg.connect(settings.conninfo(), autocommit=True) as conn:
-                quoted = sql.Identifier(schema).as_string(conn)
-                self.previous_version = migrate(conn, schema, quoted)
-                commit = check_durability(conn, unsafe_durability)
-                self.server_version = conn.info.server_version
-        except psycopg.Error as exc:
-            raise connection_error(settings, exc) from exc
-        if commit:
-            log.info("%s: this store's sessions use synchronous_commit=%s", settings.where(), commit)
-        self.quoted = quoted
-        self.statements = {name: text.format(s=quoted) for name, text in q.STATEMENTS.items()}
-        self._trim = [q.TRIM.format(s=quoted, table=t) for t in ("events", "rejections")]
-        self.pool = open_pool(settings, settings.conninfo(commit))
+        prepared = prepare(settings, schema, unsafe_durability)
+        self.quoted, self.server_version = prepared.quoted, prepared.server_version
+        self.previous_version = prepared.previous_version
+        self.plans = Plans(self.schema, self.quoted, self.channel if notify else "")
+        self.statements = self.plans.statements
+        self._trims = Trims()
+        self.pool = open_pool(settings, settings.conninfo(prepared.synchronous_commit))
 
     @classmethod
     def from_url(cls, url: StoreURL, options: Options, clock: Clock | None) -> PostgresBackend:
         # An injected clock serves the holders' deadlines (Store); store time stays the server's.
-        dbname = url.path.strip("/")
-        if not url.hosts or not dbname or "/" in dbname:
-            raise InvalidArgument("PostgreSQL URLs look like postgresql://user@host:5432/dbname?schema=tenure")
-        timeout = options.number("timeout", 5.0, low=0.1, high=600.0)
-        assert timeout is not None
-        libpq = {"sslmode": value} if (value := options.text("sslmode", choices=_SSLMODES)) else {}
-        libpq.update({name: value for name in _LIBPQ_OPTIONS if (value := options.text(name)) is not None})
-        settings = Settings(url.hosts, dbname, url.username, url.password, timeout,
-                            options.integer("pool_size", 10, low=1, high=1000), libpq)
-        kwargs: dict[str, Any] = {
-            "schema": options.text("schema", "tenure"),
-            "retention": options.integer("retention", 10_000, low=1),
-            "notify": options.boolean("notify", True),
-            "unsafe_durability": options.boolean("unsafe_durability", False),
-        }
-        options.finish()
+        settings, kwargs = settings_from_url(url, options)
         return cls(settings, **kwargs)
 
     # -- running statements ------------------------------------------------------------------
-    def _run(self, name: str, params: dict[str, Any], *, write: bool) -> list[tuple[Any, ...]]:
-        params = {**params, "channel": self.channel if self.notify else ""}
-        for attempt in range(_ATTEMPTS):
+    def _do(self, plan: Plan[T]) -> T:
+        return run_sync(plan, self.execute)
+
+    def execute(self, query: Query) -> list[tuple[Any, ...]]:
+        """Run one query on a pooled connection (re-run if the server rolled it back)."""
+        for attempt in range(ATTEMPTS):
             sent = False
             try:
                 with self.pool.connection() as conn, self.watchdog.guard(conn):
                     sent = True
-                    rows: list[tuple[Any, ...]] = conn.execute(self.statements[name], params).fetchall()
+                    rows: list[tuple[Any, ...]] = conn.execute(query.text, query.params).fetchall()
                 break
             except psycopg.Error as exc:
-                if retryable(exc) and attempt + 1 < _ATTEMPTS:
+                if try_again(exc, attempt):
                     continue  # rolled back by the server: certainly not applied
-                raise self._error(exc, sent_write=write and sent) from exc
-        if write:
-            self._count_write()
+                raise self._error(exc, sent_write=query.write and sent) from exc
+        if query.write and self._trims.due():
+            self._trim()
         return rows
 
     def _error(self, exc: psycopg.Error, *, sent_write: bool) -> BackendUnavailable:
-        if not sent_write and isinstance(exc, psycopg.OperationalError) and "couldn't get a connection" in str(exc):
-            # The pool says only that it waited: one direct attempt tells the operator why.
+        if pool_only_waited(exc, sent_write):
             try:
                 psycopg.connect(self.settings.conninfo(), autocommit=True).close()
             except psycopg.Error as cause:
                 return connection_error(self.settings, cause)
         return connection_error(self.settings, exc, sent_write=sent_write)
 
-    def _count_write(self) -> None:
-        with self._count_lock:
-            self._writes += 1
-            due = self._writes % _TRIM_EVERY == 0
-        if due:  # housekeeping, after the operation: bounded retention of events and rejections
-            try:
-                with self.pool.connection() as conn, self.watchdog.guard(conn):
-                    for statement in self._trim:
-                        conn.execute(statement, {"keep": self.retention})
-            except psycopg.Error as exc:
-                log.warning("trimming the audit failed (it is retried later): %s", self.settings.scrub(str(exc)))
-
-    def _decode(self, row: tuple[Any, ...] | list[Any]) -> JobRecord:
-        return decode_row(self.schema, row)
+    def _trim(self) -> None:
+        # Housekeeping, after the operation: bounded retention of events and rejections.
+        try:
+            with self.pool.connection() as conn, self.watchdog.guard(conn):
+                for statement in self.plans.trims:
+                    conn.execute(statement, {"keep": self.retention})
+        except psycopg.Error as exc:
+            log.warning("trimming the audit failed (it is retried later): %s", self.settings.scrub(str(exc)))
 
     # -- the protocol ------------------------------------------------------------------------
     def submit(self, job_id: str, actor: str | None = None) -> None:
         self.submit_many([job_id], actor)
 
     def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
-        if not job_ids:
-            return
-        ((*bad, _told),) = self._run("SUBMIT", {"ids": job_ids, "actor": actor}, write=True)
-        if bad[0] is not None:  # a corrupt row among them: nothing was written
-            self._decode(bad)
-            raise CorruptRecord(f"{self.schema}.jobs/{bad[0]}", "refused by the store's check")
+        self._do(self.plans.submit_many(job_ids, actor))
 
     def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
-        for _ in range(_ATTEMPTS):
-            rows = self._run("CLAIM", {"job": job_id, "owner": owner, "ttl": ttl}, write=True)
-            if not rows:
-                continue  # a first claim of the job by someone else, not yet visible to our read
-            outcome, *record, now, _ = rows[0]
-            if outcome == "won":
-                _, _, holder, token, until, seconds = record[:6]
-                return Lease(job_id, holder, token, until, seconds)
-            transitions.claim(self._decode(record), job_id, owner, ttl, now)  # raises AlreadyClaimed, JobCompleted
-            # Claimable after all: the row changed between the statement's judgement and its read.
-        raise contention.outraced(job_id, _ATTEMPTS)  # nothing was written: as on every backend
+        return self._do(self.plans.claim(job_id, owner, ttl))
 
     def claim_next(self, owner: str, ttl: float) -> Lease | None:
-        rows = self._run("CLAIM_NEXT", {"owner": owner, "ttl": ttl}, write=True)
-        if not rows:
-            return None
-        job_id, holder, token, until, seconds, _ = rows[0]
-        return Lease(job_id, holder, token, until, seconds)
-
-    def _holder_op(self, name: str, op: Op, lease: Lease, **extra: Any) -> tuple[float, float]:
-        params = {"job": lease.job_id, "owner": lease.owner, "token": lease.token, **extra}
-        for _ in range(_ATTEMPTS):
-            ((outcome, until, ttl, now, _, *record),) = self._run(name, params, write=True)
-            if outcome == "done":
-                return until, ttl
-            if outcome == "retry":
-                continue  # the row changed between the statement's judgement and its read
-            rec = None if record[0] is None else self._decode(record)  # raises for 'corrupt'
-            raise StaleLease(transitions.rejection(rec, op, lease, Reason(outcome), now))
-        raise BackendUnavailable(f"job {lease.job_id!r} changed under every one of {_ATTEMPTS} attempts")
+        return self._do(self.plans.claim_next(owner, ttl))
 
     def renew(self, lease: Lease, ttl: float) -> Lease:
-        until, seconds = self._holder_op("RENEW", Op.RENEW, lease, ttl=ttl)
-        return Lease(lease.job_id, lease.owner, lease.token, until, seconds)
+        return self._do(self.plans.renew(lease, ttl))
 
     def complete(self, lease: Lease, result: bytes | None) -> None:
-        self._holder_op("COMPLETE", Op.COMPLETE, lease, result=result)
+        self._do(self.plans.complete(lease, result))
 
     def release(self, lease: Lease) -> None:
-        self._holder_op("RELEASE", Op.RELEASE, lease)
+        self._do(self.plans.release(lease))
 
     def force_expire(self, job_id: str, actor: str | None = None, token: int | None = None) -> None:
-        rows = self._run("FORCE_EXPIRE", {"job": job_id, "actor": actor, "expected": token}, write=True)
-        if not rows:
-            raise JobNotFound(job_id)
-        rec = self._decode(rows[0][:12])
-        if token is not None and rec.token != token:
-            raise TokenChanged(job_id, token, rec.token)  # the statement changed nothing
+        self._do(self.plans.force_expire(job_id, actor, token))
 
     def record_rejection(self, r: Rejection) -> None:
-        self._run("RECORD_REJECTION", {
-            "job": r.job_id, "op": r.op.value, "owner": r.owner, "token": r.token,
-            "current_owner": r.current_owner, "current_token": r.current_token, "at": r.at,
-            "reason": r.reason, "kind": r.kind.value, "resource": r.resource}, write=True)
+        self._do(self.plans.record_rejection(r))
 
     # -- reads -------------------------------------------------------------------------------
-    def status_of(self, row: tuple[Any, ...] | list[Any], now: float) -> JobStatus:
-        try:
-            return status(self._decode(row), now)
-        except CorruptRecord as exc:
-            return corrupt_status(str(row[0]), exc.key, exc)
-
     def get(self, job_id: str) -> JobStatus | None:
-        rows = self._run("GET", {"job": job_id}, write=False)
-        return self.status_of(rows[0][:12], rows[0][12]) if rows else None
+        return self._do(self.plans.get(job_id))
 
     def jobs(self) -> Iterator[JobStatus]:
-        after = ""  # below every job id: ids have at least one character
-        while True:
-            rows = self._run("JOBS_PAGE", {"after": after, "limit": _PAGE}, write=False)
-            for row in rows:
-                yield self.status_of(row[:12], row[12])
-            if len(rows) < _PAGE:
-                return
-            after = rows[-1][0]
+        after: str | None = ""
+        while after is not None:
+            found, after = self._do(self.plans.jobs_page(after))
+            yield from found
 
     def rejections(self, since: float | None, limit: int | None, after: int = 0) -> list[Rejection]:
-        return [r for r, _ in self.rejections_with_ids(since, limit, after)]
+        return self._do(self.plans.rejections(since, limit, after))
 
     def rejections_with_ids(self, since: float | None, limit: int | None,
                             after: int = 0) -> list[tuple[Rejection, int]]:
-        rows = self._run("REJECTIONS", {"since": -1e300 if since is None else since, "limit": limit,
-                                        "after": after}, write=False)
-        return [(_rejection(r), r[10]) for r in rows]
+        return self._do(self.plans.rejections_with_ids(since, limit, after))
 
     def job_rejections(self, job_id: str, since: float | None, limit: int | None) -> list[Rejection]:
-        rows = self._run("JOB_REJECTIONS", {"job": job_id, "since": -1e300 if since is None else since,
-                                            "limit": limit}, write=False)  # through rejections_job
-        return [_rejection(r) for r in rows]
+        return self._do(self.plans.job_rejections(job_id, since, limit))
 
     def history(self, job_id: str | None, since: float | None, limit: int | None) -> list[HistoryEvent]:
-        rows = self._run("HISTORY", {"job": job_id, "since": -1e300 if since is None else since,
-                                     "limit": limit}, write=False)
-        return [HistoryEvent(r[0], Op(r[1]), r[2], r[3], r[4], r[5]) for r in rows]
+        return self._do(self.plans.history(job_id, since, limit))
 
     def now(self) -> float:
-        ((now,),) = self._run("NOW", {}, write=False)
-        return float(now)
+        return self._do(self.plans.now())
 
     def watch(self, stop: threading.Event, interval: float) -> Iterator[Change]:
         if not self.notify:
@@ -289,56 +212,21 @@ class PostgresBackend(Backend):
         return watch(self, stop, interval)
 
     def health(self) -> dict[str, Any]:
-        counts = dict(self._run("STATE_COUNTS", {}, write=False))
-        return {"backend": "postgres", "server": self.settings.where(), "schema": self.schema,
-                "server_version": self.server_version, "jobs": sum(counts.values()),
-                "store_clock": self.characteristics.store_clock}
+        return health(self.settings, self.schema, self.server_version, self._do(self.plans.state_counts()))
 
     def close(self) -> None:
         self.pool.close()
         self.watchdog.close()
 
-    # -- operator queries: aggregated in SQL, one page at a time ----------------------------
     def summary(self, now: float, soon: float) -> Summary:
-        counts = dict(self._run("SUMMARY", {"now": now, "soon": now + soon, "hour": now - 3600.0}, write=False))
-        return Summary(now=now, pending=counts.get("pending", 0),
-                       leased=counts.get("leased", 0) + counts.get("soon", 0),
-                       expiring_soon=counts.get("soon", 0), expired=counts.get("expired", 0),
-                       completed=counts.get("completed", 0), corrupt=counts.get("corrupt", 0),
-                       rejections_last_hour=counts.get("rejections", 0))
+        return self._do(self.plans.summary(now, soon))
 
     def page(self, now: float, states: frozenset[JobState] | None, job: str | None,
              owner: str | None, order: str, offset: int, limit: int) -> JobPage:
-        where = ["true"]
-        if states is not None:
-            where.append("(" + (" OR ".join(_STATE_SQL[s] for s in sorted(states)) or "false") + ")")
-        if job is not None:
-            where.append(f"strpos(translate(j.job_id, '{_UPPER}', '{_UPPER.lower()}'), %(job)s) > 0")
-        if owner is not None:
-            where.append(f"strpos(translate(j.owner, '{_UPPER}', '{_UPPER.lower()}'), %(owner)s) > 0")
-        cond = " AND ".join(where)
-        by = "j.lease_until IS NULL, j.lease_until, j.job_id" if order == "expiry" else "j.job_id"
-        table = f"{self.quoted}.jobs"
-        args = {"now": now, "job": None if job is None else fold(job),
-                "owner": None if owner is None else fold(owner), "limit": limit, "offset": offset}
-        try:
-            with self.pool.connection() as conn, self.watchdog.guard(conn):
-                ((total,),) = conn.execute(f"SELECT count(*) FROM {table} j WHERE {cond}", args).fetchall()
-                rows = conn.execute(f"SELECT {q.JOB_COLUMNS} FROM {table} j WHERE {cond} ORDER BY {by}"
-                                    " LIMIT %(limit)s OFFSET %(offset)s", args).fetchall()
-        except psycopg.Error as exc:
-            raise self._error(exc, sent_write=False) from exc
-        return JobPage([self.status_of(r, now) for r in rows], int(total), offset, limit)
+        return self._do(self.plans.page(now, states, job, owner, order, offset, limit))
 
 
-_STATE_SQL = {
-    JobState.PENDING: f"(j.state = 'pending' AND {q.valid('j')})",
-    JobState.LEASED: f"(j.state = 'leased' AND j.lease_until > %(now)s AND {q.valid('j')})",
-    JobState.EXPIRED: f"(j.state = 'leased' AND j.lease_until <= %(now)s AND {q.valid('j')})",
-    JobState.COMPLETED: f"(j.state = 'completed' AND {q.valid('j')})",
-    JobState.CORRUPT: f"(NOT {q.valid('j')})",
-}
-
-
-def _rejection(r: tuple[Any, ...]) -> Rejection:
-    return Rejection(r[0], Op(r[1]), r[2], r[3], r[4], r[5], r[6], r[7], RejectionKind(r[8]), r[9])
+def health(settings: Settings, schema: str, version: int, counts: dict[str, int]) -> dict[str, Any]:
+    return {"backend": "postgres", "server": settings.where(), "schema": schema,
+            "server_version": version, "jobs": sum(counts.values()),
+            "store_clock": PostgresBackend.characteristics.store_clock}

@@ -13,6 +13,7 @@ have been applied: it raises ``OutcomeUnknown``, never a refusal.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import logging
@@ -152,20 +153,44 @@ def _shut(fd: int) -> None:
             sock.close()
 
 
-def idle_and_alive(conn: psycopg.Connection[Any]) -> None:
-    """The pool's check before handing a connection out: an idle connection has nothing to read.
+def idle_problem(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> str | None:
+    """What is wrong with a pooled connection about to be handed out, or None: an idle
+    connection has nothing to read.
 
     A server that restarted or ended the session has closed the socket (or sent a notice of
-    termination); that connection is dropped here, before a write is sent on it and its
-    outcome would be unknown. One poll() call, no round trip.
+    termination); that connection is dropped by the pool's check, before a write is sent on it
+    and its outcome would be unknown. One poll() call, no round trip.
     """
     if conn.closed or conn.pgconn.status != psycopg.pq.ConnStatus.OK:
-        raise psycopg.OperationalError("connection closed")
+        return "connection closed"
     poller = select.poll()
     poller.register(conn.pgconn.socket, select.POLLIN)
-    if poller.poll(0):
+    return "the server ended this idle connection" if poller.poll(0) else None
+
+
+def idle_and_alive(conn: psycopg.Connection[Any]) -> None:
+    """The sync pool's check (see ``idle_problem``)."""
+    problem = idle_problem(conn)
+    if problem is not None:
         conn.close()  # closed, the pool discards it (a connection that only fails the check goes back)
-        raise psycopg.OperationalError("the server ended this idle connection")
+        raise psycopg.OperationalError(problem)
+
+
+def pool_only_waited(exc: Exception, sent_write: bool) -> bool:
+    """Whether the pool's error says only that it waited for a connection: one direct attempt
+    to connect then tells the operator why."""
+    return not sent_write and isinstance(exc, psycopg.OperationalError) and "couldn't get a connection" in str(exc)
+
+
+@contextlib.contextmanager
+def loop_watchdog(conn: psycopg.AsyncConnection[Any], timeout: float) -> Iterator[None]:
+    """``Watchdog`` for the event loop: a timer of the loop, not a thread, shuts the socket of
+    a statement still running after ``timeout`` seconds."""
+    timer = asyncio.get_running_loop().call_later(timeout, _shut, conn.pgconn.socket)
+    try:
+        yield
+    finally:
+        timer.cancel()  # before the connection goes back to the pool and its descriptor is reused
 
 
 def open_pool(settings: Settings, conninfo: str) -> psycopg_pool.ConnectionPool[Any]:

@@ -3,6 +3,9 @@
 The payload names what changed ('j' and a job id, or 'r' for a new rejection), so a change
 costs one read of that job, not a scan. A lease that runs out changes nothing in the table:
 leases shown as live are re-rated against the server's clock once their expiry has passed.
+
+What the watch reads and decides is one sans-I/O generator (``_follow``), driven by the sync
+backend on a psycopg connection and by the asyncio backend on an async one.
 """
 
 from __future__ import annotations
@@ -12,50 +15,125 @@ import dataclasses
 import heapq
 import threading
 import time
-from collections.abc import Iterator
-from typing import Protocol
+from collections.abc import AsyncIterator, Generator, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import psycopg
 from psycopg import sql
 
 from tenure.backends.postgres_connection import Settings, connection_error
-from tenure.core.records import Change, JobState, JobStatus, Rejection
+from tenure.backends.postgres_ops import Plans, Query, Rows
+from tenure.core.records import Change, JobState, JobStatus
 
 
 class Watched(Protocol):
-    """What the watch uses of the backend (``PostgresBackend``), which imports this module."""
+    """What the watch needs of the sync PostgreSQL backend."""
 
     settings: Settings
     channel: str
-    statements: dict[str, str]
+    plans: Plans
 
-    def jobs(self) -> Iterator[JobStatus]: ...
+    def execute(self, query: Query) -> Rows: ...
 
-    def get(self, job_id: str) -> JobStatus | None: ...
 
-    def rejections_with_ids(self, since: float | None, limit: int | None,
-                            after: int = 0) -> list[tuple[Rejection, int]]: ...
+class AsyncWatched(Protocol):
+    """What the watch needs of the asyncio PostgreSQL backend."""
 
-    def now(self) -> float: ...
+    settings: Settings
+    channel: str
+    plans: Plans
+
+    async def execute(self, query: Query) -> Rows: ...
+
+
+@dataclass(frozen=True)
+class Listen:
+    """Wait up to ``timeout`` seconds for notifications; sent back their payloads."""
+
+    timeout: float
+
+
+Step = Query | Listen | Change
+Follow = Generator[Step, Any, None]
 
 
 def watch(backend: Watched, stop: threading.Event, interval: float) -> Iterator[Change]:
     try:
         conn = psycopg.connect(backend.settings.conninfo(), autocommit=True)
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(backend.channel)))
-        conn.execute(backend.statements["WATCH_START"])  # from now on every write notifies
+        conn.execute(backend.plans.statements["WATCH_START"])  # from now on every write notifies
     except psycopg.Error as exc:
         raise connection_error(backend.settings, exc) from exc
     with contextlib.closing(conn):
+        steps = _follow(backend.plans, backend.settings.timeout, interval)
         try:
-            yield from _changes(backend, conn, stop, interval)
+            step = next(steps)
+            while True:
+                if isinstance(step, Change):
+                    yield step
+                    step = next(steps)
+                elif isinstance(step, Listen):
+                    if stop.is_set():
+                        return
+                    step = steps.send(_notes(backend.settings, conn, step.timeout))
+                else:
+                    step = steps.send(backend.execute(step))
         finally:
+            steps.close()
             with contextlib.suppress(psycopg.Error):
-                conn.execute(backend.statements["WATCH_STOP"])
+                conn.execute(backend.plans.statements["WATCH_STOP"])
 
 
-def _changes(backend: Watched, conn: psycopg.Connection[tuple[object, ...]], stop: threading.Event,
-             interval: float) -> Iterator[Change]:
+def _notes(settings: Settings, conn: psycopg.Connection[Any], timeout: float) -> list[str]:
+    try:
+        notes = list(conn.notifies(timeout=timeout, stop_after=1))
+        if notes:
+            notes += conn.notifies(timeout=0.0)  # and whatever came with it
+    except psycopg.Error as exc:
+        raise connection_error(settings, exc) from exc
+    return [note.payload for note in notes]
+
+
+async def watch_async(backend: AsyncWatched, interval: float) -> AsyncIterator[Change]:
+    """The same watch on the event loop; it ends when the ``async for`` is left."""
+    try:
+        conn = await psycopg.AsyncConnection.connect(backend.settings.conninfo(), autocommit=True)
+        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(backend.channel)))
+        await conn.execute(backend.plans.statements["WATCH_START"])
+    except psycopg.Error as exc:
+        raise connection_error(backend.settings, exc) from exc
+    steps = _follow(backend.plans, backend.settings.timeout, interval)
+    try:
+        step = next(steps)
+        while True:
+            if isinstance(step, Change):
+                yield step
+                step = next(steps)
+            elif isinstance(step, Listen):
+                step = steps.send(await _notes_async(backend.settings, conn, step.timeout))
+            else:
+                step = steps.send(await backend.execute(step))
+    finally:
+        steps.close()
+        with contextlib.suppress(psycopg.Error):
+            await conn.execute(backend.plans.statements["WATCH_STOP"])
+        await conn.close()
+
+
+async def _notes_async(settings: Settings, conn: psycopg.AsyncConnection[Any], timeout: float) -> list[str]:
+    try:
+        notes = [note async for note in conn.notifies(timeout=timeout, stop_after=1)]
+        if notes:
+            notes += [note async for note in conn.notifies(timeout=0.0)]
+    except psycopg.Error as exc:
+        raise connection_error(settings, exc) from exc
+    return [note.payload for note in notes]
+
+
+def _follow(plans: Plans, timeout: float, interval: float) -> Follow:
+    """Every job, then every change, as ``Change`` steps; ``Query`` and ``Listen`` steps ask the
+    driver for rows and notification payloads. Runs until the driver stops asking."""
     shown: dict[str, JobStatus] = {}
     expiries: list[tuple[float, str]] = []  # live leases shown, by expiry; stale entries are skipped
 
@@ -66,47 +144,47 @@ def _changes(backend: Watched, conn: psycopg.Connection[tuple[object, ...]], sto
                 heapq.heappush(expiries, (job.expires_at, job.job_id))
             yield Change(job=job)
 
+    def every_job() -> Generator[Step, Rows, None]:
+        after: str | None = ""
+        while after is not None:
+            found, after = yield from plans.jobs_page(after)
+            for job in found:
+                yield from show(job)
+
     # Listening and registered before the first read. A write that began before we registered
     # may not notify; it ends within the statement timeout, so one more full read after that
     # catches it.
-    for job in backend.jobs():
-        yield from show(job)
-    relist_at: float | None = time.monotonic() + backend.settings.timeout + 1.0
+    yield from every_job()
+    relist_at: float | None = time.monotonic() + timeout + 1.0
     last = 0  # id of the newest rejection shown
-    for rejection, number in backend.rejections_with_ids(None, None):
+    for rejection, number in (yield from plans.rejections_with_ids(None, None)):
         last = number
         yield Change(rejection=rejection)
-    while not stop.is_set():
-        try:
-            notes = list(conn.notifies(timeout=interval, stop_after=1))
-            if notes:
-                notes += conn.notifies(timeout=0.0)  # and whatever came with it
-        except psycopg.Error as exc:
-            raise connection_error(backend.settings, exc) from exc
+    while True:
+        payloads: list[str] = yield Listen(interval)
         jobs: dict[str, None] = {}  # in order, once each
         rejected = False
-        for note in notes:
-            if note.payload == "r":
+        for payload in payloads:
+            if payload == "r":
                 rejected = True
             else:
-                jobs[note.payload[1:]] = None
+                jobs[payload[1:]] = None
         for job_id in jobs:
-            current = backend.get(job_id)
+            current = yield from plans.get(job_id)
             if current is None:
                 if shown.pop(job_id, None) is not None:
                     yield Change(removed=job_id)
             else:
                 yield from show(current)
         if rejected:
-            for rejection, number in backend.rejections_with_ids(None, None, after=last):
+            for rejection, number in (yield from plans.rejections_with_ids(None, None, after=last)):
                 last = number
                 yield Change(rejection=rejection)
         if relist_at is not None and time.monotonic() >= relist_at:
             relist_at = None
-            for job in backend.jobs():
-                yield from show(job)
-        if expiries and not stop.is_set():
-            now = backend.now()
+            yield from every_job()
+        if expiries:
+            now = yield from plans.now()
             while expiries and expiries[0][0] <= now:
                 until, job_id = heapq.heappop(expiries)
                 seen = shown.get(job_id)

@@ -40,3 +40,9 @@ def readable(raw: Iterable[Raw], read: Callable[[Raw], T]) -> Iterator[T]:
             yield read(item)
         except CorruptRecord as exc:
             log.warning("skipping an audit record tenure cannot read: %s", exc)
+
+
+def of_job(audit: list[Rejection], job_id: str, since: float | None, limit: int | None) -> list[Rejection]:
+    """``job_id``'s rejections out of a whole audit read oldest first: what a store without an
+    index on the audit's job answers (both flavours' default ``job_rejections``)."""
+    return select(reversed(audit), since, limit, keep=lambda r: r.job_id == job_id)

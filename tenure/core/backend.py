@@ -181,8 +181,7 @@ class Backend(abc.ABC):
     def job_rejections(self, job_id: str, since: float | None, limit: int | None) -> list[Rejection]:
         """One job's rejections, oldest first; this default filters the whole audit, stores
         with an index on the audit's job override it."""
-        return audit.select(reversed(self.rejections(since, None)), since, limit,
-                            keep=lambda r: r.job_id == job_id)
+        return audit.of_job(self.rejections(since, None), job_id, since, limit)
 
     def close(self) -> None:  # noqa: B027 - a no-op is the right default
         """Release connections. Idempotent."""

@@ -25,7 +25,9 @@ from tenure.core.backend import Backend
 from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.errors import InvalidArgument, LeaseError, quoted
 from tenure.core.records import HistoryEvent, JobPage, JobState, JobStatus, Rejection, Summary
-from tenure.core.store import MAX_PAGE, Store, page_arguments
+from tenure.core import checks
+from tenure.core.checks import MAX_PAGE
+from tenure.core.store import Store
 
 log = logging.getLogger("tenure.snapshot")
 T = TypeVar("T")
@@ -144,7 +146,7 @@ class Snapshot:
     def page(self, *, states: Iterable[JobState | str] | None = None, job: str | None = None,
              owner: str | None = None, order: str = "expiry", offset: int = 0, limit: int = 50) -> JobPage:
         """``Store.page``, validated alike."""
-        args = page_arguments(states, job, owner, order, offset, limit)
+        args = checks.page(states, job, owner, order, offset, limit)
         mirror = self._mirrored()
         if mirror is None:
             return self._cached(("page", args), lambda: self.store.page(

@@ -45,27 +45,38 @@ _COUNTED = {"claim": claims, "claim_next": claims, "renew": renewals, "complete"
 
 def timed(backend: str, operation: str, call: Callable[[], T]) -> T:
     """Run one store operation, recording its duration, its outcome and what it counts."""
-    started = time.perf_counter()
-    outcome = "error"
-    try:
-        result = call()
-        outcome = "ok"
-        counter = _COUNTED.get(operation)
-        if counter is not None and not (operation == "claim_next" and result is None):
-            counter.add(1, {"tenure.backend": backend})
+    with Measured(backend, operation) as measured:
+        return measured.ok(call())
+
+
+class Measured:
+    """One store operation's duration, outcome and counts, around a sync call or an await."""
+
+    def __init__(self, backend: str, operation: str) -> None:
+        self._backend = backend
+        self._operation = operation
+        self._outcome = "error"
+        self._started = 0.0
+
+    def __enter__(self) -> Measured:
+        self._started = time.perf_counter()
+        return self
+
+    def ok(self, result: T) -> T:
+        self._outcome = "ok"
+        counter = _COUNTED.get(self._operation)
+        if counter is not None and not (self._operation == "claim_next" and result is None):
+            counter.add(1, {"tenure.backend": self._backend})
         return result
-    except StaleLease as exc:
-        outcome = "refused"
-        rejected(backend, operation, exc.rejection.reason)
-        raise
-    except BackendUnavailable:
-        raise
-    except LeaseError:
-        outcome = "refused"  # already claimed, completed, token changed, invalid ...
-        raise
-    finally:
-        duration.record(time.perf_counter() - started,
-                        {"tenure.backend": backend, "tenure.operation": operation, "tenure.outcome": outcome})
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, StaleLease):
+            self._outcome = "refused"
+            rejected(self._backend, self._operation, exc.rejection.reason)
+        elif isinstance(exc, LeaseError) and not isinstance(exc, BackendUnavailable):
+            self._outcome = "refused"  # already claimed, completed, token changed, invalid ...
+        duration.record(time.perf_counter() - self._started, {
+            "tenure.backend": self._backend, "tenure.operation": self._operation, "tenure.outcome": self._outcome})
 
 
 def rejected(backend: str, operation: str, reason: str) -> None:

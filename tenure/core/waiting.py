@@ -13,13 +13,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from tenure.core import validation
 from tenure.core.backend import Backend
-from tenure.core.records import Change, JobState
+from tenure.core.errors import AlreadyClaimed, LeaseError, NotYetClaimable
+from tenure.core.records import Change, JobState, Lease
 
 log = logging.getLogger("tenure.waiting")
+T = TypeVar("T")
 
+CLAIM_WAITS = 3  # NotYetClaimable waits one claim() without wait sits out before it raises
 FIRST_DELAY = 0.05
 MAX_POLL_DELAY = 1.0  # without a watch: also how late an expiry nobody announces is noticed
 MAX_WATCH_DELAY = 2.0  # with a watch: a fallback for changes a watch does not report (expiry)
@@ -94,15 +100,121 @@ class Changes:
             self._cond.notify_all()
 
 
+class Pacing:
+    """When the next attempt of one blocking claim is due; no I/O, shared by both flavours."""
+
+    def __init__(self, wait: float, native: bool) -> None:
+        # The wait is the caller's real time (like the sleeps between attempts), not the
+        # store's clock: an injected test clock must not stretch or shrink it.
+        self._end = time.monotonic() + wait
+        self._delay = FIRST_DELAY
+        self._native = native
+
+    def next_sleep(self, due_in: float | None) -> float | None:
+        """Seconds to sleep before the next attempt, at most until a change wakes the claim;
+        None once the wait is over (do not try again).
+
+        ``due_in``: seconds until the obstacle ends by itself (a lease's expiry), if known.
+        """
+        remaining = self._end - time.monotonic()
+        if remaining <= 0:
+            return None
+        if self._native:  # changes are announced: sleep until the lease is due, or the cap
+            timeout = min(MAX_WATCH_DELAY, self._delay if due_in is None else max(due_in, FIRST_DELAY))
+        else:  # a release is seen only by trying: back off, but not past the lease's end
+            timeout = self._delay if due_in is None else min(self._delay, max(due_in, FIRST_DELAY))
+        self._delay = min(self._delay * 2, MAX_WATCH_DELAY if self._native else MAX_POLL_DELAY)
+        return min(timeout, remaining)
+
+
+def due_in(exc: LeaseError, store_now: float | None) -> float | None:
+    """Seconds until what refused a claim ends by itself, if known: a lease the store may have
+    ended early (``NotYetClaimable``), or the current holder's lease (``AlreadyClaimed``)."""
+    if isinstance(exc, NotYetClaimable):
+        return exc.retry_after
+    if isinstance(exc, AlreadyClaimed) and exc.expires_at is not None and store_now is not None:
+        return exc.expires_at - store_now
+    return None
+
+
+# The attempts of a claim, free of I/O: ``claim_steps`` and ``claim_next_steps`` yield what to do
+# next and are sent its outcome; ``Store`` and ``tenure.aio.AsyncStore`` only carry it out.
+@dataclass(frozen=True)
+class Attempt:
+    """Send the claim once; sent back its lease (or None), or thrown the store's refusal."""
+
+
+@dataclass(frozen=True)
+class StartWaiting:
+    """Note the store's changes seen so far: one after this wakes the next ``Pause``."""
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A blocking claim's pause (``Waiter.pause``); sent back False once its wait is over."""
+
+    due_in: float | None
+
+
+@dataclass(frozen=True)
+class Sleep:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ReadNow:
+    """Sent back the store's clock."""
+
+
+Step = Attempt | StartWaiting | Pause | Sleep | ReadNow
+Steps = Generator[Step, Any, T]
+
+
+def claim_steps(blocking: bool) -> Steps[Lease]:
+    """``claim``: with a wait, pause while the job is held or not yet claimable, until the wait
+    is over; without one, sit out only a lease the store may have ended early, ``CLAIM_WAITS``
+    times (each is for a newer claim, as tokens grow: few rounds)."""
+    if blocking:
+        yield StartWaiting()
+    sat_out = 0
+    while True:
+        try:
+            lease: Lease = yield Attempt()
+            return lease
+        except NotYetClaimable as exc:  # first: it is an AlreadyClaimed too
+            if blocking:
+                if not (yield Pause(exc.retry_after)):
+                    raise
+            elif sat_out < CLAIM_WAITS:
+                yield Sleep(exc.retry_after)
+                sat_out += 1
+            else:
+                raise
+        except AlreadyClaimed as exc:
+            if not blocking:
+                raise
+            now = (yield ReadNow()) if exc.expires_at is not None else None
+            if not (yield Pause(due_in(exc, now))):
+                raise
+
+
+def claim_next_steps(blocking: bool) -> Steps[Lease | None]:
+    """``claim_next``: with a wait, try again after each pause until a job is claimed or the
+    wait is over."""
+    lease: Lease | None = yield Attempt()
+    if lease is None and blocking:
+        yield StartWaiting()
+        while lease is None and (yield Pause(None)):
+            lease = yield Attempt()
+    return lease
+
+
 class Waiter:
     """Paces the attempts of one blocking claim."""
 
     def __init__(self, changes: Changes, wait: float) -> None:
-        # The wait is the caller's real time (like the sleeps between attempts), not the
-        # store's clock: an injected test clock must not stretch or shrink it.
         self._changes = changes
-        self._end = time.monotonic() + wait
-        self._delay = FIRST_DELAY
+        self._pacing = Pacing(wait, changes.native)
         self._seen = changes.seen()  # before the next attempt: a change after it wakes us
 
     def pause(self, due_in: float | None = None) -> bool:
@@ -110,14 +222,9 @@ class Waiter:
 
         ``due_in``: seconds until the obstacle ends by itself (a lease's expiry), if known.
         """
-        remaining = self._end - time.monotonic()
-        if remaining <= 0:
+        timeout = self._pacing.next_sleep(due_in)
+        if timeout is None:
             return False
-        if self._changes.native:  # changes are announced: sleep until the lease is due, or the cap
-            timeout = min(MAX_WATCH_DELAY, self._delay if due_in is None else max(due_in, FIRST_DELAY))
-        else:  # a release is seen only by trying: back off, but not past the lease's end
-            timeout = self._delay if due_in is None else min(self._delay, max(due_in, FIRST_DELAY))
-        self._changes.wait(self._seen, min(timeout, remaining))
+        self._changes.wait(self._seen, timeout)
         self._seen = self._changes.seen()
-        self._delay = min(self._delay * 2, MAX_WATCH_DELAY if self._changes.native else MAX_POLL_DELAY)
         return True

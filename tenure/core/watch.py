@@ -1,9 +1,13 @@
-"""Change feeds by polling, for backends without a native watch (memory, SQLite)."""
+"""Change feeds by polling, for backends without a native watch (memory, SQLite).
+
+What a poll decides (which jobs changed, which rejections are new) is ``Polled``, free of I/O;
+``poll`` drives it with a sync backend, ``tenure.aio`` with an async one.
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 from tenure.core.records import Change, JobStatus, Rejection
@@ -21,19 +25,53 @@ class Source(Protocol):
 
 def poll(backend: Source, stop: threading.Event, interval: float) -> Iterator[Change]:
     """Yield every job as it is first seen, then each change and each new rejection."""
-    seen: dict[str, JobStatus] = {}
+    polled = Polled()
     fresh_rejections = NewRejections(backend, None)
     while not stop.is_set():
-        current = {job.job_id: job for job in backend.jobs()}
-        for job_id, job in current.items():
-            if seen.get(job_id) != job:
-                yield Change(job=job)
-        for job_id in seen.keys() - current.keys():
-            yield Change(removed=job_id)
-        seen = current
-        for rejection in fresh_rejections():
-            yield Change(rejection=rejection)
+        yield from polled.jobs(backend.jobs())
+        yield from (Change(rejection=r) for r in fresh_rejections())
         stop.wait(interval)
+
+
+class Polled:
+    """What one poll after another has shown."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, JobStatus] = {}
+
+    def jobs(self, listed: Iterable[JobStatus]) -> list[Change]:
+        """The changes from the jobs shown last time to the jobs listed now."""
+        current = {job.job_id: job for job in listed}
+        changes = [Change(job=job) for job_id, job in current.items() if self._seen.get(job_id) != job]
+        changes += [Change(removed=job_id) for job_id in self._seen.keys() - current.keys()]
+        self._seen = current
+        return changes
+
+
+class RejectionFilter:
+    """Tells new rejections from those already returned, reading the audit again and again.
+
+    ``since``: store time to read from; None for every retained rejection on the first read.
+    """
+
+    def __init__(self, since: float | None) -> None:
+        self.since = since
+        self._seen: set[Rejection] = set()
+
+    def fresh(self, read: list[Rejection]) -> list[Rejection] | None:
+        """The rejections of ``read`` (the audit since ``since``) not returned before, oldest
+        first; None when there were none and no start time is known yet (call ``start_at``)."""
+        fresh = [r for r in read if r not in self._seen]
+        if fresh:
+            # Keep only the records at the newest instant to tell repeats from new ones.
+            self.since = max(r.at for r in fresh)
+            self._seen = {r for r in self._seen | set(fresh) if r.at >= self.since}
+        elif self.since is None:
+            return None
+        return fresh
+
+    def start_at(self, now: float) -> None:
+        self.since = now
 
 
 class NewRejections:
@@ -45,15 +83,11 @@ class NewRejections:
 
     def __init__(self, backend: Source, since: float | None) -> None:
         self._backend = backend
-        self._since = since
-        self._seen: set[Rejection] = set()
+        self._filter = RejectionFilter(since)
 
     def __call__(self) -> list[Rejection]:
-        fresh = [r for r in self._backend.rejections(self._since, None) if r not in self._seen]
-        if fresh:
-            # Keep only the records at the newest instant to tell repeats from new ones.
-            self._since = max(r.at for r in fresh)
-            self._seen = {r for r in self._seen | set(fresh) if r.at >= self._since}
-        elif self._since is None:
-            self._since = self._backend.now()
+        fresh = self._filter.fresh(self._backend.rejections(self._filter.since, None))
+        if fresh is None:
+            self._filter.start_at(self._backend.now())
+            return []
         return fresh

@@ -81,6 +81,7 @@ class Kit:
     corrupt_hook: CorruptHook | None = None
     restartable_factory: Callable[[], Restartable | None] = lambda: None
     pauser: Pauser | None = None
+    opener: Callable[..., tenure.Store] = tenure.connect  # how the tests open a store
 
     def connect(self, url: str | None = None, *, own_clock: bool = False, **options: Any) -> tenure.Store:
         """A store at ``url`` (the test's store by default) with the suite's options.
@@ -91,7 +92,7 @@ class Kit:
         merged = {**self.options, **options}
         if own_clock:
             merged.pop("clock", None)
-        return tenure.connect(url or self.url, **merged)
+        return self.opener(url or self.url, **merged)
 
     def expire(self, store: tenure.Store, lease: tenure.Lease) -> None:
         """Return once ``lease`` has expired by the store's clock and may be claimed again."""

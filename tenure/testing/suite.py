@@ -11,6 +11,9 @@ fixtures are optional hooks with working or skipping defaults:
 ``corrupt_record``     ``(store, job_id) -> None``: plant bytes tenure did not write; None skips
 ``restartable_store``  a ``Restartable`` (url, restart) on a server the test may crash and start
                        again; None skips. Requested only by the test that needs it.
+``open_store``         ``(url, **options) -> Store`` that the tests open stores with;
+                       ``tenure.connect`` by default (an adapter may run the cases through
+                       another API of the same contract, as tenure's own tests do for tenure.aio)
 ``pause_holder``       a ``Pauser`` (pause(pid), resume(pid)) that freezes a holder process; by
                        default SIGSTOP and SIGCONT, None (skips) where there are none
 
@@ -20,7 +23,7 @@ and of leases a test waits out; raise ``short_ttl`` for a store with a minimum l
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import pytest
@@ -70,15 +73,20 @@ class Hooks:
         return signal_pauser()
 
     @pytest.fixture
+    def open_store(self) -> Callable[..., tenure.Store]:
+        return tenure.connect
+
+    @pytest.fixture
     def kit(self, request: pytest.FixtureRequest, store_url: str, connect_options: dict[str, Any],
-            expire_lease: ExpireHook, corrupt_record: CorruptHook | None, pause_holder: Pauser | None) -> Kit:
+            expire_lease: ExpireHook, corrupt_record: CorruptHook | None, pause_holder: Pauser | None,
+            open_store: Callable[..., tenure.Store]) -> Kit:
         def restartable() -> Restartable | None:  # only the restart test starts such a server
             found: Restartable | None = request.getfixturevalue("restartable_store")
             return found
 
         return Kit(type(self).__name__, store_url, dict(connect_options), ttl=self.ttl, short_ttl=self.short_ttl,
                    expire_hook=expire_lease, corrupt_hook=corrupt_record, restartable_factory=restartable,
-                   pauser=pause_holder)
+                   pauser=pause_holder, opener=open_store)
 
     @pytest.fixture
     def store(self, kit: Kit) -> Iterator[tenure.Store]:

@@ -1,7 +1,7 @@
 """Blocking claims: ``claim(..., wait=)`` and ``claim_next(..., wait=)`` on every backend.
 
 Each test starts the change it waits for only once the claim is pausing (a hook on
-``Waiter.pause`` says so), so nothing depends on how long a thread takes to start. Where the
+``Pacing.next_sleep`` says so), so nothing depends on how long a thread takes to start. Where the
 store has a native watch (etcd, ZooKeeper) the backoff is stretched to ten minutes, so the
 claim can only return in time if the watch woke it.
 """
@@ -40,13 +40,13 @@ class BlockingClaimTests:
     def paused(self, monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
         """Set once a blocking claim first pauses between attempts."""
         event = threading.Event()
-        original = waiting.Waiter.pause
+        original = waiting.Pacing.next_sleep  # what both flavours' waiters ask before each pause
 
-        def pause(waiter: waiting.Waiter, due_in: float | None = None) -> bool:
+        def next_sleep(pacing: waiting.Pacing, due_in: float | None) -> float | None:
             event.set()
-            return original(waiter, due_in)
+            return original(pacing, due_in)
 
-        monkeypatch.setattr(waiting.Waiter, "pause", pause)
+        monkeypatch.setattr(waiting.Pacing, "next_sleep", next_sleep)
         yield event
 
     def test_claim_next_waits_for_a_job_submitted_meanwhile(self, kit: Kit, store: tenure.Store,

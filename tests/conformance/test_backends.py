@@ -2,19 +2,25 @@
 
 Each class maps the suite's hooks to the backend's test harness (``tests/harness.py`` and
 ``tests/servers/``). ``TENURE_TEST_BACKENDS=memory,sqlite`` limits the run to some backends.
+Memory, SQLite and PostgreSQL run the suite a second time through ``tenure.aio`` (an event loop
+behind the sync shape, ``tests/aio_sync.py``); ``TENURE_TEST_FLAVOURS=sync`` (or ``aio``) keeps
+one flavour. tenure.aio does not serve etcd and ZooKeeper yet.
 """
 
 from __future__ import annotations
 
+import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
+import tenure
 from tenure.testing import ConformanceSuite, Restartable
 from tenure.testing.kit import CorruptHook, ExpireHook
+from tests.aio_sync import SyncStore
 from tests.conftest import ALL_BACKENDS, BACKENDS
 from tests.harness import Harness, MemoryHarness, SQLiteHarness
 from tests.servers.etcd import EtcdHarness, start_or_fail
@@ -97,6 +103,45 @@ class TestPostgres(HarnessSuite):
             postgres_private.start()
 
         return Restartable(f"{postgres_private.url}?schema=crash_{uuid.uuid4().hex[:8]}&timeout=3", restart)
+
+
+FLAVOURS = [f for f in os.environ.get("TENURE_TEST_FLAVOURS", "sync,aio").split(",") if f]
+# Cases about sync-only companions of the store, not about the store's contract.
+SYNC_ONLY = {
+    "test_the_store_proves_the_tokens_it_issued_and_no_other": "fencing.Proof takes a sync tenure.Store",
+}
+
+
+class AioFlavour:
+    """The same cases with every store opened through ``tenure.aio.connect``."""
+
+    @pytest.fixture(autouse=True)
+    def _aio_cases_only(self, request: pytest.FixtureRequest) -> None:
+        if "aio" not in FLAVOURS:
+            pytest.skip("TENURE_TEST_FLAVOURS leaves out aio")
+        reason = SYNC_ONLY.get(request.function.__name__)
+        if reason:
+            pytest.skip(reason)
+
+    @pytest.fixture
+    def open_store(self) -> Callable[..., tenure.Store]:
+        def opened(url: str, **options: object) -> tenure.Store:
+            store: tenure.Store = SyncStore.open(url, **options)  # type: ignore[assignment]
+            return store
+
+        return opened
+
+
+class TestMemoryAio(AioFlavour, TestMemory):
+    pass
+
+
+class TestSQLiteAio(AioFlavour, TestSQLite):
+    pass
+
+
+class TestPostgresAio(AioFlavour, TestPostgres):
+    pass
 
 
 def test_every_backend_has_a_suite() -> None:

@@ -1,0 +1,261 @@
+"""The asyncio backend interface, and the worker-thread backend that serves memory and SQLite.
+
+``AsyncBackend`` is ``tenure.Backend`` with coroutines: the same atomic operations, called
+with arguments ``AsyncStore`` already checked (``tenure.core.checks``), deciding with the
+store's clock. A backend whose client library has asyncio I/O implements it natively
+(PostgreSQL: ``tenure.backends.postgres_aio``); ``ThreadedBackend`` serves a sync backend
+from ONE worker thread per store, as aiosqlite does: SQLite answers from a local file in
+about a millisecond, so one thread is enough and never grows. The memory store, which never
+waits on I/O, is called in the loop itself.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import concurrent.futures
+import contextlib
+import functools
+import itertools
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, TypeVar
+
+from tenure.core import audit
+from tenure.core.backend import Backend, Characteristics, Link
+from tenure.core.errors import BackendUnavailable
+from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
+from tenure.core.watch import Polled, RejectionFilter
+
+T = TypeVar("T")
+_BATCH = 500  # jobs fetched per trip to the worker thread by jobs()
+
+
+class AsyncBackend(abc.ABC):
+    """A handful of atomic operations on one store, as coroutines (see ``tenure.Backend``)."""
+
+    characteristics: Characteristics
+    io: str  # how it reaches the store, in words, for health() and the docs
+
+    @property
+    @abc.abstractmethod
+    def native_watch(self) -> bool:
+        """Whether ``watch`` is pushed by the store (blocking claims then sleep until a change)."""
+
+    async def open(self) -> None:  # noqa: B027 - most backends are ready once built
+        """Connect, in the loop; ``connect()`` calls it once after building the backend."""
+
+    @abc.abstractmethod
+    async def submit_many(self, job_ids: list[str], actor: str | None = None) -> None: ...
+
+    @abc.abstractmethod
+    async def claim(self, job_id: str, owner: str, ttl: float) -> Lease: ...
+
+    @abc.abstractmethod
+    async def claim_next(self, owner: str, ttl: float) -> Lease | None: ...
+
+    @abc.abstractmethod
+    async def renew(self, lease: Lease, ttl: float) -> Lease: ...
+
+    @abc.abstractmethod
+    async def complete(self, lease: Lease, result: bytes | None) -> None: ...
+
+    @abc.abstractmethod
+    async def release(self, lease: Lease) -> None: ...
+
+    @abc.abstractmethod
+    async def force_expire(self, job_id: str, actor: str | None = None, token: int | None = None) -> None: ...
+
+    @abc.abstractmethod
+    async def record_rejection(self, rejection: Rejection) -> None: ...
+
+    @abc.abstractmethod
+    async def get(self, job_id: str) -> JobStatus | None: ...
+
+    @abc.abstractmethod
+    def jobs(self) -> AsyncIterator[JobStatus]: ...
+
+    @abc.abstractmethod
+    async def rejections(self, since: float | None, limit: int | None) -> list[Rejection]: ...
+
+    async def job_rejections(self, job_id: str, since: float | None, limit: int | None) -> list[Rejection]:
+        """One job's rejections; by default the whole audit's, filtered (the sync core's rule)."""
+        return audit.of_job(await self.rejections(since, None), job_id, since, limit)
+
+    @abc.abstractmethod
+    async def history(self, job_id: str | None, since: float | None, limit: int | None) -> list[HistoryEvent]: ...
+
+    @abc.abstractmethod
+    async def now(self) -> float: ...
+
+    @abc.abstractmethod
+    async def summary(self, now: float, soon: float) -> Summary: ...
+
+    @abc.abstractmethod
+    async def page(self, now: float, states: frozenset[JobState] | None, job: str | None,
+                   owner: str | None, order: str, offset: int, limit: int) -> JobPage: ...
+
+    @abc.abstractmethod
+    def watch(self, interval: float) -> AsyncIterator[Change]: ...
+
+    @abc.abstractmethod
+    async def health(self) -> dict[str, Any]: ...
+
+    def link(self) -> Link:
+        """The connection's state for ``AsyncHeldLease.check()``; read without I/O."""
+        return Link()
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release connections and threads. Idempotent."""
+
+
+class ThreadedBackend(AsyncBackend):
+    """A sync backend served by one worker thread per store, calls queued in order; or, for a
+    backend that never waits on I/O (memory), called in the loop itself (``inline``)."""
+
+    def __init__(self, sync: Backend, *, inline: bool = False) -> None:
+        self.sync = sync
+        self.characteristics = sync.characteristics
+        self.io = "in the event loop (no I/O)" if inline else "one worker thread per store"
+        self._worker = None if inline else concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tenure-aio")
+        self._closed = False
+
+    @property
+    def native_watch(self) -> bool:
+        return type(self.sync).watch is not Backend.watch
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._closed:
+            raise BackendUnavailable("the store is closed")
+        if self._worker is None:
+            return fn(*args)  # microseconds under the memory store's lock: a hop would cost more
+        # A caller cancelled while its call waits in the queue or runs does not stop the call:
+        # the worker finishes it. AsyncStore decides what that means (claims are released).
+        return await asyncio.get_running_loop().run_in_executor(self._worker, functools.partial(fn, *args))
+
+    async def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
+        await self._call(self.sync.submit_many, job_ids, actor)
+
+    async def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
+        return await self._call(self.sync.claim, job_id, owner, ttl)
+
+    async def claim_next(self, owner: str, ttl: float) -> Lease | None:
+        return await self._call(self.sync.claim_next, owner, ttl)
+
+    async def renew(self, lease: Lease, ttl: float) -> Lease:
+        return await self._call(self.sync.renew, lease, ttl)
+
+    async def complete(self, lease: Lease, result: bytes | None) -> None:
+        await self._call(self.sync.complete, lease, result)
+
+    async def release(self, lease: Lease) -> None:
+        await self._call(self.sync.release, lease)
+
+    async def force_expire(self, job_id: str, actor: str | None = None, token: int | None = None) -> None:
+        await self._call(self.sync.force_expire, job_id, actor, token)
+
+    async def record_rejection(self, rejection: Rejection) -> None:
+        await self._call(self.sync.record_rejection, rejection)
+
+    async def get(self, job_id: str) -> JobStatus | None:
+        return await self._call(self.sync.get, job_id)
+
+    async def jobs(self) -> AsyncIterator[JobStatus]:
+        found = await self._call(self.sync.jobs)
+        while batch := await self._call(lambda: list(itertools.islice(found, _BATCH))):
+            for job in batch:
+                yield job
+
+    async def rejections(self, since: float | None, limit: int | None) -> list[Rejection]:
+        return await self._call(self.sync.rejections, since, limit)
+
+    async def job_rejections(self, job_id: str, since: float | None, limit: int | None) -> list[Rejection]:
+        return await self._call(self.sync.job_rejections, job_id, since, limit)
+
+    async def history(self, job_id: str | None, since: float | None, limit: int | None) -> list[HistoryEvent]:
+        return await self._call(self.sync.history, job_id, since, limit)
+
+    async def now(self) -> float:
+        return await self._call(self.sync.now)
+
+    async def summary(self, now: float, soon: float) -> Summary:
+        return await self._call(self.sync.summary, now, soon)
+
+    async def page(self, now: float, states: frozenset[JobState] | None, job: str | None,
+                   owner: str | None, order: str, offset: int, limit: int) -> JobPage:
+        return await self._call(self.sync.page, now, states, job, owner, order, offset, limit)
+
+    def watch(self, interval: float) -> AsyncIterator[Change]:
+        if self.native_watch:  # the backend's own feed, which blocks: followed in a thread
+            return in_thread(lambda stop: self.sync.watch(stop, interval), "tenure-aio-watch")
+        return poll(self, interval)
+
+    async def health(self) -> dict[str, Any]:
+        return {**await self._call(self.sync.health), "io": self.io}
+
+    def link(self) -> Link:
+        return self.sync.link()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        await self._call(self.sync.close)
+        self._closed = True
+        if self._worker is not None:
+            self._worker.shutdown(wait=False)
+
+
+async def poll(backend: AsyncBackend, interval: float) -> AsyncIterator[Change]:
+    """``tenure.core.watch.poll`` on an async backend: the same ``Polled`` decides."""
+    polled, rejections = Polled(), RejectionFilter(None)
+    while True:
+        for change in polled.jobs([job async for job in backend.jobs()]):
+            yield change
+        fresh = rejections.fresh(await backend.rejections(rejections.since, None))
+        if fresh is None:
+            rejections.start_at(await backend.now())
+        for rejection in fresh or ():
+            yield Change(rejection=rejection)
+        await asyncio.sleep(interval)
+
+
+async def in_thread(follow: Callable[[threading.Event], Iterator[T]], name: str) -> AsyncIterator[T]:
+    """A blocking change feed followed in a thread of its own, its items handed to the loop.
+
+    The feed runs while the async iterator is open: closing it (``aclose()``, leaving an
+    ``async for`` early, cancelling its task) sets the feed's stop flag, and the thread ends
+    at the feed's next look at it.
+    """
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[bool, Any]] = asyncio.Queue()
+    stop = threading.Event()
+
+    def post(item: tuple[bool, Any]) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody reads any more
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+
+    def run() -> None:
+        try:
+            for item in follow(stop):
+                if stop.is_set():
+                    break
+                post((True, item))
+        except BaseException as exc:  # handed to the reader, raised there
+            post((False, exc))
+        else:
+            post((False, None))
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    try:
+        while True:
+            ok, item = await queue.get()
+            if ok:
+                yield item
+            elif item is None:
+                return
+            else:
+                raise item
+    finally:
+        stop.set()

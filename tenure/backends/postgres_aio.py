@@ -1,0 +1,199 @@
+"""``postgresql://`` for ``tenure.aio``: psycopg's asyncio connections and ``AsyncConnectionPool``.
+
+The operations are ``postgres_ops``'s plans, the very ones the sync backend runs: the same
+statements, parameters and decoding; this module only runs their queries on the event loop.
+No thread per call: a statement is a socket write and read the loop waits on, its timeout a
+timer of the loop (``loop_watchdog``). Opening the store creates or migrates its schema and
+checks durability once, with the sync code (``postgres.prepare``) in a thread, before the
+pool opens: a one-time step, not a per-call one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any, TypeVar
+
+import psycopg
+import psycopg_pool
+
+from tenure.aio.backend import AsyncBackend, poll
+from tenure.backends.postgres import PostgresBackend, health, log, prepare, settings_from_url
+from tenure.backends.postgres_connection import (
+    Settings,
+    connection_error,
+    idle_problem,
+    loop_watchdog,
+    pool_only_waited,
+)
+from tenure.backends.postgres_ops import ATTEMPTS, Plan, Plans, Query, Trims, run_async, try_again
+from tenure.backends.postgres_schema import check_schema_name
+from tenure.core.clock import Clock
+from tenure.core.errors import BackendUnavailable
+from tenure.core.options import Options, StoreURL
+from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
+
+T = TypeVar("T")
+
+
+class AsyncPostgresBackend(AsyncBackend):
+    characteristics = PostgresBackend.characteristics
+    io = "psycopg asyncio connections (AsyncConnectionPool), no thread per call"
+
+    def __init__(self, settings: Settings, *, schema: str = "tenure", retention: int = 10_000,
+                 notify: bool = True, unsafe_durability: bool = False) -> None:
+        self.settings = settings
+        self.schema = check_schema_name(schema)
+        self.retention = retention
+        self.channel = f"tenure_{schema}"[:63]
+        self.notify = notify
+        self._unsafe_durability = unsafe_durability
+        self._trims = Trims()
+        self._pool: psycopg_pool.AsyncConnectionPool[Any] | None = None
+        self.quoted = ""
+        self.server_version = 0
+        self.plans = Plans(self.schema, "", "")  # replaced once open() knows the quoted name
+
+    @classmethod
+    def from_url(cls, url: StoreURL, options: Options, clock: Clock | None) -> AsyncPostgresBackend:
+        settings, kwargs = settings_from_url(url, options)
+        return cls(settings, **kwargs)
+
+    async def open(self) -> None:
+        prepared = await asyncio.to_thread(prepare, self.settings, self.schema, self._unsafe_durability)
+        self.quoted, self.server_version = prepared.quoted, prepared.server_version
+        self.plans = Plans(self.schema, self.quoted, self.channel if self.notify else "")
+        self._pool = psycopg_pool.AsyncConnectionPool(
+            self.settings.conninfo(prepared.synchronous_commit), min_size=1, max_size=self.settings.pool_size,
+            timeout=self.settings.timeout, kwargs={"autocommit": True}, check=_idle_and_alive, open=False,
+            name="tenure-aio", reconnect_timeout=self.settings.timeout)  # as open_pool's, for the same reasons
+        await self._pool.open(wait=False)
+
+    @property
+    def native_watch(self) -> bool:
+        return self.notify
+
+    # -- running statements ------------------------------------------------------------------
+    async def _do(self, plan: Plan[T]) -> T:
+        return await run_async(plan, self.execute)
+
+    @property
+    def pool(self) -> psycopg_pool.AsyncConnectionPool[Any]:
+        if self._pool is None:
+            raise BackendUnavailable("the store is not open (or closed)")
+        return self._pool
+
+    async def execute(self, query: Query) -> list[tuple[Any, ...]]:
+        """Run one query on a pooled connection (re-run if the server rolled it back)."""
+        for attempt in range(ATTEMPTS):
+            sent = False
+            try:
+                async with self.pool.connection() as conn:
+                    sent = True
+                    with loop_watchdog(conn, self.settings.timeout + 1.0):
+                        cursor = await conn.execute(query.text, query.params)
+                        rows: list[tuple[Any, ...]] = await cursor.fetchall()
+                break
+            except psycopg.Error as exc:
+                if try_again(exc, attempt):
+                    continue  # rolled back by the server: certainly not applied
+                raise await self._error(exc, sent_write=query.write and sent) from exc
+        if query.write and self._trims.due():
+            await self._trim()
+        return rows
+
+    async def _error(self, exc: psycopg.Error, *, sent_write: bool) -> BackendUnavailable:
+        if pool_only_waited(exc, sent_write):
+            try:
+                await (await psycopg.AsyncConnection.connect(self.settings.conninfo(), autocommit=True)).close()
+            except psycopg.Error as cause:
+                return connection_error(self.settings, cause)
+        return connection_error(self.settings, exc, sent_write=sent_write)
+
+    async def _trim(self) -> None:
+        try:
+            async with self.pool.connection() as conn:
+                with loop_watchdog(conn, self.settings.timeout + 1.0):
+                    for statement in self.plans.trims:
+                        await conn.execute(statement, {"keep": self.retention})
+        except psycopg.Error as exc:
+            log.warning("trimming the audit failed (it is retried later): %s", self.settings.scrub(str(exc)))
+
+    # -- the protocol ------------------------------------------------------------------------
+    async def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
+        await self._do(self.plans.submit_many(job_ids, actor))
+
+    async def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
+        return await self._do(self.plans.claim(job_id, owner, ttl))
+
+    async def claim_next(self, owner: str, ttl: float) -> Lease | None:
+        return await self._do(self.plans.claim_next(owner, ttl))
+
+    async def renew(self, lease: Lease, ttl: float) -> Lease:
+        return await self._do(self.plans.renew(lease, ttl))
+
+    async def complete(self, lease: Lease, result: bytes | None) -> None:
+        await self._do(self.plans.complete(lease, result))
+
+    async def release(self, lease: Lease) -> None:
+        await self._do(self.plans.release(lease))
+
+    async def force_expire(self, job_id: str, actor: str | None = None, token: int | None = None) -> None:
+        await self._do(self.plans.force_expire(job_id, actor, token))
+
+    async def record_rejection(self, rejection: Rejection) -> None:
+        await self._do(self.plans.record_rejection(rejection))
+
+    # -- reads -------------------------------------------------------------------------------
+    async def get(self, job_id: str) -> JobStatus | None:
+        return await self._do(self.plans.get(job_id))
+
+    async def jobs(self) -> AsyncIterator[JobStatus]:
+        after: str | None = ""
+        while after is not None:
+            found, after = await self._do(self.plans.jobs_page(after))
+            for job in found:
+                yield job
+
+    async def rejections(self, since: float | None, limit: int | None) -> list[Rejection]:
+        return await self._do(self.plans.rejections(since, limit))
+
+    async def job_rejections(self, job_id: str, since: float | None, limit: int | None) -> list[Rejection]:
+        return await self._do(self.plans.job_rejections(job_id, since, limit))
+
+    async def history(self, job_id: str | None, since: float | None, limit: int | None) -> list[HistoryEvent]:
+        return await self._do(self.plans.history(job_id, since, limit))
+
+    async def now(self) -> float:
+        return await self._do(self.plans.now())
+
+    async def summary(self, now: float, soon: float) -> Summary:
+        return await self._do(self.plans.summary(now, soon))
+
+    async def page(self, now: float, states: frozenset[JobState] | None, job: str | None,
+                   owner: str | None, order: str, offset: int, limit: int) -> JobPage:
+        return await self._do(self.plans.page(now, states, job, owner, order, offset, limit))
+
+    def watch(self, interval: float) -> AsyncIterator[Change]:
+        if not self.notify:  # writes do not notify: poll, as the sync backend does then
+            return poll(self, interval)
+        from tenure.backends.postgres_watch import watch_async
+
+        return watch_async(self, interval)
+
+    async def health(self) -> dict[str, Any]:
+        counts = await self._do(self.plans.state_counts())
+        return {**health(self.settings, self.schema, self.server_version, counts), "io": self.io}
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None  # later calls: BackendUnavailable("... not open (or closed)")
+        if pool is not None:
+            await pool.close()
+
+
+async def _idle_and_alive(conn: psycopg.AsyncConnection[Any]) -> None:
+    """The pool's check before handing a connection out (see ``idle_problem``)."""
+    problem = idle_problem(conn)
+    if problem is not None:
+        await conn.close()
+        raise psycopg.OperationalError(problem)

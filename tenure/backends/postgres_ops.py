@@ -1,0 +1,275 @@
+"""The PostgreSQL backend's operations, free of I/O: one definition for the sync and async backends.
+
+Each operation is a generator (sans-I/O, as in h11 or hyper-h2): it yields the ``Query`` to
+run and is sent the rows it returned, decodes them and decides, and returns its answer. The
+sync backend (``postgres``) runs the queries on a ``ConnectionPool``, the asyncio backend
+(``postgres_aio``) on an ``AsyncConnectionPool``; nothing else differs, so a statement, its
+parameters and the decoding of its rows are written once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from tenure.backends import postgres_sql as q
+from tenure.backends.postgres_connection import retryable
+from tenure.core import codec, contention, transitions
+from tenure.core.backend import corrupt_status
+from tenure.core.errors import BackendUnavailable, CorruptRecord, JobNotFound, StaleLease, TokenChanged
+from tenure.core.queries import fold
+from tenure.core.records import (
+    HistoryEvent,
+    JobPage,
+    JobState,
+    JobStatus,
+    Lease,
+    Op,
+    Reason,
+    Rejection,
+    RejectionKind,
+    Summary,
+)
+from tenure.core.transitions import JobRecord, status
+
+T = TypeVar("T")
+Rows = list[tuple[Any, ...]]
+ATTEMPTS = 5  # a statement that lost a race (a row changed between two of its reads) is re-run
+JOBS_PAGE = 2000
+TRIM_EVERY = 256  # writes between two trims of the audit tables
+_UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+@dataclass(frozen=True)
+class Query:
+    """One statement to run on one pooled connection, in autocommit."""
+
+    text: str
+    params: dict[str, Any]
+    write: bool  # a write whose answer is lost has an unknown outcome; it counts toward trims
+
+
+Plan = Generator[Query, Rows, T]
+
+
+def run_sync(plan: Plan[T], execute: Any) -> T:
+    """Drive ``plan`` with ``execute(query) -> rows``."""
+    try:
+        query = next(plan)
+        while True:
+            query = plan.send(execute(query))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+async def run_async(plan: Plan[T], execute: Any) -> T:
+    """Drive ``plan`` with ``await execute(query) -> rows``."""
+    try:
+        query = next(plan)
+        while True:
+            query = plan.send(await execute(query))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+class Trims:
+    """Counts writes; every ``TRIM_EVERY``-th is followed by a trim of the audit tables, so
+    events and rejections keep bounded retention without a trim per write."""
+
+    def __init__(self) -> None:
+        self._writes = 0
+        self._lock = threading.Lock()
+
+    def due(self) -> bool:
+        with self._lock:
+            self._writes += 1
+            return self._writes % TRIM_EVERY == 0
+
+
+def try_again(exc: Exception, attempt: int) -> bool:
+    """Whether a statement that failed with ``exc`` is run again: the server rolled it back
+    (a serialization failure, a deadlock), so it certainly did not apply."""
+    return retryable(exc) and attempt + 1 < ATTEMPTS
+
+
+def decode_row(schema: str, row: tuple[Any, ...] | list[Any]) -> JobRecord:
+    """A job row as a record; CorruptRecord for one tenure did not write (the rule of ``q.valid``)."""
+    job_id, state, owner, token, lease_until, ttl, sub, cla, ren, com, runs, result = row
+    key = f"{schema}.jobs/{job_id}"
+    state = codec.state(key, state)
+    if token < 0 or runs < 0:
+        raise CorruptRecord(key, f"bad token {token!r} or runs {runs!r}")
+    if state is JobState.LEASED and (owner is None or lease_until is None or ttl is None):
+        raise CorruptRecord(key, "leased without owner or expiry")
+    return JobRecord(job_id, state, owner, token, lease_until, ttl, sub, cla, ren, com, runs,
+                     None if result is None else bytes(result))
+
+
+class Plans:
+    """The operations of one store: its schema, and the channel its writes notify."""
+
+    def __init__(self, schema: str, quoted: str, channel: str) -> None:
+        self.schema = schema
+        self.quoted = quoted
+        self.channel = channel  # "" when writes do not notify
+        self.statements = {name: text.format(s=quoted) for name, text in q.STATEMENTS.items()}
+        self.trims = [q.TRIM.format(s=quoted, table=t) for t in ("events", "rejections")]
+
+    def query(self, name: str, params: dict[str, Any], *, write: bool) -> Query:
+        return Query(self.statements[name], {**params, "channel": self.channel}, write)
+
+    def decode(self, row: tuple[Any, ...] | list[Any]) -> JobRecord:
+        return decode_row(self.schema, row)
+
+    def status_of(self, row: tuple[Any, ...] | list[Any], now: float) -> JobStatus:
+        try:
+            return status(self.decode(row), now)
+        except CorruptRecord as exc:
+            return corrupt_status(str(row[0]), exc.key, exc)
+
+    # -- the protocol ------------------------------------------------------------------------
+    def submit_many(self, job_ids: list[str], actor: str | None) -> Plan[None]:
+        if not job_ids:
+            return
+        ((*bad, _told),) = yield self.query("SUBMIT", {"ids": job_ids, "actor": actor}, write=True)
+        if bad[0] is not None:  # a corrupt row among them: nothing was written
+            self.decode(bad)
+            raise CorruptRecord(f"{self.schema}.jobs/{bad[0]}", "refused by the store's check")
+
+    def claim(self, job_id: str, owner: str, ttl: float) -> Plan[Lease]:
+        for _ in range(ATTEMPTS):
+            rows = yield self.query("CLAIM", {"job": job_id, "owner": owner, "ttl": ttl}, write=True)
+            if not rows:
+                continue  # a first claim of the job by someone else, not yet visible to our read
+            outcome, *record, now, _ = rows[0]
+            if outcome == "won":
+                _, _, holder, token, until, seconds = record[:6]
+                return Lease(job_id, holder, token, until, seconds)
+            transitions.claim(self.decode(record), job_id, owner, ttl, now)  # raises AlreadyClaimed, JobCompleted
+            # Claimable after all: the row changed between the statement's judgement and its read.
+        raise contention.outraced(job_id, ATTEMPTS)  # nothing was written: as on every backend
+
+    def claim_next(self, owner: str, ttl: float) -> Plan[Lease | None]:
+        rows = yield self.query("CLAIM_NEXT", {"owner": owner, "ttl": ttl}, write=True)
+        if not rows:
+            return None
+        job_id, holder, token, until, seconds, _ = rows[0]
+        return Lease(job_id, holder, token, until, seconds)
+
+    def _holder_op(self, name: str, op: Op, lease: Lease, **extra: Any) -> Plan[tuple[float, float]]:
+        params = {"job": lease.job_id, "owner": lease.owner, "token": lease.token, **extra}
+        for _ in range(ATTEMPTS):
+            ((outcome, until, ttl, now, _, *record),) = yield self.query(name, params, write=True)
+            if outcome == "done":
+                return until, ttl
+            if outcome == "retry":
+                continue  # the row changed between the statement's judgement and its read
+            rec = None if record[0] is None else self.decode(record)  # raises for 'corrupt'
+            raise StaleLease(transitions.rejection(rec, op, lease, Reason(outcome), now))
+        raise BackendUnavailable(f"job {lease.job_id!r} changed under every one of {ATTEMPTS} attempts")
+
+    def renew(self, lease: Lease, ttl: float) -> Plan[Lease]:
+        until, seconds = yield from self._holder_op("RENEW", Op.RENEW, lease, ttl=ttl)
+        return Lease(lease.job_id, lease.owner, lease.token, until, seconds)
+
+    def complete(self, lease: Lease, result: bytes | None) -> Plan[None]:
+        yield from self._holder_op("COMPLETE", Op.COMPLETE, lease, result=result)
+
+    def release(self, lease: Lease) -> Plan[None]:
+        yield from self._holder_op("RELEASE", Op.RELEASE, lease)
+
+    def force_expire(self, job_id: str, actor: str | None, token: int | None) -> Plan[None]:
+        rows = yield self.query("FORCE_EXPIRE", {"job": job_id, "actor": actor, "expected": token}, write=True)
+        if not rows:
+            raise JobNotFound(job_id)
+        rec = self.decode(rows[0][:12])
+        if token is not None and rec.token != token:
+            raise TokenChanged(job_id, token, rec.token)  # the statement changed nothing
+
+    def record_rejection(self, r: Rejection) -> Plan[None]:
+        yield self.query("RECORD_REJECTION", {
+            "job": r.job_id, "op": r.op.value, "owner": r.owner, "token": r.token,
+            "current_owner": r.current_owner, "current_token": r.current_token, "at": r.at,
+            "reason": r.reason, "kind": r.kind.value, "resource": r.resource}, write=True)
+
+    # -- reads -------------------------------------------------------------------------------
+    def get(self, job_id: str) -> Plan[JobStatus | None]:
+        rows = yield self.query("GET", {"job": job_id}, write=False)
+        return self.status_of(rows[0][:12], rows[0][12]) if rows else None
+
+    def jobs_page(self, after: str) -> Plan[tuple[list[JobStatus], str | None]]:
+        """Jobs after ``after`` by id, and the id to read the next page after (None: no more).
+        ``""`` is below every job id: ids have at least one character."""
+        rows = yield self.query("JOBS_PAGE", {"after": after, "limit": JOBS_PAGE}, write=False)
+        found = [self.status_of(row[:12], row[12]) for row in rows]
+        return found, (rows[-1][0] if len(rows) == JOBS_PAGE else None)
+
+    def rejections_with_ids(self, since: float | None, limit: int | None,
+                            after: int = 0) -> Plan[list[tuple[Rejection, int]]]:
+        rows = yield self.query("REJECTIONS", {"since": -1e300 if since is None else since, "limit": limit,
+                                               "after": after}, write=False)
+        return [(_rejection(r), r[10]) for r in rows]
+
+    def job_rejections(self, job_id: str, since: float | None, limit: int | None) -> Plan[list[Rejection]]:
+        rows = yield self.query("JOB_REJECTIONS", {"job": job_id, "since": -1e300 if since is None else since,
+                                                   "limit": limit}, write=False)  # through rejections_job
+        return [_rejection(r) for r in rows]
+
+    def rejections(self, since: float | None, limit: int | None, after: int = 0) -> Plan[list[Rejection]]:
+        return [r for r, _ in (yield from self.rejections_with_ids(since, limit, after))]
+
+    def history(self, job_id: str | None, since: float | None, limit: int | None) -> Plan[list[HistoryEvent]]:
+        rows = yield self.query("HISTORY", {"job": job_id, "since": -1e300 if since is None else since,
+                                            "limit": limit}, write=False)
+        return [HistoryEvent(r[0], Op(r[1]), r[2], r[3], r[4], r[5]) for r in rows]
+
+    def now(self) -> Plan[float]:
+        ((now,),) = yield self.query("NOW", {}, write=False)
+        return float(now)
+
+    def state_counts(self) -> Plan[dict[str, int]]:
+        return dict((yield self.query("STATE_COUNTS", {}, write=False)))
+
+    # -- operator queries: aggregated in SQL, one page at a time ----------------------------
+    def summary(self, now: float, soon: float) -> Plan[Summary]:
+        params = {"now": now, "soon": now + soon, "hour": now - 3600.0}
+        counts: dict[str, int] = dict((yield self.query("SUMMARY", params, write=False)))
+        return Summary(now=now, pending=counts.get("pending", 0),
+                       leased=counts.get("leased", 0) + counts.get("soon", 0),
+                       expiring_soon=counts.get("soon", 0), expired=counts.get("expired", 0),
+                       completed=counts.get("completed", 0), corrupt=counts.get("corrupt", 0),
+                       rejections_last_hour=counts.get("rejections", 0))
+
+    def page(self, now: float, states: frozenset[JobState] | None, job: str | None,
+             owner: str | None, order: str, offset: int, limit: int) -> Plan[JobPage]:
+        where = ["true"]
+        if states is not None:
+            where.append("(" + (" OR ".join(_STATE_SQL[s] for s in sorted(states)) or "false") + ")")
+        if job is not None:
+            where.append(f"strpos(translate(j.job_id, '{_UPPER}', '{_UPPER.lower()}'), %(job)s) > 0")
+        if owner is not None:
+            where.append(f"strpos(translate(j.owner, '{_UPPER}', '{_UPPER.lower()}'), %(owner)s) > 0")
+        cond = " AND ".join(where)
+        by = "j.lease_until IS NULL, j.lease_until, j.job_id" if order == "expiry" else "j.job_id"
+        table = f"{self.quoted}.jobs"
+        args = {"now": now, "job": None if job is None else fold(job),
+                "owner": None if owner is None else fold(owner), "limit": limit, "offset": offset}
+        ((total,),) = yield Query(f"SELECT count(*) FROM {table} j WHERE {cond}", args, write=False)
+        rows = yield Query(f"SELECT {q.JOB_COLUMNS} FROM {table} j WHERE {cond} ORDER BY {by}"
+                           " LIMIT %(limit)s OFFSET %(offset)s", args, write=False)
+        return JobPage([self.status_of(r, now) for r in rows], int(total), offset, limit)
+
+
+_STATE_SQL = {
+    JobState.PENDING: f"(j.state = 'pending' AND {q.valid('j')})",
+    JobState.LEASED: f"(j.state = 'leased' AND j.lease_until > %(now)s AND {q.valid('j')})",
+    JobState.EXPIRED: f"(j.state = 'leased' AND j.lease_until <= %(now)s AND {q.valid('j')})",
+    JobState.COMPLETED: f"(j.state = 'completed' AND {q.valid('j')})",
+    JobState.CORRUPT: f"(NOT {q.valid('j')})",
+}
+
+
+def _rejection(r: tuple[Any, ...]) -> Rejection:
+    return Rejection(r[0], Op(r[1]), r[2], r[3], r[4], r[5], r[6], r[7], RejectionKind(r[8]), r[9])

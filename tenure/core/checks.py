@@ -1,0 +1,173 @@
+"""What a store checks and computes around each backend call, free of I/O.
+
+``tenure.Store`` and ``tenure.aio.AsyncStore`` differ only in how they call the backend; both
+validate arguments and stamp leases here, so the two flavours accept, refuse and answer alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from tenure.core import validation
+from tenure.core.backend import Characteristics
+from tenure.core.errors import InvalidArgument, quoted
+from tenure.core.holding import MAX_DRIFT_MARGIN
+from tenure.core.records import JobState, Lease, Op, Reason, Rejection, RejectionKind
+from tenure.core.stamps import Stamps
+
+DEFAULT_DRIFT_MARGIN = 0.05
+PAGE_ORDERS = ("expiry", "job")
+MAX_PAGE = 1000
+
+
+class PageQuery(NamedTuple):
+    """``Store.page``'s arguments, checked, in the order ``Backend.page`` takes them (after now)."""
+
+    states: frozenset[JobState] | None
+    job: str | None
+    owner: str | None
+    order: str
+    offset: int
+    limit: int
+
+
+class Checks:
+    """The checks of one store: its backend's characteristics and the holder's drift margin."""
+
+    def __init__(self, characteristics: Characteristics, drift_margin: float) -> None:
+        margin = validation.number("drift_margin", drift_margin, what="fraction of the TTL")
+        if not 0 <= margin <= MAX_DRIFT_MARGIN:
+            raise InvalidArgument(f"drift_margin must be from 0 to {MAX_DRIFT_MARGIN:g} (a larger one leaves too "
+                                  f"little time to renew before the safe deadline), got {quoted(drift_margin)}")
+        resolution = characteristics.clock_resolution
+        if margin == 0 and resolution > 0:
+            raise InvalidArgument(f"drift_margin=0 leaves no room for the {characteristics.name} "
+                                  f"store clock's steps of {resolution:g}s; give it a margin above 0")
+        self.characteristics = characteristics
+        self.drift_margin = margin
+        self._stamps = Stamps()  # the deadlines stamped here, the only ones a backend sees
+
+    def ttl(self, ttl: object) -> float:
+        c = self.characteristics
+        seconds = validation.ttl(ttl, minimum=c.min_ttl, maximum=c.max_ttl, backend=c.name)
+        if seconds * self.drift_margin < c.clock_resolution:
+            raise InvalidArgument(f"ttl {seconds:g}s with drift_margin {self.drift_margin:g} leaves a margin "
+                                  f"below the {c.name} store clock's steps of {c.clock_resolution:g}s")
+        return seconds
+
+    def claim(self, job_id: object, owner: object, ttl: object) -> tuple[str, str, float]:
+        return validation.job_id(job_id), validation.owner(owner), self.ttl(ttl)
+
+    def lease(self, lease: object) -> Lease:
+        """A lease handed back to us, checked field by field like a claim's arguments: a Lease is
+        a plain dataclass anyone can build, and its fields reach the backend and the audit."""
+        if not isinstance(lease, Lease):
+            raise InvalidArgument(f"expected a tenure.Lease, not {type(lease).__name__}")
+        validation.job_id(lease.job_id)
+        validation.owner(lease.owner)
+        validation.token(lease.token)
+        self.ttl(lease.ttl)
+        validation.store_time("expires_at", lease.expires_at)
+        given = validation.deadline(lease.deadline)
+        trusted = self._stamps.trusted(lease.job_id, lease.token, given)  # see tenure.core.stamps
+        return lease if trusted == given else dataclasses.replace(lease, deadline=trusted)
+
+    def held_lease(self, lease: object) -> Lease:
+        """A lease to hold: checked, and stamped with its safe deadline by this store."""
+        checked = self.lease(lease)
+        if not math.isfinite(checked.deadline):  # not stamped here: it would be trusted forever
+            raise InvalidArgument(f"lease on {quoted(checked.job_id)} has no safe deadline from this store: "
+                                  "hold a lease returned by its claim() or renew(), not one built by hand")
+        return checked
+
+    def forget(self, lease: Lease) -> None:
+        """The lease ended (completed or released): its deadline is no longer trusted."""
+        self._stamps.forget(lease.job_id, lease.token)
+
+    def result(self, result: object) -> bytes | None:
+        data = validation.result(result)
+        limit = self.characteristics.max_result_bytes
+        if data is not None and len(data) > limit:
+            raise InvalidArgument(f"result of {len(data)} bytes is above the {limit} bytes "
+                                  f"{self.characteristics.name} can store with a job")
+        return data
+
+    def stamped(self, lease: Lease, sent_at: float) -> Lease:
+        # The store started this lease no earlier than sent_at, on a clock that may run a
+        # little faster than ours: trust it for ttl shortened by the drift margin.
+        deadline = sent_at + lease.ttl * (1 - self.drift_margin)
+        self._stamps.stamp(lease.job_id, lease.token, deadline)
+        return dataclasses.replace(lease, deadline=deadline)
+
+
+def actor(value: object) -> str | None:
+    return None if value is None else validation.owner(value)
+
+
+def job_ids(values: object) -> list[str]:
+    """``submit_many``'s ids, every one checked before any is written."""
+    if isinstance(values, (str, bytes, bytearray, memoryview)):  # "abc" would be jobs "a", "b", "c"
+        raise InvalidArgument(f"submit_many takes an iterable of job ids, not one {type(values).__name__}; "
+                              "use submit() for one job")
+    try:
+        each = iter(values)  # type: ignore[call-overload]
+    except TypeError:
+        raise InvalidArgument(f"submit_many takes an iterable of job ids, not {type(values).__name__}") from None
+    return [validation.job_id(job_id) for job_id in each]
+
+
+def soon(value: object) -> float:
+    return validation.seconds("soon", value, maximum=validation.MAX_TTL)  # no lease runs longer
+
+
+def interval(value: object) -> float:
+    return validation.seconds("interval", value, maximum=validation.MAX_WAIT, positive=True)
+
+
+def since(value: object) -> float | None:
+    return None if value is None else validation.store_time("since", value)
+
+
+def page(states: Iterable[JobState | str] | None, job: object, owner: object, order: object,
+         offset: object, limit: object) -> PageQuery:
+    wanted = None if states is None else frozenset(_state(s) for s in states)
+    if order not in PAGE_ORDERS:
+        raise InvalidArgument(f"order must be one of {', '.join(PAGE_ORDERS)}, got {quoted(order)}")
+    start = validation.limit(offset)
+    size = validation.limit(limit)
+    if start is None or size is None or not 1 <= size <= MAX_PAGE:
+        raise InvalidArgument(f"offset must be an int >= 0 and limit from 1 to {MAX_PAGE}")
+    return PageQuery(wanted, _needle("job", job), _needle("owner", owner), str(order), start, size)
+
+
+def destination_rejection(job_id: object, owner: object, token: object, resource: object,
+                          highest: object, reason: object) -> Rejection:
+    """A rejection seen at a fenced destination, checked; ``at`` is filled in with the store's now.
+
+    Every field is checked like a claim's arguments and bounded (``reason`` to 512 characters),
+    so the record fits every backend's largest write.
+    """
+    checked = (validation.job_id(job_id), validation.owner(owner), validation.token(token),
+               validation.resource(resource), validation.highest(highest), validation.reason(reason))
+    return Rejection(
+        job_id=checked[0], op=Op.EFFECT, owner=checked[1], token=checked[2], current_owner=None,
+        current_token=checked[4], at=0.0, reason=checked[5] or str(Reason.STALE_TOKEN),
+        kind=RejectionKind.DESTINATION, resource=checked[3])
+
+
+def _state(value: object) -> JobState:
+    try:
+        return JobState(value)
+    except ValueError:
+        names = ", ".join(s.value for s in JobState)
+        raise InvalidArgument(f"unknown job state {quoted(value)}; states are {names}") from None
+
+
+def _needle(kind: str, value: object) -> str | None:
+    """Search text: None or "" means no filter; otherwise validated like the field it matches."""
+    if value is None or value == "":
+        return None
+    return validation.job_id(value) if kind == "job" else validation.owner(value)

@@ -1,0 +1,253 @@
+"""What a held lease decides, free of I/O and of threads: one implementation for both flavours.
+
+``tenure.HeldLease`` (renewed by a thread) and ``tenure.aio.AsyncHeldLease`` (renewed by a
+task) keep their state here and ask these methods what a deadline, a connection's state, a
+renewal's answer or a completion's failure means; they differ only in how they wait, lock
+and call the store.
+
+A held lease is trusted until its *safe local deadline*: the holder's suspend-proof
+monotonic time (``Clock.monotonic``) when it sent the claim or the last successful renewal,
+plus the TTL shortened by the drift margin (docs/protocol.md).
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from tenure.core import telemetry
+from tenure.core.backend import Link
+from tenure.core.errors import BackendUnavailable, InvalidArgument, LeaseError, LeaseLost, StaleLease
+from tenure.core.records import Lease, Reason
+
+log = logging.getLogger("tenure.renewal")
+
+RENEW_FRACTION = 1 / 3  # renew when a third of the TTL has gone by since the last renewal
+RETRY_FRACTION = 1 / 20  # after a failed attempt, retry this much later (of the TTL)
+# The safe window, TTL * (1 - drift_margin), must hold the first renewal and retries after it
+# (a margin above 2/3 loses every held lease before its first renewal is sent); etcd's claim
+# slack covers a store clock up to 50 % fast (docs/backends/etcd.md). Checked by the stores.
+MAX_DRIFT_MARGIN = 0.5
+# Timers run on the OS's monotonic clock (threading waits, the asyncio loop), which stops while
+# the machine is suspended; deadlines are on the suspend-proof one. Waking at least this often
+# bounds how late ``lost`` is set after a resume (``check()`` is exact either way).
+MAX_SLEEP = 1.0
+DEADLINE_PASSED = "the safe local deadline passed before a renewal succeeded"
+SESSION_LOST = "the store session was lost"
+
+
+class Flag(Protocol):
+    """``threading.Event`` or ``asyncio.Event``: what ``lost`` is in each flavour."""
+
+    def is_set(self) -> bool: ...
+
+    def set(self) -> None: ...
+
+
+class HeldState(abc.ABC):
+    """A held lease's state and decisions; subclasses renew it and call the store."""
+
+    lost: Flag
+
+    def __init__(self, lease: Lease, verified: int, store_name: str,
+                 lost_lock: contextlib.AbstractContextManager[Any]) -> None:
+        self._lease = lease
+        # The connection epoch before the claim (or last renewal) was sent; see Backend.link().
+        self._verified = verified
+        self._store_name = store_name
+        self._done = False
+        self._completing = False  # a complete() failed in a way that may have landed
+        self._callbacks: list[Callable[[Any], object]] = []
+        self._lost_lock = lost_lock  # a threading.Lock where callers run in several threads
+        self._finished_first = False  # lost only after complete() or release(): callbacks never run
+        self.lost_reason: str | None = None
+
+    @abc.abstractmethod
+    def _monotonic(self) -> float:
+        """The holder's suspend-proof clock (the store's injected ``Clock``)."""
+
+    @abc.abstractmethod
+    def _link(self) -> Link: ...
+
+    @abc.abstractmethod
+    def _run_callbacks(self, callbacks: list[Callable[[Any], object]]) -> None:
+        """Run ``on_lost`` callbacks off the caller's path (a renewal thread, the loop)."""
+
+    # What holders read.
+    @property
+    def lease(self) -> Lease:
+        return self._lease
+
+    @property
+    def job_id(self) -> str:
+        return self._lease.job_id
+
+    @property
+    def owner(self) -> str:
+        return self._lease.owner
+
+    @property
+    def token(self) -> int:
+        return self._lease.token
+
+    @property
+    def deadline(self) -> float:
+        return self._lease.deadline
+
+    @property
+    def finished(self) -> bool:
+        """Completed or released (or given up after a failed release)."""
+        return self._done
+
+    def remaining(self) -> float:
+        """Seconds until the safe local deadline (negative once it has passed)."""
+        return self._lease.deadline - self._monotonic()
+
+    def check(self) -> None:
+        """Raise LeaseLost unless effects may still be produced under this lease."""
+        link = self._link()
+        if not self.lost.is_set() and self.remaining() <= 0:
+            self._lose(DEADLINE_PASSED)
+        if link.lost_epoch > self._verified:
+            self._lose(SESSION_LOST)
+        if self.lost.is_set():
+            raise LeaseLost(f"lease on {self.job_id!r} (token {self.token}) lost: {self.lost_reason}")
+        if not link.connected or link.epoch > self._verified:
+            # Not lost yet: a renewal after reconnecting verifies the lease again.
+            raise LeaseLost(f"lease on {self.job_id!r} (token {self.token}) at risk: the connection "
+                            "to the store was interrupted and the lease is not verified since")
+
+    # Decisions around the store's answers.
+    def _ensure_open(self) -> None:
+        if self._done:
+            raise LeaseLost(f"lease on {self.job_id!r} was already completed or released")
+
+    def _landed(self, exc: StaleLease) -> bool:
+        """Whether a refusal shows this lease's own completion: an earlier attempt landed."""
+        r = exc.rejection
+        return (r.reason == Reason.COMPLETED.value and r.current_token == self.token
+                and r.current_owner == self.owner)
+
+    def _complete_failed(self, exc: BaseException) -> bool:
+        """What a failed complete() means; True when the caller must raise ``exc``.
+
+        A store that could not be reached (``BackendUnavailable``) or a refused result
+        (``InvalidArgument``) leaves the lease held and renewed: complete() may be called again
+        while it lives. A retry that finds the job completed under this very lease (the first
+        attempt landed, its answer did not) is a success.
+        """
+        if isinstance(exc, InvalidArgument):
+            return True  # nothing was written: the lease is held and renewed as before
+        if isinstance(exc, BackendUnavailable):
+            self._completing = True  # it may have landed; renewals go on (see _renewal_refused)
+            return True
+        if isinstance(exc, StaleLease) and not (self._completing and self._landed(exc)):
+            self._lose(str(exc))  # before it is done: lost while held, so on_lost callbacks run
+            self._done = True
+            return True
+        self._done = True
+        return not isinstance(exc, StaleLease)  # a StaleLease here shows our own completion landed
+
+    def _renewal_due(self) -> Link | None:
+        """Before a renewal: the link to verify against, or None when there is nothing to renew."""
+        if self._done or self.lost.is_set():
+            return None
+        if self.remaining() <= 0:
+            self._lose(DEADLINE_PASSED)
+            return None
+        link = self._link()
+        if link.lost_epoch > self._verified:
+            self._lose(SESSION_LOST)  # never renewed from a new session
+            return None
+        return link
+
+    def _renewed(self, renewed: Lease, link: Link) -> bool:
+        """After a renewal the store accepted; False when it came too late to count."""
+        if self.lost.is_set():
+            return False  # the deadline passed while the renewal was on its way: too late
+        self._lease = renewed
+        self._verified = link.epoch
+        return True
+
+    def _renewal_refused(self, exc: StaleLease) -> bool:
+        if self._completing and self._landed(exc):
+            self._done = True  # the failed complete() did land: nothing to lose
+        else:
+            self._lose(str(exc))
+        return False
+
+    def _expire_if_due(self) -> bool:
+        """The deadline timer: lose the lease if its deadline passed; False once nothing is left
+        to watch (finished, lost, or just lost now)."""
+        if self._done or self.lost.is_set():
+            return False
+        if self.remaining() > 0:
+            return True
+        self._lose(DEADLINE_PASSED)
+        return False
+
+    def on_lost(self, callback: Callable[[Any], object]) -> None:
+        """Call ``callback(held)`` once, when this lease can no longer be trusted.
+
+        That is when ``lost`` is set: a renewal refused, the store session lost, or the safe
+        local deadline passed (a timer sets it then, even while a renewal hangs). Callbacks
+        run off the caller's path and never while tenure holds a lock (a renewal thread; the
+        event loop in tenure.aio): a callback may call ``check()``, ``release()`` or
+        ``on_lost()``. They run in the order added; one that raises is logged and the others
+        still run. Added to a lease already lost, the callback runs at once in the caller's
+        thread. Never called for a lease completed or released before it was lost.
+        """
+        with self._lost_lock:
+            if not self.lost.is_set():
+                self._callbacks.append(callback)
+                return
+            if self._finished_first:
+                return  # completed or released before it was lost: nothing to hear
+        self._call_back([callback])  # in the caller's thread, holding none of our locks
+
+    def _lose(self, reason: str) -> None:
+        with self._lost_lock:
+            if self.lost.is_set():
+                return
+            self.lost_reason = reason
+            self.lost.set()
+            self._finished_first = self._done
+            callbacks, self._callbacks = ([] if self._done else self._callbacks), []
+        telemetry.lost(self._store_name)
+        log.warning("lease on %r (token %d) lost: %s", self.job_id, self.token, reason)
+        if callbacks:
+            self._run_callbacks(callbacks)
+
+    def _call_back(self, callbacks: list[Callable[[Any], object]]) -> None:
+        for callback in callbacks:
+            try:
+                callback(self)
+            except Exception:
+                log.exception("an on_lost callback of the lease on %r raised", self.job_id)
+
+    def __repr__(self) -> str:
+        state = "lost" if self.lost.is_set() else ("done" if self._done else "held")
+        return f"<{type(self).__name__} {self.job_id!r} owner={self.owner!r} token={self.token} {state}>"
+
+
+def next_attempt(held: HeldState, outcome: bool | BaseException) -> float | None:
+    """Seconds until the next renewal after one that returned ``outcome`` (or raised it); None
+    when renewals end. Never past the point where the lease would be lost anyway."""
+    ttl = held.lease.ttl
+    if isinstance(outcome, BackendUnavailable):
+        log.info("renewing %r failed, retrying: %s", held.job_id, outcome)
+        delay = ttl * RETRY_FRACTION
+    elif isinstance(outcome, LeaseError):  # corrupt record and the like: nothing to retry
+        held._lose(str(outcome))
+        return None
+    elif isinstance(outcome, BaseException):  # a bug or a client-library surprise must not end renewals
+        log.error("unexpected error renewing %r", held.job_id, exc_info=outcome)
+        delay = ttl * RETRY_FRACTION
+    elif outcome:
+        delay = ttl * RENEW_FRACTION
+    else:
+        return None
+    return max(0.0, min(delay, held.remaining()))

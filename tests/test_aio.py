@@ -1,0 +1,311 @@
+"""What is particular to ``tenure.aio``: cancellation, the renewal task, how it is opened.
+
+Everything else (values, errors, validation, the protocol) is the conformance suite's, which
+runs on tenure.aio too (tests/conformance/conftest.py). The memory store stands in for a store
+whose requests hang where the subject is the event-loop machinery, the same over every
+backend; the cancellation of a claim and of a held block also run on SQLite and PostgreSQL.
+Waits are bounded by generous timeouts that only a broken implementation runs into.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
+
+import pytest
+
+import tenure
+import tenure.aio
+from tenure.aio import AsyncStore, ThreadedBackend
+from tenure.backends.memory import MemoryBackend
+from tests.conftest import BACKENDS
+from tests.harness import Harness
+from tests.servers.postgres import PostgresServer
+
+T = TypeVar("T")
+PATIENCE = 20.0  # seconds: far beyond every wait below; reached only when something is broken
+AIO_BACKENDS = [b for b in ("memory", "sqlite", "postgres") if b in BACKENDS]
+
+
+def run(scenario: Callable[[], Awaitable[T]]) -> T:
+    async def bounded() -> T:
+        return await asyncio.wait_for(scenario(), PATIENCE * 2)
+
+    return asyncio.run(bounded())
+
+
+class SlowBackend(MemoryBackend):
+    """Claims and renewals of jobs in ``slow`` wait until ``proceed`` is set, like a store whose
+    answer is on its way; ``entered`` says one is waiting."""
+
+    def __init__(self, clock: tenure.Clock) -> None:
+        super().__init__(clock)
+        self.slow: set[str] = set()
+        self.entered = threading.Event()
+        self.proceed = threading.Event()
+
+    def _maybe_wait(self, job_id: str) -> None:
+        if job_id in self.slow:
+            self.entered.set()
+            self.proceed.wait(PATIENCE)
+
+    def claim(self, job_id: str, owner: str, ttl: float) -> tenure.Lease:
+        self._maybe_wait(job_id)
+        return super().claim(job_id, owner, ttl)
+
+    def renew(self, lease: tenure.Lease, ttl: float) -> tenure.Lease:
+        self._maybe_wait(lease.job_id)
+        return super().renew(lease, ttl)
+
+
+@pytest.fixture
+def slow() -> Iterator[tuple[AsyncStore, SlowBackend, tenure.ManualClock]]:
+    clock = tenure.ManualClock()
+    backend = SlowBackend(clock)
+    yield AsyncStore(ThreadedBackend(backend), clock=clock), backend, clock
+    backend.proceed.set()
+
+
+Opener = Callable[..., tenure.aio.Connecting]
+
+
+@pytest.fixture(params=AIO_BACKENDS)
+def opener(request: pytest.FixtureRequest) -> Opener:
+    """Opens a new, empty tenure.aio store on each backend tenure.aio serves."""
+    harness: Harness = request.getfixturevalue(f"{request.param}_harness")
+    return lambda **options: tenure.aio.connect(harness.url(), **{**harness.options(), **options})
+
+
+async def until(check: Callable[[], Awaitable[bool]]) -> None:
+    while not await check():
+        await asyncio.sleep(0.01)  # real time: what is awaited happens in the background
+
+
+# -- cancellation --------------------------------------------------------------------------------
+def test_a_claim_cancelled_in_flight_releases_what_it_won(
+        slow: tuple[AsyncStore, SlowBackend, tenure.ManualClock]) -> None:
+    store, backend, _ = slow
+    backend.slow.add("j")
+
+    async def scenario() -> None:
+        claiming = asyncio.ensure_future(store.claim("j", owner="a", ttl=60.0))
+        assert await asyncio.to_thread(backend.entered.wait, PATIENCE)  # the request is on its way
+        claiming.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await claiming
+        backend.proceed.set()  # now it lands, after the caller gave up on it
+
+        async def released() -> bool:
+            return [e.op for e in await store.history("j")] == [tenure.Op.CLAIM, tenure.Op.RELEASE]
+
+        await asyncio.wait_for(until(released), PATIENCE)
+        status = await store.get("j")
+        assert status is not None and status.state is tenure.JobState.PENDING
+        assert (await store.claim("j", owner="b", ttl=60.0)).owner == "b"  # free at once, not after 60 s
+        await store.close()
+
+    run(scenario)
+
+
+def test_a_claim_cancelled_on_a_stopped_postgresql_server_is_released_once_it_lands(
+        postgres_private: PostgresServer) -> None:
+    async def scenario() -> None:
+        async with tenure.aio.connect(f"{postgres_private.url}?schema=aio_cancel") as store:
+            await store.submit("j")
+            await store.get("j")  # a pooled connection, idle and ready
+            postgres_private.pause()  # the claim reaches the server's socket, the answer waits
+            try:
+                claiming = asyncio.ensure_future(store.claim("j", owner="a", ttl=60.0))
+                await asyncio.sleep(0.3)  # real time: the statement is sent
+                claiming.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await claiming
+            finally:
+                postgres_private.resume()  # within the statement timeout: the claim lands now
+
+            async def released() -> bool:
+                return [e.op for e in await store.history("j")][-2:] == [tenure.Op.CLAIM, tenure.Op.RELEASE]
+
+            await asyncio.wait_for(until(released), PATIENCE)
+            status = await store.get("j")
+            assert status is not None and status.state is tenure.JobState.PENDING
+
+    run(scenario)
+
+
+def test_a_claim_cancelled_while_it_waits_for_a_holder_holds_nothing(
+        opener: Opener) -> None:
+    async def scenario() -> None:
+        async with opener() as store:
+            first = await store.claim("j", owner="a", ttl=60.0)
+            waiting = asyncio.ensure_future(store.claim("j", owner="b", ttl=60.0, wait=PATIENCE))
+            await asyncio.sleep(0.3)  # real time: the claim has tried once and is waiting
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            await store.release(first)
+            await asyncio.sleep(0.3)  # real time: a claim left running would take the job now
+            status = await store.get("j")
+            assert status is not None and status.state is tenure.JobState.PENDING
+
+    run(scenario)
+
+
+def test_cancelling_the_task_inside_hold_releases_the_job(opener: Opener) -> None:
+    async def scenario() -> None:
+        async with opener() as store:
+            inside = asyncio.Event()
+
+            async def work() -> None:
+                async with store.hold("j", owner="a", ttl=30.0) as held:
+                    assert held.token
+                    inside.set()
+                    await asyncio.sleep(3600)  # cancelled long before
+
+            task = asyncio.ensure_future(work())
+            await inside.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            status = await store.get("j")
+            assert status is not None and status.state is tenure.JobState.PENDING
+            assert [e.op for e in await store.history("j")][-1] is tenure.Op.RELEASE
+            assert (await store.claim("j", owner="b", ttl=30.0)).owner == "b"
+
+    run(scenario)
+
+
+# -- the renewal task --------------------------------------------------------------------------
+def test_lost_is_set_at_the_safe_deadline_while_a_renewal_hangs(
+        slow: tuple[AsyncStore, SlowBackend, tenure.ManualClock], monkeypatch: pytest.MonkeyPatch) -> None:
+    store, backend, clock = slow
+    monkeypatch.setattr("tenure.aio.holding.MAX_SLEEP", 0.02)  # the task looks at the clock this often
+
+    async def scenario() -> None:
+        held = await store.hold("j", owner="a", ttl=9.0)
+        backend.slow.add("j")
+        clock.advance(3.5)  # past a third of the TTL: the task renews, and the renewal hangs
+        assert await asyncio.to_thread(backend.entered.wait, PATIENCE)
+        await asyncio.sleep(0.1)  # real time: several of the task's looks at the clock
+        assert not held.lost.is_set()
+        clock.advance(5.2)  # past the safe deadline: 9 s less the 5% drift margin, from the claim
+        await asyncio.wait_for(held.lost.wait(), PATIENCE)
+        assert not backend.proceed.is_set()  # the renewal still hangs
+        assert held.lost_reason is not None and "deadline" in held.lost_reason
+        with pytest.raises(tenure.LeaseLost, match="deadline"):
+            held.check()
+        backend.proceed.set()
+        await held.release()  # a lost lease is not given back: nothing is sent
+        await store.close()
+
+    run(scenario)
+
+
+def test_the_task_renews_past_the_ttl_and_complete_ends_it(opener: Opener) -> None:
+    async def scenario() -> None:
+        async with opener(clock=tenure.SystemClock()) as store:
+            async with store.hold("j", owner="a", ttl=0.6) as held:
+                first = held.lease.expires_at
+                await asyncio.sleep(1.5)  # real time: the task must keep the lease alive
+                held.check()
+                assert held.lease.expires_at > first
+                await held.complete(b"ok")
+            status = await store.get("j")
+            assert status is not None and status.state is tenure.JobState.COMPLETED
+            assert await store.rejections() == []
+
+    run(scenario)
+
+
+# -- opening ---------------------------------------------------------------------------------------
+def test_connect_is_awaitable_or_an_async_context_and_checks_like_the_sync_one() -> None:
+    async def scenario() -> None:
+        store = await tenure.aio.connect("memory://")
+        assert "tenure.aio" in repr(store)
+        await store.close()
+        await store.close()  # idempotent
+        with pytest.raises(tenure.InvalidArgument, match="drift_margin"):
+            await tenure.aio.connect("memory://", drift_margin=2)
+        with pytest.raises(tenure.InvalidArgument, match="not serve etcd"):
+            await tenure.aio.connect("etcd://127.0.0.1:1/x")
+        async with tenure.aio.connect("memory://") as opened:
+            assert (await opened.health())["io"] == "in the event loop (no I/O)"
+
+    run(scenario)
+
+
+def test_the_aio_surface_is_exported_and_awaitable_where_it_does_io() -> None:
+    assert sorted(tenure.aio.__all__) == sorted(set(tenure.aio.__all__))
+    for name in tenure.aio.__all__:
+        assert hasattr(tenure.aio, name), name
+    # No I/O: hold() returns what is entered or awaited, jobs() and watch() async iterators,
+    # hold_lease() starts a task.
+    not_coroutines = {"hold", "hold_lease", "jobs", "watch"}
+    for name, member in inspect.getmembers(tenure.Store):
+        if name.startswith("_") or not callable(member):
+            continue
+        mirrored: Any = getattr(AsyncStore, name, None)
+        assert mirrored is not None, f"AsyncStore has no {name}()"
+        assert inspect.iscoroutinefunction(mirrored) is (name not in not_coroutines), name
+
+
+def test_watch_polls_on_postgresql_when_writes_do_not_notify(postgres_harness: Harness) -> None:
+    async def scenario() -> None:
+        # timeout=30: a LISTEN-based watch would see the job only at its full re-read after 31 s.
+        async with tenure.aio.connect(f"{postgres_harness.url()}&notify=false&timeout=30") as store:
+            seen = asyncio.Event()
+            changes = store.watch(interval=0.05)
+
+            async def follow() -> None:
+                async for change in changes:
+                    if change.job is not None and change.job.job_id == "w":
+                        seen.set()
+                        return
+
+            following = asyncio.ensure_future(follow())
+            await asyncio.sleep(0.3)  # real time: the watch has read the empty store
+            await store.submit("w")
+            await asyncio.wait_for(seen.wait(), 5.0)
+            await following
+            await changes.aclose()  # type: ignore[attr-defined]
+
+    run(scenario)
+
+
+def test_leaving_a_hold_after_the_store_closed_only_logs(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        store = await tenure.aio.connect("sqlite:///:memory:")
+        held = await store.hold("j", owner="a", ttl=30.0)
+        await store.close()  # renewals stop; the lease expires by itself
+        await held.__aexit__(None, None, None)  # what leaving the block does: no exception
+        with pytest.raises(tenure.BackendUnavailable, match="closed"):
+            await store.get("j")
+
+    run(scenario)
+    assert "releasing 'j' on exit failed" in caplog.text
+
+
+def test_concurrent_claimers_in_one_loop_take_each_job_once(opener: Opener) -> None:
+    async def scenario() -> None:
+        async with opener() as store:
+            jobs = [f"job-{i:02d}" for i in range(40)]
+            await store.submit_many(jobs)
+
+            async def claimer(name: str) -> list[tuple[str, int]]:
+                won = []
+                while (lease := await store.claim_next(owner=name, ttl=30.0)) is not None:
+                    won.append((lease.job_id, lease.token))
+                    await asyncio.sleep(0)  # let the others in between a claim and its completion
+                    await store.complete(lease)
+                return won
+
+            results = await asyncio.gather(*(claimer(f"w{i}") for i in range(16)))
+            wins = [win for result in results for win in result]
+            assert sorted(job for job, _ in wins) == jobs  # every job, each once
+            assert await store.rejections() == []
+            assert (await store.summary()).completed == len(jobs)
+
+    run(scenario)
