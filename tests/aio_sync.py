@@ -83,9 +83,34 @@ class Proxy:
         return lambda *args, **kwargs: self._loop.call(lambda: value(*args, **kwargs))
 
 
+class SyncEvent:
+    """``held.lost`` (an asyncio.Event) as the sync cases use a threading.Event."""
+
+    def __init__(self, event: asyncio.Event, loop: LoopThread) -> None:
+        self._event = event
+        self._loop = loop
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        async def waited() -> bool:
+            try:
+                await asyncio.wait_for(self._event.wait(), timeout)
+            except asyncio.TimeoutError:
+                return False
+            return True
+
+        return bool(asyncio.run_coroutine_threadsafe(waited(), self._loop.loop).result())
+
+
 class SyncHeld(Proxy):
     def __enter__(self) -> SyncHeld:
         return self
+
+    @property
+    def lost(self) -> SyncEvent:
+        return SyncEvent(self._target.lost, self._loop)
 
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
         self._loop.call(lambda: self._target.__aexit__(kind, exc, tb))

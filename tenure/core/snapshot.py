@@ -20,13 +20,12 @@ import threading
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, TypeVar
 
-from tenure.core import queries
+from tenure.core import checks, queries
 from tenure.core.backend import Backend
+from tenure.core.checks import MAX_PAGE
 from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.errors import InvalidArgument, LeaseError, quoted
 from tenure.core.records import HistoryEvent, JobPage, JobState, JobStatus, Rejection, Summary
-from tenure.core import checks
-from tenure.core.checks import MAX_PAGE
 from tenure.core.store import Store
 
 log = logging.getLogger("tenure.snapshot")

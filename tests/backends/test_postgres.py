@@ -249,8 +249,8 @@ def test_a_claim_that_loses_every_race_is_outraced_and_writes_nothing(pg: Postgr
     # Outraced, the one error of a lost race on every backend: nothing was written.
     with pg.connect() as store:
         backend: Any = store.backend
-        run = backend._run
-        backend._run = lambda name, params, *, write: [] if name == "CLAIM" else run(name, params, write=write)
+        execute, claim = backend.execute, backend.statements["CLAIM"]
+        backend.execute = lambda query: [] if query.text == claim else execute(query)
         with pytest.raises(tenure.Outraced):
             store.claim("j", owner="a", ttl=30)
         assert store.get("j") is None and store.history("j") == []
