@@ -41,7 +41,10 @@ def watch(session: Session, log: Log, stop: threading.Event, interval: float) ->
         events.put(_REJECTIONS)
 
     def on_job(event: Any) -> None:
-        events.put(event.path.rsplit("/", 1)[1])
+        # A connection-state event reaches data watches without a path; the server keeps a
+        # session's watches across reconnects, so there is nothing to read for it.
+        if event.path:
+            events.put(event.path.rsplit("/", 1)[1])
 
     def read_job(name: str) -> Change | None:
         with mapped_errors("watching a job"):
