@@ -124,9 +124,11 @@ def test_counts_stay_exact_under_concurrent_writers(indexed: Harness, store: ten
     for t in threads:
         t.start()
     summaries = []
-    deadline = time.monotonic() + 6.0  # long enough for a few hundred state changes
+    # Until enough has happened to catch a torn read: counted, not timed, so a busy machine only
+    # takes longer (the cap only ends a run that makes no progress at all).
+    cap = time.monotonic() + 120.0
     try:
-        while time.monotonic() < deadline:
+        while (len(summaries) <= 20 or sum(changes) <= 100) and time.monotonic() < cap and not errors:
             summaries.append(store.summary())
     finally:
         stop.set()
