@@ -40,7 +40,8 @@ def test_demo_serves_the_dashboard_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "tenure", "demo", "--url", f"sqlite:///{tmp_path / 'd.db'}",
                              "--port", str(port), "--every", "1"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=_default_sigint)
     try:
         assert proc.stdout is not None
         seen: list[str] = []
@@ -58,3 +59,11 @@ def test_demo_serves_the_dashboard_and_stops_on_ctrl_c(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _default_sigint() -> None:
+    # A shell starts background jobs with SIGINT ignored and children inherit that; the test
+    # sends the Ctrl-C a person would, so the child gets Python's usual handler back.
+    import signal
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -138,7 +138,8 @@ def test_counts_stay_exact_under_concurrent_writers(indexed: Harness, store: ten
     assert len(summaries) > 20 and sum(changes) > 100, (len(summaries), changes)
     wrong = [s for s in summaries if s.completed != 0 or s.total != len(jobs)]
     assert not wrong, wrong[:3]
-    store.complete(store.claim_next(owner="last", ttl=indexed.ttl) or pytest.fail("nothing to claim"))
+    store.submit("spare")  # the writers may have left every job held: a completion to count too
+    store.complete(store.claim("spare", owner="last", ttl=indexed.ttl))
     now = store.now()
     assert store.backend.summary(now, 30.0) == _listed(store, now, 30.0)
 

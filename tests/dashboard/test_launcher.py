@@ -75,7 +75,8 @@ def test_run_serves_in_the_foreground_until_interrupted(tmp_path: Path) -> None:
     port = str(free_port())
     proc = subprocess.Popen([sys.executable, "-c", script, "--url", url, "--port", port],
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            preexec_fn=_default_sigint)
     try:
         assert proc.stdout is not None
         # Streamlit's own banner shares stdout; ours is printed once the health check answers.
@@ -131,3 +132,11 @@ def test_csv_export_quotes_cells_a_spreadsheet_would_run_as_formulas() -> None:
     for row in rows[1:]:
         assert all(row[c].startswith("'") for c in ("job", "owner", "reason", "resource"))
     assert rows[0]["resource"] == "ledger" and rows[0]["token"] == "5"
+
+
+def _default_sigint() -> None:
+    # A shell starts background jobs with SIGINT ignored and children inherit that; the test
+    # sends the Ctrl-C a person would, so the child gets Python's usual handler back.
+    import signal
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
