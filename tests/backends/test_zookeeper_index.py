@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import threading
 import time
 from typing import Any
 
@@ -10,6 +12,7 @@ import pytest
 
 import tenure
 from tenure.backends.zookeeper import layout as zl
+from tenure.core.backend import Backend
 from tests.servers.zookeeper import ZooKeeperHarness
 
 
@@ -284,4 +287,92 @@ def test_submit_many_of_the_longest_job_ids_keeps_each_multi_within_the_servers_
     with zk_harness.connect() as store:
         store.submit_many(ids)
         assert sorted(j.job_id for j in store.jobs()) == sorted(ids)
+        _assert_consistent(store)
+
+
+def test_a_store_made_before_the_index_gets_it_built_beside_a_writer(zk_harness: ZooKeeperHarness,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """build_indexes() gives a store without the index (its directories gone, its records naming
+    no entry) the index this version keeps, while a client connected after the index directories
+    exist claims, renews and releases; it refuses while a client that connected before them
+    is still connected; afterwards claim_next takes the expired lease and then the pending jobs
+    oldest first, the counts equal a listing's, and a second build changes nothing."""
+    import json
+
+    from tenure.backends.zookeeper import upgrade
+
+    url, ttl = zk_harness.url(), zk_harness.ttl
+    jobs = [f"old-{i:03d}" for i in range(120)]
+    with zk_harness.connect(url) as old:
+        old.submit_many(jobs[:60])
+        old.submit_many(jobs[60:])
+        for job_id in jobs[:10]:
+            old.claim(job_id, owner="w", ttl=ttl * 20)
+        old.claim(jobs[10], owner="gone", ttl=zk_harness.short_ttl)  # left to run out
+        old.release(old.claim(jobs[20], owner="w", ttl=ttl))  # pending again, behind the others
+        old.complete(old.claim(jobs[21], owner="w", ttl=ttl))
+        client, layout = old.backend.client, old.backend.layout  # type: ignore[attr-defined]
+        client.delete(layout.pending, recursive=True)  # as a store of the version before the index
+        client.delete(layout.leased, recursive=True)
+        for job_id in jobs[60:]:  # their records as that version wrote them: naming no entry
+            data, stat = client.get(layout.job(job_id))
+            record = json.loads(data)
+            if record.pop("queued", None) is not None:  # (and a later mtime, in this order)
+                client.set(layout.job(job_id), json.dumps(record, separators=(",", ":")).encode(), stat.version)
+    time.sleep(zk_harness.short_ttl + 0.2)  # jobs[10]'s lease runs out by the store's clock
+
+    with zk_harness.connect(url) as store:
+        backend: Any = store.backend
+        assert not backend.index.enabled
+        with zk_harness.connect(url), pytest.raises(tenure.BackendUnavailable, match="other client"):
+            backend.build_indexes()
+        assert backend.client.exists(backend.layout.pending) is None  # refused before writing anything
+
+        writing, stop, errors = threading.Event(), threading.Event(), []
+
+        def writer() -> None:
+            try:
+                while backend.client.exists(backend.layout.pending) is None:
+                    time.sleep(0.01)  # polling for the build to start: nothing to wait on
+                with zk_harness.connect(url) as other:
+                    assert other.backend.index.enabled  # type: ignore[attr-defined]
+                    while not stop.is_set():
+                        for job_id in jobs[100:110]:
+                            with contextlib.suppress(tenure.AlreadyClaimed):
+                                other.release(other.renew(other.claim(job_id, owner="x", ttl=ttl)))
+                        writing.set()
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+                writing.set()
+
+        planned = upgrade._plan
+
+        def plan_once_the_writer_writes(*args: Any) -> Any:
+            writing.wait(30)
+            return planned(*args)
+
+        monkeypatch.setattr(upgrade, "_plan", plan_once_the_writer_writes)
+        thread = threading.Thread(target=writer)
+        thread.start()
+        try:
+            fixed = backend.build_indexes()
+        finally:
+            stop.set()
+            thread.join()
+        assert not errors, errors
+        assert 100 <= fixed <= 119  # 108 pending and 11 leased, less those the writer indexed
+        assert backend.index.enabled
+        _assert_consistent(store)
+        now = store.now()
+        assert backend.summary(now, 30.0) == Backend.summary(backend, now, 30.0)
+        assert backend.build_indexes() == 0
+
+        got = []
+        while (lease := store.claim_next(owner="new", ttl=ttl)) is not None:
+            got.append(lease.job_id)
+        assert got[0] == jobs[10]  # the expired lease first
+        # Oldest first, by when each became pending (jobs of one multi by id); the writer's last.
+        by_age = [j for j in jobs[11:60] if j not in jobs[20:22]] + [jobs[20]] + jobs[60:100] + jobs[110:]
+        assert got[1:len(by_age) + 1] == by_age
+        assert sorted(got[len(by_age) + 1:]) == jobs[100:110]
         _assert_consistent(store)

@@ -575,6 +575,13 @@ class ZooKeeperBackend(SteppedBackend):
                    if self.index.enabled else None)
         return indexed or super().page(now, states, job, owner, order, offset, limit)
 
+    def build_indexes(self) -> int:
+        """Give a store made before the claimable index that index (an upgrade, run while no
+        other client is connected: see ``zookeeper.upgrade``); how many jobs it indexed."""
+        from tenure.backends.zookeeper.upgrade import build_indexes
+
+        return build_indexes(self.session, self.index)
+
     def rejections(self, since: float | None, limit: int | None) -> list[Rejection]:
         return self.audit.rejections(since, limit)
 

@@ -1,0 +1,221 @@
+"""Building the claimable index of a ZooKeeper store made before it existed.
+
+A root written by a version without the index has ``jobs/`` but no ``pending/`` or
+``leased/``: clients use it without the index (``claim_next`` scans, ``summary()`` lists every
+job). ``build_indexes`` gives it the index this version keeps: a ``leased/`` entry for every
+leased job (live or expired), and for every pending job an entry under ``pending/`` named by
+when the job became pending (its znode's mtime, the leader's clock of its last write, so
+``claim_next`` takes the oldest first) together with the record naming that entry, as a
+submit of this version writes it. Every change is in a multi that checks the job znode's
+version read before the entries were listed, so a job another client changed meanwhile is
+read again and planned afresh; the build repeats until a read finds nothing to add. Entries
+that no longer describe their job's record are deleted the same way; entries of jobs it did
+not read (created since) are left alone. Running it again on a built store changes nothing.
+
+Clients decide at connection whether a root has the index, so one connected before
+``pending/`` exists would go on writing without it. The build therefore refuses while any
+other client has a clock znode (every connected client keeps one, ``session``); those that
+connect after it created the index directories keep the index like any client. A client that
+connects within the milliseconds between that check and the directories' creation is not
+seen: what it writes unindexed is found by running the build again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from kazoo.exceptions import NodeExistsError, RolledBackError, RuntimeInconsistency
+
+from tenure.backends.zookeeper import layout as zl
+from tenure.backends.zookeeper.config import mapped_errors
+from tenure.backends.zookeeper.index import Index
+from tenure.backends.zookeeper.multiread import read_together
+from tenure.backends.zookeeper.session import Session
+from tenure.core.errors import BackendUnavailable, CorruptRecord
+from tenure.core.records import JobState
+
+ROUNDS = 20  # reads of the whole store before giving up on jobs that keep changing
+READ_BATCH = 1000  # job znodes (data and stat) per read-only multi
+MULTI_BYTES = 256 * 1024  # of paths and data per multi: well under jute.maxbuffer (1 MB)
+
+
+@dataclass
+class _Job:
+    """One job's index repair: the record's version it assumes, and the multi's operations."""
+
+    job_id: str
+    path: str
+    version: int
+    queued_ms: int = 0  # for a pending job that needs an entry: when it became pending
+    data: bytes | None = None  # the record to rewrite with its new entry's name
+    creates: list[str] = field(default_factory=list)
+    deletes: list[str] = field(default_factory=list)
+
+
+def build_indexes(session: Session, index: Index) -> int:
+    """Give the store the claimable index (see the module's docstring); how many jobs' index
+    entries were added or corrected. ``index``: the client's own, which keeps it from then on."""
+    layout, client = session.layout, session.client
+    _refuse_other_clients(session)
+    with mapped_errors("creating the index"):
+        for path in layout.index_dirs:
+            if client.exists(path) is None:
+                with contextlib.suppress(NodeExistsError):
+                    client.create(path, b"")
+    index.enabled = True
+    fixed = 0
+    for _ in range(ROUNDS):
+        plan = _plan(session, index)
+        if not plan:
+            return fixed
+        fixed += _apply(session, plan)
+    raise BackendUnavailable(f"jobs kept changing while their index was built ({ROUNDS} reads of "
+                             "the store); run the build again")
+
+
+def _refuse_other_clients(session: Session) -> None:
+    own = session.clock_path.rsplit("/", 1)[1]
+    with mapped_errors("listing connected clients"):
+        others = [n for n in session.client.get_children(session.layout.clocks) if n != own]
+    if others:
+        raise BackendUnavailable(
+            f"{len(others)} other client(s) are connected to {session.layout.root} (znodes under "
+            f"{session.layout.clocks}): clients connected before the index exists would not keep "
+            "it; stop them (an ended session's znode goes when ZooKeeper expires it), then build")
+
+
+def _records(session: Session) -> Iterator[tuple[str, str, bytes, Any]]:
+    """(job id, path, data, stat) of every job znode tenure named, a read-only multi per batch."""
+    layout, client, timeout = session.layout, session.client, session.config.timeout
+    with mapped_errors("listing jobs"):
+        names = sorted(client.get_children(layout.jobs))
+    for start in range(0, len(names), READ_BATCH):
+        batch = names[start:start + READ_BATCH]
+        with mapped_errors("reading jobs"):
+            answers = read_together(client, [f"{layout.jobs}/{n}" for n in batch], timeout)
+        for name, answer in zip(batch, answers, strict=True):
+            if answer is None:
+                continue
+            try:
+                job_id = zl.decode(name)
+            except ValueError:
+                continue  # not a znode tenure made: listed as corrupt, never indexed
+            yield job_id, f"{layout.jobs}/{name}", answer[0], answer[1]
+
+
+def _entries(session: Session) -> tuple[dict[str, list[str]], set[str]]:
+    """Pending entries by job id (their paths) and the job ids with a leased entry."""
+    layout, client = session.layout, session.client
+    pending: dict[str, list[str]] = {}
+    with mapped_errors("listing the index"):
+        buckets = [b for b in client.get_children(layout.pending) if zl.bucket_opened(b) is not None]
+        listed = [(b, client.get_children_async(f"{layout.pending}/{b}")) for b in buckets]
+        leased = set()
+        for name in client.get_children(layout.leased):
+            try:
+                leased.add(zl.decode(name))
+            except ValueError:
+                continue
+        for bucket, result in listed:
+            for name in session.wait(result):
+                try:
+                    pending.setdefault(zl.entry_job(name), []).append(f"{layout.pending}/{bucket}/{name}")
+                except ValueError:
+                    continue
+    return pending, leased
+
+
+def _plan(session: Session, index: Index) -> list[_Job]:
+    """What each job's entries lack or have too many. The records are read BEFORE the entries:
+    entries change only in the multis that change their record, so a record still at the
+    version read when the plan is applied had exactly the entries listed after it."""
+    layout = session.layout
+    records = list(_records(session))
+    pending, leased = _entries(session)
+    plan = []
+    for job_id, path, data, stat in records:
+        try:
+            rec = zl.load_record(data, path, job_id)
+        except CorruptRecord:
+            continue  # listed as corrupt; its entries are claim_next's to tidy
+        job = _Job(job_id, path, stat.version)
+        entries = pending.get(job_id, [])
+        slot = zl.queued_slot(data) if rec.state is JobState.PENDING else None
+        if rec.state is JobState.PENDING and (slot is None or layout.queued(slot) not in entries):
+            job.queued_ms, job.data = stat.mtime, data
+        job.deletes += [e for e in entries if index.stale(data, rec, e) or job.data is not None]
+        entry = layout.leased_entry(job_id)
+        if rec.state is JobState.LEASED and job_id not in leased:
+            job.creates.append(entry)
+        elif rec.state is not JobState.LEASED and job_id in leased:
+            job.deletes.append(entry)
+        if job.data is not None or job.creates or job.deletes:
+            plan.append(job)
+    return plan
+
+
+def _apply(session: Session, plan: list[_Job]) -> int:
+    """The plan in multis of about ``MULTI_BYTES``, pending jobs oldest first; a job whose
+    record changed since it was read is left out (the next round reads it again)."""
+    plan.sort(key=lambda j: (j.data is None, j.queued_ms, j.job_id))
+    batches: list[list[_Job]] = [[]]
+    size = 0
+    for job in plan:
+        if size >= MULTI_BYTES or len(batches[-1]) >= zl.BUCKET_SIZE:
+            batches.append([])
+            size = 0
+        batches[-1].append(job)
+        size += len(job.data or b"") + sum(len(p) for p in (job.path, *job.creates, *job.deletes)) + 200
+    # A batch's place among them orders buckets opened in the same millisecond.
+    return sum(_commit(session, batch, seq) for seq, batch in enumerate(batches) if batch)
+
+
+def _commit(session: Session, jobs: list[_Job], seq: int) -> int:
+    """One multi for ``jobs`` (their pending entries in a bucket of its own); without the jobs
+    whose check failed, again, until it commits or none is left. Returns how many committed."""
+    layout = session.layout
+    while jobs:
+        tx = session.client.transaction()
+        owners: list[int] = []  # for each operation, the job it is for
+        queued = [j for j in jobs if j.data is not None]
+        bucket = zl.new_bucket(queued[0].queued_ms / 1000.0, seq) if queued else None
+        if bucket is not None:
+            tx.create(f"{layout.pending}/{bucket}", b"")
+            owners.append(-1)
+        for i, job in enumerate(jobs):
+            if job.data is not None:
+                assert bucket is not None
+                slot = f"{bucket}/{zl.entry(job.job_id, job.queued_ms / 1000.0, i)}"
+                tx.set_data(job.path, _naming(job.data, slot), job.version)
+                tx.create(layout.queued(slot), b"")
+                owners += [i, i]
+            else:
+                tx.check(job.path, job.version)
+                owners.append(i)
+            for path in job.creates:
+                tx.create(path, b"")
+                owners.append(i)
+            for path in job.deletes:
+                tx.delete(path)
+                owners.append(i)
+        with mapped_errors("building the index"):
+            results = tx.commit()
+        failed = {owners[k] for k, r in enumerate(results)
+                  if isinstance(r, Exception) and not isinstance(r, (RolledBackError, RuntimeInconsistency))}
+        if not failed:
+            return len(jobs)
+        if -1 in failed:  # the bucket's name is taken (its random part too): draw another
+            continue
+        jobs = [j for i, j in enumerate(jobs) if i not in failed]
+    return 0
+
+
+def _naming(data: bytes, slot: str) -> bytes:
+    """The record as it was, plus the pending entry it is queued under (``layout.dump_record``)."""
+    record = json.loads(data)
+    record["queued"] = slot
+    return json.dumps(record, separators=(",", ":")).encode()
