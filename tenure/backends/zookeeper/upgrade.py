@@ -69,7 +69,7 @@ def build_indexes(session: Session, index: Index) -> int:
     index.enabled = True
     fixed = 0
     for _ in range(ROUNDS):
-        plan = _plan(session, index)
+        plan = _plan(session)
         if not plan:
             return fixed
         fixed += _apply(session, plan)
@@ -129,7 +129,7 @@ def _entries(session: Session) -> tuple[dict[str, list[str]], set[str]]:
     return pending, leased
 
 
-def _plan(session: Session, index: Index) -> list[_Job]:
+def _plan(session: Session) -> list[_Job]:
     """What each job's entries lack or have too many. The records are read BEFORE the entries:
     entries change only in the multis that change their record, so a record still at the
     version read when the plan is applied had exactly the entries listed after it."""
@@ -145,9 +145,10 @@ def _plan(session: Session, index: Index) -> list[_Job]:
         job = _Job(job_id, path, stat.version)
         entries = pending.get(job_id, [])
         slot = zl.queued_slot(data) if rec.state is JobState.PENDING else None
-        if rec.state is JobState.PENDING and (slot is None or layout.queued(slot) not in entries):
+        kept = layout.queued(slot) if slot is not None and layout.queued(slot) in entries else None
+        if rec.state is JobState.PENDING and kept is None:
             job.queued_ms, job.data = stat.mtime, data
-        job.deletes += [e for e in entries if index.stale(data, rec, e) or job.data is not None]
+        job.deletes += [e for e in entries if e != kept]  # only the entry the record names is right
         entry = layout.leased_entry(job_id)
         if rec.state is JobState.LEASED and job_id not in leased:
             job.creates.append(entry)
