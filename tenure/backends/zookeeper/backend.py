@@ -555,7 +555,7 @@ class ZooKeeperBackend(SteppedBackend):
         with mapped_errors("listing jobs"):
             for path, data, _ in read_many(self.client, paths, self.config.timeout):
                 name = path[prefix:]
-                status = None if now is None else zl.load_status(data, name, now)
+                status = None if now is None else zookeeper_query.listed(name, data, now)
                 yield zl.decoded(self.layout.jobs, name, data) if status is None else status
 
     def jobs(self) -> Iterator[JobStatus]:

@@ -44,7 +44,6 @@ from tenure.core.records import (
     JobStatus,
     Rejection,
 )
-from tenure.core.transitions import status
 
 FORMAT = 1  # "tenure" field of every record; a znode without it was not written by tenure
 DEFAULT_ROOT = "/tenure"
@@ -207,17 +206,6 @@ def decoded(jobs: str, name: str, data: bytes) -> JobRecord | JobStatus:
                          problem=f"znode name is not a tenure job id: {exc}")
     except CorruptRecord as exc:
         return corrupt_status(decode(name), key, exc)
-
-
-def load_status(data: bytes, name: str, now: float) -> JobStatus | None:
-    """For listings: the status of the record in job znode ``name`` at store time ``now``,
-    the name checked by encoding the id the record names; None for anything else, which
-    ``load_record`` then explains."""
-    try:
-        rec = _record(data, name, None)
-    except CorruptRecord:
-        return None
-    return status(rec, now) if encode(rec.job_id) == name else None
 
 
 def queued_slot(data: bytes | None) -> str | None:
