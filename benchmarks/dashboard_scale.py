@@ -9,10 +9,11 @@ pending jobs with 1 % of them leased and 200 rejections, and times the store's o
 through Streamlit's AppTest (first render and rerun of each page, in this process), and
 serves the dashboard for real (``benchmarks/dashboard_counted_app.py``: the app with its
 store's reads counted) to headless Chromium: the first page load, the Live leases page's
-first render, the live refresh (how long the browser shows a rerun running, median of 5),
-and the store reads per second the server makes with 1 and with 5 sessions open on Live
-leases. Targets (issue 15): first render <= 2 s, refresh <= 0.5 s; 5 sessions must not cost
-5 times the reads of 1.
+first render, the live refresh (each run of the page's fragment, timed on the server: the
+browser shows no indicator for it; median and slowest of 5), and the store reads per second
+the server makes with 1 and with 5 sessions open on Live leases. The floor is the page load
+of a bare Streamlit app (``dashboard_bare_app.py``) in the same browser. Targets (issue 15):
+first render <= 2 s, refresh <= 0.5 s; 5 sessions must not cost 5 times the reads of 1.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from tenure.dashboard import launcher, links  # noqa: E402
 FIRST_RENDER, REFRESH = 2.0, 0.5
 PAGES = ["overview", "leases", "workers", "stuck", "activity", "timeline", "rejections", "job"]
 COUNTED_APP = Path(__file__).with_name("dashboard_counted_app.py")
+BARE_APP = Path(__file__).with_name("dashboard_bare_app.py")
 READS_WINDOW = 10.0  # seconds over which reads per second are counted
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
@@ -111,6 +113,39 @@ def _reads_per_second(path: Path) -> float:
     return (_reads(path) - before) / READS_WINDOW
 
 
+def _runs(path: Path, page: str) -> list[float]:
+    """Seconds of each run of ``page``'s view so far, as the counted app wrote them."""
+    try:
+        return [seconds for name, seconds in json.loads(path.read_text()) if name == page]
+    except (OSError, ValueError):
+        return []
+
+
+def streamlit_floor(tmp: Path) -> float:
+    """Page load of an app that shows one number and reads nothing, in a warm server."""
+    from playwright.sync_api import sync_playwright
+
+    port = _free_port()
+    proc = launcher.start(f"sqlite:///{tmp / 'floor.db'}", port=port, app=BARE_APP)
+    try:
+        address = launcher.wait_ready(proc, "127.0.0.1", port, timeout=120)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS)
+            loads = []
+            for _ in range(3):
+                page = browser.new_page(viewport={"width": 1400, "height": 900})
+                start = time.perf_counter()
+                page.goto(address, timeout=120_000)
+                page.get_by_text("Rejections (1h)").wait_for(timeout=120_000)
+                loads.append(time.perf_counter() - start)
+                page.close()
+            browser.close()
+        return min(loads[1:])
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
 def _open_leases(browser: Any, address: str) -> Any:
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     page.goto(f"{address}/leases", timeout=120_000)
@@ -146,18 +181,15 @@ def in_browser(url: str, tmp: Path) -> dict[str, float]:
             page.wait_for_function("() => document.body.innerHTML.includes('glide-cell')", polling=50,
                                    timeout=120_000)
             out["Live leases first render (click to table)"] = time.perf_counter() - start
-            durations = page.evaluate("""() => new Promise(done => {
-                const runs = []; let began = null;
-                const timer = setInterval(() => {
-                    const running = !!document.querySelector('[data-testid="stStatusWidget"]');
-                    if (running && began === null) began = performance.now();
-                    if (!running && began !== null) { runs.push(performance.now() - began); began = null; }
-                    if (runs.length >= 5) { clearInterval(timer); done(runs); }
-                }, 5);
-                // A rerun too quick to catch at 5 ms polling counts as 5 ms; never wait forever.
-                setTimeout(() => { clearInterval(timer); done(runs.length ? runs : [5]); }, 30000);
-            })""")
-            out["live refresh of Live leases (median of 5)"] = statistics.median(durations) / 1000
+            # A refresh is the page's fragment running again on the server (the browser shows
+            # no running indicator for it): each run of the view is timed there (runs.json).
+            before = len(_runs(tmp / "runs.json", "leases"))
+            deadline = time.monotonic() + 60
+            while len(_runs(tmp / "runs.json", "leases")) < before + 5 and time.monotonic() < deadline:
+                time.sleep(0.2)  # polling a file the server writes every 0.2 s
+            refreshes = _runs(tmp / "runs.json", "leases")[before:]
+            out["live refresh of Live leases (server, median of 5)"] = statistics.median(refreshes[:5])
+            out["live refresh of Live leases (server, slowest of 5)"] = max(refreshes[:5])
             opened[0].close()  # one session left, on Live leases
             out["store reads/s, 1 session"] = _reads_per_second(counts)
             others = [_open_leases(browser, address) for _ in range(4)]
@@ -209,11 +241,17 @@ def main() -> int:
     parser.add_argument("--no-browser", action="store_true", help="skip the real server and Chromium")
     args = parser.parse_args()
     verdicts: list[tuple[str, bool, str]] = []
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+    if not args.no_browser:
+        with tempfile.TemporaryDirectory(prefix="tenure-dash-") as tmp:
+            print(f"  browser page load of a bare Streamlit app (the floor)   {streamlit_floor(Path(tmp)):8.3f}",
+                  flush=True)
     for backend in args.backends.split(","):
         with tempfile.TemporaryDirectory(prefix="tenure-dash-") as tmp, served_store(backend, Path(tmp)) as url:
             t = time.perf_counter()
             seed(url, args.jobs)
-            print(f"\n== {backend}: seeded {args.jobs} jobs in {time.perf_counter() - t:.0f} s", flush=True)
+            print(f"\n== {backend}: seeded {args.jobs} jobs in {time.perf_counter() - t:.0f} s; "
+                  f"load average {os.getloadavg()[0]:.1f}", flush=True)
             for name, seconds in store_queries(url).items():
                 print(f"  store {name:38s} {seconds:8.3f} s", flush=True)
             rows = apptest(url)
@@ -231,7 +269,7 @@ def main() -> int:
                 print(f"  browser {name:52s} {value:8.3f}", flush=True)
             first = measured["page load to Overview counts"]
             leases = measured["Live leases first render (click to table)"]
-            refresh = measured["live refresh of Live leases (median of 5)"]
+            refresh = measured["live refresh of Live leases (server, slowest of 5)"]
             one, five = measured["store reads/s, 1 session"], measured["store reads/s, 5 sessions"]
             verdicts += [
                 (f"{backend}: first render <= {FIRST_RENDER:g} s", max(first, leases) <= FIRST_RENDER,
