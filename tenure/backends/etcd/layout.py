@@ -196,11 +196,12 @@ def read_job(kv: KV, job_id: str) -> JobValue:
 
 
 _decode_json = json.JSONDecoder().decode
+_PLAIN = frozenset({int, float})
 
 
 def _plain_number(value: object) -> bool:
     """None or a finite int or float (not a bool): what ``_field`` accepts for ``_NUM``."""
-    return value is None or (type(value) in (int, float) and math.isfinite(value))  # type: ignore[arg-type]
+    return value is None or (type(value) in _PLAIN and math.isfinite(value))  # type: ignore[arg-type]
 
 
 def listed_pending(kv: KV, encoded: bytes) -> JobStatus | None:
@@ -215,9 +216,11 @@ def listed_pending(kv: KV, encoded: bytes) -> JobStatus | None:
         return None
     job_id, owner, token, runs = v.get("job"), v.get("owner"), v.get("token"), v.get("runs")
     submitted_at, claimed_at = v.get("submitted_at"), v.get("claimed_at")
+    # Written out rather than a loop over the names: this runs once per job of a listing.
     if (type(job_id) is not str or type(token) is not int or type(runs) is not int
             or (owner is not None and type(owner) is not str)
-            or not all(_plain_number(v.get(name)) for name in ("ttl", "submitted_at", "claimed_at", "expires_at"))
+            or not (_plain_number(v.get("ttl")) and _plain_number(submitted_at)
+                    and _plain_number(claimed_at) and _plain_number(v.get("expires_at")))
             or _encoded(job_id) != encoded):
         return None
     try:
