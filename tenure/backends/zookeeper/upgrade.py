@@ -205,10 +205,12 @@ def _commit(session: Session, jobs: list[_Job], seq: int) -> int:
                 owners.append(i)
         with mapped_errors("building the index"):
             results = tx.commit()
+        if not any(isinstance(r, Exception) for r in results):
+            return len(jobs)
         failed = {owners[k] for k, r in enumerate(results)
                   if isinstance(r, Exception) and not isinstance(r, (RolledBackError, RuntimeInconsistency))}
         if not failed:
-            return len(jobs)
+            return 0  # no operation named: the next round reads every job again
         if -1 in failed:  # the bucket's name is taken (its random part too): draw another
             continue
         jobs = [j for i, j in enumerate(jobs) if i not in failed]
