@@ -290,3 +290,38 @@ def test_zookeeper_counts_leases_beyond_one_request(zk_harness: Harness, monkeyp
         now = store.now()
         assert store.backend.summary(now, 1e6) == _listed(store, now, 1e6)
         assert (store.summary().leased, store.summary().expired) == (3, 2)
+
+
+def test_etcd_pages_by_id_read_only_the_job_keys_created_since(etcd_harness: Any,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the job names are cached, a page by id after new submissions asks etcd only for the
+    keys created since (the whole job/ range is not sent again) and shows every job; when the
+    new keys do not account for the new count (a key deleted by hand), every name is read."""
+    with etcd_harness.connect() as store:
+        ids = [f"j{i:03d}" for i in range(50)]
+        store.submit_many(ids)
+        assert [j.job_id for j in store.page(order="job", limit=3).jobs] == ids[:3]
+        backend: Any = store.backend
+        job_span = backend.keys.span("job")
+        whole_reads = []
+        reading = backend._conn.range
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            if args[:2] == job_span:
+                whole_reads.append(args)
+            return reading(*args, **kwargs)
+
+        monkeypatch.setattr(backend._conn, "range", counted)
+        store.submit_many(["a", "j0105", "zz"])
+        ids = sorted([*ids, "a", "j0105", "zz"])
+        page = store.page(order="job", limit=100)
+        assert ([j.job_id for j in page.jobs], page.total) == (ids, 53)
+        assert whole_reads == []
+
+        node = etcd_harness.cluster.nodes[0]
+        node.api("/v3/kv/deleterange", {"key": base64.b64encode(backend.keys.job("j003")).decode()})
+        store.submit_many(["b1", "b2"])
+        ids = sorted([*(i for i in ids if i != "j003"), "b1", "b2"])
+        page = store.page(order="job", limit=100)
+        assert ([j.job_id for j in page.jobs], page.total) == (ids, 54)
+        assert len(whole_reads) == 1

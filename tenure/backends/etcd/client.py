@@ -102,10 +102,12 @@ def range_request(key: bytes, end: bytes = b"", *, limit: int = 0, revision: int
 
 
 def get(key: bytes, end: bytes = b"", *, keys_only: bool = False, revision: int = 0, limit: int = 0,
-        count_only: bool = False) -> OpSpec:
-    """``count_only``: the answer carries only how many keys the range holds (``TxnResult.counts``)."""
+        count_only: bool = False, created_after: int = 0) -> OpSpec:
+    """``count_only``: the answer carries only how many keys the range holds (``TxnResult.counts``);
+    ``created_after``: only keys created after that revision (etcd still walks the range)."""
     return rpc_pb2.RequestOp(request_range=rpc_pb2.RangeRequest(
-        key=key, range_end=end, keys_only=keys_only, revision=revision, limit=limit, count_only=count_only))
+        key=key, range_end=end, keys_only=keys_only, revision=revision, limit=limit, count_only=count_only,
+        min_create_revision=created_after + 1 if created_after else 0))
 
 
 def txn_request(compares: list[CompareSpec], success: list[OpSpec], failure: list[OpSpec]) -> Any:

@@ -11,7 +11,8 @@ between round trips can leave them wrong. A store written before the indexes (de
 versions before 2026-12-02) gets them from ``EtcdBackend.build_indexes`` (``etcd.upgrade``).
 
 Job ids in order (for pages by id) come from the ``job/`` keys' names, read once and kept
-while etcd's count of them is unchanged (tenure never deletes a job). A record damaged behind
+while etcd's count of them is unchanged (tenure never deletes a job); when it grows, only the
+keys created since the names were read are sent (``created_after``). A record damaged behind
 tenure's back is counted where its index puts it; only a listing finds it corrupt.
 """
 
@@ -70,7 +71,8 @@ class EtcdIndex:
         self._conn = conn
         self._keys = keys
         self._lock = threading.Lock()
-        self._names: tuple[int, list[str], list[bytes]] = (-1, [], [])  # (count of job keys, ids, names)
+        # (revision read at, count of job keys, ids, names): see _job_names
+        self._names: tuple[int, int, list[str], list[bytes]] = (0, -1, [], [])
 
     def _read(self, counted: bool) -> _Counts:
         """The indexes at one revision, one round trip; ``counted``: with etcd's counts of the
@@ -125,24 +127,37 @@ class EtcdIndex:
 
     def _job_names(self, total: int) -> tuple[list[str], list[bytes]]:
         """Every job id sorted, and every job key's name (after ``job/``) in key order: the
-        cached ones while there are ``total`` job keys (tenure never deletes one), else read."""
+        cached ones while there are ``total`` job keys (tenure never deletes one); else the
+        cached ones with the keys created since they were read, when those account for the
+        new count (one walk inside etcd, only the new keys sent); else all read again."""
         with self._lock:
-            count, ids, names = self._names
+            revision, count, ids, names = self._names
         if total == count:
             return ids, names
-        start = len(self._keys.section("job"))
-        kvs, _, _ = self._conn.range(*self._keys.span("job"), keys_only=True)
-        names = [kv.key[start:] for kv in kvs]
-        ids = []
+        span, start = self._keys.span("job"), len(self._keys.section("job"))
+        if count >= 0:
+            res = self._conn.txn([], [ec.get(*span, keys_only=True, created_after=revision),
+                                      ec.get(*span, count_only=True)], [], retry=True)
+            if count + len(res.ranges[0]) == res.counts[1]:
+                ids, names = self._merged(ids, names, res.ranges[0], start)
+                with self._lock:
+                    self._names = (res.revision, res.counts[1], ids, names)
+                return ids, names
+        kvs, revision, _ = self._conn.range(*span, keys_only=True)
+        ids, names = self._merged([], [], kvs, start)
+        with self._lock:
+            self._names = (revision, len(kvs), ids, names)
+        return ids, names
+
+    def _merged(self, ids: list[str], names: list[bytes], kvs: list[KV], start: int) -> tuple[list[str], list[bytes]]:
+        added = []
         for kv in kvs:
             try:
-                ids.append(self._keys.job_id(kv.key, "job"))
+                added.append(self._keys.job_id(kv.key, "job"))
             except CorruptRecord:
                 continue  # a key tenure did not make: only a listing shows it
-        ids.sort()
-        with self._lock:
-            self._names = (len(kvs), ids, names)
-        return ids, names
+        # Sorting sorted runs is a merge (Timsort), about linear in the names.
+        return sorted(ids + added), sorted(names + [kv.key[start:] for kv in kvs])
 
     def listing_pages(self, size: int) -> tuple[int, list[bytes]]:
         """A revision to list at, and the names that cut the job keys into pages of about
