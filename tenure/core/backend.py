@@ -14,6 +14,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -196,7 +197,9 @@ class Transaction(abc.ABC):
     again in a new transaction with fresh reads (``RecordBackend.transaction(fresh=True)``),
     pausing and giving up as ``tenure.core.contention`` says. On a first attempt its ``load``
     may answer from what this process last wrote, setting ``guessed``; the conditional commit
-    verifies a guess, and a refusal decided on one is decided again on fresh reads.
+    verifies a guess, and a refusal decided on one is decided again on fresh reads. A guess
+    that conflicts is retried at once, without the pause of a lost race: a wrong guess is
+    not contention.
     """
 
     now: float
@@ -206,6 +209,22 @@ class Transaction(abc.ABC):
     @abc.abstractmethod
     def load(self, job_id: str) -> JobRecord | None:
         """The job's record; raises CorruptRecord for one that cannot be read."""
+
+    def load_held(self, lease: Lease) -> JobRecord | None:
+        """The record a holder's renew, complete or release on ``lease`` decides on.
+
+        An optimistic store may answer with the record the lease implies, as a guess its
+        commit verifies (setting ``guessed``), and may count a lease its store ended early as
+        live while the holder's safe deadline runs (``clock.deadline_runs``): the store's own
+        time cannot have ended it then. This default loads the job.
+        """
+        return self.load(lease.job_id)
+
+    def stored(self, record: JobRecord) -> JobRecord:
+        """After the commit, ``record`` as the store wrote it: a store that numbers claims
+        itself (etcd: the commit's revision is the token) or estimates a lease's end its own
+        way says so here. Called by the core on what a claim or holder step saved."""
+        return record
 
     @abc.abstractmethod
     def save(self, record: JobRecord) -> None: ...
@@ -250,18 +269,24 @@ class RecordBackend(SteppedBackend):
 
     def _run(self, job_id: str, step: Callable[[Transaction], T]) -> T:
         """``step`` in a transaction, again with fresh reads while it conflicts or decided a
-        refusal on a guess; ``Outraced`` when every attempt lost its race."""
-        for attempt in contention.attempts():
+        refusal on a guess; ``Outraced`` when every attempt lost its race. A step's record
+        comes back as the store wrote it (``Transaction.stored``)."""
+        fresh = False
+        for attempt in range(1, contention.ATTEMPTS + 1):
             tx: Transaction | None = None
             try:
-                with self.transaction(fresh=True) if attempt else self.transaction() as tx:
+                with self.transaction(fresh=True) if fresh else self.transaction() as tx:
                     result = step(tx)
             except (_Reread, LeaseError) as exc:
                 if tx is None or not tx.guessed or isinstance(exc, BackendUnavailable):
                     raise
-                continue  # decided on a cached guess: decide again on what the store holds
-            if not tx.conflict:
-                return result
+                # decided on a cached guess: decide again on what the store holds
+            else:
+                if not tx.conflict:
+                    return tx.stored(result) if isinstance(result, JobRecord) else result  # type: ignore[return-value]
+                if not tx.guessed and attempt < contention.ATTEMPTS:
+                    time.sleep(contention.pause(attempt))  # a lost race (a wrong guess: at once)
+            fresh = True
         raise contention.outraced(job_id)
 
     def submit(self, job_id: str, actor: str | None = None) -> None:
@@ -277,25 +302,26 @@ class RecordBackend(SteppedBackend):
 
         self._run(job_ids[0] if job_ids else "", step)
 
-    def _claim_in(self, tx: Transaction, job_id: str, owner: str, ttl: float) -> Lease:
+    def _claim_in(self, tx: Transaction, job_id: str, owner: str, ttl: float) -> JobRecord:
         new = transitions.claim(tx.load(job_id), job_id, owner, ttl, tx.now)
         tx.save(new)
         tx.add_event(transitions.history_event(new, Op.CLAIM, tx.now))
-        return transitions.lease_of(new)
+        return new
 
     def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
-        return self._run(job_id, lambda tx: self._claim_in(tx, job_id, owner, ttl))
+        return transitions.lease_of(self._run(job_id, lambda tx: self._claim_in(tx, job_id, owner, ttl)))
 
     def claim_next(self, owner: str, ttl: float) -> Lease | None:
-        def step(tx: Transaction) -> Lease | None:
+        def step(tx: Transaction) -> JobRecord | None:
             job_id = tx.next_claimable()
             return None if job_id is None else self._claim_in(tx, job_id, owner, ttl)
 
-        return self._run("(claim_next)", step)
+        claimed = self._run("(claim_next)", step)
+        return None if claimed is None else transitions.lease_of(claimed)
 
     def _holder_op(self, op: Op, lease: Lease, change: transitions.Change) -> JobRecord:
         def step(tx: Transaction) -> JobRecord | Rejection:
-            found = transitions.holder_step(tx.load(lease.job_id), op, lease, change, tx.now)
+            found = transitions.holder_step(tx.load_held(lease), op, lease, change, tx.now)
             if isinstance(found, JobRecord):
                 tx.save(found)
                 tx.add_event(transitions.history_event(found, op, tx.now))
