@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import tenure
+from tenure.backends.etcd.transaction import Read, reads
 from tests.servers.etcd import EtcdCluster, EtcdHarness, make_certificates, start_or_fail
 from tests.servers.ports import free_port
 
@@ -319,11 +320,20 @@ def test_a_claim_waits_for_the_incarnation_it_writes_over(etcd_harness: EtcdHarn
     _revoke_early(etcd_harness, store, "j")
     with etcd_harness.connect(_url_of(store)) as other:
         backend: Any = other.backend
-        stale = backend._snapshot("j")
-        backend._note_ended(stale).first_seen -= 100  # as if seen ended long ago: wait over
+        conn, real = backend._conn, backend._conn.txn
+        assert other.get("j").state is tenure.JobState.EXPIRED  # type: ignore[union-attr]  # seen gone
+        stale = real([], reads(backend.keys, "j"), [], retry=True)
+        backend._leases.ended("j", Read("j", stale.ranges, 0).incarnation, 0).first_seen -= 100  # wait over
         a = store.renew(a)  # revived: a new incarnation, a fresh deadline
         _revoke_early(etcd_harness, store, "j")  # and ended early again
-        backend._snapshot = lambda job_id: stale  # the claim goes on from the read before
+
+        def txn(compares: Any, success: Any, failure: Any, **kwargs: Any) -> Any:
+            if not compares and not failure:  # the claim's read: it goes on from the read before
+                conn.txn = real
+                return stale
+            return real(compares, success, failure, **kwargs)
+
+        conn.txn = txn
         with pytest.raises(tenure.NotYetClaimable):
             backend.claim("j", "b", ttl)
         assert time.monotonic() < a.deadline
@@ -396,7 +406,7 @@ def test_audit_records_expire_with_a_shared_retention_lease(etcd_harness: EtcdHa
         node = etcd_harness.cluster.nodes[0]
         layout = store.backend.keys  # type: ignore[attr-defined]
         keys = node.keys(layout.section("rejection")) + node.keys(layout.section("history"))
-        lease_id = store.backend._retention_id()
+        lease_id = store.backend._leases.retention_id()
         info = node.api("/v3/lease/timetolive", {"ID": lease_id, "keys": True})
         attached = {base64.b64decode(k) for k in info.get("keys", [])}
         assert keys and set(keys) <= attached  # etcd deletes them, no scan needed
@@ -406,10 +416,10 @@ def test_audit_records_expire_with_a_shared_retention_lease(etcd_harness: EtcdHa
 def test_a_retention_lease_revoked_behind_our_back_is_replaced(etcd_harness: EtcdHarness,
                                                                 store: tenure.Store) -> None:
     store.submit("a")
-    first = store.backend._retention_id()  # type: ignore[attr-defined]
+    first = store.backend._leases.retention_id()  # type: ignore[attr-defined]
     etcd_harness.cluster.nodes[0].api("/v3/lease/revoke", {"ID": first})
     store.submit("b")  # its history record needed a retention lease that exists
-    assert store.backend._retention_id() != first  # type: ignore[attr-defined]
+    assert store.backend._leases.retention_id() != first  # type: ignore[attr-defined]
     assert [e.job_id for e in store.history()] == ["b"]  # the revoke took a's record with it
 
 
@@ -537,7 +547,7 @@ def test_claims_reuse_the_etcd_leases_of_ended_claims(etcd_harness: EtcdHarness,
 
         setattr(backend._conn, name, counted)
     store.complete(store.claim("a", owner="w", ttl=5.0))
-    pooled = backend._pool[5][-1]
+    pooled = backend._leases._pool[5][-1]
     first = pooled.id
     before = time.monotonic()  # confirmed again now, so a slow machine cannot make it stale
     assert backend._conn.keepalive_started(first).result() == 6
