@@ -643,3 +643,34 @@ def test_a_renewal_etcd_applied_is_reported_applied(etcd_harness: EtcdHarness, s
     store.complete(renewed, result=b"done")
     assert store.get("k").state is tenure.JobState.COMPLETED  # type: ignore[union-attr]
     assert store.rejections() == []
+
+
+def test_an_outraced_claim_keeps_its_pooled_etcd_lease(etcd_harness: EtcdHarness, store: tenure.Store,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claim that lost every race wrote nothing with its pooled etcd lease: it goes back to
+    the pool for the next claim (it used to be revoked)."""
+    from tenure.core import contention
+
+    monkeypatch.setattr(contention, "ATTEMPTS", 3)
+    backend: Any = store.backend
+    store.complete(store.claim("a", owner="w", ttl=5.0))
+    pooled = backend._leases._pool[5][-1].id
+    store.submit("b")
+    node, conn, real = etcd_harness.cluster.nodes[0], backend._conn, backend._conn.txn
+
+    def txn(compares: Any, success: Any, failure: Any, **kwargs: Any) -> Any:
+        if compares and success:  # another writer changes the job just before each commit lands
+            key = backend.keys.job("b")
+            value = base64.b64decode(node.api("/v3/kv/range", {"key": base64.b64encode(key).decode()})
+                                     ["kvs"][0]["value"])
+            node.put(key, value)
+        return real(compares, success, failure, **kwargs)
+
+    conn.txn = txn
+    with pytest.raises(tenure.Outraced):
+        store.backend.claim("b", "w", 5.0)
+    conn.txn = real
+    assert pooled in _etcd_leases(etcd_harness) and backend._leases._pool[5][-1].id == pooled
+    lease = store.claim("b", owner="w", ttl=5.0)
+    assert _etcd_lease_of(etcd_harness, store, "b") == pooled
+    store.complete(lease)
