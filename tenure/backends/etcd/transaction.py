@@ -103,7 +103,6 @@ class _Plan:
     """The writes of one job's change, and the etcd lease bookkeeping after the commit."""
 
     op: Op
-    old: JobRecord | None
     new: JobRecord
     key: ClaimKey
     lease: EtcdLease | None = None  # the etcd lease the lease key goes on (claim, renew)
@@ -204,7 +203,7 @@ class EtcdTransaction(Transaction):
         job_id, k, now = new.job_id, self._k, self.now
         old = self._loaded.get(job_id)
         owner = new.owner or (old.owner if old is not None else None) or ""
-        plan = _Plan(Op.SUBMIT, old, new, (job_id, new.token, owner))
+        plan = _Plan(Op.SUBMIT, new, (job_id, new.token, owner))
         if new.state is JobState.PENDING and (old is None or old.state is JobState.COMPLETED):
             at = now + submits * 1e-5  # the queue keeps the order given (1 µs apart could round together)
             plan.new = dataclasses.replace(new, submitted_at=at)
