@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -22,7 +23,7 @@ import psycopg
 from psycopg import sql
 
 from tenure.backends.postgres_connection import Settings, Watchdog, connection_error, open_pool, pool_only_waited
-from tenure.backends.postgres_ops import ATTEMPTS, Plan, Plans, Query, Trims, run_sync, try_again
+from tenure.backends.postgres_ops import ATTEMPTS, Plan, Plans, Query, Trims, run_sync, outraced_by, rerun_after
 from tenure.backends.postgres_schema import check_durability, check_schema_name, migrate
 from tenure.core.backend import Backend, Characteristics
 from tenure.core.clock import Clock
@@ -126,9 +127,11 @@ class PostgresBackend(Backend):
                     rows: list[tuple[Any, ...]] = conn.execute(query.text, query.params).fetchall()
                 break
             except psycopg.Error as exc:
-                if try_again(exc, attempt):
-                    continue  # rolled back by the server: certainly not applied
-                raise self._error(exc, sent_write=query.write and sent) from exc
+                pause = rerun_after(exc, attempt)
+                if pause is not None:  # rolled back by the server: certainly not applied
+                    time.sleep(pause)
+                    continue
+                raise outraced_by(query, exc) or self._error(exc, sent_write=query.write and sent) from exc
         if query.write and self._trims.due():
             self._trim()
         return rows
