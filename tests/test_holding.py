@@ -231,6 +231,7 @@ def test_a_callback_may_use_the_lease_without_deadlock(
     held = store.hold("j", owner="a", ttl=10.0)
     seen: list[str] = []
     done = threading.Event()
+    tasks: list[asyncio.Future[None]] = []  # held until done: the loop keeps only weak references
 
     def callback(h: tenure.HeldLease) -> None:
         h.on_lost(lambda _: seen.append("registered from a callback"))
@@ -241,7 +242,7 @@ def test_a_callback_may_use_the_lease_without_deadlock(
         except tenure.LeaseError:
             released = None
         if inspect.isawaitable(released):  # tenure.aio: the callback runs in the loop
-            asyncio.ensure_future(finish(released))
+            tasks.append(asyncio.ensure_future(finish(released)))
             return
         seen.append("used the lease")
         done.set()

@@ -23,7 +23,7 @@ import psycopg
 from psycopg import sql
 
 from tenure.backends.postgres_connection import Settings, Watchdog, connection_error, open_pool, pool_only_waited
-from tenure.backends.postgres_ops import ATTEMPTS, Plan, Plans, Query, Trims, run_sync, outraced_by, rerun_after
+from tenure.backends.postgres_ops import ATTEMPTS, Plan, Plans, Query, Trims, outraced_by, rerun_after, run_sync
 from tenure.backends.postgres_schema import check_durability, check_schema_name, migrate
 from tenure.core.backend import Backend, Characteristics
 from tenure.core.clock import Clock
@@ -89,6 +89,7 @@ class PostgresBackend(Backend):
         store_clock="the PostgreSQL server's clock (clock_timestamp(), read inside each deciding statement)",
         # libpq's prefer (its default) and allow fall back to clear text: they do not count.
         tls_options=("sslmode=require", "sslmode=verify-ca", "sslmode=verify-full"),
+        environment=(("PGSSLMODE", "sslmode"), ("PGPASSWORD", "password")),
     )
 
     def __init__(self, settings: Settings, *, schema: str = "tenure", retention: int = 10_000,

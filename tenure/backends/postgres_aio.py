@@ -26,7 +26,7 @@ from tenure.backends.postgres_connection import (
     loop_watchdog,
     pool_only_waited,
 )
-from tenure.backends.postgres_ops import ATTEMPTS, Plan, Plans, Query, Trims, run_async, outraced_by, rerun_after
+from tenure.backends.postgres_ops import ATTEMPTS, Plan, Plans, Query, Trims, outraced_by, rerun_after, run_async
 from tenure.backends.postgres_schema import check_schema_name
 from tenure.core.clock import Clock
 from tenure.core.errors import BackendUnavailable

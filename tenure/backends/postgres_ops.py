@@ -18,7 +18,7 @@ from tenure.backends import postgres_sql as q
 from tenure.backends.postgres_connection import retryable
 from tenure.core import codec, contention, transitions
 from tenure.core.backend import corrupt_status
-from tenure.core.errors import CorruptRecord, Outraced, JobNotFound, StaleLease, TokenChanged
+from tenure.core.errors import CorruptRecord, JobNotFound, Outraced, StaleLease, TokenChanged
 from tenure.core.queries import fold
 from tenure.core.records import (
     HistoryEvent,

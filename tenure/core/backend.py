@@ -74,6 +74,9 @@ class Characteristics:
     # ZooKeeper): a record damaged behind tenure's back is counted where its index puts it,
     # and found as corrupt only by a listing (jobs(), or a page() that asks for corrupt jobs).
     counts_from_indexes: bool = False
+    # (environment variable, option) pairs the client library reads when the URL does not give
+    # the option (libpq: PGSSLMODE, PGPASSWORD): they count when judging what is sent in clear text.
+    environment: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
