@@ -227,8 +227,8 @@ class Plans:
         return [r for r, _ in (yield from self.rejections_with_ids(since, limit, after))]
 
     def history(self, job_id: str | None, since: float | None, limit: int | None) -> Plan[list[HistoryEvent]]:
-        rows = yield self.query("HISTORY", {"job": job_id, "since": -1e300 if since is None else since,
-                                            "limit": limit}, write=False)
+        rows = yield self.query("HISTORY" if job_id is None else "JOB_HISTORY", {
+            "job": job_id, "since": -1e300 if since is None else since, "limit": limit}, write=False)
         return [HistoryEvent(r[0], Op(r[1]), r[2], r[3], r[4], r[5]) for r in rows]
 
     def now(self) -> Plan[float]:

@@ -288,3 +288,25 @@ def test_a_serialization_failure_runs_again_then_gives_up_as_outraced(pg: Postgr
             store.renew(lease, ttl=30)
         events = [e.op for e in store.history("j")]
         assert events == [tenure.Op.SUBMIT, tenure.Op.CLAIM, tenure.Op.RENEW], events
+
+
+def test_a_jobs_history_reads_its_index_under_a_generic_plan(pg: PostgresHarness) -> None:
+    # psycopg prepares a statement run often and PostgreSQL may then plan it once for every
+    # value: a job's history must still read the (job_id, id) index, not scan every event.
+    with pg.connect() as store:
+        store.submit_many([f"h{i:05d}" for i in range(3000)])
+        backend: Any = store.backend
+        text = backend.statements["JOB_HISTORY"]
+        for name, number in (("job", 1), ("since", 2), ("limit", 3)):
+            text = text.replace(f"%({name})s", f"${number}")
+        with backend.pool.connection() as conn:
+            conn.execute("ANALYZE " + backend.quoted + ".events")
+            conn.execute(f"PREPARE job_history(text, float8, bigint) AS {text}")
+            conn.execute("SET plan_cache_mode = force_generic_plan")
+            try:
+                plan = "\n".join(row[0] for row in conn.execute("EXPLAIN EXECUTE job_history('h00042', -1e300, 10)"))
+            finally:
+                conn.execute("DEALLOCATE job_history")
+                conn.execute("RESET plan_cache_mode")
+        assert "events_job" in plan and "Seq Scan" not in plan, plan
+        assert [e.job_id for e in store.history("h00042")] == ["h00042"]
