@@ -313,33 +313,33 @@ class RecordBackend(SteppedBackend):
         raise contention.outraced(job_id)
 
     def submit(self, job_id: str, actor: str | None = None) -> None:
-        self.submit_many([job_id], actor)
+        self._run(job_id, self._submitting([job_id], actor))
 
     def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
-        def step(chunk: list[str]) -> Callable[[Transaction], None]:
-            def submit(tx: Transaction) -> None:
-                tx.preload(chunk)
-                for job_id in chunk:
-                    new = transitions.submit(tx.load_for(job_id, Op.SUBMIT), job_id, tx.now)
-                    if new is not None:
-                        tx.save(new)
-                        tx.add_event(transitions.history_event(new, Op.SUBMIT, tx.now, actor))
-
-            return submit
-
-        if not self.SUBMIT_BATCH:
-            self._run(job_ids[0] if job_ids else "", step(job_ids))
+        if not self.SUBMIT_BATCH:  # one transaction: all of them or none
+            self._run(job_ids[0] if job_ids else "", self._submitting(job_ids, actor))
             return
 
         def batch(chunk: list[str]) -> bool:
             try:
-                self._run(chunk[0], step(chunk))
+                self._run(chunk[0], self._submitting(chunk, actor))
             except CorruptRecord:
                 return False  # job by job: those before it are submitted, then it raises
             return True
 
         protocol.submit_in_batches(job_ids, self.SUBMIT_BATCH, batch, lambda job_id: self.submit(job_id, actor),
                                    self.submit_weight if self.SUBMIT_BYTES else None, self.SUBMIT_BYTES)
+
+    def _submitting(self, job_ids: list[str], actor: str | None) -> Callable[[Transaction], None]:
+        def step(tx: Transaction) -> None:
+            tx.preload(job_ids)
+            for job_id in job_ids:
+                new = transitions.submit(tx.load_for(job_id, Op.SUBMIT), job_id, tx.now)
+                if new is not None:
+                    tx.save(new)
+                    tx.add_event(transitions.history_event(new, Op.SUBMIT, tx.now, actor))
+
+        return step
 
     def _claim_in(self, tx: Transaction, job_id: str, owner: str, ttl: float) -> Lease:
         new = transitions.claim(tx.load_for(job_id, Op.CLAIM), job_id, owner, ttl, tx.now)
