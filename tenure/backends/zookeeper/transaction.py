@@ -219,13 +219,14 @@ class ZkTransaction(Transaction):
 
     def _followed(self, job_id: str) -> Found | None:
         """The read sent behind the last attempt's new-job multi, unless the job is leased."""
-        if self._behind is None or self._behind[0] != job_id:
+        behind, self._behind = self._behind, None  # answers one attempt: the next one reads
+        if behind is None or behind[0] != job_id:
             return None
         with mapped_errors(f"reading job {job_id!r}"):
-            got = self._behind[1]()
+            got = behind[1]()
         if got.rec is not None and got.rec.state is JobState.LEASED:
             return None
-        self._at(*self._behind[2])
+        self._at(*behind[2])
         return got
 
     def _send_read(self, job_id: str) -> Callable[[], Found]:
