@@ -123,11 +123,6 @@ class Index:
         return is_entry and ((isinstance(op, Create) and isinstance(error, NodeExistsError))
                              or (isinstance(op, Delete) and isinstance(error, NoNodeError)))
 
-    def failed(self, operations: list[Any]) -> None:
-        """After a failed multi: a bucket it opened does not exist; one it filled may be gone."""
-        if any(getattr(op, "path", "").startswith(f"{self.layout.pending}/") for op in operations):
-            self.filling = None
-
     def tidy(self, entry: str, job: str | None, version: int) -> None:
         """Delete an index entry that no longer describes its job, provided the job znode
         ``job`` is still at ``version`` (None: there is no job znode). Sent, not waited for:

@@ -412,7 +412,6 @@ class ZkTransaction(Transaction):
                 raise CorruptRecord(path, "generation znode version does not match the record's token "
                                     f"{None if token is None else token.token}")
             self._odd.add(seen)
-        self._p.index.failed(operations)
         self._p.audit.failed(operations, results)
         if self._guessed_claim is not None:
             self._p.written.claims_existing = True
