@@ -408,9 +408,9 @@ class ZkTransaction(Transaction):
             job_id = zl.decode(path.rsplit("/", 1)[1])
             seen = (job_id, self._found[job_id].version)
             if seen in self._odd:
-                token = self._found[job_id].rec
+                rec = self._found[job_id].rec
                 raise CorruptRecord(path, "generation znode version does not match the record's token "
-                                    f"{None if token is None else token.token}")
+                                    f"{rec.token if rec else 0}")
             self._odd.add(seen)
         self._p.audit.failed(operations, results)
         if self._guessed_claim is not None:
