@@ -23,24 +23,22 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import random
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tenure.backends.etcd import client as ec
 from tenure.backends.etcd import query as etcd_query
 from tenure.backends.etcd import scan as etcd_scan
 from tenure.backends.etcd import upgrade as etcd_upgrade
 from tenure.backends.etcd.client import KV, Connection
 from tenure.backends.etcd.layout import Keys, read_event, read_rejection
-from tenure.backends.etcd.leases import SLACK, EtcdLeases, etcd_ttl
-from tenure.backends.etcd.transaction import Claiming, EtcdTransaction, Read, reads
-from tenure.core import audit, paging, protocol, transitions
+from tenure.backends.etcd.leases import EtcdLeases, etcd_ttl
+from tenure.backends.etcd.transaction import Claiming, EtcdTransaction, Parts, Read, reads
+from tenure.core import audit, paging, transitions
 from tenure.core.backend import Characteristics, RecordBackend, Transaction
-from tenure.core.clock import Clock, boot_clock
+from tenure.core.clock import Clock
 from tenure.core.codec import corrupt_status
 from tenure.core.errors import AlreadyClaimed, CorruptRecord, InvalidArgument, JobCompleted, Outraced
 from tenure.core.options import Options, StoreURL
@@ -48,9 +46,6 @@ from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStat
 
 DEFAULT_PORT = 2379
 _NOTHING_WRITTEN = (AlreadyClaimed, JobCompleted, CorruptRecord, Outraced)  # a claim's definite "no"
-_BATCH = 30  # new jobs per submit_many transaction (4 writes each; etcd allows 128 a side)
-_QUEUE_PAGE = etcd_scan.QueueCursor.PAGE  # pending jobs claim_next reads at a time
-_SPREAD = 4  # concurrent claim_next calls start this many queue places apart at most
 
 _Stamped = TypeVar("_Stamped", Rejection, HistoryEvent)  # an audit record with a store time ``at``
 
@@ -74,9 +69,11 @@ class EtcdBackend(RecordBackend):
         self._clock = clock
         self._conn = Connection(hosts, timeout=timeout, **security)
         self._leases = EtcdLeases(self._conn, self.keys, retention)
-        self._queue = etcd_scan.QueueCursor(self.keys)
+        self._parts = Parts(self._conn, self.keys, self._leases, etcd_scan.QueueCursor(self.keys), clock)
         self._index = etcd_query.EtcdIndex(self._conn, self.keys)  # summary() and page()
-        self._local = threading.local()  # a retry's reads, from the failure branch of the Txn before
+        # A claim's etcd lease (``_claiming``) for its transactions; a renewal whose key another
+        # connection had moved (``EtcdTransaction.moved``), to move it again.
+        self._local = threading.local()
         try:
             self._conn.range(self.keys.retention)  # fail now if unreachable or refused
         except BaseException:
@@ -111,32 +108,25 @@ class EtcdBackend(RecordBackend):
     # -- the protocol: the core's, in etcd transactions ----------------------------------
     @contextlib.contextmanager
     def transaction(self, fresh: bool = False) -> Iterator[Transaction]:
-        carried = self._local.__dict__.pop("carry", {})  # only a retry may use them
-        tx = EtcdTransaction(self._conn, self.keys, self._leases, self.now(), self._clock, fresh,
-                             carried if fresh else {}, getattr(self._local, "claiming", None))
+        tx = EtcdTransaction(self._parts, self.now(), fresh, getattr(self._local, "claiming", None))
         yield tx
         tx.commit()
-        if tx.conflict:
-            self._local.carry = tx.carry
         for key in tx.moved:
             self._local.moved = key
 
-    def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
-        """Transactions of ``_BATCH`` jobs, each guessed new (etcd limits the writes of one); a
-        batch with a job that exists already is decided again on its failure branch's reads."""
-        unique = list(dict.fromkeys(job_ids))
-        for start in range(0, len(unique), _BATCH):
-            super().submit_many(unique[start:start + _BATCH], actor)
+    # submit_many: 30 new jobs per Txn, each guessed new: 4 compares, 4 writes and 4 failure
+    # reads a job, within etcd's 128 operations a side. At most some 6 KB a job (ids of 256
+    # characters in 4 keys and 2 values), far under etcd's 1.5 MiB request: no byte budget.
+    SUBMIT_BATCH = 30
 
-    def claim(self, job_id: str, owner: str, ttl: float, known_to_exist: bool = False) -> Lease:
-        """With a pooled etcd lease at hand, a job not ``known_to_exist`` is guessed new (one
-        transaction); otherwise an etcd lease is granted beside a read of the job."""
-        claiming = Claiming(etcd_ttl(ttl), self._leases.take(etcd_ttl(ttl)), known_to_exist=known_to_exist)
-        if claiming.lease is None:  # the core noted its send time before this call: any grant is later
-            claiming.sent, claiming.grant = boot_clock(), self._conn.grant_started(claiming.ttl + SLACK)
+    @contextlib.contextmanager
+    def _claiming(self, ttl: float) -> Iterator[None]:
+        """The etcd lease the claim hangs its key on, for every attempt of it: a pooled one
+        (then a new job is guessed new: one transaction), else one granted beside a read."""
+        claiming = Claiming(etcd_ttl(ttl), self._leases.take(etcd_ttl(ttl)))
         self._local.claiming = claiming
         try:
-            return super().claim(job_id, owner, ttl)
+            yield
         except BaseException as exc:
             with contextlib.suppress(Exception):  # an unanswered grant: nothing was written with it
                 lease = claiming.resolve()
@@ -148,8 +138,21 @@ class EtcdBackend(RecordBackend):
             raise
         finally:
             self._local.claiming = None
+            if claiming.grant is not None:  # asked for beside a read, then not needed
+                with contextlib.suppress(Exception):
+                    claiming.resolve()
             if claiming.lease is not None:  # not used by the claim that was written
                 self._leases.give_back(claiming.lease)
+
+    def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
+        with self._claiming(ttl):
+            return super().claim(job_id, owner, ttl)
+
+    def claim_next(self, owner: str, ttl: float) -> Lease | None:
+        """Expired leases first (their work is overdue), then pending jobs oldest first: the
+        indexes' candidates (``claimable``), read and claimed in the core's transaction."""
+        with self._claiming(ttl):
+            return super().claim_next(owner, ttl)
 
     def renew(self, lease: Lease, ttl: float) -> Lease:
         self._local.moved = None
@@ -158,52 +161,6 @@ class EtcdBackend(RecordBackend):
             self._local.moved = None
             renewed = super().renew(renewed, ttl)
         return renewed
-
-    def claim_next(self, owner: str, ttl: float) -> Lease | None:
-        """Expired leases first (their work is overdue), then pending jobs oldest first.
-
-        Candidates come from the indexes (``layout``), read in one transaction; each is then
-        claimed with its own transaction, so a candidate someone else took costs a retry,
-        never a wrong claim. (The core's ``claim_next`` takes one candidate per transaction;
-        here a candidate can be taken between its read and its claim, so the walk moves on.)
-        """
-        k = self.keys
-        window = self._queue.window()
-        res = self._conn.txn([], [ec.get(*k.span("held"), keys_only=True),
-                                  ec.get(*k.span("lease"), keys_only=True),
-                                  ec.get(*window, keys_only=True, limit=_QUEUE_PAGE)], [], retry=True)
-        seen = boot_clock()  # after the answer that showed these leases ended
-        held, live, queued = res.ranges
-        alive = {kv.key[len(k.section("lease")):] for kv in live}
-        expired = []
-        for kv in sorted(held, key=lambda kv: kv.mod_revision):  # the oldest claims first
-            if kv.key[len(k.section("held")):] not in alive:
-                with contextlib.suppress(CorruptRecord):  # listed as corrupt by jobs(), skipped here
-                    job_id = k.job_id(kv.key, "held")
-                    self._leases.ended(job_id, kv.mod_revision, seen)
-                    if not self._leases.waiting_out(job_id, kv.mod_revision):
-                        expired.append(job_id)
-        lease = self._first_claimable(expired, owner, ttl)
-        if lease is None:
-            queued = self._queue.oldest(self._conn, first=(window, queued))
-        while lease is None and queued:
-            lease = self._first_claimable(self._queued_ids(queued), owner, ttl)
-            if lease is None:  # all taken meanwhile: read on
-                queued = self._queue.oldest(self._conn, after=queued[-1].key + b"\0")
-        return lease
-
-    def _queued_ids(self, kvs: list[KV]) -> list[str]:
-        ids = []
-        for kv in kvs:
-            with contextlib.suppress(CorruptRecord):  # not tenure's: never claimed through it
-                ids.append(self.keys.queued_job_id(kv.key))
-        # Concurrent claimers would all race for the oldest job; starting a few places apart
-        # spreads them with little change to the order.
-        shift = random.randrange(min(len(ids), _SPREAD)) if ids else 0
-        return ids[shift:] + ids[:shift]
-
-    def _first_claimable(self, job_ids: list[str], owner: str, ttl: float) -> Lease | None:
-        return protocol.first_claimed(job_ids, lambda job_id: self.claim(job_id, owner, ttl, known_to_exist=True))
 
     # -- reading -------------------------------------------------------------------------
     def get(self, job_id: str) -> JobStatus | None:

@@ -21,6 +21,7 @@ import dataclasses
 import uuid
 from typing import Any
 
+from tenure.backends.etcd import claimable
 from tenure.backends.etcd import client as ec
 from tenure.backends.etcd.client import KV, Connection, Pending, TxnResult
 from tenure.backends.etcd.layout import (
@@ -38,9 +39,11 @@ from tenure.backends.etcd.layout import (
     rejection_value,
 )
 from tenure.backends.etcd.leases import SLACK, ClaimKey, EtcdLease, EtcdLeases, etcd_ttl
+from tenure.backends.etcd.scan import QueueCursor
+from tenure.core import transitions
 from tenure.core.backend import Transaction
 from tenure.core.clock import Clock, boot_clock, deadline_runs
-from tenure.core.errors import BackendUnavailable, NotYetClaimable
+from tenure.core.errors import BackendUnavailable, CorruptRecord, NotYetClaimable
 from tenure.core.records import HistoryEvent, JobRecord, JobState, Lease, Op, Rejection
 
 EXPIRY_GRACE = 1.0  # etcd checks for expired leases every 500 ms, then deletes through raft
@@ -77,7 +80,8 @@ def reads(k: Keys, job_id: str, revision: int = 0) -> list[Any]:
 
 @dataclasses.dataclass
 class Claiming:
-    """The etcd lease a claim will hang its lease key on: pooled, or granted beside a read.
+    """The etcd lease a claim (or claim_next) will hang its lease key on: pooled, or granted
+    beside the read of the job (``grant_beside``).
 
     It outlives the claim's attempts (a lost race wrote nothing with it); the claim gives it
     back, or revokes it after a transaction that may have written it (``maybe_written``).
@@ -87,8 +91,13 @@ class Claiming:
     lease: EtcdLease | None
     grant: Pending[tuple[int, int]] | None = None
     sent: float = 0.0
-    known_to_exist: bool = False  # a candidate from an index: read it, do not guess it new
     maybe_written: bool = False
+
+    def grant_beside(self, conn: Connection) -> None:
+        """Ask for an etcd lease now, unless one is at hand or asked for: a read sent next
+        shares its round trip."""
+        if self.lease is None and self.grant is None:
+            self.sent, self.grant = boot_clock(), conn.grant_started(self.ttl + SLACK)
 
     def resolve(self) -> EtcdLease:
         if self.lease is None:
@@ -112,11 +121,22 @@ class _Plan:
     expires_at: float | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class Parts:
+    """What every transaction of one backend shares."""
+
+    conn: Connection
+    keys: Keys
+    leases: EtcdLeases
+    queue: QueueCursor
+    clock: Clock | None  # the clock given to connect (tests)
+
+
 class EtcdTransaction(Transaction):
-    def __init__(self, conn: Connection, keys: Keys, leases: EtcdLeases, now: float, clock: Clock | None,
-                 fresh: bool, carried: dict[str, list[list[KV]]], claiming: Claiming | None = None) -> None:
-        self._conn, self._k, self._leases, self._clock = conn, keys, leases, clock
-        self.now, self._fresh, self._carried, self._claiming = now, fresh, carried, claiming
+    def __init__(self, parts: Parts, now: float, fresh: bool, claiming: Claiming | None = None) -> None:
+        self._p, self._conn, self._k, self._leases = parts, parts.conn, parts.keys, parts.leases
+        self.now, self._fresh, self._claiming = now, fresh, claiming
+        self._carried: dict[str, list[list[KV]]] = {}  # a retry's reads: the last failure branch's
         self._reads: dict[str, Read] = {}  # every job loaded, in order: the failure branch reads them
         self._loaded: dict[str, JobRecord | None] = {}  # what each load answered
         self._compares: list[Any] = []
@@ -128,49 +148,77 @@ class EtcdTransaction(Transaction):
         self.moved: list[ClaimKey] = []  # renewals that found their key moved by another connection
 
     # -- reads ---------------------------------------------------------------------------
-    def _read(self, job_id: str) -> Read:
+    def follow(self, previous: Transaction) -> None:
+        if isinstance(previous, EtcdTransaction):
+            self._carried = previous.carry
+
+    def _fetch(self, job_id: str) -> Read:
+        """The job's keys: from the last failure branch, or read (reads only: safe to retry)."""
         if job_id in self._carried:
-            read = Read(job_id, self._carried.pop(job_id), self.now)
-        else:
-            c = self._claiming
-            if not self._fresh and (c is None or (c.lease is not None and not c.known_to_exist)):
-                self.guessed = True
-                read = Read(job_id, None, self.now)
-            else:  # reads only: safe to retry; beside the claim's grant, if one is on its way
-                read = Read(job_id, self._conn.txn([], reads(self._k, job_id), [], retry=True).ranges, self.now)
+            return Read(job_id, self._carried.pop(job_id), self.now)
+        if self._claiming is not None:
+            self._claiming.grant_beside(self._conn)
+        return Read(job_id, self._conn.txn([], reads(self._k, job_id), [], retry=True).ranges, self.now)
+
+    def _use(self, job_id: str, read: Read) -> Read:
+        """``read`` is what the step decides on: the commit compares its revisions."""
         self._reads[job_id] = read
         self._compares += read.compares(self._k, job_id)
         return read
 
-    def load(self, job_id: str) -> JobRecord | None:
-        if job_id in self._saved:
-            return self._saved[job_id]
-        read = self._read(job_id)
-        rec = self._loaded[job_id] = read.record
+    def _judged(self, job_id: str, read: Read) -> tuple[JobRecord | None, float]:
+        """The record ``read`` makes, and how long a lease etcd ended must still be waited out:
+        its holder may act until one TTL after this process saw it gone (the record says so)."""
+        rec = read.record
         if rec is None or not read.ended_by_etcd():
-            return rec
-        # etcd ended the lease: its holder may act until one TTL after this process saw it gone.
+            return rec, 0.0
         entry = self._leases.ended(job_id, read.incarnation, read.seen)
         if entry.ttl is None:
             named = held_ttl(read.held) if read.held is not None else None
             entry.ttl = max(rec.ttl or 0.0, named or 0.0)
         left = entry.left()
-        if left > 0 and self._claiming is not None:
-            raise NotYetClaimable(job_id, rec.owner, rec.token, self.now + left, left)
-        return dataclasses.replace(rec, lease_until=self.now + left) if left > 0 else rec
+        return (dataclasses.replace(rec, lease_until=self.now + left) if left > 0 else rec), left
 
-    def load_held(self, lease: Lease) -> JobRecord | None:
-        job_id, k = lease.job_id, self._k
-        if self._fresh or job_id in self._carried:
-            read = self._read(job_id)
-            rec = read.record
-            if (rec is not None and read.ended_by_etcd() and read.held is not None and rec.token == lease.token
-                    and rec.owner == lease.owner and deadline_runs(lease.deadline, self._clock)):
-                # etcd ended it early (etcd-io/etcd#15247): while the holder's deadline runs its TTL
-                # cannot have run out, so it is live, and the commit restores it.
-                rec = dataclasses.replace(rec, lease_until=max(rec.lease_until or 0.0, self.now + 1e-3))
-            self._loaded[job_id] = rec
+    def load(self, job_id: str) -> JobRecord | None:
+        if job_id in self._saved:
+            return self._saved[job_id]
+        read = self._reads.get(job_id) or self._use(job_id, self._fetch(job_id))
+        rec, left = self._judged(job_id, read)
+        if left > 0 and self._claiming is not None:
+            assert read.record is not None
+            raise NotYetClaimable(job_id, read.record.owner, read.record.token, self.now + left, left)
+        self._loaded[job_id] = rec
+        return rec
+
+    def load_for(self, job_id: str, op: Op, lease: Lease | None = None) -> JobRecord | None:
+        """A first attempt guesses: a submitted job is new, and so is a claimed one when a pooled
+        etcd lease is at hand (one transaction; otherwise the grant goes beside the read); a
+        holder's lease implies its record. A retry, or a job already read, reads."""
+        if self._fresh or job_id in self._reads or job_id in self._saved:
+            return self._held_fresh(lease) if lease is not None else self.load(job_id)
+        if lease is not None:
+            return self._held_guess(lease)
+        if op is Op.SUBMIT or (op is Op.CLAIM and self._claiming is not None and self._claiming.lease is not None):
+            self.guessed = True
+            self._use(job_id, Read(job_id, None, self.now))
+            rec = self._loaded[job_id] = None
             return rec
+        return self.load(job_id)
+
+    def _held_fresh(self, lease: Lease) -> JobRecord | None:
+        job_id = lease.job_id
+        read = self._reads.get(job_id) or self._use(job_id, self._fetch(job_id))
+        rec = read.record
+        if (rec is not None and read.ended_by_etcd() and read.held is not None and rec.token == lease.token
+                and rec.owner == lease.owner and deadline_runs(lease.deadline, self._p.clock)):
+            # etcd ended it early (etcd-io/etcd#15247): while the holder's deadline runs its TTL
+            # cannot have run out, so it is live, and the commit restores it.
+            rec = dataclasses.replace(rec, lease_until=max(rec.lease_until or 0.0, self.now + 1e-3))
+        self._loaded[job_id] = rec
+        return rec
+
+    def _held_guess(self, lease: Lease) -> JobRecord:
+        job_id, k = lease.job_id, self._k
         self.guessed = True
         mine = owner_prefix(lease.owner)
         self._reads[job_id] = Read(job_id, None, self.now)  # for the failure branch's reads
@@ -183,7 +231,19 @@ class EtcdTransaction(Transaction):
         return rec
 
     def next_claimable(self) -> str | None:
-        raise NotImplementedError("EtcdBackend.claim_next walks the indexes' candidates itself")
+        """Index candidates (``claimable``), each read here and passed over unless claimable
+        at ``now``; the one returned is claimed from that read, so a claim someone made since
+        is a conflict of the commit, which the core retries from a fresh index read."""
+        for job_id in claimable.candidates(self._conn, self._k, self._leases, self._p.queue):
+            try:
+                read = self._fetch(job_id)
+                rec, _ = self._judged(job_id, read)
+            except CorruptRecord:
+                continue  # listed as corrupt by jobs(), never claimed through claim_next
+            if rec is not None and transitions.is_claimable(rec, self.now):
+                self._use(job_id, read)
+                return job_id
+        return None
 
     # -- writes --------------------------------------------------------------------------
     def save(self, record: JobRecord) -> None:
@@ -227,7 +287,7 @@ class EtcdTransaction(Transaction):
 
     def _claim_writes(self, plan: _Plan, read: Read) -> tuple[_Plan, list[Any]]:
         k, new, now, job_id = self._k, plan.new, self.now, plan.new.job_id
-        assert self._claiming is not None, "claims go through EtcdBackend.claim"
+        assert self._claiming is not None, "claims go through EtcdBackend.claim and claim_next"
         assert new.owner is not None and new.ttl is not None
         plan.op, plan.lease = Op.CLAIM, self._claiming.resolve()
         plan.sent = boot_clock()
