@@ -210,6 +210,33 @@ def test_claim_next_reads_the_indexes_not_every_job(etcd_harness: EtcdHarness, s
     assert len(taken) == 43 and not [r for r in ranges if r[0].startswith(jobs)]  # the index only
 
 
+def test_claim_next_retries_a_candidate_claimed_between_its_read_and_the_txn(
+        etcd_harness: EtcdHarness, store: tenure.Store) -> None:
+    """The candidate's keys are read, then another writer claims that job before the claim's
+    Txn: the Txn's compares fail (a conflict, nothing written) and the core runs claim_next
+    again from a fresh index read, which takes the other job."""
+    ttl = etcd_harness.ttl
+    store.submit_many(["a", "b"])
+    backend: Any = store.backend
+    conn, real, jobs = backend._conn, backend._conn.txn, backend.keys.section("job")
+    taken: list[tenure.Lease] = []
+    with etcd_harness.connect(_url_of(store)) as other:
+        def txn(compares: Any, success: Any, failure: Any, **kwargs: Any) -> Any:
+            res = real(compares, success, failure, **kwargs)
+            key = success[0].request_range.key if success and success[0].HasField("request_range") else b""
+            if not compares and not taken and key.startswith(jobs) and len(success) == 4:  # a candidate's keys
+                taken.append(other.claim(backend.keys.job_id(key, "job"), owner="other", ttl=ttl))
+            return res
+
+        conn.txn = txn
+        lease = store.claim_next(owner="w", ttl=ttl)
+        conn.txn = real
+        assert lease is not None and taken and lease.job_id != taken[0].job_id
+        other.renew(taken[0])  # the other writer's claim stands
+    assert [e.op for e in store.history(taken[0].job_id)] == [tenure.Op.SUBMIT, tenure.Op.CLAIM, tenure.Op.RENEW]
+    assert [e.owner for e in store.history(lease.job_id)][-1] == "w"
+
+
 class _HourBehind:
     def time(self) -> float:
         return time.time() - 3600

@@ -200,9 +200,9 @@ class EtcdTransaction(Transaction):
             return self._held_guess(lease)
         if op is Op.SUBMIT or (op is Op.CLAIM and self._claiming is not None and self._claiming.lease is not None):
             self.guessed = True
-            self._use(job_id, Read(job_id, None, self.now))
-            rec = self._loaded[job_id] = None
-            return rec
+            self._use(job_id, Read(job_id, None, self.now))  # compared as absent
+            self._loaded[job_id] = None
+            return None
         return self.load(job_id)
 
     def _held_fresh(self, lease: Lease) -> JobRecord | None:
