@@ -211,8 +211,9 @@ class Transaction(abc.ABC):
     conflicts of fresh reads pause.
 
     The protocol's steps read through ``load_for``, which tells the store what the step will
-    do, so that it can guess per operation; ``preload`` and ``follow`` let it read less often.
-    Each has a default for stores that need none of it (memory, SQLite).
+    do, so that it can guess per operation; ``preload`` and ``follow`` let it read less often;
+    ``stored`` gives back what a step saved as the store wrote it (etcd's token). Each has a
+    default for stores that need none of it (memory, SQLite).
     """
 
     now: float
@@ -226,9 +227,11 @@ class Transaction(abc.ABC):
     def load_for(self, job_id: str, op: Op, lease: Lease | None = None) -> JobRecord | None:
         """``load`` for a step that will ``op`` the job; ``lease``: the caller's, for renew,
         complete and release. An optimistic store may answer a first attempt with a guess
-        (``guessed``) its commit verifies: ZooKeeper takes a claimed job to be new, etcd and
-        ZooKeeper answer a holder from the record this process wrote while the lease's safe
-        deadline runs (``clock.deadline_runs``)."""
+        (``guessed``) its commit verifies: ZooKeeper takes a claimed job to be new (etcd too
+        with a pooled etcd lease at hand, and a submitted one), ZooKeeper answers a holder from
+        the record this process wrote while the lease's safe deadline runs
+        (``clock.deadline_runs``), etcd from the lease itself (its commit compares the keys
+        the lease implies)."""
         return self.load(job_id)
 
     def preload(self, job_ids: list[str]) -> None:  # noqa: B027 - nothing to do is the default
