@@ -35,8 +35,8 @@ from tenure.backends.etcd import scan as etcd_scan
 from tenure.backends.etcd import upgrade as etcd_upgrade
 from tenure.backends.etcd.client import KV, Connection
 from tenure.backends.etcd.layout import Keys, read_event, read_rejection
-from tenure.backends.etcd.leases import EtcdLeases, etcd_ttl
-from tenure.backends.etcd.transaction import Claiming, EtcdTransaction, Parts, Read, reads
+from tenure.backends.etcd.leases import Claiming, EtcdLeases, etcd_ttl
+from tenure.backends.etcd.transaction import EtcdTransaction, Parts, Read, reads
 from tenure.core import audit, paging, transitions
 from tenure.core.backend import Characteristics, RecordBackend, Transaction
 from tenure.core.clock import Clock

@@ -7,7 +7,8 @@ leases serve them, and why:
   ``SLACK``. A completion or release that deletes the key from an etcd lease this process
   attached gives that lease back to a pool instead of revoking it, and the next claim with
   the same TTL takes it: no grant or revoke on the hot path. ``EtcdLease.fresh`` says when a
-  claim may use one without a keep-alive beside it (docs/backends/etcd.md).
+  claim may use one without a keep-alive beside it (docs/backends/etcd.md). Without one, a
+  claim's grant goes beside its read (``Claiming``, shared by the claim's attempts).
 - **Keep-alives.** A renewal keeps its claim's etcd lease alive beside its transaction (the
   lease id is cached per claim), or moves the key to a new etcd lease.
 - **Revokes.** Only a lease whose key this process just removed (or never attached) is
@@ -26,7 +27,7 @@ import math
 import threading
 
 from tenure.backends.etcd import client as ec
-from tenure.backends.etcd.client import Connection
+from tenure.backends.etcd.client import Connection, Pending
 from tenure.backends.etcd.layout import Keys, parse
 from tenure.core import contention
 from tenure.core.clock import boot_clock
@@ -196,3 +197,32 @@ class EtcdLeases:
             return None
         new = self.retention_id()
         return None if new == old[0] else (old[0], new)
+
+
+@dataclasses.dataclass
+class Claiming:
+    """The etcd lease a claim (or claim_next) will hang its lease key on: pooled, or granted
+    beside the read of the job (``grant_beside``).
+
+    It outlives the claim's attempts (a lost race wrote nothing with it); the claim gives it
+    back, or revokes it after a transaction that may have written it (``maybe_written``).
+    """
+
+    ttl: int
+    lease: EtcdLease | None
+    grant: Pending[tuple[int, int]] | None = None
+    sent: float = 0.0
+    maybe_written: bool = False
+
+    def grant_beside(self, conn: Connection) -> None:
+        """Ask for an etcd lease now, unless one is at hand or asked for: a read sent next
+        shares its round trip."""
+        if self.lease is None and self.grant is None:
+            self.sent, self.grant = boot_clock(), conn.grant_started(self.ttl + SLACK)
+
+    def resolve(self) -> EtcdLease:
+        if self.lease is None:
+            assert self.grant is not None
+            lease_id, granted = self.grant.result()
+            self.lease, self.grant = EtcdLease(lease_id, self.ttl, granted, self.sent), None
+        return self.lease

@@ -38,7 +38,7 @@ from tenure.backends.etcd.layout import (
     record,
     rejection_value,
 )
-from tenure.backends.etcd.leases import SLACK, ClaimKey, EtcdLease, EtcdLeases, etcd_ttl
+from tenure.backends.etcd.leases import SLACK, Claiming, ClaimKey, EtcdLease, EtcdLeases, etcd_ttl
 from tenure.backends.etcd.scan import QueueCursor
 from tenure.core import transitions
 from tenure.core.backend import Transaction
@@ -76,35 +76,6 @@ class Read:
 
 def reads(k: Keys, job_id: str, revision: int = 0) -> list[Any]:
     return [ec.get(key, revision=revision) for key in (k.job(job_id), k.lease(job_id), k.end(job_id), k.held(job_id))]
-
-
-@dataclasses.dataclass
-class Claiming:
-    """The etcd lease a claim (or claim_next) will hang its lease key on: pooled, or granted
-    beside the read of the job (``grant_beside``).
-
-    It outlives the claim's attempts (a lost race wrote nothing with it); the claim gives it
-    back, or revokes it after a transaction that may have written it (``maybe_written``).
-    """
-
-    ttl: int
-    lease: EtcdLease | None
-    grant: Pending[tuple[int, int]] | None = None
-    sent: float = 0.0
-    maybe_written: bool = False
-
-    def grant_beside(self, conn: Connection) -> None:
-        """Ask for an etcd lease now, unless one is at hand or asked for: a read sent next
-        shares its round trip."""
-        if self.lease is None and self.grant is None:
-            self.sent, self.grant = boot_clock(), conn.grant_started(self.ttl + SLACK)
-
-    def resolve(self) -> EtcdLease:
-        if self.lease is None:
-            assert self.grant is not None
-            lease_id, granted = self.grant.result()
-            self.lease, self.grant = EtcdLease(lease_id, self.ttl, granted, self.sent), None
-        return self.lease
 
 
 @dataclasses.dataclass
