@@ -4,15 +4,20 @@
 its records into etcd keys (``layout``). Its commit is one Txn whose compares are the
 revisions read, whose success branch writes, and whose failure branch reads the keys of every
 job the step loaded: a lost race (``conflict``) costs no extra read, since those reads answer
-the retry's loads. Guesses the compares verify (``guessed``):
+the retry's loads (the core hands the retry its predecessor: ``follow``). Guesses the
+compares verify (``guessed``), made in ``load_for``:
 
 - a job not known to exist is new (submit; a claim with a pooled etcd lease at hand), so a
   claim of a new job is one transaction;
 - a holder's lease implies its record (renew, complete, release): the job key was written by
   the claim (its mod revision is the token) and the lease key lives with the owner's value.
 
-A claim's token is the revision of its commit (``stored``). The etcd leases the keys hang on
-are ``leases``'s.
+claim_next's candidate (``next_claimable``) is read, never guessed. A claim's token is the
+revision of its commit (``stored``). The etcd leases the keys hang on are ``leases``'s.
+
+Requests it waits for: ``_fetch`` (a job's keys), ``_send`` (the commit's Txn) and
+``claimable.candidates`` (the indexes); grants and keep-alives start beside them as
+``Pending`` answers, and a renewal's grant (``EtcdLeases.grant``) waits on its own.
 """
 
 from __future__ import annotations
