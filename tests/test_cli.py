@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import tenure
 from tenure.cli import main
+from tenure.cli.commands import cmd_claim
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -113,3 +118,48 @@ def test_bad_input_is_a_usage_error_before_the_store_is_opened(tmp_path: Path, w
     assert main(["--url", f"sqlite:///{db}", *words]) == 64
     assert not db.exists()
     assert "error: argument" in capsys.readouterr().err
+
+
+def test_ctrl_c_while_claim_waits_exits_130_and_claims_nothing(url: str) -> None:
+    with tenure.connect(url) as store:
+        store.claim("busy", owner="someone-else", ttl=300)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tenure", "--url", url, "claim", "busy", "--owner", "me", "--ttl", "30",
+             "--wait", "600"], env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE, text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # a background shell ignores SIGINT
+        assert proc.stderr is not None
+        assert "waiting up to 600 s for 'busy'" in proc.stderr.readline()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)  # promptly: not after the 600 s wait
+        assert proc.returncode == 130, err
+        assert [e.owner for e in store.history("busy") if e.op is tenure.Op.CLAIM] == ["someone-else"]
+
+
+class _SignalledDuringClaim:
+    """A store whose claim is granted just as Ctrl-C arrives."""
+
+    def __init__(self, store: tenure.Store) -> None:
+        self.store = store
+
+    def claim(self, *args: Any, **kwargs: Any) -> tenure.Lease:
+        lease = self.store.claim(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)  # the real signal, while the answer is on its way
+        return lease
+
+    def claim_next(self, *args: Any, **kwargs: Any) -> tenure.Lease | None:
+        lease = self.store.claim_next(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return lease
+
+    def release(self, lease: tenure.Lease) -> None:
+        self.store.release(lease)
+
+
+@pytest.mark.parametrize("job", ["j", None])
+def test_a_lease_granted_as_ctrl_c_arrives_is_released(url: str, job: str | None) -> None:
+    args = argparse.Namespace(job_id=job, owner="me", ttl=30.0, wait=None, output="table")
+    with tenure.connect(url) as store:
+        store.submit("j")
+        assert cmd_claim(_SignalledDuringClaim(store), args) == 130  # type: ignore[arg-type]
+        status = store.get("j")
+        assert status is not None and status.state is tenure.JobState.PENDING and status.token == 1

@@ -142,10 +142,19 @@ def no_pauses(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 def test_a_lost_race_is_retried_with_fresh_reads(backend: CasBackend, store: tenure.Store,
                                                  no_pauses: list[float]) -> None:
     store.submit("j")
+    backend.cache.clear()  # every attempt reads: each lost race is a collision
     backend.interfere = 3
     lease = store.claim("j", owner="a", ttl=10)
     assert lease.token == 1 and len(no_pauses) == 3
     assert [e.op for e in backend.events] == [tenure.Op.SUBMIT, tenure.Op.CLAIM]  # written once
+
+
+def test_a_refuted_guess_is_retried_at_once(backend: CasBackend, store: tenure.Store,
+                                            no_pauses: list[float]) -> None:
+    store.submit("j")  # in the cache: the claim's first attempt guesses
+    backend.interfere = 2
+    lease = store.claim("j", owner="a", ttl=10)
+    assert lease.token == 1 and len(no_pauses) == 1  # no pause after the guess, one after the read
 
 
 def test_every_attempt_lost_is_outraced_and_writes_nothing(backend: CasBackend, store: tenure.Store) -> None:

@@ -56,13 +56,21 @@ def test_claim_next_passes_over_a_row_it_cannot_read(tmp_path: Path) -> None:
     # overdue "lease" that is not one) is listed as corrupt, and never blocks the jobs behind it.
     clock = tenure.ManualClock()
     with tenure.connect(f"sqlite:///{tmp_path}/q.db", clock=clock) as store:
-        store.submit_many(["bad-pending", "good"])
+        store.submit_many(["bad-pending", "minus-infinity", "text-time", "good"])
         store.claim("bad-leased", owner="a", ttl=30)
+        store.claim("ends-never", owner="a", ttl=30)
         clock.advance(60)
         with sqlite3.connect(tmp_path / "q.db") as db:
             db.execute("UPDATE tenure_jobs SET token = 'x' WHERE job_id = 'bad-pending'")
             db.execute("UPDATE tenure_jobs SET owner = NULL WHERE job_id = 'bad-leased'")
+            # Values SQLite keeps but no record of tenure's holds (the codec refuses them):
+            db.execute("UPDATE tenure_jobs SET submitted_at = ? WHERE job_id = 'minus-infinity'", (float("-inf"),))
+            db.execute("UPDATE tenure_jobs SET submitted_at = 'soon' WHERE job_id = 'text-time'")
+            db.execute("UPDATE tenure_jobs SET lease_until = ? WHERE job_id = 'ends-never'", (float("-inf"),))
         lease = store.claim_next(owner="b", ttl=30)
         assert lease is not None and lease.job_id == "good"
         assert store.claim_next(owner="b", ttl=30) is None
-        assert {j.job_id for j in store.page(states=["corrupt"]).jobs} == {"bad-pending", "bad-leased"}
+        corrupt = {"bad-pending", "bad-leased", "minus-infinity", "text-time", "ends-never"}
+        assert {j.job_id for j in store.page(states=["corrupt"]).jobs} == corrupt
+        assert {j.job_id for j in store.jobs() if j.state is tenure.JobState.CORRUPT} == corrupt
+        assert store.summary().corrupt == len(corrupt)

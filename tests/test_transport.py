@@ -79,7 +79,30 @@ def test_no_warning_without_credentials_or_for_local_stores(zk_server: ZooKeeper
 ])
 def test_which_connections_send_credentials_in_clear_text(traits: tenure.Characteristics, url: str,
                                                           options: dict[str, str], expected: str | None) -> None:
-    assert cleartext_credentials(traits, parse_url(url), options) == expected
+    assert cleartext_credentials(traits, parse_url(url), options, environ={}) == expected
+
+
+NEEDS = "(TLS needs sslmode=require or sslmode=verify-ca or sslmode=verify-full)"
+
+
+@pytest.mark.parametrize("url, options, environ, expected", [
+    # libpq reads PGSSLMODE and PGPASSWORD when the URL does not give them.
+    (f"postgresql://u:{SECRET}@h/db", {}, {"PGSSLMODE": "require"}, None),
+    (f"postgresql://u:{SECRET}@h/db", {}, {"PGSSLMODE": "prefer"},
+     f"the URL's password sent to postgres without TLS {NEEDS}"),
+    (f"postgresql://u:{SECRET}@h/db?sslmode=disable", {"sslmode": "disable"}, {"PGSSLMODE": "verify-full"},
+     f"the URL's password sent to postgres without TLS {NEEDS}"),  # the URL's sslmode wins
+    ("postgresql://u@h/db", {}, {"PGPASSWORD": SECRET},
+     f"PGPASSWORD from the environment sent to postgres without TLS {NEEDS}"),
+    ("postgresql://u@h/db", {}, {"PGPASSWORD": SECRET, "PGSSLMODE": "verify-ca"}, None),
+    ("postgresql://u@h/db", {"sslmode": "require"}, {"PGPASSWORD": SECRET}, None),
+    ("postgresql://u@h/db", {}, {"PGPASSWORD": ""}, None),
+])
+def test_libpq_settings_from_the_environment_count(url: str, options: dict[str, str], environ: dict[str, str],
+                                                   expected: str | None) -> None:
+    assert cleartext_credentials(PG, parse_url(url), options, environ=environ) == expected
+    if expected is not None:
+        assert SECRET not in expected
 
 
 def test_the_dashboard_overview_says_credentials_go_without_tls(

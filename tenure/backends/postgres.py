@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -22,7 +23,7 @@ import psycopg
 from psycopg import sql
 
 from tenure.backends.postgres_connection import Settings, Watchdog, connection_error, open_pool, pool_only_waited
-from tenure.backends.postgres_ops import ATTEMPTS, Plan, Plans, Query, Trims, run_sync, try_again
+from tenure.backends.postgres_ops import ATTEMPTS, Plan, Plans, Query, Trims, outraced_by, rerun_after, run_sync
 from tenure.backends.postgres_schema import check_durability, check_schema_name, migrate
 from tenure.core.backend import Backend, Characteristics
 from tenure.core.clock import Clock
@@ -88,6 +89,7 @@ class PostgresBackend(Backend):
         store_clock="the PostgreSQL server's clock (clock_timestamp(), read inside each deciding statement)",
         # libpq's prefer (its default) and allow fall back to clear text: they do not count.
         tls_options=("sslmode=require", "sslmode=verify-ca", "sslmode=verify-full"),
+        environment=(("PGSSLMODE", "sslmode"), ("PGPASSWORD", "password")),
     )
 
     def __init__(self, settings: Settings, *, schema: str = "tenure", retention: int = 10_000,
@@ -126,9 +128,11 @@ class PostgresBackend(Backend):
                     rows: list[tuple[Any, ...]] = conn.execute(query.text, query.params).fetchall()
                 break
             except psycopg.Error as exc:
-                if try_again(exc, attempt):
-                    continue  # rolled back by the server: certainly not applied
-                raise self._error(exc, sent_write=query.write and sent) from exc
+                pause = rerun_after(exc, attempt)
+                if pause is not None:  # rolled back by the server: certainly not applied
+                    time.sleep(pause)
+                    continue
+                raise outraced_by(query, exc) or self._error(exc, sent_write=query.write and sent) from exc
         if query.write and self._trims.due():
             self._trim()
         return rows

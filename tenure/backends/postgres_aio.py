@@ -26,7 +26,7 @@ from tenure.backends.postgres_connection import (
     loop_watchdog,
     pool_only_waited,
 )
-from tenure.backends.postgres_ops import ATTEMPTS, Plan, Plans, Query, Trims, run_async, try_again
+from tenure.backends.postgres_ops import ATTEMPTS, Plan, Plans, Query, Trims, outraced_by, rerun_after, run_async
 from tenure.backends.postgres_schema import check_schema_name
 from tenure.core.clock import Clock
 from tenure.core.errors import BackendUnavailable
@@ -95,9 +95,11 @@ class AsyncPostgresBackend(AsyncBackend):
                         rows: list[tuple[Any, ...]] = await cursor.fetchall()
                 break
             except psycopg.Error as exc:
-                if try_again(exc, attempt):
-                    continue  # rolled back by the server: certainly not applied
-                raise await self._error(exc, sent_write=query.write and sent) from exc
+                pause = rerun_after(exc, attempt)
+                if pause is not None:  # rolled back by the server: certainly not applied
+                    await asyncio.sleep(pause)
+                    continue
+                raise outraced_by(query, exc) or await self._error(exc, sent_write=query.write and sent) from exc
         if query.write and self._trims.due():
             await self._trim()
         return rows

@@ -18,7 +18,7 @@ from tenure.backends import postgres_sql as q
 from tenure.backends.postgres_connection import retryable
 from tenure.core import codec, contention, transitions
 from tenure.core.backend import corrupt_status
-from tenure.core.errors import BackendUnavailable, CorruptRecord, JobNotFound, StaleLease, TokenChanged
+from tenure.core.errors import CorruptRecord, JobNotFound, Outraced, StaleLease, TokenChanged
 from tenure.core.queries import fold
 from tenure.core.records import (
     HistoryEvent,
@@ -88,10 +88,16 @@ class Trims:
             return self._writes % TRIM_EVERY == 0
 
 
-def try_again(exc: Exception, attempt: int) -> bool:
-    """Whether a statement that failed with ``exc`` is run again: the server rolled it back
-    (a serialization failure, a deadlock), so it certainly did not apply."""
-    return retryable(exc) and attempt + 1 < ATTEMPTS
+def rerun_after(exc: Exception, attempt: int) -> float | None:
+    """The pause before a statement that failed with ``exc`` runs again, or None to give up.
+    The server rolled a serialization failure or a deadlock back, so it certainly did not
+    apply; it runs again after the jittered pause every backend takes (``contention``)."""
+    return contention.pause(attempt + 1) if retryable(exc) and attempt + 1 < ATTEMPTS else None
+
+
+def outraced_by(query: Query, exc: Exception) -> Outraced | None:
+    """``Outraced`` when ``exc`` is the last of a statement's lost races, as on every backend."""
+    return contention.outraced(str(query.params.get("job") or "(claim_next)"), ATTEMPTS) if retryable(exc) else None
 
 
 def decode_row(schema: str, row: tuple[Any, ...] | list[Any]) -> JobRecord:
@@ -168,7 +174,7 @@ class Plans:
                 continue  # the row changed between the statement's judgement and its read
             rec = None if record[0] is None else self.decode(record)  # raises for 'corrupt'
             raise StaleLease(transitions.rejection(rec, op, lease, Reason(outcome), now))
-        raise BackendUnavailable(f"job {lease.job_id!r} changed under every one of {ATTEMPTS} attempts")
+        raise contention.outraced(lease.job_id, ATTEMPTS)
 
     def renew(self, lease: Lease, ttl: float) -> Plan[Lease]:
         until, seconds = yield from self._holder_op("RENEW", Op.RENEW, lease, ttl=ttl)
@@ -221,8 +227,8 @@ class Plans:
         return [r for r, _ in (yield from self.rejections_with_ids(since, limit, after))]
 
     def history(self, job_id: str | None, since: float | None, limit: int | None) -> Plan[list[HistoryEvent]]:
-        rows = yield self.query("HISTORY", {"job": job_id, "since": -1e300 if since is None else since,
-                                            "limit": limit}, write=False)
+        rows = yield self.query("HISTORY" if job_id is None else "JOB_HISTORY", {
+            "job": job_id, "since": -1e300 if since is None else since, "limit": limit}, write=False)
         return [HistoryEvent(r[0], Op(r[1]), r[2], r[3], r[4], r[5]) for r in rows]
 
     def now(self) -> Plan[float]:

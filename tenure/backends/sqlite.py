@@ -367,10 +367,16 @@ class SQLiteBackend(RecordBackend):
 
 
 # A row _decode() would accept, as far as SQL can tell; anything else counts as corrupt.
+# The rule of codec.job_record in SQL, so queries pass over what load() would refuse. Times are
+# finite numbers or NULL (SQLite stores an infinity; codec refuses it; NaN is stored as NULL).
+_TIMES = ("lease_until", "ttl", "submitted_at", "claimed_at", "renewed_at", "completed_at")
+_FINITE = " AND ".join(f"({c} IS NULL OR (typeof({c}) IN ('real', 'integer') AND abs({c}) <= 1.7976931348623157e308))"
+                       for c in _TIMES)
 _VALID = ("(typeof(token) = 'integer' AND token >= 0 AND typeof(runs) = 'integer'"
           " AND typeof(owner) IN ('text', 'null') AND typeof(result) IN ('blob', 'null')"
+          f" AND {_FINITE}"
           " AND (state IN ('pending', 'completed') OR (state = 'leased' AND owner IS NOT NULL"
-          " AND typeof(lease_until) IN ('real', 'integer') AND typeof(ttl) IN ('real', 'integer'))))")
+          " AND lease_until IS NOT NULL AND ttl IS NOT NULL)))")
 _STATE_SQL = {
     JobState.PENDING: f"(state = 'pending' AND {_VALID})",
     JobState.LEASED: f"(state = 'leased' AND lease_until > :now AND {_VALID})",

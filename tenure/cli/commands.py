@@ -13,6 +13,7 @@ from typing import Any
 import tenure
 from tenure.cli import exits
 from tenure.cli.format import render, table, when
+from tenure.cli.signals import Interrupts
 from tenure.core.export import to_jsonl
 from tenure.core.records import Change
 
@@ -45,13 +46,24 @@ def cmd_submit(store: tenure.Store, args: argparse.Namespace) -> int:
 
 
 def cmd_claim(store: tenure.Store, args: argparse.Namespace) -> int:
-    if args.job_id is None:
-        lease = store.claim_next(args.owner, args.ttl, wait=args.wait)
-        if lease is None:
-            print("tenure: nothing to claim", file=sys.stderr)
-            return exits.NOTHING
-    else:
-        lease = store.claim(args.job_id, args.owner, args.ttl, wait=args.wait)
+    interrupts = Interrupts()
+    with interrupts.catching():  # Ctrl-C while the claim is on its way: give the lease back
+        if args.wait:
+            print(f"tenure: waiting up to {args.wait:g} s for {args.job_id or 'a claimable job'!r}",
+                  file=sys.stderr, flush=True)
+        if args.job_id is None:
+            found = interrupts.claim(lambda wait: store.claim_next(args.owner, args.ttl, wait=wait),
+                                     args.wait or 0.0, store.release)
+        else:
+            found = interrupts.claim(lambda wait: store.claim(args.job_id, args.owner, args.ttl, wait=wait),
+                                     args.wait or 0.0, store.release)
+    if interrupts.signalled is not None:
+        print(f"tenure: signal {interrupts.signalled}; nothing claimed", file=sys.stderr)
+        return 128 + interrupts.signalled
+    if found is None:
+        print("tenure: nothing to claim", file=sys.stderr)
+        return exits.NOTHING
+    lease = found
     if args.output == "table":
         print(lease.token)  # what a shell script captures: TOKEN=$(tenure claim ...)
         print(f"claimed {lease.job_id!r}: token {lease.token}, expires {when(lease.expires_at, store.now())}",

@@ -33,18 +33,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from types import FrameType
+from collections.abc import Callable, Mapping
 from urllib.parse import unquote, unquote_plus
 
 import tenure
 from tenure.cli import exits
+from tenure.cli.signals import Interrupts
 from tenure.core.options import parse_url
 
 TICK = 0.05  # how often the lease and the command are looked at
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 COMPLETE_RETRY = 0.2  # between attempts to complete while the store cannot be reached
-WAIT_SLICE = 0.5  # a blocking claim is made of waits this long, so a signal ends it promptly
 SHORT_SECRET = 8  # a secret shorter than this is looked for only where a URL or option puts it
 # Variables through which a store client may take the store's password without the URL.
 _CLIENT_SECRETS = ("PGPASSWORD",)
@@ -55,7 +53,7 @@ def cmd_run(store: tenure.Store, args: argparse.Namespace) -> int:
     if not argv:
         raise tenure.InvalidArgument("run needs a command after --: tenure run JOB --owner O --ttl S -- CMD ...")
     supervisor = Supervisor(argv, args.grace, command_env(os.environ, args.url))
-    with supervisor.forwarding():  # from before the claim: a signal while claiming is not lost
+    with supervisor.interrupts.catching():  # from before the claim: a signal while claiming is not lost
         if args.wait:
             print(f"tenure run: waiting up to {args.wait:g} s for {args.job_id!r}", file=sys.stderr, flush=True)
         try:
@@ -103,40 +101,18 @@ class Supervisor:
         self.argv = argv
         self.grace = grace
         self.env = env
-        self.signalled: int | None = None
+        self.interrupts = Interrupts(self._on_signal)
         self.proc: subprocess.Popen[bytes] | None = None
         self._killer: threading.Timer | None = None
 
-    @contextlib.contextmanager
-    def forwarding(self) -> Iterator[None]:
-        """Catch SIGINT, SIGTERM and SIGHUP for as long as the block runs."""
-        if threading.current_thread() is not threading.main_thread():
-            yield  # only the main thread may set handlers (tenure run called in-process)
-            return
-        previous = {signum: signal.signal(signum, self._on_signal) for signum in FORWARDED}
-        try:
-            yield
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+    @property
+    def signalled(self) -> int | None:
+        return self.interrupts.signalled
 
     def claim(self, hold: Callable[[float | None], tenure.HeldLease], wait: float) -> tenure.HeldLease | None:
-        """Claim, waiting up to ``wait`` seconds in short slices; None if a signal came first
-        (a lease claimed meanwhile is released)."""
-        end = time.monotonic() + wait
-        while self.signalled is None:
-            remaining = end - time.monotonic()
-            try:
-                held = hold(min(remaining, WAIT_SLICE) if remaining > 0 else None)
-            except tenure.AlreadyClaimed:
-                if remaining <= 0 and self.signalled is None:
-                    raise
-                continue
-            if self.signalled is None:
-                return held
-            with held:  # the signal came while the claim was on its way: leaving releases it
-                return None
-        return None
+        """Claim, waiting up to ``wait`` seconds; None if a signal came first (a lease claimed
+        meanwhile is released)."""
+        return self.interrupts.claim(hold, wait, lambda held: held.release())
 
     def interrupted(self) -> int:
         assert self.signalled is not None
@@ -213,8 +189,7 @@ class Supervisor:
             _signal_group(proc, signal.SIGKILL)
             proc.wait()
 
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self.signalled = signum
+    def _on_signal(self, signum: int) -> None:
         if self.proc is not None:
             self._pass_on(signum)
 

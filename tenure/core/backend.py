@@ -18,12 +18,19 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from tenure.core import audit, contention, queries, transitions, watch
+from tenure.core import audit, contention, protocol, queries, transitions, watch
 
 # corrupt_status (codec), history_event and state_at (transitions), fold (queries) live with
 # what they belong to; the "as" imports keep them importable from here (backends, dashboard).
 from tenure.core.codec import corrupt_status as corrupt_status
-from tenure.core.errors import BackendUnavailable, JobNotFound, LeaseError, StaleLease, TokenChanged
+from tenure.core.errors import (
+    BackendUnavailable,
+    CorruptRecord,
+    JobNotFound,
+    LeaseError,
+    StaleLease,
+    TokenChanged,
+)
 from tenure.core.queries import fold as fold
 from tenure.core.records import (
     Change,
@@ -74,6 +81,9 @@ class Characteristics:
     # ZooKeeper): a record damaged behind tenure's back is counted where its index puts it,
     # and found as corrupt only by a listing (jobs(), or a page() that asks for corrupt jobs).
     counts_from_indexes: bool = False
+    # (environment variable, option) pairs the client library reads when the URL does not give
+    # the option (libpq: PGSSLMODE, PGPASSWORD): they count when judging what is sent in clear text.
+    environment: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -196,7 +206,14 @@ class Transaction(abc.ABC):
     again in a new transaction with fresh reads (``RecordBackend.transaction(fresh=True)``),
     pausing and giving up as ``tenure.core.contention`` says. On a first attempt its ``load``
     may answer from what this process last wrote, setting ``guessed``; the conditional commit
-    verifies a guess, and a refusal decided on one is decided again on fresh reads.
+    verifies a guess, and a refusal decided on one is decided again on fresh reads. A step
+    whose guess the commit refuted runs again at once (a wrong guess is no collision); only
+    conflicts of fresh reads pause.
+
+    The protocol's steps read through ``load_for``, which tells the store what the step will
+    do, so that it can guess per operation; ``preload`` and ``follow`` let it read less often;
+    ``stored`` gives back what a step saved as the store wrote it (etcd's token). Each has a
+    default for stores that need none of it (memory, SQLite).
     """
 
     now: float
@@ -206,6 +223,31 @@ class Transaction(abc.ABC):
     @abc.abstractmethod
     def load(self, job_id: str) -> JobRecord | None:
         """The job's record; raises CorruptRecord for one that cannot be read."""
+
+    def load_for(self, job_id: str, op: Op, lease: Lease | None = None) -> JobRecord | None:
+        """``load`` for a step that will ``op`` the job; ``lease``: the caller's, for renew,
+        complete and release. An optimistic store may answer a first attempt with a guess
+        (``guessed``) its commit verifies: ZooKeeper takes a claimed job to be new (etcd too
+        with a pooled etcd lease at hand, and a submitted one), ZooKeeper answers a holder from
+        the record this process wrote while the lease's safe deadline runs
+        (``clock.deadline_runs``), etcd from the lease itself (its commit compares the keys
+        the lease implies)."""
+        return self.load(job_id)
+
+    def preload(self, job_ids: list[str]) -> None:  # noqa: B027 - nothing to do is the default
+        """The step will load all of ``job_ids`` (submit_many): a store may read them at once."""
+
+    def follow(self, previous: Transaction) -> None:  # noqa: B027 - nothing to do is the default
+        """Called on a retry's transaction with the attempt before it (its commit conflicted or
+        its guess was refuted), before the step runs: a store whose failed commit brought back
+        what it now holds (etcd's failure branch, a read ZooKeeper sent behind its multi) may
+        answer ``load`` from that."""
+
+    def stored(self, record: JobRecord) -> JobRecord:
+        """After the commit, ``record`` (what a claim or holder step saved) as the store wrote
+        it: a store that numbers claims itself (etcd: the commit's revision is the token) or
+        estimates a lease's end its own way says so here. This default: as saved."""
+        return record
 
     @abc.abstractmethod
     def save(self, record: JobRecord) -> None: ...
@@ -248,54 +290,89 @@ class RecordBackend(SteppedBackend):
         """Commit on normal exit, roll back on an exception. ``fresh``: a retry after a
         conflict or a guess; ``load`` must read the store (only optimistic stores see it)."""
 
+    # submit_many: jobs per transaction, 0 for all in one (all of them or none); a store whose
+    # requests are bounded in bytes also sets SUBMIT_BYTES and ``submit_weight``.
+    SUBMIT_BATCH: ClassVar[int] = 0
+    SUBMIT_BYTES: ClassVar[int] = 0
+
+    def submit_weight(self, job_id: str) -> int:
+        """What submitting ``job_id`` adds to one transaction's request, at most, in bytes."""
+        return 0
+
     def _run(self, job_id: str, step: Callable[[Transaction], T]) -> T:
         """``step`` in a transaction, again with fresh reads while it conflicts or decided a
         refusal on a guess; ``Outraced`` when every attempt lost its race."""
-        for attempt in contention.attempts():
+        previous: Transaction | None = None
+        retries = 0
+        for _ in range(contention.ATTEMPTS):
+            if previous is not None and not previous.guessed:
+                retries += 1
+                contention.wait(retries)  # a collision: pause, so colliders fall out of step
             tx: Transaction | None = None
             try:
-                with self.transaction(fresh=True) if attempt else self.transaction() as tx:
+                with self.transaction(fresh=True) if previous else self.transaction() as tx:
+                    if previous is not None:
+                        tx.follow(previous)
                     result = step(tx)
             except (_Reread, LeaseError) as exc:
                 if tx is None or not tx.guessed or isinstance(exc, BackendUnavailable):
                     raise
+                previous = tx
                 continue  # decided on a cached guess: decide again on what the store holds
             if not tx.conflict:
-                return result
+                return tx.stored(result) if isinstance(result, JobRecord) else result  # type: ignore[return-value]
+            previous = tx
         raise contention.outraced(job_id)
 
     def submit(self, job_id: str, actor: str | None = None) -> None:
-        self.submit_many([job_id], actor)
+        self._run(job_id, self._submitting([job_id], actor))
 
     def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
-        def step(tx: Transaction) -> None:  # one transaction: all of them or none
+        if not self.SUBMIT_BATCH:  # one transaction: all of them or none
+            self._run(job_ids[0] if job_ids else "", self._submitting(job_ids, actor))
+            return
+
+        def batch(chunk: list[str]) -> bool:
+            try:
+                self._run(chunk[0], self._submitting(chunk, actor))
+            except CorruptRecord:
+                return False  # job by job: those before it are submitted, then it raises
+            return True
+
+        protocol.submit_in_batches(job_ids, self.SUBMIT_BATCH, batch, lambda job_id: self.submit(job_id, actor),
+                                   self.submit_weight if self.SUBMIT_BYTES else None, self.SUBMIT_BYTES)
+
+    def _submitting(self, job_ids: list[str], actor: str | None) -> Callable[[Transaction], None]:
+        def step(tx: Transaction) -> None:
+            tx.preload(job_ids)
             for job_id in job_ids:
-                new = transitions.submit(tx.load(job_id), job_id, tx.now)
+                new = transitions.submit(tx.load_for(job_id, Op.SUBMIT), job_id, tx.now)
                 if new is not None:
                     tx.save(new)
                     tx.add_event(transitions.history_event(new, Op.SUBMIT, tx.now, actor))
 
-        self._run(job_ids[0] if job_ids else "", step)
+        return step
 
-    def _claim_in(self, tx: Transaction, job_id: str, owner: str, ttl: float) -> Lease:
-        new = transitions.claim(tx.load(job_id), job_id, owner, ttl, tx.now)
+    def _claim_in(self, tx: Transaction, job_id: str, owner: str, ttl: float) -> JobRecord:
+        new = transitions.claim(tx.load_for(job_id, Op.CLAIM), job_id, owner, ttl, tx.now)
         tx.save(new)
         tx.add_event(transitions.history_event(new, Op.CLAIM, tx.now))
-        return transitions.lease_of(new)
+        return new
 
     def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
-        return self._run(job_id, lambda tx: self._claim_in(tx, job_id, owner, ttl))
+        return transitions.lease_of(self._run(job_id, lambda tx: self._claim_in(tx, job_id, owner, ttl)))
 
     def claim_next(self, owner: str, ttl: float) -> Lease | None:
-        def step(tx: Transaction) -> Lease | None:
+        def step(tx: Transaction) -> JobRecord | None:
             job_id = tx.next_claimable()
             return None if job_id is None else self._claim_in(tx, job_id, owner, ttl)
 
-        return self._run("(claim_next)", step)
+        claimed = self._run("(claim_next)", step)
+        return None if claimed is None else transitions.lease_of(claimed)
 
     def _holder_op(self, op: Op, lease: Lease, change: transitions.Change) -> JobRecord:
         def step(tx: Transaction) -> JobRecord | Rejection:
-            found = transitions.holder_step(tx.load(lease.job_id), op, lease, change, tx.now)
+            found = transitions.holder_step(tx.load_for(lease.job_id, op, lease), op, lease, change, tx.now)
             if isinstance(found, JobRecord):
                 tx.save(found)
                 tx.add_event(transitions.history_event(found, op, tx.now))
@@ -312,7 +389,7 @@ class RecordBackend(SteppedBackend):
 
     def force_expire(self, job_id: str, actor: str | None = None, token: int | None = None) -> None:
         def step(tx: Transaction) -> None:
-            rec = tx.load(job_id)
+            rec = tx.load_for(job_id, Op.EXPIRE)
             if rec is None:
                 raise JobNotFound(job_id)
             if token is not None and rec.token != token:

@@ -39,6 +39,11 @@ def attempts(count: int = ATTEMPTS, sleep: Callable[[float], None] | None = None
         yield attempt
 
 
+def wait(retry: int) -> None:
+    """Sleep the pause before retry number ``retry`` (1 for the first)."""
+    time.sleep(pause(retry))
+
+
 def outraced(job_id: str, count: int = ATTEMPTS) -> Outraced:
     """The one error of an operation that lost the race on every attempt."""
     return Outraced(job_id, count)

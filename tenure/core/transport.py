@@ -6,12 +6,15 @@ sends nothing over a network): ``name`` for an option any true value of which en
 to clear text, so only ``require``, ``verify-ca`` and ``verify-full`` count). A password, or a
 ZooKeeper digest identity, given without one of them would cross the network in clear text:
 ``connect`` warns (``InsecureTransportWarning`` and a log line, never the secret) and the
-store's health says so, for the dashboard.
+store's health says so, for the dashboard. Settings a client library takes from the
+environment when the URL does not give them (libpq's ``PGSSLMODE``, ``PGPASSWORD``) count as
+given: ``Characteristics.environment`` names them.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -29,13 +32,20 @@ class InsecureTransportWarning(UserWarning):
     """A password or digest will be sent to the store without TLS."""
 
 
-def cleartext_credentials(traits: Characteristics, url: StoreURL, options: Mapping[str, Any]) -> str | None:
+def cleartext_credentials(traits: Characteristics, url: StoreURL, options: Mapping[str, Any],
+                          environ: Mapping[str, str] = os.environ) -> str | None:
     """What would be sent in clear text, in words, or None when nothing would."""
     if traits.tls_options is None:
         return None
-    sent = (["the URL's password"] if url.password else []) + [
-        f"option {name}" for name in CREDENTIAL_OPTIONS if _on(options.get(name))]
-    if not sent or any(_encrypts(options, option) for option in traits.tls_options):
+    implied = {option: (var, environ[var]) for var, option in traits.environment if environ.get(var)}
+    given = {**{option: value for option, (_, value) in implied.items()}, **options}
+    sent = ["the URL's password"] if url.password else []
+    for name in CREDENTIAL_OPTIONS:
+        if name in options and _on(options[name]):
+            sent.append(f"option {name}")
+        elif name in implied and not (name == "password" and url.password):
+            sent.append(f"{implied[name][0]} from the environment")
+    if not sent or any(_encrypts(given, option) for option in traits.tls_options):
         return None
     how = f" (TLS needs {' or '.join(traits.tls_options)})" if traits.tls_options else " (it has no TLS)"
     return f"{' and '.join(sent)} sent to {traits.name} without TLS{how}"

@@ -13,14 +13,18 @@ either or both:
   store's current one, or one the store gave another owner, is forged (``ForgedToken``); a
   genuine token whose lease was completed, released, expired or superseded is stale
   (``StaleToken``): its effects must not land. It costs one store read per check (two for an
-  old token) and needs the destination to reach the store. A token older than the store's
-  retained history cannot be proven and is refused as forged.
+  old token: its history, which etcd and ZooKeeper read whole; who a token was issued to never
+  changes, so each answer is kept and a stale holder's repeated writes cost one read each) and
+  needs the destination to reach the store. A token older than the store's retained history
+  cannot be proven and is refused as forged.
 """
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import hmac
+import threading
 
 from tenure.core.errors import ForgedToken, InvalidArgument, StaleToken
 from tenure.core.records import JobState, Op
@@ -31,6 +35,7 @@ from tenure.fencing.claims import FenceClaim
 VERSION = "v1"  # names the message layout, so a later layout can be told apart
 MIN_SECRET_BYTES = 16
 _CONTEXT = b"tenure-fencing-token\x00"  # a signature made for something else never matches
+ISSUED_KEPT = 10_000  # (job, token) -> owner answers a Proof keeps
 
 
 def _key(secret: object) -> bytes:
@@ -79,6 +84,9 @@ class Proof:
             raise InvalidArgument(f"store must be a tenure.Store, not {type(store).__name__}")
         self._key = None if secret is None else _key(secret)
         self.store = store
+        # Tokens are never issued twice, so who the store issued one to is a fact for good.
+        self._issued: collections.OrderedDict[tuple[str, int], str] = collections.OrderedDict()
+        self._lock = threading.Lock()
 
     def check(self, claim: FenceClaim, given: str | None) -> None:
         """Raise ``ForgedToken`` unless ``claim`` is proven, ``StaleToken`` if the store says its
@@ -98,8 +106,7 @@ class Proof:
         if not hmac.compare_digest(given.encode("ascii", "replace"), expected.encode("ascii")):
             raise ForgedToken(claim.job_id, claim.token, "bad signature")
 
-    @staticmethod
-    def _check_issued(claim: FenceClaim, store: Store) -> None:
+    def _check_issued(self, claim: FenceClaim, store: Store) -> None:
         if claim.owner is None:
             raise ForgedToken(claim.job_id, claim.token, "the store's word needs the owner the token was issued to")
         status = store.get(claim.job_id)  # BackendUnavailable propagates: unproven is not admitted
@@ -111,7 +118,7 @@ class Proof:
             if claim.owner != status.owner:
                 raise ForgedToken(claim.job_id, claim.token, "the store issued this token to another owner")
             return  # the running lease: the common case, one read
-        issued_to = _claimed_by(store, claim.job_id, claim.token)
+        issued_to = self._issued_to(store, claim.job_id, claim.token)
         if issued_to is None:
             raise ForgedToken(claim.job_id, claim.token, "the store's history does not show this token issued")
         if issued_to != claim.owner:
@@ -119,6 +126,21 @@ class Proof:
         ended = (f"superseded by token {status.token}" if claim.token < status.token
                  else f"its lease has ended (the job is {status.state.value})")
         raise StaleToken(claim.resource, claim.token, status.token, ended)
+
+
+    def _issued_to(self, store: Store, job_id: str, token: int) -> str | None:
+        key = (job_id, token)
+        with self._lock:
+            if key in self._issued:
+                self._issued.move_to_end(key)
+                return self._issued[key]
+        owner = _claimed_by(store, job_id, token)
+        if owner is not None:  # not found is not kept: made-up tokens would push real answers out
+            with self._lock:
+                self._issued[key] = owner
+                while len(self._issued) > ISSUED_KEPT:
+                    self._issued.popitem(last=False)
+        return owner
 
 
 def _claimed_by(store: Store, job_id: str, token: int) -> str | None:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import tenure
+from tenure.backends.etcd.transaction import Read, reads
 from tests.servers.etcd import EtcdCluster, EtcdHarness, make_certificates, start_or_fail
 from tests.servers.ports import free_port
 
@@ -209,6 +210,33 @@ def test_claim_next_reads_the_indexes_not_every_job(etcd_harness: EtcdHarness, s
     assert len(taken) == 43 and not [r for r in ranges if r[0].startswith(jobs)]  # the index only
 
 
+def test_claim_next_retries_a_candidate_claimed_between_its_read_and_the_txn(
+        etcd_harness: EtcdHarness, store: tenure.Store) -> None:
+    """The candidate's keys are read, then another writer claims that job before the claim's
+    Txn: the Txn's compares fail (a conflict, nothing written) and the core runs claim_next
+    again from a fresh index read, which takes the other job."""
+    ttl = etcd_harness.ttl
+    store.submit_many(["a", "b"])
+    backend: Any = store.backend
+    conn, real, jobs = backend._conn, backend._conn.txn, backend.keys.section("job")
+    taken: list[tenure.Lease] = []
+    with etcd_harness.connect(_url_of(store)) as other:
+        def txn(compares: Any, success: Any, failure: Any, **kwargs: Any) -> Any:
+            res = real(compares, success, failure, **kwargs)
+            key = success[0].request_range.key if success and success[0].HasField("request_range") else b""
+            if not compares and not taken and key.startswith(jobs) and len(success) == 4:  # a candidate's keys
+                taken.append(other.claim(backend.keys.job_id(key, "job"), owner="other", ttl=ttl))
+            return res
+
+        conn.txn = txn
+        lease = store.claim_next(owner="w", ttl=ttl)
+        conn.txn = real
+        assert lease is not None and taken and lease.job_id != taken[0].job_id
+        other.renew(taken[0])  # the other writer's claim stands
+    assert [e.op for e in store.history(taken[0].job_id)] == [tenure.Op.SUBMIT, tenure.Op.CLAIM, tenure.Op.RENEW]
+    assert [e.owner for e in store.history(lease.job_id)][-1] == "w"
+
+
 class _HourBehind:
     def time(self) -> float:
         return time.time() - 3600
@@ -319,11 +347,20 @@ def test_a_claim_waits_for_the_incarnation_it_writes_over(etcd_harness: EtcdHarn
     _revoke_early(etcd_harness, store, "j")
     with etcd_harness.connect(_url_of(store)) as other:
         backend: Any = other.backend
-        stale = backend._snapshot("j")
-        backend._note_ended(stale).first_seen -= 100  # as if seen ended long ago: wait over
+        conn, real = backend._conn, backend._conn.txn
+        assert other.get("j").state is tenure.JobState.EXPIRED  # type: ignore[union-attr]  # seen gone
+        stale = real([], reads(backend.keys, "j"), [], retry=True)
+        backend._leases.ended("j", Read("j", stale.ranges, 0).incarnation, 0).first_seen -= 100  # wait over
         a = store.renew(a)  # revived: a new incarnation, a fresh deadline
         _revoke_early(etcd_harness, store, "j")  # and ended early again
-        backend._snapshot = lambda job_id: stale  # the claim goes on from the read before
+
+        def txn(compares: Any, success: Any, failure: Any, **kwargs: Any) -> Any:
+            if not compares and not failure:  # the claim's read: it goes on from the read before
+                conn.txn = real
+                return stale
+            return real(compares, success, failure, **kwargs)
+
+        conn.txn = txn
         with pytest.raises(tenure.NotYetClaimable):
             backend.claim("j", "b", ttl)
         assert time.monotonic() < a.deadline
@@ -396,7 +433,7 @@ def test_audit_records_expire_with_a_shared_retention_lease(etcd_harness: EtcdHa
         node = etcd_harness.cluster.nodes[0]
         layout = store.backend.keys  # type: ignore[attr-defined]
         keys = node.keys(layout.section("rejection")) + node.keys(layout.section("history"))
-        lease_id = store.backend._retention_id()
+        lease_id = store.backend._leases.retention_id()
         info = node.api("/v3/lease/timetolive", {"ID": lease_id, "keys": True})
         attached = {base64.b64decode(k) for k in info.get("keys", [])}
         assert keys and set(keys) <= attached  # etcd deletes them, no scan needed
@@ -406,10 +443,10 @@ def test_audit_records_expire_with_a_shared_retention_lease(etcd_harness: EtcdHa
 def test_a_retention_lease_revoked_behind_our_back_is_replaced(etcd_harness: EtcdHarness,
                                                                 store: tenure.Store) -> None:
     store.submit("a")
-    first = store.backend._retention_id()  # type: ignore[attr-defined]
+    first = store.backend._leases.retention_id()  # type: ignore[attr-defined]
     etcd_harness.cluster.nodes[0].api("/v3/lease/revoke", {"ID": first})
     store.submit("b")  # its history record needed a retention lease that exists
-    assert store.backend._retention_id() != first  # type: ignore[attr-defined]
+    assert store.backend._leases.retention_id() != first  # type: ignore[attr-defined]
     assert [e.job_id for e in store.history()] == ["b"]  # the revoke took a's record with it
 
 
@@ -537,7 +574,7 @@ def test_claims_reuse_the_etcd_leases_of_ended_claims(etcd_harness: EtcdHarness,
 
         setattr(backend._conn, name, counted)
     store.complete(store.claim("a", owner="w", ttl=5.0))
-    pooled = backend._pool[5][-1]
+    pooled = backend._leases._pool[5][-1]
     first = pooled.id
     before = time.monotonic()  # confirmed again now, so a slow machine cannot make it stale
     assert backend._conn.keepalive_started(first).result() == 6
@@ -633,3 +670,34 @@ def test_a_renewal_etcd_applied_is_reported_applied(etcd_harness: EtcdHarness, s
     store.complete(renewed, result=b"done")
     assert store.get("k").state is tenure.JobState.COMPLETED  # type: ignore[union-attr]
     assert store.rejections() == []
+
+
+def test_an_outraced_claim_keeps_its_pooled_etcd_lease(etcd_harness: EtcdHarness, store: tenure.Store,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claim that lost every race wrote nothing with its pooled etcd lease: it goes back to
+    the pool for the next claim (it used to be revoked)."""
+    from tenure.core import contention
+
+    monkeypatch.setattr(contention, "ATTEMPTS", 3)
+    backend: Any = store.backend
+    store.complete(store.claim("a", owner="w", ttl=5.0))
+    pooled = backend._leases._pool[5][-1].id
+    store.submit("b")
+    node, conn, real = etcd_harness.cluster.nodes[0], backend._conn, backend._conn.txn
+
+    def txn(compares: Any, success: Any, failure: Any, **kwargs: Any) -> Any:
+        if compares and success:  # another writer changes the job just before each commit lands
+            key = backend.keys.job("b")
+            value = base64.b64decode(node.api("/v3/kv/range", {"key": base64.b64encode(key).decode()})
+                                     ["kvs"][0]["value"])
+            node.put(key, value)
+        return real(compares, success, failure, **kwargs)
+
+    conn.txn = txn
+    with pytest.raises(tenure.Outraced):
+        store.backend.claim("b", "w", 5.0)
+    conn.txn = real
+    assert pooled in _etcd_leases(etcd_harness) and backend._leases._pool[5][-1].id == pooled
+    lease = store.claim("b", owner="w", ttl=5.0)
+    assert _etcd_lease_of(etcd_harness, store, "b") == pooled
+    store.complete(lease)

@@ -5,6 +5,7 @@ The protocol itself is the conformance suite's (``TENURE_TEST_BACKENDS=postgres`
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -254,3 +255,58 @@ def test_a_claim_that_loses_every_race_is_outraced_and_writes_nothing(pg: Postgr
         with pytest.raises(tenure.Outraced):
             store.claim("j", owner="a", ttl=30)
         assert store.get("j") is None and store.history("j") == []
+
+
+def test_a_serialization_failure_runs_again_then_gives_up_as_outraced(pg: PostgresHarness) -> None:
+    # The server answers the renew statement with a real serialization failure (SQLSTATE
+    # 40001, raised by a function in the store's schema) a set number of times: it was rolled
+    # back, so the statement runs again, and a renew that fails every time is Outraced (nothing
+    # was written), not a plain BackendUnavailable.
+    with pg.connect() as store:
+        backend: Any = store.backend
+        s = backend.quoted
+        with backend.pool.connection() as conn:
+            conn.execute(f"CREATE SEQUENCE {s}.lost_races")
+            conn.execute(f"""CREATE FUNCTION {s}.lose_a_race(times bigint) RETURNS void AS $$
+                BEGIN IF nextval('{s}.lost_races') <= times THEN
+                    RAISE EXCEPTION 'injected' USING ERRCODE = '40001'; END IF; END $$ LANGUAGE plpgsql""")
+        store.submit("j")
+        lease = store.claim("j", owner="a", ttl=30)
+        execute, renew = backend.execute, backend.statements["RENEW"]
+
+        def losing(times: int) -> Any:
+            def run(query: Any) -> Any:
+                if query.text == renew:
+                    execute(dataclasses.replace(query, text=f"SELECT {s}.lose_a_race({times})"))
+                return execute(query)
+            return run
+
+        backend.execute = losing(2)  # two lost races, then the statement runs
+        assert store.renew(lease, ttl=30).token == lease.token
+        backend.execute = losing(10**6)
+        with pytest.raises(tenure.Outraced):
+            store.renew(lease, ttl=30)
+        events = [e.op for e in store.history("j")]
+        assert events == [tenure.Op.SUBMIT, tenure.Op.CLAIM, tenure.Op.RENEW], events
+
+
+def test_a_jobs_history_reads_its_index_under_a_generic_plan(pg: PostgresHarness) -> None:
+    # psycopg prepares a statement run often and PostgreSQL may then plan it once for every
+    # value: a job's history must still read the (job_id, id) index, not scan every event.
+    with pg.connect() as store:
+        store.submit_many([f"h{i:05d}" for i in range(3000)])
+        backend: Any = store.backend
+        text = backend.statements["JOB_HISTORY"]
+        for name, number in (("job", 1), ("since", 2), ("limit", 3)):
+            text = text.replace(f"%({name})s", f"${number}")
+        with backend.pool.connection() as conn:
+            conn.execute("ANALYZE " + backend.quoted + ".events")
+            conn.execute(f"PREPARE job_history(text, float8, bigint) AS {text}")
+            conn.execute("SET plan_cache_mode = force_generic_plan")
+            try:
+                plan = "\n".join(row[0] for row in conn.execute("EXPLAIN EXECUTE job_history('h00042', -1e300, 10)"))
+            finally:
+                conn.execute("DEALLOCATE job_history")
+                conn.execute("RESET plan_cache_mode")
+        assert "events_job" in plan and "Seq Scan" not in plan, plan
+        assert [e.job_id for e in store.history("h00042")] == ["h00042"]

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import pytest
+from kazoo.protocol.serialization import Transaction
 
 import tenure
 from tenure.backends.zookeeper import layout as zl
@@ -191,17 +192,18 @@ def test_submit_many_batches_and_leaves_live_jobs_alone(zk_harness: ZooKeeperHar
         held = store.claim("held", owner="a", ttl=zk_harness.ttl)
         done = store.claim("done", owner="a", ttl=zk_harness.ttl)
         store.complete(done, "r")
-        multis: list[Any] = []
-        backend = store.backend
-        commit = backend._commit  # type: ignore[attr-defined]
+        client: Any = store.backend.client  # type: ignore[attr-defined]
+        sent: list[Any] = []
+        call = client._call  # every request kazoo sends goes through it
 
-        def counting(tx: Any, what: str, known: Any = None) -> bool:
-            multis.append(len(tx.operations))
-            return bool(commit(tx, what, known))
+        def counting(request: Any, async_object: Any) -> Any:
+            sent.append(request)
+            return call(request, async_object)
 
-        backend._commit = counting  # type: ignore[attr-defined]
-        ids = [f"m{i:04d}" for i in range(2 * zookeeper.SUBMIT_BATCH + 10)]
+        client._call = counting
+        ids = [f"m{i:04d}" for i in range(2 * zookeeper.ZooKeeperBackend.SUBMIT_BATCH + 10)]
         store.submit_many([*ids, "held", "done", ids[0]])
+        multis = [r for r in sent if isinstance(r, Transaction)]
         assert len(multis) == 3  # one multi per SUBMIT_BATCH jobs, not one per job
         listing = {j.job_id: j for j in store.jobs()}
         assert all(listing[j].state is tenure.JobState.PENDING for j in ids)
@@ -283,7 +285,7 @@ def test_submit_many_of_the_longest_job_ids_keeps_each_multi_within_the_servers_
     # pass jute.maxbuffer (1 MB), and the server drops the connection instead of answering.
     from tenure.backends.zookeeper import backend as zookeeper
 
-    ids = [f"{i:04d}" + "\U0001F600" * 252 for i in range(zookeeper.SUBMIT_BATCH + 10)]
+    ids = [f"{i:04d}" + "\U0001F600" * 252 for i in range(zookeeper.ZooKeeperBackend.SUBMIT_BATCH + 10)]
     with zk_harness.connect() as store:
         store.submit_many(ids)
         assert sorted(j.job_id for j in store.jobs()) == sorted(ids)

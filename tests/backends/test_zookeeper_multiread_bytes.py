@@ -34,7 +34,7 @@ def test_answers_decode_from_kazoos_structs() -> None:
               + serialization.multiheader_struct.pack(-1, False, -101) + serialization.int_struct.pack(-101)
               + serialization.multiheader_struct.pack(4, False, 0) + serialization.int_struct.pack(-1) + stat
               + serialization.multiheader_struct.pack(-1, True, -1))
-    first, missing, empty = MultiRead.deserialize(answer, 0)
+    first, missing, empty = MultiRead([]).deserialize(answer, 0)
     assert first == (b"abc", 7)
     assert isinstance(missing, exceptions.NoNodeError)
     assert empty == (b"", 7)

@@ -223,3 +223,28 @@ def test_fencing_headers_given_twice_are_refused() -> None:
     asyncio.run(FencingMiddleware(app, admitted.append, secret=SECRET)(
         {"type": "http", "path": "/doc", "headers": twice}, receive, send))
     assert sent[0]["status"] == 400 and b"more than once" in sent[1]["body"] and admitted == []
+
+
+def test_the_store_proof_reads_an_old_tokens_history_once() -> None:
+    # A stale holder that keeps writing (a worker that does not check its lease) would make
+    # every request read the job's history, which etcd and ZooKeeper read whole; who a token
+    # was issued to never changes, so the answer is kept. A made-up token is read every time.
+    with tenure.connect(f"memory://history-{uuid.uuid4().hex}") as store:
+        old = store.claim("job", owner="w", ttl=5.0)
+        store.force_expire("job")
+        store.claim("job", owner="x", ttl=5.0)
+        reads: list[str] = []
+        history = store.history
+        store.history = lambda job_id=None, **kw: reads.append(job_id) or history(job_id, **kw)  # type: ignore[method-assign]
+        proof = Proof(store=store)
+        for _ in range(3):
+            with pytest.raises(tenure.StaleToken):
+                proof.check(FenceClaim("/doc", "job", old.token, owner="w"), None)
+            with pytest.raises(tenure.ForgedToken, match="another owner"):
+                proof.check(FenceClaim("/doc", "job", old.token, owner="mallory"), None)
+        assert reads == ["job"]
+        store.force_expire("job")
+        store.claim("job", owner="y", ttl=5.0)  # token 3: token 2 is old now, and new to the proof
+        with pytest.raises(tenure.StaleToken):
+            proof.check(FenceClaim("/doc", "job", old.token + 1, owner="x"), None)
+        assert reads == ["job", "job"]

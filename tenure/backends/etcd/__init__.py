@@ -1,5 +1,7 @@
-"""The ``etcd://`` backend: ``backend`` (the protocol on etcd), ``layout`` (keys and values),
-``client`` (the gRPC connection), ``scan`` (listing and watching), ``api`` (generated code).
+"""The ``etcd://`` backend: ``backend`` (the ``RecordBackend``), ``transaction`` (its optimistic
+transaction as etcd Txns), ``claimable`` (claim_next's candidates), ``leases`` (etcd's leases),
+``layout`` (keys and values), ``client`` (the gRPC connection), ``scan`` (listing and
+watching), ``query`` and ``upgrade`` (the indexes), ``api`` (generated code).
 
 ``tenure.backends.etcd.EtcdBackend`` is the class the registry loads for ``etcd://``.
 """

@@ -320,13 +320,11 @@ def read_event(kv: KV, job_id: str) -> HistoryEvent:
     return codec.event(kv.key.decode(errors="replace"), _load(kv), job_id, kv.create_revision)
 
 
-UNKNOWN_REASON = codec.UNKNOWN_REASON
-
-
-def rejection_value(r: Rejection, complete: bool = True) -> bytes:
-    return dump(codec.rejection_fields(r, complete))
+def rejection_value(r: Rejection) -> bytes:
+    return dump(codec.rejection_fields(r, True))
 
 
 def read_rejection(kv: KV) -> tuple[Rejection, bool]:
-    """The rejection and whether its reason was recorded (a stub's is filled in later)."""
+    """The rejection and whether its reason was recorded (versions before the optimistic
+    transaction wrote a stub first and its reason later)."""
     return codec.rejection(kv.key.decode(errors="replace"), _load(kv))

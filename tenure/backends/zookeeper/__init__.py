@@ -1,6 +1,7 @@
-"""The ``zk://`` backend: ``backend`` (the protocol on ZooKeeper), ``layout`` (znodes and their
-data), ``config`` (connection options and error mapping), and the helpers ``acl``, ``audit``,
-``held``, ``index``, ``multiread``, ``watch``.
+"""The ``zk://`` backend: ``backend`` (a ``RecordBackend``), ``transaction`` (its optimistic
+transaction on ZooKeeper), ``layout`` (znodes and their data), ``config`` (connection options
+and error mapping), and the helpers ``acl``, ``audit``, ``index``, ``multiread``, ``query``,
+``session``, ``watch``.
 
 ``tenure.backends.zookeeper.ZooKeeperBackend`` is the class the registry loads for ``zk://``.
 """

@@ -37,6 +37,7 @@ from kazoo.protocol.serialization import CheckVersion, Create
 
 from tenure.backends.zookeeper import layout as zl
 from tenure.backends.zookeeper.config import mapped_errors
+from tenure.backends.zookeeper.multiread import read_many
 from tenure.backends.zookeeper.session import Session
 from tenure.core import audit
 from tenure.core.errors import AuthenticationFailed, BackendUnavailable
@@ -206,18 +207,12 @@ class Audit:
             log.learn(operations, results)
 
     def _newest_first(self, log: Log) -> Iterator[tuple[str, bytes]]:
-        """(path, data) of the log's records, newest first."""
-        client = self._b.client
+        """(path, data) of the log's records, newest first (one request per ``_BATCH``; a
+        record trimmed since the listing is passed over)."""
         paths = log.newest_first()
         while chunk := list(itertools.islice(paths, _BATCH)):
             with mapped_errors("reading the audit"):
-                pending = [(p, client.get_async(p)) for p in chunk]
-                loaded = []
-                for path, result in pending:
-                    try:
-                        loaded.append((path, self._b.wait(result)[0]))
-                    except NoNodeError:
-                        continue  # trimmed since the listing
+                loaded = [(path, data) for path, data, _ in read_many(self._b.client, chunk, self._b.config.timeout)]
             yield from loaded
 
     def rejections(self, since: float | None, limit: int | None) -> list[Rejection]:

@@ -1,21 +1,20 @@
 """The claimable-jobs index on ZooKeeper: which znodes a state change adds or removes, and
 the candidates ``claim_next`` reads from it.
 
-The index is written inside the multi of the change it follows (see ``layout``),
-so it costs no round trip of its own; it is read only to *propose* jobs, each claimed with the
-usual read and version-checked multi. An entry that is stale (its record moved on) or missing
-can therefore cost a wasted read or hide a job from ``claim_next``, never give a wrong claim.
-
-Index entries the multi expects but does not find (or finds already there) make it fail like
-any lost race; the failing operation names the entry, which the next attempt leaves out as
-long as the job's record is still the version it read (``Known``).
+The index is written inside the multi of the change it follows (see ``layout``), so it costs
+no round trip of its own; it is read only to *propose* jobs, each claimed in a multi that
+checks the record's version as any claim does. An entry that is stale (its record moved on)
+or missing can therefore cost a wasted read or hide a job from ``claim_next``, never give a
+wrong claim. An entry a multi expects to delete but does not find, or means to create and
+finds, is left out of the multi, which is sent again (``redundant``): the record was as read.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,18 +30,7 @@ from tenure.core import transitions
 from tenure.core.errors import CorruptRecord
 from tenure.core.records import JobRecord, JobState
 
-
-@dataclass
-class Known:
-    """Index entries whose presence a failed multi revealed, for one job record version."""
-
-    version: int | None = None
-    present: dict[str, bool] = field(default_factory=dict)
-
-    def at(self, version: int) -> Known:
-        if version != self.version:  # the record moved on: what we learned may not hold
-            self.version, self.present = version, {}
-        return self
+PENDING_READS = 8  # pending entries whose records one request reads
 
 
 @dataclass
@@ -55,7 +43,6 @@ class Placer:
     bucket: str | None
     fill: int
     new_buckets: list[str] = field(default_factory=list)
-
     placed: int = 0
 
     def place(self, job_id: str) -> str:
@@ -69,11 +56,8 @@ class Placer:
 
 
 class Index:
-    def __init__(self, session: Session, enabled: bool, drop_stale: Callable[[str, int | None], None]) -> None:
-        """``drop_stale(entry, version)``: delete an index entry that no longer describes its
-        job, provided the job znode is still at ``version`` (the backend's multi)."""
+    def __init__(self, session: Session, enabled: bool) -> None:
         self._b = session
-        self._drop_stale = drop_stale
         self.enabled = enabled
         self.layout = session.layout
         self.filling: str | None = None  # the bucket this client puts new entries in
@@ -81,9 +65,9 @@ class Index:
         self._lock = threading.Lock()
         self._front: list[str] = []  # claim_next's buckets, oldest first, possibly stale
 
-    # -- writing: step 1 ---------------------------------------------------------------------
+    # -- writing ---------------------------------------------------------------------------------
     def probe(self) -> tuple[str | None, Any]:
-        """Pipelined with step 1 of a change that may queue a job: the bucket being filled."""
+        """Pipelined with the read of a change that may queue a job: the bucket being filled."""
         if not self.enabled:
             return None, None
         if not self._looked:  # once per client: join the newest bucket rather than open one
@@ -102,68 +86,59 @@ class Index:
             return Placer(self, now, None, 0)
         return Placer(self, now, name, stat.numChildren)
 
-    # -- writing: the multi --------------------------------------------------------------------
     def change(self, old: JobRecord | None, old_slot: str | None, new: JobRecord,
-               placer: Placer | None, known: Known | None) -> tuple[str | None, list[tuple[str, str]]]:
+               placer: Placer | None) -> tuple[str | None, list[tuple[str, str]]]:
         """The index updates of ``old`` -> ``new``, as (``"create"`` or ``"delete"``, path) for
         the multi after the record's write, and the pending slot the new record names."""
         ops: list[tuple[str, str]] = []
         if not self.enabled:
             return None, ops
-        present = {} if known is None else known.present
         leased = self.layout.leased_entry(new.job_id)
         was_leased = old is not None and old.state is JobState.LEASED
-        if new.state is JobState.LEASED and not was_leased and present.get(leased) is not True:
+        if new.state is JobState.LEASED and not was_leased:
             ops.append(("create", leased))
-        if was_leased and new.state is not JobState.LEASED and present.get(leased) is not False:
+        if was_leased and new.state is not JobState.LEASED:
             ops.append(("delete", leased))
         was_queued = old is not None and old.state is JobState.PENDING and old_slot is not None
         if new.state is JobState.PENDING and was_queued:
             return old_slot, ops
         if was_queued:
             assert old_slot is not None
-            path = self.layout.queued(old_slot)
-            if present.get(path) is not False:
-                ops.append(("delete", path))
+            ops.append(("delete", self.layout.queued(old_slot)))
         if new.state is not JobState.PENDING:
             return None, ops
-        assert placer is not None, "a change that queues a job probes the bucket in step 1"
+        assert placer is not None, "a change that queues a job probes the bucket when it reads"
         fresh = len(placer.new_buckets)
         slot = placer.place(new.job_id)
         ops.extend(("create", f"{self.layout.pending}/{bucket}") for bucket in placer.new_buckets[fresh:])
         ops.append(("create", self.layout.queued(slot)))
         return slot, ops
 
-    def learn(self, operations: list[Any], results: list[Any], known: Known | None) -> None:
-        """After a failed multi: remember an index entry that was (or was not) where expected."""
-        if known is None:
-            return
-        for op, result in zip(operations, results, strict=False):
-            path = getattr(op, "path", "")
-            if not self._is_entry(path):
-                continue
-            if isinstance(op, Create) and isinstance(result, NodeExistsError):
-                known.present[path] = True
-            elif isinstance(op, Delete) and isinstance(result, NoNodeError):
-                known.present[path] = False
+    def redundant(self, op: Any, error: Exception) -> bool:
+        """Whether a multi failed only because an index entry was already as the op would
+        leave it (deleted or created by hand, or by a tidy-up): leave it out and send again."""
+        path = getattr(op, "path", "")
+        is_entry = path.startswith(self.layout.leased + "/") or (
+            path.startswith(self.layout.pending + "/") and path.count("/") == self.layout.pending.count("/") + 2)
+        return is_entry and ((isinstance(op, Create) and isinstance(error, NodeExistsError))
+                             or (isinstance(op, Delete) and isinstance(error, NoNodeError)))
 
-    def _is_entry(self, path: str) -> bool:
-        if path.startswith(self.layout.leased + "/"):
-            return True
-        return path.startswith(self.layout.pending + "/") and \
-            path.count("/") == self.layout.pending.count("/") + 2
-
-    def stale(self, data: bytes | None, rec: JobRecord | None, entry: str) -> bool:
-        """Whether ``entry`` no longer describes the record ``data``/``rec`` (None: no job)."""
-        if entry.startswith(self.layout.leased + "/"):
-            return rec is not None and rec.state is not JobState.LEASED
-        slot = entry[len(self.layout.pending) + 1:]
-        return rec is None or rec.state is not JobState.PENDING or zl.queued_slot(data) != slot
+    def tidy(self, entry: str, job: str | None, version: int) -> None:
+        """Delete an index entry that no longer describes its job, provided the job znode
+        ``job`` is still at ``version`` (None: there is no job znode). Sent, not waited for:
+        tidying only, a failure changes nothing."""
+        tx = self._b.client.transaction()
+        if job is not None:
+            tx.check(job, version)
+        tx.delete(entry)
+        with contextlib.suppress(Exception):
+            tx.commit_async()
 
     # -- reading: claim_next's candidates ------------------------------------------------------
-    def candidates(self) -> Iterator[tuple[str, str]]:
-        """(job id, index entry) to try: expired leases first (earliest expiry first), then
-        pending jobs oldest first. Each is a proposal; the caller claims it with a fresh read."""
+    def claimable(self) -> tuple[float, int, Iterator[tuple[str, bytes, int]]]:
+        """The store's time, its epoch, and (job id, record, version) of the jobs to try, records
+        read after that time: expired leases first (earliest expiry first), then pending jobs
+        oldest first. Each is a proposal; the claim's multi checks the version."""
         b, client = self._b, self._b.client
         with self._lock:
             front = self._front[:2]
@@ -172,34 +147,54 @@ class Index:
             leased = client.get_children_async(self.layout.leased)
             early = {n: client.get_children_async(f"{self.layout.pending}/{n}") for n in front}
             try:
-                now = b.stamp(b.wait(clock))
+                stat = b.wait(clock)
+                now, epoch = b.stamp(stat), stat.mzxid >> 32
             except NoNodeError:
-                now = b.now()
-            expired = self._expired(b.wait(leased), now)
-        yield from expired
-        yield from self._queued(now, early)
+                now, epoch = b.stamped()
+            names = b.wait(leased)
+        return now, epoch, itertools.chain(self._expired(names, now), self._queued(now, early))
 
-    def _expired(self, names: list[str], now: float) -> list[tuple[str, str]]:
-        found: list[tuple[float, str, str]] = []
+    def _expired(self, names: list[str], now: float) -> list[tuple[str, bytes, int]]:
+        found: list[tuple[float, str, bytes, int]] = []
         prefix = len(self.layout.jobs) + 1
-        paths = [f"{self.layout.jobs}/{n}" for n in names]
         with mapped_errors("reading leased jobs"):
-            for path, data, version in read_many(self._b.client, paths, self._b.config.timeout):
-                name = path[prefix:]
-                entry = f"{self.layout.leased}/{name}"
+            for path, data, version in read_many(self._b.client, [f"{self.layout.jobs}/{n}" for n in names],
+                                                 self._b.config.timeout):
                 try:
-                    job_id = zl.decode(name)
+                    job_id = zl.decode(path[prefix:])
                     rec = zl.load_record(data, path, job_id)
                 except (CorruptRecord, ValueError):
                     continue  # not a job tenure can claim: never proposed
                 if rec.state is not JobState.LEASED:
-                    self._drop_stale(entry, version)
+                    self.tidy(self.layout.leased_entry(job_id), path, version)
                 elif transitions.is_claimable(rec, now):
-                    found.append((rec.lease_until or 0.0, job_id, entry))
-        # An entry without a job znode (deleted by hand) is skipped: see Backend.drop_stale.
-        return [(job_id, entry) for _, job_id, entry in sorted(found)]
+                    found.append((rec.lease_until or 0.0, job_id, data, version))
+        # An entry without a job znode (deleted by hand) is skipped, never tidied here.
+        return [(job_id, data, version) for _, job_id, data, version in sorted(found)]
 
-    def _queued(self, now: float, early: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    def _queued(self, now: float, early: dict[str, Any]) -> Iterator[tuple[str, bytes, int]]:
+        for bucket, names in self._buckets(now, early):
+            entries = []
+            for name in sorted(names):
+                with contextlib.suppress(ValueError):  # not an entry tenure made: never proposed
+                    entries.append((zl.entry_job(name), f"{self.layout.pending}/{bucket}/{name}"))
+            for start in range(0, len(entries), PENDING_READS):
+                chunk = entries[start:start + PENDING_READS]
+                paths = [self.layout.job(job_id) for job_id, _ in chunk]
+                with mapped_errors("reading pending jobs"):
+                    read = {p: (d, v) for p, d, v in read_many(self._b.client, paths, self._b.config.timeout)}
+                for (job_id, entry), path in zip(chunk, paths, strict=True):
+                    data, version = read.get(path, (None, -1))
+                    if data is None:
+                        self.tidy(entry, None, -1)
+                    elif zl.queued_slot(data) != entry[len(self.layout.pending) + 1:]:
+                        self.tidy(entry, path, version)  # claimed, completed or queued elsewhere
+                    else:
+                        yield job_id, data, version
+
+    def _buckets(self, now: float, early: dict[str, Any]) -> Iterator[tuple[str, list[str]]]:
+        """Each bucket with its entries' names, oldest first; the cached list, then the
+        buckets listed again once it is used up (once per call)."""
         seen: set[str] = set()
         relisted = False
         while True:
@@ -208,7 +203,7 @@ class Index:
             if not later:
                 if relisted:
                     return
-                relisted = True  # the cached buckets are used up: list them again, once per call
+                relisted = True
                 with mapped_errors("reading the pending index"):
                     names = sorted(n for n in self._b.client.get_children(self.layout.pending)
                                    if zl.bucket_opened(n) is not None)
@@ -226,12 +221,10 @@ class Index:
                     children = self._b.wait(result) if result is not None else self._b.client.get_children(path)
                 except NoNodeError:
                     children = None
-            if not children:
+            if children:
+                yield bucket, children
+            else:
                 self._forget(bucket, path, now, gone=children is None)
-                continue
-            for name in sorted(children):
-                with contextlib.suppress(ValueError):  # not an entry tenure made: never proposed
-                    yield zl.entry_job(name), f"{path}/{name}"
 
     def _forget(self, bucket: str, path: str, now: float, *, gone: bool) -> None:
         """An empty bucket: delete it once nobody fills it any more (older than BUCKET_SPAN)."""

@@ -180,7 +180,10 @@ def _load(data: bytes, key: str) -> dict[str, Any]:
 
 def _record(data: bytes, key: str, job_id: str | None) -> JobRecord:
     """``job_id`` None: the record names its job."""
-    d = _load(data, key)
+    return _fields(_load(data, key), key, job_id)
+
+
+def _fields(d: dict[str, Any], key: str, job_id: str | None) -> JobRecord:
     named = d.get("job_id")
     if not isinstance(named, str):
         raise CorruptRecord(key, "names no job")
@@ -194,6 +197,15 @@ def _record(data: bytes, key: str, job_id: str | None) -> JobRecord:
 def load_record(data: bytes, key: str, job_id: str) -> JobRecord:
     """The record in a job znode; CorruptRecord for anything tenure did not write."""
     return _record(data, key, job_id)
+
+
+def read_job(data: bytes, key: str, job_id: str) -> tuple[JobRecord, int | None, str | None]:
+    """The record in a job znode, the leader epoch that stamped its times (None if unknown)
+    and the pending entry it names; CorruptRecord for anything tenure did not write."""
+    d = _load(data, key)
+    epoch, slot = d.get("epoch"), d.get("queued")
+    return (_fields(d, key, job_id), epoch if type(epoch) is int else None,
+            slot if isinstance(slot, str) and _SLOT.fullmatch(slot) else None)
 
 
 def decoded(jobs: str, name: str, data: bytes) -> JobRecord | JobStatus:
@@ -213,14 +225,6 @@ def queued_slot(data: bytes | None) -> str | None:
     with contextlib.suppress(ValueError, TypeError, AttributeError):
         slot = json.loads(data).get("queued") if data is not None else None
         return slot if isinstance(slot, str) and _SLOT.fullmatch(slot) else None
-    return None
-
-
-def stamp_epoch(data: bytes) -> int | None:
-    """The leader epoch that stamped a record's times (None if unknown)."""
-    with contextlib.suppress(ValueError, TypeError, AttributeError):
-        epoch = json.loads(data).get("epoch")
-        return epoch if type(epoch) is int else None
     return None
 
 

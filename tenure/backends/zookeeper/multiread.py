@@ -25,12 +25,15 @@ IN_FLIGHT = 3  # requests sent ahead of the one being decoded
 
 
 class MultiRead:
-    """ZooKeeper's ``multiRead`` request (OpCode 22) of ``getData`` operations."""
+    """ZooKeeper's ``multiRead`` request (OpCode 22) of ``getData`` operations, answered with
+    each znode's (data, version), or with its data and whole stat (``stats``: ``numChildren``,
+    ``cversion`` ..., for the few znodes whose counts the operators' queries read)."""
 
     type = 22
 
-    def __init__(self, operations: list[GetData]) -> None:
+    def __init__(self, operations: list[GetData], stats: bool = False) -> None:
         self.operations = operations
+        self.stats = stats
 
     def serialize(self) -> bytearray:
         b = bytearray()
@@ -40,10 +43,9 @@ class MultiRead:
         b.extend(multiheader_struct.pack(-1, True, -1))
         return b
 
-    @classmethod
-    def deserialize(cls, buf: bytes, offset: int) -> list[tuple[bytes, int] | Exception]:
-        """Each entry's (data, version), or the error ZooKeeper answered for it."""
-        results: list[tuple[bytes, int] | Exception] = []
+    def deserialize(self, buf: bytes, offset: int) -> list[Any]:
+        """Each entry's answer, or the error ZooKeeper answered for it."""
+        results: list[Any] = []
         unpack_int, unpack_header = int_struct.unpack_from, multiheader_struct.unpack_from
         header_size, stat_size = multiheader_struct.size, stat_struct.size
         while True:
@@ -59,7 +61,8 @@ class MultiRead:
                     data = bytes(buf[offset:offset + length])
                     offset += length
                 # The stat: czxid, mzxid, ctime, mtime (8 bytes each), then the version.
-                results.append((data, unpack_int(buf, offset + 32)[0]))
+                results.append((data, ZnodeStat._make(stat_struct.unpack_from(buf, offset)) if self.stats
+                                else unpack_int(buf, offset + 32)[0]))
                 offset += stat_size
             elif kind == -1:
                 results.append(EXCEPTIONS[unpack_int(buf, offset)[0]]())
@@ -69,6 +72,14 @@ class MultiRead:
 
     def __repr__(self) -> str:
         return f"MultiRead({len(self.operations)} reads)"
+
+
+def _send(client: Any, paths: list[str], stats: bool = False) -> Any:
+    """A multiRead of ``paths``, queued as kazoo's own ``Transaction`` is; its answer to wait for."""
+    result = client.handler.async_result()
+    chroot = client.chroot
+    client._call(MultiRead([GetData(_prefix_root(chroot, p) if chroot else p, None) for p in paths], stats), result)
+    return result
 
 
 def read_many(client: Any, paths: list[str], timeout: float,
@@ -82,11 +93,7 @@ def read_many(client: Any, paths: list[str], timeout: float,
     def send() -> None:
         chunk = next(pending, None)
         if chunk is not None:
-            result = client.handler.async_result()
-            chroot = client.chroot
-            ops = [GetData(_prefix_root(chroot, p) if chroot else p, None) for p in chunk]
-            client._call(MultiRead(ops), result)  # as kazoo's own Transaction is sent
-            sent.append((chunk, result))
+            sent.append((chunk, _send(client, chunk)))
 
     for _ in range(IN_FLIGHT):
         send()
@@ -119,40 +126,11 @@ def _pipelined(client: Any, paths: list[str], timeout: float) -> Iterator[tuple[
             yield path, data or b"", stat.version
 
 
-class MultiReadStats(MultiRead):
-    """``multiRead`` answered with each znode's data and whole stat (``numChildren``,
-    ``cversion`` ...), for the few znodes whose counts the operators' queries read."""
-
-    @classmethod
-    def deserialize(cls, buf: bytes, offset: int) -> list[tuple[bytes, ZnodeStat] | Exception]:
-        results: list[tuple[bytes, ZnodeStat] | Exception] = []
-        while True:
-            kind, done, _ = multiheader_struct.unpack_from(buf, offset)
-            offset += multiheader_struct.size
-            if done:
-                return results
-            if kind == GetData.type:
-                length = int_struct.unpack_from(buf, offset)[0]
-                offset += 4
-                data = bytes(buf[offset:offset + max(length, 0)])
-                offset += max(length, 0)
-                results.append((data, ZnodeStat._make(stat_struct.unpack_from(buf, offset))))
-                offset += stat_struct.size
-            elif kind == -1:
-                results.append(EXCEPTIONS[int_struct.unpack_from(buf, offset)[0]]())
-                offset += 4
-            else:
-                raise ValueError(f"unexpected operation {kind} in a multiRead answer")
-
-
 def read_together(client: Any, paths: list[str], timeout: float) -> list[tuple[bytes, ZnodeStat] | None]:
     """Data and stat of every znode in ``paths`` (None where there is none), read by ONE
     request: a server answers a multiRead as one request, with no write applied in between,
     so the answers are one moment of that server's state. Needs ZooKeeper 3.6 or later."""
-    result = client.handler.async_result()
-    chroot = client.chroot
-    client._call(MultiReadStats([GetData(_prefix_root(chroot, p) if chroot else p, None) for p in paths]), result)
-    answers = result.get(timeout=timeout)
+    answers = _send(client, paths, stats=True).get(timeout=timeout)
     out: list[tuple[bytes, ZnodeStat] | None] = []
     for answer in answers:
         if isinstance(answer, NoNodeError):

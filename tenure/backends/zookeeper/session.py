@@ -25,6 +25,8 @@ from tenure.core.clock import boot_clock
 from tenure.core.errors import BackendUnavailable
 
 T = TypeVar("T")
+FRESH = 1.0  # seconds a stamp of the leader's clock serves for ``bound_now``
+RATE = 1.1  # the leader's clock may run this much faster than ours over that second
 
 
 class Session:
@@ -102,16 +104,34 @@ class Session:
         with self._lock:
             return self._bound
 
-    def now(self) -> float:
-        def attempt(_: bool) -> float | None:
+    def bound_now(self) -> tuple[float, int, bool] | None:
+        """An upper bound of the leader's clock now, without a request: the last stamp plus our
+        monotonic time since its write was sent, with room for the leader's clock running
+        ``RATE`` times as fast; its epoch; and whether the stamp is old enough to take a new
+        one. None when the stamp is older than ``FRESH`` (the bound would grow loose)."""
+        with self._lock:
+            bound = self._bound
+        if bound is None:
+            return None
+        at, sent, epoch = bound
+        elapsed = boot_clock() - sent
+        return None if elapsed > FRESH else (at + elapsed * RATE, epoch, elapsed > FRESH / 2)
+
+    def stamped(self) -> tuple[float, int]:
+        """The leader's clock now and its epoch, from a write of our clock znode."""
+        def attempt(_: bool) -> tuple[float, int] | None:
             sent = boot_clock()
             with mapped_errors("reading the store's clock"):
                 try:
-                    return self.stamp(self.client.set(self.clock_path, b""), sent)
+                    stat = self.client.set(self.clock_path, b"")
                 except NoNodeError:
                     return None
+            return self.stamp(stat, sent), stat.mzxid >> 32
 
         return self.with_clock(attempt)
+
+    def now(self) -> float:
+        return self.stamped()[0]
 
     def estimated_now(self) -> float:
         """The last store time read plus our monotonic time since: for display, never decisions."""

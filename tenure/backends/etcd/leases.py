@@ -1,0 +1,228 @@
+"""etcd's own lease handling, which has no counterpart in the core or on other stores.
+
+The protocol's decisions are the core's (``RecordBackend``); what stays here is how etcd
+leases serve them, and why:
+
+- **Pooled leases.** A claim's lease key is attached to an etcd lease of the TTL plus
+  ``SLACK``. A completion or release that deletes the key from an etcd lease this process
+  attached gives that lease back to a pool instead of revoking it, and the next claim with
+  the same TTL takes it: no grant or revoke on the hot path. ``EtcdLease.fresh`` says when a
+  claim may use one without a keep-alive beside it (docs/backends/etcd.md). Without one, a
+  claim's grant goes beside its read (``Claiming``, shared by the claim's attempts).
+- **Keep-alives.** A renewal keeps its claim's etcd lease alive beside its transaction (the
+  lease id is cached per claim), or moves the key to a new etcd lease.
+- **Revokes.** Only a lease whose key this process just removed (or never attached) is
+  revoked: nothing may revoke a lease a later claim uses.
+- **Quarantine.** etcd < 3.4.28 can end a lease before its TTL (etcd-io/etcd#15247), so a
+  lease etcd ended is claimed only one TTL after this process first saw it gone
+  (``Quarantine``); the holder may revive it while its deadline runs (``transaction``).
+- **Retention.** History and rejections hang on one shared etcd lease (``retention_id``).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import threading
+
+from tenure.backends.etcd import client as ec
+from tenure.backends.etcd.client import Connection, Pending
+from tenure.backends.etcd.layout import Keys, parse
+from tenure.core import contention
+from tenure.core.clock import boot_clock
+from tenure.core.errors import BackendUnavailable
+
+SLACK = 1  # seconds a claim's etcd lease gets beyond its TTL, so later claims can reuse it
+_CACHE = 10_000  # etcd leases of claims made here, for one-round-trip renewals
+_POOL = 64  # idle etcd leases kept for reuse by claims (unused ones run out by themselves)
+_MIN_LEFT = 1.0  # a pooled lease with less than this surely left is dropped, not kept alive
+_ENDED = 100_000  # leases seen ended by etcd, remembered for their quarantine
+
+ClaimKey = tuple[str, int, str]  # (job id, token, owner)
+
+
+def etcd_ttl(ttl: float) -> int:
+    return max(1, math.ceil(ttl))  # etcd leases count whole seconds: round up, never shorten
+
+
+@dataclasses.dataclass
+class EtcdLease:
+    """An etcd lease of this process and what is known of its end.
+
+    ``confirmed`` is the local monotonic time just before the last grant or keep-alive of it
+    was sent, whose reply said ``granted`` seconds. etcd starts counting when the leader gets
+    the request, so the lease ends no earlier than ``confirmed + granted`` (revocation aside:
+    tenure revokes only leases it took out of use).
+    """
+
+    id: int
+    ttl: int  # the etcd TTL of the claims it serves (its granted TTL less any slack)
+    granted: int
+    confirmed: float
+    alive: bool = True  # False once a keep-alive found it gone: never kept alive or pooled again
+
+    def fresh(self, now: float) -> bool:
+        """Whether a claim sent at ``now`` may use it without a keep-alive.
+
+        Half the slack: etcd's lease then ends no earlier than ``now + ttl`` even if etcd's
+        clock runs up to 50 % faster than ours (``drift_margin`` is 5 % by default).
+        """
+        return now - self.confirmed <= (self.granted - self.ttl) / 2
+
+
+@dataclasses.dataclass
+class Ended:
+    """A lease etcd ended, as this process saw it: when first, and its holder's longest TTL."""
+
+    first_seen: float  # monotonic, no earlier than the answer that showed the key gone
+    ttl: float | None = None  # from the job and held keys, once a claim has read them
+
+    def left(self) -> float:
+        """Seconds until its holder must have stopped (0 once over; unknown TTL: not yet known)."""
+        return 0.0 if self.ttl is None else max(0.0, self.first_seen + self.ttl - boot_clock())
+
+
+class EtcdLeases:
+    """The etcd leases of one connection: cached per claim, pooled, revoked, quarantined."""
+
+    def __init__(self, conn: Connection, keys: Keys, retention: float) -> None:
+        self._conn, self._keys, self._retention = conn, keys, retention
+        self._lock = threading.Lock()
+        self._claims: collections.OrderedDict[ClaimKey, EtcdLease] = collections.OrderedDict()
+        self._pool: dict[int, list[EtcdLease]] = {}  # idle leases by the etcd TTL they serve
+        self._pooled = 0
+        # (job, incarnation) of leases etcd ended: the quarantine before a claim
+        self._ended: collections.OrderedDict[tuple[str, int], Ended] = collections.OrderedDict()
+        self._retention_lease: tuple[int, float] | None = None  # (id, monotonic time to rotate)
+
+    # -- a claim's etcd lease ------------------------------------------------------------
+    def of_claim(self, key: ClaimKey) -> EtcdLease | None:
+        with self._lock:
+            return self._claims.get(key)
+
+    def remember(self, key: ClaimKey, lease: EtcdLease) -> None:
+        with self._lock:
+            self._claims[key] = lease
+            while len(self._claims) > _CACHE:
+                self._claims.popitem(last=False)
+
+    def forget(self, key: ClaimKey) -> EtcdLease | None:
+        with self._lock:
+            return self._claims.pop(key, None)
+
+    def take(self, ttl: int) -> EtcdLease | None:
+        """An idle etcd lease for a claim sent now, or None to grant a new one."""
+        now = boot_clock()
+        with self._lock:
+            pool = self._pool.get(ttl)
+            while pool:
+                lease = pool.pop()  # the most recently given back first
+                self._pooled -= 1
+                if lease.confirmed + lease.granted - now >= _MIN_LEFT:
+                    return lease
+        return None  # the ones dropped run out by themselves: nothing is attached to them
+
+    def grant(self, ttl: int, slack: int = 0) -> EtcdLease:
+        sent = boot_clock()
+        lease_id, granted = self._conn.grant(ttl + slack)
+        return EtcdLease(lease_id, ttl, granted, sent)
+
+    def give_back(self, lease: EtcdLease) -> None:
+        """Pool a lease that carries no key (its claim ended, or never wrote)."""
+        with self._lock:
+            if lease.alive and self._pooled < _POOL:
+                self._pool.setdefault(lease.ttl, []).append(lease)
+                self._pooled += 1
+                return
+        self.revoke_later(lease.id)
+
+    def revoke_later(self, lease_id: int) -> None:
+        if lease_id:  # nothing is attached to it any more; it would also run out by itself
+            self._conn.revoke_later(lease_id)
+
+    # -- the quarantine of a lease etcd ended --------------------------------------------
+    def ended(self, job_id: str, incarnation: int, seen: float) -> Ended:
+        """When this process first saw etcd had ended incarnation ``incarnation`` (the held
+        key's mod revision, which a revival changes: a lease revived and ended again is
+        waited out afresh) of the job's lease."""
+        with self._lock:
+            entry = self._ended.setdefault((job_id, incarnation), Ended(seen))
+            self._ended.move_to_end((job_id, incarnation))
+            while len(self._ended) > _ENDED:
+                self._ended.popitem(last=False)
+            return entry
+
+    def waiting_out(self, job_id: str, incarnation: int) -> bool:
+        """Whether a lease etcd ended is known to be in its quarantine still (no reads)."""
+        with self._lock:
+            entry = self._ended.get((job_id, incarnation))
+        return entry is not None and entry.ttl is not None and entry.left() > 0
+
+    # -- the retention lease of the audit ------------------------------------------------
+    def retention_id(self) -> int:
+        """A shared etcd lease that ends audit records after ``retention`` seconds, no scans.
+
+        Every process writing under the prefix uses the one named in ``meta/retention``
+        while it has more than 90% of its time left (etcd's own count, no client clocks),
+        then one of them grants the next: records live 0.9 to 1.0 times the retention.
+        """
+        with self._lock:
+            if self._retention_lease and boot_clock() < self._retention_lease[1]:
+                return self._retention_lease[0]
+        key = self._keys.retention
+        for _ in contention.attempts():
+            kvs, _, _ = self._conn.range(key)
+            named = parse(kvs[0].value).get("lease") if kvs else None
+            if isinstance(named, int) and not isinstance(named, bool):
+                remaining, granted = self._conn.time_to_live(named)
+                fresh_for = remaining - 0.9 * granted
+                if fresh_for > 0:
+                    with self._lock:
+                        self._retention_lease = (named, boot_clock() + fresh_for)
+                    return named
+            lease_id, _ = self._conn.grant(etcd_ttl(self._retention))
+            mod = kvs[0].mod_revision if kvs else 0
+            if not self._conn.txn([ec.compare(key, "mod", "==", mod)],
+                                  [ec.put(key, f'{{"lease":{lease_id}}}'.encode())], []).succeeded:
+                self.revoke_later(lease_id)  # another process named one first: use theirs
+        raise BackendUnavailable("could not agree on a retention lease (too much contention)")
+
+    def retention_lost(self) -> tuple[int, int] | None:
+        """After a write found an etcd lease missing: (old, new) retention lease ids if the
+        retention lease was the one (revoked behind our back), else None."""
+        with self._lock:
+            old, self._retention_lease = self._retention_lease, None
+        if old is None:
+            return None
+        new = self.retention_id()
+        return None if new == old[0] else (old[0], new)
+
+
+@dataclasses.dataclass
+class Claiming:
+    """The etcd lease a claim (or claim_next) will hang its lease key on: pooled, or granted
+    beside the read of the job (``grant_beside``).
+
+    It outlives the claim's attempts (a lost race wrote nothing with it); the claim gives it
+    back, or revokes it after a transaction that may have written it (``maybe_written``).
+    """
+
+    ttl: int
+    lease: EtcdLease | None
+    grant: Pending[tuple[int, int]] | None = None
+    sent: float = 0.0
+    maybe_written: bool = False
+
+    def grant_beside(self, conn: Connection) -> None:
+        """Ask for an etcd lease now, unless one is at hand or asked for: a read sent next
+        shares its round trip."""
+        if self.lease is None and self.grant is None:
+            self.sent, self.grant = boot_clock(), conn.grant_started(self.ttl + SLACK)
+
+    def resolve(self) -> EtcdLease:
+        if self.lease is None:
+            assert self.grant is not None
+            lease_id, granted = self.grant.result()
+            self.lease, self.grant = EtcdLease(lease_id, self.ttl, granted, self.sent), None
+        return self.lease

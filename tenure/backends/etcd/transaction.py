@@ -1,0 +1,426 @@
+"""One step of the protocol on etcd: reads that carry revisions, one Txn that commits them.
+
+``RecordBackend`` decides (judge, apply or audit, history, retries); this transaction turns
+its records into etcd keys (``layout``). Its commit is one Txn whose compares are the
+revisions read, whose success branch writes, and whose failure branch reads the keys of every
+job the step loaded: a lost race (``conflict``) costs no extra read, since those reads answer
+the retry's loads (the core hands the retry its predecessor: ``follow``). Guesses the
+compares verify (``guessed``), made in ``load_for``:
+
+- a job not known to exist is new (submit; a claim with a pooled etcd lease at hand), so a
+  claim of a new job is one transaction;
+- a holder's lease implies its record (renew, complete, release): the job key was written by
+  the claim (its mod revision is the token) and the lease key lives with the owner's value.
+
+claim_next's candidate (``next_claimable``) is read, never guessed. A claim's token is the
+revision of its commit (``stored``). The etcd leases the keys hang on are ``leases``'s.
+
+Requests it waits for: ``_fetch`` (a job's keys), ``_send`` (the commit's Txn) and
+``claimable.candidates`` (the indexes); grants and keep-alives start beside them as
+``Pending`` answers, and a renewal's grant (``EtcdLeases.grant``) waits on its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from typing import Any
+
+from tenure.backends.etcd import claimable
+from tenure.backends.etcd import client as ec
+from tenure.backends.etcd.client import KV, Connection, Pending, TxnResult
+from tenure.backends.etcd.layout import (
+    JobValue,
+    Keys,
+    end_value,
+    event_value,
+    held_ttl,
+    held_value,
+    job_value,
+    lease_value,
+    owner_prefix,
+    queued_since,
+    record,
+    rejection_value,
+)
+from tenure.backends.etcd.leases import SLACK, Claiming, ClaimKey, EtcdLease, EtcdLeases, etcd_ttl
+from tenure.backends.etcd.scan import QueueCursor
+from tenure.core import transitions
+from tenure.core.backend import Transaction
+from tenure.core.clock import Clock, boot_clock, deadline_runs
+from tenure.core.errors import BackendUnavailable, CorruptRecord, NotYetClaimable
+from tenure.core.records import HistoryEvent, JobRecord, JobState, Lease, Op, Rejection
+
+EXPIRY_GRACE = 1.0  # etcd checks for expired leases every 500 ms, then deletes through raft
+
+
+class Read:
+    """A job's keys read at one revision (none: guessed absent), and the record they make."""
+
+    def __init__(self, job_id: str, kvs: list[list[KV]] | None, now: float) -> None:
+        job, lease, end, held = (r[0] if r else None for r in kvs or [[], [], [], []])
+        self.job, self.lease, self.end, self.held = job, lease, end, held
+        # The lease's incarnation (the held key's mod revision): what a claim's wait was for.
+        self.incarnation = held.mod_revision if held is not None else 0
+        self.seen = boot_clock()  # no earlier than etcd's answer (the quarantine's start)
+        self.record = record(job_id, job, lease, end, now)
+
+    def ended_by_etcd(self) -> bool:
+        rec = self.record
+        return rec is not None and rec.state is JobState.LEASED and self.lease is None and self.end is None
+
+    def compares(self, k: Keys, job_id: str) -> list[Any]:
+        def rev(kv: KV | None, create: bool = False) -> int:
+            return 0 if kv is None else kv.create_revision if create else kv.mod_revision
+
+        return [ec.compare(k.job(job_id), "mod", "==", rev(self.job)),
+                ec.compare(k.lease(job_id), "create", "==", rev(self.lease, True)),
+                ec.compare(k.end(job_id), "mod", "==", rev(self.end)),
+                ec.compare(k.held(job_id), "mod", "==", rev(self.held))]
+
+
+def reads(k: Keys, job_id: str, revision: int = 0) -> list[Any]:
+    return [ec.get(key, revision=revision) for key in (k.job(job_id), k.lease(job_id), k.end(job_id), k.held(job_id))]
+
+
+@dataclasses.dataclass
+class _Plan:
+    """The writes of one job's change, and the etcd lease bookkeeping after the commit."""
+
+    op: Op
+    new: JobRecord
+    key: ClaimKey
+    lease: EtcdLease | None = None  # the etcd lease the lease key goes on (claim, renew)
+    granted_here: bool = False
+    keepalive: Pending[int] | None = None
+    sent: float = 0.0
+    expires_at: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Parts:
+    """What every transaction of one backend shares."""
+
+    conn: Connection
+    keys: Keys
+    leases: EtcdLeases
+    queue: QueueCursor
+    clock: Clock | None  # the clock given to connect (tests)
+
+
+class EtcdTransaction(Transaction):
+    def __init__(self, parts: Parts, now: float, fresh: bool, claiming: Claiming | None = None) -> None:
+        self._p, self._conn, self._k, self._leases = parts, parts.conn, parts.keys, parts.leases
+        self.now, self._fresh, self._claiming = now, fresh, claiming
+        self._carried: dict[str, list[list[KV]]] = {}  # a retry's reads: the last failure branch's
+        self._reads: dict[str, Read] = {}  # every job loaded, in order: the failure branch reads them
+        self._loaded: dict[str, JobRecord | None] = {}  # what each load answered
+        self._compares: list[Any] = []
+        self._saved: dict[str, JobRecord] = {}
+        self._events: list[HistoryEvent] = []
+        self._rejections: list[Rejection] = []
+        self._stored: dict[str, JobRecord] = {}
+        self.carry: dict[str, list[list[KV]]] = {}  # after a conflict: the failure branch's reads
+        self.moved: list[ClaimKey] = []  # renewals that found their key moved by another connection
+
+    # -- reads ---------------------------------------------------------------------------
+    def follow(self, previous: Transaction) -> None:
+        if isinstance(previous, EtcdTransaction):
+            self._carried = previous.carry
+
+    def _fetch(self, job_id: str) -> Read:
+        """The job's keys: from the last failure branch, or read (reads only: safe to retry)."""
+        if job_id in self._carried:
+            return Read(job_id, self._carried.pop(job_id), self.now)
+        if self._claiming is not None:
+            self._claiming.grant_beside(self._conn)
+        return Read(job_id, self._conn.txn([], reads(self._k, job_id), [], retry=True).ranges, self.now)
+
+    def _use(self, job_id: str, read: Read) -> Read:
+        """``read`` is what the step decides on: the commit compares its revisions."""
+        self._reads[job_id] = read
+        self._compares += read.compares(self._k, job_id)
+        return read
+
+    def _judged(self, job_id: str, read: Read) -> tuple[JobRecord | None, float]:
+        """The record ``read`` makes, and how long a lease etcd ended must still be waited out:
+        its holder may act until one TTL after this process saw it gone (the record says so)."""
+        rec = read.record
+        if rec is None or not read.ended_by_etcd():
+            return rec, 0.0
+        entry = self._leases.ended(job_id, read.incarnation, read.seen)
+        if entry.ttl is None:
+            named = held_ttl(read.held) if read.held is not None else None
+            entry.ttl = max(rec.ttl or 0.0, named or 0.0)
+        left = entry.left()
+        return (dataclasses.replace(rec, lease_until=self.now + left) if left > 0 else rec), left
+
+    def load(self, job_id: str) -> JobRecord | None:
+        if job_id in self._saved:
+            return self._saved[job_id]
+        read = self._reads.get(job_id) or self._use(job_id, self._fetch(job_id))
+        rec, left = self._judged(job_id, read)
+        if left > 0 and self._claiming is not None:
+            assert read.record is not None
+            raise NotYetClaimable(job_id, read.record.owner, read.record.token, self.now + left, left)
+        self._loaded[job_id] = rec
+        return rec
+
+    def load_for(self, job_id: str, op: Op, lease: Lease | None = None) -> JobRecord | None:
+        """A first attempt guesses: a submitted job is new, and so is a claimed one when a pooled
+        etcd lease is at hand (one transaction; otherwise the grant goes beside the read); a
+        holder's lease implies its record. A retry, or a job already read, reads."""
+        if self._fresh or job_id in self._reads or job_id in self._saved:
+            return self._held_fresh(lease) if lease is not None else self.load(job_id)
+        if lease is not None:
+            return self._held_guess(lease)
+        if op is Op.SUBMIT or (op is Op.CLAIM and self._claiming is not None and self._claiming.lease is not None):
+            self.guessed = True
+            self._use(job_id, Read(job_id, None, self.now))  # compared as absent
+            self._loaded[job_id] = None
+            return None
+        return self.load(job_id)
+
+    def _held_fresh(self, lease: Lease) -> JobRecord | None:
+        job_id = lease.job_id
+        read = self._reads.get(job_id) or self._use(job_id, self._fetch(job_id))
+        rec = read.record
+        if (rec is not None and read.ended_by_etcd() and read.held is not None and rec.token == lease.token
+                and rec.owner == lease.owner and deadline_runs(lease.deadline, self._p.clock)):
+            # etcd ended it early (etcd-io/etcd#15247): while the holder's deadline runs its TTL
+            # cannot have run out, so it is live, and the commit restores it.
+            rec = dataclasses.replace(rec, lease_until=max(rec.lease_until or 0.0, self.now + 1e-3))
+        self._loaded[job_id] = rec
+        return rec
+
+    def _held_guess(self, lease: Lease) -> JobRecord:
+        job_id, k = lease.job_id, self._k
+        self.guessed = True
+        mine = owner_prefix(lease.owner)
+        self._reads[job_id] = Read(job_id, None, self.now)  # for the failure branch's reads
+        self._compares += [ec.compare(k.lease(job_id), "create", ">", lease.token - 1),  # the claim's or a revival's
+                           ec.compare(k.lease(job_id), "value", ">", mine),  # starts with the owner
+                           ec.compare(k.lease(job_id), "value", "<", mine + b"\x7f"),
+                           ec.compare(k.job(job_id), "mod", "==", lease.token)]  # no claim since
+        rec = self._loaded[job_id] = JobRecord(job_id, JobState.LEASED, lease.owner, lease.token,
+                                               lease.expires_at, lease.ttl)
+        return rec
+
+    def next_claimable(self) -> str | None:
+        """Index candidates (``claimable``), each read here and passed over unless claimable
+        at ``now``; the one returned is claimed from that read, so a claim someone made since
+        is a conflict of the commit, which the core retries from a fresh index read."""
+        for job_id in claimable.candidates(self._conn, self._k, self._leases, self._p.queue):
+            try:
+                read = self._fetch(job_id)
+                rec, _ = self._judged(job_id, read)
+            except CorruptRecord:
+                continue  # listed as corrupt by jobs(), never claimed through claim_next
+            if rec is not None and transitions.is_claimable(rec, self.now):
+                self._use(job_id, read)
+                return job_id
+        return None
+
+    # -- writes --------------------------------------------------------------------------
+    def save(self, record: JobRecord) -> None:
+        self._saved[record.job_id] = record
+
+    def add_event(self, event: HistoryEvent) -> None:
+        self._events.append(event)
+
+    def add_rejection(self, rejection: Rejection) -> None:
+        self._rejections.append(rejection)
+
+    def stored(self, record: JobRecord) -> JobRecord:
+        return self._stored.get(record.job_id, record)
+
+    def _plan(self, new: JobRecord, submits: int) -> tuple[_Plan, list[Any]]:
+        """The change from what was loaded to ``new``, and the writes that make it."""
+        job_id, k, now = new.job_id, self._k, self.now
+        old = self._loaded.get(job_id)
+        owner = new.owner or (old.owner if old is not None else None) or ""
+        plan = _Plan(Op.SUBMIT, new, (job_id, new.token, owner))
+        if new.state is JobState.PENDING and (old is None or old.state is JobState.COMPLETED):
+            at = now + submits * 1e-5  # the queue keeps the order given (1 µs apart could round together)
+            plan.new = dataclasses.replace(new, submitted_at=at)
+            value = JobValue(JobState.PENDING, None, new.token, None, at, None, None, new.runs)
+            return plan, [ec.put(k.job(job_id), job_value(job_id, value)), ec.delete(k.end(job_id)),
+                          ec.put(k.queue(job_id, at), b"")]
+        if new.state is JobState.LEASED and (old is None or old.state is not JobState.LEASED or old.token != new.token):
+            return self._claim_writes(plan, self._reads[job_id])
+        assert old is not None
+        if new.state is JobState.LEASED and new.lease_until is not None and new.lease_until > now:
+            return self._renew_writes(plan, old, self._reads[job_id])
+        if new.state is JobState.LEASED:  # an operator ended it (force_expire)
+            assert new.lease_until is not None
+            plan.op = Op.EXPIRE
+            return plan, [ec.delete(k.lease(job_id), prev_kv=True),
+                          ec.put(k.end(job_id), end_value("expired", new.token, new.lease_until, None))]
+        how, plan.op = ("completed", Op.COMPLETE) if new.state is JobState.COMPLETED else ("released", Op.RELEASE)
+        requeue = [ec.put(k.queue(job_id, now), b"")] if plan.op is Op.RELEASE else []
+        return plan, [ec.put(k.end(job_id), end_value(how, new.token, now, new.result)),
+                      ec.delete(k.lease(job_id), prev_kv=True), ec.delete(k.held(job_id)), *requeue]
+
+    def _claim_writes(self, plan: _Plan, read: Read) -> tuple[_Plan, list[Any]]:
+        k, new, now, job_id = self._k, plan.new, self.now, plan.new.job_id
+        assert self._claiming is not None, "claims go through EtcdBackend.claim and claim_next"
+        assert new.owner is not None and new.ttl is not None
+        plan.op, plan.lease = Op.CLAIM, self._claiming.resolve()
+        plan.sent = boot_clock()
+        if not plan.lease.fresh(plan.sent):
+            plan.keepalive = self._conn.keepalive_started(plan.lease.id)  # answered alongside the txn
+        plan.expires_at = now + plan.lease.granted + EXPIRY_GRACE
+        # The job key keeps the nominal end, shown once etcd has ended the lease.
+        value = JobValue(JobState.LEASED, new.owner, 0, new.ttl, new.submitted_at, now, now + plan.lease.granted,
+                         new.runs)
+        queued = queued_since(job_id, read.job, read.end)
+        return plan, [ec.put(k.job(job_id), job_value(job_id, value)),
+                      ec.put(k.lease(job_id), lease_value(new.owner, new.ttl, None, plan.expires_at),
+                             lease=plan.lease.id),
+                      ec.put(k.held(job_id), held_value(new.owner, new.ttl)), ec.delete(k.end(job_id)),
+                      *([] if queued is None else [ec.delete(k.queue(job_id, queued))])]
+
+    def _renew_writes(self, plan: _Plan, old: JobRecord, read: Read) -> tuple[_Plan, list[Any]]:
+        k, new, job_id = self._k, plan.new, plan.new.job_id
+        assert new.owner is not None and new.ttl is not None and old.ttl is not None
+        plan.op, ttl = Op.RENEW, etcd_ttl(new.ttl)
+        revive = read.ended_by_etcd()
+        cached = self._leases.of_claim(plan.key)
+        plan.sent = boot_clock()
+        if cached is not None and cached.alive and cached.ttl == ttl and not revive:
+            plan.lease, plan.keepalive = cached, self._conn.keepalive_started(cached.id)
+        else:  # a claim made elsewhere, a new TTL or a revival: the key moves to a new etcd lease
+            plan.lease, plan.granted_here = self._leases.grant(ttl), True
+        plan.expires_at = self.now + plan.lease.granted + EXPIRY_GRACE
+        writes = [ec.put(k.lease(job_id), lease_value(new.owner, new.ttl, self.now, plan.expires_at),
+                         lease=plan.lease.id, prev_kv=True)]
+        if new.ttl != old.ttl or revive:
+            # The longer TTL goes to the held key (the holder may still act on the lease before
+            # this one), where a claimer finds it once the lease key is gone; a revival bumps
+            # its revision, so claimers wait the new incarnation out afresh.
+            writes.append(ec.put(k.held(job_id), held_value(new.owner, max(new.ttl, old.ttl))))
+        return plan, writes
+
+    def _event(self, event: HistoryEvent, plans: dict[str, _Plan]) -> Any:
+        plan = plans.get(event.job_id)
+        claim = plan is not None and plan.op is Op.CLAIM
+        expires_at = plan.expires_at if plan is not None and plan.expires_at is not None else event.expires_at
+        value = event_value(event.op, event.owner, None if claim else event.token, event.at, expires_at)
+        return self._audit(self._k.history(event.job_id, uuid.uuid4().hex), value)
+
+    def _audit(self, key: bytes, value: bytes) -> Any:
+        return ec.put(key, value, lease=self._leases.retention_id())
+
+    # -- the commit ----------------------------------------------------------------------
+    def commit(self) -> None:
+        plans: dict[str, _Plan] = {}
+        writes: list[Any] = []
+        for new in self._saved.values():
+            plan, ops = self._plan(new, sum(p.op is Op.SUBMIT for p in plans.values()))
+            plans[new.job_id] = plan
+            writes += ops
+        writes += [self._event(e, plans) for e in self._events]
+        writes += [self._audit(self._k.rejection(uuid.uuid4().hex), rejection_value(r)) for r in self._rejections]
+        if not writes and not self.guessed:
+            return  # decided on fresh reads and changes nothing: nothing to verify
+        failure = [op for job_id in self._reads for op in reads(self._k, job_id)]
+        if self._claiming is not None:
+            self._claiming.maybe_written = True
+        try:
+            res = self._send(writes, failure, plans)
+        except BaseException:
+            for plan in plans.values():
+                if plan.keepalive is not None:
+                    plan.keepalive.cancel()
+            raise  # a renewal's new etcd lease may carry the key now: it runs out by itself
+        if res.succeeded:
+            for plan in plans.values():
+                self._after(plan, res)
+            if self._claiming is not None:
+                self._claiming.maybe_written = False
+            return
+        if self._claiming is not None:
+            self._claiming.maybe_written = False
+        self.conflict = True
+        for i, job_id in enumerate(self._reads):
+            self.carry[job_id] = res.ranges[4 * i:4 * i + 4]
+        for plan in plans.values():
+            if plan.keepalive is not None:
+                plan.keepalive.cancel()
+            if plan.granted_here and plan.lease is not None:
+                self._leases.revoke_later(plan.lease.id)  # nothing was attached to it
+
+    def _send(self, writes: list[Any], failure: list[Any], plans: dict[str, _Plan]) -> TxnResult:
+        try:
+            return self._conn.txn(self._compares, writes, failure)
+        except ec.LeaseNotFound:
+            # An etcd lease named by a put is gone (revoked behind our back, a pooled lease etcd
+            # ended, a renewal's cached lease another connection revoked): nothing was written,
+            # so the same transaction goes once more on leases that exist.
+            retention = self._leases.retention_lost()
+            if retention is not None:
+                ec.relet(writes, *retention)
+            for plan in plans.values():
+                if plan.lease is not None and plan.op in (Op.CLAIM, Op.RENEW):
+                    old = plan.lease
+                    old.alive = False
+                    if plan.keepalive is not None:
+                        plan.keepalive.cancel()
+                    plan.keepalive, plan.sent = None, boot_clock()
+                    plan.lease = self._leases.grant(old.ttl, SLACK if plan.op is Op.CLAIM else 0)
+                    plan.granted_here = plan.op is Op.RENEW
+                    if plan.op is Op.CLAIM and self._claiming is not None:
+                        self._claiming.lease = plan.lease
+                    self._leases.forget(plan.key)
+                    ec.relet(writes, old.id, plan.lease.id)
+            return self._conn.txn(self._compares, writes, failure)
+
+    def _after(self, plan: _Plan, res: TxnResult) -> None:
+        """etcd lease bookkeeping once the commit applied ``plan``."""
+        lease, new = plan.lease, plan.new
+        prev = [kv for kv in res.prev if kv.key == self._k.lease(new.job_id)]
+        if plan.op is Op.CLAIM:
+            assert lease is not None and plan.expires_at is not None
+            if plan.keepalive is not None:
+                left = plan.keepalive.result()
+                if left < lease.ttl:  # 0: etcd ended it, and the key went with it
+                    raise BackendUnavailable(f"etcd did not keep the lease of the claim of {new.job_id!r} "
+                                             "alive; the claim was withdrawn")
+                lease.confirmed, lease.granted = plan.sent, left
+            assert self._claiming is not None
+            self._claiming.lease = None  # in use now: the claim must not give it back
+            self._stored[new.job_id] = dataclasses.replace(new, token=res.revision, lease_until=plan.expires_at)
+            self._leases.remember((new.job_id, res.revision, new.owner or ""), lease)
+        elif plan.op is Op.RENEW:
+            assert lease is not None and plan.expires_at is not None
+            self._stored[new.job_id] = dataclasses.replace(new, lease_until=plan.expires_at)
+            if plan.keepalive is not None:
+                left = plan.keepalive.result()
+                if left >= lease.ttl:
+                    lease.confirmed, lease.granted = plan.sent, left
+                else:
+                    # etcd ended the etcd lease after the transaction applied (a put naming a lease
+                    # etcd no longer has is refused): the renewal stands, as any renewal sent before
+                    # etcd ended a lease does; the next one moves the key to a new etcd lease.
+                    lease.alive = False
+                if lease.alive and any(kv.lease != lease.id for kv in prev):
+                    # Another connection had moved the key to its own etcd lease and may be revoking
+                    # ours right now: that revoke must not land on the key, so it moves again.
+                    self._leases.forget(plan.key)
+                    for kv in prev:
+                        self._leases.revoke_later(kv.lease)
+                    self.moved.append(plan.key)
+                    return
+            for kv in prev:
+                if kv.lease != lease.id:
+                    self._leases.revoke_later(kv.lease)
+            self._leases.remember(plan.key, lease)
+        else:  # complete, release, force_expire: the key left its etcd lease
+            held = self._leases.forget(plan.key) if plan.op is not Op.EXPIRE else None
+            for kv in prev:
+                if held is not None and held.alive and kv.lease == held.id:
+                    self._leases.give_back(held)  # it carried only this key: the next claim takes it
+                else:
+                    self._leases.revoke_later(kv.lease)
+
+

@@ -1,0 +1,421 @@
+"""One protocol step on ZooKeeper: the optimistic transaction of ``RecordBackend``.
+
+**Read** (``load``): write this client's clock znode and read the job znode and its generation
+znode, pipelined in one round trip. ZooKeeper answers a session's requests in order, so the
+job data is at least as new as the clock write, whose ``mtime`` the leader stamped: the
+store's time of the step (the high half of its zxid: the leader epoch).
+
+**Commit**: one multi that writes each saved record on the condition of the version read
+(created if it was absent), moves the generation znode with the token (its version IS the
+token: a claim sets it at the token read, every other write checks it there), keeps the
+claimable index (``index``) and adds history and rejections (``audit``). A job read and not
+written is checked at its version: a rejection stands only if the record is still as judged.
+A multi that fails on a version is a conflict: nothing was written, the core reads again.
+
+**Guesses**, one round trip in all, never judging expiry (``load_for``):
+
+- a claim's first attempt takes the job to be new: the multi creates its znodes and fails if
+  one exists. Once claims here find their jobs existing, a read of the job (without a clock
+  write) goes out behind the multi and the retry answers from it (``follow``), unless the
+  job is leased: whether that lease expired is for the leader's clock to say.
+- the holder's renew and complete while its safe deadline runs, from the record this process
+  wrote (``Written``) and its version. The multi also checks the generation znode at the
+  lease's token: a job znode deleted by hand and created again restarts at versions we know.
+
+Their store time is an upper bound of the leader's clock (``Session.bound_now``): a lease
+written with it ends no earlier than its TTL after the request. A stamp past half its use
+is renewed by writing the clock znode first in the same multi.
+
+**A leader change**: a lease an earlier leader's clock stamped (the record keeps the epoch)
+means nothing on this clock, so it is judged re-stamped (``lease_until = now + ttl``): the
+holder's own deadline ends within a TTL of its last renewal, before this read. A claim
+writes the re-stamp at once (the claim is then refused); any other step writes its change.
+**A job znode deleted by hand** reads, when its generation znode remains, as a job whose next
+claim or run continues from that znode's version (a submit skips one token, so the old
+holder's one-round-trip renew cannot land on the new znode).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError, RuntimeInconsistency
+from kazoo.protocol.serialization import CheckVersion, SetData
+
+from tenure.backends.zookeeper import layout as zl
+from tenure.backends.zookeeper.audit import Audit
+from tenure.backends.zookeeper.config import mapped_errors
+from tenure.backends.zookeeper.index import Index, Placer
+from tenure.backends.zookeeper.multiread import read_many
+from tenure.backends.zookeeper.session import Session
+from tenure.core import transitions
+from tenure.core.backend import Transaction
+from tenure.core.clock import Clock, boot_clock, deadline_runs
+from tenure.core.errors import CorruptRecord
+from tenure.core.records import HistoryEvent, JobRecord, JobState, Lease, Op, Rejection
+
+_LOST_RACE = (BadVersionError, NodeExistsError, NoNodeError)
+_OTHERS = (RolledBackError, RuntimeInconsistency)  # ops of a failed multi that did not fail it
+_CACHE = 10_000  # leases this process wrote, kept for the holder's guess
+
+
+@dataclass
+class Found:
+    """A job as read: the record (None: no job znode) or why it cannot be read."""
+
+    rec: JobRecord | None
+    version: int  # of the job znode; -1 if absent
+    gen: int | None  # version of the generation znode; None if absent or not read
+    epoch: int | None = None  # of the leader whose clock stamped the record's times
+    slot: str | None = None  # the pending entry the record names
+    error: CorruptRecord | None = None
+
+
+def found(job_id: str, key: str, data: bytes | None, version: int, gen: int | None) -> Found:
+    if data is None:
+        return Found(None, -1, gen)
+    try:
+        rec, epoch, slot = zl.read_job(data, key, job_id)
+    except CorruptRecord as exc:
+        return Found(None, version, gen, error=exc)
+    return Found(rec, version, gen, epoch, slot)
+
+
+class Written:
+    """The leases this process wrote, with their znode versions; and whether claims here
+    lately found their jobs existing (then a read goes out behind the new-job guess)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._records: collections.OrderedDict[tuple[str, int, str], Found] = collections.OrderedDict()
+        self.claims_existing = False
+
+    def remember(self, rec: JobRecord, version: int, epoch: int) -> None:
+        key = (rec.job_id, rec.token, rec.owner or "")
+        with self._lock:
+            self._records.pop(key, None)
+            if rec.state is JobState.LEASED:
+                self._records[key] = Found(rec, version, rec.token, epoch)
+                while len(self._records) > _CACHE:
+                    self._records.popitem(last=False)
+
+    def get(self, lease: Lease) -> Found | None:
+        with self._lock:
+            return self._records.get((lease.job_id, lease.token, lease.owner))
+
+    def forget(self, job_id: str, token: int, owner: str) -> None:
+        with self._lock:
+            self._records.pop((job_id, token, owner), None)
+
+
+@dataclass
+class Parts:
+    """What every transaction of one backend shares."""
+
+    session: Session
+    index: Index
+    audit: Audit
+    written: Written
+    injected: Clock | None  # the clock given to connect (tests): its deadlines vouch for nothing
+
+
+class ZkTransaction(Transaction):
+    def __init__(self, parts: Parts, fresh: bool) -> None:
+        self._p = parts
+        self._client = parts.session.client
+        self._layout = parts.session.layout
+        self._fresh = fresh
+        self._now: float | None = None
+        self.epoch = 0
+        self._found: dict[str, Found] = {}
+        self._loaded: set[str] = set()  # jobs the step read: checked at their versions if not written
+        self._saved: dict[str, tuple[JobRecord, Found]] = {}
+        self._multi: Any = None
+        self._placer: Placer | None = None
+        self._stamp_sent: float | None = None  # the multi writes our clock znode first
+        self._guessed_claim: str | None = None
+        self._guessed_lease: Lease | None = None
+        self._behind: tuple[str, Callable[[], Found], tuple[float, int]] | None = None
+        self._odd: set[tuple[str, int]] = set()  # (job, version) whose generation znode disagreed
+
+    # -- the store's time --------------------------------------------------------------------------
+    @property
+    def now(self) -> float:
+        if self._now is None:
+            self._at(*self._p.session.stamped())
+        assert self._now is not None
+        return self._now
+
+    @now.setter
+    def now(self, value: float) -> None:
+        self._now = value
+
+    def _at(self, now: float, epoch: int) -> None:
+        if self._now is None:  # the first read's: later reads are at least as new as it
+            self._now, self.epoch = now, epoch
+
+    # -- reading -------------------------------------------------------------------------------------
+    def load(self, job_id: str) -> JobRecord | None:
+        got = self._found.get(job_id) or self._read([job_id])[0]
+        if got.error:
+            raise got.error
+        return got.rec
+
+    def load_for(self, job_id: str, op: Op, lease: Lease | None = None) -> JobRecord | None:
+        got = self._found.get(job_id) or self._guess(job_id, op, lease) or self._followed(job_id) \
+            or self._read([job_id], queue=op in (Op.SUBMIT, Op.RELEASE))[0]
+        self._found[job_id] = got
+        self._loaded.add(job_id)
+        if got.error:
+            raise got.error
+        rec = got.rec
+        if rec is None:  # a job znode deleted by hand: its generations go on
+            if got.gen and op is Op.CLAIM:
+                return JobRecord(job_id, JobState.PENDING, token=got.gen, submitted_at=self.now)
+            if got.gen and op is Op.SUBMIT:
+                return JobRecord(job_id, JobState.COMPLETED, token=got.gen + 1, runs=0)
+            return None
+        if rec.state is not JobState.LEASED or got.epoch == self.epoch:
+            return rec
+        assert rec.ttl is not None
+        rebased = dataclasses.replace(rec, lease_until=self.now + rec.ttl)
+        if op is Op.CLAIM:
+            self._restamp(got, rebased)
+        return rebased
+
+    def preload(self, job_ids: list[str]) -> None:
+        self._read([j for j in job_ids if j not in self._found], queue=True)
+
+    def follow(self, previous: Transaction) -> None:
+        if isinstance(previous, ZkTransaction):
+            self._behind, self._odd = previous._behind, previous._odd
+
+    def _guess(self, job_id: str, op: Op, lease: Lease | None) -> Found | None:
+        if self._fresh:
+            return None
+        got = None
+        if op is Op.CLAIM:
+            got = Found(None, -1, None)
+        elif op in (Op.RENEW, Op.COMPLETE) and lease is not None and deadline_runs(lease.deadline, self._p.injected):
+            got = self._p.written.get(lease)
+        bound = self._p.session.bound_now() if got is not None else None
+        if got is None or bound is None:
+            return None
+        self._at(*bound[:2])
+        self.guessed = True
+        if bound[2]:  # renew the stamp in the same multi
+            self._stamp_sent = boot_clock()
+            self._tx().set_data(self._p.session.clock_path, b"")
+        if op is Op.CLAIM:
+            self._guessed_claim = job_id
+        else:
+            self._guessed_lease = lease
+        return got
+
+    def _followed(self, job_id: str) -> Found | None:
+        """The read sent behind the last attempt's new-job multi, unless the job is leased."""
+        behind, self._behind = self._behind, None  # answers one attempt: the next one reads
+        if behind is None or behind[0] != job_id:
+            return None
+        with mapped_errors(f"reading job {job_id!r}"):
+            got = behind[1]()
+        if got.rec is not None and got.rec.state is JobState.LEASED:
+            return None
+        self._at(*behind[2])
+        return got
+
+    def _send_read(self, job_id: str) -> Callable[[], Found]:
+        key = self._layout.job(job_id)
+        job = self._client.get_async(key)
+        gen = self._client.exists_async(self._layout.gen(job_id))
+
+        def answer() -> Found:
+            try:
+                data, stat = self._p.session.wait(job)
+                version = stat.version
+            except NoNodeError:
+                data, version = None, -1
+            g = self._p.session.wait(gen)
+            return found(job_id, key, data, version, None if g is None else g.version)
+
+        return answer
+
+    def _read(self, job_ids: list[str], queue: bool = False) -> list[Found]:
+        """Our clock znode written, then the jobs' znodes: one round trip."""
+        s, index = self._p.session, self._p.index
+
+        def attempt(_: bool) -> list[Found] | None:
+            with mapped_errors(f"reading job {job_ids[0]!r}" if len(job_ids) == 1 else "reading jobs"):
+                bucket, probe = index.probe() if queue else (None, None)
+                sent = boot_clock()
+                clock = self._client.set_async(s.clock_path, b"")
+                one = self._send_read(job_ids[0]) if len(job_ids) == 1 else None
+                many = None if one else self._read_many(job_ids)  # sent after the clock write too
+                try:
+                    stat = s.wait(clock)
+                except NoNodeError:
+                    return None
+                self._at(s.stamp(stat, sent), stat.mzxid >> 32)
+                if queue:
+                    self._placer = index.placer(self.now, bucket, None if probe is None else s.wait(probe))
+                return [one()] if one else many
+
+        got = s.with_clock(attempt) if job_ids else []
+        self._found.update(zip(job_ids, got, strict=True))
+        return got
+
+    def _read_many(self, job_ids: list[str]) -> list[Found]:
+        """Several jobs' znodes in one read-only multi."""
+        keys = [self._layout.job(j) for j in job_ids]
+        gens = [self._layout.gen(j) for j in job_ids]
+        read = {p: (d, v) for p, d, v in read_many(self._client, keys + gens, self._p.session.config.timeout)}
+        return [found(j, k, read[k][0] if k in read else None, read[k][1] if k in read else -1,
+                      read[g][1] if g in read else None) for j, k, g in zip(job_ids, keys, gens, strict=True)]
+
+    def next_claimable(self) -> str | None:
+        if self._p.index.enabled:
+            now, epoch, candidates = self._p.index.claimable()
+            self._at(now, epoch)
+        else:
+            candidates = iter(self._scanned())
+        for job_id, data, version in candidates:
+            got = found(job_id, self._layout.job(job_id), data, version, None)
+            rec = got.rec
+            if rec is None or not transitions.is_claimable(rec, self.now):
+                continue  # unreadable, or taken since it was listed
+            if rec.state is JobState.LEASED and got.epoch != self.epoch:
+                assert rec.ttl is not None
+                self._restamp(got, dataclasses.replace(rec, lease_until=self.now + rec.ttl))
+                continue
+            self._found[job_id] = got
+            return job_id
+        return None
+
+    def _scanned(self) -> list[tuple[str, bytes, int]]:
+        """A store without the index: every job read, expired leases first, then pending jobs
+        oldest first."""
+        listed: list[tuple[int, float, str, bytes, int]] = []
+        prefix = len(self._layout.jobs) + 1
+        with mapped_errors("listing jobs"):
+            paths = [f"{self._layout.jobs}/{n}" for n in sorted(self._client.get_children(self._layout.jobs))]
+            for path, data, version in read_many(self._client, paths, self._p.session.config.timeout):
+                try:
+                    rec = zl.load_record(data, path, job_id := zl.decode(path[prefix:]))
+                except (CorruptRecord, ValueError):
+                    continue
+                if transitions.is_claimable(rec, self.now):
+                    leased = rec.state is JobState.LEASED
+                    listed.append((0 if leased else 1, (rec.lease_until if leased else rec.submitted_at) or 0.0,
+                                   job_id, data, version))
+        return [(job_id, data, version) for *_, job_id, data, version in sorted(listed)]
+
+    def _restamp(self, got: Found, rebased: JobRecord) -> None:
+        """Write a lease an earlier leader stamped, re-stamped on this leader's clock (once per
+        lease nobody renewed since a leader change: up to one TTL of extra reclaim delay)."""
+        tx = self._client.transaction()
+        tx.set_data(self._layout.job(rebased.job_id), zl.dump_record(rebased, self.epoch), version=got.version)
+        with mapped_errors(f"re-stamping {rebased.job_id!r} on the new leader's clock"):
+            self._p.session.wait(tx.commit_async())  # failed as a whole if it moved: held anyway
+
+    # -- writing -------------------------------------------------------------------------------------
+    def _tx(self) -> Any:
+        if self._multi is None:
+            self._multi = self._client.transaction()
+        return self._multi
+
+    def save(self, record: JobRecord) -> None:
+        job_id = record.job_id
+        got = self._found[job_id]
+        tx = self._tx()
+        slot, index_ops = self._p.index.change(got.rec, got.slot, record, self._placer)
+        key, gen = self._layout.job(job_id), self._layout.gen(job_id)
+        if got.version < 0:
+            tx.create(key, zl.dump_record(record, self.epoch, slot))
+            base = got.gen  # a job znode deleted by hand: the token goes on from its generation znode
+            if base is None:
+                tx.create(gen, b"")
+                base = 0
+        else:
+            tx.set_data(key, zl.dump_record(record, self.epoch, slot), version=got.version)
+            assert got.rec is not None
+            base = got.rec.token
+        if record.token != base:  # a claim, or a re-created job's first run: the counter moves
+            tx.set_data(gen, b"", version=base)
+        elif got.version >= 0:
+            tx.check(gen, base)
+        for kind, path in index_ops:  # after the record's write: it fails first on a lost race
+            if kind == "create":
+                tx.create(path, b"")
+            else:
+                tx.delete(path)
+        self._saved[job_id] = (record, got)
+
+    def add_event(self, event: HistoryEvent) -> None:
+        self._p.audit.add_event(self._tx(), event)
+
+    def add_rejection(self, rejection: Rejection) -> None:
+        self._p.audit.add_rejection(self._tx(), rejection)
+        self._p.written.forget(rejection.job_id, rejection.token, rejection.owner)
+
+    def commit(self) -> None:
+        if self._multi is None:
+            return  # nothing to write
+        tx = self._multi
+        for job_id in self._loaded - self._saved.keys():
+            if self._found[job_id].version >= 0:
+                tx.check(self._layout.job(job_id), self._found[job_id].version)
+        what = f"writing job {next(iter(self._loaded), '')!r}" if self._loaded else "recording a rejection"
+        while True:
+            with mapped_errors(what):
+                pending = tx.commit_async()
+                if self._guessed_claim is not None and self._p.written.claims_existing:
+                    self._behind = (self._guessed_claim, self._send_read(self._guessed_claim), (self.now, self.epoch))
+                results: list[Any] = self._p.session.wait(pending)
+            culprit = next(((op, r) for op, r in zip(tx.operations, results, strict=True)
+                            if isinstance(r, Exception) and not isinstance(r, _OTHERS)), None)
+            if culprit is None:
+                return self._committed(results)
+            op, error = culprit
+            if not isinstance(error, _LOST_RACE):
+                with mapped_errors(what):
+                    raise error
+            if not self._p.index.redundant(op, error):
+                return self._lost(op, tx.operations, results)
+            again = self._client.transaction()
+            again.operations = [o for o in tx.operations if o is not op]
+            tx = again
+
+    def _committed(self, results: list[Any]) -> None:
+        if self._stamp_sent is not None:
+            self._p.session.stamp(results[0], self._stamp_sent)  # the clock znode, written first
+        self._p.audit.committed(results)
+        for rec, got in self._saved.values():
+            self._p.written.remember(rec, got.version + 1, self.epoch)  # a new znode: -1 + 1
+        if self._guessed_claim is not None:
+            self._p.written.claims_existing = False
+        self._behind = None
+
+    def _lost(self, op: Any, operations: list[Any], results: list[Any]) -> None:
+        """Nothing was written: a conflict, unless the generation znode disagrees with a
+        record that is still as read, twice: that record tenure did not write."""
+        path = getattr(op, "path", "")
+        if not self.guessed and path.startswith(self._layout.gens + "/") and isinstance(op, (SetData, CheckVersion)):
+            job_id = zl.decode(path.rsplit("/", 1)[1])
+            seen = (job_id, self._found[job_id].version)
+            if seen in self._odd:
+                rec = self._found[job_id].rec
+                raise CorruptRecord(path, "generation znode version does not match the record's token "
+                                    f"{rec.token if rec else 0}")
+            self._odd.add(seen)
+        self._p.audit.failed(operations, results)
+        if self._guessed_claim is not None:
+            self._p.written.claims_existing = True
+        if self._guessed_lease is not None:
+            lease = self._guessed_lease
+            self._p.written.forget(lease.job_id, lease.token, lease.owner)
+        self.conflict = True
