@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 import tenure
 from tenure.cli import main
 from tenure.cli.commands import cmd_claim
+from tests.servers.zookeeper import ZooKeeperServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -163,3 +165,17 @@ def test_a_lease_granted_as_ctrl_c_arrives_is_released(url: str, job: str | None
         assert cmd_claim(_SignalledDuringClaim(store), args) == 130  # type: ignore[arg-type]
         status = store.get("j")
         assert status is not None and status.state is tenure.JobState.PENDING and status.token == 1
+
+
+def test_build_indexes_says_when_a_store_keeps_its_own(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--url", url, "build-indexes")
+    assert code == 0 and "sqlite keeps its indexes in its schema" in out
+
+
+def test_build_indexes_on_a_zookeeper_store(zk_server: ZooKeeperServer, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"zk://{zk_server.hosts}/cli-index-{time.time_ns()}"
+    with tenure.connect(url) as store:
+        store.submit_many(["a", "b"])
+    code, out, err = run(capsys, "--url", url, "build-indexes", "-o", "json")
+    assert code == 0, err
+    assert json.loads(out) == {"indexed": 0}  # made by this version: already indexed

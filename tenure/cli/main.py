@@ -120,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=INTERVAL, default=1.0, help="poll interval where the store has no watch")
     p.add_argument("--count", type=int, help="stop after this many changes")
     command("health", commands.cmd_health, "show facts about the store; exit 69 if it cannot be reached")
+    command("build-indexes", commands.cmd_build_indexes,
+            "give an etcd or ZooKeeper store written by an older tenure its query indexes (an upgrade)")
     p = command("metrics", None, "serve Prometheus metrics of the store at http://HOST:PORT/metrics")
     from tenure.cli import metrics
 
