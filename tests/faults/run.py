@@ -158,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m tests.faults.run " + shlex.join(shown)
     results: list[Result] = []
     workdir = Path(tempfile.mkdtemp(prefix="tenure-faults-"))
+    note = args.note
     try:
         for backend in args.backend.split(","):
             env = envs.make(backend, workdir / backend)
@@ -166,7 +167,12 @@ def main(argv: list[str] | None = None) -> int:
                 wanted = [*env.faults, "mixed"] if args.fault == "all" else args.fault.split(",")
                 for fault in wanted:
                     for k in range(args.repeat):
-                        r = run_case(env, fault, args.seconds, args.seed + k)
+                        try:
+                            r = run_case(env, fault, args.seconds, args.seed + k)
+                        except Exception as exc:
+                            # The cases that ran are still reported, with where the run stopped.
+                            note = f"{note} Stopped at {backend} {fault} (seed {args.seed + k}): {exc}".strip()
+                            raise
                         results.append(r)
                         print(report.row(report._plain(r)), flush=True)
                         for text in r.violations[:20]:
@@ -176,8 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
-    if args.report:
-        report.save(args.report.with_suffix(".json"), args.report, command, args.seed, results, args.note)
+        if args.report and results:
+            report.save(args.report.with_suffix(".json"), args.report, command, args.seed, results, note)
     return 1 if any(r.violations for r in results) else 0
 
 

@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -166,10 +167,18 @@ class PostgresServer(ServerProcess):
         return ready.returncode == 0
 
     def wait_serving(self, timeout: float = 30.0) -> None:
-        try:
-            super().wait_serving(timeout)
-        except RuntimeError as exc:
-            cannot_start(f"{exc} on port {self.port}; see {self.directory / 'server.log'}")
+        for attempt in range(3):
+            try:
+                super().wait_serving(timeout)
+                return
+            except RuntimeError as exc:
+                if self.alive() or attempt == 2:  # not serving in time, or exited three times
+                    cannot_start(f"{exc} on port {self.port}; see {self.directory / 'server.log'}")
+            # Exited at once: a restart right after a crash can find what the crash left (a
+            # dying backend's shared memory); the log says which. Clear it and start again.
+            self.kill()
+            time.sleep(0.5)  # for the kernel to release what the dead processes held
+            self.launch()
 
     def add_password_user(self) -> None:
         with admin(self.url) as conn:
@@ -198,6 +207,29 @@ class PostgresServer(ServerProcess):
         for pid in self.pids():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
+
+    def kill(self) -> None:
+        super().kill()
+        # A backend forked after the scan of /proc outlives the postmaster for a moment, still
+        # attached to its shared memory: the next start would fail ("pre-existing shared memory
+        # block is still in use"). Every process working in the data directory is this server's.
+        deadline = time.monotonic() + 10
+        while (left := self._working_here()) and time.monotonic() < deadline:
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.05)  # until the kernel has torn them down
+
+    def _working_here(self) -> list[int]:
+        """Live processes whose working directory is the data directory (not zombies)."""
+        data, found = os.path.realpath(self.data), []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError, IndexError):
+                    state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                    if state != "Z" and os.readlink(entry / "cwd") == data:
+                        found.append(int(entry.name))
+        return found
 
     def close(self) -> None:
         self.resume()
