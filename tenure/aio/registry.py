@@ -7,8 +7,10 @@ Which I/O each backend uses in an event loop (docs/asyncio.md says why):
   (``ThreadedBackend``), as aiosqlite does;
 - ``memory://``: the protocol's steps (``AsyncRecordBackend``) over the sync backend's
   transaction, run in the loop, as it never waits on I/O;
-- ``etcd://``, ``zk://``: not served yet (they are being reshaped, issue 14); ``InvalidArgument``
-  says so rather than hiding a thread per call behind an async face.
+- ``zk://``: the protocol's steps over ZooKeeper's transaction, kazoo's ``*_async`` requests
+  awaited in the loop (``tenure.backends.zookeeper.aio``); its queries in one worker thread;
+- ``etcd://``: not served yet; ``InvalidArgument`` says so rather than hiding a thread per call
+  behind an async face.
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ from tenure.core.registry import open_backend
 NATIVE: dict[str, tuple[str, str]] = {
     "postgresql": ("tenure.backends.postgres_aio", "AsyncPostgresBackend"),
     "postgres": ("tenure.backends.postgres_aio", "AsyncPostgresBackend"),
+    "zk": ("tenure.backends.zookeeper.aio", "AsyncZooKeeperBackend"),
+    "zookeeper": ("tenure.backends.zookeeper.aio", "AsyncZooKeeperBackend"),
 }
-NOT_YET = ("etcd", "zk", "zookeeper")
+NOT_YET = ("etcd",)
 INLINE = ("memory",)  # backends that never wait on I/O: called in the loop, no thread
 
 
