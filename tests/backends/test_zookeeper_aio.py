@@ -1,0 +1,92 @@
+"""zk:// in tenure.aio: the protocol runs in the event loop on kazoo's async requests, never on
+the sync transaction or a thread; the bridge from kazoo's results to asyncio keeps ``get``'s
+timeout and errors. (The conformance suite runs on it too: TestZooKeeperAio.)"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import uuid
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+
+import tenure
+import tenure.aio
+from tenure.backends.zookeeper import calls
+from tenure.backends.zookeeper.aio import AsyncZooKeeperBackend
+from tenure.backends.zookeeper.backend import ZooKeeperBackend
+from tests.servers.zookeeper import ZooKeeperServer
+
+
+def test_the_protocol_awaits_kazoo_in_the_loop_without_the_sync_transaction(
+        zk_server: ZooKeeperServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    loop_threads: set[str] = set()
+    run_async = calls.run_async
+
+    async def watched(io: Any, timeout: float) -> Any:
+        loop_threads.add(threading.current_thread().name)
+        return await run_async(io, timeout)
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the sync transaction or a blocking wait was used")
+
+    async def scenario() -> None:
+        async with tenure.aio.connect(f"zk://{zk_server.hosts}/aio-{uuid.uuid4().hex[:6]}") as store:
+            assert isinstance(store.backend, AsyncZooKeeperBackend)
+            assert (await store.health())["io"].startswith("native")
+            monkeypatch.setattr(ZooKeeperBackend, "transaction", refused)
+            monkeypatch.setattr(calls, "run", refused)
+            monkeypatch.setattr(calls, "run_async", watched)
+            await store.submit_many(["a", "b", "c"])
+            lease = await store.claim("a", owner="w", ttl=10.0)
+            lease = await store.renew(lease)
+            await store.complete(lease, result=b"done")
+            nxt = await store.claim_next(owner="w", ttl=10.0)
+            assert nxt is not None and nxt.job_id == "b"
+            with pytest.raises(tenure.StaleLease):
+                await store.renew(lease)  # completed: refused, and audited
+            await store.release(nxt)
+            await store.force_expire("c")
+            monkeypatch.undo()
+            assert len(await store.rejections()) == 1
+            assert (await store.get("a")).state is tenure.JobState.COMPLETED  # type: ignore[union-attr]
+
+    asyncio.run(scenario())
+    assert loop_threads == {threading.main_thread().name}  # every wait awaited in the loop
+
+
+def test_an_awaited_result_keeps_gets_timeout_and_errors() -> None:
+    handler = KazooClient().handler  # not started: results are set by hand below
+
+    async def scenario() -> None:
+        with pytest.raises(KazooTimeoutError):
+            await calls.awaited(handler.async_result(), 0.01)  # never answered
+        failing = handler.async_result()
+        threading.Timer(0.01, failing.set_exception, (NoNodeError(),)).start()  # as kazoo's thread would
+        with pytest.raises(NoNodeError):
+            await calls.awaited(failing, 5.0)
+        answered = handler.async_result()
+        threading.Timer(0.01, answered.set, ("value",)).start()
+        assert await calls.awaited(answered, 5.0) == "value"
+
+    asyncio.run(scenario())
+
+
+def test_an_io_runs_the_same_with_get_and_awaited() -> None:
+    handler = KazooClient().handler
+
+    def io() -> calls.Io[str]:
+        first = handler.async_result()
+        first.set("a")
+        missing = handler.async_result()
+        missing.set_exception(NoNodeError())
+        with contextlib.suppress(NoNodeError):  # handled where it was waited for, as with get()
+            yield missing
+        return str((yield first))
+
+    assert calls.run(io(), 1.0) == asyncio.run(calls.run_async(io(), 1.0)) == "a"
