@@ -19,6 +19,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 import tenure
 import tenure.aio
 from tenure.backends.zookeeper import calls
+from tenure.backends.zookeeper import session as zk_session
 from tenure.backends.zookeeper.aio import AsyncZooKeeperBackend
 from tenure.backends.zookeeper.backend import ZooKeeperBackend
 from tests.servers.zookeeper import ZooKeeperServer
@@ -95,3 +96,27 @@ def test_an_io_runs_the_same_with_get_and_awaited() -> None:
         return str((yield first))
 
     assert calls.run(io(), 1.0) == asyncio.run(calls.run_async(io(), 1.0)) == "a"
+
+
+def test_a_step_run_again_after_a_fetch_decides_as_it_did_before(zk_server: ZooKeeperServer,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claim whose first run found the leader's clock stamp too old to guess reads the job;
+    the fetch stamps the clock anew, and the step run again must load what was read rather than
+    guess now (a wrong guess would cost a second transaction): one transaction, as in sync."""
+    monkeypatch.setattr(zk_session, "FRESH", 0.2)
+    opened: list[bool] = []
+    transaction = AsyncZooKeeperBackend.transaction
+
+    def counted(self: AsyncZooKeeperBackend, fresh: bool = False) -> Any:
+        opened.append(fresh)
+        return transaction(self, fresh)
+
+    async def scenario() -> None:
+        async with tenure.aio.connect(f"zk://{zk_server.hosts}/aio-{uuid.uuid4().hex[:6]}") as store:
+            await store.submit("j")
+            await asyncio.sleep(0.3)  # real time: the leader's clock stamp ages past FRESH
+            monkeypatch.setattr(AsyncZooKeeperBackend, "transaction", counted)
+            lease = await store.claim("j", owner="w", ttl=10.0)
+            assert lease.token == 1 and opened == [False]
+
+    asyncio.run(scenario())

@@ -251,12 +251,12 @@ class ZkTransaction(Transaction):
         return answer
 
     def _read(self, job_ids: list[str], queue: bool = False) -> list[Found]:
-        got = self.answer(("read", tuple(job_ids), queue), lambda: self._reading(job_ids, queue)) if job_ids else []
-        self._found.update(zip(job_ids, got, strict=True))
-        return got
+        return self.answer(("read", tuple(job_ids), queue), lambda: self._reading(job_ids, queue)) if job_ids else []
 
     def _reading(self, job_ids: list[str], queue: bool) -> Io[list[Found]]:
-        """Our clock znode written, then the jobs' znodes: one round trip."""
+        """Our clock znode written, then the jobs' znodes: one round trip. What it found is
+        kept as it arrives, so a step run again after this fetch (tenure.aio) loads it rather
+        than deciding anew whether to guess."""
         s, index = self._p.session, self._p.index
 
         def attempt(_: bool) -> Io[list[Found] | None]:
@@ -279,7 +279,9 @@ class ZkTransaction(Transaction):
                 assert many is not None
                 return (yield from many)
 
-        return (yield from s.with_clock(attempt))
+        got = yield from s.with_clock(attempt)
+        self._found.update(zip(job_ids, got, strict=True))
+        return got
 
     def _reading_many(self, job_ids: list[str]) -> Io[list[Found]]:
         """Several jobs' znodes in one read-only multi, sent at once."""
