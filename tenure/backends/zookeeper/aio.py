@@ -9,7 +9,8 @@ request, guess and retry is the sync backend's; a claim, renew or complete costs
 round trips, each awaited.
 
 Queries (get, jobs, rejections, history, summary, page, watch, health) and closing go to the
-sync backend in one worker thread per store (``ThreadedBackend``), for now.
+sync backend in one worker thread per store (``ThreadedBackend``), for now; ``now`` is awaited
+natively, as claims that wait read it.
 """
 
 from __future__ import annotations
@@ -61,6 +62,12 @@ class AsyncZooKeeperBackend(AsyncRecordBackend):
     @classmethod
     def from_url(cls, url: StoreURL, options: Options, clock: Clock | None) -> AsyncZooKeeperBackend:
         return cls(ZooKeeperBackend.from_url(url, options, clock))
+
+    async def now(self) -> float:
+        """The leader's clock, from a write of our clock znode, awaited (claims that wait ask)."""
+        self._check_open()
+        session = self.sync.session
+        return (await calls.run_async(session.stamping(), session.config.timeout))[0]
 
     @contextlib.asynccontextmanager
     async def transaction(self, fresh: bool = False) -> AsyncIterator[Transaction]:
