@@ -66,7 +66,8 @@ class Operation(Generic[S, R]):
 class Batch:
     """Part of a ``submit_many``: one atomic operation, and the jobs' own submissions to run
     instead (``alone``) when it finds a corrupt record (those before it are submitted, then it
-    raises); ``alone`` is empty when the whole call is one operation (all of them or none)."""
+    raises); ``alone`` is empty when there is nothing to split: one job, or a whole call that is
+    one operation (all of them or none)."""
 
     whole: Operation[None, None]
     alone: tuple[Operation[None, None], ...]
@@ -148,7 +149,7 @@ def submit_many(job_ids: list[str], actor: str | None, size: int,
     ``budget`` of ``weight`` each when given (``protocol.batches``)."""
     if not size:
         return [Batch(submit(job_ids, actor), ())]
-    return [Batch(submit(chunk, actor), tuple(submit([job_id], actor) for job_id in chunk))
+    return [Batch(submit(chunk, actor), tuple(submit([job_id], actor) for job_id in chunk) if len(chunk) > 1 else ())
             for chunk in protocol.batches(job_ids, size, weight, budget)]
 
 
