@@ -21,9 +21,11 @@ Reads in an event loop: a transaction whose reads must await I/O raises ``NotFet
 read it cannot answer yet, naming what it needs and carrying the coroutine that fetches it; the
 async driver awaits that and runs the step again from the start in the same transaction. A rerun
 is safe because a step does no I/O and writes nothing until the commit; the transaction forgets
-what the interrupted run buffered when it raises ``NotFetched``. So the steps stay plain
-functions, the same for both drivers, and a sync transaction, which reads as it is asked, never
-raises it.
+what the interrupted run buffered when it raises ``NotFetched``. The rerun must decide as the
+first run did, so the transaction answers it from what it kept: what the fetch brought, and
+any choice made before it (ZooKeeper's read is kept as the job's record, so the rerun does not
+choose to guess instead, its clock stamp being fresh now). So the steps stay plain functions,
+the same for both drivers, and a sync transaction, which reads as it is asked, never raises it.
 """
 
 from __future__ import annotations
