@@ -70,6 +70,17 @@ class ZooKeeperCounter:
             return get(result, *args, **kwargs)
 
         kazoo_utils.AsyncResult.get = waited  # type: ignore[method-assign]
+        try:  # tenure.aio awaits results instead of get()ting them (a tree without it: sync only)
+            from tenure.backends.zookeeper import calls
+        except ImportError:
+            return
+        awaited = calls.awaited
+
+        async def awaited_counted(result: Any, timeout: float) -> Any:
+            self._waited = True
+            return await awaited(result, timeout)
+
+        calls.awaited = awaited_counted  # type: ignore[assignment]
 
 
 def operations(store: Any, tag: str) -> dict[str, Callable[[], object]]:
@@ -104,11 +115,17 @@ def _stale(store: Any, lease: Any) -> None:
     raise AssertionError("a stale renew was accepted")
 
 
-def measure(url: str, counter: type[EtcdCounter] | type[ZooKeeperCounter], rounds: int) -> dict[str, float]:
+def measure(url: str, counter: type[EtcdCounter] | type[ZooKeeperCounter], rounds: int,
+            aio: bool = False) -> dict[str, float]:
+    """With ``aio``, through tenure.aio (an event loop behind the sync shape, tests/aio_sync.py)."""
+    import contextlib
+
     import tenure
+    from tests.aio_sync import SyncStore
 
     found: dict[str, list[int]] = {}
-    with tenure.connect(url) as store:
+    opened: Any = SyncStore.open(url) if aio else tenure.connect(url)
+    with contextlib.closing(opened) as store:
         store.submit("warm-up")  # one-time work per process (etcd's retention lease, a clock znode)
         count = counter(store)
         for r in range(rounds):
@@ -123,7 +140,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tree", type=Path, default=HERE, help="the checkout whose tenure is measured")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--backends", default="etcd,zk", help="comma-separated: etcd, zk")
+    parser.add_argument("--backends", default="etcd,zk", help="comma-separated: etcd, zk, zk-aio")
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))  # tests.servers from this tree
     from tests.servers.etcd import EtcdCluster
@@ -146,18 +163,21 @@ def main() -> int:
                                           args.rounds)
             finally:
                 cluster.close()
-        if "zk" in wanted:
+        if "zk" in wanted or "zk-aio" in wanted:
             server = ZooKeeperServer(Path(tmp) / "zk")
             server.start()
             server.wait_serving()
             try:
                 results["zk"] = measure(f"zk://{server.hosts}/rt-{uuid.uuid4().hex[:6]}", ZooKeeperCounter,
                                         args.rounds)
+                if "zk-aio" in wanted:
+                    results["zk-aio"] = measure(f"zk://{server.hosts}/rt-{uuid.uuid4().hex[:6]}", ZooKeeperCounter,
+                                                args.rounds, aio=True)
             finally:
                 server.kill()
-    print(f"{'operation':24}" + "".join(f" {name:>5}" for name in results))
+    print(f"{'operation':24}" + "".join(f" {name:>6}" for name in results))
     for op in next(iter(results.values())):
-        print(f"{op:24}" + "".join(f" {found[op]:5g}" for found in results.values()))
+        print(f"{op:24}" + "".join(f" {found[op]:6g}" for found in results.values()))
     return 0
 
 

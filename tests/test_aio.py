@@ -24,10 +24,11 @@ from tenure.backends.memory import MemoryBackend
 from tests.conftest import BACKENDS
 from tests.harness import Harness
 from tests.servers.postgres import PostgresServer
+from tests.servers.zookeeper import ZooKeeperServer
 
 T = TypeVar("T")
 PATIENCE = 20.0  # seconds: far beyond every wait below; reached only when something is broken
-AIO_BACKENDS = [b for b in ("memory", "sqlite", "postgres") if b in BACKENDS]
+AIO_BACKENDS = [b for b in ("memory", "sqlite", "postgres", "zk") if b in BACKENDS]
 
 
 def run(scenario: Callable[[], Awaitable[T]]) -> T:
@@ -125,6 +126,31 @@ def test_a_claim_cancelled_on_a_stopped_postgresql_server_is_released_once_it_la
                     await claiming
             finally:
                 postgres_private.resume()  # within the statement timeout: the claim lands now
+
+            async def released() -> bool:
+                return [e.op for e in await store.history("j")][-2:] == [tenure.Op.CLAIM, tenure.Op.RELEASE]
+
+            await asyncio.wait_for(until(released), PATIENCE)
+            status = await store.get("j")
+            assert status is not None and status.state is tenure.JobState.PENDING
+
+    run(scenario)
+
+
+def test_a_claim_cancelled_on_a_stopped_zookeeper_server_is_released_once_it_lands(
+        zk_private: ZooKeeperServer) -> None:
+    async def scenario() -> None:
+        async with tenure.aio.connect(f"zk://{zk_private.hosts}/aio-cancel") as store:
+            await store.submit("j")
+            zk_private.pause()  # the claim's requests reach the server's socket, the answers wait
+            try:
+                claiming = asyncio.ensure_future(store.claim("j", owner="a", ttl=60.0))
+                await asyncio.sleep(0.3)  # real time: the requests are sent
+                claiming.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await claiming
+            finally:
+                zk_private.resume()  # within the session's timeout: the claim lands now
 
             async def released() -> bool:
                 return [e.op for e in await store.history("j")][-2:] == [tenure.Op.CLAIM, tenure.Op.RELEASE]

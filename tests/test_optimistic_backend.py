@@ -21,7 +21,7 @@ from tenure.core.backend import Characteristics, RecordBackend, Transaction
 from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Rejection
 
 
-class _Tx(Transaction):
+class CasTransaction(Transaction):
     def __init__(self, b: CasBackend, fresh: bool) -> None:
         self._b, self._fresh = b, fresh
         self.now = b.clock.time()
@@ -35,19 +35,33 @@ class _Tx(Transaction):
             rec, version = self._b.cache[job_id]
             self.guessed = True
         else:
-            with self._b.lock:
-                self._b.reads += 1
-                rec, version = self._b.records.get(job_id, (None, 0))
+            rec, version = self.read(job_id)
         self._read[job_id] = version
         return rec
+
+    def read(self, job_id: str) -> tuple[JobRecord | None, int]:
+        """The job's record and version, from the store."""
+        with self._b.lock:
+            self._b.reads += 1
+            return self._b.records.get(job_id, (None, 0))
+
+    def claimable(self) -> list[tuple[float, str, int]]:
+        """(submitted_at, job id, version) of the claimable jobs, from the store, oldest first."""
+        with self._b.lock:
+            return sorted((r.submitted_at or 0.0, r.job_id, v) for r, v in self._b.records.values()
+                          if transitions.is_claimable(r, self.now))
+
+    def forget(self) -> None:
+        """Drop what the step buffered (an async step interrupted to fetch a read)."""
+        self._writes.clear()
+        self._events.clear()
+        self._rejections.clear()
 
     def save(self, record: JobRecord) -> None:
         self._writes[record.job_id] = record
 
     def next_claimable(self) -> str | None:
-        with self._b.lock:
-            found = sorted((r.submitted_at or 0.0, r.job_id, v) for r, v in self._b.records.values()
-                           if transitions.is_claimable(r, self.now))
+        found = self.claimable()
         if not found:
             return None
         _, job_id, version = found[0]
@@ -100,7 +114,7 @@ class CasBackend(RecordBackend):
 
     @contextlib.contextmanager
     def transaction(self, fresh: bool = False) -> Iterator[Transaction]:
-        tx = _Tx(self, fresh)
+        tx = CasTransaction(self, fresh)
         yield tx
         tx.commit()
 

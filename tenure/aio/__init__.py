@@ -13,7 +13,9 @@ Values (``Lease``, ``JobStatus`` ...) and errors are ``tenure``'s own.
 
 from tenure.aio.backend import AsyncBackend, ThreadedBackend
 from tenure.aio.holding import AsyncHeldLease
+from tenure.aio.records import AsyncRecordBackend, InlineRecordBackend
 from tenure.aio.registry import Connecting, connect
 from tenure.aio.store import AsyncStore, Holding
 
-__all__ = ["AsyncBackend", "AsyncHeldLease", "AsyncStore", "Connecting", "Holding", "ThreadedBackend", "connect"]
+__all__ = ["AsyncBackend", "AsyncHeldLease", "AsyncRecordBackend", "AsyncStore", "Connecting", "Holding",
+           "InlineRecordBackend", "ThreadedBackend", "connect"]

@@ -125,9 +125,12 @@ class ThreadedBackend(AsyncBackend):
     def native_watch(self) -> bool:
         return type(self.sync).watch is not Backend.watch
 
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+    def _check_open(self) -> None:
         if self._closed:
             raise BackendUnavailable("the store is closed")
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        self._check_open()
         if self._worker is None:
             return fn(*args)  # microseconds under the memory store's lock: a hop would cost more
         # A caller cancelled while its call waits in the queue or runs does not stop the call:

@@ -5,9 +5,12 @@ Which I/O each backend uses in an event loop (docs/asyncio.md says why):
 - ``postgresql://``: psycopg's asyncio connections and ``AsyncConnectionPool``, natively;
 - ``sqlite://`` and third-party backends: the sync backend in one worker thread per store
   (``ThreadedBackend``), as aiosqlite does;
-- ``memory://``: the sync backend called in the loop, as it never waits on I/O;
-- ``etcd://``, ``zk://``: not served yet (they are being reshaped, issue 14); ``InvalidArgument``
-  says so rather than hiding a thread per call behind an async face.
+- ``memory://``: the protocol's steps (``AsyncRecordBackend``) over the sync backend's
+  transaction, run in the loop, as it never waits on I/O;
+- ``zk://``: the protocol's steps over ZooKeeper's transaction, kazoo's ``*_async`` requests
+  awaited in the loop (``tenure.backends.zookeeper.aio``); its queries in one worker thread;
+- ``etcd://``: not served yet; ``InvalidArgument`` says so rather than hiding a thread per call
+  behind an async face.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ from types import TracebackType
 from typing import Any
 
 from tenure.aio.backend import AsyncBackend, ThreadedBackend
+from tenure.aio.records import InlineRecordBackend
 from tenure.aio.store import AsyncStore
-from tenure.core.backend import Backend
+from tenure.core.backend import Backend, RecordBackend
 from tenure.core.clock import Clock
 from tenure.core.errors import InvalidArgument
 from tenure.core.options import Options, StoreURL
@@ -30,8 +34,10 @@ from tenure.core.registry import open_backend
 NATIVE: dict[str, tuple[str, str]] = {
     "postgresql": ("tenure.backends.postgres_aio", "AsyncPostgresBackend"),
     "postgres": ("tenure.backends.postgres_aio", "AsyncPostgresBackend"),
+    "zk": ("tenure.backends.zookeeper.aio", "AsyncZooKeeperBackend"),
+    "zookeeper": ("tenure.backends.zookeeper.aio", "AsyncZooKeeperBackend"),
 }
-NOT_YET = ("etcd", "zk", "zookeeper")
+NOT_YET = ("etcd",)
 INLINE = ("memory",)  # backends that never wait on I/O: called in the loop, no thread
 
 
@@ -51,8 +57,7 @@ async def _open(url: str, options: dict[str, Any]) -> AsyncStore:
     # Parsing and building a sync backend may touch files or the network: off the loop.
     opened = await asyncio.to_thread(open_backend, url, options, _build)
     built: Any = opened.backend
-    inline = url.partition(":")[0].lower() in INLINE
-    backend: AsyncBackend = built if isinstance(built, AsyncBackend) else ThreadedBackend(built, inline=inline)
+    backend: AsyncBackend = built if isinstance(built, AsyncBackend) else _serve(url, built)
     try:
         await backend.open()
         kwargs: dict[str, Any] = {} if opened.clock is None else {"clock": opened.clock}
@@ -61,6 +66,13 @@ async def _open(url: str, options: dict[str, Any]) -> AsyncStore:
     except BaseException:
         await backend.close()
         raise
+
+
+def _serve(url: str, sync: Backend) -> AsyncBackend:
+    """A sync backend in the loop: the protocol's steps in it (memory), or a worker thread."""
+    if url.partition(":")[0].lower() not in INLINE:
+        return ThreadedBackend(sync)
+    return InlineRecordBackend(sync) if isinstance(sync, RecordBackend) else ThreadedBackend(sync, inline=True)
 
 
 class Connecting:

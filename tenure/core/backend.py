@@ -5,8 +5,9 @@ Everything else (validation, safe deadlines, renewal threads, ``hold()``) lives 
 ownership with the *store's* clock, and records every rejected renew/complete/release as a
 ``Rejection`` in the same atomic step where the store allows it, then raises ``StaleLease``.
 
-``RecordBackend`` serves stores that can lock and rewrite one record per job (memory,
-SQLite): they provide the transaction and the protocol comes from ``transitions``.
+``RecordBackend`` serves stores with one record per job (memory, SQLite, etcd, ZooKeeper): they
+provide the transaction (``tenure.core.transaction``) and the protocol comes from
+``tenure.core.steps``, which tenure.aio's ``AsyncRecordBackend`` runs too.
 """
 
 from __future__ import annotations
@@ -14,36 +15,31 @@ from __future__ import annotations
 import abc
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from tenure.core import audit, contention, protocol, queries, transitions, watch
+from tenure.core import audit, contention, queries, steps, watch
 
 # corrupt_status (codec), history_event and state_at (transitions), fold (queries) live with
 # what they belong to; the "as" imports keep them importable from here (backends, dashboard).
 from tenure.core.codec import corrupt_status as corrupt_status
 from tenure.core.errors import (
-    BackendUnavailable,
     CorruptRecord,
-    JobNotFound,
     LeaseError,
-    StaleLease,
-    TokenChanged,
 )
 from tenure.core.queries import fold as fold
 from tenure.core.records import (
     Change,
     HistoryEvent,
     JobPage,
-    JobRecord,
     JobState,
     JobStatus,
     Lease,
-    Op,
     Rejection,
     Summary,
 )
+from tenure.core.transaction import Transaction as Transaction  # where backends have always found it
 from tenure.core.transitions import history_event as history_event
 from tenure.core.transitions import state_at as state_at
 from tenure.core.validation import MAX_TTL
@@ -53,7 +49,7 @@ if TYPE_CHECKING:
     from tenure.core.options import Options, StoreURL
 
 DEFAULT_MAX_RESULT_BYTES = 512 * 1024  # for third-party backends that do not say
-T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -197,93 +193,9 @@ class Backend(abc.ABC):
         """Release connections. Idempotent."""
 
 
-class Transaction(abc.ABC):
-    """One atomic step on a record store; ``now`` is read once, inside the step.
-
-    A store that locks (memory, SQLite) commits every step it began. An optimistic store
-    (reads that carry versions, one conditional commit) instead sets ``conflict`` when its
-    commit found something it read changed: nothing was written, and the core runs the step
-    again in a new transaction with fresh reads (``RecordBackend.transaction(fresh=True)``),
-    pausing and giving up as ``tenure.core.contention`` says. On a first attempt its ``load``
-    may answer from what this process last wrote, setting ``guessed``; the conditional commit
-    verifies a guess, and a refusal decided on one is decided again on fresh reads. A step
-    whose guess the commit refuted runs again at once (a wrong guess is no collision); only
-    conflicts of fresh reads pause.
-
-    The protocol's steps read through ``load_for``, which tells the store what the step will
-    do, so that it can guess per operation; ``preload`` and ``follow`` let it read less often;
-    ``stored`` gives back what a step saved as the store wrote it (etcd's token). Each has a
-    default for stores that need none of it (memory, SQLite).
-    """
-
-    now: float
-    conflict: bool = False  # set by the commit: lost a race, nothing was written
-    guessed: bool = False  # set by load: answered from a cache, not a fresh read
-
-    @abc.abstractmethod
-    def load(self, job_id: str) -> JobRecord | None:
-        """The job's record; raises CorruptRecord for one that cannot be read."""
-
-    def load_for(self, job_id: str, op: Op, lease: Lease | None = None) -> JobRecord | None:
-        """``load`` for a step that will ``op`` the job; ``lease``: the caller's, for renew,
-        complete and release. An optimistic store may answer a first attempt with a guess
-        (``guessed``) its commit verifies: ZooKeeper takes a claimed job to be new (etcd too
-        with a pooled etcd lease at hand, and a submitted one), ZooKeeper answers a holder from
-        the record this process wrote while the lease's safe deadline runs
-        (``clock.deadline_runs``), etcd from the lease itself (its commit compares the keys
-        the lease implies)."""
-        return self.load(job_id)
-
-    def preload(self, job_ids: list[str]) -> None:  # noqa: B027 - nothing to do is the default
-        """The step will load all of ``job_ids`` (submit_many): a store may read them at once."""
-
-    def follow(self, previous: Transaction) -> None:  # noqa: B027 - nothing to do is the default
-        """Called on a retry's transaction with the attempt before it (its commit conflicted or
-        its guess was refuted), before the step runs: a store whose failed commit brought back
-        what it now holds (etcd's failure branch, a read ZooKeeper sent behind its multi) may
-        answer ``load`` from that."""
-
-    def stored(self, record: JobRecord) -> JobRecord:
-        """After the commit, ``record`` (what a claim or holder step saved) as the store wrote
-        it: a store that numbers claims itself (etcd: the commit's revision is the token) or
-        estimates a lease's end its own way says so here. This default: as saved."""
-        return record
-
-    @abc.abstractmethod
-    def save(self, record: JobRecord) -> None: ...
-
-    @abc.abstractmethod
-    def next_claimable(self) -> str | None:
-        """A pending job, or one whose lease expired by ``now``; oldest first."""
-
-    @abc.abstractmethod
-    def add_rejection(self, rejection: Rejection) -> None: ...
-
-    @abc.abstractmethod
-    def add_event(self, event: HistoryEvent) -> None: ...
-
-
-class SteppedBackend(Backend):
-    """renew, complete and release as one holder step each (``_holder_op``), whose decision is
-    ``transitions.holder_step``: record backends, and ZooKeeper."""
-
-    @abc.abstractmethod
-    def _holder_op(self, op: Op, lease: Lease, change: transitions.Change) -> JobRecord:
-        """Apply ``change`` if ``lease`` is current; otherwise audit and raise StaleLease."""
-
-    def renew(self, lease: Lease, ttl: float) -> Lease:
-        rec = self._holder_op(Op.RENEW, lease, lambda r, now: transitions.renew(r, ttl, now))
-        return transitions.lease_of(rec)
-
-    def complete(self, lease: Lease, result: bytes | None) -> None:
-        self._holder_op(Op.COMPLETE, lease, lambda r, now: transitions.complete(r, result, now))
-
-    def release(self, lease: Lease) -> None:
-        self._holder_op(Op.RELEASE, lease, transitions.release)
-
-
-class RecordBackend(SteppedBackend):
-    """The protocol over ``transitions`` for stores with a per-job record and transactions."""
+class RecordBackend(Backend):
+    """The protocol for stores with a per-job record and transactions: ``tenure.core.steps``,
+    each operation's step run by ``_run`` under ``steps.Attempts``' rules."""
 
     @abc.abstractmethod
     def transaction(self, fresh: bool = False) -> contextlib.AbstractContextManager[Transaction]:
@@ -299,111 +211,60 @@ class RecordBackend(SteppedBackend):
         """What submitting ``job_id`` adds to one transaction's request, at most, in bytes."""
         return 0
 
-    def _run(self, job_id: str, step: Callable[[Transaction], T]) -> T:
-        """``step`` in a transaction, again with fresh reads while it conflicts or decided a
-        refusal on a guess; ``Outraced`` when every attempt lost its race."""
-        previous: Transaction | None = None
-        retries = 0
-        for _ in range(contention.ATTEMPTS):
-            if previous is not None and not previous.guessed:
-                retries += 1
-                contention.wait(retries)  # a collision: pause, so colliders fall out of step
+    def batches(self, job_ids: list[str], actor: str | None) -> list[steps.Batch]:
+        """``submit_many``'s transactions, by this store's SUBMIT_BATCH and SUBMIT_BYTES."""
+        return steps.submit_many(job_ids, actor, self.SUBMIT_BATCH,
+                                 self.submit_weight if self.SUBMIT_BYTES else None, self.SUBMIT_BYTES)
+
+    def _run(self, operation: steps.Operation[Any, R]) -> R:
+        """``operation``'s step in a transaction, attempted again as ``steps.Attempts`` says."""
+        attempts = steps.Attempts(operation)
+        while True:
+            attempt = attempts.next()
+            if attempt.retry:
+                contention.wait(attempt.retry)
             tx: Transaction | None = None
             try:
-                with self.transaction(fresh=True) if previous else self.transaction() as tx:
-                    if previous is not None:
-                        tx.follow(previous)
-                    result = step(tx)
-            except (_Reread, LeaseError) as exc:
-                if tx is None or not tx.guessed or isinstance(exc, BackendUnavailable):
-                    raise
-                previous = tx
-                continue  # decided on a cached guess: decide again on what the store holds
-            if not tx.conflict:
-                return tx.stored(result) if isinstance(result, JobRecord) else result  # type: ignore[return-value]
-            previous = tx
-        raise contention.outraced(job_id)
+                with self.transaction(fresh=attempt.fresh) as tx:
+                    attempts.begin(tx)
+                    found = operation.step(tx)
+            except (steps.Reread, LeaseError) as exc:
+                if attempts.retry_after(tx, exc):
+                    continue
+                raise
+            if attempts.stuck(tx):
+                return attempts.result(tx, found)
 
     def submit(self, job_id: str, actor: str | None = None) -> None:
-        self._run(job_id, self._submitting([job_id], actor))
+        self._run(steps.submit([job_id], actor))
 
     def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
-        if not self.SUBMIT_BATCH:  # one transaction: all of them or none
-            self._run(job_ids[0] if job_ids else "", self._submitting(job_ids, actor))
-            return
-
-        def batch(chunk: list[str]) -> bool:
+        for batch in self.batches(job_ids, actor):
             try:
-                self._run(chunk[0], self._submitting(chunk, actor))
+                self._run(batch.whole)
             except CorruptRecord:
-                return False  # job by job: those before it are submitted, then it raises
-            return True
-
-        protocol.submit_in_batches(job_ids, self.SUBMIT_BATCH, batch, lambda job_id: self.submit(job_id, actor),
-                                   self.submit_weight if self.SUBMIT_BYTES else None, self.SUBMIT_BYTES)
-
-    def _submitting(self, job_ids: list[str], actor: str | None) -> Callable[[Transaction], None]:
-        def step(tx: Transaction) -> None:
-            tx.preload(job_ids)
-            for job_id in job_ids:
-                new = transitions.submit(tx.load_for(job_id, Op.SUBMIT), job_id, tx.now)
-                if new is not None:
-                    tx.save(new)
-                    tx.add_event(transitions.history_event(new, Op.SUBMIT, tx.now, actor))
-
-        return step
-
-    def _claim_in(self, tx: Transaction, job_id: str, owner: str, ttl: float) -> JobRecord:
-        new = transitions.claim(tx.load_for(job_id, Op.CLAIM), job_id, owner, ttl, tx.now)
-        tx.save(new)
-        tx.add_event(transitions.history_event(new, Op.CLAIM, tx.now))
-        return new
+                if not batch.alone:
+                    raise
+                for one in batch.alone:
+                    self._run(one)
 
     def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
-        return transitions.lease_of(self._run(job_id, lambda tx: self._claim_in(tx, job_id, owner, ttl)))
+        return self._run(steps.claim(job_id, owner, ttl))
 
     def claim_next(self, owner: str, ttl: float) -> Lease | None:
-        def step(tx: Transaction) -> JobRecord | None:
-            job_id = tx.next_claimable()
-            return None if job_id is None else self._claim_in(tx, job_id, owner, ttl)
+        return self._run(steps.claim_next(owner, ttl))
 
-        claimed = self._run("(claim_next)", step)
-        return None if claimed is None else transitions.lease_of(claimed)
+    def renew(self, lease: Lease, ttl: float) -> Lease:
+        return self._run(steps.renew(lease, ttl))
 
-    def _holder_op(self, op: Op, lease: Lease, change: transitions.Change) -> JobRecord:
-        def step(tx: Transaction) -> JobRecord | Rejection:
-            found = transitions.holder_step(tx.load_for(lease.job_id, op, lease), op, lease, change, tx.now)
-            if isinstance(found, JobRecord):
-                tx.save(found)
-                tx.add_event(transitions.history_event(found, op, tx.now))
-            elif tx.guessed:
-                raise _Reread  # never audit a refusal of what may be an old copy
-            else:
-                tx.add_rejection(found)
-            return found
+    def complete(self, lease: Lease, result: bytes | None) -> None:
+        self._run(steps.complete(lease, result))
 
-        done = self._run(lease.job_id, step)
-        if isinstance(done, Rejection):
-            raise StaleLease(done)
-        return done
+    def release(self, lease: Lease) -> None:
+        self._run(steps.release(lease))
 
     def force_expire(self, job_id: str, actor: str | None = None, token: int | None = None) -> None:
-        def step(tx: Transaction) -> None:
-            rec = tx.load_for(job_id, Op.EXPIRE)
-            if rec is None:
-                raise JobNotFound(job_id)
-            if token is not None and rec.token != token:
-                raise TokenChanged(job_id, token, rec.token)
-            if rec.state is JobState.LEASED and transitions.is_claimable(rec, tx.now) is False:
-                new = transitions.force_expire(rec, tx.now)
-                tx.save(new)
-                tx.add_event(transitions.history_event(new, Op.EXPIRE, tx.now, actor))
-
-        self._run(job_id, step)
+        self._run(steps.force_expire(job_id, actor, token))
 
     def record_rejection(self, rejection: Rejection) -> None:
-        self._run(rejection.job_id, lambda tx: tx.add_rejection(rejection))
-
-
-class _Reread(Exception):
-    """Raised by a step that must not act on a guessed record: run it again on fresh reads."""
+        self._run(steps.record_rejection(rejection))

@@ -2,9 +2,9 @@
 
 Each class maps the suite's hooks to the backend's test harness (``tests/harness.py`` and
 ``tests/servers/``). ``TENURE_TEST_BACKENDS=memory,sqlite`` limits the run to some backends.
-Memory, SQLite and PostgreSQL run the suite a second time through ``tenure.aio`` (an event loop
-behind the sync shape, ``tests/aio_sync.py``); ``TENURE_TEST_FLAVOURS=sync`` (or ``aio``) keeps
-one flavour. tenure.aio does not serve etcd and ZooKeeper yet.
+Memory, SQLite, PostgreSQL and ZooKeeper run the suite a second time through ``tenure.aio`` (an
+event loop behind the sync shape, ``tests/aio_sync.py``); ``TENURE_TEST_FLAVOURS=sync`` (or
+``aio``) keeps one flavour. tenure.aio does not serve etcd yet.
 """
 
 from __future__ import annotations
@@ -141,6 +141,10 @@ class TestSQLiteAio(AioFlavour, TestSQLite):
 
 
 class TestPostgresAio(AioFlavour, TestPostgres):
+    pass
+
+
+class TestZooKeeperAio(AioFlavour, TestZooKeeper):
     pass
 
 

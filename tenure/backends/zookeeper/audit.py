@@ -36,6 +36,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.serialization import CheckVersion, Create
 
 from tenure.backends.zookeeper import layout as zl
+from tenure.backends.zookeeper.calls import Io
 from tenure.backends.zookeeper.config import mapped_errors
 from tenure.backends.zookeeper.multiread import read_many
 from tenure.backends.zookeeper.session import Session
@@ -63,13 +64,16 @@ class Log:
         # Credentials that may not read here fail at their first operation, as before; a
         # wrong guess of the segment is corrected by the first multi (``learn``).
         with contextlib.suppress(AuthenticationFailed):
-            self.segment = self._newest()
+            self.segment = session.run(self._newest())
 
     # -- segments --------------------------------------------------------------------------------
     def ranks(self, watch: Callable[[Any], None] | None = None) -> list[int]:
+        return self._b.run(self.ranking(watch))
+
+    def ranking(self, watch: Callable[[Any], None] | None = None) -> Io[list[int]]:
         """The segments' ranks, oldest first; ``_LEGACY`` first if records predate segments."""
         with mapped_errors("listing the audit"):
-            names = self._b.client.get_children(self.directory, watch=watch)
+            names = yield self._b.client.get_children_async(self.directory, watch=watch)
         ranks = sorted(rank for n in names if (rank := zl.segment_rank(n)) is not None)
         legacy = any(zl.sequence(n, self._prefix) is not None for n in names)
         return [_LEGACY, *ranks] if legacy else ranks
@@ -77,23 +81,23 @@ class Log:
     def _path(self, rank: int) -> str:
         return self.directory if rank == _LEGACY else f"{self.directory}/{zl.segment_name(rank)}"
 
-    def _newest(self) -> str:
-        ranks = [r for r in self.ranks() if r != _LEGACY]
+    def _newest(self) -> Io[str]:
+        ranks = [r for r in (yield from self.ranking()) if r != _LEGACY]
         if ranks:
             return self._path(ranks[-1])
         first = self._path(0)
         # A read-only identity may not create it, and never writes records into it.
         with contextlib.suppress(AuthenticationFailed), mapped_errors("opening the audit"), \
                 contextlib.suppress(NodeExistsError):
-            self._b.client.create(first, b"")
+            yield self._b.client.create_async(first, b"")
         return first
 
-    def refresh(self) -> None:
-        newest = self._newest()
+    def refresh(self) -> Io[None]:
+        newest = yield from self._newest()
         with self._lock:
             self.segment = newest
 
-    def _rotate(self, segment: str) -> None:
+    def _rotate(self, segment: str) -> Io[None]:
         """Open the segment after ``segment`` and close ``segment``, in one multi."""
         rank = zl.segment_rank(segment.rsplit("/", 1)[1])
         if rank is None:
@@ -102,8 +106,8 @@ class Log:
         tx.create(self._path(rank + 1), b"")
         tx.set_data(segment, b"closed", version=0)
         with mapped_errors("opening the next audit segment"):
-            self._b.wait(tx.commit_async())  # failed as a whole: another client rotated first
-        self.refresh()
+            yield tx.commit_async()  # failed as a whole: another client rotated first
+        yield from self.refresh()
 
     # -- writing -----------------------------------------------------------------------------------
     def add(self, tx: Any, data: bytes) -> None:
@@ -113,7 +117,7 @@ class Log:
             tx.check(segment, 0)  # still open: a closed segment takes no more records
         tx.create(f"{segment}/{self._prefix}", data, sequence=True)
 
-    def added(self, path: str, every: int) -> bool:
+    def added(self, path: str, every: int) -> Io[bool]:
         """After a commit that created ``path``: open the next segment when the number is
         near the limit; True if it is time to trim."""
         segment, _, name = path.rpartition("/")
@@ -121,26 +125,29 @@ class Log:
         if segment.rpartition("/")[0] != self.directory or number is None:
             return False
         if number >= SEGMENT_LIMIT:
-            self._rotate(segment)
+            yield from self._rotate(segment)
         return number % every == 0
 
-    def learn(self, operations: list[Any], results: list[Any]) -> None:
+    def learn(self, operations: list[Any], results: list[Any]) -> Io[None]:
         """After a failed multi: a closed (or vanished) segment means take the newest."""
         for op, result in zip(operations, results, strict=False):
             path = getattr(op, "path", "")
             if path.startswith(self.directory + "/") and (
                     (isinstance(op, CheckVersion) and isinstance(result, BadVersionError))
                     or (isinstance(op, Create) and isinstance(result, NoNodeError))):
-                self.refresh()
+                yield from self.refresh()
                 return
 
     # -- reading -----------------------------------------------------------------------------------
     def records(self, rank: int, watch: Callable[[Any], None] | None = None) -> list[tuple[Key, str]]:
+        return self._b.run(self.listing(rank, watch))
+
+    def listing(self, rank: int, watch: Callable[[Any], None] | None = None) -> Io[list[tuple[Key, str]]]:
         """The records of one segment, oldest first, as (key, path)."""
         directory = self._path(rank)
         with mapped_errors("listing the audit"):
             try:
-                names = self._b.client.get_children(directory, watch=watch)
+                names = yield self._b.client.get_children_async(directory, watch=watch)
             except NoNodeError:
                 return []
         found = [((rank, n), f"{directory}/{name}") for name in names
@@ -159,8 +166,10 @@ class Log:
         return [(key, path) for rank in ranks for key, path in self.records(rank, watch)
                 if last is None or key > last]
 
-    def trim(self, retention: int) -> None:
-        paths = [path for rank in self.ranks() for _, path in self.records(rank)]
+    def trim(self, retention: int) -> Io[None]:
+        paths = []
+        for rank in (yield from self.ranking()):
+            paths += [path for _, path in (yield from self.listing(rank))]
         doomed = paths[:max(0, len(paths) - retention)]
         client = self._b.client
         with mapped_errors("trimming the audit"):
@@ -169,13 +178,13 @@ class Log:
                 tx = client.transaction()
                 for path in doomed[start:start + _TRIM_MULTI]:
                     tx.delete(path)
-                if not any(isinstance(r, NoNodeError) for r in self._b.wait(tx.commit_async())):
+                if not any(isinstance(r, NoNodeError) for r in (yield tx.commit_async())):
                     continue
                 # Another client trimmed some first: the multi did nothing; delete one by one.
                 pending = [client.delete_async(p) for p in doomed[start:start + _TRIM_MULTI]]
                 for result in pending:
                     with contextlib.suppress(NoNodeError):
-                        self._b.wait(result)
+                        yield result
 
 
 class Audit:
@@ -191,7 +200,7 @@ class Audit:
     def add_rejection(self, tx: Any, rejection: Rejection) -> None:
         self.rejection_log.add(tx, zl.dump_rejection(rejection))
 
-    def committed(self, results: list[Any]) -> None:
+    def committed(self, results: list[Any]) -> Io[None]:
         """After a commit: rotate or trim the logs whose records it created. Tidying only: a
         failure here must not report the committed change as failed (the next record past
         the limit rotates, the next period trims)."""
@@ -199,12 +208,12 @@ class Audit:
             if isinstance(path, str):
                 for log in (self.event_log, self.rejection_log):
                     with contextlib.suppress(BackendUnavailable):
-                        if log.added(path, self._every):
-                            log.trim(self._b.config.retention)
+                        if (yield from log.added(path, self._every)):
+                            yield from log.trim(self._b.config.retention)
 
-    def failed(self, operations: list[Any], results: list[Any]) -> None:
+    def failed(self, operations: list[Any], results: list[Any]) -> Io[None]:
         for log in (self.event_log, self.rejection_log):
-            log.learn(operations, results)
+            yield from log.learn(operations, results)
 
     def _newest_first(self, log: Log) -> Iterator[tuple[str, bytes]]:
         """(path, data) of the log's records, newest first (one request per ``_BATCH``; a

@@ -64,7 +64,7 @@ class ZooKeeperBackend(RecordBackend):
         except BaseException:
             self.close()
             raise
-        self._parts = Parts(self.session, self.index, self.audit, Written(), injected)
+        self.parts = Parts(self.session, self.index, self.audit, Written(), injected)
 
     @classmethod
     def from_url(cls, url: StoreURL, options: Options, clock: Clock | None) -> ZooKeeperBackend:
@@ -97,7 +97,7 @@ class ZooKeeperBackend(RecordBackend):
 
     @contextlib.contextmanager
     def transaction(self, fresh: bool = False) -> Iterator[ZkTransaction]:
-        tx = ZkTransaction(self._parts, fresh)
+        tx = ZkTransaction(self.parts, fresh)
         yield tx
         tx.commit()
 

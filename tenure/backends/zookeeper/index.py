@@ -12,9 +12,8 @@ finds, is left out of the multi, which is sent again (``redundant``): the record
 from __future__ import annotations
 
 import contextlib
-import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,14 +22,16 @@ from kazoo.protocol.serialization import Create, Delete
 from kazoo.protocol.states import ZnodeStat
 
 from tenure.backends.zookeeper import layout as zl
+from tenure.backends.zookeeper.calls import Io
 from tenure.backends.zookeeper.config import mapped_errors
-from tenure.backends.zookeeper.multiread import read_many
+from tenure.backends.zookeeper.multiread import reading_many
 from tenure.backends.zookeeper.session import Session
 from tenure.core import transitions
 from tenure.core.errors import CorruptRecord
 from tenure.core.records import JobRecord, JobState
 
 PENDING_READS = 8  # pending entries whose records one request reads
+Take = Callable[[str, bytes, int], Io[bool]]  # claim_next's judge of a proposed (job id, record, version)
 
 
 @dataclass
@@ -66,14 +67,15 @@ class Index:
         self._front: list[str] = []  # claim_next's buckets, oldest first, possibly stale
 
     # -- writing ---------------------------------------------------------------------------------
-    def probe(self) -> tuple[str | None, Any]:
-        """Pipelined with the read of a change that may queue a job: the bucket being filled."""
+    def probe(self) -> Io[tuple[str | None, Any]]:
+        """Pipelined with the read of a change that may queue a job: the bucket being filled,
+        and the request that reads it (its answer is for ``placer``)."""
         if not self.enabled:
             return None, None
         if not self._looked:  # once per client: join the newest bucket rather than open one
             self._looked = True
             with mapped_errors("reading the pending index"):
-                names = [n for n in self._b.client.get_children(self.layout.pending)
+                names = [n for n in (yield self._b.client.get_children_async(self.layout.pending))
                          if zl.bucket_opened(n) is not None]
             if names and self.filling is None:
                 self.filling = max(names)
@@ -135,10 +137,11 @@ class Index:
             tx.commit_async()
 
     # -- reading: claim_next's candidates ------------------------------------------------------
-    def claimable(self) -> tuple[float, int, Iterator[tuple[str, bytes, int]]]:
-        """The store's time, its epoch, and (job id, record, version) of the jobs to try, records
-        read after that time: expired leases first (earliest expiry first), then pending jobs
-        oldest first. Each is a proposal; the claim's multi checks the version."""
+    def claimable(self, at: Callable[[float, int], None], take: Take) -> Io[str | None]:
+        """The first job ``take`` accepts, of (job id, record, version) proposed in order:
+        expired leases first (earliest expiry first), then pending jobs oldest first, records
+        read after the store's time, which ``at`` gets first (with its epoch). Each is a
+        proposal; the claim's multi checks the version."""
         b, client = self._b, self._b.client
         with self._lock:
             front = self._front[:2]
@@ -147,19 +150,23 @@ class Index:
             leased = client.get_children_async(self.layout.leased)
             early = {n: client.get_children_async(f"{self.layout.pending}/{n}") for n in front}
             try:
-                stat = b.wait(clock)
+                stat = yield clock
                 now, epoch = b.stamp(stat), stat.mzxid >> 32
             except NoNodeError:
-                now, epoch = b.stamped()
-            names = b.wait(leased)
-        return now, epoch, itertools.chain(self._expired(names, now), self._queued(now, early))
+                now, epoch = yield from b.stamping()
+            names = yield leased
+        at(now, epoch)
+        for job_id, data, version in (yield from self._expired(names, now)):
+            if (yield from take(job_id, data, version)):
+                return job_id
+        return (yield from self._queued(now, early, take))
 
-    def _expired(self, names: list[str], now: float) -> list[tuple[str, bytes, int]]:
+    def _expired(self, names: list[str], now: float) -> Io[list[tuple[str, bytes, int]]]:
         found: list[tuple[float, str, bytes, int]] = []
         prefix = len(self.layout.jobs) + 1
         with mapped_errors("reading leased jobs"):
-            for path, data, version in read_many(self._b.client, [f"{self.layout.jobs}/{n}" for n in names],
-                                                 self._b.config.timeout):
+            for path, data, version in (yield from reading_many(self._b.client,
+                                                                [f"{self.layout.jobs}/{n}" for n in names])):
                 try:
                     job_id = zl.decode(path[prefix:])
                     rec = zl.load_record(data, path, job_id)
@@ -172,29 +179,9 @@ class Index:
         # An entry without a job znode (deleted by hand) is skipped, never tidied here.
         return [(job_id, data, version) for _, job_id, data, version in sorted(found)]
 
-    def _queued(self, now: float, early: dict[str, Any]) -> Iterator[tuple[str, bytes, int]]:
-        for bucket, names in self._buckets(now, early):
-            entries = []
-            for name in sorted(names):
-                with contextlib.suppress(ValueError):  # not an entry tenure made: never proposed
-                    entries.append((zl.entry_job(name), f"{self.layout.pending}/{bucket}/{name}"))
-            for start in range(0, len(entries), PENDING_READS):
-                chunk = entries[start:start + PENDING_READS]
-                paths = [self.layout.job(job_id) for job_id, _ in chunk]
-                with mapped_errors("reading pending jobs"):
-                    read = {p: (d, v) for p, d, v in read_many(self._b.client, paths, self._b.config.timeout)}
-                for (job_id, entry), path in zip(chunk, paths, strict=True):
-                    data, version = read.get(path, (None, -1))
-                    if data is None:
-                        self.tidy(entry, None, -1)
-                    elif zl.queued_slot(data) != entry[len(self.layout.pending) + 1:]:
-                        self.tidy(entry, path, version)  # claimed, completed or queued elsewhere
-                    else:
-                        yield job_id, data, version
-
-    def _buckets(self, now: float, early: dict[str, Any]) -> Iterator[tuple[str, list[str]]]:
-        """Each bucket with its entries' names, oldest first; the cached list, then the
-        buckets listed again once it is used up (once per call)."""
+    def _queued(self, now: float, early: dict[str, Any], take: Take) -> Io[str | None]:
+        """Each bucket's entries, oldest first: the cached list of buckets, then the buckets
+        listed again once it is used up (once per call)."""
         seen: set[str] = set()
         relisted = False
         while True:
@@ -202,31 +189,53 @@ class Index:
                 later = [n for n in self._front if n not in seen]
             if not later:
                 if relisted:
-                    return
+                    return None
                 relisted = True
                 with mapped_errors("reading the pending index"):
-                    names = sorted(n for n in self._b.client.get_children(self.layout.pending)
+                    names = sorted(n for n in (yield self._b.client.get_children_async(self.layout.pending))
                                    if zl.bucket_opened(n) is not None)
                 with self._lock:
                     self._front = names
                 later = [n for n in names if n not in seen]
                 if not later:
-                    return
+                    return None
             bucket = later[0]
             seen.add(bucket)
             path = f"{self.layout.pending}/{bucket}"
             with mapped_errors("reading the pending index"):
                 try:
                     result = early.pop(bucket, None)
-                    children = self._b.wait(result) if result is not None else self._b.client.get_children(path)
+                    children = yield (result if result is not None else self._b.client.get_children_async(path))
                 except NoNodeError:
                     children = None
-            if children:
-                yield bucket, children
-            else:
-                self._forget(bucket, path, now, gone=children is None)
+            if not children:
+                yield from self._forget(bucket, path, now, gone=children is None)
+                continue
+            taken = yield from self._bucket(bucket, children, take)
+            if taken is not None:
+                return taken
 
-    def _forget(self, bucket: str, path: str, now: float, *, gone: bool) -> None:
+    def _bucket(self, bucket: str, names: list[str], take: Take) -> Io[str | None]:
+        entries = []
+        for name in sorted(names):
+            with contextlib.suppress(ValueError):  # not an entry tenure made: never proposed
+                entries.append((zl.entry_job(name), f"{self.layout.pending}/{bucket}/{name}"))
+        for start in range(0, len(entries), PENDING_READS):
+            chunk = entries[start:start + PENDING_READS]
+            paths = [self.layout.job(job_id) for job_id, _ in chunk]
+            with mapped_errors("reading pending jobs"):
+                read = {p: (d, v) for p, d, v in (yield from reading_many(self._b.client, paths))}
+            for (job_id, entry), path in zip(chunk, paths, strict=True):
+                data, version = read.get(path, (None, -1))
+                if data is None:
+                    self.tidy(entry, None, -1)
+                elif zl.queued_slot(data) != entry[len(self.layout.pending) + 1:]:
+                    self.tidy(entry, path, version)  # claimed, completed or queued elsewhere
+                elif (yield from take(job_id, data, version)):
+                    return job_id
+        return None
+
+    def _forget(self, bucket: str, path: str, now: float, *, gone: bool) -> Io[None]:
         """An empty bucket: delete it once nobody fills it any more (older than BUCKET_SPAN)."""
         opened = zl.bucket_opened(bucket) or 0.0
         if not gone and opened >= now - 2 * zl.BUCKET_SPAN:
@@ -236,4 +245,4 @@ class Index:
         if not gone:
             with mapped_errors("tidying the pending index"), \
                     contextlib.suppress(NoNodeError, NotEmptyError):
-                self._b.client.delete(path)
+                yield self._b.client.delete_async(path)

@@ -20,6 +20,9 @@ from kazoo.protocol.paths import _prefix_root
 from kazoo.protocol.serialization import GetData, MultiHeader, int_struct, multiheader_struct, stat_struct
 from kazoo.protocol.states import ZnodeStat
 
+from tenure.backends.zookeeper import calls
+from tenure.backends.zookeeper.calls import Io
+
 BATCH = 1000  # getData per request: about 300 KB of tenure records in the answer
 IN_FLIGHT = 3  # requests sent ahead of the one being decoded
 
@@ -86,44 +89,76 @@ def read_many(client: Any, paths: list[str], timeout: float,
               batch: int = BATCH) -> Iterator[tuple[str, bytes, int]]:
     """(path, data, version) for each znode in ``paths`` that exists, in order; ``IN_FLIGHT``
     requests of ``batch`` reads each are kept in flight while answers are decoded."""
-    chunks = [paths[i:i + batch] for i in range(0, len(paths), batch)]
     sent: deque[tuple[list[str], Any]] = deque()
-    pending = iter(chunks)
-
-    def send() -> None:
-        chunk = next(pending, None)
-        if chunk is not None:
-            sent.append((chunk, _send(client, chunk)))
-
+    pending = iter([paths[i:i + batch] for i in range(0, len(paths), batch)])
     for _ in range(IN_FLIGHT):
-        send()
+        _send_next(client, pending, sent)
     while sent:
         chunk, result = sent.popleft()
-        send()
+        _send_next(client, pending, sent)
         try:
             answers = result.get(timeout=timeout)
         except UnimplementedError:  # a server before 3.6: one get per znode
             yield from _pipelined(client, [p for c in [chunk, *(c for c, _ in sent), *pending] for p in c],
                                   timeout)
             return
-        for path, answer in zip(chunk, answers, strict=True):
-            if isinstance(answer, NoNodeError):
-                continue  # deleted since it was listed
-            if isinstance(answer, Exception):
-                raise answer
-            yield path, answer[0], answer[1]
+        yield from _found(chunk, answers)
+
+
+def reading_many(client: Any, paths: list[str], batch: int = BATCH) -> Io[list[tuple[str, bytes, int]]]:
+    """``read_many`` as one ``Io`` (``calls``), for a step's reads: the same requests, as many
+    in flight, gathered in a list."""
+    chunks = [paths[i:i + batch] for i in range(0, len(paths), batch)]
+    sent: deque[tuple[list[str], Any]] = deque()
+    pending = iter(chunks)
+    got: list[tuple[str, bytes, int]] = []
+    for _ in range(IN_FLIGHT):
+        _send_next(client, pending, sent)
+    while sent:
+        chunk, result = sent.popleft()
+        _send_next(client, pending, sent)
+        try:
+            answers = yield result
+        except UnimplementedError:  # a server before 3.6: one get per znode
+            rest = [p for c in [chunk, *(c for c, _ in sent), *pending] for p in c]
+            for start in range(0, len(rest), 500):
+                got.extend((yield from _getting(client, rest[start:start + 500])))
+            return got
+        got.extend(_found(chunk, answers))
+    return got
+
+
+def _send_next(client: Any, pending: Iterator[list[str]], sent: deque[tuple[list[str], Any]]) -> None:
+    chunk = next(pending, None)
+    if chunk is not None:
+        sent.append((chunk, _send(client, chunk)))
+
+
+def _found(chunk: list[str], answers: list[Any]) -> Iterator[tuple[str, bytes, int]]:
+    for path, answer in zip(chunk, answers, strict=True):
+        if isinstance(answer, NoNodeError):
+            continue  # deleted since it was listed
+        if isinstance(answer, Exception):
+            raise answer
+        yield path, answer[0], answer[1]
 
 
 def _pipelined(client: Any, paths: list[str], timeout: float) -> Iterator[tuple[str, bytes, int]]:
     for start in range(0, len(paths), 500):
-        chunk = paths[start:start + 500]
-        results = [client.get_async(p) for p in chunk]
-        for path, result in zip(chunk, results, strict=True):
-            try:
-                data, stat = result.get(timeout=timeout)
-            except NoNodeError:
-                continue
-            yield path, data or b"", stat.version
+        yield from calls.run(_getting(client, paths[start:start + 500]), timeout)
+
+
+def _getting(client: Any, paths: list[str]) -> Io[list[tuple[str, bytes, int]]]:
+    """One pipelined ``get`` per znode (servers before 3.6)."""
+    results = [client.get_async(p) for p in paths]
+    got: list[tuple[str, bytes, int]] = []
+    for path, result in zip(paths, results, strict=True):
+        try:
+            data, stat = yield result
+        except NoNodeError:
+            continue
+        got.append((path, data or b"", stat.version))
+    return got
 
 
 def read_together(client: Any, paths: list[str], timeout: float) -> list[tuple[bytes, ZnodeStat] | None]:

@@ -18,7 +18,9 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
 
+from tenure.backends.zookeeper import calls
 from tenure.backends.zookeeper import layout as zl
+from tenure.backends.zookeeper.calls import Io
 from tenure.backends.zookeeper.config import Config, mapped_errors
 from tenure.core.backend import Link
 from tenure.core.clock import boot_clock
@@ -73,18 +75,25 @@ class Session:
             self.client.close()
 
     # -- the leader's clock ------------------------------------------------------------------
-    def clock_create(self) -> None:
-        with mapped_errors("creating the clock znode"), contextlib.suppress(NodeExistsError):
-            self.client.create(self.clock_path, b"", ephemeral=True)
+    def run(self, io: Io[T]) -> T:
+        """``io`` (``calls``), waited for in this thread with the session's timeout."""
+        return calls.run(io, self.config.timeout)
 
-    def with_clock(self, attempt: Callable[[bool], T | None]) -> T:
+    def clock_create(self) -> None:
+        self.run(self.clock_creating())
+
+    def clock_creating(self) -> Io[None]:
+        with mapped_errors("creating the clock znode"), contextlib.suppress(NodeExistsError):
+            yield self.client.create_async(self.clock_path, b"", ephemeral=True)
+
+    def with_clock(self, attempt: Callable[[bool], Io[T | None]]) -> Io[T]:
         """``attempt(first)``, which writes our clock znode and answers None when it found it
         gone (with an expired session); once more after creating it again."""
         for first in (True, False):
-            found = attempt(first)
+            found = yield from attempt(first)
             if found is not None:
                 return found
-            self.clock_create()
+            yield from self.clock_creating()
         raise BackendUnavailable("ZooKeeper keeps losing this client's clock znode")
 
     def stamp(self, stat: ZnodeStat, sent: float | None = None) -> float:
@@ -119,16 +128,19 @@ class Session:
 
     def stamped(self) -> tuple[float, int]:
         """The leader's clock now and its epoch, from a write of our clock znode."""
-        def attempt(_: bool) -> tuple[float, int] | None:
+        return self.run(self.stamping())
+
+    def stamping(self) -> Io[tuple[float, int]]:
+        def attempt(_: bool) -> Io[tuple[float, int] | None]:
             sent = boot_clock()
             with mapped_errors("reading the store's clock"):
                 try:
-                    stat = self.client.set(self.clock_path, b"")
+                    stat = yield self.client.set_async(self.clock_path, b"")
                 except NoNodeError:
                     return None
             return self.stamp(stat, sent), stat.mzxid >> 32
 
-        return self.with_clock(attempt)
+        return (yield from self.with_clock(attempt))
 
     def now(self) -> float:
         return self.stamped()[0]

@@ -40,18 +40,20 @@ from __future__ import annotations
 import collections
 import dataclasses
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError, RuntimeInconsistency
 from kazoo.protocol.serialization import CheckVersion, SetData
 
+from tenure.backends.zookeeper import calls
 from tenure.backends.zookeeper import layout as zl
 from tenure.backends.zookeeper.audit import Audit
+from tenure.backends.zookeeper.calls import Io
 from tenure.backends.zookeeper.config import mapped_errors
 from tenure.backends.zookeeper.index import Index, Placer
-from tenure.backends.zookeeper.multiread import read_many
+from tenure.backends.zookeeper.multiread import reading_many
 from tenure.backends.zookeeper.session import Session
 from tenure.core import transitions
 from tenure.core.backend import Transaction
@@ -62,6 +64,7 @@ from tenure.core.records import HistoryEvent, JobRecord, JobState, Lease, Op, Re
 _LOST_RACE = (BadVersionError, NodeExistsError, NoNodeError)
 _OTHERS = (RolledBackError, RuntimeInconsistency)  # ops of a failed multi that did not fail it
 _CACHE = 10_000  # leases this process wrote, kept for the holder's guess
+T = TypeVar("T")
 
 
 @dataclass
@@ -137,17 +140,19 @@ class ZkTransaction(Transaction):
         self._saved: dict[str, tuple[JobRecord, Found]] = {}
         self._multi: Any = None
         self._placer: Placer | None = None
-        self._stamp_sent: float | None = None  # the multi writes our clock znode first
+        self._placer_read: Placer | None = None  # as the read made it, for ``forget``
+        self._stamp_due = False  # a guess's stamp is half used: the multi writes our clock znode first
+        self._stamp_sent: float | None = None
         self._guessed_claim: str | None = None
         self._guessed_lease: Lease | None = None
-        self._behind: tuple[str, Callable[[], Found], tuple[float, int]] | None = None
+        self._behind: tuple[str, Callable[[], Io[Found]], tuple[float, int]] | None = None
         self._odd: set[tuple[str, int]] = set()  # (job, version) whose generation znode disagreed
 
     # -- the store's time --------------------------------------------------------------------------
     @property
     def now(self) -> float:
         if self._now is None:
-            self._at(*self._p.session.stamped())
+            self._at(*self.answer(("now",), self._p.session.stamping))
         assert self._now is not None
         return self._now
 
@@ -208,9 +213,7 @@ class ZkTransaction(Transaction):
             return None
         self._at(*bound[:2])
         self.guessed = True
-        if bound[2]:  # renew the stamp in the same multi
-            self._stamp_sent = boot_clock()
-            self._tx().set_data(self._p.session.clock_path, b"")
+        self._stamp_due = bound[2]  # renew the stamp in the same multi
         if op is Op.CLAIM:
             self._guessed_claim = job_id
         else:
@@ -219,91 +222,114 @@ class ZkTransaction(Transaction):
 
     def _followed(self, job_id: str) -> Found | None:
         """The read sent behind the last attempt's new-job multi, unless the job is leased."""
-        behind, self._behind = self._behind, None  # answers one attempt: the next one reads
+        behind = self._behind
         if behind is None or behind[0] != job_id:
+            self._behind = None  # answers one attempt: the next one reads
             return None
-        with mapped_errors(f"reading job {job_id!r}"):
-            got = behind[1]()
+        got = self.answer(("behind", job_id), lambda: _mapped(f"reading job {job_id!r}", behind[1]()))
+        self._behind = None  # only once answered: an async step comes back here for it
         if got.rec is not None and got.rec.state is JobState.LEASED:
             return None
         self._at(*behind[2])
         return got
 
-    def _send_read(self, job_id: str) -> Callable[[], Found]:
+    def _send_read(self, job_id: str) -> Callable[[], Io[Found]]:
+        """The job's znodes read now; the answer's ``Io`` waits for them."""
         key = self._layout.job(job_id)
         job = self._client.get_async(key)
         gen = self._client.exists_async(self._layout.gen(job_id))
 
-        def answer() -> Found:
+        def answer() -> Io[Found]:
             try:
-                data, stat = self._p.session.wait(job)
+                data, stat = yield job
                 version = stat.version
             except NoNodeError:
                 data, version = None, -1
-            g = self._p.session.wait(gen)
+            g = yield gen
             return found(job_id, key, data, version, None if g is None else g.version)
 
         return answer
 
     def _read(self, job_ids: list[str], queue: bool = False) -> list[Found]:
-        """Our clock znode written, then the jobs' znodes: one round trip."""
+        return self.answer(("read", tuple(job_ids), queue), lambda: self._reading(job_ids, queue)) if job_ids else []
+
+    def _reading(self, job_ids: list[str], queue: bool) -> Io[list[Found]]:
+        """Our clock znode written, then the jobs' znodes: one round trip. What it found is
+        kept as it arrives, so a step run again after this fetch (tenure.aio) loads it rather
+        than deciding anew whether to guess."""
         s, index = self._p.session, self._p.index
 
-        def attempt(_: bool) -> list[Found] | None:
+        def attempt(_: bool) -> Io[list[Found] | None]:
             with mapped_errors(f"reading job {job_ids[0]!r}" if len(job_ids) == 1 else "reading jobs"):
-                bucket, probe = index.probe() if queue else (None, None)
+                bucket, probe = (yield from index.probe()) if queue else (None, None)
                 sent = boot_clock()
                 clock = self._client.set_async(s.clock_path, b"")
                 one = self._send_read(job_ids[0]) if len(job_ids) == 1 else None
-                many = None if one else self._read_many(job_ids)  # sent after the clock write too
+                many = None if one else self._reading_many(job_ids)  # sent after the clock write too
                 try:
-                    stat = s.wait(clock)
+                    stat = yield clock
                 except NoNodeError:
                     return None
                 self._at(s.stamp(stat, sent), stat.mzxid >> 32)
                 if queue:
-                    self._placer = index.placer(self.now, bucket, None if probe is None else s.wait(probe))
-                return [one()] if one else many
+                    self._placer = index.placer(self.now, bucket, None if probe is None else (yield probe))
+                    self._placer_read = dataclasses.replace(self._placer)
+                if one is not None:
+                    return [(yield from one())]
+                assert many is not None
+                return (yield from many)
 
-        got = s.with_clock(attempt) if job_ids else []
+        got = yield from s.with_clock(attempt)
         self._found.update(zip(job_ids, got, strict=True))
         return got
 
-    def _read_many(self, job_ids: list[str]) -> list[Found]:
-        """Several jobs' znodes in one read-only multi."""
+    def _reading_many(self, job_ids: list[str]) -> Io[list[Found]]:
+        """Several jobs' znodes in one read-only multi, sent at once."""
         keys = [self._layout.job(j) for j in job_ids]
         gens = [self._layout.gen(j) for j in job_ids]
-        read = {p: (d, v) for p, d, v in read_many(self._client, keys + gens, self._p.session.config.timeout)}
-        return [found(j, k, read[k][0] if k in read else None, read[k][1] if k in read else -1,
-                      read[g][1] if g in read else None) for j, k, g in zip(job_ids, keys, gens, strict=True)]
+        reading = calls.started(reading_many(self._client, keys + gens))  # the requests go out now
+
+        def answer() -> Io[list[Found]]:
+            read = {p: (d, v) for p, d, v in (yield from reading)}
+            return [found(j, k, read[k][0] if k in read else None, read[k][1] if k in read else -1,
+                          read[g][1] if g in read else None) for j, k, g in zip(job_ids, keys, gens, strict=True)]
+
+        return answer()
 
     def next_claimable(self) -> str | None:
+        return self.answer(("claimable",), self._finding)
+
+    def _finding(self) -> Io[str | None]:
         if self._p.index.enabled:
-            now, epoch, candidates = self._p.index.claimable()
-            self._at(now, epoch)
-        else:
-            candidates = iter(self._scanned())
-        for job_id, data, version in candidates:
-            got = found(job_id, self._layout.job(job_id), data, version, None)
-            rec = got.rec
-            if rec is None or not transitions.is_claimable(rec, self.now):
-                continue  # unreadable, or taken since it was listed
-            if rec.state is JobState.LEASED and got.epoch != self.epoch:
-                assert rec.ttl is not None
-                self._restamp(got, dataclasses.replace(rec, lease_until=self.now + rec.ttl))
-                continue
-            self._found[job_id] = got
-            return job_id
+            return (yield from self._p.index.claimable(self._at, self._take))
+        for job_id, data, version in (yield from self._scanned()):
+            if (yield from self._take(job_id, data, version)):
+                return job_id
         return None
 
-    def _scanned(self) -> list[tuple[str, bytes, int]]:
+    def _take(self, job_id: str, data: bytes, version: int) -> Io[bool]:
+        """Whether claim_next tries ``job_id``, proposed at ``version``: claimable by the
+        store's time, and stamped by this leader's clock (else re-stamped, and skipped)."""
+        got = found(job_id, self._layout.job(job_id), data, version, None)
+        rec = got.rec
+        if rec is None or not transitions.is_claimable(rec, self.now):
+            return False  # unreadable, or taken since it was listed
+        if rec.state is JobState.LEASED and got.epoch != self.epoch:
+            assert rec.ttl is not None
+            yield from self._restamping(got, dataclasses.replace(rec, lease_until=self.now + rec.ttl))
+            return False
+        self._found[job_id] = got
+        return True
+
+    def _scanned(self) -> Io[list[tuple[str, bytes, int]]]:
         """A store without the index: every job read, expired leases first, then pending jobs
         oldest first."""
         listed: list[tuple[int, float, str, bytes, int]] = []
         prefix = len(self._layout.jobs) + 1
         with mapped_errors("listing jobs"):
-            paths = [f"{self._layout.jobs}/{n}" for n in sorted(self._client.get_children(self._layout.jobs))]
-            for path, data, version in read_many(self._client, paths, self._p.session.config.timeout):
+            names = yield self._client.get_children_async(self._layout.jobs)
+            paths = [f"{self._layout.jobs}/{n}" for n in sorted(names)]
+            for path, data, version in (yield from reading_many(self._client, paths)):
                 try:
                     rec = zl.load_record(data, path, job_id := zl.decode(path[prefix:]))
                 except (CorruptRecord, ValueError):
@@ -315,17 +341,39 @@ class ZkTransaction(Transaction):
         return [(job_id, data, version) for *_, job_id, data, version in sorted(listed)]
 
     def _restamp(self, got: Found, rebased: JobRecord) -> None:
+        self.answer(("restamp", rebased.job_id, got.version), lambda: self._restamping(got, rebased))
+
+    def _restamping(self, got: Found, rebased: JobRecord) -> Io[None]:
         """Write a lease an earlier leader stamped, re-stamped on this leader's clock (once per
         lease nobody renewed since a leader change: up to one TTL of extra reclaim delay)."""
         tx = self._client.transaction()
         tx.set_data(self._layout.job(rebased.job_id), zl.dump_record(rebased, self.epoch), version=got.version)
         with mapped_errors(f"re-stamping {rebased.job_id!r} on the new leader's clock"):
-            self._p.session.wait(tx.commit_async())  # failed as a whole if it moved: held anyway
+            yield tx.commit_async()  # failed as a whole if it moved: held anyway
+
+    # -- how I/O is waited for -----------------------------------------------------------------------
+    def answer(self, what: Hashable, io: Callable[[], Io[T]]) -> T:
+        """What ``io()`` returns: run now, waiting in this thread. The asyncio transaction
+        (``tenure.backends.zookeeper.aio``) answers from what it fetched, or raises
+        ``steps.NotFetched`` naming ``what``; a step asks again for the same ``what`` when it
+        runs again."""
+        return self._p.session.run(io())
+
+    def forget(self) -> None:
+        """Drop what this run of the step buffered for the commit (before a rerun of the step
+        in the same transaction: ``steps.NotFetched``). Reads stay: they are the point."""
+        self._multi = None
+        self._saved.clear()
+        if self._placer_read is not None:
+            self._placer = dataclasses.replace(self._placer_read)
 
     # -- writing -------------------------------------------------------------------------------------
     def _tx(self) -> Any:
         if self._multi is None:
             self._multi = self._client.transaction()
+            if self._stamp_due:  # first in the multi: ``_committed`` reads its answer
+                self._stamp_sent = boot_clock()
+                self._multi.set_data(self._p.session.clock_path, b"")
         return self._multi
 
     def save(self, record: JobRecord) -> None:
@@ -363,6 +411,9 @@ class ZkTransaction(Transaction):
         self._p.written.forget(rejection.job_id, rejection.token, rejection.owner)
 
     def commit(self) -> None:
+        self._p.session.run(self.committing())
+
+    def committing(self) -> Io[None]:
         if self._multi is None:
             return  # nothing to write
         tx = self._multi
@@ -375,32 +426,32 @@ class ZkTransaction(Transaction):
                 pending = tx.commit_async()
                 if self._guessed_claim is not None and self._p.written.claims_existing:
                     self._behind = (self._guessed_claim, self._send_read(self._guessed_claim), (self.now, self.epoch))
-                results: list[Any] = self._p.session.wait(pending)
+                results: list[Any] = yield pending
             culprit = next(((op, r) for op, r in zip(tx.operations, results, strict=True)
                             if isinstance(r, Exception) and not isinstance(r, _OTHERS)), None)
             if culprit is None:
-                return self._committed(results)
+                return (yield from self._committed(results))
             op, error = culprit
             if not isinstance(error, _LOST_RACE):
                 with mapped_errors(what):
                     raise error
             if not self._p.index.redundant(op, error):
-                return self._lost(op, tx.operations, results)
+                return (yield from self._lost(op, tx.operations, results))
             again = self._client.transaction()
             again.operations = [o for o in tx.operations if o is not op]
             tx = again
 
-    def _committed(self, results: list[Any]) -> None:
+    def _committed(self, results: list[Any]) -> Io[None]:
         if self._stamp_sent is not None:
             self._p.session.stamp(results[0], self._stamp_sent)  # the clock znode, written first
-        self._p.audit.committed(results)
+        yield from self._p.audit.committed(results)
         for rec, got in self._saved.values():
             self._p.written.remember(rec, got.version + 1, self.epoch)  # a new znode: -1 + 1
         if self._guessed_claim is not None:
             self._p.written.claims_existing = False
         self._behind = None
 
-    def _lost(self, op: Any, operations: list[Any], results: list[Any]) -> None:
+    def _lost(self, op: Any, operations: list[Any], results: list[Any]) -> Io[None]:
         """Nothing was written: a conflict, unless the generation znode disagrees with a
         record that is still as read, twice: that record tenure did not write."""
         path = getattr(op, "path", "")
@@ -412,10 +463,16 @@ class ZkTransaction(Transaction):
                 raise CorruptRecord(path, "generation znode version does not match the record's token "
                                     f"{rec.token if rec else 0}")
             self._odd.add(seen)
-        self._p.audit.failed(operations, results)
+        yield from self._p.audit.failed(operations, results)
         if self._guessed_claim is not None:
             self._p.written.claims_existing = True
         if self._guessed_lease is not None:
             lease = self._guessed_lease
             self._p.written.forget(lease.job_id, lease.token, lease.owner)
         self.conflict = True
+
+
+def _mapped(what: str, io: Io[T]) -> Io[T]:
+    with mapped_errors(what):
+        return (yield from io)
+

@@ -1,0 +1,123 @@
+"""``AsyncRecordBackend``: the record stores' protocol (``tenure.core.steps``) in an event loop.
+
+The steps and their attempt rules are the sync ``RecordBackend``'s own; this driver differs only
+in how it waits. A transaction is an async context manager (``transaction(fresh=)``) that
+commits on leaving; a pause between attempts is ``asyncio.sleep``. A read the transaction cannot
+answer without I/O raises ``steps.NotFetched``: the driver awaits its fetch and runs the step
+again from the start in the same transaction (the transaction forgot what the interrupted run
+buffered). That keeps the steps plain functions shared with the sync driver, at the cost of
+running a step once more per fetch: a step is microseconds of Python against a round trip's
+milliseconds, and most steps need one fetch (a claim's record, a holder's record) or none
+(a guess).
+
+Queries (get, jobs, rejections, history, summary, page, watch, health) are the sync backend's,
+served as ``ThreadedBackend`` serves them (in the loop, or one worker thread per store).
+``InlineRecordBackend`` is the memory store's: its sync transaction, run in the loop, as it
+never waits on I/O.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+from tenure.aio.backend import ThreadedBackend
+from tenure.core import contention, steps
+from tenure.core.backend import RecordBackend
+from tenure.core.errors import CorruptRecord, LeaseError
+from tenure.core.records import Lease, Rejection
+from tenure.core.transaction import Transaction
+
+R = TypeVar("R")
+S = TypeVar("S")
+
+
+class AsyncRecordBackend(ThreadedBackend):
+    """The protocol over an async transaction; queries from the sync backend ``sync``."""
+
+    sync: RecordBackend
+
+    def __init__(self, sync: RecordBackend, *, inline: bool = False,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        super().__init__(sync, inline=inline)
+        self._sleep = sleep  # the pause between attempts; tests inject one that records it
+
+    @abc.abstractmethod
+    def transaction(self, fresh: bool = False) -> contextlib.AbstractAsyncContextManager[Transaction]:
+        """Commit on normal exit, roll back on an exception (see ``RecordBackend.transaction``)."""
+
+    async def _run(self, operation: steps.Operation[Any, R]) -> R:
+        """``RecordBackend._run``, awaiting: the same ``steps.Attempts``."""
+        self._check_open()
+        attempts = steps.Attempts(operation)
+        while True:
+            attempt = attempts.next()
+            if attempt.retry:
+                await self._sleep(contention.pause(attempt.retry))
+            tx: Transaction | None = None
+            try:
+                async with self.transaction(fresh=attempt.fresh) as tx:
+                    attempts.begin(tx)
+                    found = await _fetched(tx, operation.step)
+            except (steps.Reread, LeaseError) as exc:
+                if attempts.retry_after(tx, exc):
+                    continue
+                raise
+            if attempts.stuck(tx):
+                return attempts.result(tx, found)
+
+    async def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
+        for batch in self.sync.batches(job_ids, actor):
+            try:
+                await self._run(batch.whole)
+            except CorruptRecord:
+                if not batch.alone:
+                    raise
+                for one in batch.alone:
+                    await self._run(one)
+
+    async def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
+        return await self._run(steps.claim(job_id, owner, ttl))
+
+    async def claim_next(self, owner: str, ttl: float) -> Lease | None:
+        return await self._run(steps.claim_next(owner, ttl))
+
+    async def renew(self, lease: Lease, ttl: float) -> Lease:
+        return await self._run(steps.renew(lease, ttl))
+
+    async def complete(self, lease: Lease, result: bytes | None) -> None:
+        await self._run(steps.complete(lease, result))
+
+    async def release(self, lease: Lease) -> None:
+        await self._run(steps.release(lease))
+
+    async def force_expire(self, job_id: str, actor: str | None = None, token: int | None = None) -> None:
+        await self._run(steps.force_expire(job_id, actor, token))
+
+    async def record_rejection(self, rejection: Rejection) -> None:
+        await self._run(steps.record_rejection(rejection))
+
+
+async def _fetched(tx: Transaction, step: Callable[[Transaction], S]) -> S:
+    """``step`` in ``tx``, run again after each read it needed was fetched."""
+    while True:
+        try:
+            return step(tx)
+        except steps.NotFetched as missing:
+            await missing.fetch()
+
+
+class InlineRecordBackend(AsyncRecordBackend):
+    """A store that never waits on I/O (memory): its sync transaction, in the loop."""
+
+    def __init__(self, sync: RecordBackend, *,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        super().__init__(sync, inline=True, sleep=sleep)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, fresh: bool = False) -> AsyncIterator[Transaction]:
+        with self.sync.transaction(fresh) as tx:  # held across no await: the step is sync
+            yield tx

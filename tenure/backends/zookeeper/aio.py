@@ -1,0 +1,76 @@
+"""``zk://`` for tenure.aio: the protocol's steps (``AsyncRecordBackend``) over ZooKeeper's own
+transaction, its requests awaited in the event loop (``calls.run_async``), no thread per call.
+
+``AsyncZkTransaction`` is ``ZkTransaction`` with one difference: where the sync transaction
+waits for a read (``answer``), this one answers from what it fetched or raises
+``steps.NotFetched``; the driver awaits the same ``Io`` the sync transaction would have run
+and runs the step again. The commit is the same ``Io`` (``committing``), awaited. So every
+request, guess and retry is the sync backend's; a claim, renew or complete costs the same
+round trips, each awaited.
+
+Queries (get, jobs, rejections, history, summary, page, watch, health) and closing go to the
+sync backend in one worker thread per store (``ThreadedBackend``), for now; ``now`` is awaited
+natively, as claims that wait read it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Hashable
+from typing import Any, TypeVar
+
+from tenure.aio.records import AsyncRecordBackend
+from tenure.backends.zookeeper import calls
+from tenure.backends.zookeeper.backend import ZooKeeperBackend
+from tenure.backends.zookeeper.calls import Io
+from tenure.backends.zookeeper.transaction import Parts, ZkTransaction
+from tenure.core import steps
+from tenure.core.clock import Clock
+from tenure.core.options import Options, StoreURL
+from tenure.core.transaction import Transaction
+
+T = TypeVar("T")
+
+
+class AsyncZkTransaction(ZkTransaction):
+    def __init__(self, parts: Parts, fresh: bool) -> None:
+        super().__init__(parts, fresh)
+        self._timeout = parts.session.config.timeout
+        self._fetched: dict[Hashable, Any] = {}
+
+    def answer(self, what: Hashable, io: Callable[[], Io[T]]) -> T:
+        if what in self._fetched:
+            return self._fetched[what]  # type: ignore[no-any-return]
+        self.forget()  # the step runs again from the start once this is here
+
+        async def fetch() -> None:
+            self._fetched[what] = await calls.run_async(io(), self._timeout)
+
+        raise steps.NotFetched(repr(what), fetch)
+
+    async def commit_async(self) -> None:
+        await calls.run_async(self.committing(), self._timeout)
+
+
+class AsyncZooKeeperBackend(AsyncRecordBackend):
+    sync: ZooKeeperBackend
+
+    def __init__(self, sync: ZooKeeperBackend) -> None:
+        super().__init__(sync)
+        self.io = "native: kazoo's *_async requests awaited in the loop; queries in one worker thread per store"
+
+    @classmethod
+    def from_url(cls, url: StoreURL, options: Options, clock: Clock | None) -> AsyncZooKeeperBackend:
+        return cls(ZooKeeperBackend.from_url(url, options, clock))
+
+    async def now(self) -> float:
+        """The leader's clock, from a write of our clock znode, awaited (claims that wait ask)."""
+        self._check_open()
+        session = self.sync.session
+        return (await calls.run_async(session.stamping(), session.config.timeout))[0]
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, fresh: bool = False) -> AsyncIterator[Transaction]:
+        tx = AsyncZkTransaction(self.sync.parts, fresh)
+        yield tx
+        await tx.commit_async()

@@ -1,0 +1,230 @@
+"""The protocol on a record store, free of I/O: what ``RecordBackend`` (sync) and ``tenure.aio``'s
+``AsyncRecordBackend`` both carry out, so the logic exists once (issue 17's sans-I/O core).
+
+A *step* is a function of one ``Transaction``: it reads (``load_for``, ``next_claimable``),
+decides with ``transitions`` and buffers its writes (``save``, ``add_event``, ``add_rejection``)
+for the commit. An ``Operation`` is a step with the job it concerns (``Outraced`` names it) and
+what its caller gets back. ``Attempts`` holds the rules for running an operation's step until it
+sticks. A driver only opens transactions, waits (a pause, a read) and calls these:
+
+    attempts = steps.Attempts(operation)
+    while True:
+        attempt = attempts.next()                     # Outraced when none is left
+        pause contention.pause(attempt.retry) if attempt.retry
+        with transaction(fresh=attempt.fresh) as tx:  # commits on leaving
+            attempts.begin(tx)
+            found = operation.step(tx)                # Reread / LeaseError: attempts.retry_after
+        if attempts.stuck(tx):
+            return attempts.result(tx, found)
+
+Reads in an event loop: a transaction whose reads must await I/O raises ``NotFetched`` from a
+read it cannot answer yet, naming what it needs and carrying the coroutine that fetches it; the
+async driver awaits that and runs the step again from the start in the same transaction. A rerun
+is safe because a step does no I/O and writes nothing until the commit; the transaction forgets
+what the interrupted run buffered when it raises ``NotFetched``. The rerun must decide as the
+first run did, so the transaction answers it from what it kept: what the fetch brought, and
+any choice made before it (ZooKeeper's read is kept as the job's record, so the rerun does not
+choose to guess instead, its clock stamp being fresh now). So the steps stay plain functions,
+the same for both drivers, and a sync transaction, which reads as it is asked, never raises it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from tenure.core import contention, protocol, transitions
+from tenure.core.errors import BackendUnavailable, JobNotFound, StaleLease, TokenChanged
+from tenure.core.records import JobRecord, JobState, Lease, Op, Rejection
+from tenure.core.transaction import Transaction
+
+S = TypeVar("S")  # what a step returns
+R = TypeVar("R")  # what the operation's caller gets
+
+
+class Reread(Exception):
+    """Raised by a step that must not act on a guessed record: run it again on fresh reads."""
+
+
+class NotFetched(Exception):
+    """Raised by an async transaction's read it cannot answer yet: await ``fetch()``, then run
+    the step again in the same transaction (which forgot what the interrupted run wrote)."""
+
+    def __init__(self, what: str, fetch: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(f"not fetched yet: {what}")
+        self.what = what
+        self.fetch = fetch
+
+
+@dataclass(frozen=True)
+class Operation(Generic[S, R]):
+    job_id: str  # the job it concerns, for Outraced
+    step: Callable[[Transaction], S]
+    finish: Callable[[S], R]  # the caller's answer from what the step returned (as stored)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Part of a ``submit_many``: one atomic operation, and the jobs' own submissions to run
+    instead (``alone``) when it finds a corrupt record (those before it are submitted, then it
+    raises); ``alone`` is empty when there is nothing to split: one job, or a whole call that is
+    one operation (all of them or none)."""
+
+    whole: Operation[None, None]
+    alone: tuple[Operation[None, None], ...]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    fresh: bool  # the transaction must read the store, no guesses
+    retry: int  # pause ``contention.pause(retry)`` before it; 0 for no pause
+
+
+class Attempts(Generic[S, R]):
+    """An operation's attempt rules: the first reads as the store likes (it may guess); a retry
+    reads fresh and follows the attempt before it; a retry after a refuted guess goes at once,
+    one after a conflict of fresh reads pauses (so colliders fall out of step); a refusal decided
+    on a guess is decided again; ``Outraced`` after ``contention.ATTEMPTS``."""
+
+    def __init__(self, operation: Operation[S, R]) -> None:
+        self.operation = operation
+        self._previous: Transaction | None = None
+        self._count = 0
+        self._retries = 0
+
+    def next(self) -> Attempt:
+        if self._count == contention.ATTEMPTS:
+            raise contention.outraced(self.operation.job_id)
+        self._count += 1
+        if self._previous is None:
+            return Attempt(fresh=False, retry=0)
+        if self._previous.guessed:
+            return Attempt(fresh=True, retry=0)  # a wrong guess is no collision
+        self._retries += 1
+        return Attempt(fresh=True, retry=self._retries)
+
+    def begin(self, tx: Transaction) -> None:
+        """Before the step runs (once per transaction, not per rerun after ``NotFetched``)."""
+        if self._previous is not None:
+            tx.follow(self._previous)
+
+    def retry_after(self, tx: Transaction | None, exc: Exception) -> bool:
+        """The step raised ``exc`` (``Reread`` or a ``LeaseError``): whether to attempt again
+        (it was decided on a guess) rather than raise it."""
+        if tx is None or not tx.guessed or isinstance(exc, BackendUnavailable):
+            return False
+        self._previous = tx
+        return True
+
+    def stuck(self, tx: Transaction) -> bool:
+        """After the commit: whether it wrote (else it lost a race, and the step runs again)."""
+        if tx.conflict:
+            self._previous = tx
+            return False
+        return True
+
+    def result(self, tx: Transaction, found: S) -> R:
+        stored: Any = tx.stored(found) if isinstance(found, JobRecord) else found
+        return self.operation.finish(stored)
+
+
+def _nothing(found: None) -> None:
+    return None
+
+
+def submit(job_ids: list[str], actor: str | None) -> Operation[None, None]:
+    def step(tx: Transaction) -> None:
+        tx.preload(job_ids)
+        for job_id in job_ids:
+            new = transitions.submit(tx.load_for(job_id, Op.SUBMIT), job_id, tx.now)
+            if new is not None:
+                tx.save(new)
+                tx.add_event(transitions.history_event(new, Op.SUBMIT, tx.now, actor))
+
+    return Operation(job_ids[0] if job_ids else "", step, _nothing)
+
+
+def submit_many(job_ids: list[str], actor: str | None, size: int,
+                weight: Callable[[str], int] | None = None, budget: int = 0) -> list[Batch]:
+    """``size`` jobs per transaction (0: all in one, all of them or none), no more than
+    ``budget`` of ``weight`` each when given (``protocol.batches``)."""
+    if not size:
+        return [Batch(submit(job_ids, actor), ())]
+    return [Batch(submit(chunk, actor), tuple(submit([job_id], actor) for job_id in chunk) if len(chunk) > 1 else ())
+            for chunk in protocol.batches(job_ids, size, weight, budget)]
+
+
+def _claim_in(tx: Transaction, job_id: str, owner: str, ttl: float) -> JobRecord:
+    new = transitions.claim(tx.load_for(job_id, Op.CLAIM), job_id, owner, ttl, tx.now)
+    tx.save(new)
+    tx.add_event(transitions.history_event(new, Op.CLAIM, tx.now))
+    return new
+
+
+def claim(job_id: str, owner: str, ttl: float) -> Operation[JobRecord, Lease]:
+    return Operation(job_id, lambda tx: _claim_in(tx, job_id, owner, ttl), transitions.lease_of)
+
+
+def claim_next(owner: str, ttl: float) -> Operation[JobRecord | None, Lease | None]:
+    def step(tx: Transaction) -> JobRecord | None:
+        job_id = tx.next_claimable()
+        return None if job_id is None else _claim_in(tx, job_id, owner, ttl)
+
+    return Operation("(claim_next)", step, lambda found: None if found is None else transitions.lease_of(found))
+
+
+def holder(op: Op, lease: Lease, change: transitions.Change) -> Operation[JobRecord | Rejection, JobRecord]:
+    """renew, complete or release: ``change`` applied if ``lease`` is current, else audited
+    and ``StaleLease``."""
+
+    def step(tx: Transaction) -> JobRecord | Rejection:
+        found = transitions.holder_step(tx.load_for(lease.job_id, op, lease), op, lease, change, tx.now)
+        if isinstance(found, JobRecord):
+            tx.save(found)
+            tx.add_event(transitions.history_event(found, op, tx.now))
+        elif tx.guessed:
+            raise Reread  # never audit a refusal of what may be an old copy
+        else:
+            tx.add_rejection(found)
+        return found
+
+    return Operation(lease.job_id, step, _held)
+
+
+def _held(found: JobRecord | Rejection) -> JobRecord:
+    if isinstance(found, Rejection):
+        raise StaleLease(found)
+    return found
+
+
+def renew(lease: Lease, ttl: float) -> Operation[JobRecord | Rejection, Lease]:
+    held = holder(Op.RENEW, lease, lambda r, now: transitions.renew(r, ttl, now))
+    return Operation(held.job_id, held.step, lambda found: transitions.lease_of(_held(found)))
+
+
+def complete(lease: Lease, result: bytes | None) -> Operation[JobRecord | Rejection, JobRecord]:
+    return holder(Op.COMPLETE, lease, lambda r, now: transitions.complete(r, result, now))
+
+
+def release(lease: Lease) -> Operation[JobRecord | Rejection, JobRecord]:
+    return holder(Op.RELEASE, lease, transitions.release)
+
+
+def force_expire(job_id: str, actor: str | None, token: int | None) -> Operation[None, None]:
+    def step(tx: Transaction) -> None:
+        rec = tx.load_for(job_id, Op.EXPIRE)
+        if rec is None:
+            raise JobNotFound(job_id)
+        if token is not None and rec.token != token:
+            raise TokenChanged(job_id, token, rec.token)
+        if rec.state is JobState.LEASED and transitions.is_claimable(rec, tx.now) is False:
+            new = transitions.force_expire(rec, tx.now)
+            tx.save(new)
+            tx.add_event(transitions.history_event(new, Op.EXPIRE, tx.now, actor))
+
+    return Operation(job_id, step, _nothing)
+
+
+def record_rejection(rejection: Rejection) -> Operation[None, None]:
+    return Operation(rejection.job_id, lambda tx: tx.add_rejection(rejection), _nothing)

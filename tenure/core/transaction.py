@@ -1,0 +1,74 @@
+"""``Transaction``: one atomic step on a record store, what ``RecordBackend`` and tenure.aio's
+``AsyncRecordBackend`` run ``tenure.core.steps`` in (``tenure.core.backend`` re-exports it)."""
+
+from __future__ import annotations
+
+import abc
+
+from tenure.core.records import HistoryEvent, JobRecord, Lease, Op, Rejection
+
+
+class Transaction(abc.ABC):
+    """One atomic step on a record store; ``now`` is read once, inside the step.
+
+    A store that locks (memory, SQLite) commits every step it began. An optimistic store
+    (reads that carry versions, one conditional commit) instead sets ``conflict`` when its
+    commit found something it read changed: nothing was written, and the core runs the step
+    again in a new transaction with fresh reads (``RecordBackend.transaction(fresh=True)``),
+    pausing and giving up as ``tenure.core.contention`` says. On a first attempt its ``load``
+    may answer from what this process last wrote, setting ``guessed``; the conditional commit
+    verifies a guess, and a refusal decided on one is decided again on fresh reads. A step
+    whose guess the commit refuted runs again at once (a wrong guess is no collision); only
+    conflicts of fresh reads pause.
+
+    The protocol's steps read through ``load_for``, which tells the store what the step will
+    do, so that it can guess per operation; ``preload`` and ``follow`` let it read less often;
+    ``stored`` gives back what a step saved as the store wrote it (etcd's token). Each has a
+    default for stores that need none of it (memory, SQLite).
+    """
+
+    now: float
+    conflict: bool = False  # set by the commit: lost a race, nothing was written
+    guessed: bool = False  # set by load: answered from a cache, not a fresh read
+
+    @abc.abstractmethod
+    def load(self, job_id: str) -> JobRecord | None:
+        """The job's record; raises CorruptRecord for one that cannot be read."""
+
+    def load_for(self, job_id: str, op: Op, lease: Lease | None = None) -> JobRecord | None:
+        """``load`` for a step that will ``op`` the job; ``lease``: the caller's, for renew,
+        complete and release. An optimistic store may answer a first attempt with a guess
+        (``guessed``) its commit verifies: ZooKeeper takes a claimed job to be new (etcd too
+        with a pooled etcd lease at hand, and a submitted one), ZooKeeper answers a holder from
+        the record this process wrote while the lease's safe deadline runs
+        (``clock.deadline_runs``), etcd from the lease itself (its commit compares the keys
+        the lease implies)."""
+        return self.load(job_id)
+
+    def preload(self, job_ids: list[str]) -> None:  # noqa: B027 - nothing to do is the default
+        """The step will load all of ``job_ids`` (submit_many): a store may read them at once."""
+
+    def follow(self, previous: Transaction) -> None:  # noqa: B027 - nothing to do is the default
+        """Called on a retry's transaction with the attempt before it (its commit conflicted or
+        its guess was refuted), before the step runs: a store whose failed commit brought back
+        what it now holds (etcd's failure branch, a read ZooKeeper sent behind its multi) may
+        answer ``load`` from that."""
+
+    def stored(self, record: JobRecord) -> JobRecord:
+        """After the commit, ``record`` (what a claim or holder step saved) as the store wrote
+        it: a store that numbers claims itself (etcd: the commit's revision is the token) or
+        estimates a lease's end its own way says so here. This default: as saved."""
+        return record
+
+    @abc.abstractmethod
+    def save(self, record: JobRecord) -> None: ...
+
+    @abc.abstractmethod
+    def next_claimable(self) -> str | None:
+        """A pending job, or one whose lease expired by ``now``; oldest first."""
+
+    @abc.abstractmethod
+    def add_rejection(self, rejection: Rejection) -> None: ...
+
+    @abc.abstractmethod
+    def add_event(self, event: HistoryEvent) -> None: ...
