@@ -179,6 +179,21 @@ def test_every_attempt_lost_is_outraced_and_writes_nothing(backend: CasBackend, 
     assert backend.records["j"][0].state is JobState.PENDING and len(backend.events) == 1
 
 
+def test_claim_next_outlasts_a_busy_queue(backend: CasBackend, store: tenure.Store) -> None:
+    # A race claim_next lost is another claimer's win (16 claimers after one oldest job each
+    # win about one round in 16): it goes on past ATTEMPTS, and gives up only far beyond.
+    store.submit("j")
+    backend.cache.clear()
+    backend.interfere = contention.ATTEMPTS + 5
+    lease = store.claim_next(owner="a", ttl=10)
+    assert lease is not None and lease.job_id == "j"
+    store.submit("k")
+    backend.interfere = contention.CLAIM_NEXT_ATTEMPTS
+    with pytest.raises(tenure.Outraced):
+        store.claim_next(owner="a", ttl=10)
+    assert backend.records["k"][0].state is JobState.PENDING
+
+
 def test_a_renewal_on_a_stale_guess_is_refused_from_fresh_reads(backend: CasBackend, store: tenure.Store) -> None:
     lease = store.claim("j", owner="a", ttl=10)
     backend.clock.advance(11)

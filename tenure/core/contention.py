@@ -22,6 +22,11 @@ from collections.abc import Callable, Iterator
 from tenure.core.errors import Outraced
 
 ATTEMPTS = 20  # reads of one operation before it gives up
+# claim_next's: a race it lost is another claimer's win, so the queue moved on. With N
+# claimers after the same oldest job each wins a round about once in N, so 20 attempts end
+# in Outraced for a sizeable share of calls at 16 claimers; this bound is for a store that
+# keeps refusing, not for a busy queue.
+CLAIM_NEXT_ATTEMPTS = 200
 FIRST_PAUSE = 0.002  # seconds, at most, before the first retry; doubles per retry
 LONGEST_PAUSE = 0.1  # seconds, at most, of any one pause
 

@@ -62,6 +62,7 @@ class Operation(Generic[S, R]):
     job_id: str  # the job it concerns, for Outraced
     step: Callable[[Transaction], S]
     finish: Callable[[S], R]  # the caller's answer from what the step returned (as stored)
+    attempts: int = contention.ATTEMPTS  # before it gives up with Outraced
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ class Attempts(Generic[S, R]):
     """An operation's attempt rules: the first reads as the store likes (it may guess); a retry
     reads fresh and follows the attempt before it; a retry after a refuted guess goes at once,
     one after a conflict of fresh reads pauses (so colliders fall out of step); a refusal decided
-    on a guess is decided again; ``Outraced`` after ``contention.ATTEMPTS``."""
+    on a guess is decided again; ``Outraced`` after ``operation.attempts`` (``contention``)."""
 
     def __init__(self, operation: Operation[S, R]) -> None:
         self.operation = operation
@@ -94,8 +95,8 @@ class Attempts(Generic[S, R]):
         self._retries = 0
 
     def next(self) -> Attempt:
-        if self._count == contention.ATTEMPTS:
-            raise contention.outraced(self.operation.job_id)
+        if self._count == self.operation.attempts:
+            raise contention.outraced(self.operation.job_id, self.operation.attempts)
         self._count += 1
         if self._previous is None:
             return Attempt(fresh=False, retry=0)
@@ -171,7 +172,8 @@ def claim_next(owner: str, ttl: float) -> Operation[JobRecord | None, Lease | No
         job_id = tx.next_claimable()
         return None if job_id is None else _claim_in(tx, job_id, owner, ttl)
 
-    return Operation("(claim_next)", step, lambda found: None if found is None else transitions.lease_of(found))
+    return Operation("(claim_next)", step, lambda found: None if found is None else transitions.lease_of(found),
+                     contention.CLAIM_NEXT_ATTEMPTS)
 
 
 def holder(op: Op, lease: Lease, change: transitions.Change) -> Operation[JobRecord | Rejection, JobRecord]:
