@@ -11,11 +11,16 @@ import tenure
 from tenure.core.renewal import RENEWAL_WORKERS
 from tenure.testing.kit import Kit
 
+RENEWED_TTL = 1.0  # seconds: the shortest TTL a test relies on renewals of in real time
+
 
 class HoldTests:
     def test_hold_renews_past_the_ttl_and_completes(self, kit: Kit) -> None:
         with kit.connect(clock=tenure.SystemClock()) as store:
-            ttl = kit.short_ttl
+            # At least a second: renewals a third of a TTL apart must each land within about
+            # two thirds of it, and a shared CI machine stalls a process for a few tenths of a
+            # second (a 0.3 s TTL lost its lease to such a stall in a full run).
+            ttl = max(kit.short_ttl, RENEWED_TTL)
             with store.hold("j", owner="a", ttl=ttl) as held:
                 first_expiry = held.lease.expires_at
                 time.sleep(ttl * 2.5)  # real time: the renewal thread must keep the lease alive
