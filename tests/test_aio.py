@@ -112,38 +112,14 @@ def test_a_claim_cancelled_in_flight_releases_what_it_won(
     run(scenario)
 
 
-def test_a_claim_cancelled_on_a_stopped_postgresql_server_is_released_once_it_lands(
-        postgres_private: PostgresServer) -> None:
+def released_once_it_lands(url: str, server: PostgresServer | ZooKeeperServer) -> None:
+    """A claim sent to a paused server and cancelled: the server answers once resumed (within
+    its timeout), the claim lands, and the store releases it."""
     async def scenario() -> None:
-        async with tenure.aio.connect(f"{postgres_private.url}?schema=aio_cancel") as store:
+        async with tenure.aio.connect(url) as store:
             await store.submit("j")
-            await store.get("j")  # a pooled connection, idle and ready
-            postgres_private.pause()  # the claim reaches the server's socket, the answer waits
-            try:
-                claiming = asyncio.ensure_future(store.claim("j", owner="a", ttl=60.0))
-                await asyncio.sleep(0.3)  # real time: the statement is sent
-                claiming.cancel()
-                with pytest.raises(asyncio.CancelledError):
-                    await claiming
-            finally:
-                postgres_private.resume()  # within the statement timeout: the claim lands now
-
-            async def released() -> bool:
-                return [e.op for e in await store.history("j")][-2:] == [tenure.Op.CLAIM, tenure.Op.RELEASE]
-
-            await asyncio.wait_for(until(released), PATIENCE)
-            status = await store.get("j")
-            assert status is not None and status.state is tenure.JobState.PENDING
-
-    run(scenario)
-
-
-def test_a_claim_cancelled_on_a_stopped_zookeeper_server_is_released_once_it_lands(
-        zk_private: ZooKeeperServer) -> None:
-    async def scenario() -> None:
-        async with tenure.aio.connect(f"zk://{zk_private.hosts}/aio-cancel") as store:
-            await store.submit("j")
-            zk_private.pause()  # the claim's requests reach the server's socket, the answers wait
+            await store.get("j")  # a pooled connection (PostgreSQL), idle and ready
+            server.pause()  # the claim's requests reach the server's socket, the answers wait
             try:
                 claiming = asyncio.ensure_future(store.claim("j", owner="a", ttl=60.0))
                 await asyncio.sleep(0.3)  # real time: the requests are sent
@@ -151,7 +127,7 @@ def test_a_claim_cancelled_on_a_stopped_zookeeper_server_is_released_once_it_lan
                 with pytest.raises(asyncio.CancelledError):
                     await claiming
             finally:
-                zk_private.resume()  # within the session's timeout: the claim lands now
+                server.resume()  # within the statement's or session's timeout: the claim lands now
 
             async def released() -> bool:
                 return [e.op for e in await store.history("j")][-2:] == [tenure.Op.CLAIM, tenure.Op.RELEASE]
@@ -161,6 +137,16 @@ def test_a_claim_cancelled_on_a_stopped_zookeeper_server_is_released_once_it_lan
             assert status is not None and status.state is tenure.JobState.PENDING
 
     run(scenario)
+
+
+def test_a_claim_cancelled_on_a_stopped_postgresql_server_is_released_once_it_lands(
+        postgres_private: PostgresServer) -> None:
+    released_once_it_lands(f"{postgres_private.url}?schema=aio_cancel", postgres_private)
+
+
+def test_a_claim_cancelled_on_a_stopped_zookeeper_server_is_released_once_it_lands(
+        zk_private: ZooKeeperServer) -> None:
+    released_once_it_lands(f"zk://{zk_private.hosts}/aio-cancel", zk_private)
 
 
 def test_a_claim_cancelled_while_it_waits_for_a_holder_holds_nothing(
