@@ -6,12 +6,15 @@ here rather than in production."""
 from __future__ import annotations
 
 import struct
+import time
+from typing import Any
 
 import pytest
 
 serialization = pytest.importorskip("kazoo.protocol.serialization")
 exceptions = pytest.importorskip("kazoo.exceptions")
 from tenure.backends.zookeeper.multiread import MultiRead  # noqa: E402
+from tests.servers.zookeeper import ZooKeeperServer  # noqa: E402
 
 PATHS = ["/tenure/jobs/a", "/tenure/jobs/ünï", "/x"]
 
@@ -40,3 +43,38 @@ def test_answers_decode_from_kazoos_structs() -> None:
     assert empty == (b"", 7)
     version_field = serialization.ZnodeStat._fields.index("version")
     assert serialization.ZnodeStat._make(serialization.stat_struct.unpack(stat))[version_field] == 7
+
+
+def test_a_server_without_multiread_is_read_one_get_at_a_time(
+        zk_server: ZooKeeperServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A server before 3.6 answers a multiRead with UnimplementedError (injected here on the
+    # first request, as such a server would): the rest is read with pipelined gets, in order,
+    # by the streaming and the gathering reads alike.
+    from kazoo.client import KazooClient
+
+    from tenure.backends.zookeeper import calls, multiread
+
+    client = KazooClient(hosts=zk_server.hosts)
+    client.start()
+    try:
+        root = f"/multiread-{time.time_ns()}"
+        paths = [f"{root}/n{i:03d}" for i in range(7)]
+        for i, path in enumerate(paths):
+            client.create(path, f"v{i}".encode(), makepath=True)
+        wanted = [(p, f"v{i}".encode(), 0) for i, p in enumerate(paths)]
+        missing = [*paths[:3], f"{root}/gone", *paths[3:]]  # a znode that is not there is skipped
+        assert list(multiread.read_many(client, missing, 10.0, batch=2)) == wanted
+        send = multiread._send
+
+        def old_server(c: Any, chunk: list[str], stats: bool = False) -> Any:
+            result = c.handler.async_result()
+            result.set_exception(exceptions.UnimplementedError())
+            return result
+
+        monkeypatch.setattr(multiread, "_send", old_server)
+        assert list(multiread.read_many(client, missing, 10.0, batch=2)) == wanted
+        assert calls.run(multiread.reading_many(client, missing, batch=2), 10.0) == wanted
+        monkeypatch.setattr(multiread, "_send", send)
+    finally:
+        client.stop()
+        client.close()

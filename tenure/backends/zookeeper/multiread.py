@@ -12,7 +12,7 @@ gives it the request class kazoo's connection expects (``type``, ``serialize``,
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from kazoo.exceptions import EXCEPTIONS, NoNodeError, UnimplementedError
@@ -20,7 +20,6 @@ from kazoo.protocol.paths import _prefix_root
 from kazoo.protocol.serialization import GetData, MultiHeader, int_struct, multiheader_struct, stat_struct
 from kazoo.protocol.states import ZnodeStat
 
-from tenure.backends.zookeeper import calls
 from tenure.backends.zookeeper.calls import Io
 
 BATCH = 1000  # getData per request: about 300 KB of tenure records in the answer
@@ -88,30 +87,38 @@ def _send(client: Any, paths: list[str], stats: bool = False) -> Any:
 def read_many(client: Any, paths: list[str], timeout: float,
               batch: int = BATCH) -> Iterator[tuple[str, bytes, int]]:
     """(path, data, version) for each znode in ``paths`` that exists, in order; ``IN_FLIGHT``
-    requests of ``batch`` reads each are kept in flight while answers are decoded."""
-    sent: deque[tuple[list[str], Any]] = deque()
-    pending = iter([paths[i:i + batch] for i in range(0, len(paths), batch)])
-    for _ in range(IN_FLIGHT):
-        _send_next(client, pending, sent)
-    while sent:
-        chunk, result = sent.popleft()
-        _send_next(client, pending, sent)
-        try:
-            answers = result.get(timeout=timeout)
-        except UnimplementedError:  # a server before 3.6: one get per znode
-            yield from _pipelined(client, [p for c in [chunk, *(c for c, _ in sent), *pending] for p in c],
-                                  timeout)
-            return
-        yield from _found(chunk, answers)
+    requests of ``batch`` reads each are kept in flight while answers are decoded, and each
+    chunk's answers are handed on before the next is waited for (listings of 100,000 jobs)."""
+    ready: list[tuple[str, bytes, int]] = []
+    io = _reading(client, paths, batch, ready.extend)
+    try:
+        result = next(io)
+        while True:
+            yield from ready
+            ready.clear()
+            try:
+                value = result.get(timeout=timeout)
+            except Exception as exc:  # handed to the reads, which fall back or raise it
+                result = io.throw(exc)
+            else:
+                result = io.send(value)
+    except StopIteration:
+        yield from ready
 
 
 def reading_many(client: Any, paths: list[str], batch: int = BATCH) -> Io[list[tuple[str, bytes, int]]]:
     """``read_many`` as one ``Io`` (``calls``), for a step's reads: the same requests, as many
     in flight, gathered in a list."""
-    chunks = [paths[i:i + batch] for i in range(0, len(paths), batch)]
-    sent: deque[tuple[list[str], Any]] = deque()
-    pending = iter(chunks)
     got: list[tuple[str, bytes, int]] = []
+    yield from _reading(client, paths, batch, got.extend)
+    return got
+
+
+def _reading(client: Any, paths: list[str], batch: int,
+             found: Callable[[Iterable[tuple[str, bytes, int]]], None]) -> Io[None]:
+    """The reads of ``read_many`` and ``reading_many``, each chunk's answers given to ``found``."""
+    sent: deque[tuple[list[str], Any]] = deque()
+    pending = iter([paths[i:i + batch] for i in range(0, len(paths), batch)])
     for _ in range(IN_FLIGHT):
         _send_next(client, pending, sent)
     while sent:
@@ -122,10 +129,9 @@ def reading_many(client: Any, paths: list[str], batch: int = BATCH) -> Io[list[t
         except UnimplementedError:  # a server before 3.6: one get per znode
             rest = [p for c in [chunk, *(c for c, _ in sent), *pending] for p in c]
             for start in range(0, len(rest), 500):
-                got.extend((yield from _getting(client, rest[start:start + 500])))
-            return got
-        got.extend(_found(chunk, answers))
-    return got
+                found((yield from _getting(client, rest[start:start + 500])))
+            return
+        found(_found(chunk, answers))
 
 
 def _send_next(client: Any, pending: Iterator[list[str]], sent: deque[tuple[list[str], Any]]) -> None:
@@ -141,11 +147,6 @@ def _found(chunk: list[str], answers: list[Any]) -> Iterator[tuple[str, bytes, i
         if isinstance(answer, Exception):
             raise answer
         yield path, answer[0], answer[1]
-
-
-def _pipelined(client: Any, paths: list[str], timeout: float) -> Iterator[tuple[str, bytes, int]]:
-    for start in range(0, len(paths), 500):
-        yield from calls.run(_getting(client, paths[start:start + 500]), timeout)
 
 
 def _getting(client: Any, paths: list[str]) -> Io[list[tuple[str, bytes, int]]]:
