@@ -568,9 +568,8 @@ class AioConnection:
                 return await stub(step.request, timeout=timeout, metadata=step.metadata)
             stream = stub(iter([step.request]), timeout=timeout, metadata=step.metadata)
             try:
-                async for resp in stream:
-                    return resp
-                return None
+                resp = await stream.read()  # the first answer; an ended stream's error is raised here
+                return None if resp is grpc.aio.EOF else resp
             finally:
                 stream.cancel()  # answered: the rest of the stream is nothing we wait for
         if isinstance(step, Call):
