@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import resource
 import threading
 import time
@@ -51,12 +52,14 @@ async def hold_many(s: Subject, leases: int, ttl: float, targets: Targets) -> No
         took = time.perf_counter() - started
         lowest = ttl
         threads = threading.active_count()
+        cpu, load = time.process_time(), os.getloadavg()[0]
         end = time.monotonic() + 2.5 * ttl
         while time.monotonic() < end:
             await asyncio.sleep(0.25)  # real time: the renewals happen meanwhile
             lowest = min(lowest, min(h.remaining() for h in held))
             threads = max(threads, threading.active_count())
         grown = rss() - rss_before
+        cpu = time.process_time() - cpu
         lost = sum(h.lost.is_set() for h in held)
         renewals = sum(1 for e in await store.history(limit=None) if e.op is tenure.Op.RENEW)
         started = time.perf_counter()
@@ -68,6 +71,9 @@ async def hold_many(s: Subject, leases: int, ttl: float, targets: Targets) -> No
               f"({renewals / leases:.1f} per lease; the task renews every ttl/3)")
         print(f"  smallest margin before a safe deadline: {lowest:.2f} s of {ttl * 0.95:.2f} s; lost: {lost}")
         print(f"  released one by one in {released:.2f} s; lost meanwhile: {lost_later}")
+        print(f"  this process's CPU while holding: {cpu:.1f} s in {2.5 * ttl:g} s; machine load average "
+              f"{load:.1f} before, {os.getloadavg()[0]:.1f} after (the loop is one thread: on a busy machine it "
+              "gets one thread's share)")
         print(f"  threads: {threads_before} before, {threads} at most while holding; "
               f"resident memory {grown / 2**20:+.1f} MiB ({grown / leases / 1024:.1f} KiB a lease)")
         targets.check(lost == lost_later == 0 and lowest > 0,
@@ -76,7 +82,7 @@ async def hold_many(s: Subject, leases: int, ttl: float, targets: Targets) -> No
                       f"({threads - threads_before} more while holding {leases:,} leases)")
 
 
-async def sync_hold(s: Subject, leases: int, ttl: float) -> None:
+def sync_hold(s: Subject, leases: int, ttl: float) -> None:
     found = workloads.hold_many(s.url, s.options, leases, ttl, 2.5 * ttl)
     print(f"  the sync store, same leases and TTL, in a process of its own: lost {found['lost']}, "
           f"+{found['threads']} threads, {found['rss_mb']:.0f} MB resident")
@@ -135,12 +141,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--sync-hold", action="store_true", help="hold the same leases on the sync store too")
     parser.add_argument("--no-claimers", action="store_true", help="only the held leases")
+    parser.add_argument("--no-hold", action="store_true", help="only the claimers")
     args = parser.parse_args()
     print(f"# tenure.aio at scale; maxrss at start {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     targets = Targets()
     for name in args.backends.split(","):
         with SUBJECTS[name]() as subject:
-            asyncio.run(hold_many(subject, args.leases, args.ttl, targets))
+            if not args.no_hold:
+                asyncio.run(hold_many(subject, args.leases, args.ttl, targets))
             if args.sync_hold:
                 sync_hold(subject, args.leases, args.ttl)
             if not args.no_claimers:
