@@ -16,7 +16,7 @@ leases serve them, and why:
 - **Quarantine.** etcd < 3.4.28 can end a lease before its TTL (etcd-io/etcd#15247), so a
   lease etcd ended is claimed only one TTL after this process first saw it gone
   (``Quarantine``); the holder may revive it while its deadline runs (``transaction``).
-- **Retention.** History and rejections hang on one shared etcd lease (``retention_id``).
+- **Retention.** History and rejections hang on one shared etcd lease (``retention``).
 """
 
 from __future__ import annotations
@@ -164,6 +164,7 @@ class EtcdLeases:
 
     # -- the retention lease of the audit ------------------------------------------------
     def retention_id(self) -> int:
+        """``retention``, waited for in this thread."""
         return self._conn.run(self.retention())
 
     def retention(self) -> Io[int]:
@@ -231,7 +232,7 @@ class EtcdLeases:
 @dataclasses.dataclass
 class Claiming:
     """The etcd lease a claim (or claim_next) will hang its lease key on: pooled, or granted
-    beside the read of the job (``grant_beside``).
+    beside the read of the job (``granting_beside``).
 
     It outlives the claim's attempts (a lost race wrote nothing with it); the claim gives it
     back, or revokes it after a transaction that may have written it (``maybe_written``).
