@@ -1,0 +1,146 @@
+"""``python -m benchmarks.before_after [--baseline REV] [--backends etcd,zk] [--n N] [--runs N]``
+
+Did a refactor make the protocol's hot path slower? This runs the client of ``--baseline`` (a
+git revision; default: the commit before etcd and ZooKeeper became record backends of the
+core's transaction) and this tree's side by side on one private server per backend, each in a
+process of its own, alternating slices of claim, renew, complete cycles so that a change in
+the machine's load falls on both alike. It reports per cycle the wall time and the client
+process's CPU time (every thread of it, gRPC's and kazoo's included): CPU time moves far
+less with the load of a shared machine than wall time does. Round trips per operation are
+``benchmarks/round_trips.py``'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BEFORE_PORTS = "c843c60"  # main before etcd and ZooKeeper became RecordBackends (issue 14)
+
+WORKER = textwrap.dedent("""
+    import sys, time
+    import tenure
+    store = tenure.connect(sys.argv[1])
+    done = 0
+    print("ready", flush=True)
+    for line in sys.stdin:
+        n = int(line)
+        cpu, wall = time.process_time(), time.perf_counter()
+        for i in range(done, done + n):
+            lease = store.claim(f"c-{i}", owner="bench", ttl=30.0)
+            store.complete(store.renew(lease), result=b"done")
+        done += n
+        print(time.process_time() - cpu, time.perf_counter() - wall, flush=True)
+""")
+
+
+class Worker:
+    """A tenure client from ``tree`` in a process of its own."""
+
+    def __init__(self, tree: Path, url: str) -> None:
+        env = dict(os.environ, PYTHONPATH=str(tree))
+        self._proc = subprocess.Popen([sys.executable, "-c", WORKER, url], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, text=True, env=env, cwd=tree)
+        self._line()
+
+    def _line(self) -> str:
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the worker stopped (exit {self._proc.wait()})")
+        return line.strip()
+
+    def cycles(self, n: int) -> tuple[float, float]:
+        """CPU and wall seconds of ``n`` cycles."""
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(f"{n}\n")
+        self._proc.stdin.flush()
+        cpu, wall = self._line().split()
+        return float(cpu), float(wall)
+
+    def close(self) -> None:
+        assert self._proc.stdin is not None
+        self._proc.stdin.close()
+        self._proc.wait(timeout=60)
+
+
+@contextlib.contextmanager
+def server(backend: str, tmp: Path) -> Iterator[str]:
+    """A private server, started as the tests start theirs (fsync on): its URL base."""
+    if backend == "etcd":
+        from tests.servers.etcd import EtcdCluster
+
+        cluster = EtcdCluster(tmp / "etcd", size=1)
+        cluster.start()
+        try:
+            yield f"etcd://{cluster.endpoints}/ba-{uuid.uuid4().hex[:6]}"
+        finally:
+            cluster.close()
+    elif backend == "zk":
+        from tests.servers.zookeeper import running
+
+        with running(tmp / "zk") as zk:
+            yield f"zk://{zk.hosts}/ba-{uuid.uuid4().hex[:6]}"
+    else:
+        yield f"sqlite:///{tmp}/ba.db"
+
+
+def compare(backend: str, baseline: Path, url: str, n: int, runs: int, label: str) -> None:
+    before, after = Worker(baseline, url + "-before"), Worker(ROOT, url + "-after")
+    for worker in (before, after):
+        worker.cycles(max(10, n // 10))  # warm up connections and pools
+    totals: dict[str, list[tuple[float, float]]] = {"before": [], "after": []}
+    for _ in range(runs):
+        sums = {"before": [0.0, 0.0], "after": [0.0, 0.0]}
+        for _ in range(10):  # alternating slices
+            for name, worker in (("before", before), ("after", after)):
+                cpu, wall = worker.cycles(n // 10)
+                sums[name][0] += cpu
+                sums[name][1] += wall
+        for name in sums:
+            totals[name].append((sums[name][0] / n * 1e3, sums[name][1] / n * 1e3))
+    for worker in (before, after):
+        worker.close()
+
+    def med(name: str, i: int) -> float:
+        return statistics.median(run[i] for run in totals[name])
+
+    print(f"{backend}: claim+renew+complete, {runs} runs of {n} cycles, before = {label}")
+    for i, what in ((0, "client CPU"), (1, "wall")):
+        b, a = med("before", i), med("after", i)
+        runs_text = ", ".join(f"{x[i]:.2f}/{y[i]:.2f}" for x, y in zip(totals["before"], totals["after"]))
+        print(f"  {what} per cycle: before {b:.2f} ms, after {a:.2f} ms, after / before {a / b:.2f} x "
+              f"(runs before/after: {runs_text})")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--baseline", default=BEFORE_PORTS, help="git revision to compare against")
+    parser.add_argument("--backends", default="etcd,zk")
+    parser.add_argument("--n", type=int, default=300, help="cycles per run")
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="tenure-before-after-") as tmp:
+        baseline = Path(tmp) / "baseline"
+        baseline.mkdir()
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.baseline], check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(baseline)], input=archive, check=True)
+        for backend in args.backends.split(","):
+            with server(backend, Path(tmp) / backend) as url:
+                compare(backend, baseline, url, args.n, args.runs, args.baseline)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
