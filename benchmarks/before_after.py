@@ -118,7 +118,7 @@ def compare(backend: str, baseline: Path, url: str, n: int, runs: int, label: st
     print(f"{backend}: claim+renew+complete, {runs} runs of {n} cycles, before = {label}")
     for i, what in ((0, "client CPU"), (1, "wall")):
         b, a = med("before", i), med("after", i)
-        runs_text = ", ".join(f"{x[i]:.2f}/{y[i]:.2f}" for x, y in zip(totals["before"], totals["after"]))
+        runs_text = ", ".join(f"{x[i]:.2f}/{y[i]:.2f}" for x, y in zip(totals["before"], totals["after"], strict=True))
         print(f"  {what} per cycle: before {b:.2f} ms, after {a:.2f} ms, after / before {a / b:.2f} x "
               f"(runs before/after: {runs_text})")
 
