@@ -1,4 +1,4 @@
-"""``python -m benchmarks.before_after [--baseline REV] [--backends etcd,zk] [--n N] [--runs N]``
+"""``python -m benchmarks.before_after [--baseline REV] [--backends etcd,zk] [--n N] [--runs N] [--claimers N]``
 
 Did a refactor make the protocol's hot path slower? This runs the client of ``--baseline`` (a
 git revision; default: the commit before etcd and ZooKeeper became record backends of the
@@ -6,8 +6,9 @@ core's transaction) and this tree's side by side on one private server per backe
 process of its own, alternating slices of claim, renew, complete cycles so that a change in
 the machine's load falls on both alike. It reports per cycle the wall time and the client
 process's CPU time (every thread of it, gRPC's and kazoo's included): CPU time moves far
-less with the load of a shared machine than wall time does. Round trips per operation are
-``benchmarks/round_trips.py``'s.
+less with the load of a shared machine than wall time does. With ``--claimers N``, each slice
+is instead N threads of one process taking ``--n`` / 10 queued jobs with ``claim_next`` and
+completing them (jobs per second). Round trips per operation are ``benchmarks/round_trips.py``'s.
 """
 
 from __future__ import annotations
@@ -28,15 +29,28 @@ ROOT = Path(__file__).resolve().parents[1]
 BEFORE_PORTS = "c843c60"  # main before etcd and ZooKeeper became RecordBackends (issue 14)
 
 WORKER = textwrap.dedent("""
-    import sys, time
+    import sys, threading, time
     import tenure
-    store = tenure.connect(sys.argv[1])
+    store, claimers = tenure.connect(sys.argv[1]), int(sys.argv[2])
     done = 0
     print("ready", flush=True)
+
+    def drain():
+        while (lease := store.claim_next(owner="bench", ttl=30.0)) is not None:
+            store.complete(lease)
+
     for line in sys.stdin:
         n = int(line)
+        if claimers:
+            store.submit_many([f"q-{i}" for i in range(done, done + n)])
         cpu, wall = time.process_time(), time.perf_counter()
-        for i in range(done, done + n):
+        if claimers:
+            threads = [threading.Thread(target=drain) for _ in range(claimers)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        for i in range(done, done + n) if not claimers else ():
             lease = store.claim(f"c-{i}", owner="bench", ttl=30.0)
             store.complete(store.renew(lease), result=b"done")
         done += n
@@ -47,9 +61,9 @@ WORKER = textwrap.dedent("""
 class Worker:
     """A tenure client from ``tree`` in a process of its own."""
 
-    def __init__(self, tree: Path, url: str) -> None:
+    def __init__(self, tree: Path, url: str, claimers: int) -> None:
         env = dict(os.environ, PYTHONPATH=str(tree))
-        self._proc = subprocess.Popen([sys.executable, "-c", WORKER, url], stdin=subprocess.PIPE,
+        self._proc = subprocess.Popen([sys.executable, "-c", WORKER, url, str(claimers)], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, text=True, env=env, cwd=tree)
         self._line()
 
@@ -61,7 +75,7 @@ class Worker:
         return line.strip()
 
     def cycles(self, n: int) -> tuple[float, float]:
-        """CPU and wall seconds of ``n`` cycles."""
+        """CPU and wall seconds of ``n`` cycles (or jobs claimed and completed)."""
         assert self._proc.stdin is not None
         self._proc.stdin.write(f"{n}\n")
         self._proc.stdin.flush()
@@ -95,8 +109,8 @@ def server(backend: str, tmp: Path) -> Iterator[str]:
         yield f"sqlite:///{tmp}/ba.db"
 
 
-def compare(backend: str, baseline: Path, url: str, n: int, runs: int, label: str) -> None:
-    before, after = Worker(baseline, url + "-before"), Worker(ROOT, url + "-after")
+def compare(backend: str, baseline: Path, url: str, n: int, runs: int, label: str, claimers: int) -> None:
+    before, after = Worker(baseline, url + "-before", claimers), Worker(ROOT, url + "-after", claimers)
     for worker in (before, after):
         worker.cycles(max(10, n // 10))  # warm up connections and pools
     totals: dict[str, list[tuple[float, float]]] = {"before": [], "after": []}
@@ -115,6 +129,14 @@ def compare(backend: str, baseline: Path, url: str, n: int, runs: int, label: st
     def med(name: str, i: int) -> float:
         return statistics.median(run[i] for run in totals[name])
 
+    if claimers:
+        rates = {name: [1e3 / run[1] for run in totals[name]] for name in totals}  # run[1]: ms a job
+        b, a = (statistics.median(rates[name]) for name in ("before", "after"))
+        pairs = ", ".join(f"{x:.0f}/{y:.0f}" for x, y in zip(rates["before"], rates["after"], strict=True))
+        print(f"{backend}: {claimers} threads taking {n} jobs with claim_next + complete, {runs} runs, "
+              f"before = {label}: before {b:,.0f} jobs/s, after {a:,.0f} jobs/s, after / before {a / b:.2f} x "
+              f"(runs before/after: {pairs})")
+        return
     print(f"{backend}: claim+renew+complete, {runs} runs of {n} cycles, before = {label}")
     for i, what in ((0, "client CPU"), (1, "wall")):
         b, a = med("before", i), med("after", i)
@@ -129,6 +151,7 @@ def main() -> int:
     parser.add_argument("--backends", default="etcd,zk")
     parser.add_argument("--n", type=int, default=300, help="cycles per run")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--claimers", type=int, default=0, help="threads taking queued jobs (0: cycles)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tenure-before-after-") as tmp:
         baseline = Path(tmp) / "baseline"
@@ -138,7 +161,7 @@ def main() -> int:
         subprocess.run(["tar", "-x", "-C", str(baseline)], input=archive, check=True)
         for backend in args.backends.split(","):
             with server(backend, Path(tmp) / backend) as url:
-                compare(backend, baseline, url, args.n, args.runs, args.baseline)
+                compare(backend, baseline, url, args.n, args.runs, args.baseline, args.claimers)
     return 0
 
 

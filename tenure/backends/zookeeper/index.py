@@ -26,7 +26,7 @@ from tenure.backends.zookeeper.calls import Io
 from tenure.backends.zookeeper.config import mapped_errors
 from tenure.backends.zookeeper.multiread import reading_many
 from tenure.backends.zookeeper.session import Session
-from tenure.core import transitions
+from tenure.core import contention, transitions
 from tenure.core.errors import CorruptRecord
 from tenure.core.records import JobRecord, JobState
 
@@ -220,6 +220,7 @@ class Index:
         for name in sorted(names):
             with contextlib.suppress(ValueError):  # not an entry tenure made: never proposed
                 entries.append((zl.entry_job(name), f"{self.layout.pending}/{bucket}/{name}"))
+        entries = contention.spread(entries)
         for start in range(0, len(entries), PENDING_READS):
             chunk = entries[start:start + PENDING_READS]
             paths = [self.layout.job(job_id) for job_id, _ in chunk]
