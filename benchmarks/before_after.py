@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -25,7 +24,8 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.processes import ROOT, LineProcess, archived
+
 BEFORE_PORTS = "c843c60"  # main before etcd and ZooKeeper became RecordBackends (issue 14)
 
 WORKER = textwrap.dedent("""
@@ -58,34 +58,17 @@ WORKER = textwrap.dedent("""
 """)
 
 
-class Worker:
+class Worker(LineProcess):
     """A tenure client from ``tree`` in a process of its own."""
 
     def __init__(self, tree: Path, url: str, claimers: int) -> None:
-        env = dict(os.environ, PYTHONPATH=str(tree))
-        self._proc = subprocess.Popen([sys.executable, "-c", WORKER, url, str(claimers)], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, text=True, env=env, cwd=tree)
-        self._line()
-
-    def _line(self) -> str:
-        assert self._proc.stdout is not None
-        line = self._proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the worker stopped (exit {self._proc.wait()})")
-        return line.strip()
+        super().__init__(str(tree), [sys.executable, "-c", WORKER, url, str(claimers)],
+                         dict(os.environ, PYTHONPATH=str(tree)), cwd=tree)
 
     def cycles(self, n: int) -> tuple[float, float]:
         """CPU and wall seconds of ``n`` cycles (or jobs claimed and completed)."""
-        assert self._proc.stdin is not None
-        self._proc.stdin.write(f"{n}\n")
-        self._proc.stdin.flush()
-        cpu, wall = self._line().split()
+        cpu, wall = self.ask(str(n)).split()
         return float(cpu), float(wall)
-
-    def close(self) -> None:
-        assert self._proc.stdin is not None
-        self._proc.stdin.close()
-        self._proc.wait(timeout=60)
 
 
 @contextlib.contextmanager
@@ -106,6 +89,7 @@ def server(backend: str, tmp: Path) -> Iterator[str]:
         with running(tmp / "zk") as zk:
             yield f"zk://{zk.hosts}/ba-{uuid.uuid4().hex[:6]}"
     else:
+        tmp.mkdir()
         yield f"sqlite:///{tmp}/ba.db"
 
 
@@ -154,11 +138,7 @@ def main() -> int:
     parser.add_argument("--claimers", type=int, default=0, help="threads taking queued jobs (0: cycles)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tenure-before-after-") as tmp:
-        baseline = Path(tmp) / "baseline"
-        baseline.mkdir()
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.baseline], check=True,
-                                 capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(baseline)], input=archive, check=True)
+        baseline = archived(args.baseline, Path(tmp) / "baseline")
         for backend in args.backends.split(","):
             with server(backend, Path(tmp) / backend) as url:
                 compare(backend, baseline, url, args.n, args.runs, args.baseline, args.claimers)
