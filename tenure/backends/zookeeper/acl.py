@@ -17,6 +17,7 @@ decision, an open ACL is a default. Znodes below the directories are not checked
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Iterator
 
@@ -89,7 +90,8 @@ class Guard:
         client = self._b.client
         count = 0
         with mapped_errors("repairing the root's ACLs"):
-            for batch in _batches(self._below(directories)):
+            paths = self._below(directories)
+            while batch := list(itertools.islice(paths, _BATCH)):
                 pending = [client.set_acls_async(path, self.expected(path)) for path in batch]
                 for result in pending:
                     try:
@@ -114,14 +116,3 @@ class Guard:
                     level.extend(f"{parent}/{name}" for name in self._b.wait(result))
                 except NoNodeError:
                     continue
-
-
-def _batches(paths: Iterator[str]) -> Iterator[list[str]]:
-    batch: list[str] = []
-    for path in paths:
-        batch.append(path)
-        if len(batch) >= _BATCH:
-            yield batch
-            batch = []
-    if batch:
-        yield batch

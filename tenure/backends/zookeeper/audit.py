@@ -67,9 +67,6 @@ class Log:
             self.segment = session.run(self._newest())
 
     # -- segments --------------------------------------------------------------------------------
-    def ranks(self, watch: Callable[[Any], None] | None = None) -> list[int]:
-        return self._b.run(self.ranking(watch))
-
     def ranking(self, watch: Callable[[Any], None] | None = None) -> Io[list[int]]:
         """The segments' ranks, oldest first; ``_LEGACY`` first if records predate segments."""
         with mapped_errors("listing the audit"):
@@ -139,9 +136,6 @@ class Log:
                 return
 
     # -- reading -----------------------------------------------------------------------------------
-    def records(self, rank: int, watch: Callable[[Any], None] | None = None) -> list[tuple[Key, str]]:
-        return self._b.run(self.listing(rank, watch))
-
     def listing(self, rank: int, watch: Callable[[Any], None] | None = None) -> Io[list[tuple[Key, str]]]:
         """The records of one segment, oldest first, as (key, path)."""
         directory = self._path(rank)
@@ -155,15 +149,15 @@ class Log:
         return sorted(found)
 
     def newest_first(self) -> Iterator[str]:
-        for rank in reversed(self.ranks()):
-            for _, path in reversed(self.records(rank)):
+        for rank in reversed(self._b.run(self.ranking())):
+            for _, path in reversed(self._b.run(self.listing(rank))):
                 yield path
 
     def after(self, last: Key | None, watch: Callable[[Any], None]) -> list[tuple[Key, str]]:
         """Records written after ``last`` (all with None), oldest first, arming ``watch`` on
         the directory and on each segment listed."""
-        ranks = [r for r in self.ranks(watch) if last is None or r >= last[0]]
-        return [(key, path) for rank in ranks for key, path in self.records(rank, watch)
+        ranks = [r for r in self._b.run(self.ranking(watch)) if last is None or r >= last[0]]
+        return [(key, path) for rank in ranks for key, path in self._b.run(self.listing(rank, watch))
                 if last is None or key > last]
 
     def trim(self, retention: int) -> Io[None]:

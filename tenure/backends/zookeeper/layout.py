@@ -32,6 +32,7 @@ import contextlib
 import json
 import re
 import secrets
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from tenure.core import codec
@@ -178,16 +179,11 @@ def _load(data: bytes, key: str) -> dict[str, Any]:
     return d
 
 
-def _record(data: bytes, key: str, job_id: str | None) -> JobRecord:
-    """``job_id`` None: the record names its job."""
-    return _fields(_load(data, key), key, job_id)
-
-
-def _fields(d: dict[str, Any], key: str, job_id: str | None) -> JobRecord:
+def _fields(d: dict[str, Any], key: str, job_id: str) -> JobRecord:
     named = d.get("job_id")
     if not isinstance(named, str):
         raise CorruptRecord(key, "names no job")
-    if job_id is not None and named != job_id:
+    if named != job_id:
         raise CorruptRecord(key, f"names job {named!r}, not the job its znode is for")
     return codec.job_record(key, named, d.get("state"), d.get("owner"), d.get("token"), d.get("lease_until"),
                             d.get("ttl"), d.get("submitted_at"), d.get("claimed_at"), d.get("renewed_at"),
@@ -196,7 +192,20 @@ def _fields(d: dict[str, Any], key: str, job_id: str | None) -> JobRecord:
 
 def load_record(data: bytes, key: str, job_id: str) -> JobRecord:
     """The record in a job znode; CorruptRecord for anything tenure did not write."""
-    return _record(data, key, job_id)
+    return _fields(_load(data, key), key, job_id)
+
+
+def readable(jobs: str, found: Iterable[tuple[str, bytes, int]]) -> Iterator[tuple[str, JobRecord, bytes, int]]:
+    """(job id, record, data, version) of each (path, data, version) read under ``jobs`` that
+    tenure wrote; the rest is skipped here (a listing shows it as corrupt)."""
+    prefix = len(jobs) + 1
+    for path, data, version in found:
+        try:
+            job_id = decode(path[prefix:])
+            rec = load_record(data, path, job_id)
+        except (CorruptRecord, ValueError):
+            continue
+        yield job_id, rec, data, version
 
 
 def read_job(data: bytes, key: str, job_id: str) -> tuple[JobRecord, int | None, str | None]:

@@ -108,19 +108,29 @@ def read_many(client: Any, paths: list[str], timeout: float,
 
 def reading_many(client: Any, paths: list[str], batch: int = BATCH) -> Io[list[tuple[str, bytes, int]]]:
     """``read_many`` as one ``Io`` (``calls``), for a step's reads: the same requests, as many
-    in flight, gathered in a list."""
+    in flight (the first sent now, with whatever the step sends next), gathered in a list."""
     got: list[tuple[str, bytes, int]] = []
-    yield from _reading(client, paths, batch, got.extend)
+    return _gathered(_reading(client, paths, batch, got.extend), got)
+
+
+def _gathered(io: Io[None], got: list[tuple[str, bytes, int]]) -> Io[list[tuple[str, bytes, int]]]:
+    yield from io
     return got
 
 
 def _reading(client: Any, paths: list[str], batch: int,
              found: Callable[[Iterable[tuple[str, bytes, int]]], None]) -> Io[None]:
-    """The reads of ``read_many`` and ``reading_many``, each chunk's answers given to ``found``."""
+    """The reads of ``read_many`` and ``reading_many``: ``IN_FLIGHT`` requests sent at once,
+    the rest as answers come in, each chunk's answers given to ``found``."""
     sent: deque[tuple[list[str], Any]] = deque()
     pending = iter([paths[i:i + batch] for i in range(0, len(paths), batch)])
     for _ in range(IN_FLIGHT):
         _send_next(client, pending, sent)
+    return _answers(client, pending, sent, found)
+
+
+def _answers(client: Any, pending: Iterator[list[str]], sent: deque[tuple[list[str], Any]],
+             found: Callable[[Iterable[tuple[str, bytes, int]]], None]) -> Io[None]:
     while sent:
         chunk, result = sent.popleft()
         _send_next(client, pending, sent)

@@ -23,6 +23,7 @@ import contextlib
 import json
 import math
 import threading
+from collections.abc import Iterator
 
 from kazoo.client import KazooClient
 
@@ -77,6 +78,15 @@ def status(layout: zl.Layout, name: str, data: bytes, now: float) -> JobStatus:
     return transitions.status(item, now) if isinstance(item, JobRecord) else item
 
 
+def listing(client: KazooClient, layout: zl.Layout, names: list[str], now: float, timeout: float,
+            what: str = "listing jobs") -> Iterator[JobStatus]:
+    """The statuses at ``now`` of the job znodes ``names`` that exist, in order, streamed."""
+    start = len(layout.jobs) + 1
+    with mapped_errors(what):
+        for path, data, _ in read_many(client, [f"{layout.jobs}/{n}" for n in names], timeout):
+            yield status(layout, path[start:], data, now)
+
+
 class ZooKeeperIndex:
     """``tenure.core.paging.IndexedJobs`` on ZooKeeper's claimable index."""
 
@@ -88,12 +98,8 @@ class ZooKeeperIndex:
         self._names: tuple[int, list[str]] = (-1, [])  # (cversion of jobs/, sorted ids)
 
     def _held_statuses(self, names: list[str], now: float) -> list[JobStatus]:
-        start = len(self._layout.jobs) + 1
-        with mapped_errors("reading leased jobs"):
-            found = [status(self._layout, path[start:], data, now)
-                     for path, data, _ in read_many(self._client, [f"{self._layout.jobs}/{n}" for n in names],
-                                                    self._timeout)]
-        return [s for s in found if s.state in HELD_STATES]
+        return [s for s in listing(self._client, self._layout, names, now, self._timeout, "reading leased jobs")
+                if s.state in HELD_STATES]
 
     def counts(self, now: float, soon: float = 0.0) -> Summary | None:
         """The index's counts at one moment of the server's state (None: the index's znodes
@@ -153,8 +159,5 @@ class ZooKeeperIndex:
         return ids
 
     def statuses(self, job_ids: list[str], now: float) -> list[JobStatus]:
-        start = len(self._layout.jobs) + 1
-        with mapped_errors("reading jobs"):
-            return [status(self._layout, path[start:], data, now)
-                    for path, data, _ in read_many(self._client, [self._layout.job(j) for j in job_ids],
-                                                   self._timeout)]
+        return list(listing(self._client, self._layout, [zl.encode(j) for j in job_ids], now, self._timeout,
+                            "reading jobs"))

@@ -47,7 +47,6 @@ from typing import Any, TypeVar
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError, RuntimeInconsistency
 from kazoo.protocol.serialization import CheckVersion, SetData
 
-from tenure.backends.zookeeper import calls
 from tenure.backends.zookeeper import layout as zl
 from tenure.backends.zookeeper.audit import Audit
 from tenure.backends.zookeeper.calls import Io
@@ -226,7 +225,7 @@ class ZkTransaction(Transaction):
         if behind is None or behind[0] != job_id:
             self._behind = None  # answers one attempt: the next one reads
             return None
-        got = self.answer(("behind", job_id), lambda: _mapped(f"reading job {job_id!r}", behind[1]()))
+        got = self.answer(("behind", job_id), behind[1])
         self._behind = None  # only once answered: an async step comes back here for it
         if got.rec is not None and got.rec.state is JobState.LEASED:
             return None
@@ -240,12 +239,13 @@ class ZkTransaction(Transaction):
         gen = self._client.exists_async(self._layout.gen(job_id))
 
         def answer() -> Io[Found]:
-            try:
-                data, stat = yield job
-                version = stat.version
-            except NoNodeError:
-                data, version = None, -1
-            g = yield gen
+            with mapped_errors(f"reading job {job_id!r}"):
+                try:
+                    data, stat = yield job
+                    version = stat.version
+                except NoNodeError:
+                    data, version = None, -1
+                g = yield gen
             return found(job_id, key, data, version, None if g is None else g.version)
 
         return answer
@@ -287,7 +287,7 @@ class ZkTransaction(Transaction):
         """Several jobs' znodes in one read-only multi, sent at once."""
         keys = [self._layout.job(j) for j in job_ids]
         gens = [self._layout.gen(j) for j in job_ids]
-        reading = calls.started(reading_many(self._client, keys + gens))  # the requests go out now
+        reading = reading_many(self._client, keys + gens)  # the requests go out now
 
         def answer() -> Io[list[Found]]:
             read = {p: (d, v) for p, d, v in (yield from reading)}
@@ -325,15 +325,10 @@ class ZkTransaction(Transaction):
         """A store without the index: every job read, expired leases first, then pending jobs
         oldest first."""
         listed: list[tuple[int, float, str, bytes, int]] = []
-        prefix = len(self._layout.jobs) + 1
         with mapped_errors("listing jobs"):
             names = yield self._client.get_children_async(self._layout.jobs)
-            paths = [f"{self._layout.jobs}/{n}" for n in sorted(names)]
-            for path, data, version in (yield from reading_many(self._client, paths)):
-                try:
-                    rec = zl.load_record(data, path, job_id := zl.decode(path[prefix:]))
-                except (CorruptRecord, ValueError):
-                    continue
+            read = yield from reading_many(self._client, [f"{self._layout.jobs}/{n}" for n in sorted(names)])
+            for job_id, rec, data, version in zl.readable(self._layout.jobs, read):
                 if transitions.is_claimable(rec, self.now):
                     leased = rec.state is JobState.LEASED
                     listed.append((0 if leased else 1, (rec.lease_until if leased else rec.submitted_at) or 0.0,
@@ -470,9 +465,4 @@ class ZkTransaction(Transaction):
             lease = self._guessed_lease
             self._p.written.forget(lease.job_id, lease.token, lease.owner)
         self.conflict = True
-
-
-def _mapped(what: str, io: Io[T]) -> Io[T]:
-    with mapped_errors(what):
-        return (yield from io)
 
