@@ -1,29 +1,15 @@
-"""Where tenure keeps things under a ZooKeeper root, and how each znode's data is encoded.
+"""Where tenure keeps things under a ZooKeeper root, and how each znode's data is encoded
+(docs/backends/zookeeper.md, "Layout", says why):
 
     <root>/jobs/<enc>        the job record (JSON); its version changes on every write
     <root>/gen/<enc>         written only by claims: its version IS the fencing token
-    <root>/events/<segment>/e-<seq>      accepted changes (history), trimmed to ``retention``
-    <root>/rejections/<segment>/r-<seq>  audited stale operations, trimmed to ``retention``
-                             (segments: see ``audit``)
+    <root>/events/<segment>/e-<seq>, <root>/rejections/<segment>/r-<seq>   the audit (``audit``)
     <root>/clocks/<uuid>     one ephemeral znode per client; writing it reads the leader's clock
-    <root>/pending/<bucket>/<ms><seq>.<enc>
-                             the index of pending jobs: one entry per pending job, in buckets
-                             of at most about BUCKET_SIZE entries created within BUCKET_SPAN
-                             seconds, named by the store time they were opened
-                             (``<ms>-<seq><rand>``); an entry's ``<ms>`` is when it was queued
-                             and ``<seq>`` its place in its multi, so names sort oldest first
-    <root>/leased/<enc>      the index of leased jobs (live or expired): one empty znode each
+    <root>/pending/<bucket>/<ms><seq>.<enc>   the index of pending jobs, oldest first (``index``)
+    <root>/leased/<enc>      the index of leased jobs (live or expired)
 
-``<enc>`` is the job id's UTF-8 in unpadded base64url, so any Unicode id (``/``, ``..``,
-spaces) is a legal znode name and round-trips exactly.
-
-The two indexes are written in the same multi as the record they describe (submit, claim,
-complete, release; renew and force_expire leave them as they are), so they change only
-together with it. They only propose candidates to ``claim_next``: the claim reads the record
-and commits against its version as any claim does. A pending record names its own entry
-(``"queued": "<bucket>/<entry>"``), so the multi that takes it out of the queue deletes
-exactly that entry. A store created before the index (``jobs/`` without ``pending/``) is used
-without it: ``claim_next`` scans every job, as before.
+``<enc>`` is the job id's UTF-8 in unpadded base64url (``codec.encode_job_id``). A pending
+record names its own entry (``"queued": "<bucket>/<entry>"``).
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
-"""Operators' queries on ZooKeeper from the claimable index, not from a listing of every job.
+"""Operators' queries on ZooKeeper from the claimable index, not from a listing of every job
+(docs/backends/zookeeper.md, "Counts and pages for operators").
 
-Every job znode is in exactly one place of the index (``zookeeper.layout``), kept so by the
-multis that change it: an entry in a ``pending/`` bucket (pending), a ``leased/`` entry
-(leased, live or expired), or neither (completed). ZooKeeper keeps each znode's number of
-children in its stat, so the counts are stats, not listings: ``jobs/``, ``leased/`` and each
-pending bucket, read with the records of the leased jobs (their expiry decides live or
-expired, by the store's clock) in ONE read-only multi, which the server answers with no write
-applied in between. The names read before it are checked against the directories' child
-versions (``cversion``) in that same answer, so the multi read exactly the buckets and leases
-there were. Nothing is written to keep these counts: no crash can leave them wrong.
-
-Job ids in order (for pages by id) are the names of ``jobs/``'s children, read once and kept
-while that directory's child version (``cversion``) is unchanged. A store made before the
-index (``Index.enabled`` false) has none of this: its queries list every job
-(``Backend.summary``/``page``). A record damaged behind tenure's back is counted where its
-index puts it; only a listing finds it corrupt.
+Each job znode is in one place of the index (a ``pending/`` bucket, ``leased/``, or neither:
+completed), so counts are znodes' child counts, read with the leased records in ONE read-only
+multi (one moment of the server's state) and checked against the directories' ``cversion``.
+Nothing is written to keep them. Job ids in order are ``jobs/``'s children, kept while its
+``cversion`` is unchanged. A store without the index lists every job instead.
 """
 
 from __future__ import annotations

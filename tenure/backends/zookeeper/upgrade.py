@@ -1,23 +1,9 @@
-"""Building the claimable index of a ZooKeeper store made before it existed.
+"""``build_indexes``: the claimable index for a store made before it (docs/backends/zookeeper.md,
+"The claimable index", says how and why it is safe).
 
-A root written by a version without the index has ``jobs/`` but no ``pending/`` or
-``leased/``: clients use it without the index (``claim_next`` scans, ``summary()`` lists every
-job). ``build_indexes`` gives it the index this version keeps: a ``leased/`` entry for every
-leased job (live or expired), and for every pending job an entry under ``pending/`` named by
-when the job became pending (its znode's mtime, the leader's clock of its last write, so
-``claim_next`` takes the oldest first) together with the record naming that entry, as a
-submit of this version writes it. Every change is in a multi that checks the job znode's
-version read before the entries were listed, so a job another client changed meanwhile is
-read again and planned afresh; the build repeats until a read finds nothing to add. Entries
-that no longer describe their job's record are deleted the same way; entries of jobs it did
-not read (created since) are left alone. Running it again on a built store changes nothing.
-
-Clients decide at connection whether a root has the index, so one connected before
-``pending/`` exists would go on writing without it. The build therefore refuses while any
-other client has a clock znode (every connected client keeps one, ``session``); those that
-connect after it created the index directories keep the index like any client. A client that
-connects within the milliseconds between that check and the directories' creation is not
-seen: what it writes unindexed is found by running the build again.
+Refused while another client is connected (it would go on without the index). The job
+records are read before the entries; every change is in a multi that checks the job znode's
+version read, so a job changed meanwhile is planned again; repeated until nothing changes.
 """
 
 from __future__ import annotations
