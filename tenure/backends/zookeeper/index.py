@@ -209,10 +209,8 @@ class Index:
                 return taken
 
     def _bucket(self, bucket: str, names: list[str], take: Take) -> Io[str | None]:
-        entries = []
-        for name in sorted(names):
-            with contextlib.suppress(ValueError):  # not an entry tenure made: never proposed
-                entries.append((zl.entry_job(name), f"{self.layout.pending}/{bucket}/{name}"))
+        entries = [(job_id, f"{self.layout.pending}/{bucket}/{name}")
+                   for name, job_id in zl.named(sorted(names), zl.entry_job)]
         for start in range(0, len(entries), PENDING_READS):
             chunk = entries[start:start + PENDING_READS]
             paths = [self.layout.job(job_id) for job_id, _ in chunk]

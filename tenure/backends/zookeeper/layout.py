@@ -18,7 +18,7 @@ import contextlib
 import json
 import re
 import secrets
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from tenure.core import codec
@@ -103,6 +103,16 @@ def entry(job_id: str, now: float, seq: int = 0) -> str:
     """A pending entry's name: sorts by the store time it was queued, then by ``seq`` (its
     place among the jobs one multi queues)."""
     return f"{millis(now):013d}{seq % 10_000:04d}.{encode(job_id)}"
+
+
+def named(names: Iterable[str], parse: Callable[[str], str] = decode) -> list[tuple[str, str]]:
+    """(name, job id) of each znode name tenure made (``decode``, or ``entry_job``); the rest
+    are skipped: never indexed nor proposed, a listing shows them as corrupt."""
+    found = []
+    for name in names:
+        with contextlib.suppress(ValueError):
+            found.append((name, parse(name)))
+    return found
 
 
 def entry_job(name: str) -> str:

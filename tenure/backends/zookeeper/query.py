@@ -10,7 +10,6 @@ Nothing is written to keep them. Job ids in order are ``jobs/``'s children, kept
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import threading
@@ -140,11 +139,7 @@ class ZooKeeperIndex:
             return names
         with mapped_errors("listing jobs"):
             children, stat = self._client.get_children(self._layout.jobs, include_data=True)
-        ids = []
-        for name in children:
-            with contextlib.suppress(ValueError):  # a name tenure did not make: only a listing shows it
-                ids.append(zl.decode(name))
-        ids.sort()
+        ids = sorted(job_id for _, job_id in zl.named(children))
         with self._lock:
             self._names = (stat.cversion, ids)
         return ids

@@ -83,14 +83,9 @@ def _records(session: Session) -> Iterator[tuple[str, str, bytes, Any]]:
         batch = names[start:start + READ_BATCH]
         with mapped_errors("reading jobs"):
             answers = read_together(client, [f"{layout.jobs}/{n}" for n in batch], timeout)
-        for name, answer in zip(batch, answers, strict=True):
-            if answer is None:
-                continue
-            try:
-                job_id = zl.decode(name)
-            except ValueError:
-                continue  # not a znode tenure made: listed as corrupt, never indexed
-            yield job_id, f"{layout.jobs}/{name}", answer[0], answer[1]
+        read = {name: answer for name, answer in zip(batch, answers, strict=True) if answer is not None}
+        for name, job_id in zl.named(read):
+            yield job_id, f"{layout.jobs}/{name}", read[name][0], read[name][1]
 
 
 def _entries(session: Session) -> tuple[dict[str, list[str]], set[str]]:
@@ -100,18 +95,10 @@ def _entries(session: Session) -> tuple[dict[str, list[str]], set[str]]:
     with mapped_errors("listing the index"):
         buckets = [b for b in client.get_children(layout.pending) if zl.bucket_opened(b) is not None]
         listed = [(b, client.get_children_async(f"{layout.pending}/{b}")) for b in buckets]
-        leased = set()
-        for name in client.get_children(layout.leased):
-            try:
-                leased.add(zl.decode(name))
-            except ValueError:
-                continue
+        leased = {job_id for _, job_id in zl.named(client.get_children(layout.leased))}
         for bucket, result in listed:
-            for name in session.wait(result):
-                try:
-                    pending.setdefault(zl.entry_job(name), []).append(f"{layout.pending}/{bucket}/{name}")
-                except ValueError:
-                    continue
+            for name, job_id in zl.named(session.wait(result), zl.entry_job):
+                pending.setdefault(job_id, []).append(f"{layout.pending}/{bucket}/{name}")
     return pending, leased
 
 
