@@ -176,12 +176,12 @@ def _load(data: bytes, key: str) -> dict[str, Any]:
 
 
 def _fields(d: dict[str, Any], key: str, job_id: str) -> JobRecord:
-    named = d.get("job_id")
-    if not isinstance(named, str):
+    named_job = d.get("job_id")
+    if not isinstance(named_job, str):
         raise CorruptRecord(key, "names no job")
-    if named != job_id:
-        raise CorruptRecord(key, f"names job {named!r}, not the job its znode is for")
-    return codec.job_record(key, named, d.get("state"), d.get("owner"), d.get("token"), d.get("lease_until"),
+    if named_job != job_id:
+        raise CorruptRecord(key, f"names job {named_job!r}, not the job its znode is for")
+    return codec.job_record(key, named_job, d.get("state"), d.get("owner"), d.get("token"), d.get("lease_until"),
                             d.get("ttl"), d.get("submitted_at"), d.get("claimed_at"), d.get("renewed_at"),
                             d.get("completed_at"), d.get("runs"), codec.result_bytes(key, d.get("result")))
 

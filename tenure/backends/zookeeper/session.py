@@ -1,8 +1,6 @@
-"""One kazoo client: its connection state, this client's clock znode, and the leader's time
-that writing it stamps.
-
-The backend and its helpers (``acl``, ``audit``, ``index``, ``held``, ``watch``) all talk to
-ZooKeeper through a ``Session``; none of them needs the backend itself.
+"""One kazoo client: its connection state, this client's clock znode and the leader's time
+that writing it stamps. Every other module talks to ZooKeeper through a ``Session``, never
+through the backend.
 """
 
 from __future__ import annotations
