@@ -9,7 +9,6 @@ the transaction reads each candidate's keys and passes over one that is no longe
 from __future__ import annotations
 
 import contextlib
-import random
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -18,11 +17,11 @@ from tenure.backends.etcd.client import KV, Io
 from tenure.backends.etcd.layout import Keys
 from tenure.backends.etcd.leases import EtcdLeases
 from tenure.backends.etcd.scan import QueueCursor
+from tenure.core import contention
 from tenure.core.clock import boot_clock
 from tenure.core.errors import CorruptRecord
 
 T = TypeVar("T")
-_SPREAD = 4  # concurrent claim_next calls start this many queue places apart at most
 
 
 def first_claimable(k: Keys, leases: EtcdLeases, queue: QueueCursor,
@@ -59,7 +58,4 @@ def _queued_ids(k: Keys, kvs: list[KV]) -> list[str]:
     for kv in kvs:
         with contextlib.suppress(CorruptRecord):  # not tenure's: never claimed through it
             ids.append(k.queued_job_id(kv.key))
-    # Concurrent claimers would all race for the oldest job; starting a few places apart
-    # spreads them with little change to the order.
-    shift = random.randrange(min(len(ids), _SPREAD)) if ids else 0
-    return ids[shift:] + ids[:shift]
+    return contention.spread(ids)
