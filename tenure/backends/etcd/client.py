@@ -16,7 +16,7 @@ calls it always made; ``AioConnection`` (tenure.aio) sends them on ``grpc.aio`` 
 same endpoints, awaited in the event loop. The protocol's own I/O (``transaction``, ``leases``,
 ``claimable``) is written as generators too (``Io``), yielding ``Call``s of ``Connection``'s
 requests and the ``Pending`` answers of requests started beside others; ``Connection.run`` and
-``AioConnection.run`` carry them out.
+``AioConnection.run`` carry them out with the core's drivers (``tenure.core.calls``).
 """
 
 from __future__ import annotations
@@ -27,13 +27,15 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import grpc
 from google.protobuf.runtime_version import VersionError
 
+from tenure.core import calls
+from tenure.core.calls import Io as Io  # here it yields an Rpc, a Call or a started request's answer
 from tenure.core.errors import AuthenticationFailed, BackendUnavailable, LeaseError
 
 try:
@@ -44,7 +46,6 @@ except (VersionError, RuntimeError) as exc:  # protobuf or grpcio older than the
 
 log = logging.getLogger("tenure.etcd")
 T = TypeVar("T")
-Io = Generator[Any, Any, T]  # yields Rpc, Call or a started request's answer; is sent each one's value
 Metadata = tuple[tuple[str, str], ...] | None
 
 KV = kv_pb2.KeyValue  # key, value, create_revision, mod_revision, lease (read, never built)
@@ -339,18 +340,8 @@ class Connection:
         return self.run(self._calling(send, retry))
 
     def run(self, io: Io[T]) -> T:
-        """``io``'s requests, each sent and waited for in this thread."""
-        try:
-            step = next(io)
-            while True:
-                try:
-                    value = self._answer(step)
-                except BaseException as exc:  # handed to the generator, which maps or handles it
-                    step = io.throw(exc)
-                else:
-                    step = io.send(value)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        """``io``'s requests, each sent and waited for in this thread (the core's driver)."""
+        return calls.run(io, self._answer)
 
     def _answer(self, step: Any) -> Any:
         if isinstance(step, Rpc):
@@ -547,18 +538,8 @@ class AioConnection:
         self._started: set[asyncio.Task[Any]] = set()  # kept until answered: the loop holds tasks weakly
 
     async def run(self, io: Io[T]) -> T:
-        """``io``'s requests, each awaited in the running loop."""
-        try:
-            step = next(io)
-            while True:
-                try:
-                    value = await self._answer(step)
-                except BaseException as exc:  # handed to the generator (CancelledError too: it cleans up)
-                    step = io.throw(exc)
-                else:
-                    step = io.send(value)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        """``io``'s requests, each awaited in the running loop (the core's driver)."""
+        return await calls.run_async(io, self._answer)
 
     async def _answer(self, step: Any) -> Any:
         if isinstance(step, Rpc):
