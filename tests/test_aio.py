@@ -263,7 +263,7 @@ def test_connect_is_awaitable_or_an_async_context_and_checks_like_the_sync_one()
         await store.close()  # idempotent
         with pytest.raises(tenure.InvalidArgument, match="drift_margin"):
             await tenure.aio.connect("memory://", drift_margin=2)
-        with pytest.raises(tenure.BackendUnavailable, match="127.0.0.1:1 is unavailable"):
+        with pytest.raises(tenure.BackendUnavailable, match=r"127\.0\.0\.1:1 is unavailable"):
             await tenure.aio.connect("etcd://127.0.0.1:1/x?timeout=2")  # served natively: reached for
         async with tenure.aio.connect("memory://") as opened:
             assert (await opened.health())["io"] == "in the event loop (no I/O)"
