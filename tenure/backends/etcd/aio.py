@@ -100,14 +100,14 @@ class AsyncEtcdBackend(AsyncRecordBackend):
     @contextlib.asynccontextmanager
     async def _claiming(self, ttl: float) -> AsyncIterator[Context]:
         """``EtcdBackend._claiming``, awaited: the same ``EtcdLeases`` code."""
-        leases = self.sync.parts.leases
+        leases, aio = self.sync.parts.leases, self.aio  # the connection even if closed meanwhile
         claiming = leases.claiming(etcd_ttl(ttl))
         try:
             yield Context(claiming)
         except BaseException as exc:
-            await self.aio.run(leases.claimed(claiming, exc))
+            await aio.run(leases.claimed(claiming, exc))
             raise
-        await self.aio.run(leases.claimed(claiming, None))
+        await aio.run(leases.claimed(claiming, None))
 
     async def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
         async with self._claiming(ttl) as context:
