@@ -6,6 +6,7 @@ suite runs on it too: TestEtcdAio.)"""
 from __future__ import annotations
 
 import asyncio
+import base64
 import threading
 import time
 import uuid
@@ -206,3 +207,48 @@ def test_keys_read_for_a_retry_are_the_failure_branch_s(etcd_harness: EtcdHarnes
 
     asyncio.run(scenario())
 
+
+
+def test_a_renewal_whose_etcd_lease_another_connection_revoked_moves_to_a_new_one(
+        etcd_harness: EtcdHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another connection renews the lease (moving its key to an etcd lease of its own, and
+    revoking this one's): the Txn of this store's next renewal names a revoked etcd lease, and
+    the same transaction goes once more on a new one, awaited like the first."""
+    node = etcd_harness.cluster.nodes[0]
+    sent: list[str] = []
+    answer = ec.AioConnection._answer
+
+    async def sending(self: ec.AioConnection, step: Any) -> Any:
+        if isinstance(step, ec.Rpc):
+            sent.append(step.method)
+        return await answer(self, step)
+
+    async def scenario() -> None:
+        url = _url(etcd_harness)
+        async with tenure.aio.connect(url) as store:
+            backend: Any = store.backend
+            key = base64.b64encode(backend.sync.keys.lease("j")).decode()
+
+            def etcd_lease() -> tuple[int, int]:
+                kv = node.api("/v3/kv/range", {"key": key})["kvs"][0]
+                return int(kv["lease"]), int(node.api("/v3/lease/timetolive", {"ID": int(kv["lease"])}).get("TTL", -1))
+
+            lease = await store.claim("j", owner="a", ttl=5.0)
+            first = etcd_lease()
+            with tenure.connect(url) as other:
+                lease = await asyncio.to_thread(other.renew, lease)  # no etcd lease cached there: a new one
+            second = etcd_lease()
+            monkeypatch.setattr(ec.AioConnection, "_answer", sending)
+            lease = await store.renew(lease)  # the etcd lease cached here is gone
+            monkeypatch.undo()
+            # Refused; the audit's retention lease looked up again (it might have been the one
+            # missing); a new etcd lease; the same Txn again.
+            assert sent == ["Txn", "LeaseKeepAlive", "Range", "LeaseTimeToLive", "LeaseGrant", "Txn"], sent
+            third = etcd_lease()
+            assert len({first[0], second[0], third[0]}) == 3 and 4 <= third[1] <= 5, (first, second, third)
+            await store.complete(lease)
+            assert await store.rejections() == []
+            assert [e.op for e in await store.history("j")] == [tenure.Op.CLAIM, tenure.Op.RENEW, tenure.Op.RENEW,
+                                                                tenure.Op.COMPLETE]
+
+    asyncio.run(scenario())
