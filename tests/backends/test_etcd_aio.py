@@ -252,3 +252,26 @@ def test_a_renewal_whose_etcd_lease_another_connection_revoked_moves_to_a_new_on
                                                                 tenure.Op.COMPLETE]
 
     asyncio.run(scenario())
+
+
+def test_claim_next_passes_over_a_queued_job_whose_keys_are_corrupt_in_both_flavours(
+        etcd_harness: EtcdHarness) -> None:
+    """A queue entry whose job key is not tenure's: the candidate's read finds it corrupt, and
+    claim_next takes the next one (it is listed as corrupt by jobs(), never claimed)."""
+    node = etcd_harness.cluster.nodes[0]
+    url = _url(etcd_harness)
+    with tenure.connect(url) as store:
+        keys: Any = store.backend.keys  # type: ignore[attr-defined]
+        node.put(keys.job("bad"), b"\xff\xfe")
+        node.put(keys.queue("bad", time.time() - 60), b"")  # the oldest in the queue
+        store.submit_many(["good-1", "good-2"])
+        first = store.claim_next(owner="w", ttl=5.0)
+        assert first is not None and first.job_id.startswith("good")
+
+    async def scenario() -> None:
+        async with tenure.aio.connect(url) as aio_store:
+            second = await aio_store.claim_next(owner="w", ttl=5.0)
+            assert second is not None and second.job_id.startswith("good") and second.job_id != first.job_id
+            assert await aio_store.claim_next(owner="w", ttl=5.0) is None
+
+    asyncio.run(scenario())

@@ -257,8 +257,8 @@ class EtcdTransaction(Transaction):
 
     def _take(self, job_id: str) -> Io[Read | None]:
         """The candidate's keys if it is claimable at ``now``, else None."""
-        read = self._carried.get(job_id) or (yield from self._reading(job_id))
         try:
+            read = self._carried.get(job_id) or (yield from self._reading(job_id))
             rec, _ = self._judged(job_id, read)
         except CorruptRecord:
             return None  # listed as corrupt by jobs(), never claimed through claim_next
