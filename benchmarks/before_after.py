@@ -110,23 +110,20 @@ def compare(backend: str, baseline: Path, url: str, n: int, runs: int, label: st
     for worker in (before, after):
         worker.close()
 
-    def med(name: str, i: int) -> float:
-        return statistics.median(run[i] for run in totals[name])
+    def ratio(i: int) -> float:
+        """The median of each run's after / before: a run's two sides shared its load."""
+        return statistics.median(y[i] / x[i] for x, y in zip(totals["before"], totals["after"], strict=True))
 
-    if claimers:
-        rates = {name: [1e3 / run[1] for run in totals[name]] for name in totals}  # run[1]: ms a job
-        b, a = (statistics.median(rates[name]) for name in ("before", "after"))
-        pairs = ", ".join(f"{x:.0f}/{y:.0f}" for x, y in zip(rates["before"], rates["after"], strict=True))
+    if claimers:  # jobs a second: the inverse of ms a job
+        pairs = ", ".join(f"{1e3 / x[1]:.1f}/{1e3 / y[1]:.1f}"
+                          for x, y in zip(totals["before"], totals["after"], strict=True))
         print(f"{backend}: {claimers} threads taking {n} jobs with claim_next + complete, {runs} runs, "
-              f"before = {label}: before {b:,.0f} jobs/s, after {a:,.0f} jobs/s, after / before {a / b:.2f} x "
-              f"(runs before/after: {pairs})")
+              f"before = {label}: after / before {1 / ratio(1):.2f} x in jobs/s (runs before/after: {pairs})")
         return
     print(f"{backend}: claim+renew+complete, {runs} runs of {n} cycles, before = {label}")
     for i, what in ((0, "client CPU"), (1, "wall")):
-        b, a = med("before", i), med("after", i)
         runs_text = ", ".join(f"{x[i]:.2f}/{y[i]:.2f}" for x, y in zip(totals["before"], totals["after"], strict=True))
-        print(f"  {what} per cycle: before {b:.2f} ms, after {a:.2f} ms, after / before {a / b:.2f} x "
-              f"(runs before/after: {runs_text})")
+        print(f"  {what} per cycle: after / before {ratio(i):.2f} x (runs before/after, ms: {runs_text})")
 
 
 def main() -> int:
