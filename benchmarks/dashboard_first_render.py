@@ -59,8 +59,9 @@ def serve(url: str, app: Path, pythonpath: Path | None = None) -> Iterator[str]:
     env = launcher.environment(url, admin_secret=None, refresh=1.0)
     if pythonpath is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), env["PYTHONPATH"]])
+    # In the tree's directory: ``python -m`` puts the working directory first on sys.path.
     proc = subprocess.Popen(launcher.command(port, "127.0.0.1", app), env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, cwd=pythonpath or ROOT)
     try:
         yield launcher.wait_ready(proc, "127.0.0.1", port, timeout=120)
     finally:
