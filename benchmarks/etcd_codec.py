@@ -15,14 +15,14 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.processes import ROOT, LineProcess, archived
+
 HAND_ENCODING = "1e5a961"  # the last commit whose etcd client encodes by hand
 
 WORKER = textwrap.dedent("""
@@ -49,33 +49,17 @@ WORKER = textwrap.dedent("""
 """)
 
 
-class Worker:
+class Worker(LineProcess):
     """A tenure client from ``tree`` in a process of its own."""
 
     def __init__(self, tree: Path, url: str) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PROTOCOL_")}
         env["PYTHONPATH"] = str(tree)
-        self._proc = subprocess.Popen([sys.executable, "-c", WORKER, url], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, text=True, env=env, cwd=tree)
-        self.runtime = self._line()
+        super().__init__(str(tree), [sys.executable, "-c", WORKER, url], env, cwd=tree)
+        self.runtime = self.first
 
-    def _line(self) -> str:
-        assert self._proc.stdout is not None
-        line = self._proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the worker stopped (exit {self._proc.wait()})")
-        return line.strip()
-
-    def ask(self, command: str, n: int) -> float:
-        assert self._proc.stdin is not None
-        self._proc.stdin.write(f"{command} {n}\n")
-        self._proc.stdin.flush()
-        return float(self._line())
-
-    def close(self) -> None:
-        assert self._proc.stdin is not None
-        self._proc.stdin.close()
-        self._proc.wait(timeout=60)
+    def ask_seconds(self, command: str, n: int) -> float:
+        return float(self.ask(f"{command} {n}"))
 
 
 def main() -> int:
@@ -88,11 +72,7 @@ def main() -> int:
     from tests.servers.etcd import EtcdCluster
 
     with tempfile.TemporaryDirectory(prefix="tenure-codec-") as tmp:
-        baseline = Path(tmp) / "baseline"
-        baseline.mkdir()
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.baseline], check=True,
-                                 capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(baseline)], input=archive, check=True)
+        baseline = archived(args.baseline, Path(tmp) / "baseline")
         cluster = EtcdCluster(Path(tmp) / "etcd", size=1)
         cluster.start()
         try:
@@ -101,23 +81,23 @@ def main() -> int:
             print(f"hand encoding ({args.baseline}, other messages on protobuf's {hand.runtime} runtime) "
                   f"vs generated code on {generated.runtime}")
             for worker in (hand, generated):
-                worker.ask("cycles", max(10, args.n // 10))  # warm up
+                worker.ask_seconds("cycles", max(10, args.n // 10))  # warm up
             ratios = []
             for _ in range(args.runs):  # alternating slices: a change in load falls on both alike
                 mine = theirs = 0.0
                 for _ in range(10):
-                    theirs += hand.ask("cycles", args.n // 10)
-                    mine += generated.ask("cycles", args.n // 10)
+                    theirs += hand.ask_seconds("cycles", args.n // 10)
+                    mine += generated.ask_seconds("cycles", args.n // 10)
                 ratios.append(theirs / mine)
                 print(f"  claim+complete x {args.n}: hand {theirs:.2f} s, generated {mine:.2f} s")
             print(f"claim+complete: hand takes {statistics.median(ratios):.2f} x the generated code's time "
                   f"(runs: {', '.join(f'{r:.2f}' for r in ratios)})")
             for worker in (hand, generated):
-                print(f"  seeding {args.jobs:,} jobs: {worker.ask('seed', args.jobs):.1f} s")
+                print(f"  seeding {args.jobs:,} jobs: {worker.ask_seconds('seed', args.jobs):.1f} s")
             listings: dict[str, list[float]] = {"hand": [], "generated": []}
             for _ in range(3):
-                listings["hand"].append(hand.ask("list", args.jobs))
-                listings["generated"].append(generated.ask("list", args.jobs))
+                listings["hand"].append(hand.ask_seconds("list", args.jobs))
+                listings["generated"].append(generated.ask_seconds("list", args.jobs))
             h, g = (statistics.median(listings[k]) for k in ("hand", "generated"))
             print(f"listing {args.jobs:,} jobs: hand {h:.2f} s, generated {g:.2f} s "
                   f"(hand takes {h / g:.2f} x; runs hand {listings['hand']}, generated {listings['generated']})")

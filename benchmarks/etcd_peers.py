@@ -21,9 +21,9 @@ import time
 import uuid
 from pathlib import Path
 
+from benchmarks.processes import ROOT, LineProcess
 from tenure.backends.etcd import client as ec
 
-ROOT = Path(__file__).resolve().parents[1]
 VENVS = ROOT / ".bench-venvs"
 PEER = Path(__file__).with_name("etcd_lock_peer.py")
 # (label, virtualenv, requirement, the environment its etcd3 needs)
@@ -71,35 +71,17 @@ def _python(venv: str, requirement: str) -> Path:
     return python
 
 
-class LockPeer:
+class LockPeer(LineProcess):
     """One peer's process: ``cycles(n)`` asks it for n acquire+release cycles and their seconds."""
 
     def __init__(self, label: str, venv: str, requirement: str, env: dict[str, str], endpoint: str) -> None:
-        self.label = label
         # Only the peer's own variables: nothing of tenure's environment (PYTHONPATH) leaks in.
         clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",) and not k.startswith("PROTOCOL_")}
-        self._proc = subprocess.Popen([str(_python(venv, requirement)), str(PEER), endpoint],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                      env={**clean, **env})
-        self.runtime = self._line()
-
-    def _line(self) -> str:
-        assert self._proc.stdout is not None
-        line = self._proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"{self.label} stopped (exit {self._proc.wait()})")
-        return line.strip()
+        super().__init__(label, [str(_python(venv, requirement)), str(PEER), endpoint], {**clean, **env})
+        self.runtime = self.first
 
     def cycles(self, n: int) -> float:
-        assert self._proc.stdin is not None
-        self._proc.stdin.write(f"{n}\n")
-        self._proc.stdin.flush()
-        return float(self._line())
-
-    def close(self) -> None:
-        if self._proc.stdin is not None:
-            self._proc.stdin.close()
-        self._proc.wait(timeout=30)
+        return float(self.ask(str(n)))
 
 
 def lock_peers(endpoint: str) -> list[LockPeer]:

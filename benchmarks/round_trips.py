@@ -38,11 +38,24 @@ class EtcdCounter:
         conn = store.backend._conn  # the benchmark watches the wire, not the API
         for name in ("txn", "range", "grant", "time_to_live", "status"):
             setattr(conn, name, self._counted(getattr(conn, name)))
+        try:  # tenure.aio awaits the same requests on AioConnection (a tree without it: sync only)
+            from tenure.backends.etcd.client import AioConnection
+        except ImportError:
+            return
+        for name in ("txn", "range", "grant", "time_to_live"):
+            setattr(AioConnection, name, self._awaited(getattr(AioConnection, name)))
 
     def _counted(self, method: Callable[..., Any]) -> Callable[..., Any]:
         def counted(*args: Any, **kwargs: Any) -> Any:
             self.count += 1
             return method(*args, **kwargs)
+
+        return counted
+
+    def _awaited(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return await method(*args, **kwargs)
 
         return counted
 
@@ -140,7 +153,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tree", type=Path, default=HERE, help="the checkout whose tenure is measured")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--backends", default="etcd,zk", help="comma-separated: etcd, zk, zk-aio")
+    parser.add_argument("--backends", default="etcd,zk", help="comma-separated: etcd, etcd-aio, zk, zk-aio")
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))  # tests.servers from this tree
     from tests.servers.etcd import EtcdCluster
@@ -155,12 +168,16 @@ def main() -> int:
     wanted = args.backends.split(",")
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="tenure-rt-") as tmp:
-        if "etcd" in wanted:
+        if "etcd" in wanted or "etcd-aio" in wanted:
             cluster = EtcdCluster(Path(tmp) / "etcd", size=1)
             cluster.start()
             try:
-                results["etcd"] = measure(f"etcd://{cluster.endpoints}/rt-{uuid.uuid4().hex[:6]}", EtcdCounter,
-                                          args.rounds)
+                if "etcd" in wanted:
+                    results["etcd"] = measure(f"etcd://{cluster.endpoints}/rt-{uuid.uuid4().hex[:6]}", EtcdCounter,
+                                              args.rounds)
+                if "etcd-aio" in wanted:
+                    results["etcd-aio"] = measure(f"etcd://{cluster.endpoints}/rt-{uuid.uuid4().hex[:6]}",
+                                                  EtcdCounter, args.rounds, aio=True)
             finally:
                 cluster.close()
         if "zk" in wanted or "zk-aio" in wanted:

@@ -49,9 +49,12 @@ class AsyncRecordBackend(ThreadedBackend):
     def transaction(self, fresh: bool = False) -> contextlib.AbstractAsyncContextManager[Transaction]:
         """Commit on normal exit, roll back on an exception (see ``RecordBackend.transaction``)."""
 
-    async def _run(self, operation: steps.Operation[Any, R]) -> R:
+    async def _run(self, operation: steps.Operation[Any, R],
+                   transactions: Callable[[bool], contextlib.AbstractAsyncContextManager[Transaction]] | None = None,
+                   ) -> R:
         """``RecordBackend._run``, awaiting: the same ``steps.Attempts``."""
         self._check_open()
+        opened = transactions or self.transaction
         attempts = steps.Attempts(operation)
         while True:
             attempt = attempts.next()
@@ -59,7 +62,7 @@ class AsyncRecordBackend(ThreadedBackend):
                 await self._sleep(contention.pause(attempt.retry))
             tx: Transaction | None = None
             try:
-                async with self.transaction(fresh=attempt.fresh) as tx:
+                async with opened(attempt.fresh) as tx:
                     attempts.begin(tx)
                     found = await _fetched(tx, operation.step)
             except (steps.Reread, LeaseError) as exc:

@@ -9,8 +9,8 @@ Which I/O each backend uses in an event loop (docs/asyncio.md says why):
   transaction, run in the loop, as it never waits on I/O;
 - ``zk://``: the protocol's steps over ZooKeeper's transaction, kazoo's ``*_async`` requests
   awaited in the loop (``tenure.backends.zookeeper.aio``); its queries in one worker thread;
-- ``etcd://``: not served yet; ``InvalidArgument`` says so rather than hiding a thread per call
-  behind an async face.
+- ``etcd://``: the protocol's steps over etcd's transaction, its gRPC requests on ``grpc.aio``
+  channels awaited in the loop (``tenure.backends.etcd.aio``); its queries in one worker thread.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from tenure.aio.records import InlineRecordBackend
 from tenure.aio.store import AsyncStore
 from tenure.core.backend import Backend, RecordBackend
 from tenure.core.clock import Clock
-from tenure.core.errors import InvalidArgument
 from tenure.core.options import Options, StoreURL
 from tenure.core.registry import open_backend
 
@@ -36,16 +35,13 @@ NATIVE: dict[str, tuple[str, str]] = {
     "postgres": ("tenure.backends.postgres_aio", "AsyncPostgresBackend"),
     "zk": ("tenure.backends.zookeeper.aio", "AsyncZooKeeperBackend"),
     "zookeeper": ("tenure.backends.zookeeper.aio", "AsyncZooKeeperBackend"),
+    "etcd": ("tenure.backends.etcd.aio", "AsyncEtcdBackend"),
 }
-NOT_YET = ("etcd",)
 INLINE = ("memory",)  # backends that never wait on I/O: called in the loop, no thread
 
 
 def _build(cls: type[Backend], url: StoreURL, options: Options, clock: Clock | None) -> Backend:
     """``open_backend``'s builder: the async backend travels inside ``Opened`` as its backend."""
-    if url.scheme in NOT_YET:
-        raise InvalidArgument(f"tenure.aio does not serve {url.scheme}:// yet; use tenure.connect "
-                              "(its calls block: run them with asyncio.to_thread)")
     if url.scheme in NATIVE:
         module, name = NATIVE[url.scheme]
         native: Any = getattr(importlib.import_module(module), name)

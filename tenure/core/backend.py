@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -216,8 +216,11 @@ class RecordBackend(Backend):
         return steps.submit_many(job_ids, actor, self.SUBMIT_BATCH,
                                  self.submit_weight if self.SUBMIT_BYTES else None, self.SUBMIT_BYTES)
 
-    def _run(self, operation: steps.Operation[Any, R]) -> R:
-        """``operation``'s step in a transaction, attempted again as ``steps.Attempts`` says."""
+    def _run(self, operation: steps.Operation[Any, R],
+             transactions: Callable[[bool], contextlib.AbstractContextManager[Transaction]] | None = None) -> R:
+        """``operation``'s step in a transaction, attempted again as ``steps.Attempts`` says;
+        ``transactions(fresh)`` opens them where its transactions share state (else ``transaction``)."""
+        opened = transactions or self.transaction
         attempts = steps.Attempts(operation)
         while True:
             attempt = attempts.next()
@@ -225,7 +228,7 @@ class RecordBackend(Backend):
                 contention.wait(attempt.retry)
             tx: Transaction | None = None
             try:
-                with self.transaction(fresh=attempt.fresh) as tx:
+                with opened(attempt.fresh) as tx:
                     attempts.begin(tx)
                     found = operation.step(tx)
             except (steps.Reread, LeaseError) as exc:

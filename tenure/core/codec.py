@@ -26,6 +26,7 @@ from tenure.core.records import (
     Op,
     Rejection,
     RejectionKind,
+    lease_over,
 )
 
 # A rejection recorded before its reason was known (etcd writes the reason in a later step).
@@ -117,6 +118,27 @@ def job_record(key: str, job_id: str, state_value: Any, owner: Any, token: Any, 
     return JobRecord(job_id, found, owner, token, until, span, number(key, "submitted_at", submitted_at),
                      number(key, "claimed_at", claimed_at), number(key, "renewed_at", renewed_at),
                      number(key, "completed_at", completed_at), runs, result)
+
+
+def listed_status(job_id: Any, state_value: Any, owner: Any, token: Any, runs: Any, lease_until: Any, ttl: Any,
+                  submitted_at: Any, claimed_at: Any, renewed_at: Any, completed_at: Any, now: float,
+                  *checked: Any) -> JobStatus | None:
+    """For listings, which decode a record per job: the status at ``now`` of stored values that
+    ``job_record`` takes as they are (times as floats; ``checked``: other stored times the
+    store's general way checks too), built without the record; None for anything else, which
+    the store then reads the general way, explaining what is wrong. Written out rather than a
+    loop over fields: a listing of 100,000 jobs spends most of its time here."""
+    stored = _STORED.get(state_value) if type(state_value) is str else None
+    if (stored is None or type(job_id) is not str or type(token) is not int or token < 0 or type(runs) is not int
+            or (owner is not None and type(owner) is not str)
+            or not all(t is None or (type(t) is float and math.isfinite(t))
+                       for t in (lease_until, ttl, submitted_at, claimed_at, renewed_at, completed_at, *checked))
+            or (stored is JobState.LEASED and (owner is None or lease_until is None or ttl is None))):
+        return None
+    if stored is JobState.LEASED and lease_over(lease_until, now):  # as transitions.status judges
+        stored = JobState.EXPIRED
+    return JobStatus(job_id, stored, owner, token, lease_until, submitted_at, claimed_at, renewed_at, completed_at,
+                     runs)
 
 
 def result_text(result: bytes | None) -> str | None:

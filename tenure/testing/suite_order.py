@@ -5,9 +5,10 @@ ORDER_TOLERANCE oldest among jobs queued through one client."""
 from __future__ import annotations
 
 import tenure
+from tenure.core.contention import SPREAD
 from tenure.testing.kit import Kit
 
-ORDER_TOLERANCE = 4  # etcd starts claimers up to 4 queue places apart; the others take the oldest
+ORDER_TOLERANCE = SPREAD  # etcd and ZooKeeper start claimers up to 4 queue places apart
 
 
 def _queue(store: tenure.Store, job_ids: list[str]) -> None:

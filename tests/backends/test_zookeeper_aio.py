@@ -54,7 +54,7 @@ def test_the_protocol_awaits_kazoo_in_the_loop_without_the_sync_transaction(
             lease = await store.renew(lease)
             await store.complete(lease, result=b"done")
             nxt = await store.claim_next(owner="w", ttl=10.0)
-            assert nxt is not None and nxt.job_id == "b"
+            assert nxt is not None and nxt.job_id in ("b", "c")  # one of the oldest (contention.spread)
             with pytest.raises(tenure.StaleLease):
                 await store.renew(lease)  # completed: refused, and audited
             await store.release(nxt)

@@ -13,8 +13,15 @@ from kazoo.protocol.serialization import Transaction
 
 import tenure
 from tenure.backends.zookeeper import layout as zl
+from tenure.core import contention
 from tenure.core.backend import Backend
 from tests.servers.zookeeper import ZooKeeperHarness
+
+
+@pytest.fixture(autouse=True)
+def _index_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests check the index's own order: claim_next starts at its first place."""
+    monkeypatch.setattr(contention, "SPREAD", 1)
 
 
 def _index(store: tenure.Store) -> tuple[dict[str, list[str]], set[str]]:

@@ -148,5 +148,9 @@ class TestZooKeeperAio(AioFlavour, TestZooKeeper):
     pass
 
 
+class TestEtcdAio(AioFlavour, TestEtcd):
+    pass
+
+
 def test_every_backend_has_a_suite() -> None:
     assert sorted(cls.backend for cls in HarnessSuite.__subclasses__()) == sorted(ALL_BACKENDS)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -35,18 +36,17 @@ from tenure.backends.etcd import scan as etcd_scan
 from tenure.backends.etcd import upgrade as etcd_upgrade
 from tenure.backends.etcd.client import KV, Connection
 from tenure.backends.etcd.layout import Keys, read_event, read_rejection
-from tenure.backends.etcd.leases import Claiming, EtcdLeases, etcd_ttl
-from tenure.backends.etcd.transaction import EtcdTransaction, Parts, Read, reads
-from tenure.core import audit, paging, transitions
+from tenure.backends.etcd.leases import EtcdLeases, etcd_ttl
+from tenure.backends.etcd.transaction import Context, EtcdTransaction, Parts, Read, reads
+from tenure.core import audit, paging, steps, transitions
 from tenure.core.backend import Characteristics, RecordBackend, Transaction
 from tenure.core.clock import Clock
 from tenure.core.codec import corrupt_status
-from tenure.core.errors import AlreadyClaimed, CorruptRecord, InvalidArgument, JobCompleted, Outraced
+from tenure.core.errors import CorruptRecord, InvalidArgument
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
 
 DEFAULT_PORT = 2379
-_NOTHING_WRITTEN = (AlreadyClaimed, JobCompleted, CorruptRecord, Outraced)  # a claim's definite "no"
 
 _Stamped = TypeVar("_Stamped", Rejection, HistoryEvent)  # an audit record with a store time ``at``
 
@@ -70,11 +70,8 @@ class EtcdBackend(RecordBackend):
         self._clock = clock
         self._conn = Connection(hosts, timeout=timeout, **security)
         self._leases = EtcdLeases(self._conn, self.keys, retention)
-        self._parts = Parts(self._conn, self.keys, self._leases, etcd_scan.QueueCursor(self.keys), clock)
+        self.parts = Parts(self._conn, self.keys, self._leases, etcd_scan.QueueCursor(self.keys), clock)
         self._index = etcd_query.EtcdIndex(self._conn, self.keys)  # summary() and page()
-        # A claim's etcd lease (``_claiming``) for its transactions; a renewal whose key another
-        # connection had moved (``EtcdTransaction.moved``), to move it again.
-        self._local = threading.local()
         try:
             self._conn.range(self.keys.retention)  # fail now if unreachable or refused
         except BaseException:
@@ -108,12 +105,15 @@ class EtcdBackend(RecordBackend):
 
     # -- the protocol: the core's, in etcd transactions ----------------------------------
     @contextlib.contextmanager
-    def transaction(self, fresh: bool = False) -> Iterator[Transaction]:
-        tx = EtcdTransaction(self._parts, self.now(), fresh, getattr(self._local, "claiming", None))
+    def transaction(self, fresh: bool = False, context: Context | None = None) -> Iterator[Transaction]:
+        """``context``: what the transactions of one operation share (a claim's etcd lease)."""
+        tx = EtcdTransaction(self.parts, self.now(), fresh, context)
         yield tx
         tx.commit()
-        for key in tx.moved:
-            self._local.moved = key
+
+    def _within(self, context: Context) -> Callable[[bool], contextlib.AbstractContextManager[Transaction]]:
+        """The transactions of one operation, sharing ``context``."""
+        return functools.partial(self.transaction, context=context)
 
     # submit_many: 30 new jobs per Txn, each guessed new: 4 compares, 4 writes and 4 failure
     # reads a job, within etcd's 128 operations a side. At most some 6 KB a job (ids of 256
@@ -121,46 +121,32 @@ class EtcdBackend(RecordBackend):
     SUBMIT_BATCH = 30
 
     @contextlib.contextmanager
-    def _claiming(self, ttl: float) -> Iterator[None]:
+    def _claiming(self, ttl: float) -> Iterator[Context]:
         """The etcd lease the claim hangs its key on, for every attempt of it: a pooled one
         (then a new job is guessed new: one transaction), else one granted beside a read."""
-        claiming = Claiming(etcd_ttl(ttl), self._leases.take(etcd_ttl(ttl)))
-        self._local.claiming = claiming
+        claiming = self._leases.claiming(etcd_ttl(ttl))
         try:
-            yield
+            yield Context(claiming)
         except BaseException as exc:
-            with contextlib.suppress(Exception):  # an unanswered grant: nothing was written with it
-                lease = claiming.resolve()
-                if claiming.maybe_written and not isinstance(exc, _NOTHING_WRITTEN):
-                    # The key may have been written: revoking deletes it, and the caller hears an
-                    # error. If the revoke is lost too, the key ends with the lease, held by nobody.
-                    self._leases.revoke_later(lease.id)
-                    claiming.lease = None
+            self._conn.run(self._leases.claimed(claiming, exc))
             raise
-        finally:
-            self._local.claiming = None
-            if claiming.grant is not None:  # asked for beside a read, then not needed
-                with contextlib.suppress(Exception):
-                    claiming.resolve()
-            if claiming.lease is not None:  # not used by the claim that was written
-                self._leases.give_back(claiming.lease)
+        self._conn.run(self._leases.claimed(claiming, None))
 
     def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
-        with self._claiming(ttl):
-            return super().claim(job_id, owner, ttl)
+        with self._claiming(ttl) as context:
+            return self._run(steps.claim(job_id, owner, ttl), self._within(context))
 
     def claim_next(self, owner: str, ttl: float) -> Lease | None:
         """Expired leases first (their work is overdue), then pending jobs oldest first: the
         indexes' candidates (``claimable``), read and claimed in the core's transaction."""
-        with self._claiming(ttl):
-            return super().claim_next(owner, ttl)
+        with self._claiming(ttl) as context:
+            return self._run(steps.claim_next(owner, ttl), self._within(context))
 
     def renew(self, lease: Lease, ttl: float) -> Lease:
-        self._local.moved = None
-        renewed = super().renew(lease, ttl)
-        if self._local.moved is not None:  # another connection had moved its key: move it again
-            self._local.moved = None
-            renewed = super().renew(renewed, ttl)
+        context = Context()
+        renewed = self._run(steps.renew(lease, ttl), self._within(context))
+        if context.moved:  # another connection had moved its key: move it again
+            renewed = self._run(steps.renew(renewed, ttl), self._within(Context()))
         return renewed
 
     # -- reading -------------------------------------------------------------------------

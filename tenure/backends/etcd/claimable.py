@@ -9,40 +9,48 @@ the transaction reads each candidate's keys and passes over one that is no longe
 from __future__ import annotations
 
 import contextlib
-import random
-from collections.abc import Iterator
+from collections.abc import Callable
+from typing import TypeVar
 
 from tenure.backends.etcd import client as ec
-from tenure.backends.etcd.client import KV, Connection
+from tenure.backends.etcd.client import KV, Io
 from tenure.backends.etcd.layout import Keys
 from tenure.backends.etcd.leases import EtcdLeases
 from tenure.backends.etcd.scan import QueueCursor
+from tenure.core import contention
 from tenure.core.clock import boot_clock
 from tenure.core.errors import CorruptRecord
 
-_SPREAD = 4  # concurrent claim_next calls start this many queue places apart at most
+T = TypeVar("T")
 
 
-def candidates(conn: Connection, k: Keys, leases: EtcdLeases, queue: QueueCursor) -> Iterator[str]:
-    """Job ids to try, best first: one read of the indexes, then further queue pages as the
-    caller asks for more (all taken meanwhile: read on)."""
+def first_claimable(k: Keys, leases: EtcdLeases, queue: QueueCursor,
+                    take: Callable[[str], Io[T | None]]) -> Io[T | None]:
+    """What ``take`` makes of the first candidate it takes (not None), best first: one read of
+    the indexes, then further queue pages while every one is passed over (all taken meanwhile:
+    read on). Its reads, and ``take``'s, are yielded (``client.Io``)."""
     window = queue.window()
-    res = conn.txn([], [ec.get(*k.span("held"), keys_only=True), ec.get(*k.span("lease"), keys_only=True),
-                        ec.get(*window, keys_only=True, limit=QueueCursor.PAGE)], [], retry=True)
+    res = yield ec.call("txn", [], [ec.get(*k.span("held"), keys_only=True), ec.get(*k.span("lease"), keys_only=True),
+                                    ec.get(*window, keys_only=True, limit=QueueCursor.PAGE)], [], retry=True)
     seen = boot_clock()  # after the answer that showed these leases ended
     held, live, queued = res.ranges
     alive = {kv.key[len(k.section("lease")):] for kv in live}
     for kv in sorted(held, key=lambda kv: kv.mod_revision):  # the oldest claims first
         if kv.key[len(k.section("held")):] not in alive:
-            with contextlib.suppress(CorruptRecord):  # listed as corrupt by jobs(), skipped here
+            try:
                 job_id = k.job_id(kv.key, "held")
-                leases.ended(job_id, kv.mod_revision, seen)  # a sighting starts the quarantine
-                if not leases.waiting_out(job_id, kv.mod_revision):
-                    yield job_id
-    queued = queue.oldest(conn, first=(window, queued))
+            except CorruptRecord:  # listed as corrupt by jobs(), skipped here
+                continue
+            leases.ended(job_id, kv.mod_revision, seen)  # a sighting starts the quarantine
+            if not leases.waiting_out(job_id, kv.mod_revision) and (taken := (yield from take(job_id))) is not None:
+                return taken
+    queued = yield from queue.oldest(first=(window, queued))
     while queued:
-        yield from _queued_ids(k, queued)
-        queued = queue.oldest(conn, after=queued[-1].key + b"\0")
+        for job_id in _queued_ids(k, queued):
+            if (taken := (yield from take(job_id))) is not None:
+                return taken
+        queued = yield from queue.oldest(after=queued[-1].key + b"\0")
+    return None
 
 
 def _queued_ids(k: Keys, kvs: list[KV]) -> list[str]:
@@ -50,7 +58,4 @@ def _queued_ids(k: Keys, kvs: list[KV]) -> list[str]:
     for kv in kvs:
         with contextlib.suppress(CorruptRecord):  # not tenure's: never claimed through it
             ids.append(k.queued_job_id(kv.key))
-    # Concurrent claimers would all race for the oldest job; starting a few places apart
-    # spreads them with little change to the order.
-    shift = random.randrange(min(len(ids), _SPREAD)) if ids else 0
-    return ids[shift:] + ids[:shift]
+    return contention.spread(ids)

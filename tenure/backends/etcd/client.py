@@ -9,13 +9,19 @@ cluster with rotation, control over which requests are retried, requests sent si
 (a keep-alive travelling beside a transaction) and the revision of every response. So
 ``Connection`` is tenure's own. gRPC errors become tenure errors in :func:`mapped_error`.
 
-The seam for an asyncio transport: the request builders and response readers below are
-I/O-free, and the generated stubs accept a ``grpc.aio`` channel as they accept a blocking one;
-only ``Connection``'s blocking calls would differ.
+Written once for both flavours: a request's endpoint rotation, login, retry and error mapping
+(``Connection._calling``) is a generator that yields the ``Rpc`` to send and is sent its answer
+(or has the gRPC error thrown in). ``Connection`` sends each on its blocking channels, exactly the
+calls it always made; ``AioConnection`` (tenure.aio) sends them on ``grpc.aio`` channels to the
+same endpoints, awaited in the event loop. The protocol's own I/O (``transaction``, ``leases``,
+``claimable``) is written as generators too (``Io``), yielding ``Call``s of ``Connection``'s
+requests and the ``Pending`` answers of requests started beside others; ``Connection.run`` and
+``AioConnection.run`` carry them out with the core's drivers (``tenure.core.calls``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import logging
@@ -28,6 +34,8 @@ from typing import Any, Generic, TypeVar
 import grpc
 from google.protobuf.runtime_version import VersionError
 
+from tenure.core import calls
+from tenure.core.calls import Io as Io  # here it yields an Rpc, a Call or a started request's answer
 from tenure.core.errors import AuthenticationFailed, BackendUnavailable, LeaseError
 
 try:
@@ -38,6 +46,7 @@ except (VersionError, RuntimeError) as exc:  # protobuf or grpcio older than the
 
 log = logging.getLogger("tenure.etcd")
 T = TypeVar("T")
+Metadata = tuple[tuple[str, str], ...] | None
 
 KV = kv_pb2.KeyValue  # key, value, create_revision, mod_revision, lease (read, never built)
 OpSpec = rpc_pb2.RequestOp
@@ -179,6 +188,19 @@ def _granted(resp: Any) -> tuple[int, int]:
     return int(resp.ID), int(resp.TTL)
 
 
+def _ranged(resp: Any) -> tuple[list[KV], int, bool]:
+    return list(resp.kvs), int(resp.header.revision), bool(resp.more)
+
+
+def _kept(resp: Any) -> int:
+    """A keep-alive's first answer: the TTL restarted, 0 if the lease no longer exists."""
+    return 0 if resp is None else int(resp.TTL)
+
+
+def _lived(resp: Any) -> tuple[int, int]:
+    return int(resp.TTL), int(resp.grantedTTL)
+
+
 # -- the transport ------------------------------------------------------------------------------
 # Pings on open streams (watches) notice a frozen server; etcd refuses pings under 5 s apart.
 _CHANNEL_OPTIONS = [("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
@@ -197,7 +219,8 @@ def _read(path: str | None) -> bytes | None:
 class _Endpoint:
     """One member's channel and etcd's generated stubs on it."""
 
-    def __init__(self, name: str, channel: Any) -> None:
+    def __init__(self, index: int, name: str, channel: Any) -> None:
+        self.index = index
         self.name = name
         self.channel = channel
         self.kv = _Stubs.KVStub(channel)
@@ -207,6 +230,32 @@ class _Endpoint:
         self.maintenance = _Stubs.MaintenanceStub(channel)
         self.auth = _Stubs.AuthStub(channel)
         self.metadata: tuple[tuple[str, str], ...] | None = None
+
+
+@dataclass(frozen=True)
+class Rpc:
+    """One request on the wire: ``method`` of the ``service`` stub of endpoint ``endpoint``."""
+
+    endpoint: int
+    service: str  # an _Endpoint attribute: kv, lease, auth
+    method: str
+    request: Any
+    metadata: Metadata
+    stream: bool = False  # a stream of this one request, answered by its first response (None: none)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One of ``Connection``'s requests by name (``txn``, ``range``, ``grant``, ``time_to_live``,
+    ``grant_started``, ``keepalive_started``): called on ``Connection``, awaited on ``AioConnection``."""
+
+    name: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def call(name: str, *args: Any, **kwargs: Any) -> Call:
+    return Call(name, args, kwargs)
 
 
 class Connection:
@@ -223,31 +272,34 @@ class Connection:
         self.user, self.password = user, password
         self._credentials = None if ca_cert is None else grpc.ssl_channel_credentials(
             _read(ca_cert), _read(cert_key), _read(cert_cert))
-        self._endpoints = [self._open(h, p) for h, p in hosts]
+        self.targets = [(f"{h}:{p}", f"[{h}]:{p}" if ":" in h else f"{h}:{p}") for h, p in hosts]  # name, target
+        self._endpoints = [_Endpoint(i, name, self.channel(target, grpc))
+                           for i, (name, target) in enumerate(self.targets)]
         self._current = 0
         self._lock = threading.Lock()
         self._closed = False
         self._revokes: set[Any] = set()  # sent and not answered yet: kept, or gRPC cancels them
 
-    def _open(self, host: str, port: int) -> _Endpoint:
-        name = f"{host}:{port}"
-        target = f"[{host}]:{port}" if ":" in host else name
+    def channel(self, target: str, kind: Any) -> Any:
+        """A channel to ``target`` from ``kind``: ``grpc`` (blocking) or ``grpc.aio``."""
         if self._credentials is None:
-            return _Endpoint(name, grpc.insecure_channel(target, options=_CHANNEL_OPTIONS))
-        return _Endpoint(name, grpc.secure_channel(target, self._credentials, options=_CHANNEL_OPTIONS))
+            return kind.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        return kind.secure_channel(target, self._credentials, options=_CHANNEL_OPTIONS)
 
     @property
     def endpoint(self) -> _Endpoint:
         return self._endpoints[self._current]
 
-    def _authenticate(self, ep: _Endpoint) -> None:
-        resp = ep.auth.Authenticate(rpc_pb2.AuthenticateRequest(name=self.user, password=self.password),
-                                    timeout=self.timeout)
+    def _authenticating(self, ep: _Endpoint) -> Io[None]:
+        resp = yield Rpc(ep.index, "auth", "Authenticate",
+                         rpc_pb2.AuthenticateRequest(name=self.user, password=self.password), None)
         ep.metadata = (("token", resp.token),)
 
-    def call(self, fn: Callable[[_Endpoint, tuple[tuple[str, str], ...] | None], T], *,
-             retry: bool = True) -> T:
-        """Run ``fn(endpoint, metadata)``, moving to the next endpoint if this one is unreachable."""
+    def _authenticate(self, ep: _Endpoint) -> None:
+        self.run(self._authenticating(ep))
+
+    def _calling(self, send: Callable[[_Endpoint, Metadata], Io[T]], retry: bool) -> Io[T]:
+        """``send(endpoint, metadata)``, moving to the next endpoint if this one is unreachable."""
         if self._closed:
             raise BackendUnavailable("this etcd store is closed")
         attempts = len(self._endpoints) if retry else 1
@@ -255,15 +307,15 @@ class Connection:
             ep = self.endpoint
             try:
                 if self.user is not None and ep.metadata is None:
-                    self._authenticate(ep)
+                    yield from self._authenticating(ep)
                 try:
-                    return fn(ep, ep.metadata)
+                    return (yield from send(ep, ep.metadata))
                 except grpc.RpcError as exc:
                     # Simple auth tokens expire (5 minutes by default): log in again once.
                     if self.user is None or "invalid auth token" not in str(exc):
                         raise
-                    self._authenticate(ep)
-                    return fn(ep, ep.metadata)
+                    yield from self._authenticating(ep)
+                    return (yield from send(ep, ep.metadata))
             except grpc.RpcError as exc:  # tenure's own errors, and bugs, pass through unchanged
                 if not _retryable(exc):
                     raise mapped_error(exc, ep.name, self.timeout) from exc
@@ -271,6 +323,35 @@ class Connection:
                 if attempt == attempts - 1:
                     raise mapped_error(exc, ep.name, self.timeout) from exc
         raise AssertionError("unreachable")
+
+    def _request(self, service: str, method: str, request: Any, finish: Callable[[Any], T], *,
+                 retry: bool, stream: bool = False) -> Io[T]:
+        def send(ep: _Endpoint, md: Metadata) -> Io[T]:
+            return finish((yield Rpc(ep.index, service, method, request, md, stream)))
+
+        return self._calling(send, retry)
+
+    def call(self, fn: Callable[[_Endpoint, Metadata], T], *, retry: bool = True) -> T:
+        """Run ``fn(endpoint, metadata)`` (blocking calls of its own), as ``_calling`` sends requests."""
+        def send(ep: _Endpoint, md: Metadata) -> Io[T]:
+            return fn(ep, md)
+            yield  # a generator that sends nothing itself
+
+        return self.run(self._calling(send, retry))
+
+    def run(self, io: Io[T]) -> T:
+        """``io``'s requests, each sent and waited for in this thread (the core's driver)."""
+        return calls.run(io, self._answer)
+
+    def _answer(self, step: Any) -> Any:
+        if isinstance(step, Rpc):
+            stub = getattr(getattr(self._endpoints[step.endpoint], step.service), step.method)
+            if step.stream:
+                return next(iter(stub(iter([step.request]), timeout=self.timeout, metadata=step.metadata)), None)
+            return stub(step.request, timeout=self.timeout, metadata=step.metadata)
+        if isinstance(step, Call):
+            return getattr(self, step.name)(*step.args, **step.kwargs)
+        return step.result()  # a Pending
 
     def _rotate(self, failed: _Endpoint) -> None:
         with self._lock:
@@ -280,9 +361,11 @@ class Connection:
     # -- KV --------------------------------------------------------------------------------
     def txn(self, compares: list[CompareSpec], success: list[OpSpec], failure: list[OpSpec], *,
             retry: bool = False) -> TxnResult:
-        req = txn_request(compares, success, failure)
-        return self.call(lambda ep, md: txn_result(ep.kv.Txn(req, timeout=self.timeout, metadata=md)),
-                         retry=retry)
+        return self.run(self.txn_io(compares, success, failure, retry=retry))
+
+    def txn_io(self, compares: list[CompareSpec], success: list[OpSpec], failure: list[OpSpec], *,
+               retry: bool = False) -> Io[TxnResult]:
+        return self._request("kv", "Txn", txn_request(compares, success, failure), txn_result, retry=retry)
 
     def txn_started(self, compares: list[CompareSpec], success: list[OpSpec],
                     failure: list[OpSpec]) -> Pending[TxnResult]:
@@ -296,14 +379,15 @@ class Connection:
               newest_first: bool = False, by_create: bool = False,
               keys_only: bool = False) -> tuple[list[KV], int, bool]:
         """Keys in ``[key, end)`` as ``(kvs, revision read at, more)``."""
+        return self.run(self.range_io(key, end, revision=revision, limit=limit, newest_first=newest_first,
+                                      by_create=by_create, keys_only=keys_only))
+
+    def range_io(self, key: bytes, end: bytes = b"", *, revision: int = 0, limit: int = 0,
+                 newest_first: bool = False, by_create: bool = False,
+                 keys_only: bool = False) -> Io[tuple[list[KV], int, bool]]:
         req = range_request(key, end, limit=limit, revision=revision, newest_first=newest_first,
                             by_create=by_create, keys_only=keys_only)
-
-        def run(ep: _Endpoint, md: Any) -> tuple[list[KV], int, bool]:
-            resp = ep.kv.Range(req, timeout=self.timeout, metadata=md)
-            return list(resp.kvs), int(resp.header.revision), bool(resp.more)
-
-        return self.call(run)
+        return self._request("kv", "Range", req, _ranged, retry=True)
 
     # -- leases ----------------------------------------------------------------------------
     def _started(self, start: Callable[[_Endpoint, Any], Any], finish: Callable[[Any], T],
@@ -326,8 +410,10 @@ class Connection:
 
     def grant(self, ttl: int) -> tuple[int, int]:
         """A new etcd lease: ``(id, granted ttl)``; the server may raise a too-short ttl."""
-        return self.call(lambda ep, md: _granted(ep.lease.LeaseGrant(
-            rpc_pb2.LeaseGrantRequest(TTL=ttl), timeout=self.timeout, metadata=md)))
+        return self.run(self.grant_io(ttl))
+
+    def grant_io(self, ttl: int) -> Io[tuple[int, int]]:
+        return self._request("lease", "LeaseGrant", rpc_pb2.LeaseGrantRequest(TTL=ttl), _granted, retry=True)
 
     def grant_started(self, ttl: int) -> Pending[tuple[int, int]]:
         return self._started(lambda ep, md: ep.lease.LeaseGrant.future(
@@ -338,9 +424,7 @@ class Connection:
         """Restart the lease's TTL; the answer is the TTL, or 0 if the lease no longer exists."""
 
         def finish(responses: Any) -> int:
-            for resp in responses:
-                return int(resp.TTL)
-            return 0
+            return _kept(next(iter(responses), None))
 
         # A keep-alive is not retried elsewhere: the caller hears BackendUnavailable and the
         # renewal thread tries again.
@@ -348,15 +432,18 @@ class Connection:
             iter([rpc_pb2.LeaseKeepAliveRequest(ID=lease_id)]), timeout=self.timeout, metadata=md),
             finish, None)
 
+    def keepalive_io(self, lease_id: int) -> Io[int]:
+        return self._request("lease", "LeaseKeepAlive", rpc_pb2.LeaseKeepAliveRequest(ID=lease_id), _kept,
+                             retry=False, stream=True)
+
     def time_to_live(self, lease_id: int) -> tuple[int, int]:
         """``(remaining, granted)`` seconds of a lease; remaining is -1 if it does not exist."""
 
-        def run(ep: _Endpoint, md: Any) -> tuple[int, int]:
-            resp = ep.lease.LeaseTimeToLive(rpc_pb2.LeaseTimeToLiveRequest(ID=lease_id),
-                                            timeout=self.timeout, metadata=md)
-            return int(resp.TTL), int(resp.grantedTTL)
+        return self.run(self.time_to_live_io(lease_id))
 
-        return self.call(run)
+    def time_to_live_io(self, lease_id: int) -> Io[tuple[int, int]]:
+        return self._request("lease", "LeaseTimeToLive", rpc_pb2.LeaseTimeToLiveRequest(ID=lease_id),
+                             _lived, retry=True)
 
     def revoke_later(self, lease_id: int) -> None:
         """Revoke without waiting; a lease whose revoke fails runs out by itself.
@@ -432,6 +519,93 @@ class Pending(Generic[T]):
 
     def cancel(self) -> None:
         self._started.cancel()
+
+
+class AioConnection:
+    """``Connection``'s requests awaited in an event loop (tenure.aio), on ``grpc.aio`` channels
+    to the same endpoints: the rotation, logins (the tokens are shared), retries and error
+    mapping are ``Connection``'s own generators. Built, used and closed in one running loop.
+
+    grpc.aio rather than the blocking channels' ``.future()``: a keep-alive is a stream, which a
+    blocking channel answers only to a thread that iterates it (and it starts a thread per call to
+    send the request); grpc.aio serves unary calls and streams alike in the loop, no thread.
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self._endpoints = [_Endpoint(i, name, conn.channel(target, grpc.aio))
+                           for i, (name, target) in enumerate(conn.targets)]
+        self._started: set[asyncio.Task[Any]] = set()  # kept until answered: the loop holds tasks weakly
+
+    async def run(self, io: Io[T]) -> T:
+        """``io``'s requests, each awaited in the running loop (the core's driver)."""
+        return await calls.run_async(io, self._answer)
+
+    async def _answer(self, step: Any) -> Any:
+        if isinstance(step, Rpc):
+            stub = getattr(getattr(self._endpoints[step.endpoint], step.service), step.method)
+            timeout = self.conn.timeout
+            if not step.stream:
+                return await stub(step.request, timeout=timeout, metadata=step.metadata)
+            stream = stub(iter([step.request]), timeout=timeout, metadata=step.metadata)
+            try:
+                resp = await stream.read()  # the first answer; an ended stream's error is raised here
+                return None if resp is grpc.aio.EOF else resp
+            finally:
+                stream.cancel()  # answered: the rest of the stream is nothing we wait for
+        if isinstance(step, Call):
+            return await getattr(self, step.name)(*step.args, **step.kwargs)
+        return await step.result()  # an AioPending
+
+    def _start(self, io: Io[T]) -> AioPending[T]:
+        """``io`` sent now, as a task of the loop: its request goes out beside the next awaited one."""
+        task = asyncio.ensure_future(self.run(io))
+        self._started.add(task)
+        task.add_done_callback(self._answered)
+        return AioPending(task)
+
+    def _answered(self, task: asyncio.Task[Any]) -> None:
+        self._started.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: an answer nobody waits for any more is no error to log
+
+    async def txn(self, compares: list[CompareSpec], success: list[OpSpec], failure: list[OpSpec], *,
+                  retry: bool = False) -> TxnResult:
+        return await self.run(self.conn.txn_io(compares, success, failure, retry=retry))
+
+    async def range(self, key: bytes, end: bytes = b"", **options: Any) -> tuple[list[KV], int, bool]:
+        return await self.run(self.conn.range_io(key, end, **options))
+
+    async def grant(self, ttl: int) -> tuple[int, int]:
+        return await self.run(self.conn.grant_io(ttl))
+
+    async def time_to_live(self, lease_id: int) -> tuple[int, int]:
+        return await self.run(self.conn.time_to_live_io(lease_id))
+
+    async def grant_started(self, ttl: int) -> AioPending[tuple[int, int]]:
+        return self._start(self.conn.grant_io(ttl))
+
+    async def keepalive_started(self, lease_id: int) -> AioPending[int]:
+        return self._start(self.conn.keepalive_io(lease_id))  # not retried elsewhere, as in Connection
+
+    async def close(self) -> None:
+        for task in list(self._started):
+            task.cancel()
+        for ep in self._endpoints:
+            await ep.channel.close()
+
+
+class AioPending(Generic[T]):
+    """The answer to a request ``AioConnection`` started; awaited, or cancelled."""
+
+    def __init__(self, task: asyncio.Task[T]) -> None:
+        self._task = task
+
+    async def result(self) -> T:
+        return await asyncio.shield(self._task)  # a cancelled waiter leaves the request to finish
+
+    def cancel(self) -> None:
+        self._task.cancel()
 
 
 class WatchStream:

@@ -1,35 +1,20 @@
-"""Keys and values of the etcd backend: where each record lives under the prefix, and its JSON.
+"""Keys and values of the etcd backend: where each record lives under the prefix, and its JSON
+(docs/backends/etcd.md, "Key layout", says what each holds and why). Per job ``<id>``
+(``codec.encode_job_id``):
 
-Per job ``<id>`` (base64url of the UTF-8 job id, so any id round-trips and none escapes the
-prefix) there are up to three keys:
+``<prefix>/job/<id>``        the run; while leased its mod revision is the token
+``<prefix>/lease/<id>``      the live lease, on an etcd lease with the job's TTL
+``<prefix>/end/<id>``        how the current claim ended (completed, released, expired)
+``<prefix>/queue/<µs>/<id>`` index: a pending job, oldest first
+``<prefix>/held/<id>``       index: a leased job (its lease ended when no lease key is beside it)
 
-``<prefix>/job/<id>``    the run: pending or leased, owner, submitted/claimed times, runs.
-                         A claim rewrites it, so while leased its mod revision is the token.
-``<prefix>/lease/<id>``  the live lease, attached to an etcd lease with the job's TTL; etcd
-                         deletes it on expiry. Its create revision is the token.
-``<prefix>/end/<id>``    how the current claim ended: completed (with the result), released, or
-                         expired by an operator (force_expire).
-
-Two indexes, written in the same transactions as the keys above, let ``claim_next`` read
-only what it may claim instead of every job:
-
-``<prefix>/queue/<µs>/<id>``  a pending job (submitted, or released), in key order by the
-                              time it became pending (``<µs>``: 20 digits): oldest first.
-``<prefix>/held/<id>``        a leased job, its owner and the longest TTL its holder was given,
-                              from its claim to its completion or release. Without a lease key
-                              beside it, the lease ended and the job is claimable again. Its mod
-                              revision names the lease's incarnation: the claim's, or a later
-                              revival or change of TTL (see ``EtcdBackend._holder_txn``).
-
-Audit records carry a random suffix and are attached to a shared retention lease:
-``<prefix>/history/<id>/<uuid>`` and ``<prefix>/rejection/<uuid>``.
-Anything under the prefix that does not decode raises :class:`CorruptRecord`.
+Audit: ``<prefix>/history/<id>/<uuid>`` and ``<prefix>/rejection/<uuid>``, on a shared
+retention lease. Anything under the prefix that does not decode raises ``CorruptRecord``.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,40 +181,29 @@ def read_job(kv: KV, job_id: str) -> JobValue:
 
 
 _decode_json = json.JSONDecoder().decode
-_PLAIN = frozenset({int, float})
-
-
-def _plain_number(value: object) -> bool:
-    """None or a finite int or float (not a bool): what ``_field`` accepts for ``_NUM``."""
-    return value is None or (type(value) in _PLAIN and math.isfinite(value))  # type: ignore[arg-type]
 
 
 def listed_pending(kv: KV, encoded: bytes) -> JobStatus | None:
     """For listings: the status of a pending job whose job key ends in ``encoded`` and that
-    has no lease or outcome key, built straight from its value with the checks ``read_job``
-    and ``Keys.job_id`` make; None for anything else, which the general path then explains."""
+    has no lease or outcome key, the quick way (``codec.listed_status``) with the checks
+    ``read_job`` and ``Keys.job_id`` make; None for anything else, which the general path
+    then explains."""
     try:
         v = _decode_json(kv.value.decode())
-    except (UnicodeDecodeError, ValueError):
+    except ValueError:  # UnicodeDecodeError too
         return None
     if type(v) is not dict or v.get("tenure") != VERSION or v.get("state") != "pending":
         return None
-    job_id, owner, token, runs = v.get("job"), v.get("owner"), v.get("token"), v.get("runs")
-    submitted_at, claimed_at = v.get("submitted_at"), v.get("claimed_at")
-    # Written out rather than a loop over the names: this runs once per job of a listing.
-    if (type(job_id) is not str or type(token) is not int or type(runs) is not int
-            or (owner is not None and type(owner) is not str)
-            or not (_plain_number(v.get("ttl")) and _plain_number(submitted_at)
-                    and _plain_number(claimed_at) and _plain_number(v.get("expires_at")))
-            or _encoded(job_id) != encoded):
+    fast = codec.listed_status(v.get("job"), "pending", v.get("owner"), v.get("token"), v.get("runs"), None, None,
+                               v.get("submitted_at"), v.get("claimed_at"), None, None, 0.0,
+                               v.get("ttl"), v.get("expires_at"))
+    if fast is None or _encoded(fast.job_id) != encoded:
         return None
     try:
-        validation.job_id(job_id)
+        validation.job_id(fast.job_id)
     except InvalidArgument:
         return None
-    return JobStatus(job_id, JobState.PENDING, owner, token, None,  # numbers as codec.number gives them
-                     None if submitted_at is None else float(submitted_at),
-                     None if claimed_at is None else float(claimed_at), runs=runs)
+    return fast
 
 
 def parse(value: bytes) -> dict[str, Any]:

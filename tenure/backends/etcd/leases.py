@@ -16,22 +16,25 @@ leases serve them, and why:
 - **Quarantine.** etcd < 3.4.28 can end a lease before its TTL (etcd-io/etcd#15247), so a
   lease etcd ended is claimed only one TTL after this process first saw it gone
   (``Quarantine``); the holder may revive it while its deadline runs (``transaction``).
-- **Retention.** History and rejections hang on one shared etcd lease (``retention_id``).
+- **Retention.** History and rejections hang on one shared etcd lease (``retention``).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import math
 import threading
 
 from tenure.backends.etcd import client as ec
-from tenure.backends.etcd.client import Connection, Pending
+from tenure.backends.etcd.client import AioPending, Connection, Io, Pending
 from tenure.backends.etcd.layout import Keys, parse
 from tenure.core import contention
 from tenure.core.clock import boot_clock
-from tenure.core.errors import BackendUnavailable
+from tenure.core.errors import AlreadyClaimed, BackendUnavailable, CorruptRecord, JobCompleted, Outraced
+
+_NOTHING_WRITTEN = (AlreadyClaimed, JobCompleted, CorruptRecord, Outraced)  # a claim's definite "no"
 
 SLACK = 1  # seconds a claim's etcd lease gets beyond its TTL, so later claims can reuse it
 _CACHE = 10_000  # etcd leases of claims made here, for one-round-trip renewals
@@ -123,9 +126,9 @@ class EtcdLeases:
                     return lease
         return None  # the ones dropped run out by themselves: nothing is attached to them
 
-    def grant(self, ttl: int, slack: int = 0) -> EtcdLease:
+    def granting(self, ttl: int, slack: int = 0) -> Io[EtcdLease]:
         sent = boot_clock()
-        lease_id, granted = self._conn.grant(ttl + slack)
+        lease_id, granted = yield ec.call("grant", ttl + slack)
         return EtcdLease(lease_id, ttl, granted, sent)
 
     def give_back(self, lease: EtcdLease) -> None:
@@ -161,6 +164,10 @@ class EtcdLeases:
 
     # -- the retention lease of the audit ------------------------------------------------
     def retention_id(self) -> int:
+        """``retention``, waited for in this thread."""
+        return self._conn.run(self.retention())
+
+    def retention(self) -> Io[int]:
         """A shared etcd lease that ends audit records after ``retention`` seconds, no scans.
 
         Every process writing under the prefix uses the one named in ``meta/retention``
@@ -172,37 +179,60 @@ class EtcdLeases:
                 return self._retention_lease[0]
         key = self._keys.retention
         for _ in contention.attempts():
-            kvs, _, _ = self._conn.range(key)
+            kvs, _, _ = yield ec.call("range", key)
             named = parse(kvs[0].value).get("lease") if kvs else None
             if isinstance(named, int) and not isinstance(named, bool):
-                remaining, granted = self._conn.time_to_live(named)
+                remaining, granted = yield ec.call("time_to_live", named)
                 fresh_for = remaining - 0.9 * granted
                 if fresh_for > 0:
                     with self._lock:
                         self._retention_lease = (named, boot_clock() + fresh_for)
                     return named
-            lease_id, _ = self._conn.grant(etcd_ttl(self._retention))
+            lease_id, _ = yield ec.call("grant", etcd_ttl(self._retention))
             mod = kvs[0].mod_revision if kvs else 0
-            if not self._conn.txn([ec.compare(key, "mod", "==", mod)],
-                                  [ec.put(key, f'{{"lease":{lease_id}}}'.encode())], []).succeeded:
+            if not (yield ec.call("txn", [ec.compare(key, "mod", "==", mod)],
+                                  [ec.put(key, f'{{"lease":{lease_id}}}'.encode())], [])).succeeded:
                 self.revoke_later(lease_id)  # another process named one first: use theirs
         raise BackendUnavailable("could not agree on a retention lease (too much contention)")
 
-    def retention_lost(self) -> tuple[int, int] | None:
+    def retention_lost(self) -> Io[tuple[int, int] | None]:
         """After a write found an etcd lease missing: (old, new) retention lease ids if the
         retention lease was the one (revoked behind our back), else None."""
         with self._lock:
             old, self._retention_lease = self._retention_lease, None
         if old is None:
             return None
-        new = self.retention_id()
+        new = yield from self.retention()
         return None if new == old[0] else (old[0], new)
+
+    # -- a claim's etcd lease, for all its attempts ----------------------------------------
+    def claiming(self, ttl: int) -> Claiming:
+        """The etcd lease for a claim sent now: a pooled one, or None to grant one beside a read."""
+        return Claiming(ttl, self.take(ttl))
+
+    def claimed(self, claiming: Claiming, failed: BaseException | None) -> Io[None]:
+        """After the claim (``failed``: what it raised): a lease it did not write with goes back to
+        the pool; one a transaction may have written with is revoked unless the claim surely
+        wrote nothing. Never raises (a grant that failed: nothing was written with it)."""
+        if failed is not None:
+            with contextlib.suppress(Exception):
+                lease = yield from claiming.resolving()
+                if claiming.maybe_written and not isinstance(failed, _NOTHING_WRITTEN):
+                    # The key may have been written: revoking deletes it, and the caller hears an
+                    # error. If the revoke is lost too, the key ends with the lease, held by nobody.
+                    self.revoke_later(lease.id)
+                    claiming.lease = None
+        if claiming.grant is not None:  # asked for beside a read, then not needed
+            with contextlib.suppress(Exception):
+                yield from claiming.resolving()
+        if claiming.lease is not None:  # not used by the claim that was written
+            self.give_back(claiming.lease)
 
 
 @dataclasses.dataclass
 class Claiming:
     """The etcd lease a claim (or claim_next) will hang its lease key on: pooled, or granted
-    beside the read of the job (``grant_beside``).
+    beside the read of the job (``granting_beside``).
 
     It outlives the claim's attempts (a lost race wrote nothing with it); the claim gives it
     back, or revokes it after a transaction that may have written it (``maybe_written``).
@@ -210,19 +240,20 @@ class Claiming:
 
     ttl: int
     lease: EtcdLease | None
-    grant: Pending[tuple[int, int]] | None = None
+    grant: Pending[tuple[int, int]] | AioPending[tuple[int, int]] | None = None
     sent: float = 0.0
     maybe_written: bool = False
 
-    def grant_beside(self, conn: Connection) -> None:
+    def granting_beside(self) -> Io[None]:
         """Ask for an etcd lease now, unless one is at hand or asked for: a read sent next
         shares its round trip."""
         if self.lease is None and self.grant is None:
-            self.sent, self.grant = boot_clock(), conn.grant_started(self.ttl + SLACK)
+            self.sent = boot_clock()
+            self.grant = yield ec.call("grant_started", self.ttl + SLACK)
 
-    def resolve(self) -> EtcdLease:
+    def resolving(self) -> Io[EtcdLease]:
         if self.lease is None:
             assert self.grant is not None
-            lease_id, granted = self.grant.result()
+            lease_id, granted = yield self.grant
             self.lease, self.grant = EtcdLease(lease_id, self.ttl, granted, self.sent), None
         return self.lease

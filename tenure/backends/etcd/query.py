@@ -1,32 +1,24 @@
-"""Operators' queries on etcd from the indexes, not from a listing of every job.
+"""Operators' queries on etcd from the indexes, not from a listing of every job
+(docs/backends/etcd.md, "Counts and pages for operators").
 
-Every job is in exactly one of three places, kept so by the transactions that change it
-(``etcd.layout``): a ``queue/`` key (pending), a ``held/`` key (leased, live or expired), or
-neither (completed). A ``lease/`` key lives beside the held key while etcd keeps the lease:
-a held key without one is an expired lease, by etcd's own clock. So one read-only
-transaction, at one revision, counts them all: etcd counts ``job/`` and ``queue/`` itself
-(``count_only``: no key crosses the wire) and sends the held and lease keys, whose number is
-that of the leases, not of the jobs. Nothing is written to keep these counts, so no crash
-between round trips can leave them wrong. A store written before the indexes (development
-versions before 2026-12-02) gets them from ``EtcdBackend.build_indexes`` (``etcd.upgrade``).
-
-Job ids in order (for pages by id) come from the ``job/`` keys' names, read once and kept
-while etcd's count of them is unchanged (tenure never deletes a job); when it grows, only the
-keys created since the names were read are sent (``created_after``). A record damaged behind
-tenure's back is counted where its index puts it; only a listing finds it corrupt.
+Each job is in one place: a ``queue/`` key (pending), a ``held/`` key (leased; expired when no
+``lease/`` key lives beside it, by etcd's own clock) or neither (completed). So one read-only
+transaction at one revision counts them all (``count_only`` for ``job/`` and ``queue/``);
+nothing is written to keep the counts. Job ids in order are the ``job/`` keys' names, kept
+while etcd's count of them is unchanged (tenure never deletes a job), topped up with the keys
+created since (``created_after``).
 """
 
 from __future__ import annotations
 
 import collections
-import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from tenure.backends.etcd import client as ec
 from tenure.backends.etcd.client import KV, Connection, Pending, TxnResult
-from tenure.backends.etcd.layout import Keys, record
+from tenure.backends.etcd.layout import Keys, parse, record
 from tenure.core import transitions
 from tenure.core.codec import corrupt_status
 from tenure.core.errors import CorruptRecord
@@ -46,19 +38,13 @@ class _Counts:
 
 
 def _owner(value: bytes) -> str | None:
-    try:
-        owner = json.loads(value).get("owner")
-    except (ValueError, AttributeError):
-        return None
+    owner = parse(value).get("owner")
     return owner if isinstance(owner, str) else None
 
 
 def _lease_end(kv: KV, now: float) -> float:
     """When a live lease ends, as ``etcd.layout.record`` judges it: never before ``now``."""
-    try:
-        expires_at = json.loads(kv.value).get("expires_at")
-    except (ValueError, AttributeError):
-        expires_at = None
+    expires_at = parse(kv.value).get("expires_at")
     if isinstance(expires_at, bool) or not isinstance(expires_at, (int, float)):
         return now + 1e-3
     return max(float(expires_at), now + 1e-3)

@@ -15,20 +15,26 @@ compares verify (``guessed``), made in ``load_for``:
 claim_next's candidate (``next_claimable``) is read, never guessed. A claim's token is the
 revision of its commit (``stored``). The etcd leases the keys hang on are ``leases``'s.
 
-Requests it waits for: ``_fetch`` (a job's keys), ``_send`` (the commit's Txn) and
-``claimable.candidates`` (the indexes); grants and keep-alives start beside them as
-``Pending`` answers, and a renewal's grant (``EtcdLeases.grant``) waits on its own.
+Requests it waits for, written once as generators (``client.Io``) for both flavours: a job's
+keys (``_reading``), claim_next's candidates (``_finding``: the indexes, then each candidate's
+keys) and the commit (``committing``: the Txn; the grant a renewal's move waits for, the
+answers of the grant and keep-alive started beside). Every read goes through ``answer``: the
+sync transaction runs the generator there and then (``Connection.run``); tenure.aio's
+(``tenure.backends.etcd.aio``) answers from what it fetched or raises ``steps.NotFetched``,
+and awaits the same commit. What one operation's transactions share (the claim's etcd lease,
+whether a renewal found its key moved) is its ``Context``, passed in, never thread-local.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import uuid
-from typing import Any
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
 
 from tenure.backends.etcd import claimable
 from tenure.backends.etcd import client as ec
-from tenure.backends.etcd.client import KV, Connection, Pending, TxnResult
+from tenure.backends.etcd.client import KV, AioPending, Connection, Io, Pending, TxnResult
 from tenure.backends.etcd.layout import (
     JobValue,
     Keys,
@@ -52,6 +58,7 @@ from tenure.core.errors import BackendUnavailable, CorruptRecord, NotYetClaimabl
 from tenure.core.records import HistoryEvent, JobRecord, JobState, Lease, Op, Rejection
 
 EXPIRY_GRACE = 1.0  # etcd checks for expired leases every 500 ms, then deletes through raft
+T = TypeVar("T")
 
 
 class Read:
@@ -59,6 +66,7 @@ class Read:
 
     def __init__(self, job_id: str, kvs: list[list[KV]] | None, now: float) -> None:
         job, lease, end, held = (r[0] if r else None for r in kvs or [[], [], [], []])
+        self.job_id = job_id
         self.job, self.lease, self.end, self.held = job, lease, end, held
         # The lease's incarnation (the held key's mod revision): what a claim's wait was for.
         self.incarnation = held.mod_revision if held is not None else 0
@@ -92,7 +100,7 @@ class _Plan:
     key: ClaimKey
     lease: EtcdLease | None = None  # the etcd lease the lease key goes on (claim, renew)
     granted_here: bool = False
-    keepalive: Pending[int] | None = None
+    keepalive: Pending[int] | AioPending[int] | None = None
     sent: float = 0.0
     expires_at: float | None = None
 
@@ -108,11 +116,21 @@ class Parts:
     clock: Clock | None  # the clock given to connect (tests)
 
 
+@dataclasses.dataclass
+class Context:
+    """What the transactions of one operation share."""
+
+    claiming: Claiming | None = None  # a claim's etcd lease (claim, claim_next), for all its attempts
+    moved: bool = False  # a renewal found its key moved by another connection: it moves it again
+
+
 class EtcdTransaction(Transaction):
-    def __init__(self, parts: Parts, now: float, fresh: bool, claiming: Claiming | None = None) -> None:
+    def __init__(self, parts: Parts, now: float, fresh: bool, context: Context | None = None) -> None:
         self._p, self._conn, self._k, self._leases = parts, parts.conn, parts.keys, parts.leases
-        self.now, self._fresh, self._claiming = now, fresh, claiming
-        self._carried: dict[str, list[list[KV]]] = {}  # a retry's reads: the last failure branch's
+        self.now, self._fresh = now, fresh
+        self.context = context or Context()
+        self._claiming = self.context.claiming
+        self._carried: dict[str, Read] = {}  # a retry's reads: the last failure branch's
         self._reads: dict[str, Read] = {}  # every job loaded, in order: the failure branch reads them
         self._loaded: dict[str, JobRecord | None] = {}  # what each load answered
         self._compares: list[Any] = []
@@ -121,20 +139,38 @@ class EtcdTransaction(Transaction):
         self._rejections: list[Rejection] = []
         self._stored: dict[str, JobRecord] = {}
         self.carry: dict[str, list[list[KV]]] = {}  # after a conflict: the failure branch's reads
-        self.moved: list[ClaimKey] = []  # renewals that found their key moved by another connection
 
     # -- reads ---------------------------------------------------------------------------
     def follow(self, previous: Transaction) -> None:
         if isinstance(previous, EtcdTransaction):
-            self._carried = previous.carry
+            self._carried = {job_id: Read(job_id, kvs, self.now) for job_id, kvs in previous.carry.items()}
+
+    def answer(self, what: Hashable, io: Callable[[], Io[T]]) -> T:
+        """What ``io`` returns, run now (the sync flavour). tenure.aio's transaction answers
+        from what it fetched, or raises ``steps.NotFetched``, and asks again for the same
+        ``what`` when the step runs again."""
+        return self._conn.run(io())
+
+    def forget(self) -> None:
+        """Drop what this run of the step decided and buffered (before a rerun of the step in
+        the same transaction: ``steps.NotFetched``). What was read stays: it is the point."""
+        self._reads.clear()
+        self._loaded.clear()
+        self._compares.clear()
+        self._saved.clear()
+        self._events.clear()
+        self._rejections.clear()
+        self.guessed = False
 
     def _fetch(self, job_id: str) -> Read:
         """The job's keys: from the last failure branch, or read (reads only: safe to retry)."""
-        if job_id in self._carried:
-            return Read(job_id, self._carried.pop(job_id), self.now)
+        return self._carried.get(job_id) or self.answer(("read", job_id), lambda: self._reading(job_id))
+
+    def _reading(self, job_id: str) -> Io[Read]:
         if self._claiming is not None:
-            self._claiming.grant_beside(self._conn)
-        return Read(job_id, self._conn.txn([], reads(self._k, job_id), [], retry=True).ranges, self.now)
+            yield from self._claiming.granting_beside()
+        res = yield ec.call("txn", [], reads(self._k, job_id), [], retry=True)
+        return Read(job_id, res.ranges, self.now)
 
     def _use(self, job_id: str, read: Read) -> Read:
         """``read`` is what the step decides on: the commit compares its revisions."""
@@ -210,16 +246,23 @@ class EtcdTransaction(Transaction):
         """Index candidates (``claimable``), each read here and passed over unless claimable
         at ``now``; the one returned is claimed from that read, so a claim someone made since
         is a conflict of the commit, which the core retries from a fresh index read."""
-        for job_id in claimable.candidates(self._conn, self._k, self._leases, self._p.queue):
-            try:
-                read = self._fetch(job_id)
-                rec, _ = self._judged(job_id, read)
-            except CorruptRecord:
-                continue  # listed as corrupt by jobs(), never claimed through claim_next
-            if rec is not None and transitions.is_claimable(rec, self.now):
-                self._use(job_id, read)
-                return job_id
-        return None
+        found = self.answer(("claimable",), self._finding)
+        if found is None:
+            return None
+        self._use(found.job_id, found)
+        return found.job_id
+
+    def _finding(self) -> Io[Read | None]:
+        return (yield from claimable.first_claimable(self._k, self._leases, self._p.queue, self._take))
+
+    def _take(self, job_id: str) -> Io[Read | None]:
+        """The candidate's keys if it is claimable at ``now``, else None."""
+        try:
+            read = self._carried.get(job_id) or (yield from self._reading(job_id))
+            rec, _ = self._judged(job_id, read)
+        except CorruptRecord:
+            return None  # listed as corrupt by jobs(), never claimed through claim_next
+        return read if rec is not None and transitions.is_claimable(rec, self.now) else None
 
     # -- writes --------------------------------------------------------------------------
     def save(self, record: JobRecord) -> None:
@@ -234,7 +277,7 @@ class EtcdTransaction(Transaction):
     def stored(self, record: JobRecord) -> JobRecord:
         return self._stored.get(record.job_id, record)
 
-    def _plan(self, new: JobRecord, submits: int) -> tuple[_Plan, list[Any]]:
+    def _plan(self, new: JobRecord, submits: int) -> Io[tuple[_Plan, list[Any]]]:
         """The change from what was loaded to ``new``, and the writes that make it."""
         job_id, k, now = new.job_id, self._k, self.now
         old = self._loaded.get(job_id)
@@ -247,10 +290,10 @@ class EtcdTransaction(Transaction):
             return plan, [ec.put(k.job(job_id), job_value(job_id, value)), ec.delete(k.end(job_id)),
                           ec.put(k.queue(job_id, at), b"")]
         if new.state is JobState.LEASED and (old is None or old.state is not JobState.LEASED or old.token != new.token):
-            return self._claim_writes(plan, self._reads[job_id])
+            return (yield from self._claim_writes(plan, self._reads[job_id]))
         assert old is not None
         if new.state is JobState.LEASED and new.lease_until is not None and new.lease_until > now:
-            return self._renew_writes(plan, old, self._reads[job_id])
+            return (yield from self._renew_writes(plan, old, self._reads[job_id]))
         if new.state is JobState.LEASED:  # an operator ended it (force_expire)
             assert new.lease_until is not None
             plan.op = Op.EXPIRE
@@ -261,14 +304,14 @@ class EtcdTransaction(Transaction):
         return plan, [ec.put(k.end(job_id), end_value(how, new.token, now, new.result)),
                       ec.delete(k.lease(job_id), prev_kv=True), ec.delete(k.held(job_id)), *requeue]
 
-    def _claim_writes(self, plan: _Plan, read: Read) -> tuple[_Plan, list[Any]]:
+    def _claim_writes(self, plan: _Plan, read: Read) -> Io[tuple[_Plan, list[Any]]]:
         k, new, now, job_id = self._k, plan.new, self.now, plan.new.job_id
         assert self._claiming is not None, "claims go through EtcdBackend.claim and claim_next"
         assert new.owner is not None and new.ttl is not None
-        plan.op, plan.lease = Op.CLAIM, self._claiming.resolve()
+        plan.op, plan.lease = Op.CLAIM, (yield from self._claiming.resolving())
         plan.sent = boot_clock()
         if not plan.lease.fresh(plan.sent):
-            plan.keepalive = self._conn.keepalive_started(plan.lease.id)  # answered alongside the txn
+            plan.keepalive = yield ec.call("keepalive_started", plan.lease.id)  # answered alongside the txn
         plan.expires_at = now + plan.lease.granted + EXPIRY_GRACE
         # The job key keeps the nominal end, shown once etcd has ended the lease.
         value = JobValue(JobState.LEASED, new.owner, 0, new.ttl, new.submitted_at, now, now + plan.lease.granted,
@@ -280,7 +323,7 @@ class EtcdTransaction(Transaction):
                       ec.put(k.held(job_id), held_value(new.owner, new.ttl)), ec.delete(k.end(job_id)),
                       *([] if queued is None else [ec.delete(k.queue(job_id, queued))])]
 
-    def _renew_writes(self, plan: _Plan, old: JobRecord, read: Read) -> tuple[_Plan, list[Any]]:
+    def _renew_writes(self, plan: _Plan, old: JobRecord, read: Read) -> Io[tuple[_Plan, list[Any]]]:
         k, new, job_id = self._k, plan.new, plan.new.job_id
         assert new.owner is not None and new.ttl is not None and old.ttl is not None
         plan.op, ttl = Op.RENEW, etcd_ttl(new.ttl)
@@ -288,9 +331,9 @@ class EtcdTransaction(Transaction):
         cached = self._leases.of_claim(plan.key)
         plan.sent = boot_clock()
         if cached is not None and cached.alive and cached.ttl == ttl and not revive:
-            plan.lease, plan.keepalive = cached, self._conn.keepalive_started(cached.id)
+            plan.lease, plan.keepalive = cached, (yield ec.call("keepalive_started", cached.id))
         else:  # a claim made elsewhere, a new TTL or a revival: the key moves to a new etcd lease
-            plan.lease, plan.granted_here = self._leases.grant(ttl), True
+            plan.lease, plan.granted_here = (yield from self._leases.granting(ttl)), True
         plan.expires_at = self.now + plan.lease.granted + EXPIRY_GRACE
         writes = [ec.put(k.lease(job_id), lease_value(new.owner, new.ttl, self.now, plan.expires_at),
                          lease=plan.lease.id, prev_kv=True)]
@@ -301,33 +344,36 @@ class EtcdTransaction(Transaction):
             writes.append(ec.put(k.held(job_id), held_value(new.owner, max(new.ttl, old.ttl))))
         return plan, writes
 
-    def _event(self, event: HistoryEvent, plans: dict[str, _Plan]) -> Any:
+    def _event(self, event: HistoryEvent, plans: dict[str, _Plan], retention: int) -> Any:
         plan = plans.get(event.job_id)
         claim = plan is not None and plan.op is Op.CLAIM
         expires_at = plan.expires_at if plan is not None and plan.expires_at is not None else event.expires_at
         value = event_value(event.op, event.owner, None if claim else event.token, event.at, expires_at)
-        return self._audit(self._k.history(event.job_id, uuid.uuid4().hex), value)
-
-    def _audit(self, key: bytes, value: bytes) -> Any:
-        return ec.put(key, value, lease=self._leases.retention_id())
+        return ec.put(self._k.history(event.job_id, uuid.uuid4().hex), value, lease=retention)
 
     # -- the commit ----------------------------------------------------------------------
     def commit(self) -> None:
+        self._conn.run(self.committing())
+
+    def committing(self) -> Io[None]:
         plans: dict[str, _Plan] = {}
         writes: list[Any] = []
         for new in self._saved.values():
-            plan, ops = self._plan(new, sum(p.op is Op.SUBMIT for p in plans.values()))
+            plan, ops = yield from self._plan(new, sum(p.op is Op.SUBMIT for p in plans.values()))
             plans[new.job_id] = plan
             writes += ops
-        writes += [self._event(e, plans) for e in self._events]
-        writes += [self._audit(self._k.rejection(uuid.uuid4().hex), rejection_value(r)) for r in self._rejections]
+        if self._events or self._rejections:
+            retention = yield from self._leases.retention()  # audit records end with it
+            writes += [self._event(e, plans, retention) for e in self._events]
+            writes += [ec.put(self._k.rejection(uuid.uuid4().hex), rejection_value(r), lease=retention)
+                       for r in self._rejections]
         if not writes and not self.guessed:
             return  # decided on fresh reads and changes nothing: nothing to verify
         failure = [op for job_id in self._reads for op in reads(self._k, job_id)]
         if self._claiming is not None:
             self._claiming.maybe_written = True
         try:
-            res = self._send(writes, failure, plans)
+            res = yield from self._send(writes, failure, plans)
         except BaseException:
             for plan in plans.values():
                 if plan.keepalive is not None:
@@ -335,7 +381,7 @@ class EtcdTransaction(Transaction):
             raise  # a renewal's new etcd lease may carry the key now: it runs out by itself
         if res.succeeded:
             for plan in plans.values():
-                self._after(plan, res)
+                yield from self._after(plan, res)
             if self._claiming is not None:
                 self._claiming.maybe_written = False
             return
@@ -350,14 +396,14 @@ class EtcdTransaction(Transaction):
             if plan.granted_here and plan.lease is not None:
                 self._leases.revoke_later(plan.lease.id)  # nothing was attached to it
 
-    def _send(self, writes: list[Any], failure: list[Any], plans: dict[str, _Plan]) -> TxnResult:
+    def _send(self, writes: list[Any], failure: list[Any], plans: dict[str, _Plan]) -> Io[TxnResult]:
         try:
-            return self._conn.txn(self._compares, writes, failure)
+            return (yield ec.call("txn", self._compares, writes, failure))  # type: ignore[no-any-return]
         except ec.LeaseNotFound:
             # An etcd lease named by a put is gone (revoked behind our back, a pooled lease etcd
             # ended, a renewal's cached lease another connection revoked): nothing was written,
             # so the same transaction goes once more on leases that exist.
-            retention = self._leases.retention_lost()
+            retention = yield from self._leases.retention_lost()
             if retention is not None:
                 ec.relet(writes, *retention)
             for plan in plans.values():
@@ -367,22 +413,22 @@ class EtcdTransaction(Transaction):
                     if plan.keepalive is not None:
                         plan.keepalive.cancel()
                     plan.keepalive, plan.sent = None, boot_clock()
-                    plan.lease = self._leases.grant(old.ttl, SLACK if plan.op is Op.CLAIM else 0)
+                    plan.lease = yield from self._leases.granting(old.ttl, SLACK if plan.op is Op.CLAIM else 0)
                     plan.granted_here = plan.op is Op.RENEW
                     if plan.op is Op.CLAIM and self._claiming is not None:
                         self._claiming.lease = plan.lease
                     self._leases.forget(plan.key)
                     ec.relet(writes, old.id, plan.lease.id)
-            return self._conn.txn(self._compares, writes, failure)
+            return (yield ec.call("txn", self._compares, writes, failure))  # type: ignore[no-any-return]
 
-    def _after(self, plan: _Plan, res: TxnResult) -> None:
+    def _after(self, plan: _Plan, res: TxnResult) -> Io[None]:
         """etcd lease bookkeeping once the commit applied ``plan``."""
         lease, new = plan.lease, plan.new
         prev = [kv for kv in res.prev if kv.key == self._k.lease(new.job_id)]
         if plan.op is Op.CLAIM:
             assert lease is not None and plan.expires_at is not None
             if plan.keepalive is not None:
-                left = plan.keepalive.result()
+                left = yield plan.keepalive
                 if left < lease.ttl:  # 0: etcd ended it, and the key went with it
                     raise BackendUnavailable(f"etcd did not keep the lease of the claim of {new.job_id!r} "
                                              "alive; the claim was withdrawn")
@@ -395,7 +441,7 @@ class EtcdTransaction(Transaction):
             assert lease is not None and plan.expires_at is not None
             self._stored[new.job_id] = dataclasses.replace(new, lease_until=plan.expires_at)
             if plan.keepalive is not None:
-                left = plan.keepalive.result()
+                left = yield plan.keepalive
                 if left >= lease.ttl:
                     lease.confirmed, lease.granted = plan.sent, left
                 else:
@@ -409,7 +455,7 @@ class EtcdTransaction(Transaction):
                     self._leases.forget(plan.key)
                     for kv in prev:
                         self._leases.revoke_later(kv.lease)
-                    self.moved.append(plan.key)
+                    self.context.moved = True
                     return
             for kv in prev:
                 if kv.lease != lease.id:

@@ -1,17 +1,10 @@
-"""Building the claimable indexes of an etcd store written before they existed.
+"""``build_indexes``: the ``queue/`` and ``held/`` keys of a store written before they existed
+(development versions before 2026-12-02; docs/backends/etcd.md, "Key layout").
 
-Stores of development versions before 2026-12-02 have job keys without ``queue/`` and
-``held/`` keys: ``claim_next`` cannot find their jobs, and ``summary()``, which counts from
-those indexes (``etcd.query``), counts their pending and leased jobs as completed.
-``build_indexes`` adds to every job the index key this version would have written with it:
-a queue key for a pending job (named by when it became pending, as ``queued_since`` says, so
-the claim that takes it deletes exactly that key) and a held key for a leased or expired one.
-
-It is safe beside writers of this version: each addition is a transaction that compares the
-job's keys with what was read and requires the index key to be absent, so a job changed
-meanwhile (its writer wrote the index keys itself) is left as that writer made it. Writers of
-the older versions must be stopped first: they would go on writing jobs without index keys.
-Running it again adds nothing to a store it has built.
+Each job gets the index key this version would have written with it (a pending job's queue
+key named by ``queued_since``), in a transaction that compares the job's keys with what was
+read and requires the index key to be absent: safe beside writers of this version, and a
+second run adds nothing. Writers of the older versions must be stopped first.
 """
 
 from __future__ import annotations

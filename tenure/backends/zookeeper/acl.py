@@ -1,22 +1,14 @@
-"""With credentials, a root that anyone can change is refused at connect (or repaired).
-
-tenure's safety on ZooKeeper rests on who may write under the root: whoever may delete a
-``gen/`` znode resets a job's tokens, whoever may write ``jobs/`` forges records. A client
-with credentials creates every znode with its own ACL (``config``), but a root
-made earlier without credentials, or by hand, keeps ZooKeeper's open ACL. So at connect the
-ACLs of the root and of its directories (one pipelined round trip) must grant ``world:anyone``
-nothing beyond what tenure itself grants it (CREATE on ``clocks/``); otherwise ``connect``
-raises ``InvalidArgument`` naming the open paths, unless ``repair_acl=true`` asks to set the
-ACL of every znode under the root (those directories, and all the znodes below them except
-other clients' clock znodes) to the one tenure would have created them with.
-
-Other identities an operator added (``digest``, ``ip`` ...) are left alone: granting them is a
-decision, an open ACL is a default. Znodes below the directories are not checked at connect
-(one request each): while the directories are closed, only these identities can create them.
+"""With credentials, a root that anyone can change is refused at connect (or repaired):
+whoever may delete a ``gen/`` znode resets tokens, whoever may write ``jobs/`` forges records
+(docs/backends/zookeeper.md, "Security"). The root and its directories may grant
+``world:anyone`` no more than tenure does (CREATE on ``clocks/``); ``repair_acl=true`` sets
+this identity's ACL on every znode below them but other clients' clock znodes. Other
+identities an operator added are left alone.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Iterator
 
@@ -89,7 +81,8 @@ class Guard:
         client = self._b.client
         count = 0
         with mapped_errors("repairing the root's ACLs"):
-            for batch in _batches(self._below(directories)):
+            paths = self._below(directories)
+            while batch := list(itertools.islice(paths, _BATCH)):
                 pending = [client.set_acls_async(path, self.expected(path)) for path in batch]
                 for result in pending:
                     try:
@@ -114,14 +107,3 @@ class Guard:
                     level.extend(f"{parent}/{name}" for name in self._b.wait(result))
                 except NoNodeError:
                     continue
-
-
-def _batches(paths: Iterator[str]) -> Iterator[list[str]]:
-    batch: list[str] = []
-    for path in paths:
-        batch.append(path)
-        if len(batch) >= _BATCH:
-            yield batch
-            batch = []
-    if batch:
-        yield batch

@@ -1,16 +1,8 @@
-"""``zk://`` for tenure.aio: the protocol's steps (``AsyncRecordBackend``) over ZooKeeper's own
-transaction, its requests awaited in the event loop (``calls.run_async``), no thread per call.
-
-``AsyncZkTransaction`` is ``ZkTransaction`` with one difference: where the sync transaction
-waits for a read (``answer``), this one answers from what it fetched or raises
-``steps.NotFetched``; the driver awaits the same ``Io`` the sync transaction would have run
-and runs the step again. The commit is the same ``Io`` (``committing``), awaited. So every
-request, guess and retry is the sync backend's; a claim, renew or complete costs the same
-round trips, each awaited.
-
-Queries (get, jobs, rejections, history, summary, page, watch, health) and closing go to the
-sync backend in one worker thread per store (``ThreadedBackend``), for now; ``now`` is awaited
-natively, as claims that wait read it.
+"""``zk://`` for tenure.aio (docs/asyncio.md): the protocol's steps (``AsyncRecordBackend``)
+over ``ZkTransaction``, whose reads (``answer``) here answer from what was fetched or raise
+``steps.NotFetched``, and whose commit is the same ``Io``, awaited (``calls.run_async``): the
+same requests, guesses and round trips as the sync backend, no thread per call. Queries and
+closing go to the sync backend in one worker thread per store (``ThreadedBackend``), for now.
 """
 
 from __future__ import annotations

@@ -1,27 +1,13 @@
-"""History and rejections as sequential znodes, added inside the multi of the step they record.
+"""History and rejections as sequential znodes, added inside the multi of the step they record
+(docs/backends/zookeeper.md, "Audit").
 
-    <root>/events/<segment>/e-<number>       <root>/rejections/<segment>/r-<number>
-
-ZooKeeper numbers a sequential znode with its parent's count of child creations, a signed
-32-bit int. Its documentation says the names wrap to ``-2147483648`` after ``2147483647``;
-ZooKeeper 3.8 in fact stops there (the parent's counter never moves again, so every later
-create names an existing znode and fails, and so would every multi carrying a record). Either
-way one directory holds about two billion records in its life, weeks at 1,000 operations/s.
-
-So records go into *segments*: directories named by a 10-digit index. When a record's number
-reaches ``SEGMENT_LIMIT``, the client that wrote it opens the next segment and closes the old
-one in one multi (create the new segment, set the old one's data: version 0 to 1). Every
-multi that adds a record also checks that its segment is still at version 0, so no record
-lands in a closed segment and records are ordered exactly by (segment, number). A client
-whose multi failed on that check lists the segments again and takes the newest.
-
-Stores written before segments have their records straight under ``events/``
-(``e-<number>``): they are read and trimmed as the oldest segment; new records go into
-segments.
-
-Retention is bounded: when a record's number reaches a multiple of ``min(TRIM_EVERY,
-retention)``, the oldest records beyond ``retention`` are deleted. Reading goes newest first
-in pipelined batches and stops as soon as ``limit`` is met.
+ZooKeeper numbers a sequential znode with a signed 32-bit count of its parent's child
+creations, and 3.8 stops naming at its end. So records go into *segments* (directories
+named by a 10-digit index): a record numbered ``SEGMENT_LIMIT`` or more makes its writer open
+the next segment and close its own in one multi, and every multi that adds a record checks
+its segment is still open (version 0), so records are ordered by (segment, number). Records
+of a store made before segments lie in the directory itself: the oldest segment. Logs are
+trimmed to ``retention`` every ``min(TRIM_EVERY, retention)`` records.
 """
 
 from __future__ import annotations
@@ -67,9 +53,6 @@ class Log:
             self.segment = session.run(self._newest())
 
     # -- segments --------------------------------------------------------------------------------
-    def ranks(self, watch: Callable[[Any], None] | None = None) -> list[int]:
-        return self._b.run(self.ranking(watch))
-
     def ranking(self, watch: Callable[[Any], None] | None = None) -> Io[list[int]]:
         """The segments' ranks, oldest first; ``_LEGACY`` first if records predate segments."""
         with mapped_errors("listing the audit"):
@@ -139,9 +122,6 @@ class Log:
                 return
 
     # -- reading -----------------------------------------------------------------------------------
-    def records(self, rank: int, watch: Callable[[Any], None] | None = None) -> list[tuple[Key, str]]:
-        return self._b.run(self.listing(rank, watch))
-
     def listing(self, rank: int, watch: Callable[[Any], None] | None = None) -> Io[list[tuple[Key, str]]]:
         """The records of one segment, oldest first, as (key, path)."""
         directory = self._path(rank)
@@ -155,15 +135,15 @@ class Log:
         return sorted(found)
 
     def newest_first(self) -> Iterator[str]:
-        for rank in reversed(self.ranks()):
-            for _, path in reversed(self.records(rank)):
+        for rank in reversed(self._b.run(self.ranking())):
+            for _, path in reversed(self._b.run(self.listing(rank))):
                 yield path
 
     def after(self, last: Key | None, watch: Callable[[Any], None]) -> list[tuple[Key, str]]:
         """Records written after ``last`` (all with None), oldest first, arming ``watch`` on
         the directory and on each segment listed."""
-        ranks = [r for r in self.ranks(watch) if last is None or r >= last[0]]
-        return [(key, path) for rank in ranks for key, path in self.records(rank, watch)
+        ranks = [r for r in self._b.run(self.ranking(watch)) if last is None or r >= last[0]]
+        return [(key, path) for rank in ranks for key, path in self._b.run(self.listing(rank, watch))
                 if last is None or key > last]
 
     def trim(self, retention: int) -> Io[None]:

@@ -23,7 +23,6 @@ from tenure.backends.zookeeper.acl import Guard
 from tenure.backends.zookeeper.audit import Audit
 from tenure.backends.zookeeper.config import Config, mapped_errors
 from tenure.backends.zookeeper.index import Index
-from tenure.backends.zookeeper.multiread import read_many
 from tenure.backends.zookeeper.session import Session
 from tenure.backends.zookeeper.transaction import Parts, Written, ZkTransaction
 from tenure.core import paging, transitions
@@ -92,7 +91,7 @@ class ZooKeeperBackend(RecordBackend):
                     acl = self.config.clocks_acl() if path == self.layout.clocks else None
                     with contextlib.suppress(NodeExistsError):
                         self.client.create(path, b"", acl=acl, makepath=True)
-        self.session.clock_create()
+        self.session.run(self.session.clock_creating())
         return indexed
 
     @contextlib.contextmanager
@@ -123,11 +122,7 @@ class ZooKeeperBackend(RecordBackend):
         now = self.now()
         with mapped_errors("listing jobs"):
             names = sorted(self.client.get_children(self.layout.jobs))
-        prefix = len(self.layout.jobs) + 1
-        with mapped_errors("listing jobs"):
-            for path, data, _ in read_many(self.client, [f"{self.layout.jobs}/{n}" for n in names],
-                                           self.config.timeout):
-                yield zookeeper_query.status(self.layout, path[prefix:], data, now)
+        yield from zookeeper_query.listing(self.client, self.layout, names, now, self.config.timeout)
 
     def summary(self, now: float, soon: float) -> Summary:
         counted = self._queries.counts(now, soon) if self.index.enabled else None  # zookeeper.query

@@ -1,9 +1,5 @@
-"""ZooKeeper I/O written once for the sync backend and for tenure.aio.
-
-An ``Io[T]`` is a generator that sends requests with kazoo's ``*_async`` calls, yields each
-``IAsyncResult`` it must wait for, is sent its value (or has its exception thrown in, where
-``mapped_errors`` maps it as around a blocking call) and returns a ``T``. Requests sent before
-a yield travel together (pipelined), exactly as when the sync code waited at that point.
+"""ZooKeeper I/O written once for the sync backend and for tenure.aio (``tenure.core.calls``):
+an ``Io`` yields kazoo ``IAsyncResult``\\ s sent with kazoo's ``*_async`` calls.
 
 ``run`` waits with ``IAsyncResult.get(timeout)``: the sync backend's calls, unchanged.
 ``run_async`` awaits each result bridged to an asyncio future (``rawlink``, then
@@ -15,74 +11,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Generator
 from typing import Any, TypeVar
 
 from kazoo.handlers.threading import KazooTimeoutError
 
+from tenure.core import calls
+from tenure.core.calls import Io
+
 T = TypeVar("T")
-Io = Generator[Any, Any, T]
-
-
-def started(io: Io[T]) -> Io[T]:
-    """``io`` with its first requests sent now rather than at its first wait, so they travel
-    with requests sent after them."""
-    try:
-        first = next(io)
-    except StopIteration as done:
-        return _done(done.value)
-    return _resumed(io, first)
-
-
-def _done(value: T) -> Io[T]:
-    return value
-    yield  # a generator that waits for nothing
-
-
-def _resumed(io: Io[T], result: Any) -> Io[T]:
-    while True:
-        try:
-            value = yield result
-        except Exception as exc:
-            try:
-                result = io.throw(exc)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-        else:
-            try:
-                result = io.send(value)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
+__all__ = ["Io", "awaited", "run", "run_async"]
 
 
 def run(io: Io[T], timeout: float) -> T:
     """``io``, each result waited for in this thread."""
-    try:
-        result = next(io)
-        while True:
-            try:
-                value = result.get(timeout=timeout)
-            except Exception as exc:  # handed to the generator, which maps or handles it
-                result = io.throw(exc)
-            else:
-                result = io.send(value)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+    return calls.run(io, lambda result: result.get(timeout=timeout))
 
 
 async def run_async(io: Io[T], timeout: float) -> T:
     """``io``, each result awaited in the running loop."""
-    try:
-        result = next(io)
-        while True:
-            try:
-                value = await awaited(result, timeout)
-            except Exception as exc:
-                result = io.throw(exc)
-            else:
-                result = io.send(value)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+    return await calls.run_async(io, lambda result: awaited(result, timeout))
 
 
 async def awaited(result: Any, timeout: float) -> Any:

@@ -26,8 +26,7 @@ from tenure.backends.zookeeper.calls import Io
 from tenure.backends.zookeeper.config import mapped_errors
 from tenure.backends.zookeeper.multiread import reading_many
 from tenure.backends.zookeeper.session import Session
-from tenure.core import transitions
-from tenure.core.errors import CorruptRecord
+from tenure.core import contention, transitions
 from tenure.core.records import JobRecord, JobState
 
 PENDING_READS = 8  # pending entries whose records one request reads
@@ -163,17 +162,11 @@ class Index:
 
     def _expired(self, names: list[str], now: float) -> Io[list[tuple[str, bytes, int]]]:
         found: list[tuple[float, str, bytes, int]] = []
-        prefix = len(self.layout.jobs) + 1
         with mapped_errors("reading leased jobs"):
-            for path, data, version in (yield from reading_many(self._b.client,
-                                                                [f"{self.layout.jobs}/{n}" for n in names])):
-                try:
-                    job_id = zl.decode(path[prefix:])
-                    rec = zl.load_record(data, path, job_id)
-                except (CorruptRecord, ValueError):
-                    continue  # not a job tenure can claim: never proposed
+            read = yield from reading_many(self._b.client, [f"{self.layout.jobs}/{n}" for n in names])
+            for job_id, rec, data, version in zl.readable(self.layout.jobs, read):  # never proposes the rest
                 if rec.state is not JobState.LEASED:
-                    self.tidy(self.layout.leased_entry(job_id), path, version)
+                    self.tidy(self.layout.leased_entry(job_id), self.layout.job(job_id), version)
                 elif transitions.is_claimable(rec, now):
                     found.append((rec.lease_until or 0.0, job_id, data, version))
         # An entry without a job znode (deleted by hand) is skipped, never tidied here.
@@ -216,10 +209,8 @@ class Index:
                 return taken
 
     def _bucket(self, bucket: str, names: list[str], take: Take) -> Io[str | None]:
-        entries = []
-        for name in sorted(names):
-            with contextlib.suppress(ValueError):  # not an entry tenure made: never proposed
-                entries.append((zl.entry_job(name), f"{self.layout.pending}/{bucket}/{name}"))
+        entries = contention.spread([(job_id, f"{self.layout.pending}/{bucket}/{name}")
+                                     for name, job_id in zl.named(sorted(names), zl.entry_job)])
         for start in range(0, len(entries), PENDING_READS):
             chunk = entries[start:start + PENDING_READS]
             paths = [self.layout.job(job_id) for job_id, _ in chunk]

@@ -1,29 +1,15 @@
-"""Where tenure keeps things under a ZooKeeper root, and how each znode's data is encoded.
+"""Where tenure keeps things under a ZooKeeper root, and how each znode's data is encoded
+(docs/backends/zookeeper.md, "Layout", says why):
 
     <root>/jobs/<enc>        the job record (JSON); its version changes on every write
     <root>/gen/<enc>         written only by claims: its version IS the fencing token
-    <root>/events/<segment>/e-<seq>      accepted changes (history), trimmed to ``retention``
-    <root>/rejections/<segment>/r-<seq>  audited stale operations, trimmed to ``retention``
-                             (segments: see ``audit``)
+    <root>/events/<segment>/e-<seq>, <root>/rejections/<segment>/r-<seq>   the audit (``audit``)
     <root>/clocks/<uuid>     one ephemeral znode per client; writing it reads the leader's clock
-    <root>/pending/<bucket>/<ms><seq>.<enc>
-                             the index of pending jobs: one entry per pending job, in buckets
-                             of at most about BUCKET_SIZE entries created within BUCKET_SPAN
-                             seconds, named by the store time they were opened
-                             (``<ms>-<seq><rand>``); an entry's ``<ms>`` is when it was queued
-                             and ``<seq>`` its place in its multi, so names sort oldest first
-    <root>/leased/<enc>      the index of leased jobs (live or expired): one empty znode each
+    <root>/pending/<bucket>/<ms><seq>.<enc>   the index of pending jobs, oldest first (``index``)
+    <root>/leased/<enc>      the index of leased jobs (live or expired)
 
-``<enc>`` is the job id's UTF-8 in unpadded base64url, so any Unicode id (``/``, ``..``,
-spaces) is a legal znode name and round-trips exactly.
-
-The two indexes are written in the same multi as the record they describe (submit, claim,
-complete, release; renew and force_expire leave them as they are), so they change only
-together with it. They only propose candidates to ``claim_next``: the claim reads the record
-and commits against its version as any claim does. A pending record names its own entry
-(``"queued": "<bucket>/<entry>"``), so the multi that takes it out of the queue deletes
-exactly that entry. A store created before the index (``jobs/`` without ``pending/``) is used
-without it: ``claim_next`` scans every job, as before.
+``<enc>`` is the job id's UTF-8 in unpadded base64url (``codec.encode_job_id``). A pending
+record names its own entry (``"queued": "<bucket>/<entry>"``).
 """
 
 from __future__ import annotations
@@ -32,6 +18,7 @@ import contextlib
 import json
 import re
 import secrets
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from tenure.core import codec
@@ -118,6 +105,16 @@ def entry(job_id: str, now: float, seq: int = 0) -> str:
     return f"{millis(now):013d}{seq % 10_000:04d}.{encode(job_id)}"
 
 
+def named(names: Iterable[str], parse: Callable[[str], str] = decode) -> list[tuple[str, str]]:
+    """(name, job id) of each znode name tenure made (``decode``, or ``entry_job``); the rest
+    are skipped: never indexed nor proposed, a listing shows them as corrupt."""
+    found = []
+    for name in names:
+        with contextlib.suppress(ValueError):
+            found.append((name, parse(name)))
+    return found
+
+
 def entry_job(name: str) -> str:
     """The job id of a pending entry's name; ValueError for a name tenure did not make."""
     ms, dot, enc = name.partition(".")
@@ -178,25 +175,33 @@ def _load(data: bytes, key: str) -> dict[str, Any]:
     return d
 
 
-def _record(data: bytes, key: str, job_id: str | None) -> JobRecord:
-    """``job_id`` None: the record names its job."""
-    return _fields(_load(data, key), key, job_id)
-
-
-def _fields(d: dict[str, Any], key: str, job_id: str | None) -> JobRecord:
-    named = d.get("job_id")
-    if not isinstance(named, str):
+def _fields(d: dict[str, Any], key: str, job_id: str) -> JobRecord:
+    named_job = d.get("job_id")
+    if not isinstance(named_job, str):
         raise CorruptRecord(key, "names no job")
-    if job_id is not None and named != job_id:
-        raise CorruptRecord(key, f"names job {named!r}, not the job its znode is for")
-    return codec.job_record(key, named, d.get("state"), d.get("owner"), d.get("token"), d.get("lease_until"),
+    if named_job != job_id:
+        raise CorruptRecord(key, f"names job {named_job!r}, not the job its znode is for")
+    return codec.job_record(key, named_job, d.get("state"), d.get("owner"), d.get("token"), d.get("lease_until"),
                             d.get("ttl"), d.get("submitted_at"), d.get("claimed_at"), d.get("renewed_at"),
                             d.get("completed_at"), d.get("runs"), codec.result_bytes(key, d.get("result")))
 
 
 def load_record(data: bytes, key: str, job_id: str) -> JobRecord:
     """The record in a job znode; CorruptRecord for anything tenure did not write."""
-    return _record(data, key, job_id)
+    return _fields(_load(data, key), key, job_id)
+
+
+def readable(jobs: str, found: Iterable[tuple[str, bytes, int]]) -> Iterator[tuple[str, JobRecord, bytes, int]]:
+    """(job id, record, data, version) of each (path, data, version) read under ``jobs`` that
+    tenure wrote; the rest is skipped here (a listing shows it as corrupt)."""
+    prefix = len(jobs) + 1
+    for path, data, version in found:
+        try:
+            job_id = decode(path[prefix:])
+            rec = load_record(data, path, job_id)
+        except (CorruptRecord, ValueError):
+            continue
+        yield job_id, rec, data, version
 
 
 def read_job(data: bytes, key: str, job_id: str) -> tuple[JobRecord, int | None, str | None]:

@@ -108,19 +108,29 @@ def read_many(client: Any, paths: list[str], timeout: float,
 
 def reading_many(client: Any, paths: list[str], batch: int = BATCH) -> Io[list[tuple[str, bytes, int]]]:
     """``read_many`` as one ``Io`` (``calls``), for a step's reads: the same requests, as many
-    in flight, gathered in a list."""
+    in flight (the first sent now, with whatever the step sends next), gathered in a list."""
     got: list[tuple[str, bytes, int]] = []
-    yield from _reading(client, paths, batch, got.extend)
+    return _gathered(_reading(client, paths, batch, got.extend), got)
+
+
+def _gathered(io: Io[None], got: list[tuple[str, bytes, int]]) -> Io[list[tuple[str, bytes, int]]]:
+    yield from io
     return got
 
 
 def _reading(client: Any, paths: list[str], batch: int,
              found: Callable[[Iterable[tuple[str, bytes, int]]], None]) -> Io[None]:
-    """The reads of ``read_many`` and ``reading_many``, each chunk's answers given to ``found``."""
+    """The reads of ``read_many`` and ``reading_many``: ``IN_FLIGHT`` requests sent at once,
+    the rest as answers come in, each chunk's answers given to ``found``."""
     sent: deque[tuple[list[str], Any]] = deque()
     pending = iter([paths[i:i + batch] for i in range(0, len(paths), batch)])
     for _ in range(IN_FLIGHT):
         _send_next(client, pending, sent)
+    return _answers(client, pending, sent, found)
+
+
+def _answers(client: Any, pending: Iterator[list[str]], sent: deque[tuple[list[str], Any]],
+             found: Callable[[Iterable[tuple[str, bytes, int]]], None]) -> Io[None]:
     while sent:
         chunk, result = sent.popleft()
         _send_next(client, pending, sent)
@@ -141,12 +151,17 @@ def _send_next(client: Any, pending: Iterator[list[str]], sent: deque[tuple[list
 
 
 def _found(chunk: list[str], answers: list[Any]) -> Iterator[tuple[str, bytes, int]]:
-    for path, answer in zip(chunk, answers, strict=True):
-        if isinstance(answer, NoNodeError):
-            continue  # deleted since it was listed
-        if isinstance(answer, Exception):
-            raise answer
-        yield path, answer[0], answer[1]
+    """Each znode's answer that found one (one deleted since it was listed is passed over)."""
+    for path, answer in zip(chunk, _existing(answers), strict=True):
+        if answer is not None:
+            yield path, answer[0], answer[1]
+
+
+def _existing(answers: list[Any]) -> list[Any]:
+    """The answers, None for a missing znode; any other error raised."""
+    if error := next((a for a in answers if isinstance(a, Exception) and not isinstance(a, NoNodeError)), None):
+        raise error
+    return [None if isinstance(a, NoNodeError) else a for a in answers]
 
 
 def _getting(client: Any, paths: list[str]) -> Io[list[tuple[str, bytes, int]]]:
@@ -166,13 +181,4 @@ def read_together(client: Any, paths: list[str], timeout: float) -> list[tuple[b
     """Data and stat of every znode in ``paths`` (None where there is none), read by ONE
     request: a server answers a multiRead as one request, with no write applied in between,
     so the answers are one moment of that server's state. Needs ZooKeeper 3.6 or later."""
-    answers = _send(client, paths, stats=True).get(timeout=timeout)
-    out: list[tuple[bytes, ZnodeStat] | None] = []
-    for answer in answers:
-        if isinstance(answer, NoNodeError):
-            out.append(None)
-        elif isinstance(answer, Exception):
-            raise answer
-        else:
-            out.append(answer)
-    return out
+    return _existing(_send(client, paths, stats=True).get(timeout=timeout))

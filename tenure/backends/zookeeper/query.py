@@ -1,71 +1,49 @@
-"""Operators' queries on ZooKeeper from the claimable index, not from a listing of every job.
+"""Operators' queries on ZooKeeper from the claimable index, not from a listing of every job
+(docs/backends/zookeeper.md, "Counts and pages for operators").
 
-Every job znode is in exactly one place of the index (``zookeeper.layout``), kept so by the
-multis that change it: an entry in a ``pending/`` bucket (pending), a ``leased/`` entry
-(leased, live or expired), or neither (completed). ZooKeeper keeps each znode's number of
-children in its stat, so the counts are stats, not listings: ``jobs/``, ``leased/`` and each
-pending bucket, read with the records of the leased jobs (their expiry decides live or
-expired, by the store's clock) in ONE read-only multi, which the server answers with no write
-applied in between. The names read before it are checked against the directories' child
-versions (``cversion``) in that same answer, so the multi read exactly the buckets and leases
-there were. Nothing is written to keep these counts: no crash can leave them wrong.
-
-Job ids in order (for pages by id) are the names of ``jobs/``'s children, read once and kept
-while that directory's child version (``cversion``) is unchanged. A store made before the
-index (``Index.enabled`` false) has none of this: its queries list every job
-(``Backend.summary``/``page``). A record damaged behind tenure's back is counted where its
-index puts it; only a listing finds it corrupt.
+Each job znode is in one place of the index (a ``pending/`` bucket, ``leased/``, or neither:
+completed), so counts are znodes' child counts, read with the leased records in ONE read-only
+multi (one moment of the server's state) and checked against the directories' ``cversion``.
+Nothing is written to keep them. Job ids in order are ``jobs/``'s children, kept while its
+``cversion`` is unchanged. A store without the index lists every job instead.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import math
 import threading
+from collections.abc import Iterator
 
 from kazoo.client import KazooClient
 
 from tenure.backends.zookeeper import layout as zl
 from tenure.backends.zookeeper.config import mapped_errors
 from tenure.backends.zookeeper.multiread import read_many, read_together
-from tenure.core import transitions
+from tenure.core import codec, transitions
 from tenure.core.paging import HELD_STATES, Held
-from tenure.core.records import STORED_STATES, JobRecord, JobState, JobStatus, Summary, lease_over
+from tenure.core.records import JobRecord, JobState, JobStatus, Summary
 
 ROUNDS = 5  # multis tried before the counts settle for names that moved meanwhile
 TOGETHER = 2000  # leased records read inside the counting multi (about 700 KB); more are read after it
 
 
 _decode_json = json.JSONDecoder().decode
-_STORED = {state.value: state for state in STORED_STATES}
-_TIMES = ("lease_until", "ttl", "submitted_at", "claimed_at", "renewed_at", "completed_at")
 
 
 def listed(name: str, data: bytes, now: float) -> JobStatus | None:
-    """For listings: the status at ``now`` of the record in job znode ``name``, built straight
-    from its JSON with the checks ``layout.load_record`` makes (``codec.job_record``) and the
-    name checked by encoding the id the record names; None for anything else (a result to
-    decode, an int where a time was written, anything wrong), which ``status`` reads the
-    general way. A listing of 100,000 jobs spends most of its time here."""
+    """For listings: the status at ``now`` of the record in job znode ``name`` the quick way
+    (``codec.listed_status``), the name checked by encoding the id the record names; None for
+    anything else (a result to decode, anything wrong), which ``status`` reads the general way."""
     try:
         d = _decode_json(data.decode())
     except ValueError:  # UnicodeDecodeError too
         return None
     if type(d) is not dict or d.get("tenure") != zl.FORMAT or d.get("result") is not None:
         return None
-    job_id, state, owner, token, runs = d.get("job_id"), d.get("state"), d.get("owner"), d.get("token"), d.get("runs")
-    until, ttl, submitted, claimed, renewed, completed = times = [d.get(name) for name in _TIMES]
-    stored = _STORED.get(state) if type(state) is str else None
-    if (stored is None or type(job_id) is not str or type(token) is not int or token < 0 or type(runs) is not int
-            or (owner is not None and type(owner) is not str)
-            or not all(t is None or (type(t) is float and math.isfinite(t)) for t in times)
-            or (stored is JobState.LEASED and (owner is None or until is None or ttl is None))
-            or zl.encode(job_id) != name):
-        return None
-    if stored is JobState.LEASED and until is not None and lease_over(until, now):  # as transitions.status
-        stored = JobState.EXPIRED
-    return JobStatus(job_id, stored, owner, token, until, submitted, claimed, renewed, completed, runs)
+    fast = codec.listed_status(d.get("job_id"), d.get("state"), d.get("owner"), d.get("token"), d.get("runs"),
+                               d.get("lease_until"), d.get("ttl"), d.get("submitted_at"), d.get("claimed_at"),
+                               d.get("renewed_at"), d.get("completed_at"), now)
+    return fast if fast is not None and zl.encode(fast.job_id) == name else None
 
 
 def status(layout: zl.Layout, name: str, data: bytes, now: float) -> JobStatus:
@@ -75,6 +53,15 @@ def status(layout: zl.Layout, name: str, data: bytes, now: float) -> JobStatus:
         return fast
     item = zl.decoded(layout.jobs, name, data)
     return transitions.status(item, now) if isinstance(item, JobRecord) else item
+
+
+def listing(client: KazooClient, layout: zl.Layout, names: list[str], now: float, timeout: float,
+            what: str = "listing jobs") -> Iterator[JobStatus]:
+    """The statuses at ``now`` of the job znodes ``names`` that exist, in order, streamed."""
+    start = len(layout.jobs) + 1
+    with mapped_errors(what):
+        for path, data, _ in read_many(client, [f"{layout.jobs}/{n}" for n in names], timeout):
+            yield status(layout, path[start:], data, now)
 
 
 class ZooKeeperIndex:
@@ -88,12 +75,8 @@ class ZooKeeperIndex:
         self._names: tuple[int, list[str]] = (-1, [])  # (cversion of jobs/, sorted ids)
 
     def _held_statuses(self, names: list[str], now: float) -> list[JobStatus]:
-        start = len(self._layout.jobs) + 1
-        with mapped_errors("reading leased jobs"):
-            found = [status(self._layout, path[start:], data, now)
-                     for path, data, _ in read_many(self._client, [f"{self._layout.jobs}/{n}" for n in names],
-                                                    self._timeout)]
-        return [s for s in found if s.state in HELD_STATES]
+        return [s for s in listing(self._client, self._layout, names, now, self._timeout, "reading leased jobs")
+                if s.state in HELD_STATES]
 
     def counts(self, now: float, soon: float = 0.0) -> Summary | None:
         """The index's counts at one moment of the server's state (None: the index's znodes
@@ -143,18 +126,11 @@ class ZooKeeperIndex:
             return names
         with mapped_errors("listing jobs"):
             children, stat = self._client.get_children(self._layout.jobs, include_data=True)
-        ids = []
-        for name in children:
-            with contextlib.suppress(ValueError):  # a name tenure did not make: only a listing shows it
-                ids.append(zl.decode(name))
-        ids.sort()
+        ids = sorted(job_id for _, job_id in zl.named(children))
         with self._lock:
             self._names = (stat.cversion, ids)
         return ids
 
     def statuses(self, job_ids: list[str], now: float) -> list[JobStatus]:
-        start = len(self._layout.jobs) + 1
-        with mapped_errors("reading jobs"):
-            return [status(self._layout, path[start:], data, now)
-                    for path, data, _ in read_many(self._client, [self._layout.job(j) for j in job_ids],
-                                                   self._timeout)]
+        return list(listing(self._client, self._layout, [zl.encode(j) for j in job_ids], now, self._timeout,
+                            "reading jobs"))

@@ -1,8 +1,6 @@
-"""One kazoo client: its connection state, this client's clock znode, and the leader's time
-that writing it stamps.
-
-The backend and its helpers (``acl``, ``audit``, ``index``, ``held``, ``watch``) all talk to
-ZooKeeper through a ``Session``; none of them needs the backend itself.
+"""One kazoo client: its connection state, this client's clock znode and the leader's time
+that writing it stamps. Every other module talks to ZooKeeper through a ``Session``, never
+through the backend.
 """
 
 from __future__ import annotations
@@ -79,9 +77,6 @@ class Session:
         """``io`` (``calls``), waited for in this thread with the session's timeout."""
         return calls.run(io, self.config.timeout)
 
-    def clock_create(self) -> None:
-        self.run(self.clock_creating())
-
     def clock_creating(self) -> Io[None]:
         with mapped_errors("creating the clock znode"), contextlib.suppress(NodeExistsError):
             yield self.client.create_async(self.clock_path, b"", ephemeral=True)
@@ -107,12 +102,6 @@ class Session:
                 self._bound = (now, sent, int(stat.mzxid) >> 32)
         return now
 
-    def bound(self) -> tuple[float, float, int] | None:
-        """(store time, our monotonic time when its clock write was sent, leader epoch) of
-        the last stamp that had a send time; None before the first."""
-        with self._lock:
-            return self._bound
-
     def bound_now(self) -> tuple[float, int, bool] | None:
         """An upper bound of the leader's clock now, without a request: the last stamp plus our
         monotonic time since its write was sent, with room for the leader's clock running
@@ -125,10 +114,6 @@ class Session:
         at, sent, epoch = bound
         elapsed = boot_clock() - sent
         return None if elapsed > FRESH else (at + elapsed * RATE, epoch, elapsed > FRESH / 2)
-
-    def stamped(self) -> tuple[float, int]:
-        """The leader's clock now and its epoch, from a write of our clock znode."""
-        return self.run(self.stamping())
 
     def stamping(self) -> Io[tuple[float, int]]:
         def attempt(_: bool) -> Io[tuple[float, int] | None]:
@@ -143,7 +128,8 @@ class Session:
         return (yield from self.with_clock(attempt))
 
     def now(self) -> float:
-        return self.stamped()[0]
+        """The leader's clock now, from a write of our clock znode."""
+        return self.run(self.stamping())[0]
 
     def estimated_now(self) -> float:
         """The last store time read plus our monotonic time since: for display, never decisions."""

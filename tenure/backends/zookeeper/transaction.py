@@ -1,38 +1,20 @@
-"""One protocol step on ZooKeeper: the optimistic transaction of ``RecordBackend``.
+"""One protocol step on ZooKeeper: the optimistic transaction of ``RecordBackend``. Why each
+part is safe: docs/backends/zookeeper.md, "Store time" and "One round trip".
 
-**Read** (``load``): write this client's clock znode and read the job znode and its generation
-znode, pipelined in one round trip. ZooKeeper answers a session's requests in order, so the
-job data is at least as new as the clock write, whose ``mtime`` the leader stamped: the
-store's time of the step (the high half of its zxid: the leader epoch).
-
-**Commit**: one multi that writes each saved record on the condition of the version read
-(created if it was absent), moves the generation znode with the token (its version IS the
-token: a claim sets it at the token read, every other write checks it there), keeps the
-claimable index (``index``) and adds history and rejections (``audit``). A job read and not
-written is checked at its version: a rejection stands only if the record is still as judged.
-A multi that fails on a version is a conflict: nothing was written, the core reads again.
-
-**Guesses**, one round trip in all, never judging expiry (``load_for``):
-
-- a claim's first attempt takes the job to be new: the multi creates its znodes and fails if
-  one exists. Once claims here find their jobs existing, a read of the job (without a clock
-  write) goes out behind the multi and the retry answers from it (``follow``), unless the
-  job is leased: whether that lease expired is for the leader's clock to say.
-- the holder's renew and complete while its safe deadline runs, from the record this process
-  wrote (``Written``) and its version. The multi also checks the generation znode at the
-  lease's token: a job znode deleted by hand and created again restarts at versions we know.
-
-Their store time is an upper bound of the leader's clock (``Session.bound_now``): a lease
-written with it ends no earlier than its TTL after the request. A stamp past half its use
-is renewed by writing the clock znode first in the same multi.
-
-**A leader change**: a lease an earlier leader's clock stamped (the record keeps the epoch)
-means nothing on this clock, so it is judged re-stamped (``lease_until = now + ttl``): the
-holder's own deadline ends within a TTL of its last renewal, before this read. A claim
-writes the re-stamp at once (the claim is then refused); any other step writes its change.
-**A job znode deleted by hand** reads, when its generation znode remains, as a job whose next
-claim or run continues from that znode's version (a submit skips one token, so the old
-holder's one-round-trip renew cannot land on the new znode).
+**Read** (``load``): our clock znode written, then the job and its generation znode, pipelined:
+ZooKeeper answers a session in order, so the data is at least as new as the clock write, whose
+``mtime`` is the step's store time (the high half of its zxid: the leader epoch).
+**Commit**: one multi that writes each saved record at the version read (or creates it), moves
+the generation znode with the token (its version IS the token) or checks it there, keeps the
+index (``index``) and adds the audit (``audit``); a job read and not written is checked at its
+version. A multi that fails on a version is a conflict: nothing was written.
+**Guesses** (``load_for``), one round trip, never judging expiry: a claim takes its job to be
+new (once claims here find jobs existing, a read goes out behind the multi: ``follow``); the
+holder's renew and complete answer from the record this process wrote (``Written``) while its
+deadline runs. Both stamp with an upper bound of the leader's clock (``Session.bound_now``).
+**A leader change**: a lease an earlier leader's clock stamped is judged re-stamped
+(``lease_until = now + ttl``), which a claim writes at once. **A job znode deleted by hand**
+goes on from its generation znode's version (a submit skips one token).
 """
 
 from __future__ import annotations
@@ -47,7 +29,6 @@ from typing import Any, TypeVar
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError, RuntimeInconsistency
 from kazoo.protocol.serialization import CheckVersion, SetData
 
-from tenure.backends.zookeeper import calls
 from tenure.backends.zookeeper import layout as zl
 from tenure.backends.zookeeper.audit import Audit
 from tenure.backends.zookeeper.calls import Io
@@ -226,7 +207,7 @@ class ZkTransaction(Transaction):
         if behind is None or behind[0] != job_id:
             self._behind = None  # answers one attempt: the next one reads
             return None
-        got = self.answer(("behind", job_id), lambda: _mapped(f"reading job {job_id!r}", behind[1]()))
+        got = self.answer(("behind", job_id), behind[1])
         self._behind = None  # only once answered: an async step comes back here for it
         if got.rec is not None and got.rec.state is JobState.LEASED:
             return None
@@ -240,12 +221,13 @@ class ZkTransaction(Transaction):
         gen = self._client.exists_async(self._layout.gen(job_id))
 
         def answer() -> Io[Found]:
-            try:
-                data, stat = yield job
-                version = stat.version
-            except NoNodeError:
-                data, version = None, -1
-            g = yield gen
+            with mapped_errors(f"reading job {job_id!r}"):
+                try:
+                    data, stat = yield job
+                    version = stat.version
+                except NoNodeError:
+                    data, version = None, -1
+                g = yield gen
             return found(job_id, key, data, version, None if g is None else g.version)
 
         return answer
@@ -287,7 +269,7 @@ class ZkTransaction(Transaction):
         """Several jobs' znodes in one read-only multi, sent at once."""
         keys = [self._layout.job(j) for j in job_ids]
         gens = [self._layout.gen(j) for j in job_ids]
-        reading = calls.started(reading_many(self._client, keys + gens))  # the requests go out now
+        reading = reading_many(self._client, keys + gens)  # the requests go out now
 
         def answer() -> Io[list[Found]]:
             read = {p: (d, v) for p, d, v in (yield from reading)}
@@ -325,15 +307,10 @@ class ZkTransaction(Transaction):
         """A store without the index: every job read, expired leases first, then pending jobs
         oldest first."""
         listed: list[tuple[int, float, str, bytes, int]] = []
-        prefix = len(self._layout.jobs) + 1
         with mapped_errors("listing jobs"):
             names = yield self._client.get_children_async(self._layout.jobs)
-            paths = [f"{self._layout.jobs}/{n}" for n in sorted(names)]
-            for path, data, version in (yield from reading_many(self._client, paths)):
-                try:
-                    rec = zl.load_record(data, path, job_id := zl.decode(path[prefix:]))
-                except (CorruptRecord, ValueError):
-                    continue
+            read = yield from reading_many(self._client, [f"{self._layout.jobs}/{n}" for n in sorted(names)])
+            for job_id, rec, data, version in zl.readable(self._layout.jobs, read):
                 if transitions.is_claimable(rec, self.now):
                     leased = rec.state is JobState.LEASED
                     listed.append((0 if leased else 1, (rec.lease_until if leased else rec.submitted_at) or 0.0,
@@ -470,9 +447,4 @@ class ZkTransaction(Transaction):
             lease = self._guessed_lease
             self._p.written.forget(lease.job_id, lease.token, lease.owner)
         self.conflict = True
-
-
-def _mapped(what: str, io: Io[T]) -> Io[T]:
-    with mapped_errors(what):
-        return (yield from io)
 

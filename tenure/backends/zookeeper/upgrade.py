@@ -1,23 +1,9 @@
-"""Building the claimable index of a ZooKeeper store made before it existed.
+"""``build_indexes``: the claimable index for a store made before it (docs/backends/zookeeper.md,
+"The claimable index", says how and why it is safe).
 
-A root written by a version without the index has ``jobs/`` but no ``pending/`` or
-``leased/``: clients use it without the index (``claim_next`` scans, ``summary()`` lists every
-job). ``build_indexes`` gives it the index this version keeps: a ``leased/`` entry for every
-leased job (live or expired), and for every pending job an entry under ``pending/`` named by
-when the job became pending (its znode's mtime, the leader's clock of its last write, so
-``claim_next`` takes the oldest first) together with the record naming that entry, as a
-submit of this version writes it. Every change is in a multi that checks the job znode's
-version read before the entries were listed, so a job another client changed meanwhile is
-read again and planned afresh; the build repeats until a read finds nothing to add. Entries
-that no longer describe their job's record are deleted the same way; entries of jobs it did
-not read (created since) are left alone. Running it again on a built store changes nothing.
-
-Clients decide at connection whether a root has the index, so one connected before
-``pending/`` exists would go on writing without it. The build therefore refuses while any
-other client has a clock znode (every connected client keeps one, ``session``); those that
-connect after it created the index directories keep the index like any client. A client that
-connects within the milliseconds between that check and the directories' creation is not
-seen: what it writes unindexed is found by running the build again.
+Refused while another client is connected (it would go on without the index). The job
+records are read before the entries; every change is in a multi that checks the job znode's
+version read, so a job changed meanwhile is planned again; repeated until nothing changes.
 """
 
 from __future__ import annotations
@@ -97,14 +83,9 @@ def _records(session: Session) -> Iterator[tuple[str, str, bytes, Any]]:
         batch = names[start:start + READ_BATCH]
         with mapped_errors("reading jobs"):
             answers = read_together(client, [f"{layout.jobs}/{n}" for n in batch], timeout)
-        for name, answer in zip(batch, answers, strict=True):
-            if answer is None:
-                continue
-            try:
-                job_id = zl.decode(name)
-            except ValueError:
-                continue  # not a znode tenure made: listed as corrupt, never indexed
-            yield job_id, f"{layout.jobs}/{name}", answer[0], answer[1]
+        read = {name: answer for name, answer in zip(batch, answers, strict=True) if answer is not None}
+        for name, job_id in zl.named(read):
+            yield job_id, f"{layout.jobs}/{name}", read[name][0], read[name][1]
 
 
 def _entries(session: Session) -> tuple[dict[str, list[str]], set[str]]:
@@ -114,18 +95,10 @@ def _entries(session: Session) -> tuple[dict[str, list[str]], set[str]]:
     with mapped_errors("listing the index"):
         buckets = [b for b in client.get_children(layout.pending) if zl.bucket_opened(b) is not None]
         listed = [(b, client.get_children_async(f"{layout.pending}/{b}")) for b in buckets]
-        leased = set()
-        for name in client.get_children(layout.leased):
-            try:
-                leased.add(zl.decode(name))
-            except ValueError:
-                continue
+        leased = {job_id for _, job_id in zl.named(client.get_children(layout.leased))}
         for bucket, result in listed:
-            for name in session.wait(result):
-                try:
-                    pending.setdefault(zl.entry_job(name), []).append(f"{layout.pending}/{bucket}/{name}")
-                except ValueError:
-                    continue
+            for name, job_id in zl.named(session.wait(result), zl.entry_job):
+                pending.setdefault(job_id, []).append(f"{layout.pending}/{bucket}/{name}")
     return pending, leased
 
 

@@ -18,6 +18,7 @@ from kazoo.exceptions import NoNodeError
 from tenure.backends.zookeeper import layout as zl
 from tenure.backends.zookeeper.audit import Key, Log
 from tenure.backends.zookeeper.config import mapped_errors
+from tenure.backends.zookeeper.multiread import read_many
 from tenure.backends.zookeeper.session import Session
 from tenure.core import audit
 from tenure.core.records import Change, JobRecord, JobState, JobStatus
@@ -68,14 +69,9 @@ def watch(session: Session, log: Log, stop: threading.Event, interval: float) ->
     def new_rejections(last: Key | None) -> tuple[Key | None, list[Change]]:
         """Rejections written after ``last``, in order, across segments (audit)."""
         fresh = log.after(last, on_rejections)
-        stored: list[tuple[str, bytes]] = []
-        with mapped_errors("watching rejections"):
-            for _, path in fresh:
-                try:
-                    stored.append((path, client.get(path)[0]))
-                except NoNodeError:
-                    continue
-        found = [Change(rejection=r) for r in audit.readable(stored, lambda s: zl.load_rejection(s[1], s[0]))]
+        with mapped_errors("watching rejections"):  # one trimmed meanwhile is passed over
+            read = list(read_many(client, [path for _, path in fresh], session.config.timeout))
+        found = [Change(rejection=r) for r in audit.readable(read, lambda r: zl.load_rejection(r[1], r[0]))]
         return (fresh[-1][0] if fresh else last), found
 
     session.now()  # a fresh store time for the first ratings

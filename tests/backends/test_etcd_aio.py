@@ -1,0 +1,277 @@
+"""etcd:// in tenure.aio: the protocol runs in the event loop on grpc.aio requests, never on the
+sync transaction or a blocking wait in the loop's thread; the async requests keep the sync
+connection's timeout, endpoint rotation, retry rules, logins and error mapping. (The conformance
+suite runs on it too: TestEtcdAio.)"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tenure
+import tenure.aio
+from tenure.backends.etcd import client as ec
+from tenure.backends.etcd.aio import AsyncEtcdBackend
+from tenure.backends.etcd.backend import EtcdBackend
+from tests.servers.etcd import EtcdCluster, EtcdHarness, start_or_fail
+from tests.servers.ports import free_port
+
+
+def _url(harness: EtcdHarness) -> str:
+    return f"etcd://{harness.cluster.endpoints}/aio-{uuid.uuid4().hex[:6]}"
+
+
+def test_the_protocol_awaits_grpc_aio_in_the_loop_without_the_sync_transaction(
+        etcd_harness: EtcdHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    loop = threading.current_thread()  # asyncio.run's loop runs here; queries go to a worker thread
+    awaited: list[str] = []
+    answer = ec.AioConnection._answer
+
+    async def counted(self: ec.AioConnection, step: Any) -> Any:
+        awaited.append(step.method if isinstance(step, ec.Rpc) else type(step).__name__)
+        return await answer(self, step)
+
+    def not_in_the_loop(blocking: Any) -> Any:
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            assert threading.current_thread() is not loop, "a blocking wait in the event loop"
+            return blocking(*args, **kwargs)
+
+        return guarded
+
+    async def scenario() -> None:
+        async with tenure.aio.connect(_url(etcd_harness)) as store:
+            assert isinstance(store.backend, AsyncEtcdBackend)
+            assert (await store.health())["io"].startswith("native")
+            monkeypatch.setattr(EtcdBackend, "transaction", not_in_the_loop(EtcdBackend.transaction))
+            monkeypatch.setattr(ec.Connection, "run", not_in_the_loop(ec.Connection.run))  # every blocking request
+            monkeypatch.setattr(ec.Pending, "result", not_in_the_loop(ec.Pending.result))
+            monkeypatch.setattr(ec.AioConnection, "_answer", counted)
+            await store.submit_many(["a", "b", "c"])
+            lease = await store.claim("a", owner="w", ttl=5.0)  # no pooled etcd lease: a grant beside the read
+            lease = await store.renew(lease)  # a keep-alive (a stream) beside the Txn
+            await store.complete(lease, result=b"done")
+            nxt = await store.claim_next(owner="w", ttl=5.0)  # the indexes, the candidate, the Txn
+            assert nxt is not None and nxt.job_id in ("b", "c")
+            with pytest.raises(tenure.StaleLease):
+                await store.renew(lease)  # completed: refused, and audited
+            await store.release(nxt)
+            await store.force_expire("c")
+            assert len(await store.rejections()) == 1  # queries: in the worker thread
+            assert (await store.get("a")).state is tenure.JobState.COMPLETED  # type: ignore[union-attr]
+
+    asyncio.run(scenario())
+    assert {"Txn", "LeaseGrant", "LeaseKeepAlive", "AioPending"} <= set(awaited), awaited
+
+
+def test_a_step_run_again_after_a_fetch_decides_as_it_did_before(etcd_harness: EtcdHarness,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claim with no pooled etcd lease reads the job (granting one beside the read); the step
+    run again must load what was read, not guess now that the claim has a lease at hand (a
+    wrong guess would cost a second transaction): one transaction, as in sync, one grant."""
+    opened: list[bool] = []
+    transaction = AsyncEtcdBackend.transaction
+    sent: list[str] = []
+    answer = ec.AioConnection._answer
+
+    def counted(self: AsyncEtcdBackend, fresh: bool = False, context: Any = None) -> Any:
+        opened.append(fresh)
+        return transaction(self, fresh, context)
+
+    async def sending(self: ec.AioConnection, step: Any) -> Any:
+        if isinstance(step, ec.Rpc):
+            sent.append(step.method)
+        return await answer(self, step)
+
+    async def scenario() -> None:
+        async with tenure.aio.connect(_url(etcd_harness)) as store:
+            await store.submit("j")
+            monkeypatch.setattr(AsyncEtcdBackend, "transaction", counted)
+            monkeypatch.setattr(ec.AioConnection, "_answer", sending)
+            lease = await store.claim("j", owner="w", ttl=5.0)
+            assert opened == [False] and sorted(sent) == ["LeaseGrant", "Txn", "Txn"], (opened, sent)
+            opened.clear()
+            sent.clear()
+            lease = await store.renew(lease)  # the holder's guess: one Txn, a keep-alive beside it
+            assert opened == [False] and sorted(sent) == ["LeaseKeepAlive", "Txn"], (opened, sent)
+            await store.complete(lease)
+
+    asyncio.run(scenario())
+
+
+@pytest.fixture
+def private_node(tmp_path: Path) -> Iterator[EtcdCluster]:
+    cluster = start_or_fail(tmp_path, 1)
+    yield cluster
+    cluster.close()
+
+
+def test_awaited_requests_keep_the_timeout_rotation_and_error_mapping(private_node: EtcdCluster) -> None:
+    """Reads go on to the next endpoint when one is unreachable, a Txn is never retried there,
+    and a frozen server is BackendUnavailable after the timeout, as in the sync connection."""
+    dead = ("127.0.0.1", free_port())  # nothing listens: refused at once
+    live = ("127.0.0.1", private_node.nodes[0].client_port)
+    key = b"/aio-rotation/k"
+
+    async def scenario() -> None:
+        conn = ec.Connection([dead, live], timeout=1.0)
+        aio = ec.AioConnection(conn)
+        writer = ec.Connection([dead, live], timeout=1.0)
+        writing = ec.AioConnection(writer)
+        alone = ec.Connection([live], timeout=1.0)
+        frozen = ec.AioConnection(alone)
+        try:
+            kvs, revision, _ = await aio.range(key)  # refused by the first, answered by the second
+            assert kvs == [] and revision > 0 and conn.endpoint.name == f"127.0.0.1:{live[1]}"
+            with pytest.raises(tenure.BackendUnavailable, match="unavailable"):
+                await writing.txn([], [ec.put(key, b"v")], [])  # a write: never sent twice
+            assert (await writing.txn([], [ec.get(key)], [], retry=True)).ranges == [[]]  # a read goes on
+            private_node.nodes[0].pause()  # SIGSTOP: connected, nothing answers
+            try:
+                start = time.monotonic()
+                with pytest.raises(tenure.BackendUnavailable, match="did not answer within 1s"):
+                    await aio.txn([], [ec.get(key)], [])
+                assert time.monotonic() - start < 1 + 4
+                with pytest.raises(tenure.BackendUnavailable, match="did not answer within 1s"):
+                    await (await frozen.keepalive_started(1)).result()  # a stream, under the same deadline
+            finally:
+                private_node.nodes[0].resume()
+        finally:
+            await aio.close()
+            await writing.close()
+            await frozen.close()
+            for each in (conn, writer, alone):
+                each.close()
+
+    asyncio.run(scenario())
+
+
+def test_an_expired_login_is_renewed_in_the_loop(tmp_path: Path) -> None:
+    cluster = start_or_fail(tmp_path, 1, extra=("--auth-token-ttl", "1"))  # tokens expire fast
+    node = cluster.nodes[0]
+    node.api("/v3/auth/role/add", {"name": "root"})
+    node.api("/v3/auth/user/add", {"name": "root", "password": "s3cret"})
+    node.api("/v3/auth/user/grant", {"user": "root", "role": "root"})
+    node.api("/v3/auth/enable", {})
+
+    async def scenario() -> None:
+        url = f"etcd://{cluster.endpoints}/auth?timeout=2"
+        async with tenure.aio.connect(url, user="root", password="s3cret") as store:
+            lease = await store.claim("j", owner="a", ttl=5.0)
+            await asyncio.sleep(2.5)  # real time: let etcd drop the idle auth token (1 s here)
+            await store.complete(lease)  # logs in again by itself
+            assert (await store.get("j")).state is tenure.JobState.COMPLETED  # type: ignore[union-attr]
+        with pytest.raises(tenure.AuthenticationFailed) as info:
+            await tenure.aio.connect(url, user="root", password="wrong")
+        assert "wrong" not in str(info.value)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        cluster.close()
+
+
+def test_keys_read_for_a_retry_are_the_failure_branch_s(etcd_harness: EtcdHarness) -> None:
+    """A claim that lost a race answers its retry from the Txn's failure branch, as in sync:
+    another writer claims the job between this claim's read and its Txn."""
+    async def scenario() -> None:
+        url = _url(etcd_harness)
+        async with tenure.aio.connect(url) as store:
+            await store.submit("j")
+            txn = ec.AioConnection.txn
+            other = tenure.connect(url)
+            raced: list[tenure.Lease] = []
+
+            async def racing(self: ec.AioConnection, compares: Any, success: Any, failure: Any,
+                             **kwargs: Any) -> Any:
+                if compares and not raced:  # the claim's commit: someone else claims first
+                    raced.append(await asyncio.to_thread(other.claim, "j", "other", 5.0))
+                return await txn(self, compares, success, failure, **kwargs)
+
+            ec.AioConnection.txn = racing  # type: ignore[method-assign]
+            try:
+                with pytest.raises(tenure.AlreadyClaimed):
+                    await store.claim("j", owner="w", ttl=5.0)
+            finally:
+                ec.AioConnection.txn = txn  # type: ignore[method-assign]
+                other.close()
+            assert raced
+            assert [e.owner for e in await store.history("j")][-1] == "other"
+
+    asyncio.run(scenario())
+
+
+
+def test_a_renewal_whose_etcd_lease_another_connection_revoked_moves_to_a_new_one(
+        etcd_harness: EtcdHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another connection renews the lease (moving its key to an etcd lease of its own, and
+    revoking this one's): the Txn of this store's next renewal names a revoked etcd lease, and
+    the same transaction goes once more on a new one, awaited like the first."""
+    node = etcd_harness.cluster.nodes[0]
+    sent: list[str] = []
+    answer = ec.AioConnection._answer
+
+    async def sending(self: ec.AioConnection, step: Any) -> Any:
+        if isinstance(step, ec.Rpc):
+            sent.append(step.method)
+        return await answer(self, step)
+
+    async def scenario() -> None:
+        url = _url(etcd_harness)
+        async with tenure.aio.connect(url) as store:
+            backend: Any = store.backend
+            key = base64.b64encode(backend.sync.keys.lease("j")).decode()
+
+            def etcd_lease() -> tuple[int, int]:
+                kv = node.api("/v3/kv/range", {"key": key})["kvs"][0]
+                return int(kv["lease"]), int(node.api("/v3/lease/timetolive", {"ID": int(kv["lease"])}).get("TTL", -1))
+
+            lease = await store.claim("j", owner="a", ttl=5.0)
+            first = etcd_lease()
+            with tenure.connect(url) as other:
+                lease = await asyncio.to_thread(other.renew, lease)  # no etcd lease cached there: a new one
+            second = etcd_lease()
+            monkeypatch.setattr(ec.AioConnection, "_answer", sending)
+            lease = await store.renew(lease)  # the etcd lease cached here is gone
+            monkeypatch.undo()
+            # Refused; the audit's retention lease looked up again (it might have been the one
+            # missing); a new etcd lease; the same Txn again.
+            assert sent == ["Txn", "LeaseKeepAlive", "Range", "LeaseTimeToLive", "LeaseGrant", "Txn"], sent
+            third = etcd_lease()
+            assert len({first[0], second[0], third[0]}) == 3 and 4 <= third[1] <= 5, (first, second, third)
+            await store.complete(lease)
+            assert await store.rejections() == []
+            assert [e.op for e in await store.history("j")] == [tenure.Op.CLAIM, tenure.Op.RENEW, tenure.Op.RENEW,
+                                                                tenure.Op.COMPLETE]
+
+    asyncio.run(scenario())
+
+
+def test_claim_next_passes_over_a_queued_job_whose_keys_are_corrupt_in_both_flavours(
+        etcd_harness: EtcdHarness) -> None:
+    """A queue entry whose job key is not tenure's: the candidate's read finds it corrupt, and
+    claim_next takes the next one (it is listed as corrupt by jobs(), never claimed)."""
+    node = etcd_harness.cluster.nodes[0]
+    url = _url(etcd_harness)
+    with tenure.connect(url) as store:
+        keys: Any = store.backend.keys  # type: ignore[attr-defined]
+        node.put(keys.job("bad"), b"\xff\xfe")
+        node.put(keys.queue("bad", time.time() - 60), b"")  # the oldest in the queue
+        store.submit_many(["good-1", "good-2"])
+        first = store.claim_next(owner="w", ttl=5.0)
+        assert first is not None and first.job_id.startswith("good")
+
+    async def scenario() -> None:
+        async with tenure.aio.connect(url) as aio_store:
+            second = await aio_store.claim_next(owner="w", ttl=5.0)
+            assert second is not None and second.job_id.startswith("good") and second.job_id != first.job_id
+            assert await aio_store.claim_next(owner="w", ttl=5.0) is None
+
+    asyncio.run(scenario())
