@@ -3,11 +3,14 @@ audit records' JSON, read in today's shape and in the shape etcd wrote before.""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import pytest
 
 from tenure.core import codec
 from tenure.core.errors import CorruptRecord
-from tenure.core.records import HistoryEvent, JobState, Op, Rejection, RejectionKind
+from tenure.core.records import HistoryEvent, JobState, JobStatus, Op, Rejection, RejectionKind
 
 
 @pytest.mark.parametrize("job_id", ["a", "ünï/cödé", "../..", " ", "x" * 300])
@@ -75,3 +78,21 @@ def test_events_take_the_stores_token_only_when_they_name_none() -> None:
         codec.event("k", codec.event_fields(event, None), "j")
     with pytest.raises(CorruptRecord):
         codec.event("k", {**codec.event_fields(event, 0), "op": "dance"}, "j")
+
+
+def test_a_listed_status_is_the_status_the_general_way_builds() -> None:
+    # Listings build JobStatus without its __init__ (records.fast_status): every field, the
+    # same equality, hash and immutability.
+    now = 1000.0
+    live = codec.listed_status("j", "leased", "w", 3, 2, 1010.0, 30.0, 900.0, 980.0, 995.0, None, now)
+    over = codec.listed_status("j", "leased", "w", 3, 2, 990.0, 30.0, 900.0, 960.0, None, None, now)
+    pending = codec.listed_status("p", "pending", None, 0, 1, None, None, 900.0, None, None, None, now)
+    assert live == JobStatus("j", JobState.LEASED, "w", 3, 1010.0, 900.0, 980.0, 995.0, None, 2)
+    assert over == JobStatus("j", JobState.EXPIRED, "w", 3, 990.0, 900.0, 960.0, None, None, 2)
+    assert pending == JobStatus("p", JobState.PENDING, None, 0, None, 900.0, None, None, None, 1)
+    assert pending is not None and vars(pending) == vars(JobStatus("p", JobState.PENDING, submitted_at=900.0, runs=1))
+    assert hash(pending) == hash(JobStatus("p", JobState.PENDING, submitted_at=900.0, runs=1))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        pending.owner = "x"  # type: ignore[misc]
+    for bad in (math.inf, math.nan, 5, "5"):  # a time that is not a finite float: the general way
+        assert codec.listed_status("p", "pending", None, 0, 1, None, None, bad, None, None, None, now) is None

@@ -101,6 +101,25 @@ class JobStatus:
     key: str | None = None  # for CORRUPT records: the backend's key of the record
 
 
+_STATUS_DEFAULTS = {f.name: f.default for f in dataclasses.fields(JobStatus)}
+_new_status = object.__new__
+_set = object.__setattr__
+
+
+def fast_status(job_id: str, state: JobState, owner: str | None, token: int, expires_at: float | None,
+                  submitted_at: float | None, claimed_at: float | None, renewed_at: float | None,
+                  completed_at: float | None, runs: int) -> JobStatus:
+    """``JobStatus(...)`` with these fields, the rest at their defaults, for listings of values
+    already checked: a frozen dataclass's ``__init__`` sets each of its 13 fields through
+    ``object.__setattr__``, 0.13 s of a listing of 100,000 jobs; this sets them in one go."""
+    status = _new_status(JobStatus)
+    _set(status, "__dict__", {**_STATUS_DEFAULTS, "job_id": job_id, "state": state, "owner": owner,
+                              "token": token, "expires_at": expires_at, "submitted_at": submitted_at,
+                              "claimed_at": claimed_at, "renewed_at": renewed_at,
+                              "completed_at": completed_at, "runs": runs})
+    return status
+
+
 STORED_STATES = (JobState.PENDING, JobState.LEASED, JobState.COMPLETED)
 
 

@@ -26,9 +26,12 @@ def main() -> None:
     current = st.navigation([links.page(route.name) for route in links.ROUTES])
     with st.sidebar:
         st.caption(f"Store: `{snap.store.url}` ({snap.store.characteristics.name})")
-        st.number_input("Refresh every (s, 0 = paused)", 0.0, 3600.0, cfg.refresh, step=0.5, key="refresh")
-        st.radio("Times", [shared.UTC, shared.LOCAL], key=shared.TIMES_KEY, horizontal=True,
-                 help="Local is this browser's time zone. Ownership is judged by the store's clock.")
+        # In a popover: the browser draws its widgets (and fetches their code) only when it
+        # is opened, not before the first page's counts.
+        with st.popover("Settings", icon=":material/settings:"):
+            st.number_input("Refresh every (s, 0 = paused)", 0.0, 3600.0, cfg.refresh, step=0.5, key="refresh")
+            st.radio("Times", [shared.UTC, shared.LOCAL], key=shared.TIMES_KEY, horizontal=True,
+                     help="Local is this browser's time zone. Ownership is judged by the store's clock.")
         st.caption("Read-only." if not cfg.admin else "Admin mode enabled by the operator: "
                    "unlock the actions on a job's page.")
     current.run()

@@ -6,6 +6,7 @@ Every time here is the store's clock; "now" is the store's now as read for this 
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterable, Sequence
 
 import pandas as pd
@@ -55,6 +56,25 @@ def stamp(seconds: float | None, now: float, zone: str | None = None) -> str:
         with contextlib.suppress(KeyError, ValueError):  # a zone unknown here: stay in UTC
             t = t.tz_convert(zone)
     return f"{t:%Y-%m-%d %H:%M:%S} {t.tzname()} ({ago(seconds - now)})"
+
+
+_MARKDOWN_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
+
+
+def literal(text: object) -> str:
+    """``text`` for Streamlit's Markdown, shown as written: every ASCII punctuation mark
+    backslash-escaped, line breaks as spaces. Besides keeping a ``*`` or ``|`` of a value
+    from being read as Markdown, this keeps the ``:58:`` of a time from being taken for an
+    emoji shortcode (which makes the browser fetch and parse a 265 kB emoji plugin before it
+    draws the text) and a ``$`` from starting a formula."""
+    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", " ".join(str(text).splitlines()))
+
+
+def facts_table(facts: dict[str, str]) -> str:
+    """A two-column Markdown table of ``facts`` (a Markdown table needs none of the front-end
+    code that ``st.table`` loads: about 1 MB of Arrow and table code before the first paint)."""
+    rows = "".join(f"| {literal(k)} | {literal(v)} |\n" for k, v in facts.items())
+    return f"| fact | value |\n|---|---|\n{rows}"
 
 
 def leases_frame(jobs: Sequence[JobStatus], now: float, zone: str | None = None) -> pd.DataFrame:

@@ -65,7 +65,7 @@ def overview(snap: Snapshot, cfg: Config) -> None:
     with left:
         st.subheader("Store clock")
         skew = time.time() - snap.now()
-        st.markdown(f"**{data.stamp(s.now, s.now, zone()).removesuffix(' (now)')}**")
+        st.markdown(f"**{data.literal(data.stamp(s.now, s.now, zone()).removesuffix(' (now)'))}**")
         st.caption(f"This machine's clock is {skew:+.3f} s from the store's. "
                    "Ownership is judged by the store's clock alone.")
     with right:
@@ -73,7 +73,7 @@ def overview(snap: Snapshot, cfg: Config) -> None:
         for warning in snap.store.warnings:  # e.g. a password sent without TLS; never the secret itself
             st.warning(f"Insecure connection: {cfg.scrub(warning)}")
         facts = {k: cfg.scrub(str(v)) for k, v in snap.health().items()}
-        st.table(pd.DataFrame({"fact": list(facts), "value": list(facts.values())}))
+        st.markdown(data.facts_table(facts))
 
 
 def leases(snap: Snapshot, cfg: Config) -> None:
@@ -181,7 +181,7 @@ def job_detail(snap: Snapshot, cfg: Config) -> None:
     times = [(name, t) for name, t in [("submitted", status.submitted_at), ("claimed", status.claimed_at),
                                        ("renewed", status.renewed_at), ("completed", status.completed_at)]
              if t is not None]
-    st.caption(" · ".join(f"{name} {data.stamp(t, now, where)}" for name, t in times))
+    st.caption(" · ".join(f"{name} {data.literal(data.stamp(t, now, where))}" for name, t in times))
     events = snap.history(job_id=job)
     rejected = snap.rejections(None, job_id=job)  # this job's, through the store's index
     if events:

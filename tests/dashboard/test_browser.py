@@ -8,6 +8,7 @@ Playwright skips; in CI (``CI=true``) it fails.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -146,3 +147,35 @@ def test_dashboard_in_a_real_browser(browser: object, served: tuple[str, tenure.
     page.goto(f"{address}/workers")
     _html_has(page, "worker-b")
     page.close()
+
+
+# Front-end code the Overview must not need before its counts: Arrow and table code (st.table,
+# st.dataframe), the emoji plugin (a time's ":58:" in Markdown) and the settings' widgets.
+HEAVY_CHUNKS = ("arrowFormatUtils.", "Table.", "remark-emoji.", "NumberInput.", "Radio.")
+
+
+@pytest.mark.parametrize("served", ["sqlite"], indirect=True)
+def test_overview_loads_light_and_settings_open_on_demand(browser: object,
+                                                          served: tuple[str, tenure.Store]) -> None:
+    address, _ = served
+    context = browser.new_context(timezone_id="Europe/Berlin")  # type: ignore[attr-defined]
+    page = context.new_page()
+    fetched: list[str] = []
+    page.on("request", lambda request: fetched.append(request.url.rsplit("/", 1)[-1]))
+    page.goto(address)
+    page.get_by_text("Backend health").wait_for(timeout=60_000)
+    page.get_by_text("store_clock").wait_for(timeout=60_000)  # the facts, as a Markdown table
+    clock = page.locator("strong").filter(has_text=" UTC")
+    clock.wait_for(timeout=60_000)
+    page.wait_for_timeout(1500)  # a live refresh or so: whatever the page asks for later is fetched
+    assert [name for name in fetched if name.startswith(HEAVY_CHUNKS)] == []
+
+    sidebar = page.locator("[data-testid='stSidebar']")
+    sidebar.get_by_text("Settings", exact=True).click()
+    page.get_by_text("local", exact=True).click()
+    page.keyboard.press("Escape")
+    berlin = page.locator("strong").filter(has_text=re.compile(r" CES?T$"))
+    berlin.wait_for(timeout=60_000)  # the browser's zone
+    page.wait_for_timeout(1500)  # a live refresh with the popover closed keeps the choice
+    assert berlin.count() == 1
+    context.close()

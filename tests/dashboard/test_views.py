@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable
 
@@ -27,12 +28,18 @@ def chart_data(at: AppTest) -> list[pd.DataFrame]:
     return [convert_arrow_bytes_to_pandas_df(d.data.data) for d in chart.proto.datasets]
 
 
+def unescape(cells: list[str]) -> tuple[str, str]:
+    """A row of the health facts' Markdown table as the browser shows it."""
+    fact, value = (re.sub(r"\\(.)", r"\1", cell) for cell in cells)
+    return fact, value
+
+
 def test_overview_counts_health_and_clock(seed: Seeded, open_app: OpenApp) -> None:
     at = open_app(seed.url)
     assert metrics(at) == {"Pending": "1", "Leased": "2", "Expiring < 30s": "1",
                            "Expired, unclaimed": "1", "Completed": "1", "Rejections (1h)": "2"}
-    health = at.table[0].value
-    facts = dict(zip(health["fact"], health["value"], strict=True))
+    (health,) = [m.value for m in at.markdown if m.value.startswith("| fact | value |")]
+    facts = dict(unescape(line.strip("| ").split(" | ")) for line in health.splitlines()[2:])
     assert facts["backend"] == seed.backend
     if seed.backend == "sqlite":
         assert facts["file"].endswith("dash.db") and int(facts["bytes"]) > 0
@@ -153,6 +160,18 @@ def test_times_are_readable_with_ages(seed: Seeded, open_app: OpenApp) -> None:
     assert data.stamp(0.0, 0.0, "No/Such_Zone").endswith(" UTC (now)")  # an unknown zone: UTC
     assert [data.ago(d) for d in (0.2, 30, -300, -7200, 3 * 86400)] == [
         "now", "in 30 s", "5 min ago", "2.0 h ago", "in 3 d"]
+
+
+def test_markdown_shows_times_and_values_as_written() -> None:
+    # A time's ":58:" must not look like an emoji shortcode to Streamlit's front end (it would
+    # fetch its emoji plugin before drawing the page), nor a "|" end a table cell.
+    text = "2026-12-03 04:58:54 UTC | *a_b* $5 [x](y)\nnext"
+    shown = data.literal(text)
+    assert re.search(r":(?!material/|streamlit:)[\w+-][\w_+-]*:", shown) is None  # its pattern
+    assert re.search(r"(?<!\\)[|*_$\[]", shown) is None and "\n" not in shown
+    assert unescape([shown, "x"])[0] == text.replace("\n", " ")
+    table = data.facts_table({"file": "/tmp/a|b.db"})
+    assert table.splitlines() == ["| fact | value |", "|---|---|", r"| file | \/tmp\/a\|b\.db |"]
 
 
 def test_overview_links_to_each_ops_view(seed: Seeded, open_app: OpenApp) -> None:
