@@ -16,6 +16,7 @@ from tenure.core.errors import LeaseError, TokenChanged
 from tenure.core.records import JobState, JobStatus
 from tenure.core.store import Store
 from tenure.dashboard.config import ADMIN_ACTOR, Config
+from tenure.dashboard.data import literal
 from tenure.dashboard.unlock import LIMITER
 
 log = logging.getLogger("tenure.dashboard.admin")
@@ -77,8 +78,8 @@ def actions(store: Store, cfg: Config, status: JobStatus) -> None:
     if not pending or pending[1] != job:
         return
     action, _, token = pending
-    st.warning(f"{action} job {job!r} (generation {token})? This is recorded in the store's history "
-               f"as done by {ADMIN_ACTOR!r}.")
+    st.warning(f"{action} job {literal(repr(job))} (generation {token})? This is recorded in the store's "
+               f"history as done by {literal(repr(ADMIN_ACTOR))}.")
     y, n = st.columns(2)
     if n.button("Cancel"):
         del st.session_state[_PENDING]
@@ -91,12 +92,12 @@ def actions(store: Store, cfg: Config, status: JobStatus) -> None:
             else:
                 store.submit(job, actor=ADMIN_ACTOR)
         except TokenChanged as exc:
-            st.error(f"Nothing was changed: job {job!r} is at generation {exc.current} now, not the "
+            st.error(f"Nothing was changed: job {literal(repr(job))} is at generation {exc.current} now, not the "
                      f"generation {token} you confirmed (claimed again or ended since you looked). "
                      "Review it and try again.")
             return
         except LeaseError as exc:
-            st.error(cfg.scrub(str(exc)))
+            st.error(literal(cfg.scrub(str(exc))))
             return
         log.warning("admin %s of job %r (generation %d) by %s", action, job, token, ADMIN_ACTOR)
-        st.success(f"{action} of {job!r} done and recorded in its history.")
+        st.success(f"{action} of {literal(repr(job))} done and recorded in its history.")

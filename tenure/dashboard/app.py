@@ -10,7 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from tenure.core.errors import LeaseError
-from tenure.dashboard import links, shared
+from tenure.dashboard import data, links, shared
 
 
 def main() -> None:
@@ -21,7 +21,7 @@ def main() -> None:
     try:
         snap = shared.snapshot(cfg)
     except LeaseError as exc:
-        st.error(f"Cannot open the store: {type(exc).__name__}: {cfg.scrub(str(exc))}")
+        st.error(f"Cannot open the store: {type(exc).__name__}: {data.literal(cfg.scrub(str(exc)))}")
         return
     current = st.navigation([links.page(route.name) for route in links.ROUTES])
     with st.sidebar:

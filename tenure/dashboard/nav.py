@@ -12,7 +12,7 @@ import streamlit as st
 
 from tenure.core.errors import LeaseError
 from tenure.core.snapshot import Snapshot
-from tenure.dashboard import config, links, ops, shared, views
+from tenure.dashboard import config, data, links, ops, shared, views
 from tenure.dashboard.links import BY_NAME
 
 log = logging.getLogger("tenure.dashboard")
@@ -37,11 +37,11 @@ def _show(view: View, name: str, cfg: config.Config) -> None:
     try:
         view(shared.snapshot(cfg), cfg)
     except LeaseError as exc:
-        st.error(f"{type(exc).__name__}: {cfg.scrub(str(exc))}")
+        st.error(f"{type(exc).__name__}: {data.literal(cfg.scrub(str(exc)))}")
     except Exception as exc:
         # A record the backend could not turn into values: an operator needs to see which
         # view failed and why, not a traceback page (which could quote the URL); the log
         # keeps the traceback.
         log.exception("the %s view failed", name)
         st.error(f"The {BY_NAME[name].title} view could not be shown: {type(exc).__name__}: "
-                 f"{cfg.scrub(str(exc))}")
+                 f"{data.literal(cfg.scrub(str(exc)))}")

@@ -35,7 +35,7 @@ def workers(snap: Snapshot, cfg: Config) -> None:
     rows = event.selection.rows if event is not None else []
     if rows and rows[0] < len(frame):
         owner = str(frame["owner"].iloc[rows[0]])
-        st.subheader(f"Leases of {owner}")
+        st.subheader(f"Leases of {data.literal(owner)}")
         mine = [j for j in held if (j.owner or "") == owner]
         jobs_table(data.leases_frame(mine, now, zone()), "worker_leases", LEASE_COLUMNS)
 

@@ -11,7 +11,7 @@ import streamlit as st
 import tenure
 from tenure.core.errors import LeaseError
 from tenure.core.snapshot import Snapshot
-from tenure.dashboard import config
+from tenure.dashboard import config, data
 
 TIMES_KEY = "times"
 LOCAL, UTC = "local", "UTC"
@@ -33,7 +33,7 @@ def settings() -> config.Config | None:
     try:
         return config.from_env()
     except LeaseError as exc:
-        st.error(f"Cannot open the store: {type(exc).__name__}: {exc}")
+        st.error(f"Cannot open the store: {type(exc).__name__}: {data.literal(exc)}")
         return None
 
 

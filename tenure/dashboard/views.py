@@ -71,7 +71,7 @@ def overview(snap: Snapshot, cfg: Config) -> None:
     with right:
         st.subheader("Backend health")
         for warning in snap.store.warnings:  # e.g. a password sent without TLS; never the secret itself
-            st.warning(f"Insecure connection: {cfg.scrub(warning)}")
+            st.warning(f"Insecure connection: {data.literal(cfg.scrub(warning))}")
         facts = {k: cfg.scrub(str(v)) for k, v in snap.health().items()}
         st.markdown(data.facts_table(facts))
 
@@ -167,10 +167,10 @@ def job_detail(snap: Snapshot, cfg: Config) -> None:
         return
     status = snap.get(job)
     if status is None:
-        st.warning(f"No job {job!r} in the store.")
+        st.warning(f"No job {data.literal(repr(job))} in the store.")
         return
     if status.state is JobState.CORRUPT:
-        st.error(f"Corrupt record {status.key!r}: {status.problem}")
+        st.error(f"Corrupt record {data.literal(repr(status.key))}: {data.literal(status.problem)}")
     now, where = snap.now(), zone()
     cols = st.columns(5)
     cols[0].metric("State", status.state.value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -64,3 +65,8 @@ def texts(at: AppTest) -> str:
 
     walk(at._tree)
     return "\n".join(out)
+
+
+def plain(markdown: str) -> str:
+    """Text the dashboard escaped for Markdown (``data.literal``), as the browser shows it."""
+    return re.sub(r"\\(.)", r"\1", markdown)

@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 import tenure
 from tenure.dashboard import config, data
-from tests.dashboard.conftest import APP, goto
+from tests.dashboard.conftest import APP, goto, plain
 from tests.dashboard.seeding import JOB, Seeded
 
 OpenApp = Callable[..., AppTest]
@@ -30,7 +30,7 @@ def chart_data(at: AppTest) -> list[pd.DataFrame]:
 
 def unescape(cells: list[str]) -> tuple[str, str]:
     """A row of the health facts' Markdown table as the browser shows it."""
-    fact, value = (re.sub(r"\\(.)", r"\1", cell) for cell in cells)
+    fact, value = (plain(cell) for cell in cells)
     return fact, value
 
 
@@ -111,7 +111,17 @@ def test_job_detail_history_and_rejections(seed: Seeded, open_app: OpenApp) -> N
     assert list(rejections["op"]) == ["effect", "complete"]
     assert not at.get("button")  # read-only: no admin actions
     at.text_input(key="detail_job").set_value("no-such-job").run()
-    assert "No job 'no-such-job'" in at.warning[0].value
+    assert "No job 'no-such-job'" in plain(at.warning[0].value)
+
+
+def test_a_hostile_job_link_shows_its_id_as_text(seed: Seeded, open_app: OpenApp) -> None:
+    # A deep link is anyone's input: its job id must not turn into a link, an image or an
+    # emoji in the page an operator reads.
+    hostile = "[sign in again](https://evil.example/login) ![x](https://evil.example/p.png) :58:"
+    at = goto(open_app(seed.url), "Job detail", job=hostile)
+    (warning,) = [w.value for w in at.warning]
+    assert re.search(r"(?<!\\)[\[\]()!:]", warning.removeprefix("No job ").removesuffix(" in the store.")) is None
+    assert plain(warning) == f"No job {hostile!r} in the store."
 
 
 def test_live_leases_pages_through_many_jobs(open_app: OpenApp) -> None:
