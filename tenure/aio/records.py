@@ -21,7 +21,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Hashable
 from typing import Any, TypeVar
 
 from tenure.aio.backend import ThreadedBackend
@@ -33,6 +33,27 @@ from tenure.core.transaction import Transaction
 
 R = TypeVar("R")
 S = TypeVar("S")
+
+
+class Fetched:
+    """The reads of one async transaction of a store whose I/O is written as generators
+    (``tenure.core.calls``): its ``answer(what, io)`` hook returns what was fetched for
+    ``what``, or forgets the step's buffered writes and raises ``steps.NotFetched`` with the
+    coroutine that runs ``io()`` through ``run`` (how the store awaits its requests)."""
+
+    def __init__(self, run: Callable[[Generator[Any, Any, Any]], Awaitable[Any]]) -> None:
+        self._run = run
+        self._got: dict[Hashable, Any] = {}
+
+    def answer(self, what: Hashable, io: Callable[[], Generator[Any, Any, R]], forget: Callable[[], None]) -> R:
+        if what in self._got:
+            return self._got[what]  # type: ignore[no-any-return]
+        forget()  # the step runs again from the start once this is here
+
+        async def fetch() -> None:
+            self._got[what] = await self._run(io())
+
+        raise steps.NotFetched(repr(what), fetch)
 
 
 class AsyncRecordBackend(ThreadedBackend):

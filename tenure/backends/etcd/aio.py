@@ -20,9 +20,9 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Callable, Hashable
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from tenure.aio.records import AsyncRecordBackend
+from tenure.aio.records import AsyncRecordBackend, Fetched
 from tenure.backends.etcd.backend import EtcdBackend
 from tenure.backends.etcd.client import AioConnection, Io
 from tenure.backends.etcd.leases import etcd_ttl
@@ -42,17 +42,10 @@ class AsyncEtcdTransaction(EtcdTransaction):
                  aio: AioConnection) -> None:
         super().__init__(parts, now, fresh, context)
         self._aio = aio
-        self._fetched: dict[Hashable, Any] = {}
+        self._fetched = Fetched(aio.run)
 
     def answer(self, what: Hashable, io: Callable[[], Io[T]]) -> T:
-        if what in self._fetched:
-            return self._fetched[what]  # type: ignore[no-any-return]
-        self.forget()  # the step runs again from the start once this is here
-
-        async def fetch() -> None:
-            self._fetched[what] = await self._aio.run(io())
-
-        raise steps.NotFetched(repr(what), fetch)
+        return self._fetched.answer(what, io, self.forget)
 
     async def commit_async(self) -> None:
         await self._aio.run(self.committing())

@@ -8,15 +8,15 @@ closing go to the sync backend in one worker thread per store (``ThreadedBackend
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Callable, Hashable
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from tenure.aio.records import AsyncRecordBackend
+from tenure.aio.records import AsyncRecordBackend, Fetched
 from tenure.backends.zookeeper import calls
 from tenure.backends.zookeeper.backend import ZooKeeperBackend
 from tenure.backends.zookeeper.calls import Io
 from tenure.backends.zookeeper.transaction import Parts, ZkTransaction
-from tenure.core import steps
 from tenure.core.clock import Clock
 from tenure.core.options import Options, StoreURL
 from tenure.core.transaction import Transaction
@@ -28,17 +28,10 @@ class AsyncZkTransaction(ZkTransaction):
     def __init__(self, parts: Parts, fresh: bool) -> None:
         super().__init__(parts, fresh)
         self._timeout = parts.session.config.timeout
-        self._fetched: dict[Hashable, Any] = {}
+        self._fetched = Fetched(functools.partial(calls.run_async, timeout=self._timeout))
 
     def answer(self, what: Hashable, io: Callable[[], Io[T]]) -> T:
-        if what in self._fetched:
-            return self._fetched[what]  # type: ignore[no-any-return]
-        self.forget()  # the step runs again from the start once this is here
-
-        async def fetch() -> None:
-            self._fetched[what] = await calls.run_async(io(), self._timeout)
-
-        raise steps.NotFetched(repr(what), fetch)
+        return self._fetched.answer(what, io, self.forget)
 
     async def commit_async(self) -> None:
         await calls.run_async(self.committing(), self._timeout)
