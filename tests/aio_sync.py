@@ -183,3 +183,14 @@ class AioHarness(Harness):
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+def outside(thread: threading.Thread, blocking: Callable[..., Any]) -> Callable[..., Any]:
+    """``blocking``, failing the test when it is called in ``thread`` (an event loop's): the
+    tests that prove a backend's protocol never waits in the loop wrap the blocking calls."""
+
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        assert threading.current_thread() is not thread, "a blocking wait in the event loop"
+        return blocking(*args, **kwargs)
+
+    return guarded

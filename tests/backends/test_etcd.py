@@ -483,22 +483,15 @@ def test_foreign_and_corrupt_keys_are_listed_as_corrupt_and_never_overwritten(
 
 
 # -- faults ------------------------------------------------------------------------------------------
-@pytest.fixture
-def private_node(tmp_path: Path) -> Iterator[EtcdCluster]:
-    cluster = start_or_fail(tmp_path, 1)
-    yield cluster
-    cluster.close()
-
-
-def test_a_frozen_server_gives_a_prompt_timeout(private_node: EtcdCluster) -> None:
-    private_node.nodes[0].pause()  # SIGSTOP: connections are accepted, nothing answers
+def test_a_frozen_server_gives_a_prompt_timeout(etcd_private: EtcdCluster) -> None:
+    etcd_private.nodes[0].pause()  # SIGSTOP: connections are accepted, nothing answers
     try:
         start = time.monotonic()
         with pytest.raises(tenure.BackendUnavailable, match="did not answer within 1s"):
-            tenure.connect(f"etcd://{private_node.endpoints}/frozen?timeout=1")
+            tenure.connect(f"etcd://{etcd_private.endpoints}/frozen?timeout=1")
         assert time.monotonic() - start < 1 + 4
     finally:
-        private_node.nodes[0].resume()
+        etcd_private.nodes[0].resume()
 
 
 # -- credentials -----------------------------------------------------------------------------------

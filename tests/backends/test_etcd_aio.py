@@ -10,7 +10,6 @@ import base64
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import tenure.aio
 from tenure.backends.etcd import client as ec
 from tenure.backends.etcd.aio import AsyncEtcdBackend
 from tenure.backends.etcd.backend import EtcdBackend
+from tests.aio_sync import outside
 from tests.servers.etcd import EtcdCluster, EtcdHarness, start_or_fail
 from tests.servers.ports import free_port
 
@@ -40,11 +40,7 @@ def test_the_protocol_awaits_grpc_aio_in_the_loop_without_the_sync_transaction(
         return await answer(self, step)
 
     def not_in_the_loop(blocking: Any) -> Any:
-        def guarded(*args: Any, **kwargs: Any) -> Any:
-            assert threading.current_thread() is not loop, "a blocking wait in the event loop"
-            return blocking(*args, **kwargs)
-
-        return guarded
+        return outside(loop, blocking)
 
     async def scenario() -> None:
         async with tenure.aio.connect(_url(etcd_harness)) as store:
@@ -106,18 +102,11 @@ def test_a_step_run_again_after_a_fetch_decides_as_it_did_before(etcd_harness: E
     asyncio.run(scenario())
 
 
-@pytest.fixture
-def private_node(tmp_path: Path) -> Iterator[EtcdCluster]:
-    cluster = start_or_fail(tmp_path, 1)
-    yield cluster
-    cluster.close()
-
-
-def test_awaited_requests_keep_the_timeout_rotation_and_error_mapping(private_node: EtcdCluster) -> None:
+def test_awaited_requests_keep_the_timeout_rotation_and_error_mapping(etcd_private: EtcdCluster) -> None:
     """Reads go on to the next endpoint when one is unreachable, a Txn is never retried there,
     and a frozen server is BackendUnavailable after the timeout, as in the sync connection."""
     dead = ("127.0.0.1", free_port())  # nothing listens: refused at once
-    live = ("127.0.0.1", private_node.nodes[0].client_port)
+    live = ("127.0.0.1", etcd_private.nodes[0].client_port)
     key = b"/aio-rotation/k"
 
     async def scenario() -> None:
@@ -133,7 +122,7 @@ def test_awaited_requests_keep_the_timeout_rotation_and_error_mapping(private_no
             with pytest.raises(tenure.BackendUnavailable, match="unavailable"):
                 await writing.txn([], [ec.put(key, b"v")], [])  # a write: never sent twice
             assert (await writing.txn([], [ec.get(key)], [], retry=True)).ranges == [[]]  # a read goes on
-            private_node.nodes[0].pause()  # SIGSTOP: connected, nothing answers
+            etcd_private.nodes[0].pause()  # SIGSTOP: connected, nothing answers
             try:
                 start = time.monotonic()
                 with pytest.raises(tenure.BackendUnavailable, match="did not answer within 1s"):
@@ -142,7 +131,7 @@ def test_awaited_requests_keep_the_timeout_rotation_and_error_mapping(private_no
                 with pytest.raises(tenure.BackendUnavailable, match="did not answer within 1s"):
                     await (await frozen.keepalive_started(1)).result()  # a stream, under the same deadline
             finally:
-                private_node.nodes[0].resume()
+                etcd_private.nodes[0].resume()
         finally:
             await aio.close()
             await writing.close()

@@ -22,6 +22,7 @@ from tenure.backends.zookeeper import calls
 from tenure.backends.zookeeper import session as zk_session
 from tenure.backends.zookeeper.aio import AsyncZooKeeperBackend
 from tenure.backends.zookeeper.backend import ZooKeeperBackend
+from tests.aio_sync import outside
 from tests.servers.zookeeper import ZooKeeperServer
 
 
@@ -36,11 +37,7 @@ def test_the_protocol_awaits_kazoo_in_the_loop_without_the_sync_transaction(
         return await wait(result, timeout)
 
     def not_in_the_loop(blocking: Any) -> Any:
-        def guarded(*args: Any, **kwargs: Any) -> Any:
-            assert threading.current_thread() is not loop, "a blocking wait in the event loop"
-            return blocking(*args, **kwargs)
-
-        return guarded
+        return outside(loop, blocking)
 
     async def scenario() -> None:
         async with tenure.aio.connect(f"zk://{zk_server.hosts}/aio-{uuid.uuid4().hex[:6]}") as store:

@@ -241,5 +241,13 @@ def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluste
 
 
 @pytest.fixture
+def etcd_private(tmp_path: Path) -> Iterator[EtcdCluster]:
+    """A single etcd node of the test's own, for tests that freeze, stop or fill it."""
+    cluster = start_or_fail(tmp_path, 1)
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture
 def etcd_harness(etcd_server: EtcdCluster) -> EtcdHarness:
     return EtcdHarness(etcd_server)
