@@ -14,16 +14,14 @@ completing them (jobs per second). Round trips per operation are ``benchmarks/ro
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
 import sys
 import tempfile
 import textwrap
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
+from benchmarks.dashboard_scale import served_store
 from benchmarks.processes import ROOT, LineProcess, archived
 
 BEFORE_PORTS = "c843c60"  # main before etcd and ZooKeeper became RecordBackends (issue 14)
@@ -71,28 +69,6 @@ class Worker(LineProcess):
         return float(cpu), float(wall)
 
 
-@contextlib.contextmanager
-def server(backend: str, tmp: Path) -> Iterator[str]:
-    """A private server, started as the tests start theirs (fsync on): its URL base."""
-    if backend == "etcd":
-        from tests.servers.etcd import EtcdCluster
-
-        cluster = EtcdCluster(tmp / "etcd", size=1)
-        cluster.start()
-        try:
-            yield f"etcd://{cluster.endpoints}/ba-{uuid.uuid4().hex[:6]}"
-        finally:
-            cluster.close()
-    elif backend == "zk":
-        from tests.servers.zookeeper import running
-
-        with running(tmp / "zk") as zk:
-            yield f"zk://{zk.hosts}/ba-{uuid.uuid4().hex[:6]}"
-    else:
-        tmp.mkdir()
-        yield f"sqlite:///{tmp}/ba.db"
-
-
 def compare(backend: str, baseline: Path, url: str, n: int, runs: int, label: str, claimers: int) -> None:
     before, after = Worker(baseline, url + "-before", claimers), Worker(ROOT, url + "-after", claimers)
     for worker in (before, after):
@@ -137,7 +113,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="tenure-before-after-") as tmp:
         baseline = archived(args.baseline, Path(tmp) / "baseline")
         for backend in args.backends.split(","):
-            with server(backend, Path(tmp) / backend) as url:
+            with served_store(backend, Path(tmp)) as url:
                 compare(backend, baseline, url, args.n, args.runs, args.baseline, args.claimers)
     return 0
 

@@ -35,8 +35,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.dashboard_scale import BARE_APP, CHROMIUM_ARGS, _free_port, seed, served_store  # noqa: E402
+from benchmarks.dashboard_scale import BARE_APP, CHROMIUM_ARGS, seed, served_store  # noqa: E402
 from tenure.dashboard import launcher  # noqa: E402
+from tests.servers.ports import free_port  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 # Records in window.__counts the time (ms since navigation start) at which the
@@ -55,7 +56,7 @@ WATCH = """
 @contextmanager
 def serve(url: str, app: Path, pythonpath: Path | None = None) -> Iterator[str]:
     """A dashboard server for ``app``; ``pythonpath``: the source tree it imports tenure from."""
-    port = _free_port()
+    port = free_port()
     env = launcher.environment(url, admin_secret=None, refresh=1.0)
     if pythonpath is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), env["PYTHONPATH"]])

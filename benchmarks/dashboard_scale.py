@@ -23,7 +23,6 @@ import contextlib
 import json
 import os
 import resource
-import socket
 import statistics
 import sys
 import tempfile
@@ -38,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 import tenure  # noqa: E402
 from tenure.dashboard import launcher, links  # noqa: E402
+from tests.servers.ports import free_port  # noqa: E402
 
 FIRST_RENDER, REFRESH = 2.0, 0.5
 PAGES = ["overview", "leases", "workers", "stuck", "activity", "timeline", "rejections", "job"]
@@ -94,12 +94,6 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _reads(path: Path) -> int:
     try:
         return sum(json.loads(path.read_text()).values())
@@ -125,7 +119,7 @@ def streamlit_floor(tmp: Path) -> float:
     """Page load of an app that shows one number and reads nothing, in a warm server."""
     from playwright.sync_api import sync_playwright
 
-    port = _free_port()
+    port = free_port()
     proc = launcher.start(f"sqlite:///{tmp / 'floor.db'}", port=port, app=BARE_APP)
     try:
         address = launcher.wait_ready(proc, "127.0.0.1", port, timeout=120)
@@ -159,7 +153,7 @@ def in_browser(url: str, tmp: Path) -> dict[str, float]:
 
     counts = tmp / "reads.json"
     os.environ["TENURE_BENCH_READS"] = str(counts)
-    port = _free_port()
+    port = free_port()
     proc = launcher.start(url, port=port, refresh=1.0, app=COUNTED_APP)
     out: dict[str, float] = {}
     try:
