@@ -14,6 +14,8 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
+import pytest
+
 import tenure
 import tenure.aio
 from tenure.aio.backend import ThreadedBackend
@@ -194,3 +196,20 @@ def outside(thread: threading.Thread, blocking: Callable[..., Any]) -> Callable[
         return blocking(*args, **kwargs)
 
     return guarded
+
+
+async def every_operation(store: tenure.aio.AsyncStore, ttl: float) -> None:
+    """Each protocol operation once on a fresh ``tenure.aio`` store, and two queries: what the
+    tests that prove a backend awaits its requests in the loop run."""
+    await store.submit_many(["a", "b", "c"])
+    lease = await store.claim("a", owner="w", ttl=ttl)
+    lease = await store.renew(lease)
+    await store.complete(lease, result=b"done")
+    nxt = await store.claim_next(owner="w", ttl=ttl)
+    assert nxt is not None and nxt.job_id in ("b", "c")  # one of the oldest (contention.spread)
+    with pytest.raises(tenure.StaleLease):
+        await store.renew(lease)  # completed: refused, and audited
+    await store.release(nxt)
+    await store.force_expire("c")
+    assert len(await store.rejections()) == 1  # queries: in the worker thread
+    assert (await store.get("a")).state is tenure.JobState.COMPLETED

@@ -495,20 +495,8 @@ def test_a_frozen_server_gives_a_prompt_timeout(etcd_private: EtcdCluster) -> No
 
 
 # -- credentials -----------------------------------------------------------------------------------
-@pytest.fixture
-def auth_node(tmp_path: Path) -> Iterator[EtcdCluster]:
-    cluster = start_or_fail(tmp_path, 1, extra=("--auth-token-ttl", "1"))  # tokens expire fast
-    node = cluster.nodes[0]
-    node.api("/v3/auth/role/add", {"name": "root"})
-    node.api("/v3/auth/user/add", {"name": "root", "password": "s3cret"})
-    node.api("/v3/auth/user/grant", {"user": "root", "role": "root"})
-    node.api("/v3/auth/enable", {})
-    yield cluster
-    cluster.close()
-
-
-def test_credentials(auth_node: EtcdCluster) -> None:
-    base = f"etcd://{auth_node.endpoints}/auth?timeout=2"
+def test_credentials(etcd_auth: EtcdCluster) -> None:
+    base = f"etcd://{etcd_auth.endpoints}/auth?timeout=2"
     with tenure.connect(base, user="root", password="s3cret") as store:
         lease = store.claim("j", owner="a", ttl=5.0)
         time.sleep(2.5)  # real time: let etcd drop the idle auth token (1 s here, 5 min by default)
@@ -520,7 +508,7 @@ def test_credentials(auth_node: EtcdCluster) -> None:
             tenure.connect(base, **kwargs)
         assert time.monotonic() - start < 2 + 4
         assert "wrong" not in str(info.value) and "s3cret" not in str(info.value)
-    store = tenure.connect(f"etcd://root:s3cret@{auth_node.endpoints}/auth")
+    store = tenure.connect(f"etcd://root:s3cret@{etcd_auth.endpoints}/auth")
     assert "s3cret" not in repr(store) and store.get("j") is not None
     store.close()
 

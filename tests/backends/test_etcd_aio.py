@@ -10,7 +10,6 @@ import base64
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,8 +19,8 @@ import tenure.aio
 from tenure.backends.etcd import client as ec
 from tenure.backends.etcd.aio import AsyncEtcdBackend
 from tenure.backends.etcd.backend import EtcdBackend
-from tests.aio_sync import outside
-from tests.servers.etcd import EtcdCluster, EtcdHarness, start_or_fail
+from tests.aio_sync import every_operation, outside
+from tests.servers.etcd import EtcdCluster, EtcdHarness
 from tests.servers.ports import free_port
 
 
@@ -50,18 +49,9 @@ def test_the_protocol_awaits_grpc_aio_in_the_loop_without_the_sync_transaction(
             monkeypatch.setattr(ec.Connection, "run", not_in_the_loop(ec.Connection.run))  # every blocking request
             monkeypatch.setattr(ec.Pending, "result", not_in_the_loop(ec.Pending.result))
             monkeypatch.setattr(ec.AioConnection, "_answer", counted)
-            await store.submit_many(["a", "b", "c"])
-            lease = await store.claim("a", owner="w", ttl=5.0)  # no pooled etcd lease: a grant beside the read
-            lease = await store.renew(lease)  # a keep-alive (a stream) beside the Txn
-            await store.complete(lease, result=b"done")
-            nxt = await store.claim_next(owner="w", ttl=5.0)  # the indexes, the candidate, the Txn
-            assert nxt is not None and nxt.job_id in ("b", "c")
-            with pytest.raises(tenure.StaleLease):
-                await store.renew(lease)  # completed: refused, and audited
-            await store.release(nxt)
-            await store.force_expire("c")
-            assert len(await store.rejections()) == 1  # queries: in the worker thread
-            assert (await store.get("a")).state is tenure.JobState.COMPLETED  # type: ignore[union-attr]
+            # no pooled etcd lease: the claim's grant goes beside its read; a renewal's keep-alive
+            # (a stream) beside its Txn; claim_next: the indexes, the candidate, the Txn
+            await every_operation(store, ttl=5.0)
 
     asyncio.run(scenario())
     assert {"Txn", "LeaseGrant", "LeaseKeepAlive", "AioPending"} <= set(awaited), awaited
@@ -142,16 +132,9 @@ def test_awaited_requests_keep_the_timeout_rotation_and_error_mapping(etcd_priva
     asyncio.run(scenario())
 
 
-def test_an_expired_login_is_renewed_in_the_loop(tmp_path: Path) -> None:
-    cluster = start_or_fail(tmp_path, 1, extra=("--auth-token-ttl", "1"))  # tokens expire fast
-    node = cluster.nodes[0]
-    node.api("/v3/auth/role/add", {"name": "root"})
-    node.api("/v3/auth/user/add", {"name": "root", "password": "s3cret"})
-    node.api("/v3/auth/user/grant", {"user": "root", "role": "root"})
-    node.api("/v3/auth/enable", {})
-
+def test_an_expired_login_is_renewed_in_the_loop(etcd_auth: EtcdCluster) -> None:
     async def scenario() -> None:
-        url = f"etcd://{cluster.endpoints}/auth?timeout=2"
+        url = f"etcd://{etcd_auth.endpoints}/auth?timeout=2"
         async with tenure.aio.connect(url, user="root", password="s3cret") as store:
             lease = await store.claim("j", owner="a", ttl=5.0)
             await asyncio.sleep(2.5)  # real time: let etcd drop the idle auth token (1 s here)
@@ -161,10 +144,7 @@ def test_an_expired_login_is_renewed_in_the_loop(tmp_path: Path) -> None:
             await tenure.aio.connect(url, user="root", password="wrong")
         assert "wrong" not in str(info.value)
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        cluster.close()
+    asyncio.run(scenario())
 
 
 def test_keys_read_for_a_retry_are_the_failure_branch_s(etcd_harness: EtcdHarness) -> None:

@@ -22,7 +22,7 @@ from tenure.backends.zookeeper import calls
 from tenure.backends.zookeeper import session as zk_session
 from tenure.backends.zookeeper.aio import AsyncZooKeeperBackend
 from tenure.backends.zookeeper.backend import ZooKeeperBackend
-from tests.aio_sync import outside
+from tests.aio_sync import every_operation, outside
 from tests.servers.zookeeper import ZooKeeperServer
 
 
@@ -46,18 +46,7 @@ def test_the_protocol_awaits_kazoo_in_the_loop_without_the_sync_transaction(
             monkeypatch.setattr(ZooKeeperBackend, "transaction", not_in_the_loop(ZooKeeperBackend.transaction))
             monkeypatch.setattr(kazoo_utils.AsyncResult, "get", not_in_the_loop(kazoo_utils.AsyncResult.get))
             monkeypatch.setattr(calls, "awaited", counted)
-            await store.submit_many(["a", "b", "c"])
-            lease = await store.claim("a", owner="w", ttl=10.0)
-            lease = await store.renew(lease)
-            await store.complete(lease, result=b"done")
-            nxt = await store.claim_next(owner="w", ttl=10.0)
-            assert nxt is not None and nxt.job_id in ("b", "c")  # one of the oldest (contention.spread)
-            with pytest.raises(tenure.StaleLease):
-                await store.renew(lease)  # completed: refused, and audited
-            await store.release(nxt)
-            await store.force_expire("c")
-            assert len(await store.rejections()) == 1  # queries: in the worker thread
-            assert (await store.get("a")).state is tenure.JobState.COMPLETED  # type: ignore[union-attr]
+            await every_operation(store, ttl=10.0)
 
     asyncio.run(scenario())
     assert awaited  # the protocol's requests were awaited

@@ -249,5 +249,19 @@ def etcd_private(tmp_path: Path) -> Iterator[EtcdCluster]:
 
 
 @pytest.fixture
+def etcd_auth(tmp_path: Path) -> Iterator[EtcdCluster]:
+    """A node of the test's own with authentication on: user root, password s3cret, and auth
+    tokens that expire after 1 s idle (5 min by default), so tests see a client log in again."""
+    cluster = start_or_fail(tmp_path, 1, extra=("--auth-token-ttl", "1"))
+    node = cluster.nodes[0]
+    node.api("/v3/auth/role/add", {"name": "root"})
+    node.api("/v3/auth/user/add", {"name": "root", "password": "s3cret"})
+    node.api("/v3/auth/user/grant", {"user": "root", "role": "root"})
+    node.api("/v3/auth/enable", {})
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture
 def etcd_harness(etcd_server: EtcdCluster) -> EtcdHarness:
     return EtcdHarness(etcd_server)
