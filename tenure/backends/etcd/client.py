@@ -345,9 +345,10 @@ class Connection:
 
     def _answer(self, step: Any) -> Any:
         if isinstance(step, Rpc):
+            # Only AioConnection sends a stream Rpc (keepalive_io): this thread's keep-alives go
+            # out beside a transaction instead (keepalive_started).
+            assert not step.stream, "a blocking channel answers a stream only to a thread reading it"
             stub = getattr(getattr(self._endpoints[step.endpoint], step.service), step.method)
-            if step.stream:
-                return next(iter(stub(iter([step.request]), timeout=self.timeout, metadata=step.metadata)), None)
             return stub(step.request, timeout=self.timeout, metadata=step.metadata)
         if isinstance(step, Call):
             return getattr(self, step.name)(*step.args, **step.kwargs)
