@@ -21,7 +21,7 @@ PATHS = ["/tenure/jobs/a", "/tenure/jobs/ünï", "/x"]
 
 def test_request_bytes_match_kazoos_own_multi() -> None:
     ops = [serialization.GetData(p, None) for p in PATHS]
-    ours = bytes(MultiRead(ops).serialize())
+    ours = bytes(MultiRead(PATHS).serialize())
     assert ours == bytes(serialization.Transaction(ops).serialize())
     # And spelled out in Jute: per op a header (type 4, done false, err -1), the path, watch false;
     # then the closing header (type -1, done true, err -1).

@@ -17,13 +17,16 @@ from typing import Any
 
 from kazoo.exceptions import EXCEPTIONS, NoNodeError, UnimplementedError
 from kazoo.protocol.paths import _prefix_root
-from kazoo.protocol.serialization import GetData, MultiHeader, int_struct, multiheader_struct, stat_struct
+from kazoo.protocol.serialization import GetData, int_struct, multiheader_struct, stat_struct
 from kazoo.protocol.states import ZnodeStat
 
 from tenure.backends.zookeeper.calls import Io
 
 BATCH = 1000  # getData per request: about 300 KB of tenure records in the answer
 IN_FLIGHT = 3  # requests sent ahead of the one being decoded
+# Jute's multi framing: each getData's header (type 4, not done, no error), and the closing one.
+_GET_HEADER = multiheader_struct.pack(GetData.type, False, -1)
+_CLOSING = multiheader_struct.pack(-1, True, -1)
 
 
 class MultiRead:
@@ -33,17 +36,20 @@ class MultiRead:
 
     type = 22
 
-    def __init__(self, operations: list[GetData], stats: bool = False) -> None:
-        self.operations = operations
+    def __init__(self, paths: list[str], stats: bool = False) -> None:
+        self.paths = paths  # absolute, chroot included
         self.stats = stats
 
-    def serialize(self) -> bytearray:
-        b = bytearray()
-        for op in self.operations:
-            b.extend(MultiHeader(op.type, False, -1).serialize())
-            b.extend(op.serialize())
-        b.extend(multiheader_struct.pack(-1, True, -1))
-        return b
+    def serialize(self) -> bytes:
+        """The bytes kazoo's ``Transaction`` of ``GetData(path, None)`` would send, built in one
+        join: kazoo's per-operation serializers cost 0.37 s of a 100,000-job listing."""
+        parts: list[bytes] = []
+        pack_int = int_struct.pack
+        for path in self.paths:
+            raw = path.encode()
+            parts += (_GET_HEADER, pack_int(len(raw)), raw, b"\0")  # the path; then "no watch"
+        parts.append(_CLOSING)
+        return b"".join(parts)
 
     def deserialize(self, buf: bytes, offset: int) -> list[Any]:
         """Each entry's answer, or the error ZooKeeper answered for it."""
@@ -73,14 +79,14 @@ class MultiRead:
                 raise ValueError(f"unexpected operation {kind} in a multiRead answer")
 
     def __repr__(self) -> str:
-        return f"MultiRead({len(self.operations)} reads)"
+        return f"MultiRead({len(self.paths)} reads)"
 
 
 def _send(client: Any, paths: list[str], stats: bool = False) -> Any:
     """A multiRead of ``paths``, queued as kazoo's own ``Transaction`` is; its answer to wait for."""
     result = client.handler.async_result()
     chroot = client.chroot
-    client._call(MultiRead([GetData(_prefix_root(chroot, p) if chroot else p, None) for p in paths], stats), result)
+    client._call(MultiRead([_prefix_root(chroot, p) for p in paths] if chroot else paths, stats), result)
     return result
 
 
