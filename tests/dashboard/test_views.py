@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Callable
@@ -79,6 +80,10 @@ def test_timeline_shows_both_generations_and_the_rejection(seed: Seeded, open_ap
     at.text_input(key="tl_job").set_value("email").run()
     spans, marks, _now = chart_data(at)
     assert set(spans["job"]) == {"email-3"} and marks.empty
+    # email-3 completed at once: a bar narrower than a pixel, so each lease's start is a tick too.
+    (chart,) = at.get("vega_lite_chart")
+    layers = json.loads(chart.proto.spec)["layer"]
+    assert any(layer["mark"]["type"] == "tick" and layer["encoding"]["x"]["field"] == "begin" for layer in layers)
 
 
 def test_rejections_audit_filters(seed: Seeded, open_app: OpenApp) -> None:
