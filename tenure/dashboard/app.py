@@ -14,7 +14,9 @@ from tenure.dashboard import data, links, shared
 
 
 def main() -> None:
-    st.set_page_config(page_title="tenure dashboard", layout="wide")
+    # An emoji favicon is drawn in the page (an inline SVG); without one Streamlit shows each
+    # page's :material/ icon, fetched from fonts.gstatic.com: no dashboard page leaves its host.
+    st.set_page_config(page_title="tenure dashboard", page_icon="🔒", layout="wide")
     cfg = shared.settings()
     if cfg is None:
         return
