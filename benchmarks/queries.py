@@ -1,7 +1,7 @@
 """Operators' queries at scale: summary(), page() and a whole listing at 1,000 to 100,000 jobs.
 
     PYTHONPATH=. python -m benchmarks.queries [--backends sqlite,etcd,zk,postgres] [--sizes 1000,10000,100000]
-                                              [--profile]
+                                              [--leases N] [--profile]
 
 Each store is a private server started like the tests start theirs (etcd 3.4, ZooKeeper with
 a 1 GB heap; PostgreSQL: a schema of its own on the test server) and grown to each size with
@@ -11,6 +11,9 @@ best of three. Targets: summary() and each page() at most 0.25 s at the largest 
 most twice their time at the smallest (flat: with this mix the leases grow with the jobs, and
 telling a live lease from an expired one reads each, so only the part that depends on the
 number of jobs can be flat; see docs/performance.md); the listing at most 2 s at 100,000.
+``--leases N``: N live leases and N/5 expired ones at every size instead (workers, not jobs,
+bound the leases a store holds), the completed and pending jobs as above: what grows then is
+only what depends on the number of jobs.
 """
 
 from __future__ import annotations
@@ -62,16 +65,20 @@ def store_url(name: str) -> Iterator[str]:
             raise SystemExit(f"unknown backend {name!r}")
 
 
-def grow(store: tenure.Store, have: int, total: int) -> None:
-    """From ``have`` to ``total`` jobs with the mix above; expired leases are left to run out."""
+def grow(store: tenure.Store, have: int, total: int, leases: int | None = None) -> None:
+    """From ``have`` to ``total`` jobs with the mix above (``leases``: that many live leases
+    and a fifth as many expired ones, all claimed at the first size); expired leases are left
+    to run out."""
     names = [f"job-{i:07d}" for i in range(have, total)]
     for start in range(0, len(names), 2000):
         store.submit_many(names[start:start + 2000])
     ttl = store.backend.characteristics.min_ttl or 1.0
-    step = 1000 // sum(PER_1000.values())
-    picked = iter(names[::step])
-    for state, per in PER_1000.items():
-        for _ in range((total - have) * per // 1000):
+    wanted = {state: (total - have) * per // 1000 for state, per in PER_1000.items()}
+    if leases is not None:
+        wanted["leased"], wanted["expired"] = (0, 0) if have else (leases, leases // 5)
+    picked = iter(names[::max(1, len(names) // max(1, sum(wanted.values())))])
+    for state, count in wanted.items():
+        for _ in range(count):
             job = next(picked)
             lease = store.claim(job, owner=f"worker-{hash(job) % 50}", ttl=ttl if state == "expired" else LONG_TTL)
             if state == "completed":
@@ -114,6 +121,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backends", default="sqlite,etcd,zk,postgres")
     parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--leases", type=int, help="this many live leases at every size (see above)")
     parser.add_argument("--profile", action="store_true", help="cProfile one listing at the largest size")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -125,7 +133,7 @@ def main() -> int:
             results: dict[int, dict[str, float]] = {}
             for size in sizes:
                 start = time.perf_counter()
-                grow(store, have, size)
+                grow(store, have, size, args.leases)
                 have = size
                 print(f"  seeded {size:,} jobs in {time.perf_counter() - start:.1f} s: {store.summary()}; "
                       f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
