@@ -52,6 +52,27 @@ def test_broken_records_are_corrupt_with_one_message(index: int, value: object, 
     assert caught.value.key == "k" and caught.value.problem == problem
 
 
+def test_a_stored_value_reads_as_a_json_object() -> None:
+    assert codec.json_object("k", '{"a": [1, "ü"]}'.encode()) == {"a": [1, "ü"]}
+
+
+SECRET = "hunter2-hunter2-hunter2"
+
+
+@pytest.mark.parametrize(("data", "problem"), [
+    (b"\xff\xfe" + SECRET.encode(), "the value is not JSON"),  # not UTF-8
+    (f'{{"password": "{SECRET}"'.encode(), "the value is not JSON"),  # cut short
+    (b"", "the value is not JSON"),
+    (f'["{SECRET}"]'.encode(), "the value is not a JSON object"),
+    (b"null", "the value is not a JSON object"),
+])
+def test_a_value_not_a_json_object_is_corrupt_and_named_by_its_key_alone(data: bytes, problem: str) -> None:
+    with pytest.raises(CorruptRecord) as caught:
+        codec.json_object("jobs/k\x00", data)
+    assert caught.value.problem == problem
+    assert str(caught.value) == f"corrupt record 'jobs/k\\x00': {problem}"  # the key escaped, no value
+
+
 REJECTION = Rejection("j", Op.RENEW, "w", 2, "v", 3, 12.5, "token superseded by a newer claim",
                       RejectionKind.STORE, None)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import math
 import re
 from typing import Any
@@ -57,6 +58,22 @@ def decode_job_id(text: str) -> str:
 def corrupt_status(job_id: str, key: str, exc: CorruptRecord) -> JobStatus:
     """How a job whose record cannot be read is listed, on every backend."""
     return JobStatus(job_id=job_id, state=JobState.CORRUPT, problem=exc.problem, key=key)
+
+
+# -- stored values -----------------------------------------------------------------------------
+_decode_json = json.JSONDecoder().decode  # json.loads without its argument checks: listings read many
+
+
+def json_object(key: str, data: bytes) -> dict[str, Any]:
+    """The JSON object a store keeps at ``key``; CorruptRecord for anything else. The message
+    names the key, never the value (it may hold anything: a secret, megabytes)."""
+    try:
+        value = _decode_json(data.decode("utf-8"))
+    except ValueError:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise CorruptRecord(key, "the value is not JSON") from None
+    if not isinstance(value, dict):
+        raise CorruptRecord(key, "the value is not a JSON object")
+    return value
 
 
 # -- fields ------------------------------------------------------------------------------------

@@ -10,33 +10,25 @@ hand or carried over from another process or machine, cannot skip the store's ju
 
 from __future__ import annotations
 
-import collections
 import math
-import threading
+
+from tenure.core.bounded import Bounded
 
 MAX_STAMPS = 65_536  # tokens remembered; beyond it the oldest lose their fast path, never safety
 
 
 class Stamps:
     def __init__(self, limit: int = MAX_STAMPS) -> None:
-        self._limit = limit
-        self._deadlines: collections.OrderedDict[tuple[str, int], float] = collections.OrderedDict()
-        self._lock = threading.Lock()
+        self._deadlines: Bounded[tuple[str, int], float] = Bounded(limit)
 
     def stamp(self, job_id: str, token: int, deadline: float) -> None:
-        with self._lock:
-            self._deadlines[(job_id, token)] = deadline
-            self._deadlines.move_to_end((job_id, token))
-            while len(self._deadlines) > self._limit:
-                self._deadlines.popitem(last=False)
+        self._deadlines.put((job_id, token), deadline, refresh=True)
 
     def trusted(self, job_id: str, token: int, given: float) -> float:
         """The deadline a backend may rely on: the earlier of ``given`` and the stamped one;
         infinity (not stamped: judge in full) if this store never stamped the token."""
-        with self._lock:
-            stamped = self._deadlines.get((job_id, token))
+        stamped = self._deadlines.get((job_id, token))
         return math.inf if stamped is None else min(given, stamped)
 
     def forget(self, job_id: str, token: int) -> None:
-        with self._lock:
-            self._deadlines.pop((job_id, token), None)
+        self._deadlines.pop((job_id, token))

@@ -21,11 +21,10 @@ either or both:
 
 from __future__ import annotations
 
-import collections
 import hashlib
 import hmac
-import threading
 
+from tenure.core.bounded import Bounded
 from tenure.core.errors import ForgedToken, InvalidArgument, StaleToken
 from tenure.core.records import JobState, Op
 from tenure.core.store import Store
@@ -85,8 +84,7 @@ class Proof:
         self._key = None if secret is None else _key(secret)
         self.store = store
         # Tokens are never issued twice, so who the store issued one to is a fact for good.
-        self._issued: collections.OrderedDict[tuple[str, int], str] = collections.OrderedDict()
-        self._lock = threading.Lock()
+        self._issued: Bounded[tuple[str, int], str] = Bounded(ISSUED_KEPT)
 
     def check(self, claim: FenceClaim, given: str | None) -> None:
         """Raise ``ForgedToken`` unless ``claim`` is proven, ``StaleToken`` if the store says its
@@ -130,16 +128,12 @@ class Proof:
 
     def _issued_to(self, store: Store, job_id: str, token: int) -> str | None:
         key = (job_id, token)
-        with self._lock:
-            if key in self._issued:
-                self._issued.move_to_end(key)
-                return self._issued[key]
+        owner = self._issued.get(key, refresh=True)
+        if owner is not None:
+            return owner
         owner = _claimed_by(store, job_id, token)
         if owner is not None:  # not found is not kept: made-up tokens would push real answers out
-            with self._lock:
-                self._issued[key] = owner
-                while len(self._issued) > ISSUED_KEPT:
-                    self._issued.popitem(last=False)
+            self._issued.put(key, owner)
         return owner
 
 

@@ -468,6 +468,7 @@ def test_foreign_and_corrupt_keys_are_listed_as_corrupt_and_never_overwritten(
     corrupt = [j for j in listing.values() if j.state is tenure.JobState.CORRUPT]
     assert len(corrupt) == 4 and all(j.problem for j in corrupt)
     assert store.get("good").state is tenure.JobState.PENDING
+    assert store.get("notjson").problem == "the value is not JSON"  # type: ignore[union-attr]
     for job_id in ("schema", "notjson", "orphan"):
         assert store.get(job_id).state is tenure.JobState.CORRUPT
         for call in (lambda j=job_id: store.claim(j, owner="b", ttl=etcd_harness.ttl),

@@ -127,6 +127,8 @@ def test_foreign_znodes_are_corrupt_never_a_crash_never_overwritten(zk_harness: 
         assert listing.pop("good").state is tenure.JobState.PENDING
         assert len(listing) == len(foreign)
         assert all(j.state is tenure.JobState.CORRUPT and j.problem and j.key for j in listing.values())
+        assert (listing["bytes"].problem, listing["json"].problem) == ("the value is not JSON",
+                                                                       "the value is not a JSON object")
         assert store.rejections() == [] and [e.job_id for e in store.history()] == ["good"]
 
         for job_id in ("json", "alien", "state", "bytes"):

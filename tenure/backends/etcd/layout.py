@@ -125,13 +125,7 @@ def held_ttl(kv: KV) -> float | None:
 
 
 def _load(kv: KV) -> dict[str, Any]:
-    try:
-        value = json.loads(kv.value.decode())
-    except (UnicodeDecodeError, ValueError):
-        raise CorruptRecord(kv.key.decode(errors="replace"), "the value is not JSON") from None
-    if not isinstance(value, dict):
-        raise CorruptRecord(kv.key.decode(errors="replace"), "the value is not a JSON object")
-    return value
+    return codec.json_object(kv.key.decode(errors="replace"), kv.value)
 
 
 def _field(kv: KV, value: dict[str, Any], name: str, kind: type | tuple[type, ...],

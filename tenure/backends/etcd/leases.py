@@ -21,7 +21,6 @@ leases serve them, and why:
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
 import math
@@ -31,6 +30,7 @@ from tenure.backends.etcd import client as ec
 from tenure.backends.etcd.client import AioPending, Connection, Io, Pending
 from tenure.backends.etcd.layout import Keys, parse
 from tenure.core import contention
+from tenure.core.bounded import Bounded
 from tenure.core.clock import boot_clock
 from tenure.core.errors import AlreadyClaimed, BackendUnavailable, CorruptRecord, JobCompleted, Outraced
 
@@ -92,27 +92,22 @@ class EtcdLeases:
     def __init__(self, conn: Connection, keys: Keys, retention: float) -> None:
         self._conn, self._keys, self._retention = conn, keys, retention
         self._lock = threading.Lock()
-        self._claims: collections.OrderedDict[ClaimKey, EtcdLease] = collections.OrderedDict()
+        self._claims: Bounded[ClaimKey, EtcdLease] = Bounded(_CACHE)  # a renewal keeps its claim's place
         self._pool: dict[int, list[EtcdLease]] = {}  # idle leases by the etcd TTL they serve
         self._pooled = 0
         # (job, incarnation) of leases etcd ended: the quarantine before a claim
-        self._ended: collections.OrderedDict[tuple[str, int], Ended] = collections.OrderedDict()
+        self._ended: Bounded[tuple[str, int], Ended] = Bounded(_ENDED)
         self._retention_lease: tuple[int, float] | None = None  # (id, monotonic time to rotate)
 
     # -- a claim's etcd lease ------------------------------------------------------------
     def of_claim(self, key: ClaimKey) -> EtcdLease | None:
-        with self._lock:
-            return self._claims.get(key)
+        return self._claims.get(key)
 
     def remember(self, key: ClaimKey, lease: EtcdLease) -> None:
-        with self._lock:
-            self._claims[key] = lease
-            while len(self._claims) > _CACHE:
-                self._claims.popitem(last=False)
+        self._claims.put(key, lease)
 
     def forget(self, key: ClaimKey) -> EtcdLease | None:
-        with self._lock:
-            return self._claims.pop(key, None)
+        return self._claims.pop(key)
 
     def take(self, ttl: int) -> EtcdLease | None:
         """An idle etcd lease for a claim sent now, or None to grant a new one."""
@@ -149,17 +144,11 @@ class EtcdLeases:
         """When this process first saw etcd had ended incarnation ``incarnation`` (the held
         key's mod revision, which a revival changes: a lease revived and ended again is
         waited out afresh) of the job's lease."""
-        with self._lock:
-            entry = self._ended.setdefault((job_id, incarnation), Ended(seen))
-            self._ended.move_to_end((job_id, incarnation))
-            while len(self._ended) > _ENDED:
-                self._ended.popitem(last=False)
-            return entry
+        return self._ended.setdefault((job_id, incarnation), Ended(seen), refresh=True)
 
     def waiting_out(self, job_id: str, incarnation: int) -> bool:
         """Whether a lease etcd ended is known to be in its quarantine still (no reads)."""
-        with self._lock:
-            entry = self._ended.get((job_id, incarnation))
+        entry = self._ended.get((job_id, incarnation))
         return entry is not None and entry.ttl is not None and entry.left() > 0
 
     # -- the retention lease of the audit ------------------------------------------------

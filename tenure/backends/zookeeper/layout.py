@@ -161,16 +161,10 @@ def dump_record(r: JobRecord, epoch: int, queued: str | None = None) -> bytes:
     return json.dumps(d, separators=(",", ":")).encode()
 
 
-_decode_json = json.JSONDecoder().decode
-
-
 def _load(data: bytes, key: str) -> dict[str, Any]:
     """A JSON object tenure wrote; CorruptRecord for anything else."""
-    try:
-        d = _decode_json(data.decode("utf-8"))
-    except ValueError:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise CorruptRecord(key, "not JSON") from None
-    if not isinstance(d, dict) or d.get("tenure") != FORMAT:
+    d = codec.json_object(key, data)
+    if d.get("tenure") != FORMAT:
         raise CorruptRecord(key, "not a tenure record")
     return d
 

@@ -19,9 +19,7 @@ goes on from its generation znode's version (a submit skips one token).
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import threading
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -38,6 +36,7 @@ from tenure.backends.zookeeper.multiread import reading_many
 from tenure.backends.zookeeper.session import Session
 from tenure.core import transitions
 from tenure.core.backend import Transaction
+from tenure.core.bounded import Bounded
 from tenure.core.clock import Clock, boot_clock, deadline_runs
 from tenure.core.errors import CorruptRecord
 from tenure.core.records import HistoryEvent, JobRecord, JobState, Lease, Op, Rejection
@@ -75,26 +74,21 @@ class Written:
     lately found their jobs existing (then a read goes out behind the new-job guess)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._records: collections.OrderedDict[tuple[str, int, str], Found] = collections.OrderedDict()
+        self._records: Bounded[tuple[str, int, str], Found] = Bounded(_CACHE)
         self.claims_existing = False
 
     def remember(self, rec: JobRecord, version: int, epoch: int) -> None:
         key = (rec.job_id, rec.token, rec.owner or "")
-        with self._lock:
-            self._records.pop(key, None)
-            if rec.state is JobState.LEASED:
-                self._records[key] = Found(rec, version, rec.token, epoch)
-                while len(self._records) > _CACHE:
-                    self._records.popitem(last=False)
+        if rec.state is JobState.LEASED:
+            self._records.put(key, Found(rec, version, rec.token, epoch), refresh=True)
+        else:
+            self._records.pop(key)
 
     def get(self, lease: Lease) -> Found | None:
-        with self._lock:
-            return self._records.get((lease.job_id, lease.token, lease.owner))
+        return self._records.get((lease.job_id, lease.token, lease.owner))
 
     def forget(self, job_id: str, token: int, owner: str) -> None:
-        with self._lock:
-            self._records.pop((job_id, token, owner), None)
+        self._records.pop((job_id, token, owner))
 
 
 @dataclass
