@@ -14,7 +14,8 @@ and the statuses of some jobs. A page is then cut from those without reading eve
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import bisect
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -84,20 +85,48 @@ def page(src: IndexedJobs, now: float, states: frozenset[JobState] | None, job: 
     if job is not None:
         names = [n for n in names if fold(job) in fold(n)]
     if order == "expiry":  # held first, by expiry (no other job has a lease end), then by id
-        head, others = [h.job_id for h in held], [n for n in names if n not in held_ids]
+        head, others = [h.job_id for h in held], Thinned(names, held_ids)
     else:  # by id: the held jobs kept, and every other job
-        kept = {h.job_id for h in held}
-        head, others = [], [n for n in names if n in kept or n not in held_ids]
+        head, others = [], Thinned(names, held_ids - {h.job_id for h in held})
     if not need_reads:
-        sequence = head + others
-        return JobPage(src.statuses(sequence[offset:offset + limit], now), len(sequence), offset, limit)
+        wanted = head[offset:offset + limit]
+        wanted += others[max(0, offset - len(head)):max(0, offset + limit - len(head))]
+        return JobPage(src.statuses(wanted, now), len(head) + len(others), offset, limit)
     assert counted is not None
     total = len(held) + (counted.pending if JobState.PENDING in rest else counted.completed)
     found = _walk(src, now, head, others, states or frozenset(), offset + limit, max(offset + limit, _CHUNK))
     return JobPage(found[offset:offset + limit], total, offset, limit)
 
 
-def _walk(src: IndexedJobs, now: float, head: list[str], others: list[str], states: frozenset[JobState],
+class Thinned:
+    """The sorted ``names`` without the few of ``gone`` among them, sliced without copying the
+    rest: a page of 100,000 ids then costs as much as one of 1,000 (the held jobs left out of
+    a page are at most one per lease)."""
+
+    def __init__(self, names: list[str], gone: Collection[str]) -> None:
+        self._names = names
+        self._gaps = sorted(i for g in gone if (i := bisect.bisect_left(names, g)) < len(names) and names[i] == g)
+
+    def __len__(self) -> int:
+        return len(self._names) - len(self._gaps)
+
+    def __getitem__(self, part: slice) -> list[str]:
+        start, stop, step = part.indices(len(self))
+        assert step == 1, "a page is a run of ids"
+        at = start  # the index in ``names`` of the start-th name kept: each gap up to it moves it on
+        for gap in self._gaps:
+            if gap > at:
+                break
+            at += 1
+        gaps, found = set(self._gaps), list[str]()
+        while len(found) < stop - start:
+            if at not in gaps:
+                found.append(self._names[at])
+            at += 1
+        return found
+
+
+def _walk(src: IndexedJobs, now: float, head: list[str], others: Thinned, states: frozenset[JobState],
           enough: int, size: int) -> list[JobStatus]:
     """Statuses in the order of ``head`` then ``others`` whose state is in ``states``, read in
     chunks of ``size`` until ``enough`` are found."""
@@ -109,7 +138,7 @@ def _walk(src: IndexedJobs, now: float, head: list[str], others: list[str], stat
     return found
 
 
-def _chunks(size: int, *sequences: list[str]) -> Iterator[list[str]]:
+def _chunks(size: int, *sequences: list[str] | Thinned) -> Iterator[list[str]]:
     for seq in sequences:
         for start in range(0, len(seq), size):
             yield seq[start:start + size]
