@@ -1,6 +1,6 @@
 """A whole listing of one store, timed from several source trees alternately.
 
-    PYTHONPATH=. python benchmarks/listing_ab.py --backend zk [--jobs 100000] [--rounds 3] TREE...
+    PYTHONPATH=. python benchmarks/listing_ab.py --backend zk [--jobs 100000] [--rounds 3] [--url URL] TREE...
 
 Seeds one store (``dashboard_scale.seed``: pending jobs, 1 % leased) on a private server, then
 lists it from each TREE (a checkout, e.g. ``.`` and ``git archive main | tar -x -C /tmp/main``)
@@ -40,20 +40,28 @@ def main() -> int:
     parser.add_argument("--backend", default="zk")
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--url", help="list this store as it is (already seeded) instead")
     parser.add_argument("trees", nargs="+", type=Path)
     args = parser.parse_args()
     trees = [str(t.resolve()) for t in args.trees]
+    if args.url:
+        compare(trees, args.url, args.rounds)
+        return 0
     with tempfile.TemporaryDirectory(prefix="tenure-list-") as tmp, served_store(args.backend, Path(tmp)) as url:
         seed(url, args.jobs)
         print(f"seeded {args.jobs} jobs; load average {os.getloadavg()[0]:.1f}", flush=True)
-        for n in range(args.rounds):
-            for tree in trees if n % 2 == 0 else trees[::-1]:
-                # In the tree's directory and on its path: that tree's tenure is imported.
-                done = subprocess.run([sys.executable, "-c", LIST, url], cwd=tree, capture_output=True, text=True,
-                                      env={**os.environ, "PYTHONPATH": tree}, check=False)
-                shown = done.stdout.strip() or done.stderr.strip()[-300:]
-                print(f"  {tree:30s} {shown}  (load average {os.getloadavg()[0]:.1f})", flush=True)
+        compare(trees, url, args.rounds)
     return 0
+
+
+def compare(trees: list[str], url: str, rounds: int) -> None:
+    for n in range(rounds):
+        for tree in trees if n % 2 == 0 else trees[::-1]:
+            # In the tree's directory and on its path: that tree's tenure is imported.
+            done = subprocess.run([sys.executable, "-c", LIST, url], cwd=tree, capture_output=True, text=True,
+                                  env={**os.environ, "PYTHONPATH": tree}, check=False)
+            shown = done.stdout.strip() or done.stderr.strip()[-300:]
+            print(f"  {tree:30s} {shown}  (load average {os.getloadavg()[0]:.1f})", flush=True)
 
 
 if __name__ == "__main__":
