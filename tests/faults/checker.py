@@ -47,7 +47,9 @@ def _owner_op(owner: str | None) -> tuple[str, int] | None:
     return (process, int(number)) if number.isdigit() else None
 
 
-def check(ops: list[Operation], final: Final, ttl: float) -> Verdict:
+def check(ops: list[Operation], final: Final, ttl: float, slack: float = SLACK) -> Verdict:
+    """``slack``: the fraction of the TTL before a lease's end (counted from the invocation of
+    the claim or renewal) from which the store may refuse its holder (``Harness.refusal_slack``)."""
     v = Verdict()
     for o in ops:
         v.counts[f"{o.op}:{o.outcome}"] += 1
@@ -60,7 +62,7 @@ def check(ops: list[Operation], final: Final, ttl: float) -> Verdict:
     _check_effects(ops, final, happened, completes, by_key, v)
     _check_rejections(ops, final, v)
     _check_forgeries(ops, final, v)
-    _check_linearizable(ops, happened, completes, ttl, v)
+    _check_linearizable(ops, happened, completes, ttl, slack, v)
     return v
 
 
@@ -245,7 +247,7 @@ def _check_forgeries(ops: list[Operation], final: Final, v: Verdict) -> None:
 
 
 def _check_linearizable(ops: list[Operation], claims: list[Operation], completes: dict[str, Operation],
-                        ttl: float, v: Verdict) -> None:
+                        ttl: float, slack: float, v: Verdict) -> None:
     per_job: dict[str, list[linear.Op]] = defaultdict(list)
     for o in claims:
         per_job[o.job or ""].append(linear.Op("claim", o.token or 0, o.start, o.end, label=f"{o.process}#{o.id}"))
@@ -265,7 +267,7 @@ def _check_linearizable(ops: list[Operation], claims: list[Operation], completes
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
     for job, jops in per_job.items():
         v.counts["jobs checked"] += 1
-        result = linear.check(jops, ttl, SLACK * ttl)
+        result = linear.check(jops, ttl, slack * ttl)
         if result is None:
             v.unchecked_jobs += 1
         elif not result:

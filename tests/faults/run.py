@@ -119,7 +119,7 @@ def run_case(env: Harness, fault: str, seconds: float, seed: int, workers: int =
     final = _collect(admin, rundir / "dest.db")
     admin.close()
     ops = history.load(hist)
-    verdict = checker.check(ops, final, env.fault_ttl)
+    verdict = checker.check(ops, final, env.fault_ttl, env.refusal_slack)
     return Result(env.name + ("3" if env.size > 1 else ""), fault, seed,
                   time.monotonic() - started, verdict.counts, verdict.violations, verdict.unchecked_jobs,
                   len(final.rejections), nemesis.done, str(rundir))
