@@ -20,7 +20,7 @@ from typing import Any
 
 import tenure
 from tenure.testing.kit import wait_out
-from tests.faults import catalog, checker
+from tests.faults import catalog
 from tests.faults.proxy import Proxy
 from tests.servers.control import ServerProcess
 
@@ -35,9 +35,9 @@ class Harness:
     fault_ttl = 1.0  # the fault suite's workers' TTL
     faults: tuple[str, ...] = ()  # what the fault suite may inject
     leader_fault_ttls = (0.5, 1.5)  # how long a leader is paused or kept dead, in TTLs
-    # The fault checker's margin: how far (a fraction of the TTL) before a lease's end the
-    # store may refuse its holder. A store judging by its own clock: that clock's lead.
-    refusal_slack = checker.SLACK
+    # A store that may end a lease early and restores it only while the holder's safe deadline
+    # runs: the drift margin that deadline keeps (the fault checker's ``deadline_margin``).
+    early_end_margin: float | None = None
     size = 1  # servers
 
     def __init__(self, query: str = "") -> None:

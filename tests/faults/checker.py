@@ -47,9 +47,10 @@ def _owner_op(owner: str | None) -> tuple[str, int] | None:
     return (process, int(number)) if number.isdigit() else None
 
 
-def check(ops: list[Operation], final: Final, ttl: float, slack: float = SLACK) -> Verdict:
-    """``slack``: the fraction of the TTL before a lease's end (counted from the invocation of
-    the claim or renewal) from which the store may refuse its holder (``Harness.refusal_slack``)."""
+def check(ops: list[Operation], final: Final, ttl: float, deadline_margin: float | None = None,
+          rates: dict[str, float] | None = None) -> Verdict:
+    """``deadline_margin``: the store may refuse a holder from its safe deadline on
+    (``Harness.early_end_margin``); ``rates``: the workers' clock rates (``linear``)."""
     v = Verdict()
     for o in ops:
         v.counts[f"{o.op}:{o.outcome}"] += 1
@@ -62,7 +63,7 @@ def check(ops: list[Operation], final: Final, ttl: float, slack: float = SLACK) 
     _check_effects(ops, final, happened, completes, by_key, v)
     _check_rejections(ops, final, v)
     _check_forgeries(ops, final, v)
-    _check_linearizable(ops, happened, completes, ttl, slack, v)
+    _check_linearizable(ops, happened, completes, ttl, v, deadline_margin, rates or {})
     return v
 
 
@@ -247,27 +248,29 @@ def _check_forgeries(ops: list[Operation], final: Final, v: Verdict) -> None:
 
 
 def _check_linearizable(ops: list[Operation], claims: list[Operation], completes: dict[str, Operation],
-                        ttl: float, slack: float, v: Verdict) -> None:
+                        ttl: float, v: Verdict, deadline_margin: float | None, rates: dict[str, float]) -> None:
     per_job: dict[str, list[linear.Op]] = defaultdict(list)
     for o in claims:
-        per_job[o.job or ""].append(linear.Op("claim", o.token or 0, o.start, o.end, label=f"{o.process}#{o.id}"))
+        per_job[o.job or ""].append(linear.Op("claim", o.token or 0, o.start, o.end, label=f"{o.process}#{o.id}",
+                                              rate=rates.get(o.process, 1.0)))
     for o in ops:
         label = f"{o.process}#{o.id}"
         if o.op == "claim" and o.job and o.outcome == "fail" and o.error in ("AlreadyClaimed", "JobCompleted"):
             per_job[o.job].append(linear.Op("claim-refused", 0, o.start, o.end, refused=o.error, label=label))
         elif o.op in ("renew", "complete") and o.job:
             if o.outcome == "fail" and o.error == "StaleLease":
-                per_job[o.job].append(linear.Op("stale", o.token or 0, o.start, o.end, label=label))
+                per_job[o.job].append(linear.Op("stale", o.token or 0, o.start, o.end,
+                                                label=f"{label} ({o.reason})"))
             elif o.outcome == "ok" or (o.outcome == "info" and o.op == "renew"):
-                per_job[o.job].append(linear.Op(o.op, o.token or 0, o.start, o.end,
-                                                required=o.outcome == "ok", label=label))
+                per_job[o.job].append(linear.Op(o.op, o.token or 0, o.start, o.end, required=o.outcome == "ok",
+                                                label=label, rate=rates.get(o.process, 1.0)))
     for job, o in completes.items():
         if o.outcome == "info":  # the store's result says it happened
             per_job[job].append(linear.Op("complete", o.token or 0, o.start, INF, label=f"{o.process}#{o.id}"))
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
     for job, jops in per_job.items():
         v.counts["jobs checked"] += 1
-        result = linear.check(jops, ttl, slack * ttl)
+        result = linear.check(jops, ttl, SLACK * ttl, deadline_margin)
         if result is None:
             v.unchecked_jobs += 1
         elif not result:

@@ -119,10 +119,15 @@ def run_case(env: Harness, fault: str, seconds: float, seed: int, workers: int =
     final = _collect(admin, rundir / "dest.db")
     admin.close()
     ops = history.load(hist)
-    verdict = checker.check(ops, final, env.fault_ttl, env.refusal_slack)
+    verdict = checker.check(ops, final, env.fault_ttl, env.early_end_margin, clock_rates(pool.clocks))
     return Result(env.name + ("3" if env.size > 1 else ""), fault, seed,
                   time.monotonic() - started, verdict.counts, verdict.violations, verdict.unchecked_jobs,
                   len(final.rejections), nemesis.done, str(rundir))
+
+
+def clock_rates(skews: dict[str, str]) -> dict[str, float]:
+    """Each skewed worker's clock rate from its faketime setting ("+0 x1.03": 1.03)."""
+    return {name: float(skew.rsplit("x", 1)[1]) for name, skew in skews.items() if "x" in skew}
 
 
 def _collect(admin: tenure.Store, dest_path: Path) -> checker.Final:

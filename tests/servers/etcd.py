@@ -193,11 +193,9 @@ def make_certificates(directory: Path) -> dict[str, Path]:
 class EtcdHarness(ServerHarness):
     name = scheme = "etcd"
     short_ttl = 2.0  # etcd refuses shorter leases
-    # etcd before 3.4.28 may end a lease early (etcd-io/etcd#15247: a leader paused past it);
-    # the holder restores it only while its safe deadline runs, the TTL less the drift margin
-    # after the renewal was sent (docs/protocol.md), so an operation sent after that deadline
-    # may be refused a drift margin before the lease's end.
-    refusal_slack = DEFAULT_DRIFT_MARGIN
+    # etcd before 3.4.28 may end a lease early (etcd-io/etcd#15247); the holder restores it
+    # only while its safe deadline runs (docs/protocol.md), which the workers' default keeps.
+    early_end_margin = DEFAULT_DRIFT_MARGIN
 
     def __init__(self, cluster: EtcdCluster, query: str = "", owned: bool = False) -> None:
         super().__init__(query)
