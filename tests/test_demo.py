@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import tenure
+from tests.servers.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,12 +32,9 @@ def test_demo_once_shows_the_stale_completion_rejected_and_audited(tmp_path: Pat
 
 def test_demo_serves_the_dashboard_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     import signal
-    import socket
     import urllib.request
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "tenure", "demo", "--url", f"sqlite:///{tmp_path / 'd.db'}",
                              "--port", str(port), "--every", "1"],

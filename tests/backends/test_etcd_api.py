@@ -69,7 +69,11 @@ UPB_FIRST = textwrap.dedent("""
     with tenure.connect(plain) as store:
         store.submit("queued")
         stop = threading.Event()
-        threading.Timer(30, stop.set).start()  # a broken watch ends the loop instead of hanging
+        # A broken watch ends the loop instead of hanging; a daemon, so the process need not
+        # wait the 30 s out to exit when the watch worked.
+        timer = threading.Timer(30, stop.set)
+        timer.daemon = True
+        timer.start()
         changes = store.watch(stop, interval=0.05)
         next(changes)  # the watch has listed the store and follows etcd from here
         lease = store.claim("j", owner="a", ttl=5.0)

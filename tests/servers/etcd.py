@@ -223,14 +223,17 @@ class EtcdHarness(ServerHarness):
     def expire(self, store: tenure.Store, lease: tenure.Lease) -> None:
         """Past the lease's end, and past the wait before a claim of a lease etcd ended.
 
-        A claimer of a lease etcd ended waits one TTL after first seeing it ended (see
-        ``EtcdBackend._wait_out_holder``): the sighting here starts that wait for ``store``.
+        The store shows the lease live while etcd keeps its key: the first read that shows it
+        expired comes when etcd deletes the key (the lease's ``expires_at`` is the latest moment,
+        up to EXPIRY_GRACE later). A claimer of a lease etcd ended waits one TTL after first
+        seeing it ended (see ``EtcdBackend._wait_out_holder``): that sighting, here, starts the
+        wait for ``store``.
         """
-        super().expire(store, lease)
         while (status := store.get(lease.job_id)) is not None and status.state is tenure.JobState.LEASED:
-            time.sleep(0.05)  # etcd deletes the key up to EXPIRY_GRACE after our estimate
+            time.sleep(0.05)  # polling for etcd's deletion of the key
         if status is not None and status.state is tenure.JobState.EXPIRED:
             time.sleep(lease.ttl)  # the claimer's wait, in real time: etcd's leases are real time
+        super().expire(store, lease)  # past expires_at by the store's clock too (by now it is)
 
     def corrupt(self, store: tenure.Store, job_id: str) -> None:
         key = store.backend.keys.job(job_id)  # type: ignore[attr-defined]
