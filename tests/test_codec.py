@@ -65,6 +65,7 @@ SECRET = "hunter2-hunter2-hunter2"
     (b"", "the value is not JSON"),
     (f'["{SECRET}"]'.encode(), "the value is not a JSON object"),
     (b"null", "the value is not a JSON object"),
+    (b"[" * 100_000, "the value is not JSON"),  # deeper than Python recurses: not a crash
 ])
 def test_a_value_not_a_json_object_is_corrupt_and_named_by_its_key_alone(data: bytes, problem: str) -> None:
     with pytest.raises(CorruptRecord) as caught:

@@ -64,12 +64,21 @@ def corrupt_status(job_id: str, key: str, exc: CorruptRecord) -> JobStatus:
 _decode_json = json.JSONDecoder().decode  # json.loads without its argument checks: listings read many
 
 
+def json_value(data: bytes) -> Any:
+    """The JSON value in a stored value; ValueError for anything else, arrays nested deeper
+    than Python recurses included (a foreign value must not crash a listing)."""
+    try:
+        return _decode_json(data.decode("utf-8"))  # JSONDecodeError, UnicodeDecodeError: ValueErrors
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
 def json_object(key: str, data: bytes) -> dict[str, Any]:
     """The JSON object a store keeps at ``key``; CorruptRecord for anything else. The message
     names the key, never the value (it may hold anything: a secret, megabytes)."""
     try:
-        value = _decode_json(data.decode("utf-8"))
-    except ValueError:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        value = json_value(data)
+    except ValueError:
         raise CorruptRecord(key, "the value is not JSON") from None
     if not isinstance(value, dict):
         raise CorruptRecord(key, "the value is not a JSON object")

@@ -169,6 +169,7 @@ def test_a_store_without_the_zookeeper_index_counts_by_listing(zk_harness: Harne
     b'"submitted_at":1.0,"claimed_at":null,"expires_at":null,"runs":1}',  # another job's record
     b'{"tenure":1,"job":"p","state":"pending","owner":null,"token":0,"ttl":null,'
     b'"submitted_at":Infinity,"claimed_at":null,"expires_at":null,"runs":1}',  # not a finite time
+    b"[" * 100_000,  # nested deeper than Python recurses: corrupt, not a crashed listing
 ])
 def test_etcd_listing_reads_a_damaged_pending_record_as_corrupt(etcd_harness: Any, value: bytes) -> None:
     """The listing's fast way for pending jobs checks what the general way checks."""

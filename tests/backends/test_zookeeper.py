@@ -117,6 +117,7 @@ def test_foreign_znodes_are_corrupt_never_a_crash_never_overwritten(zk_harness: 
             zl.encode("state"): json.dumps({"tenure": 1, "job_id": "state", "state": "corrupt",
                                              "token": 0, "runs": 1}).encode(),
             zl.encode("bytes"): b"\xff\xfe",
+            zl.encode("deep"): b"[" * 100_000,  # deeper than Python recurses
         }
         for name, data in foreign.items():
             client.create(f"{layout.jobs}/{name}", data)

@@ -174,8 +174,6 @@ def read_job(kv: KV, job_id: str) -> JobValue:
                     _field(kv, v, "expires_at", _NUM), _field(kv, v, "runs", int, False))
 
 
-_decode_json = json.JSONDecoder().decode
-
 
 def listed_pending(kv: KV, encoded: bytes) -> JobStatus | None:
     """For listings: the status of a pending job whose job key ends in ``encoded`` and that
@@ -183,8 +181,8 @@ def listed_pending(kv: KV, encoded: bytes) -> JobStatus | None:
     ``read_job`` and ``Keys.job_id`` make; None for anything else, which the general path
     then explains."""
     try:
-        v = _decode_json(kv.value.decode())
-    except ValueError:  # UnicodeDecodeError too
+        v = codec.json_value(kv.value)
+    except ValueError:
         return None
     if type(v) is not dict or v.get("tenure") != VERSION or v.get("state") != "pending":
         return None
@@ -203,7 +201,7 @@ def listed_pending(kv: KV, encoded: bytes) -> JobStatus | None:
 def parse(value: bytes) -> dict[str, Any]:
     """A JSON object, or an empty one for anything else."""
     try:
-        loaded = json.loads(value)
+        loaded = codec.json_value(value)
     except ValueError:
         return {}
     return loaded if isinstance(loaded, dict) else {}

@@ -222,7 +222,7 @@ def decoded(jobs: str, name: str, data: bytes) -> JobRecord | JobStatus:
 def queued_slot(data: bytes | None) -> str | None:
     """The pending entry a record names (None for none, or a record tenure cannot read)."""
     with contextlib.suppress(ValueError, TypeError, AttributeError):
-        slot = json.loads(data).get("queued") if data is not None else None
+        slot = codec.json_value(data).get("queued") if data is not None else None
         return slot if isinstance(slot, str) and _SLOT.fullmatch(slot) else None
     return None
 

@@ -10,7 +10,6 @@ Nothing is written to keep them. Job ids in order are ``jobs/``'s children, kept
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
 
@@ -27,16 +26,14 @@ ROUNDS = 5  # multis tried before the counts settle for names that moved meanwhi
 TOGETHER = 2000  # leased records read inside the counting multi (about 700 KB); more are read after it
 
 
-_decode_json = json.JSONDecoder().decode
-
 
 def listed(name: str, data: bytes, now: float) -> JobStatus | None:
     """For listings: the status at ``now`` of the record in job znode ``name`` the quick way
     (``codec.listed_status``), the name checked by encoding the id the record names; None for
     anything else (a result to decode, anything wrong), which ``status`` reads the general way."""
     try:
-        d = _decode_json(data.decode())
-    except ValueError:  # UnicodeDecodeError too
+        d = codec.json_value(data)
+    except ValueError:
         return None
     if type(d) is not dict or d.get("tenure") != zl.FORMAT or d.get("result") is not None:
         return None
