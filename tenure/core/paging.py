@@ -106,6 +106,7 @@ class Thinned:
     def __init__(self, names: list[str], gone: Collection[str]) -> None:
         self._names = names
         self._gaps = sorted(i for g in gone if (i := bisect.bisect_left(names, g)) < len(names) and names[i] == g)
+        self._gap_set = frozenset(self._gaps)
 
     def __len__(self) -> int:
         return len(self._names) - len(self._gaps)
@@ -113,14 +114,15 @@ class Thinned:
     def __getitem__(self, part: slice) -> list[str]:
         start, stop, step = part.indices(len(self))
         assert step == 1, "a page is a run of ids"
-        at = start  # the index in ``names`` of the start-th name kept: each gap up to it moves it on
-        for gap in self._gaps:
-            if gap > at:
-                break
-            at += 1
-        gaps, found = set(self._gaps), list[str]()
+        # The index in ``names`` of the start-th name kept: start plus the gaps up to it (the
+        # least such fixed point, reached from below).
+        before = 0
+        while (seen := bisect.bisect_right(self._gaps, start + before)) != before:
+            before = seen
+        at = start + before
+        found: list[str] = []
         while len(found) < stop - start:
-            if at not in gaps:
+            if at not in self._gap_set:
                 found.append(self._names[at])
             at += 1
         return found
