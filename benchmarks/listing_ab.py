@@ -40,7 +40,7 @@ def main() -> int:
     parser.add_argument("--backend", default="zk")
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--url", help="list this store as it is (already seeded) instead")
+    parser.add_argument("--url", help="list this store as it is instead (--backend and --jobs unused)")
     parser.add_argument("trees", nargs="+", type=Path)
     args = parser.parse_args()
     trees = [str(t.resolve()) for t in args.trees]

@@ -125,6 +125,8 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true", help="cProfile one listing at the largest size")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.leases is not None and not 0 <= args.leases * 1.4 <= sizes[0]:
+        parser.error(f"--leases: at most {int(sizes[0] / 1.4)} for {sizes[0]} jobs (they and the mix's others)")
     targets = Targets()
     for name in args.backends.split(","):
         print(f"\n## {name}", flush=True)
@@ -135,8 +137,11 @@ def main() -> int:
                 start = time.perf_counter()
                 grow(store, have, size, args.leases)
                 have = size
-                print(f"  seeded {size:,} jobs in {time.perf_counter() - start:.1f} s: {store.summary()}; "
+                summary = store.summary()
+                print(f"  seeded {size:,} jobs in {time.perf_counter() - start:.1f} s: {summary}; "
                       f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+                if args.leases is not None and summary.leased != args.leases:  # a slow seeding outlived them
+                    raise SystemExit(f"{summary.leased} live leases, not {args.leases}: measure again")
                 results[size] = queries(store, size)
                 for what, seconds in results[size].items():
                     print(f"  {size:>7,} jobs  {what:<26} {seconds:8.3f} s", flush=True)
