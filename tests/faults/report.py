@@ -49,7 +49,9 @@ the final state of the store and the destination:
 - the claim/renew/complete history of each job is linearizable as a mutex with tokens and
   expiring leases (a Wing-Gong-Lowe search; an unknown outcome may take effect at any time
   after its invocation or never; a lease can expire no earlier than the TTL after the
-  invocation of the claim or renewal that set it, less 2 % for the store's clock).
+  invocation of the claim or renewal that set it, less 2 % for the store's clock; on etcd,
+  which may end a lease early, the store may also refuse an uncontested holder once its safe
+  deadline can have passed, the TTL less the 5 % drift margin on the holder's own clock).
 
 `tests/faults/test_checker.py` feeds the checker hand-made histories that break each rule and
 shows that it flags every one of them.
