@@ -244,3 +244,29 @@ def test_claim_next_passes_over_a_queued_job_whose_keys_are_corrupt_in_both_flav
             assert await aio_store.claim_next(owner="w", ttl=5.0) is None
 
     asyncio.run(scenario())
+
+
+def test_requests_in_flight_when_the_connection_closes_are_backend_unavailable(etcd_private: EtcdCluster) -> None:
+    """A request still waiting on etcd when the store closes (a frozen server, a long timeout)
+    ends as BackendUnavailable, never as a CancelledError its caller did not ask for."""
+    live = ("127.0.0.1", etcd_private.nodes[0].client_port)
+
+    async def scenario() -> None:
+        conn = ec.Connection([live], timeout=30.0)
+        aio = ec.AioConnection(conn)
+        try:
+            await aio.range(b"/aio-close/k")  # connected
+            etcd_private.nodes[0].pause()  # SIGSTOP: nothing answers from here on
+            grant = await aio.grant_started(5)  # started beside the caller's next request
+            read = asyncio.ensure_future(aio.range(b"/aio-close/k"))  # awaited directly
+            waiting = asyncio.ensure_future(grant.result())
+            await asyncio.sleep(0.2)  # both requests sent and waiting on the frozen server
+            await aio.close()
+            for caller in (read, waiting):
+                with pytest.raises(tenure.BackendUnavailable, match="closed"):
+                    await caller
+        finally:
+            etcd_private.nodes[0].resume()
+            conn.close()
+
+    asyncio.run(scenario())

@@ -537,10 +537,18 @@ class AioConnection:
         self._endpoints = [_Endpoint(i, name, conn.channel(target, grpc.aio))
                            for i, (name, target) in enumerate(conn.targets)]
         self._started: set[asyncio.Task[Any]] = set()  # kept until answered: the loop holds tasks weakly
+        self._closed = False
 
     async def run(self, io: Io[T]) -> T:
-        """``io``'s requests, each awaited in the running loop (the core's driver)."""
-        return await calls.run_async(io, self._answer)
+        """``io``'s requests, each awaited in the running loop (the core's driver). A request
+        that ``close`` cut off is BackendUnavailable: only a caller that was itself cancelled
+        gets the CancelledError."""
+        try:
+            return await calls.run_async(io, self._answer)
+        except asyncio.CancelledError:
+            if self._closed and not _cancelling():
+                raise BackendUnavailable("the store was closed before etcd answered") from None
+            raise
 
     async def _answer(self, step: Any) -> Any:
         if isinstance(step, Rpc):
@@ -590,10 +598,19 @@ class AioConnection:
         return self._start(self.conn.keepalive_io(lease_id))  # not retried elsewhere, as in Connection
 
     async def close(self) -> None:
+        self._closed = True
         for task in list(self._started):
             task.cancel()
         for ep in self._endpoints:
             await ep.channel.close()
+
+
+def _cancelling() -> bool:
+    """Whether the running task itself is being cancelled (Python 3.11+ can tell; 3.10 cannot,
+    and then a cancellation that coincides with a close is taken for the close)."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return cancelling is not None and cancelling() > 0
 
 
 class AioPending(Generic[T]):
@@ -603,7 +620,12 @@ class AioPending(Generic[T]):
         self._task = task
 
     async def result(self) -> T:
-        return await asyncio.shield(self._task)  # a cancelled waiter leaves the request to finish
+        try:
+            return await asyncio.shield(self._task)  # a cancelled waiter leaves the request to finish
+        except asyncio.CancelledError:
+            if self._task.cancelled() and not _cancelling():  # the connection closed under it
+                raise BackendUnavailable("the store was closed before etcd answered") from None
+            raise
 
     def cancel(self) -> None:
         self._task.cancel()
