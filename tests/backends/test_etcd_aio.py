@@ -259,7 +259,7 @@ def test_requests_in_flight_when_the_connection_closes_are_backend_unavailable(e
             etcd_private.nodes[0].pause()  # SIGSTOP: nothing answers from here on
             grant = await aio.grant_started(5)  # started beside the caller's next request
             read = asyncio.ensure_future(aio.range(b"/aio-close/k"))  # awaited directly
-            waiting = asyncio.ensure_future(grant.result())
+            waiting = asyncio.ensure_future(aio.run(_answer_of(grant)))  # as the protocol awaits it
             await asyncio.sleep(0.2)  # both requests sent and waiting on the frozen server
             await aio.close()
             for caller in (read, waiting):
@@ -270,3 +270,8 @@ def test_requests_in_flight_when_the_connection_closes_are_backend_unavailable(e
             conn.close()
 
     asyncio.run(scenario())
+
+
+def _answer_of(pending: Any) -> Any:
+    """An ``Io`` that waits for one started request (what a claim's grant step yields)."""
+    return (yield pending)

@@ -620,12 +620,8 @@ class AioPending(Generic[T]):
         self._task = task
 
     async def result(self) -> T:
-        try:
-            return await asyncio.shield(self._task)  # a cancelled waiter leaves the request to finish
-        except asyncio.CancelledError:
-            if self._task.cancelled() and not _cancelling():  # the connection closed under it
-                raise BackendUnavailable("the store was closed before etcd answered") from None
-            raise
+        """Awaited through ``AioConnection.run``, which makes a close's cancellation BackendUnavailable."""
+        return await asyncio.shield(self._task)  # a cancelled waiter leaves the request to finish
 
     def cancel(self) -> None:
         self._task.cancel()
