@@ -174,7 +174,6 @@ def read_job(kv: KV, job_id: str) -> JobValue:
                     _field(kv, v, "expires_at", _NUM), _field(kv, v, "runs", int, False))
 
 
-
 def listed_pending(kv: KV, encoded: bytes) -> JobStatus | None:
     """For listings: the status of a pending job whose job key ends in ``encoded`` and that
     has no lease or outcome key, the quick way (``codec.listed_status``) with the checks

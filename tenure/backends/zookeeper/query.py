@@ -26,7 +26,6 @@ ROUNDS = 5  # multis tried before the counts settle for names that moved meanwhi
 TOGETHER = 2000  # leased records read inside the counting multi (about 700 KB); more are read after it
 
 
-
 def listed(name: str, data: bytes, now: float) -> JobStatus | None:
     """For listings: the status at ``now`` of the record in job znode ``name`` the quick way
     (``codec.listed_status``), the name checked by encoding the id the record names; None for
