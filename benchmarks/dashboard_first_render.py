@@ -25,8 +25,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -35,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.dashboard_scale import BARE_APP, CHROMIUM_ARGS, seed, served_store  # noqa: E402
+from benchmarks.dashboard_scale import BARE_APP, CHROMIUM_ARGS, seeded_store  # noqa: E402
 from tenure.dashboard import launcher  # noqa: E402
 from tests.servers.ports import free_port  # noqa: E402
 
@@ -149,11 +147,7 @@ def main() -> int:
         apps["against"] = (args.against.resolve() / "tenure" / "dashboard" / "app.py", args.against.resolve())
     apps["this"] = (launcher.APP, None)
     for backend in args.backends.split(","):
-        with tempfile.TemporaryDirectory(prefix="tenure-render-") as tmp, served_store(backend, Path(tmp)) as url:
-            start = time.perf_counter()
-            seed(url, args.jobs)
-            print(f"\n== {backend}: seeded {args.jobs} jobs in {time.perf_counter() - start:.0f} s; "
-                  f"load average {os.getloadavg()[0]:.1f}", flush=True)
+        with seeded_store(backend, args.jobs) as url:
             with ExitStack() as stack:
                 addresses = {name: stack.enter_context(serve(url, app, tree)) for name, (app, tree) in apps.items()}
                 results = measure(addresses, args.rounds)

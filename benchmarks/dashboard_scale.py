@@ -88,6 +88,18 @@ def seed(url: str, jobs: int) -> None:
             store.report_rejection(f"job-{n * step:06d}", f"worker-x{n % 7}", 1, resource="ledger", highest=2)
 
 
+@contextlib.contextmanager
+def seeded_store(backend: str, jobs: int) -> Iterator[str]:
+    """A store on a private server (``served_store``) seeded with ``jobs`` (``seed``); prints
+    how long that took and the load average."""
+    with tempfile.TemporaryDirectory(prefix=f"tenure-{backend}-") as tmp, served_store(backend, Path(tmp)) as url:
+        start = time.perf_counter()
+        seed(url, jobs)
+        print(f"\n== {backend}: seeded {jobs} jobs in {time.perf_counter() - start:.0f} s; "
+              f"load average {os.getloadavg()[0]:.1f}", flush=True)
+        yield url
+
+
 def timed(fn: Callable[[], object]) -> float:
     start = time.perf_counter()
     fn()
@@ -241,11 +253,7 @@ def main() -> int:
             print(f"  browser page load of a bare Streamlit app (the floor)   {streamlit_floor(Path(tmp)):8.3f}",
                   flush=True)
     for backend in args.backends.split(","):
-        with tempfile.TemporaryDirectory(prefix="tenure-dash-") as tmp, served_store(backend, Path(tmp)) as url:
-            t = time.perf_counter()
-            seed(url, args.jobs)
-            print(f"\n== {backend}: seeded {args.jobs} jobs in {time.perf_counter() - t:.0f} s; "
-                  f"load average {os.getloadavg()[0]:.1f}", flush=True)
+        with seeded_store(backend, args.jobs) as url:
             for name, seconds in store_queries(url).items():
                 print(f"  store {name:38s} {seconds:8.3f} s", flush=True)
             rows = apptest(url)

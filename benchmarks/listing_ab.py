@@ -15,13 +15,12 @@ import argparse
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.dashboard_scale import seed, served_store  # noqa: E402
+from benchmarks.dashboard_scale import seeded_store  # noqa: E402
 
 LIST = """
 import sys, time, tenure
@@ -47,9 +46,7 @@ def main() -> int:
     if args.url:
         compare(trees, args.url, args.rounds)
         return 0
-    with tempfile.TemporaryDirectory(prefix="tenure-list-") as tmp, served_store(args.backend, Path(tmp)) as url:
-        seed(url, args.jobs)
-        print(f"seeded {args.jobs} jobs; load average {os.getloadavg()[0]:.1f}", flush=True)
+    with seeded_store(args.backend, args.jobs) as url:
         compare(trees, url, args.rounds)
     return 0
 
