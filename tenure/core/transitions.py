@@ -94,6 +94,8 @@ def check(rec: JobRecord | None, lease: Lease, now: float) -> Reason | None:
     """Why a renew/complete/release with ``lease`` must be refused, or None if it may go on."""
     if rec is None:
         return Reason.NOT_FOUND
+    if lease.token > rec.token:
+        return Reason.NEVER_ISSUED
     if lease.token != rec.token:
         return Reason.SUPERSEDED
     if lease.owner != rec.owner:

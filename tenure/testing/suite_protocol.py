@@ -53,6 +53,16 @@ class ProtocolTests:
         assert info.value.rejection.current_token == a.token
         assert store.get("j").state is JobState.EXPIRED  # type: ignore[union-attr]
 
+    def test_a_token_above_the_current_one_was_never_issued(self, kit: Kit, store: tenure.Store) -> None:
+        a = store.claim("j", owner="a", ttl=kit.ttl)
+        forged = tenure.Lease("j", "a", a.token + 6, a.expires_at, a.ttl)
+        for call in (store.renew, store.complete, store.release):
+            with pytest.raises(tenure.StaleLease, match="never issued") as info:
+                call(forged)
+            assert "superseded" not in str(info.value)
+        assert {r.reason for r in store.rejections()} == {str(tenure.Reason.NEVER_ISSUED)}
+        store.complete(a)  # the real holder was never disturbed
+
     def test_claim_of_held_job_raises_already_claimed(self, kit: Kit, store: tenure.Store) -> None:
         a = store.claim("j", owner="a", ttl=kit.ttl)
         with pytest.raises(tenure.AlreadyClaimed) as info:
