@@ -76,7 +76,7 @@ def claim(rec: JobRecord | None, job_id: str, owner: str, ttl: float, now: float
     if rec is not None and not is_claimable(rec, now):
         if rec.state is JobState.COMPLETED:
             raise JobCompleted(job_id)
-        raise AlreadyClaimed(job_id, rec.owner, rec.token, rec.lease_until)
+        raise AlreadyClaimed(job_id, rec.owner, rec.token, rec.lease_until, now)
     base = rec or JobRecord(job_id=job_id, state=JobState.PENDING, submitted_at=now)
     return dataclasses.replace(
         base,
