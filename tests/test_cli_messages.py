@@ -41,3 +41,31 @@ def test_store_times_in_errors_read_as_in_tables(url: str, capsys: pytest.Captur
     code, _, err = run(capsys, "--url", url, "claim", "job-3", "--owner", "you", "--ttl", "30")
     assert code == 65
     assert re.search(r"held by 'me' \(token 1\) until \d\d:\d\d:\d\d\.\d \(in (29|30)\.\ds\)$", err.strip()), err
+
+
+def test_a_claim_says_it_waits_only_when_it_does(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "--url", url, "claim", "free", "--owner", "me", "--ttl", "30", "--wait", "10")
+    assert (code, out) == (0, "1\n") and "waiting" not in err
+    code, _, err = run(capsys, "--url", url, "run", "idle", "--owner", "me", "--ttl", "30", "--wait", "10",
+                       "--", "true")
+    assert code == 0 and "waiting" not in err
+    # Held by another: the wait is real, and said (0.3 s of it, then AlreadyClaimed).
+    code, _, err = run(capsys, "--url", url, "claim", "free", "--owner", "you", "--ttl", "30", "--wait", "0.3")
+    assert code == 65 and err.startswith("tenure: waiting up to 0.3 s for 'free'\n")
+
+
+@pytest.mark.parametrize("words, message", [
+    (["ls", "--limit", "0"], "limit must be from 1 to 1000, got 0"),
+    (["ls", "--limit", "-3"], "limit must be from 1 to 1000, got -3"),
+    (["ls", "--limit", "x"], "not a whole number: 'x'"),
+    (["ls", "--offset", "-1"], "offset must be 0 or more, got -1"),
+    (["rejections", "--limit", "-3"], "limit must be 0 or more, got -3"),
+    (["history", "--limit", "2.5"], "not a whole number: '2.5'"),
+    (["watch", "--count", "0"], "count must be 1 or more, got 0"),
+    (["complete", "j", "--owner", "o", "--token", "x"], "not a whole number: 'x'"),
+])
+def test_numbers_are_refused_in_words_not_python(url: str, capsys: pytest.CaptureFixture[str], words: list[str],
+                                                 message: str) -> None:
+    code, _, err = run(capsys, "--url", url, *words)
+    assert code == 64 and message in err
+    assert not re.search(r"\bNone\b|\bint\b|\bfloat\b|invalid \w+ value", err), err

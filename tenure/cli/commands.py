@@ -49,8 +49,7 @@ def cmd_claim(store: tenure.Store, args: argparse.Namespace) -> int:
     interrupts = Interrupts()
     with interrupts.catching():  # Ctrl-C while the claim is on its way: give the lease back
         if args.wait:
-            print(f"tenure: waiting up to {args.wait:g} s for {args.job_id or 'a claimable job'!r}",
-                  file=sys.stderr, flush=True)
+            interrupts.announce = f"tenure: waiting up to {args.wait:g} s for {args.job_id or 'a claimable job'!r}"
         if args.job_id is None:
             found = interrupts.claim(lambda wait: store.claim_next(args.owner, args.ttl, wait=wait),
                                      args.wait or 0.0, store.release)

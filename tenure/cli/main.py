@@ -15,7 +15,20 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from tenure.cli import commands, exits
-from tenure.cli.arguments import GRACE, INTERVAL, JOB_ID, OWNER, SINCE, TOKEN, TTL, WAIT
+from tenure.cli.arguments import (
+    COUNT,
+    GRACE,
+    INTERVAL,
+    JOB_ID,
+    LIMIT,
+    OFFSET,
+    OWNER,
+    PAGE_LIMIT,
+    SINCE,
+    TOKEN,
+    TTL,
+    WAIT,
+)
 from tenure.cli.format import OUTPUTS
 from tenure.cli.run import cmd_run
 from tenure.core.records import JobState
@@ -107,18 +120,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--owner", help="only jobs whose owner contains this text")
     p.add_argument("--job", help="only jobs whose id contains this text")
     p.add_argument("--order", choices=["expiry", "job"], default="job", help="by job id (default) or expiry")
-    p.add_argument("--offset", type=int, default=0)
-    p.add_argument("--limit", type=int, default=100, help="jobs per page, 1 to 1000 (default 100)")
+    p.add_argument("--offset", type=OFFSET, default=0)
+    p.add_argument("--limit", type=PAGE_LIMIT, default=100, help="jobs per page, 1 to 1000 (default 100)")
     p = command("rejections", commands.cmd_rejections, "list audited rejections, oldest first")
     p.add_argument("--since", type=SINCE, help="store time in seconds since the epoch")
-    p.add_argument("--limit", type=int, help="only the most recent N")
+    p.add_argument("--limit", type=LIMIT, help="only the most recent N")
     p.add_argument("--job", metavar="JOB_ID", help="only this job's (through an index where the store has one)")
     p = command("history", commands.cmd_history, "list accepted operations, oldest first")
     p.add_argument("job_id", nargs="?", metavar="JOB_ID", type=JOB_ID)
-    p.add_argument("--limit", type=int)
+    p.add_argument("--limit", type=LIMIT, help="only the most recent N")
     p = command("watch", commands.cmd_watch, "print every job, then each change and new rejection, until Ctrl-C")
     p.add_argument("--interval", type=INTERVAL, default=1.0, help="poll interval where the store has no watch")
-    p.add_argument("--count", type=int, help="stop after this many changes")
+    p.add_argument("--count", type=COUNT, help="stop after this many changes")
     command("health", commands.cmd_health, "show facts about the store; exit 69 if it cannot be reached")
     command("build-indexes", commands.cmd_build_indexes,
             "give an etcd or ZooKeeper store written by an older tenure its query indexes (an upgrade)")

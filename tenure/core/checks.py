@@ -136,10 +136,8 @@ def page(states: Iterable[JobState | str] | None, job: object, owner: object, or
     wanted = None if states is None else frozenset(_state(s) for s in states)
     if order not in PAGE_ORDERS:
         raise InvalidArgument(f"order must be one of {', '.join(PAGE_ORDERS)}, got {quoted(order)}")
-    start = validation.limit(offset)
-    size = validation.limit(limit)
-    if start is None or size is None or not 1 <= size <= MAX_PAGE:
-        raise InvalidArgument(f"offset must be an int >= 0 and limit from 1 to {MAX_PAGE}")
+    start = validation.whole("offset", offset)
+    size = validation.whole("limit", limit, 1, MAX_PAGE)
     return PageQuery(wanted, _needle("job", job), _needle("owner", owner), str(order), start, size)
 
 
