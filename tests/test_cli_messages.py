@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -69,3 +70,21 @@ def test_numbers_are_refused_in_words_not_python(url: str, capsys: pytest.Captur
     code, _, err = run(capsys, "--url", url, *words)
     assert code == 64 and message in err
     assert not re.search(r"\bNone\b|\bint\b|\bfloat\b|invalid \w+ value", err), err
+
+
+def test_existing_refuses_a_job_the_store_does_not_have(url: str, capsys: pytest.CaptureFixture[str],
+                                                        tmp_path: Path) -> None:
+    assert run(capsys, "--url", url, "submit", "nightly")[0] == 0
+    code, _, err = run(capsys, "--url", url, "claim", "nightyl", "--owner", "me", "--ttl", "30", "--existing")
+    assert code == 66 and "job 'nightyl' does not exist" in err
+    ran = tmp_path / "ran"
+    code, _, err = run(capsys, "--url", url, "run", "nightyl", "--owner", "me", "--ttl", "30", "--existing",
+                       "--", "touch", str(ran))
+    assert code == 66 and "job 'nightyl' does not exist" in err and not ran.exists()
+    code, out, _ = run(capsys, "--url", url, "--json", "ls")
+    assert [j["job_id"] for j in json.loads(out)] == ["nightly"]  # nothing created
+    assert run(capsys, "--url", url, "claim", "nightly", "--owner", "me", "--ttl", "30", "--existing")[0] == 0
+    # Without --existing a new job is made, as --help says.
+    assert run(capsys, "--url", url, "claim", "typo", "--owner", "me", "--ttl", "30")[0] == 0
+    code, out, _ = run(capsys, "claim", "--help")
+    assert code == 0 and "is created (--existing refuses it)" in " ".join(out.split())

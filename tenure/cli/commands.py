@@ -45,7 +45,15 @@ def cmd_submit(store: tenure.Store, args: argparse.Namespace) -> int:
     return exits.OK
 
 
+def refuse_unknown(store: tenure.Store, args: argparse.Namespace) -> None:
+    """``--existing``: JobNotFound for a job the store does not have, which claim and run would
+    otherwise create (a typo would start a new job)."""
+    if getattr(args, "existing", False) and args.job_id is not None and store.get(args.job_id) is None:
+        raise tenure.JobNotFound(args.job_id)
+
+
 def cmd_claim(store: tenure.Store, args: argparse.Namespace) -> int:
+    refuse_unknown(store, args)
     interrupts = Interrupts()
     with interrupts.catching():  # Ctrl-C while the claim is on its way: give the lease back
         if args.wait:

@@ -74,14 +74,20 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
+    def existing(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--existing", action="store_true",
+                       help="only a job the store has: exit 66 rather than create JOB_ID")
+
     def waiting(p: argparse.ArgumentParser, what: str) -> None:
         p.add_argument("--wait", type=WAIT, metavar="SECONDS", help=f"block up to this long {what}")
 
     p = command("submit", commands.cmd_submit, "submit jobs (a completed job starts a new run)")
     p.add_argument("job_ids", nargs="+", metavar="JOB_ID", type=JOB_ID)
     p = command("claim", commands.cmd_claim,
-                "claim a job, or the next claimable one without JOB_ID; prints the token")
+                "claim a job, or the next claimable one without JOB_ID; prints the token. A JOB_ID the "
+                "store does not have is created (--existing refuses it)")
     p.add_argument("job_id", nargs="?", metavar="JOB_ID", type=JOB_ID)
+    existing(p)
     p.add_argument("--owner", required=True, type=OWNER)
     p.add_argument("--ttl", type=TTL, required=True, help="lease length in seconds")
     waiting(p, "while the job is held, or while nothing is claimable")
@@ -96,14 +102,17 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--ttl", type=TTL, required=True)
         if name == "complete":
             p.add_argument("--result", help="text to store as the job's result")
-    p = command("run", cmd_run, "hold a job's lease while a command runs; exit 75 if it cannot")
+    p = command("run", cmd_run, "hold a job's lease while a command runs; exit 75 if it cannot. A JOB_ID "
+                "the store does not have is created (--existing refuses it)")
     p.add_argument("job_id", metavar="JOB_ID", type=JOB_ID)
+    existing(p)
     p.add_argument("--owner", required=True, type=OWNER)
     p.add_argument("--ttl", type=TTL, required=True, help="lease length in seconds, renewed while CMD runs")
     waiting(p, "while the job is held elsewhere (default: exit 75 at once)")
     p.add_argument("--grace", type=GRACE, default=10.0, metavar="SECONDS",
                    help="after SIGTERM, SIGKILL the command this much later (default 10)")
-    p.usage = "tenure run JOB_ID --owner OWNER --ttl SECONDS [--wait SECONDS] [--grace SECONDS] -- CMD [ARGS...]"
+    p.usage = ("tenure run JOB_ID --owner OWNER --ttl SECONDS [--existing] [--wait SECONDS] [--grace SECONDS] "
+               "-- CMD [ARGS...]")
     p.epilog = ("CMD gets TENURE_JOB, TENURE_TOKEN and TENURE_OWNER. Exit 0: job completed. Non-zero: job "
                 "released, its status returned. Completed job: CMD not run, exit 0. Held elsewhere or lease "
                 "lost: exit 75 (on a lost lease CMD's process group gets SIGTERM, then SIGKILL after --grace).")
