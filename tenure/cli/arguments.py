@@ -42,6 +42,9 @@ LIMIT = _whole("limit")  # the most recent N records
 PAGE_LIMIT = _whole("limit", 1, MAX_PAGE)
 OFFSET = _whole("offset")
 COUNT = _whole("count", 1)
+WORKERS = _whole("workers", 1)
+JOBS = _whole("jobs")
+EVERY = _checked(lambda v: validation.seconds("every", v, maximum=validation.MAX_WAIT))
 TTL = _checked(validation.ttl)
 WAIT = _checked(lambda v: validation.seconds("wait", v, maximum=validation.MAX_WAIT))
 GRACE = _checked(lambda v: validation.seconds("grace", v, maximum=validation.MAX_WAIT))
@@ -56,4 +59,5 @@ def _port(value: int) -> int:
 
 
 PORT = _checked(_port, int)
+REFRESH = _checked(lambda v: validation.seconds("refresh", v, maximum=validation.MAX_WAIT))
 SOON = _checked(lambda v: validation.seconds("soon", v, maximum=validation.MAX_TTL))

@@ -133,8 +133,15 @@ def cmd_ls(store: tenure.Store, args: argparse.Namespace) -> int:
     return exits.OK
 
 
+def _known(store: tenure.Store, job_id: str | None, found: list[Any]) -> None:
+    """JobNotFound for a job named that the store does not have: no records, and no job."""
+    if job_id is not None and not found and store.get(job_id) is None:
+        raise tenure.JobNotFound(job_id)
+
+
 def cmd_rejections(store: tenure.Store, args: argparse.Namespace) -> int:
     records = store.rejections(since=args.since, limit=args.limit, job_id=args.job)
+    _known(store, args.job, records)
     now = store.now()
     emit(args, records, lambda: table(
         ["at", "job", "op", "owner", "token", "current owner", "current token", "kind", "reason"],
@@ -145,6 +152,7 @@ def cmd_rejections(store: tenure.Store, args: argparse.Namespace) -> int:
 
 def cmd_history(store: tenure.Store, args: argparse.Namespace) -> int:
     events = store.history(args.job_id, limit=args.limit)
+    _known(store, args.job_id, events)
     now = store.now()
     emit(args, events, lambda: table(
         ["at", "job", "op", "owner", "token", "expires"],

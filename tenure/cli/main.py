@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from tenure.cli import commands, exits
+from tenure.cli import commands, exits, stores
 from tenure.cli.arguments import (
     COUNT,
     GRACE,
@@ -33,7 +33,7 @@ from tenure.cli.format import OUTPUTS
 from tenure.cli.run import cmd_run
 from tenure.core.records import JobState
 
-DEFAULT_URL = "sqlite:///tenure-demo.db"
+DEFAULT_URL = stores.DEFAULT_URL
 
 Command = Callable[[Any, argparse.Namespace], int]
 
@@ -134,7 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("rejections", commands.cmd_rejections, "list audited rejections, oldest first")
     p.add_argument("--since", type=SINCE, help="store time in seconds since the epoch")
     p.add_argument("--limit", type=LIMIT, help="only the most recent N")
-    p.add_argument("--job", metavar="JOB_ID", help="only this job's (through an index where the store has one)")
+    p.add_argument("--job", metavar="JOB_ID", type=JOB_ID,
+                   help="only this job's (through an index where the store has one)")
     p = command("history", commands.cmd_history, "list accepted operations, oldest first")
     p.add_argument("job_id", nargs="?", metavar="JOB_ID", type=JOB_ID)
     p.add_argument("--limit", type=LIMIT, help="only the most recent N")
@@ -168,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _no_dashboard(args: argparse.Namespace) -> int:
     print("tenure: the dashboard needs Streamlit: pip install 'tenure[dashboard]'", file=sys.stderr)
-    return exits.USAGE
+    return exits.UNAVAILABLE  # as a store whose extra is missing
 
 
 def _split_command(words: list[str]) -> tuple[list[str], list[str]]:
@@ -194,6 +195,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else exits.USAGE
     args.cmd = command
     try:
+        refused = stores.opened(args)
+        if refused is not None:
+            return refused
         if args.func is None:
             code: int = args.run(args)
             return code

@@ -98,12 +98,16 @@ def run(args: argparse.Namespace) -> int:
         from prometheus_client import CollectorRegistry, start_http_server
     except ImportError:
         print("tenure: metrics need prometheus_client: pip install 'tenure[metrics]'", file=sys.stderr)
-        return exits.USAGE
+        return exits.UNAVAILABLE  # as a store whose extra is missing
     with tenure.connect(args.url) as store:
         registry = CollectorRegistry(auto_describe=False)
         collector = StoreCollector(store, args.soon)
         registry.register(collector)
-        server, _ = start_http_server(args.port, addr=args.host, registry=registry)
+        try:
+            server, _ = start_http_server(args.port, addr=args.host, registry=registry)
+        except OSError as exc:  # the port is taken, or the address is not this machine's
+            print(f"tenure metrics: cannot serve on {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)
+            return exits.UNAVAILABLE
         print(f"tenure metrics: serving http://{args.host}:{server.server_port}/metrics", file=sys.stderr, flush=True)
         try:
             threading.Event().wait()  # until Ctrl-C or SIGTERM
