@@ -88,3 +88,10 @@ def test_existing_refuses_a_job_the_store_does_not_have(url: str, capsys: pytest
     assert run(capsys, "--url", url, "claim", "typo", "--owner", "me", "--ttl", "30")[0] == 0
     code, out, _ = run(capsys, "claim", "--help")
     assert code == 0 and "is created (--existing refuses it)" in " ".join(out.split())
+
+
+def test_a_ttl_below_the_stores_minimum_is_refused_before_anything_is_written(
+        url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "--url", url, "claim", "j", "--owner", "me", "--ttl", "0.01")
+    assert code == 64 and "ttl 0.01s is below the minimum of 0.05s on sqlite" in err
+    assert run(capsys, "--url", url, "get", "j")[0] == 66  # no job written

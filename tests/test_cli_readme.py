@@ -60,3 +60,15 @@ def test_the_stores_table_has_a_row_for_every_builtin_store_with_its_extra() -> 
         assert row is not None, f"no row for {scheme}://"
         assert extra is None or f"pip install 'tenure[{extra}]'" in row, row
         assert len(row.split(" | ")) == 4, row  # URL, for, store clock, token: none left empty
+
+
+def test_running_workers_gives_each_stores_minimum_ttl() -> None:
+    from tenure.core.registry import BUILTIN, backend_class
+
+    text = (ROOT / "docs" / "running-workers.md").read_text()
+    section = text[text.index("## Choosing a TTL"):text.index("## The drift margin")]
+    rows = {line.split("`")[1].split("://")[0]: line for line in section.splitlines() if line.startswith("| `")}
+    for scheme in ("memory", "sqlite", "postgresql", "zk", "etcd"):
+        assert scheme in BUILTIN and scheme in rows, scheme
+        minimum = backend_class(scheme).characteristics.min_ttl
+        assert rows[scheme].split(" | ")[1] == (f"{minimum:g} s" if minimum else "none"), rows[scheme]

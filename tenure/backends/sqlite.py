@@ -160,6 +160,7 @@ class SQLiteBackend(RecordBackend):
     characteristics = Characteristics(
         name="sqlite",
         store_clock="the machine's boot clock (shared by every process on the machine)",
+        min_ttl=0.05,  # a held lease renews every TTL/3, each renewal a commit that waits for fsync
         max_result_bytes=64 * 1024 * 1024,  # far below SQLite's 1 GB blob limit
         tls_options=None,
         clock_resolution=RESOLUTION,
