@@ -8,18 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tenure.cli import main
+from tests.cli import run
 
 
 @pytest.fixture
 def url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'cli.db'}"
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_a_token_the_store_never_issued_is_not_called_superseded(url: str, capsys: pytest.CaptureFixture[str]) -> None:
