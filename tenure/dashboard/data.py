@@ -46,16 +46,22 @@ def ago(delta: float) -> str:
     return f"in {duration(delta)}" if delta > 0 else f"{duration(delta)} ago"
 
 
-def stamp(seconds: float | None, now: float, zone: str | None = None) -> str:
+DAY = 86400.0
+
+
+def stamp(seconds: float | None, now: float, zone: str | None = None, *, dated: bool = True) -> str:
     """A store time as people read it: "2026-12-03 04:35:13 UTC (12 s ago)", in ``zone`` (an
-    IANA name such as the browser's) when given and known, else UTC; "" for None."""
+    IANA name such as the browser's) when given and known, else UTC; "" for None. Not
+    ``dated``: the date only for times a day or more from now ("04:35:13 UTC (12 s ago)"),
+    whose day the age tells, for tables too narrow to repeat it."""
     if seconds is None:
         return ""
     t = pd.Timestamp(seconds, unit="s", tz="UTC")
     if zone:
         with contextlib.suppress(KeyError, ValueError):  # a zone unknown here: stay in UTC
             t = t.tz_convert(zone)
-    return f"{t:%Y-%m-%d %H:%M:%S} {t.tzname()} ({ago(seconds - now)})"
+    day = f"{t:%Y-%m-%d} " if dated or abs(seconds - now) >= DAY else ""
+    return f"{day}{t:%H:%M:%S} {t.tzname()} ({ago(seconds - now)})"
 
 
 _MARKDOWN_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
@@ -136,8 +142,8 @@ AUDIT_COLUMNS = ["at", "job", "op", "owner", "token", "current owner", "current 
 
 
 def audit_table(rejections: Iterable[Rejection], now: float, zone: str | None = None) -> pd.DataFrame:
-    """Rejections for people, newest first, with readable times."""
-    rows = [{"at": stamp(r.at, now, zone), "job": r.job_id, "op": r.op.value, "owner": r.owner,
+    """Rejections for people, newest first, with readable times (dated when a day old or more)."""
+    rows = [{"at": stamp(r.at, now, zone, dated=False), "job": r.job_id, "op": r.op.value, "owner": r.owner,
              "token": r.token, "current owner": r.current_owner or "", "current token": r.current_token,
              "reason": r.reason, "kind": r.kind.value, "resource": r.resource or ""}
             for r in rejections]

@@ -28,10 +28,8 @@ LEASE_COLUMNS: dict[str, Any] = {
     "lease left": st.column_config.ProgressColumn("lease left", min_value=0.0, max_value=1.0, format="percent"),
     "expires in (s)": st.column_config.NumberColumn(format="%.1f"),
 }
-AUDIT_COLUMNS: dict[str, Any] = {
-    "reason": st.column_config.TextColumn("reason", width="large"),
-    "at": st.column_config.TextColumn("at", width=260),  # the whole "... UTC (12 s ago)"
-}
+# At 1400 px with the sidebar open, every column up to the reason fits without scrolling.
+AUDIT_COLUMNS: dict[str, Any] = {"reason": st.column_config.TextColumn("reason", width=280)}
 
 
 def jobs_table(frame: pd.DataFrame, key: str, columns: dict[str, Any] | None = None) -> None:
