@@ -184,7 +184,7 @@ def test_times_are_readable_with_ages(seed: Seeded, open_app: OpenApp) -> None:
     assert data.stamp(0.0, 0.0, "No/Such_Zone").endswith(" UTC (now)")  # an unknown zone: UTC
     # Undated where the age tells the day (narrow tables), dated a day or more from now.
     assert data.stamp(0.0, 60.0, dated=False) == "00:00:00 UTC (60 s ago)"
-    assert data.stamp(0.0, 86400.0, dated=False) == "1970-01-01 00:00:00 UTC (1 d ago)"
+    assert data.stamp(0.0, 86400.0, dated=False) == "1970-01-01 00:00:00 UTC (24.0 h ago)"
     assert [data.ago(d) for d in (0.2, 30, -300, -7200, 3 * 86400)] == [
         "now", "in 30 s", "5 min ago", "2.0 h ago", "in 3 d"]
 
