@@ -2,8 +2,8 @@
 
     PYTHONPATH=. python scripts/dashboard_screenshots.py [--out docs/img] [--chromium /usr/bin/chromium]
 
-Seeds a SQLite store with the story of ``tests/dashboard/seeding.py`` (worker A's generation
-runs out, B claims generation 2, A's late completion and a ledger write are rejected), serves
+Seeds a SQLite store with the story of ``tests/dashboard/seeding.py`` (worker A's lease
+(token 1) runs out, B claims token 2, A's late completion and a ledger write are rejected), serves
 it with ``tenure dashboard`` from the store's own directory as ``sqlite:///dash.db`` (so no
 temporary path appears in a picture), and saves each page between two live refreshes.
 Needs Playwright (``pip install playwright``) and a Chromium.
