@@ -267,3 +267,17 @@ def test_activity_counts_rejections_and_expiries_per_minute(seed: Seeded, open_a
     assert totals == {"rejections": 2, "expiries": 2}
     assert len(frame) == 2 * frame["minute"].nunique() and frame["minute"].nunique() >= 180
     assert "2 rejection(s) and 2 expiries" in at.caption[0].value
+
+
+def test_a_page_of_live_leases_then_the_other_states_runs_across_the_groups() -> None:
+    groups = {"leased": ["live-0", "live-1", "live-2"], "expired": ["old-0", "old-1"]}
+
+    def fetch(states: list[str], offset: int, limit: int) -> tenure.JobPage:
+        ids = [i for s in states for i in groups[s]]
+        jobs = [tenure.JobStatus(i, tenure.JobState(states[0])) for i in ids[offset:offset + limit]]
+        return tenure.JobPage(jobs, len(ids), offset, limit)
+
+    pages = [data.stacked_page(fetch, [["leased"], ["expired"]], offset, 2) for offset in (0, 2, 4)]
+    assert [[j.job_id for j in jobs] for jobs, _ in pages] == [
+        ["live-0", "live-1"], ["live-2", "old-0"], ["old-1"]]
+    assert all(counts == [3, 2] for _, counts in pages)  # each group counted on every page
