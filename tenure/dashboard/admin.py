@@ -2,7 +2,7 @@
 
 Audited means recorded in the store, where operators look: the action's history event names
 ``dashboard-admin`` as its owner. A log line is written as well, for the process's own log.
-The unlock is rate-limited per server (``unlock``). A force-expire sends the generation the
+The unlock is rate-limited per server (``unlock``). A force-expire sends the token the
 operator confirmed, so a job claimed again meanwhile is left to its new holder.
 """
 
@@ -78,7 +78,7 @@ def actions(store: Store, cfg: Config, status: JobStatus) -> None:
     if not pending or pending[1] != job:
         return
     action, _, token = pending
-    st.warning(f"{action} job {literal(repr(job))} (generation {token})? This is recorded in the store's "
+    st.warning(f"{action} job {literal(repr(job))} (token {token})? This is recorded in the store's "
                f"history as done by {literal(repr(ADMIN_ACTOR))}.")
     y, n = st.columns(2)
     if n.button("Cancel"):
@@ -92,12 +92,12 @@ def actions(store: Store, cfg: Config, status: JobStatus) -> None:
             else:
                 store.submit(job, actor=ADMIN_ACTOR)
         except TokenChanged as exc:
-            st.error(f"Nothing was changed: job {literal(repr(job))} is at generation {exc.current} now, not the "
-                     f"generation {token} you confirmed (claimed again or ended since you looked). "
+            st.error(f"Nothing was changed: job {literal(repr(job))} is at token {exc.current} now, not the "
+                     f"token {token} you confirmed (claimed again or ended since you looked). "
                      "Review it and try again.")
             return
         except LeaseError as exc:
             st.error(literal(cfg.scrub(str(exc))))
             return
-        log.warning("admin %s of job %r (generation %d) by %s", action, job, token, ADMIN_ACTOR)
+        log.warning("admin %s of job %r (token %d) by %s", action, job, token, ADMIN_ACTOR)
         st.success(f"{action} of {literal(repr(job))} done and recorded in its history.")
