@@ -9,6 +9,7 @@ arrives after: only the destination can. See ``docs/fencing.md``.
         cur.execute("UPDATE accounts SET balance = ? WHERE id = 42", (balance,))
 """
 
+from tenure.core.errors import ForgedToken, StaleToken
 from tenure.fencing.claims import FenceClaim, FenceRejection, RejectHook, forward_to
 from tenure.fencing.http import (
     JOB_HEADER,
@@ -37,10 +38,12 @@ __all__ = [
     "FenceClaim",
     "FenceRejection",
     "FencingMiddleware",
+    "ForgedToken",
     "IdempotencyKeys",
     "Proof",
     "RejectHook",
     "SQLFence",
+    "StaleToken",
     "fenced",
     "fencing_headers",
     "forward_to",
