@@ -12,6 +12,7 @@ arrives after: only the destination can. See ``docs/fencing.md``.
 from tenure.core.errors import ForgedToken, StaleToken
 from tenure.fencing.claims import FenceClaim, FenceRejection, RejectHook, forward_to
 from tenure.fencing.http import (
+    BODY_DIGEST_HEADER,
     JOB_HEADER,
     OWNER_HEADER,
     SCOPE_KEY,
@@ -23,13 +24,16 @@ from tenure.fencing.http import (
     path_resource,
     read_headers,
     read_signature,
+    request_path,
+    signed_request,
     sql_admitter,
 )
 from tenure.fencing.idempotency import IdempotencyKeys
-from tenure.fencing.proof import Proof, sign, signature
+from tenure.fencing.proof import Proof, Request, body_digest, sign, signature
 from tenure.fencing.sql import SQLFence, fenced
 
 __all__ = [
+    "BODY_DIGEST_HEADER",
     "JOB_HEADER",
     "OWNER_HEADER",
     "SCOPE_KEY",
@@ -42,8 +46,10 @@ __all__ = [
     "IdempotencyKeys",
     "Proof",
     "RejectHook",
+    "Request",
     "SQLFence",
     "StaleToken",
+    "body_digest",
     "fenced",
     "fencing_headers",
     "forward_to",
@@ -51,7 +57,9 @@ __all__ = [
     "path_resource",
     "read_headers",
     "read_signature",
+    "request_path",
     "sign",
     "signature",
+    "signed_request",
     "sql_admitter",
 ]

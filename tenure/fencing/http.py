@@ -1,8 +1,9 @@
 """Fencing over HTTP: request headers, a helper for senders, an ASGI middleware for receivers.
 
-A sender adds ``fencing_headers(held, secret=...)`` to each request that produces an effect. A
-receiver wraps its ASGI app in ``FencingMiddleware``, which proves the token (a signature and/or
-the store's word, see ``proof``), then admits it against a fence before the app runs: ``403`` to
+A sender adds ``fencing_headers(held, secret=..., method=..., path=...)`` to each request that
+produces an effect: the signature is bound to that method and path (and body, with ``body=``).
+A receiver wraps its ASGI app in ``FencingMiddleware``, which proves the token (a signature
+and/or the store's word, see ``proof``), then admits it against a fence before the app runs: ``403`` to
 an unproven token, ``409 Conflict`` to stale work (a token below one the fence admitted, or,
 with ``store=``, one whose lease the store says was completed, released, expired or
 superseded). Header values are percent-encoded UTF-8, because job ids and owners may be any
@@ -28,7 +29,7 @@ import time
 import unicodedata
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote, unquote, urlsplit
 
 from tenure.core import validation
 from tenure.core.errors import BackendUnavailable, ForgedToken, InvalidArgument, LeaseError, StaleToken, quoted
@@ -38,12 +39,16 @@ from tenure.core.store import Store
 from tenure.fencing import claims, proof
 from tenure.fencing.claims import FenceClaim, FenceRejection, RejectHook
 from tenure.fencing.dbapi import Connection
+from tenure.fencing.proof import Request
 from tenure.fencing.sql import DEFAULT_PREFIX, SQLFence
 
 JOB_HEADER = "Tenure-Job-Id"
 TOKEN_HEADER = "Tenure-Fencing-Token"
 OWNER_HEADER = "Tenure-Owner"
 SIGNATURE_HEADER = "Tenure-Fencing-Signature"
+BODY_DIGEST_HEADER = "Tenure-Body-Digest"  # "sha256=" and the hex digest: the signature covers the body
+MAX_SIGNED_BODY = 16 * 1024 * 1024  # a body the middleware reads whole to check its digest; larger: 413
+_DIGEST_PREFIX = "sha256="
 SCOPE_KEY = "tenure.fence"  # where the middleware leaves the admitted FenceClaim for the app
 UNNORMAL_RESOURCE = "(unnormalised path)"  # the audited resource of a request whose path has no normal form
 
@@ -59,17 +64,47 @@ _STILL_ENCODED = re.compile(r"%[0-9A-Fa-f]{2}")
 Headers = Mapping[str, str] | Iterable[tuple[bytes, bytes]]
 
 
-def fencing_headers(lease: Lease | HeldLease, *, secret: bytes | str | None = None) -> dict[str, str]:
-    """Headers carrying the lease's job id, token and owner, signed with ``secret`` when given
-    (the destination's ``FencingMiddleware(secret=...)``); a held lease is checked first."""
+def fencing_headers(lease: Lease | HeldLease, *, secret: bytes | str | None = None, method: str | None = None,
+                    path: str | None = None, body: bytes | None = None, unbound: bool = False) -> dict[str, str]:
+    """Headers carrying the lease's job id, token and owner; a held lease is checked first.
+
+    With ``secret`` (the destination's ``FencingMiddleware(secret=...)``) they are signed for
+    one request: ``method`` and ``path`` (a path or a whole URL, as sent; its query is not
+    signed), and the exact bytes sent as the body when ``body`` is given. ``unbound=True``
+    instead makes the old signature, valid on every resource, for fences that ask for it.
+    """
     if not isinstance(lease, (Lease, HeldLease)):
         raise InvalidArgument(f"expected a tenure.Lease or HeldLease, not {type(lease).__name__}")
     job_id, token, owner = claims.holder(lease)
     assert owner is not None  # a lease always names its owner
     headers = {JOB_HEADER: quote(job_id, safe=""), TOKEN_HEADER: str(token), OWNER_HEADER: quote(owner, safe="")}
-    if secret is not None:
-        headers[SIGNATURE_HEADER] = proof.sign(secret, job_id, owner, token)
+    bound = (method, path, body) != (None, None, None)
+    if secret is None:
+        if bound or unbound:
+            raise InvalidArgument("method, path, body and unbound say what is signed: they need secret=")
+        return headers
+    if unbound is True and bound:
+        raise InvalidArgument("an unbound signature is for no request: pass method, path and body, or unbound=True")
+    if unbound is not True and (method is None or path is None):
+        raise InvalidArgument("a signature is bound to the request it is for: pass method= and path= "
+                              "(or unbound=True for the old form, valid on every resource)")
+    request = None if unbound is True else signed_request(str(method), str(path), body)
+    headers[SIGNATURE_HEADER] = proof.sign(secret, job_id, owner, token, request=request, unbound=request is None)
+    if request is not None and request.body_digest:
+        headers[BODY_DIGEST_HEADER] = _DIGEST_PREFIX + request.body_digest
     return headers
+
+
+def signed_request(method: str, path: str, body: bytes | None = None) -> Request:
+    """What a sender signs: ``method``, the normal form of ``path`` (a path or a URL, as sent:
+    percent-escapes decoded once, as the server does) and the body's digest when given."""
+    if not isinstance(path, str):
+        raise InvalidArgument(f"path must be a str, not {type(path).__name__}")
+    try:
+        sent = unquote(urlsplit(path).path, errors="strict")
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InvalidArgument(f"request path {quoted(path)} is not a URL path of UTF-8 text: {exc}") from exc
+    return Request(method, normal_path(sent), "" if body is None else proof.body_digest(body))
 
 
 def _pairs(headers: Headers) -> list[tuple[str, str]]:
@@ -140,11 +175,23 @@ def path_resource(scope: Scope) -> str | None:
     return normal_path(str(scope.get("path") or "/"), str(scope.get("root_path") or ""))
 
 
+def request_path(scope: Scope) -> str:
+    """The normal form of the whole path the client asked for, mount prefix included: what a
+    bound signature covers (a server may or may not have left ``root_path`` in ``path``)."""
+    path, root = str(scope.get("path") or "/"), str(scope.get("root_path") or "").rstrip("/")
+    if root and not (path == root or path.startswith(root + "/")):
+        path = root + path
+    return normal_path(path)
+
+
 class FencingMiddleware:
     """Pure ASGI 3 middleware: prove and admit each request's token, or answer 4xx/5xx without the app.
 
-    A token is proven first (``secret=``: its signature; ``store=``: the store issued it; at
-    least one is required, see ``proof.Proof``), then ``admit(claim)`` raises ``StaleToken`` for
+    A token is proven first (``secret=``: its signature, bound to the request's method and path,
+    and to its body when the sender signed one; ``unbound=True`` also takes the old signature
+    valid on every resource; ``signed_body=True`` refuses a request whose body is not signed;
+    ``store=``: the store issued it; at least one is required, see ``proof.Proof``), then
+    ``admit(claim)`` raises ``StaleToken`` for
     stale work (``sql_admitter`` builds one from a connection factory); a plain function runs in
     a worker thread. ``resource(scope)`` names the fenced resource, or None to let a request
     through unfenced; it raises ``InvalidArgument`` for a path with no normal form. Without
@@ -156,14 +203,18 @@ class FencingMiddleware:
     def __init__(self, app: ASGIApp, admit: Admit, *, secret: bytes | str | None = None,
                  store: Store | None = None, on_reject: RejectHook | None = None,
                  resource: Callable[[Scope], str | None] = path_resource,
-                 shared: bool = False, required: bool = True) -> None:
+                 shared: bool = False, required: bool = True, unbound: bool = False,
+                 signed_body: bool = False) -> None:
         if not callable(app) or not callable(admit) or not callable(resource):
             raise InvalidArgument("app, admit and resource must be callables")
         if on_reject is not None and not callable(on_reject):
             raise InvalidArgument(f"on_reject must be callable, not {type(on_reject).__name__}")
+        if not isinstance(signed_body, bool) or (signed_body and secret is None):
+            raise InvalidArgument("signed_body=True needs secret=: a body is proven by its signature")
         self.app = app
         self.admit = admit
-        self.proof = proof.Proof(secret=secret, store=store)
+        self.proof = proof.Proof(secret=secret, store=store, unbound=unbound)
+        self.signed_body = signed_body
         self.on_reject = on_reject
         self.resource = resource
         self.shared = shared
@@ -202,8 +253,18 @@ class FencingMiddleware:
         except InvalidArgument as exc:
             await _answer(send, 400, {"error": str(exc)})
             return
+        request: Request | None = None
+        if self.proof.signed:
+            try:
+                request, receive = await self._signed(scope, headers, receive)
+            except _Unread as exc:
+                await _answer(send, exc.status, {"error": exc.why})
+                return
+            except _Unsigned as exc:
+                await self._refuse(send, exc.status, claim, exc.why)
+                return
         try:
-            await asyncio.to_thread(self.proof.check, claim, read_signature(headers))
+            await asyncio.to_thread(self.proof.check, claim, read_signature(headers), request)
         except ForgedToken as exc:
             await self._refuse(send, 403, claim, exc.why)
             return
@@ -222,6 +283,29 @@ class FencingMiddleware:
             await _unavailable(send, claim, exc)
             return
         await self.app({**scope, SCOPE_KEY: claim}, receive, send)
+
+    async def _signed(self, scope: Scope, headers: Headers, receive: Receive) -> tuple[Request, Receive]:
+        """The request a signature must be bound to, and a ``receive`` that gives the app the body
+        read here to check its digest (raises ``_Unsigned`` to refuse, ``_Unread`` for bad input)."""
+        try:
+            path = request_path(scope)
+        except InvalidArgument as exc:  # a resource= of the app's own named a path with no normal form
+            raise _Unsigned(400, str(exc)) from exc
+        method = str(scope.get("method") or "")
+        if not proof.METHOD.fullmatch(method):
+            raise _Unread(400, f"request method {quoted(method)} is not an HTTP method")
+        given = [v.strip() for k, v in _pairs(headers) if k == BODY_DIGEST_HEADER.lower()]
+        if not given:
+            if self.signed_body:
+                raise _Unsigned(403, "the body is not signed")
+            return Request(method, path), receive
+        if len(given) > 1 or not given[0].startswith(_DIGEST_PREFIX):
+            raise _Unread(400, f"{BODY_DIGEST_HEADER} must be given once, as {_DIGEST_PREFIX}<hex SHA-256>")
+        body = await _whole_body(receive)
+        digest = proof.body_digest(body)
+        if given[0] != _DIGEST_PREFIX + digest:
+            raise _Unsigned(403, "the body is not the one signed")
+        return Request(method, path, digest), _replay(body, receive)
 
     async def _refuse(self, send: Send, status: int, claim: FenceClaim, why: str, highest: int = 0) -> None:
         """Answer an unproven token (403), one whose lease the store says ended (409) or an
@@ -244,6 +328,43 @@ class FencingMiddleware:
 
 
 _REFUSALS = {403: "unproven token", 409: "ended lease", 400: "unnormalised path"}
+
+
+class _Unsigned(Exception):
+    """A request its signature cannot cover: refused and reported like an unproven token."""
+
+    def __init__(self, status: int, why: str) -> None:
+        super().__init__(why)
+        self.status, self.why = status, why
+
+
+class _Unread(_Unsigned):
+    """A request whose body could not be read for its digest: answered, not reported."""
+
+
+async def _whole_body(receive: Receive) -> bytes:
+    chunks, size, more = [], 0, True
+    while more:
+        message = await receive()
+        if message.get("type") != "http.request":  # the client went away
+            raise _Unread(400, "the request body ended early")
+        chunk = bytes(message.get("body") or b"")
+        size += len(chunk)
+        if size > MAX_SIGNED_BODY:
+            raise _Unread(413, f"a signed body is read whole to check its digest: at most {MAX_SIGNED_BODY} bytes")
+        chunks.append(chunk)
+        more = bool(message.get("more_body"))
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that hands the app the body already read, then the server's own messages."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replayed() -> MutableMapping[str, Any]:
+        return pending.pop() if pending else await receive()
+
+    return replayed
 
 
 def _stale(resource: str, token: int, highest: int) -> dict[str, Any]:
