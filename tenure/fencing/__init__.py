@@ -3,8 +3,8 @@
 The lease store's own check cannot stop a request that was sent before a lease expired and
 arrives after: only the destination can. See ``docs/fencing.md``.
 
-    from tenure.fencing import SQLFence, forward_to
-    fence = SQLFence(conn, on_reject=forward_to(store))
+    from tenure.fencing import SQLFence
+    fence = SQLFence(conn, store=store)              # refusals go to the store's audit too
     with fence.fenced("accounts/42", held) as cur:   # StaleToken if a newer holder wrote
         cur.execute("UPDATE accounts SET balance = ? WHERE id = 42", (balance,))
 """

@@ -196,8 +196,9 @@ class FencingMiddleware:
     a worker thread. ``resource(scope)`` names the fenced resource, or None to let a request
     through unfenced; it raises ``InvalidArgument`` for a path with no normal form. Without
     fencing headers a request gets 428 when ``required``, else passes through unfenced.
-    ``on_reject`` hears of every unproven token and unnormalised path (``forward_to(store)``
-    audits them in the store); stale tokens are the fence's to report (``sql_admitter``'s own).
+    ``on_reject`` hears of every unproven token and unnormalised path (by default, given
+    ``store``, the store's audit: ``forward_to(store)``); stale tokens are the fence's to report
+    (``sql_admitter``'s own).
     """
 
     def __init__(self, app: ASGIApp, admit: Admit, *, secret: bytes | str | None = None,
@@ -207,15 +208,13 @@ class FencingMiddleware:
                  signed_body: bool = False) -> None:
         if not callable(app) or not callable(admit) or not callable(resource):
             raise InvalidArgument("app, admit and resource must be callables")
-        if on_reject is not None and not callable(on_reject):
-            raise InvalidArgument(f"on_reject must be callable, not {type(on_reject).__name__}")
         if not isinstance(signed_body, bool) or (signed_body and secret is None):
             raise InvalidArgument("signed_body=True needs secret=: a body is proven by its signature")
         self.app = app
         self.admit = admit
         self.proof = proof.Proof(secret=secret, store=store, unbound=unbound)
         self.signed_body = signed_body
-        self.on_reject = on_reject
+        self.on_reject = claims.reporting(on_reject, store)
         self.resource = resource
         self.shared = shared
         self.required = required
@@ -385,14 +384,15 @@ async def _answer(send: Send, status: int, body: dict[str, Any]) -> None:
 
 
 def sql_admitter(connect: Callable[[], Connection], *, table_prefix: str = DEFAULT_PREFIX,
-                 on_reject: RejectHook | None = None) -> Callable[[FenceClaim], int]:
+                 on_reject: RejectHook | None = None, store: Store | None = None) -> Callable[[FenceClaim], int]:
     """An ``admit`` for ``FencingMiddleware`` over an SQL fence, one connection per request.
 
     ``connect`` opens a new DB-API connection (``lambda: sqlite3.connect(path)``); the
-    tables are created once, here.
+    tables are created once, here. Stale tokens are reported as ``SQLFence`` reports them.
     """
     if not callable(connect):
         raise InvalidArgument(f"connect must be callable, not {type(connect).__name__}")
+    on_reject = claims.reporting(on_reject, store)
     with _connected(connect) as conn:
         SQLFence(conn, table_prefix=table_prefix)
 
