@@ -10,9 +10,9 @@ arrives after: only the destination can. See ``docs/fencing.md``.
 """
 
 from tenure.core.errors import ForgedToken, StaleToken
+from tenure.fencing.binding import BODY_DIGEST_HEADER, request_path, signed_request
 from tenure.fencing.claims import FenceClaim, FenceRejection, RejectHook, forward_to
 from tenure.fencing.http import (
-    BODY_DIGEST_HEADER,
     JOB_HEADER,
     OWNER_HEADER,
     SCOPE_KEY,
@@ -20,15 +20,13 @@ from tenure.fencing.http import (
     TOKEN_HEADER,
     FencingMiddleware,
     fencing_headers,
-    normal_path,
     path_resource,
     read_headers,
     read_signature,
-    request_path,
-    signed_request,
     sql_admitter,
 )
 from tenure.fencing.idempotency import IdempotencyKeys
+from tenure.fencing.paths import normal_path
 from tenure.fencing.proof import Proof, Request, body_digest, sign, signature
 from tenure.fencing.sql import SQLFence, fenced
 

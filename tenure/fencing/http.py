@@ -26,19 +26,29 @@ import json
 import logging
 import re
 import time
-import unicodedata
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, unquote
 
 from tenure.core import validation
-from tenure.core.errors import BackendUnavailable, ForgedToken, InvalidArgument, LeaseError, StaleToken, quoted
+from tenure.core.errors import BackendUnavailable, ForgedToken, InvalidArgument, LeaseError, StaleToken
 from tenure.core.records import Lease
 from tenure.core.renewal import HeldLease
 from tenure.core.store import Store
 from tenure.fencing import claims, proof
+from tenure.fencing.binding import (
+    BODY_DIGEST_HEADER,
+    DIGEST_PREFIX,
+    Receive,
+    Scope,
+    Unread,
+    Unsigned,
+    bound_request,
+    signed_request,
+)
 from tenure.fencing.claims import FenceClaim, FenceRejection, RejectHook
 from tenure.fencing.dbapi import Connection
+from tenure.fencing.paths import normal_path
 from tenure.fencing.proof import Request
 from tenure.fencing.sql import DEFAULT_PREFIX, SQLFence
 
@@ -46,21 +56,15 @@ JOB_HEADER = "Tenure-Job-Id"
 TOKEN_HEADER = "Tenure-Fencing-Token"
 OWNER_HEADER = "Tenure-Owner"
 SIGNATURE_HEADER = "Tenure-Fencing-Signature"
-BODY_DIGEST_HEADER = "Tenure-Body-Digest"  # "sha256=" and the hex digest: the signature covers the body
-MAX_SIGNED_BODY = 16 * 1024 * 1024  # a body the middleware reads whole to check its digest; larger: 413
-_DIGEST_PREFIX = "sha256="
 SCOPE_KEY = "tenure.fence"  # where the middleware leaves the admitted FenceClaim for the app
 UNNORMAL_RESOURCE = "(unnormalised path)"  # the audited resource of a request whose path has no normal form
 
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Admit = Callable[[FenceClaim], object]  # raises StaleToken; may be a coroutine function
 
 log = logging.getLogger("tenure.fencing")
 _DIGITS = re.compile(r"[0-9]{1,19}")
-_STILL_ENCODED = re.compile(r"%[0-9A-Fa-f]{2}")
 Headers = Mapping[str, str] | Iterable[tuple[bytes, bytes]]
 
 
@@ -91,20 +95,8 @@ def fencing_headers(lease: Lease | HeldLease, *, secret: bytes | str | None = No
     request = None if unbound is True else signed_request(str(method), str(path), body)
     headers[SIGNATURE_HEADER] = proof.sign(secret, job_id, owner, token, request=request, unbound=request is None)
     if request is not None and request.body_digest:
-        headers[BODY_DIGEST_HEADER] = _DIGEST_PREFIX + request.body_digest
+        headers[BODY_DIGEST_HEADER] = DIGEST_PREFIX + request.body_digest
     return headers
-
-
-def signed_request(method: str, path: str, body: bytes | None = None) -> Request:
-    """What a sender signs: ``method``, the normal form of ``path`` (a path or a URL, as sent:
-    percent-escapes decoded once, as the server does) and the body's digest when given."""
-    if not isinstance(path, str):
-        raise InvalidArgument(f"path must be a str, not {type(path).__name__}")
-    try:
-        sent = unquote(urlsplit(path).path, errors="strict")
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise InvalidArgument(f"request path {quoted(path)} is not a URL path of UTF-8 text: {exc}") from exc
-    return Request(method, normal_path(sent), "" if body is None else proof.body_digest(body))
 
 
 def _pairs(headers: Headers) -> list[tuple[str, str]]:
@@ -149,39 +141,9 @@ def read_headers(headers: Headers) -> tuple[str, int, str] | None:
     return job, checked, who
 
 
-def normal_path(path: str, root_path: str = "") -> str:
-    """The one spelling of a request path that names its fence: ``InvalidArgument`` if there is none.
-
-    The mount prefix (``root_path``) is dropped, whether or not the server left it in ``path``
-    (ASGI servers differ); Unicode is composed (NFC); empty segments (``//``, a trailing slash)
-    are dropped and a backslash counts as a slash. Dot segments and text still percent-encoded
-    after the server's one decoding (``%252F``) are refused: servers and apps resolve them
-    differently. Two spellings merged into one key can only refuse more, never admit more.
-    """
-    root = root_path.rstrip("/")
-    if root and (path == root or path.startswith(root + "/")):
-        path = path[len(root):]
-    path = unicodedata.normalize("NFC", path).replace("\\", "/")
-    if _STILL_ENCODED.search(path):
-        raise InvalidArgument(f"request path {quoted(path)} is still percent-encoded after decoding")
-    segments = [part for part in path.split("/") if part]
-    if any(part in (".", "..") for part in segments):
-        raise InvalidArgument(f"request path {quoted(path)} has '.' or '..' segments")
-    return validation.resource("/" + "/".join(segments))
-
-
 def path_resource(scope: Scope) -> str | None:
     """The default resource of a request: its normal path (``normal_path``), one fence per URL."""
     return normal_path(str(scope.get("path") or "/"), str(scope.get("root_path") or ""))
-
-
-def request_path(scope: Scope) -> str:
-    """The normal form of the whole path the client asked for, mount prefix included: what a
-    bound signature covers (a server may or may not have left ``root_path`` in ``path``)."""
-    path, root = str(scope.get("path") or "/"), str(scope.get("root_path") or "").rstrip("/")
-    if root and not (path == root or path.startswith(root + "/")):
-        path = root + path
-    return normal_path(path)
 
 
 class FencingMiddleware:
@@ -254,12 +216,13 @@ class FencingMiddleware:
             return
         request: Request | None = None
         if self.proof.signed:
+            digests = [v.strip() for k, v in _pairs(headers) if k == BODY_DIGEST_HEADER.lower()]
             try:
-                request, receive = await self._signed(scope, headers, receive)
-            except _Unread as exc:
+                request, receive = await bound_request(scope, digests, receive, self.signed_body)
+            except Unread as exc:
                 await _answer(send, exc.status, {"error": exc.why})
                 return
-            except _Unsigned as exc:
+            except Unsigned as exc:
                 await self._refuse(send, exc.status, claim, exc.why)
                 return
         try:
@@ -283,29 +246,6 @@ class FencingMiddleware:
             return
         await self.app({**scope, SCOPE_KEY: claim}, receive, send)
 
-    async def _signed(self, scope: Scope, headers: Headers, receive: Receive) -> tuple[Request, Receive]:
-        """The request a signature must be bound to, and a ``receive`` that gives the app the body
-        read here to check its digest (raises ``_Unsigned`` to refuse, ``_Unread`` for bad input)."""
-        try:
-            path = request_path(scope)
-        except InvalidArgument as exc:  # a resource= of the app's own named a path with no normal form
-            raise _Unsigned(400, str(exc)) from exc
-        method = str(scope.get("method") or "")
-        if not proof.METHOD.fullmatch(method):
-            raise _Unread(400, f"request method {quoted(method)} is not an HTTP method")
-        given = [v.strip() for k, v in _pairs(headers) if k == BODY_DIGEST_HEADER.lower()]
-        if not given:
-            if self.signed_body:
-                raise _Unsigned(403, "the body is not signed")
-            return Request(method, path), receive
-        if len(given) > 1 or not given[0].startswith(_DIGEST_PREFIX):
-            raise _Unread(400, f"{BODY_DIGEST_HEADER} must be given once, as {_DIGEST_PREFIX}<hex SHA-256>")
-        body = await _whole_body(receive)
-        digest = proof.body_digest(body)
-        if given[0] != _DIGEST_PREFIX + digest:
-            raise _Unsigned(403, "the body is not the one signed")
-        return Request(method, path, digest), _replay(body, receive)
-
     async def _refuse(self, send: Send, status: int, claim: FenceClaim, why: str, highest: int = 0) -> None:
         """Answer an unproven token (403), one whose lease the store says ended (409) or an
         unnormalised path (400); log it and report it to ``on_reject``."""
@@ -327,43 +267,6 @@ class FencingMiddleware:
 
 
 _REFUSALS = {403: "unproven token", 409: "ended lease", 400: "unnormalised path"}
-
-
-class _Unsigned(Exception):
-    """A request its signature cannot cover: refused and reported like an unproven token."""
-
-    def __init__(self, status: int, why: str) -> None:
-        super().__init__(why)
-        self.status, self.why = status, why
-
-
-class _Unread(_Unsigned):
-    """A request whose body could not be read for its digest: answered, not reported."""
-
-
-async def _whole_body(receive: Receive) -> bytes:
-    chunks, size, more = [], 0, True
-    while more:
-        message = await receive()
-        if message.get("type") != "http.request":  # the client went away
-            raise _Unread(400, "the request body ended early")
-        chunk = bytes(message.get("body") or b"")
-        size += len(chunk)
-        if size > MAX_SIGNED_BODY:
-            raise _Unread(413, f"a signed body is read whole to check its digest: at most {MAX_SIGNED_BODY} bytes")
-        chunks.append(chunk)
-        more = bool(message.get("more_body"))
-    return b"".join(chunks)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A ``receive`` that hands the app the body already read, then the server's own messages."""
-    pending = [{"type": "http.request", "body": body, "more_body": False}]
-
-    async def replayed() -> MutableMapping[str, Any]:
-        return pending.pop() if pending else await receive()
-
-    return replayed
 
 
 def _stale(resource: str, token: int, highest: int) -> dict[str, Any]:
