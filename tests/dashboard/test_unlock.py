@@ -79,3 +79,10 @@ def test_the_dashboard_counts_tries_by_address(tmp_path: Path, open_app: Callabl
     operator.text_input(key="admin_secret_input").set_value(SECRET).run()
     assert "Admin actions unlocked" in [s.value for s in operator.success]
     seed.store.close()
+
+
+def test_the_docs_state_the_limits_the_code_keeps() -> None:
+    text = " ".join((Path(__file__).resolve().parents[2] / "docs" / "dashboard.md").read_text().split())
+    assert unlock.CEILING_WINDOW == 60.0 and unlock.MAX_WAIT == 300.0 and unlock.FREE_TRIES == 3
+    assert f"at most {unlock.CEILING_TRIES} wrong tries are heard per minute" in text
+    assert "rate-limited per client address" in text and "up to 5 minutes" in text and "/64" in text
