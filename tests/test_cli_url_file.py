@@ -131,3 +131,12 @@ def test_a_url_file_of_another_user_and_ambiguous_sources_are_refused(
         os.chown(path, 4242, -1)
         assert main(["--url-file", str(path), "ls"]) == 64
         assert "belongs to another user (uid 4242)" in capsys.readouterr().err
+
+
+def test_the_docs_say_what_each_way_exposes() -> None:
+    text = " ".join((ROOT / "docs" / "running-workers.md").read_text().split())
+    assert "| `--url URL` | **every user of the machine**: `ps`, `/proc/<pid>/cmdline` |" in text
+    assert "| `TENURE_URL=URL` | the same user and root: `/proc/<pid>/environ` |" in text
+    assert ("neither `/proc/<pid>/cmdline` nor `/proc/<pid>/environ` of `tenure run` (or of any other command) "
+            "holds the password") in text
+    assert "a process cannot remove a variable from that copy" in text and "`chmod 600` it" in text
