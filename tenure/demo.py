@@ -100,6 +100,7 @@ class Demo:
         self.start = time.monotonic()
         self.store = tenure.connect(args.url)
         self.workers: list[Any] = []
+        self.round = 0  # the last round's number (see ``fresh_round``)
 
     def log(self, event: Event) -> None:
         token = f"token {event.token}" if event.token else ""
@@ -139,19 +140,23 @@ class Demo:
             p.start()
             self.workers.append(p)
 
-    def fresh_job_id(self, stem: str) -> str:
-        n = 1
-        while self.store.get(f"{stem}-{n}") is not None:
+    def fresh_round(self) -> int:
+        """The next round number whose jobs are not in the store (from an earlier round or run):
+        each round submits new jobs, report-N.0 ... and invoice-N, rather than running the
+        completed ones again, which read as one job rerun round after round."""
+        n = self.round + 1
+        while any(self.store.get(job_id) is not None for job_id in (f"invoice-{n}", f"report-{n}.0")):
             n += 1
-        return f"{stem}-{n}"
+        self.round = n
+        return n
 
     def scenario(self) -> str:
         """The seed's example once; returns the invoice job's id."""
         a = self.args
-        batch = self.fresh_job_id("report")
-        self.store.submit_many(f"{batch}.{i}" for i in range(a.jobs))
+        n = self.fresh_round()
+        self.store.submit_many(f"report-{n}.{i}" for i in range(a.jobs))
         self.note(f"submitted {a.jobs} jobs; workers take them with claim_next()")
-        job_id = self.fresh_job_id("invoice")
+        job_id = f"invoice-{n}"
         paused = self.ctx.Process(target=paused_worker, args=(a.url, "worker-A", job_id, a.ttl, self.paused_events),
                                   daemon=True)
         paused.start()

@@ -28,6 +28,7 @@ from tenure.cli.arguments import (
     TOKEN,
     TTL,
     WAIT,
+    store_url,
 )
 from tenure.cli.format import OUTPUTS
 from tenure.cli.run import cmd_run
@@ -56,14 +57,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tenure", description="Expiring job leases with fencing tokens.",
                      epilog=exits.HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=_version())
-    parser.add_argument("--url", default=os.environ.get("TENURE_URL", DEFAULT_URL),
-                        help=f"store URL (env TENURE_URL; default {DEFAULT_URL})")
+    parser.add_argument("--url", help=f"store URL (env TENURE_URL; default {DEFAULT_URL}); every user "
+                                      "of the machine sees a password given here (ps): use --url-file")
+    parser.add_argument("--url-file", metavar="PATH",
+                        help="file holding the store URL, so that its password is in neither the command "
+                             "line nor the environment (env TENURE_URL_FILE); refused if other users may read it")
     parser.add_argument("-o", "--output", choices=OUTPUTS, default="table",
                         help="table (default), json, or jsonl (one record per line)")
     parser.add_argument("--json", dest="output", action="store_const", const="json", help="same as -o json")
     # The same options after the command too (``tenure ls --json``); given there, they win.
     common = _Parser(add_help=False)
     common.add_argument("--url", default=argparse.SUPPRESS, help="store URL")
+    common.add_argument("--url-file", metavar="PATH", default=argparse.SUPPRESS, help="file holding the store URL")
     common.add_argument("-o", "--output", choices=OUTPUTS, default=argparse.SUPPRESS, help="output form")
     common.add_argument("--json", dest="output", action="store_const", const="json", default=argparse.SUPPRESS,
                         help="same as -o json")
@@ -195,6 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else exits.USAGE
     args.cmd = command
     try:
+        args.url = store_url(args.url, args.url_file, os.environ, DEFAULT_URL)
         refused = stores.opened(args)
         if refused is not None:
             return refused
