@@ -115,6 +115,6 @@ def test_the_default_store_says_which_file_it_is(tmp_path: Path, monkeypatch: py
     monkeypatch.delenv("TENURE_URL", raising=False)
     assert main(["submit", "a"]) == 0
     err = capsys.readouterr().err
-    assert f"tenure: using the default store {tmp_path / 'tenure-demo.db'} (--url or TENURE_URL" in err
+    assert f"tenure: using the default store {tmp_path / 'tenure-demo.db'} (--url or --url-file to choose" in err
     assert main(["--url", f"sqlite:///{tmp_path / 'tenure-demo.db'}", "ls"]) == 0
     assert "default" not in capsys.readouterr().err  # named: nothing to say

@@ -40,7 +40,7 @@ def opened(args: argparse.Namespace) -> int | None:
         _check_options(args.url)  # a malformed URL is a usage error, before a missing store
     if file.exists() or _creates(args):
         if args.url == DEFAULT_URL:
-            print(f"tenure: using the default store {file.resolve()} (--url or TENURE_URL to choose another)",
+            print(f"tenure: using the default store {file.resolve()} (--url or --url-file to choose another)",
                   file=sys.stderr, flush=True)
         return None
     if args.command == "claim":
