@@ -48,6 +48,7 @@ from tenure.core.records import (
     Summary,
 )
 from tenure.core.transitions import status
+from tenure.core.validation import LAST_TOKEN, MAX_JOB_ID, refused_class
 
 SCHEMA_VERSION = "1"
 _SCHEMA = """
@@ -95,7 +96,7 @@ def _mapped_errors(path: str) -> Iterator[None]:
 
 
 def _decode(row: tuple[Any, ...]) -> JobRecord:
-    return codec.job_record(f"tenure_jobs/{row[0]}", *row)
+    return codec.job_record(codec.key_of("tenure_jobs", row[0]), *row)
 
 
 class _SQLiteTransaction(Transaction):
@@ -123,13 +124,14 @@ class _SQLiteTransaction(Transaction):
     def next_claimable(self) -> str | None:
         # Expired leases first (their work is overdue), then pending jobs in the order they
         # became pending; both through partial indexes, so the cost does not grow with
-        # completed jobs. A row that is not tenure's (_VALID) is passed over, as the other
-        # stores pass over one they cannot read: it never blocks the queue behind it.
+        # completed jobs. A row that is not tenure's (_VALID), or whose token no claim can
+        # follow, is passed over, as the other stores pass over one they cannot read: it never
+        # blocks the queue behind it.
         row = self._db.execute(
-            f"SELECT job_id FROM tenure_jobs WHERE state = 'leased' AND lease_until <= ? AND {_VALID} "
+            f"SELECT job_id FROM tenure_jobs WHERE state = 'leased' AND lease_until <= ? AND {_NEXT} "
             "ORDER BY lease_until LIMIT 1", (self.now,)).fetchone()
         if row is None:
-            row = self._db.execute(f"SELECT job_id FROM tenure_jobs WHERE state = 'pending' AND {_VALID} "
+            row = self._db.execute(f"SELECT job_id FROM tenure_jobs WHERE state = 'pending' AND {_NEXT} "
                                    "ORDER BY coalesce(queued_at, submitted_at) LIMIT 1").fetchone()
         return None if row is None else str(row[0])
 
@@ -279,7 +281,7 @@ class SQLiteBackend(RecordBackend):
         try:
             return status(_decode(row), now)
         except CorruptRecord as exc:
-            return corrupt_status(str(row[0]), exc.key, exc)
+            return corrupt_status(row[0], exc.key, exc)
 
     def get(self, job_id: str) -> JobStatus | None:
         rows = self._query(f"SELECT {_JOB_COLUMNS} FROM tenure_jobs WHERE job_id = ?", (job_id,))
@@ -372,11 +374,21 @@ class SQLiteBackend(RecordBackend):
 _TIMES = ("lease_until", "ttl", "submitted_at", "claimed_at", "renewed_at", "completed_at")
 _FINITE = " AND ".join(f"({c} IS NULL OR (typeof({c}) IN ('real', 'integer') AND abs({c}) <= 1.7976931348623157e308))"
                        for c in _TIMES)
-_VALID = ("(typeof(token) = 'integer' AND token >= 0 AND typeof(runs) = 'integer'"
+# A job id a caller could name (codec.job_id_problem): text (not a blob) of 1 to 256 characters
+# (length() stops at a NUL, so instr() looks for one), none refused: printable ASCII, the common
+# case, is told by the first GLOB alone; the second looks for a refused character. Lone
+# surrogates are not in the class: SQL text cannot carry them, and Python cannot read them.
+_REFUSED_GLOB = refused_class(chr)
+_GOOD_ID = (f"typeof(job_id) = 'text' AND length(job_id) BETWEEN 1 AND {MAX_JOB_ID} AND instr(job_id, char(0)) = 0"
+            f" AND (job_id NOT GLOB '*[^ -~]*' OR job_id NOT GLOB '*[{_REFUSED_GLOB}]*')")
+_VALID = (f"(typeof(token) = 'integer' AND token BETWEEN 0 AND {LAST_TOKEN}"
+          " AND typeof(runs) = 'integer' AND runs >= 0"
           " AND typeof(owner) IN ('text', 'null') AND typeof(result) IN ('blob', 'null')"
-          f" AND {_FINITE}"
+          f" AND {_FINITE} AND {_GOOD_ID}"
           " AND (state IN ('pending', 'completed') OR (state = 'leased' AND owner IS NOT NULL"
           " AND lease_until IS NOT NULL AND ttl IS NOT NULL)))")
+# What claim_next may take (transitions.is_next): a valid row whose token a claim can follow.
+_NEXT = f"token < {LAST_TOKEN} AND {_VALID}"
 _STATE_SQL = {
     JobState.PENDING: f"(state = 'pending' AND {_VALID})",
     JobState.LEASED: f"(state = 'leased' AND lease_until > :now AND {_VALID})",

@@ -11,6 +11,7 @@ from tenure.core.errors import (
     LeaseError,
     StaleLease,
     TokenChanged,
+    TokensExhausted,
 )
 
 OK = 0
@@ -40,7 +41,7 @@ def for_error(exc: LeaseError) -> int:
         return USAGE
     if isinstance(exc, JobNotFound):
         return NOTHING
-    if isinstance(exc, (StaleLease, AlreadyClaimed, JobCompleted, TokenChanged)):
+    if isinstance(exc, (StaleLease, AlreadyClaimed, JobCompleted, TokenChanged, TokensExhausted)):
         return REFUSED
     if isinstance(exc, BackendUnavailable):
         return UNAVAILABLE

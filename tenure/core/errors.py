@@ -8,6 +8,8 @@ Every error tenure raises on purpose derives from :class:`LeaseError`::
     │   └── NotYetClaimable                 the store ended the lease early enough that its holder
     │                                       may still trust it; claimable after ``retry_after``
     ├── JobCompleted                        the job is completed; submit() it again for a new run
+    ├── TokensExhausted                     the job's token is the highest a claim issues: no claim
+    │                                       can follow it; nothing written
     ├── TokenChanged                        an operator's confirmed token is no longer the job's
     │                                       current one (force_expire with token=); nothing changed
     ├── JobNotFound (also KeyError)         an operation needs a job that does not exist
@@ -97,6 +99,18 @@ class JobCompleted(LeaseError):
     def __init__(self, job_id: str) -> None:
         super().__init__(f"job {quoted(job_id)} is completed")
         self.job_id = job_id
+
+
+class TokensExhausted(LeaseError):
+    """The job's token is the highest a claim issues (``validation.LAST_TOKEN``): a next claim
+    would need a token no store column or fence can hold. Nothing was written; ``claim_next``
+    passes over such a job. Only a record written by something else gets there."""
+
+    def __init__(self, job_id: str, token: int) -> None:
+        super().__init__(f"job {quoted(job_id)} cannot be claimed again: its token {token} is the highest a claim "
+                         "issues; nothing was written (run the work under a new job id)")
+        self.job_id = job_id
+        self.token = token
 
 
 class TokenChanged(LeaseError):

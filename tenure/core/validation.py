@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import unicodedata
+from collections.abc import Callable
 
 from tenure.core.errors import InvalidArgument, quoted
 
@@ -13,6 +14,10 @@ MAX_RESOURCE = 256
 MAX_TTL = 7 * 24 * 3600.0
 MAX_WAIT = MAX_TTL  # the longest a call blocks (a blocking claim, a grace period)
 MAX_TOKEN = 2**63 - 1  # stores and fence tables keep tokens in signed 64-bit integers
+# The highest token a claim issues. A record holding a higher one was written by something
+# else; one holding this token can be claimed no more (``TokensExhausted``), as a next claim
+# would issue a token no readable record may hold.
+LAST_TOKEN = MAX_TOKEN - 1
 MAX_REASON = 512
 
 # Cc: control characters; Cs: lone surrogates, which no store can encode; Cf: format
@@ -20,6 +25,35 @@ MAX_REASON = 512
 # an operator reads; Zl, Zp: line and paragraph separators, which break log lines and tables.
 _REFUSED = {"Cc": "control", "Cs": "surrogate", "Cf": "format", "Zl": "line separator",
             "Zp": "paragraph separator"}
+# The code points of those categories (Unicode 14.0), inclusive ranges: the same rule in SQL,
+# where stores pass over records with such ids (tests/test_codec.py checks it against unicodedata).
+REFUSED_RANGES = (
+    (0x0, 0x1F), (0x7F, 0x9F), (0xAD, 0xAD), (0x600, 0x605), (0x61C, 0x61C), (0x6DD, 0x6DD), (0x70F, 0x70F),
+    (0x890, 0x891), (0x8E2, 0x8E2), (0x180E, 0x180E), (0x200B, 0x200F), (0x2028, 0x202E), (0x2060, 0x2064),
+    (0x2066, 0x206F), (0xD800, 0xDFFF), (0xFEFF, 0xFEFF), (0xFFF9, 0xFFFB), (0x110BD, 0x110BD),
+    (0x110CD, 0x110CD), (0x13430, 0x13438), (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A), (0xE0001, 0xE0001),
+    (0xE0020, 0xE007F),
+)
+
+
+def refused_class(written: Callable[[int], str]) -> str:
+    """``REFUSED_RANGES`` as the inside of a bracket expression (a SQL GLOB, a regular
+    expression), each code point as ``written`` gives it. NUL and lone surrogates are left
+    out: SQL text cannot carry them (a store checks for NUL its own way)."""
+    return "".join(written(max(low, 1)) if low == high else f"{written(max(low, 1))}-{written(high)}"
+                   for low, high in REFUSED_RANGES if not 0xD800 <= low <= 0xDFFF)
+
+
+def refused_character(value: str) -> str | None:
+    """The first character of ``value`` no id may contain, described without quoting the rest
+    ("the control character U+000A ('\\n')"); None when there is none."""
+    if value.isascii() and value.isprintable():  # the common case, and ASCII's only Cc are unprintable
+        return None
+    for ch in value:
+        refused = _REFUSED.get(unicodedata.category(ch))
+        if refused is not None:
+            return f"the {refused} character U+{ord(ch):04X} ({ch!a})"
+    return None
 
 
 def _text(kind: str, value: object, limit: int) -> str:
@@ -27,13 +61,9 @@ def _text(kind: str, value: object, limit: int) -> str:
         raise InvalidArgument(f"{kind} must be a str, not {type(value).__name__}")
     if not 1 <= len(value) <= limit:
         raise InvalidArgument(f"{kind} must be 1 to {limit} characters, got {len(value)}")
-    if value.isascii() and value.isprintable():  # the common case, and ASCII's only Cc are unprintable
-        return value
-    for ch in value:
-        refused = _REFUSED.get(unicodedata.category(ch))
-        if refused is not None:
-            raise InvalidArgument(f"{kind} {quoted(value)} contains the {refused} character "
-                                  f"U+{ord(ch):04X} ({ch!a})")
+    refused = refused_character(value)
+    if refused is not None:
+        raise InvalidArgument(f"{kind} {quoted(value)} contains {refused}")
     return value
 
 

@@ -169,7 +169,7 @@ def read_job(kv: KV, job_id: str) -> JobValue:
     if state is None:
         raise CorruptRecord(key, f"unknown state {v.get('state')!r}")
     owner = _field(kv, v, "owner", str, optional=state is JobState.PENDING)
-    return JobValue(state, owner, _field(kv, v, "token", int, False), _field(kv, v, "ttl", _NUM),
+    return JobValue(state, owner, codec.stored_token(key, v.get("token")), _field(kv, v, "ttl", _NUM),
                     _field(kv, v, "submitted_at", _NUM), _field(kv, v, "claimed_at", _NUM),
                     _field(kv, v, "expires_at", _NUM), _field(kv, v, "runs", int, False))
 

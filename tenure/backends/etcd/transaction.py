@@ -262,7 +262,7 @@ class EtcdTransaction(Transaction):
             rec, _ = self._judged(job_id, read)
         except CorruptRecord:
             return None  # listed as corrupt by jobs(), never claimed through claim_next
-        return read if rec is not None and transitions.is_claimable(rec, self.now) else None
+        return read if transitions.is_next(rec, self.now) else None
 
     # -- writes --------------------------------------------------------------------------
     def save(self, record: JobRecord) -> None:
