@@ -185,12 +185,21 @@ class LeaseLost(LeaseError):
 
 
 class CorruptRecord(LeaseError):
-    """A record in the store could not be read as a tenure record; it is never overwritten."""
+    """A record in the store could not be read as a tenure record; it is never overwritten.
 
-    def __init__(self, key: str, problem: str) -> None:
-        super().__init__(f"corrupt record {quoted(key, 120)}: {problem}")
+    ``key`` is the store's key of the record, ``problem`` what is wrong (never the value
+    itself), ``job_id`` the job an operation named, where its key does not show it plainly."""
+
+    def __init__(self, key: str, problem: str, job_id: str | None = None) -> None:
+        job = "" if job_id is None else f" of job {quoted(job_id)}"
+        super().__init__(f"corrupt record {quoted(key, 120)}{job}: {problem}")
         self.key = key
         self.problem = problem
+        self.job_id = job_id
+
+    def naming(self, job_id: str) -> CorruptRecord:
+        """This error, naming ``job_id`` (the job an operation named) if it names none yet."""
+        return self if self.job_id is not None else CorruptRecord(self.key, self.problem, job_id)
 
 
 class BackendUnavailable(LeaseError):

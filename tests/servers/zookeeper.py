@@ -8,6 +8,7 @@ In CI a server that cannot start fails the test; elsewhere the test is skipped.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -15,11 +16,13 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import tenure
-from tests.harness import ServerHarness, in_ci
+from tenure.testing.kit import Tampering
+from tests.harness import NEWLINE_ID_TAIL, TAMPERED_TOKENS, ServerHarness, in_ci
 from tests.servers.control import ServerProcess
 from tests.servers.ports import free_port
 
@@ -228,6 +231,19 @@ class ZooKeeperHarness(ServerHarness):
     def corrupt(self, store: tenure.Store, job_id: str) -> None:
         backend = store.backend
         backend.client.set(backend.layout.job(job_id), b"\x00not json")  # type: ignore[attr-defined]
+
+    def plant(self, store: tenure.Store, job_id: str, tampering: Tampering) -> bool:
+        if tampering is Tampering.NEWLINE_ID:
+            self.submit_unchecked(store, job_id + NEWLINE_ID_TAIL)
+            return True
+        if tampering not in TAMPERED_TOKENS:
+            return super().plant(store, job_id, tampering)  # a znode name is text: no binary id
+        store.submit(job_id)
+        backend: Any = store.backend
+        path = backend.layout.job(job_id)
+        record = json.loads(backend.client.get(path)[0])
+        backend.client.set(path, json.dumps({**record, "token": TAMPERED_TOKENS[tampering]}).encode())
+        return True
 
 
 @contextlib.contextmanager
