@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
+import unicodedata
 
 import pytest
 
-from tenure.core import codec
-from tenure.core.errors import CorruptRecord
-from tenure.core.records import HistoryEvent, JobState, JobStatus, Op, Rejection, RejectionKind
+from tenure.core import codec, transitions, validation
+from tenure.core.errors import CorruptRecord, TokensExhausted
+from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Op, Rejection, RejectionKind
 
 
 @pytest.mark.parametrize("job_id", ["a", "ünï/cödé", "../..", " ", "x" * 300])
@@ -126,3 +128,41 @@ def test_a_listed_status_is_the_status_the_general_way_builds() -> None:
         pending.owner = "x"  # type: ignore[misc]
     for bad in (math.inf, math.nan, 5, "5"):  # a time that is not a finite float: the general way
         assert codec.listed_status("p", "pending", None, 0, 1, None, None, bad, None, None, None, now) is None
+
+
+def test_the_refused_ranges_are_the_refused_categories_of_this_python() -> None:
+    # The SQL stores check job ids with these ranges: they must say what validation.job_id says.
+    refused = {"Cc", "Cs", "Cf", "Zl", "Zp"}
+    listed = {code for low, high in validation.REFUSED_RANGES for code in range(low, high + 1)}
+    assert listed == {code for code in range(sys.maxunicode + 1) if unicodedata.category(chr(code)) in refused}
+
+
+@pytest.mark.parametrize(("job_id", "token", "runs"), [
+    ("a\nb", 1, 1), ("a\u2028b", 1, 1), ("", 1, 1), ("x" * 257, 1, 1), (b"j", 1, 1),
+    ("j", validation.LAST_TOKEN + 1, 1), ("j", 1, -1),
+])
+def test_a_listing_leaves_a_record_the_codec_refuses_to_the_general_way(job_id: object, token: int, runs: int) -> None:
+    assert codec.listed_status(job_id, "pending", None, token, runs, None, None, 1.0, None, None, None, 2.0) is None
+    with pytest.raises(CorruptRecord):
+        codec.job_record("k", job_id, "pending", None, token, None, None, 1.0, None, None, None, runs, None)
+
+
+@pytest.mark.parametrize(("stored", "shown"), [
+    ("ünï/cödé", "ünï/cödé"),
+    ("a\nb", "'a\\nb'"),
+    (b"job-x", "x'6a6f622d78'"),
+    (b"\x00" * 100, "x'" + "00" * 32 + "'... (100 bytes)"),
+    ("x" * 1000, "'" + "x" * 40 + "'... (1000 characters)"),
+])
+def test_a_listing_shows_a_job_id_no_caller_could_give_escaped_and_cut(stored: object, shown: str) -> None:
+    status = codec.corrupt_status(stored, "k", CorruptRecord("k", "bad"))
+    assert status.job_id == shown and status.state is JobState.CORRUPT
+
+
+def test_a_claim_of_a_job_at_the_last_token_is_refused_and_claim_next_passes_it_over() -> None:
+    last = JobRecord("j", JobState.PENDING, token=validation.LAST_TOKEN)
+    with pytest.raises(TokensExhausted, match="its token 9223372036854775806 is the highest a claim issues"):
+        transitions.claim(last, "j", "w", 5.0, 1.0)
+    assert not transitions.is_next(last, 1.0) and transitions.is_claimable(last, 1.0)
+    below = transitions.claim(JobRecord("j", JobState.PENDING, token=validation.LAST_TOKEN - 1), "j", "w", 5.0, 1.0)
+    assert below.token == validation.LAST_TOKEN and codec.stored_token("k", below.token) == validation.LAST_TOKEN
