@@ -83,6 +83,17 @@ class Harness:
             store.submit(job_id)
             self.corrupt(store, job_id)
             return True
+        if tampering is Tampering.NEWLINE_ID:
+            self.submit_unchecked(store, job_id + NEWLINE_ID_TAIL)
+            return True
+        if tampering in TAMPERED_TOKENS:
+            store.submit(job_id)
+            return self.set_token(store, job_id, TAMPERED_TOKENS[tampering])
+        return False
+
+    def set_token(self, store: tenure.Store, job_id: str, token: int) -> bool:
+        """Give the pending job ``job_id`` the token ``token`` behind tenure's back; False where
+        this store cannot."""
         return False
 
     def submit_unchecked(self, store: tenure.Store, job_id: str) -> None:
@@ -133,6 +144,9 @@ class MemoryHarness(Harness):
     def corrupt(self, store: tenure.Store, job_id: str) -> None:
         pytest_skip("the memory store holds Python objects; nothing can corrupt them")
 
+    def plant(self, store: tenure.Store, job_id: str, tampering: Tampering) -> bool:
+        return False  # Python objects: nothing else writes them
+
 
 class SQLiteHarness(MemoryHarness):
     """A store file shared by processes; in the fault suite its faults are the workers' own."""
@@ -156,7 +170,7 @@ class SQLiteHarness(MemoryHarness):
 
     def plant(self, store: tenure.Store, job_id: str, tampering: Tampering) -> bool:
         if tampering is Tampering.UNREADABLE:
-            return super().plant(store, job_id, tampering)
+            return Harness.plant(self, store, job_id, tampering)
         store.submit(job_id)
         change, params = tampered_row(tampering, "?")
         with sqlite3.connect(store.backend.path) as db:  # type: ignore[attr-defined]

@@ -27,8 +27,7 @@ import pytest
 import tenure
 from tenure.backends.etcd import layout
 from tenure.core.checks import DEFAULT_DRIFT_MARGIN
-from tenure.testing.kit import Tampering
-from tests.harness import NEWLINE_ID_TAIL, TAMPERED_TOKENS, ServerHarness, in_ci
+from tests.harness import ServerHarness, in_ci
 from tests.servers.control import ServerProcess
 from tests.servers.ports import free_port
 
@@ -241,15 +240,8 @@ class EtcdHarness(ServerHarness):
         key = store.backend.keys.job(job_id)  # type: ignore[attr-defined]
         self.cluster.nodes[0].put(key, b"\x00not json")
 
-    def plant(self, store: tenure.Store, job_id: str, tampering: Tampering) -> bool:
-        if tampering is Tampering.NEWLINE_ID:
-            self.submit_unchecked(store, job_id + NEWLINE_ID_TAIL)
-            return True
-        if tampering not in TAMPERED_TOKENS:
-            return super().plant(store, job_id, tampering)  # ids are base64url in keys: no binary id
-        store.submit(job_id)
+    def set_token(self, store: tenure.Store, job_id: str, token: int) -> bool:
         submitted = store.get(job_id).submitted_at  # type: ignore[union-attr]
-        token = TAMPERED_TOKENS[tampering]
         value = layout.JobValue(tenure.JobState.PENDING, None, token, None, submitted, None, None, 1)
         self.cluster.nodes[0].put(store.backend.keys.job(job_id), layout.job_value(job_id, value))  # type: ignore[attr-defined]
         return True

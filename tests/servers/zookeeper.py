@@ -21,8 +21,7 @@ from typing import Any
 import pytest
 
 import tenure
-from tenure.testing.kit import Tampering
-from tests.harness import NEWLINE_ID_TAIL, TAMPERED_TOKENS, ServerHarness, in_ci
+from tests.harness import ServerHarness, in_ci
 from tests.servers.control import ServerProcess
 from tests.servers.ports import free_port
 
@@ -232,17 +231,11 @@ class ZooKeeperHarness(ServerHarness):
         backend = store.backend
         backend.client.set(backend.layout.job(job_id), b"\x00not json")  # type: ignore[attr-defined]
 
-    def plant(self, store: tenure.Store, job_id: str, tampering: Tampering) -> bool:
-        if tampering is Tampering.NEWLINE_ID:
-            self.submit_unchecked(store, job_id + NEWLINE_ID_TAIL)
-            return True
-        if tampering not in TAMPERED_TOKENS:
-            return super().plant(store, job_id, tampering)  # a znode name is text: no binary id
-        store.submit(job_id)
+    def set_token(self, store: tenure.Store, job_id: str, token: int) -> bool:
         backend: Any = store.backend
         path = backend.layout.job(job_id)
         record = json.loads(backend.client.get(path)[0])
-        backend.client.set(path, json.dumps({**record, "token": TAMPERED_TOKENS[tampering]}).encode())
+        backend.client.set(path, json.dumps({**record, "token": token}).encode())
         return True
 
 
