@@ -32,12 +32,13 @@ TAMPERED_TOKENS = {Tampering.TOP_TOKEN: MAX_TOKEN, Tampering.LAST_TOKEN: LAST_TO
 
 def tampered_row(tampering: Tampering, placeholder: str) -> tuple[str, tuple[str, ...]]:
     """The SET clause, and its parameters, that make a SQL store's row of a pending job one
-    with ``tampering`` (a binary id only where the column takes bytes: SQLite)."""
+    with ``tampering`` (binary and undecodable ids only where the column takes any bytes: SQLite)."""
     if tampering is Tampering.NEWLINE_ID:
         return f"job_id = job_id || {placeholder}", (NEWLINE_ID_TAIL,)
     if tampering in TAMPERED_TOKENS:
         return f"token = {TAMPERED_TOKENS[tampering]}", ()
-    return {Tampering.BINARY_ID: "job_id = CAST(job_id AS BLOB)"}[tampering], ()
+    return {Tampering.BINARY_ID: "job_id = CAST(job_id AS BLOB)",
+            Tampering.UNDECODABLE_ID: "job_id = CAST(CAST(job_id AS BLOB) || x'ff' AS TEXT)"}[tampering], ()
 
 
 class Harness:

@@ -66,7 +66,11 @@ def job_id_problem(value: Any) -> str | None:
     if not 1 <= len(value) <= validation.MAX_JOB_ID:
         return f"the job id has {len(value)} characters, not 1 to {validation.MAX_JOB_ID}"
     refused = validation.refused_character(value)
-    return None if refused is None else f"the job id contains {refused}"
+    if refused is None:
+        return None
+    if refused.startswith("the surrogate"):  # how Python reads stored text that is not UTF-8
+        return f"the job id is not UTF-8 text ({refused})"
+    return f"the job id contains {refused}"
 
 
 def shown_job_id(value: Any) -> str:

@@ -105,7 +105,7 @@ class PostgresHarness(ServerHarness):
             conn.execute(f"UPDATE {backend.quoted}.jobs SET state = 'bogus', token = -1 WHERE job_id = %s", (job_id,))
 
     def plant(self, store: tenure.Store, job_id: str, tampering: Tampering) -> bool:
-        if tampering in (Tampering.UNREADABLE, Tampering.BINARY_ID):  # a text column holds no bytes
+        if tampering in (Tampering.UNREADABLE, Tampering.BINARY_ID, Tampering.UNDECODABLE_ID):  # text is UTF-8
             return super().plant(store, job_id, tampering)
         store.submit(job_id)
         backend: Any = store.backend
