@@ -31,19 +31,21 @@ def _escaped(code: int) -> str:
 
 
 # codec.job_id_problem in a regular expression: a character no job id may contain (PostgreSQL
-# text holds no NUL). Printable ASCII, the common case, is told by the first expression alone.
+# text holds no NUL). Printable ASCII, the common case, is told by the first test alone: its
+# length in bytes (read from the value's header) is its length in characters, and a search for
+# any other character costs half an anchored match of the whole id.
 _REFUSED_CLASS = refused_class(_escaped)
 _TIMES = ("lease_until", "ttl", "submitted_at", "claimed_at", "renewed_at", "completed_at")
 
 
 def valid(alias: str) -> str:
     """A row ``decode_row`` accepts (``codec.job_record``), as far as SQL can tell: a corrupt
-    row is never changed. Times are finite (NaN compares above every number, so BETWEEN fails)."""
+    row is never changed. Times are finite (NaN compares above every number: its test fails too)."""
     a = alias
-    finite = " AND ".join(f"({a}.{c} IS NULL OR {a}.{c} BETWEEN -{_FLOAT_MAX} AND {_FLOAT_MAX})" for c in _TIMES)
+    finite = " AND ".join(f"({a}.{c} IS NULL OR abs({a}.{c}) <= {_FLOAT_MAX})" for c in _TIMES)
     return (f"({a}.token BETWEEN 0 AND {LAST_TOKEN} AND {a}.runs >= 0 AND {finite}"
-            f" AND char_length({a}.job_id) BETWEEN 1 AND {MAX_JOB_ID}"
-            f" AND ({a}.job_id ~ '^[ -~]*$' OR {a}.job_id !~ '[{_REFUSED_CLASS}]')"
+            f" AND ((octet_length({a}.job_id) BETWEEN 1 AND {MAX_JOB_ID} AND {a}.job_id !~ '[^ -~]')"
+            f" OR (char_length({a}.job_id) BETWEEN 1 AND {MAX_JOB_ID} AND {a}.job_id !~ '[{_REFUSED_CLASS}]'))"
             f" AND ({a}.state IN ('pending', 'completed')"
             f" OR ({a}.state = 'leased' AND {a}.owner IS NOT NULL AND {a}.lease_until IS NOT NULL"
             f" AND {a}.ttl IS NOT NULL)))")
