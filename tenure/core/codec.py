@@ -201,7 +201,7 @@ def job_record(key: str, job_id: Any, state_value: Any, owner: Any, token: Any, 
                      number(key, "completed_at", completed_at), runs, result)
 
 
-_LAST_TOKEN, _MAX_JOB_ID = validation.LAST_TOKEN, validation.MAX_JOB_ID
+_LAST_TOKEN, _MAX_JOB_ID, _refused = validation.LAST_TOKEN, validation.MAX_JOB_ID, validation.refused_character
 
 
 def listed_status(job_id: Any, state_value: Any, owner: Any, token: Any, runs: Any, lease_until: Any, ttl: Any,
@@ -215,7 +215,7 @@ def listed_status(job_id: Any, state_value: Any, owner: Any, token: Any, runs: A
     stored = _STORED.get(state_value) if type(state_value) is str else None
     if (stored is None or type(job_id) is not str or type(token) is not int or not 0 <= token <= _LAST_TOKEN
             or type(runs) is not int or runs < 0 or not 0 < len(job_id) <= _MAX_JOB_ID
-            or not (job_id.isascii() and job_id.isprintable())  # any other: the general way checks it
+            or (not (job_id.isascii() and job_id.isprintable()) and _refused(job_id) is not None)
             or (owner is not None and type(owner) is not str)
             or (stored is JobState.LEASED and (owner is None or lease_until is None or ttl is None))):
         return None
