@@ -16,7 +16,7 @@ from tenure.core.errors import (
 
 OK = 0
 USAGE = 64  # EX_USAGE: a malformed command line or invalid input (nothing was written)
-REFUSED = 65  # EX_DATAERR: the store refused: stale lease, already claimed, completed, token changed
+REFUSED = 65  # EX_DATAERR: the store refused: stale lease, already claimed, completed, token changed, no token left
 NOTHING = 66  # EX_NOINPUT: nothing to claim, or no such job
 UNAVAILABLE = 69  # EX_UNAVAILABLE: the store cannot be reached, timed out or refused the credentials
 SOFTWARE = 70  # EX_SOFTWARE: anything else (a corrupt record, a lease lost outside ``run``)
@@ -26,7 +26,8 @@ INTERRUPTED = 130  # Ctrl-C
 HELP = f"""exit status:
   {OK:<4} success ("run": the command exited 0, or the job was already completed)
   {USAGE:<4} invalid usage or input; nothing was written
-  {REFUSED:<4} the store refused: stale lease, already claimed, job completed, token changed
+  {REFUSED:<4} the store refused: stale lease, already claimed, job completed, token changed,
+       no token left to issue
   {NOTHING:<4} nothing to claim, or no such job
   {UNAVAILABLE:<4} the store cannot be reached (or refused the credentials)
   {SOFTWARE:<4} a record tenure cannot read, or another error
