@@ -398,9 +398,10 @@ class SQLiteBackend(RecordBackend):
             where.append("instr(lower(owner), lower(:owner)) > 0")
         cond = " AND ".join(where)
         by = "lease_until IS NULL, lease_until, job_id" if order == "expiry" else "job_id"
-        ((total,),) = self._query(f"SELECT count(*) FROM tenure_jobs WHERE {cond}", args)
-        rows = self._query(f"SELECT {_JOB_COLUMNS} FROM tenure_jobs WHERE {cond} ORDER BY {by}"
-                           f" LIMIT {int(limit)} OFFSET {int(offset)}", args)
+        with self._lock:  # the count and the page between the same writes of this process
+            ((total,),) = self._query(f"SELECT count(*) FROM tenure_jobs WHERE {cond}", args)
+            rows = self._query(f"SELECT {_JOB_COLUMNS} FROM tenure_jobs WHERE {cond} ORDER BY {by}"
+                               f" LIMIT {int(limit)} OFFSET {int(offset)}", args)
         return JobPage([self._status(r, now) for r in rows], int(total), offset, limit)
 
 
