@@ -10,6 +10,7 @@ one worker can be cut off alone), injects server faults with the verbs of
 
 from __future__ import annotations
 
+import base64
 import os
 import random
 import sqlite3
@@ -27,6 +28,12 @@ from tests.servers.control import ServerProcess
 
 WORKER_FAULTS = catalog.names(catalog.WORKER)
 NEWLINE_ID_TAIL = "\nx"  # Tampering.NEWLINE_ID: the job's id, then this
+
+
+def undecodable_name(job_id: str) -> str:
+    """Tampering.UNDECODABLE_ID in a store that names jobs by base64url in keys (etcd,
+    ZooKeeper): the name of the job id's UTF-8 and a byte that is not UTF-8."""
+    return base64.urlsafe_b64encode(job_id.encode() + b"\xff").decode().rstrip("=")
 TAMPERED_TOKENS = {Tampering.TOP_TOKEN: MAX_TOKEN, Tampering.LAST_TOKEN: LAST_TOKEN}
 
 

@@ -21,7 +21,10 @@ from typing import Any
 import pytest
 
 import tenure
-from tests.harness import ServerHarness, in_ci
+from tenure.backends.zookeeper import layout as zl
+from tenure.core.records import JobRecord
+from tenure.testing.kit import Tampering
+from tests.harness import ServerHarness, in_ci, undecodable_name
 from tests.servers.control import ServerProcess
 from tests.servers.ports import free_port
 
@@ -230,6 +233,14 @@ class ZooKeeperHarness(ServerHarness):
     def corrupt(self, store: tenure.Store, job_id: str) -> None:
         backend = store.backend
         backend.client.set(backend.layout.job(job_id), b"\x00not json")  # type: ignore[attr-defined]
+
+    def plant(self, store: tenure.Store, job_id: str, tampering: Tampering) -> bool:
+        if tampering is not Tampering.UNDECODABLE_ID:
+            return super().plant(store, job_id, tampering)
+        backend: Any = store.backend  # a job znode only: no index entry names it
+        record = JobRecord(job_id, tenure.JobState.PENDING, submitted_at=store.now())
+        backend.client.create(f"{backend.layout.jobs}/{undecodable_name(job_id)}", zl.dump_record(record, 0))
+        return True
 
     def set_token(self, store: tenure.Store, job_id: str, token: int) -> bool:
         backend: Any = store.backend
