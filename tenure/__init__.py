@@ -30,6 +30,7 @@ from tenure.core.errors import (
     StaleLease,
     StaleToken,
     TokenChanged,
+    TokensExhausted,
 )
 from tenure.core.records import (
     Change,
@@ -97,6 +98,7 @@ __all__ = [
     "Summary",
     "SystemClock",
     "TokenChanged",
+    "TokensExhausted",
     "Transaction",
     "__version__",
     "connect",

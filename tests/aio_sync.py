@@ -19,6 +19,7 @@ import pytest
 import tenure
 import tenure.aio
 from tenure.aio.backend import ThreadedBackend
+from tenure.testing.kit import Tampering
 from tests.harness import Harness
 
 CALL_TIMEOUT = 120.0  # seconds: far beyond any call a case makes; reached only by a hang
@@ -182,6 +183,9 @@ class AioHarness(Harness):
 
     def corrupt(self, store: tenure.Store, job_id: str) -> None:
         self.inner.corrupt(store, job_id)
+
+    def plant(self, store: tenure.Store, job_id: str, tampering: Tampering) -> bool:
+        return self.inner.plant(store, job_id, tampering)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

@@ -10,6 +10,7 @@ one worker can be cut off alone), injects server faults with the verbs of
 
 from __future__ import annotations
 
+import base64
 import os
 import random
 import sqlite3
@@ -19,12 +20,32 @@ from pathlib import Path
 from typing import Any
 
 import tenure
-from tenure.testing.kit import wait_out
+from tenure.core.validation import LAST_TOKEN, MAX_TOKEN
+from tenure.testing.kit import Tampering, wait_out
 from tests.faults import catalog
 from tests.faults.proxy import Proxy
 from tests.servers.control import ServerProcess
 
 WORKER_FAULTS = catalog.names(catalog.WORKER)
+NEWLINE_ID_TAIL = "\nx"  # Tampering.NEWLINE_ID: the job's id, then this
+
+
+def undecodable_name(job_id: str) -> str:
+    """Tampering.UNDECODABLE_ID in a store that names jobs by base64url in keys (etcd,
+    ZooKeeper): the name of the job id's UTF-8 and a byte that is not UTF-8."""
+    return base64.urlsafe_b64encode(job_id.encode() + b"\xff").decode().rstrip("=")
+TAMPERED_TOKENS = {Tampering.TOP_TOKEN: MAX_TOKEN, Tampering.LAST_TOKEN: LAST_TOKEN}
+
+
+def tampered_row(tampering: Tampering, placeholder: str) -> tuple[str, tuple[str, ...]]:
+    """The SET clause, and its parameters, that make a SQL store's row of a pending job one
+    with ``tampering`` (binary and undecodable ids only where the column takes any bytes: SQLite)."""
+    if tampering is Tampering.NEWLINE_ID:
+        return f"job_id = job_id || {placeholder}", (NEWLINE_ID_TAIL,)
+    if tampering in TAMPERED_TOKENS:
+        return f"token = {TAMPERED_TOKENS[tampering]}", ()
+    return {Tampering.BINARY_ID: "job_id = CAST(job_id AS BLOB)",
+            Tampering.UNDECODABLE_ID: "job_id = CAST(CAST(job_id AS BLOB) || x'ff' AS TEXT)"}[tampering], ()
 
 
 class Harness:
@@ -62,6 +83,32 @@ class Harness:
     def corrupt(self, store: tenure.Store, job_id: str) -> None:
         """Overwrite the job's record with bytes tenure did not write."""
         raise NotImplementedError
+
+    def plant(self, store: tenure.Store, job_id: str, tampering: Tampering) -> bool:
+        """The conformance suite's ``plant_raw_record``: a pending job ``job_id`` as something
+        else would have written it; False where this store cannot hold such a record."""
+        if tampering is Tampering.UNREADABLE:
+            store.submit(job_id)
+            self.corrupt(store, job_id)
+            return True
+        if tampering is Tampering.NEWLINE_ID:
+            self.submit_unchecked(store, job_id + NEWLINE_ID_TAIL)
+            return True
+        if tampering in TAMPERED_TOKENS:
+            store.submit(job_id)
+            return self.set_token(store, job_id, TAMPERED_TOKENS[tampering])
+        return False
+
+    def set_token(self, store: tenure.Store, job_id: str, token: int) -> bool:
+        """Give the pending job ``job_id`` the token ``token`` behind tenure's back; False where
+        this store cannot."""
+        return False
+
+    def submit_unchecked(self, store: tenure.Store, job_id: str) -> None:
+        """Submit ``job_id`` through the backend of another store at ``store``'s URL, which
+        writes what ``Store`` would refuse (a job id with a newline)."""
+        with tenure.connect(store.url, **self.options()) as other:
+            other.backend.submit(job_id)
 
     # -- the fault suite ------------------------------------------------------------------------
     def start(self) -> None:
@@ -105,6 +152,9 @@ class MemoryHarness(Harness):
     def corrupt(self, store: tenure.Store, job_id: str) -> None:
         pytest_skip("the memory store holds Python objects; nothing can corrupt them")
 
+    def plant(self, store: tenure.Store, job_id: str, tampering: Tampering) -> bool:
+        return False  # Python objects: nothing else writes them
+
 
 class SQLiteHarness(MemoryHarness):
     """A store file shared by processes; in the fault suite its faults are the workers' own."""
@@ -125,6 +175,15 @@ class SQLiteHarness(MemoryHarness):
         path = store.backend.path  # type: ignore[attr-defined]
         with sqlite3.connect(path) as db:
             db.execute("UPDATE tenure_jobs SET state = 'bogus', token = 'x' WHERE job_id = ?", (job_id,))
+
+    def plant(self, store: tenure.Store, job_id: str, tampering: Tampering) -> bool:
+        if tampering is Tampering.UNREADABLE:
+            return Harness.plant(self, store, job_id, tampering)
+        store.submit(job_id)
+        change, params = tampered_row(tampering, "?")
+        with sqlite3.connect(store.backend.path) as db:  # type: ignore[attr-defined]
+            db.execute(f"UPDATE tenure_jobs SET {change} WHERE job_id = ?", (*params, job_id))
+        return True
 
 
 class ServerHarness(Harness):

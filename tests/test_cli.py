@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ import pytest
 import tenure
 from tenure.cli import main
 from tenure.cli.commands import cmd_claim
+from tenure.core.validation import LAST_TOKEN
 from tests.servers.zookeeper import ZooKeeperServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,6 +91,19 @@ def test_missing_job_exits_66(url: str, capsys: pytest.CaptureFixture[str]) -> N
     tenure.connect(url).close()  # the store exists: get never creates one
     code, _, err = run(capsys, "--url", url, "get", "ghost")
     assert code == 66 and "ghost" in err
+
+
+def test_a_job_at_the_last_token_exits_65_and_a_tampered_one_70(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with tenure.connect(url) as store:
+        store.submit_many(["last", "top"])
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
+        db.execute("UPDATE tenure_jobs SET token = ? WHERE job_id = 'last'", (LAST_TOKEN,))
+        db.execute("UPDATE tenure_jobs SET token = ? WHERE job_id = 'top'", (LAST_TOKEN + 1,))
+    code, _, err = run(capsys, "--url", url, "claim", "last", "--owner", "a", "--ttl", "30")
+    assert code == 65 and "TokensExhausted" in err and "nothing was written" in err
+    code, _, err = run(capsys, "--url", url, "claim", "top", "--owner", "a", "--ttl", "30")
+    assert code == 70 and "CorruptRecord" in err and "of job 'top': token 9223372036854775807 is above" in err
+    assert run(capsys, "--url", url, "claim", "--owner", "a", "--ttl", "30")[0] == 66  # claim_next: nothing it may take
 
 
 def test_python_dash_m_and_tenure_url_env(url: str) -> None:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
+import unicodedata
 
 import pytest
 
-from tenure.core import codec
-from tenure.core.errors import CorruptRecord
-from tenure.core.records import HistoryEvent, JobState, JobStatus, Op, Rejection, RejectionKind
+from tenure.core import codec, transitions, validation
+from tenure.core.errors import CorruptRecord, TokensExhausted
+from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Op, Rejection, RejectionKind
 
 
 @pytest.mark.parametrize("job_id", ["a", "ünï/cödé", "../..", " ", "x" * 300])
@@ -37,8 +39,16 @@ def test_a_good_record_reads() -> None:
 @pytest.mark.parametrize(("index", "value", "problem"), [
     (2, "expired", "state 'expired' is never stored"),
     (2, "gone", "unknown state 'gone'"),
-    (4, -1, "bad token -1 or runs 1"),
-    (4, True, "bad token True or runs 1"),
+    (4, -1, "field 'token' is -1"),
+    (4, True, "field 'token' is True"),
+    (4, 2**63 - 1, "token 9223372036854775807 is above the highest a claim issues (9223372036854775806)"),
+    (4, 10**400, "token an int of 1329 bits is above the highest a claim issues (9223372036854775806)"),
+    (11, -1, "field 'runs' is -1"),
+    (1, b"job-x", "the job id is 5 bytes of binary, not text"),
+    (1, "job\nx", "the job id contains the control character U+000A ('\\n')"),
+    (1, "job\u202ex", "the job id contains the format character U+202E ('\\u202e')"),
+    (1, "", "the job id has 0 characters, not 1 to 256"),
+    (1, "x" * 100_000, "the job id has 100000 characters, not 1 to 256"),
     (3, None, "leased without owner or expiry"),
     (5, float("nan"), "field 'lease_until' is nan"),
     (7, "soon", "field 'submitted_at' is 'soon'"),
@@ -118,3 +128,43 @@ def test_a_listed_status_is_the_status_the_general_way_builds() -> None:
         pending.owner = "x"  # type: ignore[misc]
     for bad in (math.inf, math.nan, 5, "5"):  # a time that is not a finite float: the general way
         assert codec.listed_status("p", "pending", None, 0, 1, None, None, bad, None, None, None, now) is None
+
+
+@pytest.mark.skipif(unicodedata.unidata_version != "14.0.0", reason="the ranges are Unicode 14.0's (Python 3.11)")
+def test_the_refused_ranges_are_unicode_14s_refused_categories() -> None:
+    # Job ids are checked by these ranges in Python and in SQL alike.
+    words = {"Cc": "control", "Cs": "surrogate", "Cf": "format", "Zl": "line separator", "Zp": "paragraph separator"}
+    listed = {code: what for low, high, what in validation.REFUSED_RANGES for code in range(low, high + 1)}
+    assert listed == {code: words[kind] for code in range(sys.maxunicode + 1)
+                      if (kind := unicodedata.category(chr(code))) in words}
+
+
+@pytest.mark.parametrize(("job_id", "token", "runs"), [
+    ("a\nb", 1, 1), ("a\u2028b", 1, 1), ("", 1, 1), ("x" * 257, 1, 1), (b"j", 1, 1),
+    ("j", validation.LAST_TOKEN + 1, 1), ("j", 1, -1),
+])
+def test_a_listing_leaves_a_record_the_codec_refuses_to_the_general_way(job_id: object, token: int, runs: int) -> None:
+    assert codec.listed_status(job_id, "pending", None, token, runs, None, None, 1.0, None, None, None, 2.0) is None
+    with pytest.raises(CorruptRecord):
+        codec.job_record("k", job_id, "pending", None, token, None, None, 1.0, None, None, None, runs, None)
+
+
+@pytest.mark.parametrize(("stored", "shown"), [
+    ("ünï/cödé", "ünï/cödé"),
+    ("a\nb", "'a\\nb'"),
+    (b"job-x", "x'6a6f622d78'"),
+    (b"\x00" * 100, "x'" + "00" * 32 + "'... (100 bytes)"),
+    ("x" * 1000, "'" + "x" * 40 + "'... (1000 characters)"),
+])
+def test_a_listing_shows_a_job_id_no_caller_could_give_escaped_and_cut(stored: object, shown: str) -> None:
+    status = codec.corrupt_status(stored, "k", CorruptRecord("k", "bad"))
+    assert status.job_id == shown and status.state is JobState.CORRUPT
+
+
+def test_a_claim_of_a_job_at_the_last_token_is_refused_and_claim_next_passes_it_over() -> None:
+    last = JobRecord("j", JobState.PENDING, token=validation.LAST_TOKEN)
+    with pytest.raises(TokensExhausted, match="its token 9223372036854775806 is the highest a claim issues"):
+        transitions.claim(last, "j", "w", 5.0, 1.0)
+    assert not transitions.is_next(last, 1.0) and transitions.is_claimable(last, 1.0)
+    below = transitions.claim(JobRecord("j", JobState.PENDING, token=validation.LAST_TOKEN - 1), "j", "w", 5.0, 1.0)
+    assert below.token == validation.LAST_TOKEN and codec.stored_token("k", below.token) == validation.LAST_TOKEN

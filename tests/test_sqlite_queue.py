@@ -74,3 +74,18 @@ def test_claim_next_passes_over_a_row_it_cannot_read(tmp_path: Path) -> None:
         assert {j.job_id for j in store.page(states=["corrupt"]).jobs} == corrupt
         assert {j.job_id for j in store.jobs() if j.state is tenure.JobState.CORRUPT} == corrupt
         assert store.summary().corrupt == len(corrupt)
+
+
+def test_a_listing_pages_past_a_job_id_whose_bytes_are_not_utf8(tmp_path: Path) -> None:
+    # SQLite keeps any bytes as text; Python cannot read such text, so before it was read
+    # leniently every listing (and claim_next) failed on it. Here it ends the first page of
+    # jobs() (2000 rows): the next page starts after it, as stored.
+    with tenure.connect(f"sqlite:///{tmp_path}/q.db") as store:
+        store.submit_many([f"j{n:04d}" for n in range(2000)] + ["k"])
+        with sqlite3.connect(tmp_path / "q.db") as db:
+            db.execute("UPDATE tenure_jobs SET job_id = CAST(CAST(job_id AS BLOB) || x'ff' AS TEXT) "
+                       "WHERE job_id = 'j1999'")
+        listed = list(store.jobs())
+        assert [j.job_id for j in listed[-2:]] == ["'j1999\\udcff'", "k"] and len(listed) == 2001
+        assert listed[-2].state is tenure.JobState.CORRUPT
+        assert listed[-2].problem == "the job id is not UTF-8 text (the surrogate character U+DCFF ('\\udcff'))"

@@ -25,7 +25,8 @@ import tenure.testing
 from tenure.core import audit, codec
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import JobRecord
-from tenure.core.transitions import status
+from tenure.core.transitions import is_next, status
+from tenure.testing.kit import Tampering
 
 RETENTION = 10_000  # rejections and history events kept
 
@@ -120,13 +121,16 @@ class JsonTransaction(tenure.Transaction):
 
     def next_claimable(self) -> str | None:
         # An expired lease first (its work is overdue), soonest expiry first; then the oldest pending job.
+        # Never a corrupt record, nor one whose token no claim can follow (transitions.is_next).
         expired, pending = [], []
         for job_id, stored in self.data["jobs"].items():
-            with contextlib.suppress(tenure.CorruptRecord):  # a corrupt record is never claimed
+            with contextlib.suppress(tenure.CorruptRecord):
                 rec = _decode(job_id, stored)
-                if rec.state is tenure.JobState.LEASED and rec.lease_until is not None and rec.lease_until <= self.now:
+                if not is_next(rec, self.now):
+                    continue
+                if rec.state is tenure.JobState.LEASED and rec.lease_until is not None:
                     expired.append((rec.lease_until, job_id))
-                elif rec.state is tenure.JobState.PENDING:
+                else:
                     pending.append((rec.submitted_at or 0.0, job_id))
         return min(expired or pending, default=(0.0, None))[1]
 
@@ -189,3 +193,24 @@ class TestJsonFileStore(tenure.testing.ConformanceSuite):
             path.write_text(json.dumps(data))
 
         return corrupt
+
+    @pytest.fixture
+    def plant_raw_record(self) -> Any:
+        def plant(store: tenure.Store, job_id: str, tampering: Tampering) -> bool:
+            if tampering in (Tampering.BINARY_ID, Tampering.UNDECODABLE_ID):
+                return False  # JSON keys are text
+            store.submit(job_id)
+            path = store.backend.path  # type: ignore[attr-defined]
+            data = json.loads(path.read_text())
+            record = data["jobs"].pop(job_id)
+            if tampering is Tampering.UNREADABLE:
+                record = ["not", "a", "record"]
+            elif tampering is Tampering.NEWLINE_ID:
+                job_id = job_id + "\nx"
+            else:
+                record["token"] = 2**63 - 1 if tampering is Tampering.TOP_TOKEN else 2**63 - 2
+            data["jobs"][job_id] = record
+            path.write_text(json.dumps(data))
+            return True
+
+        return plant

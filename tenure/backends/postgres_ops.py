@@ -101,16 +101,11 @@ def outraced_by(query: Query, exc: Exception) -> Outraced | None:
 
 
 def decode_row(schema: str, row: tuple[Any, ...] | list[Any]) -> JobRecord:
-    """A job row as a record; CorruptRecord for one tenure did not write (the rule of ``q.valid``)."""
+    """A job row as a record through the one codec; CorruptRecord for one tenure did not write
+    (the rule of ``q.valid``)."""
     job_id, state, owner, token, lease_until, ttl, sub, cla, ren, com, runs, result = row
-    key = f"{schema}.jobs/{job_id}"
-    state = codec.state(key, state)
-    if token < 0 or runs < 0:
-        raise CorruptRecord(key, f"bad token {token!r} or runs {runs!r}")
-    if state is JobState.LEASED and (owner is None or lease_until is None or ttl is None):
-        raise CorruptRecord(key, "leased without owner or expiry")
-    return JobRecord(job_id, state, owner, token, lease_until, ttl, sub, cla, ren, com, runs,
-                     None if result is None else bytes(result))
+    return codec.job_record(codec.key_of(f"{schema}.jobs", job_id), job_id, state, owner, token, lease_until, ttl,
+                            sub, cla, ren, com, runs, None if result is None else bytes(result))
 
 
 class Plans:
@@ -133,7 +128,7 @@ class Plans:
         try:
             return status(self.decode(row), now)
         except CorruptRecord as exc:
-            return corrupt_status(str(row[0]), exc.key, exc)
+            return corrupt_status(row[0], exc.key, exc)
 
     # -- the protocol ------------------------------------------------------------------------
     def submit_many(self, job_ids: list[str], actor: str | None) -> Plan[None]:

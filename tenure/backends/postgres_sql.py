@@ -14,8 +14,10 @@ Statements name their tables through ``{s}``, the schema, quoted once when the b
 from __future__ import annotations
 
 from tenure.core.records import JobState, Op, Reason
+from tenure.core.validation import LAST_TOKEN, MAX_JOB_ID, refused_class
 
 _CLOCK = "clock AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now)"
+_FLOAT_MAX = "1.7976931348623157e308"
 JOB_COLUMNS = ("job_id, state, owner, token, lease_until, ttl, submitted_at, claimed_at, renewed_at, "
                "completed_at, runs, result")
 
@@ -24,12 +26,35 @@ def _lit(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def _escaped(code: int) -> str:
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+# codec.job_id_problem in a regular expression: a character no job id may contain (PostgreSQL
+# text holds no NUL). Printable ASCII, the common case, is told by the first test alone: its
+# length in bytes (read from the value's header) is its length in characters, and a search for
+# any other character costs half an anchored match of the whole id.
+_REFUSED_CLASS = refused_class(_escaped)
+_TIMES = ("lease_until", "ttl", "submitted_at", "claimed_at", "renewed_at", "completed_at")
+
+
 def valid(alias: str) -> str:
-    """A row ``decode_row`` accepts, as far as SQL can tell: a corrupt row is never changed."""
+    """A row ``decode_row`` accepts (``codec.job_record``), as far as SQL can tell: a corrupt
+    row is never changed. Times are finite (NaN compares above every number: its test fails too)."""
     a = alias
-    return (f"({a}.token >= 0 AND {a}.runs >= 0 AND ({a}.state IN ('pending', 'completed')"
+    finite = " AND ".join(f"({a}.{c} IS NULL OR abs({a}.{c}) <= {_FLOAT_MAX})" for c in _TIMES)
+    return (f"({a}.token BETWEEN 0 AND {LAST_TOKEN} AND {a}.runs >= 0 AND {finite}"
+            f" AND ((octet_length({a}.job_id) BETWEEN 1 AND {MAX_JOB_ID} AND {a}.job_id !~ '[^ -~]')"
+            f" OR (char_length({a}.job_id) BETWEEN 1 AND {MAX_JOB_ID} AND {a}.job_id !~ '[{_REFUSED_CLASS}]'))"
+            f" AND ({a}.state IN ('pending', 'completed')"
             f" OR ({a}.state = 'leased' AND {a}.owner IS NOT NULL AND {a}.lease_until IS NOT NULL"
             f" AND {a}.ttl IS NOT NULL)))")
+
+
+def _next(alias: str) -> str:
+    """What a claim may take (transitions.is_next, claimability apart): a valid row whose token
+    a claim can follow."""
+    return f"{alias}.token < {LAST_TOKEN} AND {valid(alias)}"
 
 
 def _cols(alias: str) -> str:
@@ -72,7 +97,7 @@ won AS (
   SELECT %(job)s, 'leased', %(owner)s, 1, now + %(ttl)s, %(ttl)s, now, now, 1, nextval('{{s}}.queue') FROM clock
   ON CONFLICT (job_id) DO UPDATE SET state = 'leased', owner = excluded.owner, token = j.token + 1,
     lease_until = excluded.lease_until, ttl = excluded.ttl, claimed_at = excluded.claimed_at, renewed_at = NULL
-  WHERE {valid('j')} AND {_claimable('j', 'excluded.claimed_at')}
+  WHERE {_next('j')} AND {_claimable('j', 'excluded.claimed_at')}
   RETURNING j.job_id, j.owner, j.token, j.lease_until, j.ttl, j.claimed_at),
 event AS ({_EVENT} SELECT job_id, '{Op.CLAIM}', owner, token, claimed_at, lease_until FROM won)
 SELECT 'won', NULL, NULL, w.owner, w.token, w.lease_until, w.ttl, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
@@ -90,11 +115,11 @@ CLAIM_NEXT = f"""
 WITH {_CLOCK},
 overdue AS MATERIALIZED (
   SELECT j.job_id FROM {{s}}.jobs j, clock
-  WHERE j.state = 'leased' AND j.lease_until <= clock.now AND {valid('j')}
+  WHERE j.state = 'leased' AND j.lease_until <= clock.now AND {_next('j')}
   ORDER BY j.lease_until LIMIT 1 FOR UPDATE OF j SKIP LOCKED),
 waiting AS MATERIALIZED (
   SELECT j.job_id FROM {{s}}.jobs j
-  WHERE j.state = 'pending' AND {valid('j')} AND NOT EXISTS (SELECT 1 FROM overdue)
+  WHERE j.state = 'pending' AND {_next('j')} AND NOT EXISTS (SELECT 1 FROM overdue)
   ORDER BY j.queued LIMIT 1 FOR UPDATE OF j SKIP LOCKED),
 pick AS (SELECT job_id FROM overdue UNION ALL SELECT job_id FROM waiting),
 won AS (

@@ -48,6 +48,7 @@ from tenure.core.records import (
     Summary,
 )
 from tenure.core.transitions import status
+from tenure.core.validation import LAST_TOKEN, MAX_JOB_ID, refused_class
 
 SCHEMA_VERSION = "1"
 _SCHEMA = """
@@ -94,8 +95,32 @@ def _mapped_errors(path: str) -> Iterator[None]:
         raise BackendUnavailable(f"SQLite store {path} is not usable: {exc}") from exc
 
 
+def _utf8(data: bytes | None) -> bool:
+    """Whether text's bytes are UTF-8 (SQL's ``tenure_utf8``): SQLite stores whatever bytes it is
+    given as text, and Python cannot read text that is not (lone surrogates included)."""
+    try:
+        (data or b"").decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _lenient(data: bytes) -> str:
+    """Text tenure did not write, read anyway: bytes that are not UTF-8 become lone surrogates,
+    which the codec refuses in a job id (CORRUPT) and ``quoted`` escapes."""
+    return data.decode("utf-8", "surrogateescape")
+
+
+def _after(job_id: Any) -> tuple[str, Any]:
+    """The keyset condition and its argument for the page after ``job_id``: text read leniently
+    goes back as its bytes, cast to text, so it compares as stored."""
+    if isinstance(job_id, str) and not job_id.isascii() and not _utf8(job_id.encode("utf-8", "surrogateescape")):
+        return "job_id > CAST(? AS TEXT)", job_id.encode("utf-8", "surrogateescape")
+    return "job_id > ?", job_id
+
+
 def _decode(row: tuple[Any, ...]) -> JobRecord:
-    return codec.job_record(f"tenure_jobs/{row[0]}", *row)
+    return codec.job_record(codec.key_of("tenure_jobs", row[0]), *row)
 
 
 class _SQLiteTransaction(Transaction):
@@ -123,13 +148,14 @@ class _SQLiteTransaction(Transaction):
     def next_claimable(self) -> str | None:
         # Expired leases first (their work is overdue), then pending jobs in the order they
         # became pending; both through partial indexes, so the cost does not grow with
-        # completed jobs. A row that is not tenure's (_VALID) is passed over, as the other
-        # stores pass over one they cannot read: it never blocks the queue behind it.
+        # completed jobs. A row that is not tenure's (_VALID), or whose token no claim can
+        # follow, is passed over, as the other stores pass over one they cannot read: it never
+        # blocks the queue behind it.
         row = self._db.execute(
-            f"SELECT job_id FROM tenure_jobs WHERE state = 'leased' AND lease_until <= ? AND {_VALID} "
+            f"SELECT job_id FROM tenure_jobs WHERE state = 'leased' AND lease_until <= ? AND {_NEXT} "
             "ORDER BY lease_until LIMIT 1", (self.now,)).fetchone()
         if row is None:
-            row = self._db.execute(f"SELECT job_id FROM tenure_jobs WHERE state = 'pending' AND {_VALID} "
+            row = self._db.execute(f"SELECT job_id FROM tenure_jobs WHERE state = 'pending' AND {_NEXT} "
                                    "ORDER BY coalesce(queued_at, submitted_at) LIMIT 1").fetchone()
         return None if row is None else str(row[0])
 
@@ -185,6 +211,7 @@ class SQLiteBackend(RecordBackend):
             self._db = sqlite3.connect(path, timeout=timeout, isolation_level=None,
                                        check_same_thread=False)
             try:
+                self._db.create_function("tenure_utf8", 1, _utf8, deterministic=True)
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute(f"PRAGMA synchronous={synchronous}")
                 self._db.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
@@ -279,15 +306,26 @@ class SQLiteBackend(RecordBackend):
                 raise
             self._db.execute("COMMIT")
 
-    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+    def _query(self, sql: str, args: tuple[Any, ...] | dict[str, Any] = ()) -> list[Any]:
         with self._lock, _mapped_errors(self.path):
-            return self._db.execute(sql, args).fetchall()
+            try:
+                return self._db.execute(sql, args).fetchall()
+            except sqlite3.OperationalError as exc:
+                if "decode to UTF-8" not in str(exc):
+                    raise
+            # Text that is not UTF-8 (written by something else): read again, leniently. Only
+            # then: a text factory in Python costs every read.
+            self._db.text_factory = _lenient
+            try:
+                return self._db.execute(sql, args).fetchall()
+            finally:
+                self._db.text_factory = str
 
     def _status(self, row: tuple[Any, ...], now: float) -> JobStatus:
         try:
             return status(_decode(row), now)
         except CorruptRecord as exc:
-            return corrupt_status(str(row[0]), exc.key, exc)
+            return corrupt_status(row[0], exc.key, exc)
 
     def get(self, job_id: str) -> JobStatus | None:
         rows = self._query(f"SELECT {_JOB_COLUMNS} FROM tenure_jobs WHERE job_id = ?", (job_id,))
@@ -302,8 +340,9 @@ class SQLiteBackend(RecordBackend):
             for row in rows:
                 yield self._status(row, now)
             # Keyset paging on the primary key: each page is an index seek, not a rescan.
-            rows = self._query(f"SELECT {_JOB_COLUMNS} FROM tenure_jobs WHERE job_id > ? ORDER BY job_id LIMIT 2000",
-                               (rows[-1][0],))
+            after, last = _after(rows[-1][0])
+            rows = self._query(f"SELECT {_JOB_COLUMNS} FROM tenure_jobs WHERE {after} ORDER BY job_id LIMIT 2000",
+                               (last,))
 
     def rejections(self, since: float | None, limit: int | None) -> list[Rejection]:
         return self._rejections(None, since, limit)
@@ -367,10 +406,10 @@ class SQLiteBackend(RecordBackend):
             where.append("instr(lower(owner), lower(:owner)) > 0")
         cond = " AND ".join(where)
         by = "lease_until IS NULL, lease_until, job_id" if order == "expiry" else "job_id"
-        with self._lock, _mapped_errors(self.path):
-            (total,) = self._db.execute(f"SELECT count(*) FROM tenure_jobs WHERE {cond}", args).fetchone()
-            rows = self._db.execute(f"SELECT {_JOB_COLUMNS} FROM tenure_jobs WHERE {cond} ORDER BY {by}"
-                                    f" LIMIT {int(limit)} OFFSET {int(offset)}", args).fetchall()
+        with self._lock:  # the count and the page between the same writes of this process
+            ((total,),) = self._query(f"SELECT count(*) FROM tenure_jobs WHERE {cond}", args)
+            rows = self._query(f"SELECT {_JOB_COLUMNS} FROM tenure_jobs WHERE {cond} ORDER BY {by}"
+                               f" LIMIT {int(limit)} OFFSET {int(offset)}", args)
         return JobPage([self._status(r, now) for r in rows], int(total), offset, limit)
 
 
@@ -380,11 +419,22 @@ class SQLiteBackend(RecordBackend):
 _TIMES = ("lease_until", "ttl", "submitted_at", "claimed_at", "renewed_at", "completed_at")
 _FINITE = " AND ".join(f"({c} IS NULL OR (typeof({c}) IN ('real', 'integer') AND abs({c}) <= 1.7976931348623157e308))"
                        for c in _TIMES)
-_VALID = ("(typeof(token) = 'integer' AND token >= 0 AND typeof(runs) = 'integer'"
+# A job id a caller could name (codec.job_id_problem): text (not a blob) of 1 to 256 characters
+# (length() stops at a NUL, so instr() looks for one), none refused: printable ASCII, the common
+# case, is told by the first GLOB alone; any other must be UTF-8 (tenure_utf8: lone surrogates
+# are not, and SQL text cannot carry them into the class) without a refused character.
+_REFUSED_GLOB = refused_class(chr)
+_GOOD_ID = (f"typeof(job_id) = 'text' AND length(job_id) BETWEEN 1 AND {MAX_JOB_ID} AND instr(job_id, char(0)) = 0"
+            " AND (job_id NOT GLOB '*[^ -~]*'"
+            f" OR (tenure_utf8(CAST(job_id AS BLOB)) AND job_id NOT GLOB '*[{_REFUSED_GLOB}]*'))")
+_VALID = (f"(typeof(token) = 'integer' AND token BETWEEN 0 AND {LAST_TOKEN}"
+          " AND typeof(runs) = 'integer' AND runs >= 0"
           " AND typeof(owner) IN ('text', 'null') AND typeof(result) IN ('blob', 'null')"
-          f" AND {_FINITE}"
+          f" AND {_FINITE} AND {_GOOD_ID}"
           " AND (state IN ('pending', 'completed') OR (state = 'leased' AND owner IS NOT NULL"
           " AND lease_until IS NOT NULL AND ttl IS NOT NULL)))")
+# What claim_next may take (transitions.is_next): a valid row whose token a claim can follow.
+_NEXT = f"token < {LAST_TOKEN} AND {_VALID}"
 _STATE_SQL = {
     JobState.PENDING: f"(state = 'pending' AND {_VALID})",
     JobState.LEASED: f"(state = 'leased' AND lease_until > :now AND {_VALID})",

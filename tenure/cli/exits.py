@@ -11,12 +11,13 @@ from tenure.core.errors import (
     LeaseError,
     StaleLease,
     TokenChanged,
+    TokensExhausted,
 )
 from tenure.core.records import Reason
 
 OK = 0
 USAGE = 64  # EX_USAGE: a malformed command line or invalid input (nothing was written)
-REFUSED = 65  # EX_DATAERR: the store refused: stale lease, already claimed, completed, token changed
+REFUSED = 65  # EX_DATAERR: the store refused: stale lease, already claimed, completed, token changed, no token left
 NOTHING = 66  # EX_NOINPUT: nothing to claim, no such job, or no such store (a SQLite file)
 UNAVAILABLE = 69  # EX_UNAVAILABLE: the store cannot be reached, timed out or refused the credentials,
 # or an extra a command needs is not installed, or a server of tenure's cannot start
@@ -27,7 +28,8 @@ INTERRUPTED = 130  # Ctrl-C
 HELP = f"""exit status:
   {OK:<4} success ("run": the command exited 0, or the job was already completed)
   {USAGE:<4} invalid usage or input; nothing was written
-  {REFUSED:<4} the store refused: stale lease, already claimed, job completed, token changed
+  {REFUSED:<4} the store refused: stale lease, already claimed, job completed, token changed,
+       no token left to issue
   {NOTHING:<4} nothing to claim, no such job, or no such store (a SQLite file not there)
   {UNAVAILABLE:<4} the store cannot be reached (or refused the credentials), an extra is not
        installed, or "metrics" or "dashboard" cannot serve (its port in use)
@@ -43,7 +45,7 @@ def for_error(exc: LeaseError) -> int:
         return USAGE
     if isinstance(exc, JobNotFound) or (isinstance(exc, StaleLease) and exc.rejection.reason == Reason.NOT_FOUND):
         return NOTHING
-    if isinstance(exc, (StaleLease, AlreadyClaimed, JobCompleted, TokenChanged)):
+    if isinstance(exc, (StaleLease, AlreadyClaimed, JobCompleted, TokenChanged, TokensExhausted)):
         return REFUSED
     if isinstance(exc, BackendUnavailable):
         return UNAVAILABLE

@@ -17,7 +17,8 @@ import math
 import re
 from typing import Any
 
-from tenure.core.errors import CorruptRecord
+from tenure.core import validation
+from tenure.core.errors import CorruptRecord, quoted
 from tenure.core.records import (
     STORED_STATES,
     HistoryEvent,
@@ -55,9 +56,50 @@ def decode_job_id(text: str) -> str:
     return job_id
 
 
-def corrupt_status(job_id: str, key: str, exc: CorruptRecord) -> JobStatus:
+def job_id_problem(value: Any) -> str | None:
+    """What makes a stored job id one no caller could have given (``validation.job_id``), in
+    words that never quote it; None for a good one."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return f"the job id is {len(value)} bytes of binary, not text"
+    if type(value) is not str:
+        return f"the job id is a {type(value).__name__}, not text"
+    if not 1 <= len(value) <= validation.MAX_JOB_ID:
+        return f"the job id has {len(value)} characters, not 1 to {validation.MAX_JOB_ID}"
+    refused = validation.refused_character(value)
+    if refused is None:
+        return None
+    if refused.startswith("the surrogate"):  # how Python reads stored text that is not UTF-8
+        return f"the job id is not UTF-8 text ({refused})"
+    return f"the job id contains {refused}"
+
+
+def shown_job_id(value: Any) -> str:
+    """A stored job id as listings show it: itself when a caller could name it, else escaped
+    and cut, so a listing never carries binary, a line break or megabytes."""
+    if job_id_problem(value) is None:
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        data = bytes(value)
+        return f"x'{data[:32].hex()}'" + ("" if len(data) <= 32 else f"... ({len(data)} bytes)")
+    return quoted(value)
+
+
+def stored_job_id(key: str, value: Any) -> str:
+    """A stored job id, checked as a caller's is; CorruptRecord naming ``key`` otherwise."""
+    problem = job_id_problem(value)
+    if problem is not None:
+        raise CorruptRecord(key, problem)
+    return str(value)
+
+
+def key_of(table: str, job_id: Any) -> str:
+    """A row's key for CorruptRecord: the table and the job id as listings show it."""
+    return f"{table}/{shown_job_id(job_id)}"
+
+
+def corrupt_status(job_id: Any, key: str, exc: CorruptRecord) -> JobStatus:
     """How a job whose record cannot be read is listed, on every backend."""
-    return JobStatus(job_id=job_id, state=JobState.CORRUPT, problem=exc.problem, key=key)
+    return JobStatus(job_id=shown_job_id(job_id), state=JobState.CORRUPT, problem=exc.problem, key=key)
 
 
 # -- stored values -----------------------------------------------------------------------------
@@ -112,6 +154,15 @@ def integer(key: str, name: str, value: Any, optional: bool = False) -> int | No
     return value
 
 
+def stored_token(key: str, value: Any) -> int:
+    """A stored token: an int from 0 to the highest a claim issues (``validation.LAST_TOKEN``)."""
+    if type(value) is not int or value < 0:
+        raise CorruptRecord(key, f"field 'token' is {quoted(value)}")
+    if value > validation.LAST_TOKEN:
+        raise CorruptRecord(key, f"token {quoted(value)} is above the highest a claim issues ({validation.LAST_TOKEN})")
+    return value
+
+
 _STORED = {state.value: state for state in STORED_STATES}
 
 
@@ -129,13 +180,16 @@ def state(key: str, value: Any) -> JobState:
 
 
 # -- job records -------------------------------------------------------------------------------
-def job_record(key: str, job_id: str, state_value: Any, owner: Any, token: Any, lease_until: Any,
+def job_record(key: str, job_id: Any, state_value: Any, owner: Any, token: Any, lease_until: Any,
                ttl: Any, submitted_at: Any, claimed_at: Any, renewed_at: Any, completed_at: Any,
                runs: Any, result: Any) -> JobRecord:
-    """A JobRecord from stored values, checked: the invariants every backend's records keep."""
+    """A JobRecord from stored values, checked: the invariants every backend's records keep
+    (a job id a caller could name, a token a claim can have issued, runs never below 0)."""
+    job_id = stored_job_id(key, job_id)
     found = state(key, state_value)
-    if type(token) is not int or token < 0 or type(runs) is not int:
-        raise CorruptRecord(key, f"bad token {token!r} or runs {runs!r}")
+    token = stored_token(key, token)
+    if type(runs) is not int or runs < 0:
+        raise CorruptRecord(key, f"field 'runs' is {quoted(runs)}")
     owner = text(key, "owner", owner)
     until, span = number(key, "lease_until", lease_until), number(key, "ttl", ttl)
     if found is JobState.LEASED and (owner is None or until is None or span is None):
@@ -147,6 +201,9 @@ def job_record(key: str, job_id: str, state_value: Any, owner: Any, token: Any, 
                      number(key, "completed_at", completed_at), runs, result)
 
 
+_LAST_TOKEN, _MAX_JOB_ID, _refused = validation.LAST_TOKEN, validation.MAX_JOB_ID, validation.refused_character
+
+
 def listed_status(job_id: Any, state_value: Any, owner: Any, token: Any, runs: Any, lease_until: Any, ttl: Any,
                   submitted_at: Any, claimed_at: Any, renewed_at: Any, completed_at: Any, now: float,
                   *checked: Any) -> JobStatus | None:
@@ -156,7 +213,9 @@ def listed_status(job_id: Any, state_value: Any, owner: Any, token: Any, runs: A
     the store then reads the general way, explaining what is wrong. Written out rather than a
     loop over fields: a listing of 100,000 jobs spends most of its time here."""
     stored = _STORED.get(state_value) if type(state_value) is str else None
-    if (stored is None or type(job_id) is not str or type(token) is not int or token < 0 or type(runs) is not int
+    if (stored is None or type(job_id) is not str or type(token) is not int or not 0 <= token <= _LAST_TOKEN
+            or type(runs) is not int or runs < 0 or not 0 < len(job_id) <= _MAX_JOB_ID
+            or (not (job_id.isascii() and job_id.isprintable()) and _refused(job_id) is not None)
             or (owner is not None and type(owner) is not str)
             or (stored is JobState.LEASED and (owner is None or lease_until is None or ttl is None))):
         return None

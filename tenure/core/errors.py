@@ -8,6 +8,8 @@ Every error tenure raises on purpose derives from :class:`LeaseError`::
     │   └── NotYetClaimable                 the store ended the lease early enough that its holder
     │                                       may still trust it; claimable after ``retry_after``
     ├── JobCompleted                        the job is completed; submit() it again for a new run
+    ├── TokensExhausted                     the job's token is the highest a claim issues: no claim
+    │                                       can follow it; nothing written
     ├── TokenChanged                        an operator's confirmed token is no longer the job's
     │                                       current one (force_expire with token=); nothing changed
     ├── JobNotFound (also KeyError)         an operation needs a job that does not exist
@@ -104,6 +106,18 @@ class JobCompleted(LeaseError):
         self.job_id = job_id
 
 
+class TokensExhausted(LeaseError):
+    """The job's token is the highest a claim issues (``validation.LAST_TOKEN``): a next claim
+    would need a token no store column or fence can hold. Nothing was written; ``claim_next``
+    passes over such a job. Only a record written by something else gets there."""
+
+    def __init__(self, job_id: str, token: int) -> None:
+        super().__init__(f"job {quoted(job_id)} cannot be claimed again: its token {token} is the highest a claim "
+                         "issues; nothing was written (run the work under a new job id)")
+        self.job_id = job_id
+        self.token = token
+
+
 class TokenChanged(LeaseError):
     """An operator confirmed one token, but the job's current token is another: nothing changed.
 
@@ -186,12 +200,21 @@ class LeaseLost(LeaseError):
 
 
 class CorruptRecord(LeaseError):
-    """A record in the store could not be read as a tenure record; it is never overwritten."""
+    """A record in the store could not be read as a tenure record; it is never overwritten.
 
-    def __init__(self, key: str, problem: str) -> None:
-        super().__init__(f"corrupt record {quoted(key, 120)}: {problem}")
+    ``key`` is the store's key of the record, ``problem`` what is wrong (never the value
+    itself), ``job_id`` the job an operation named, where its key does not show it plainly."""
+
+    def __init__(self, key: str, problem: str, job_id: str | None = None) -> None:
+        job = "" if job_id is None else f" of job {quoted(job_id)}"
+        super().__init__(f"corrupt record {quoted(key, 120)}{job}: {problem}")
         self.key = key
         self.problem = problem
+        self.job_id = job_id
+
+    def naming(self, job_id: str) -> CorruptRecord:
+        """This error, naming ``job_id`` (the job an operation named) if it names none yet."""
+        return self if self.job_id is not None else CorruptRecord(self.key, self.problem, job_id)
 
 
 class BackendUnavailable(LeaseError):

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from tenure.core import contention, protocol, transitions
-from tenure.core.errors import BackendUnavailable, JobNotFound, StaleLease, TokenChanged
+from tenure.core.errors import BackendUnavailable, CorruptRecord, JobNotFound, StaleLease, TokenChanged
 from tenure.core.records import JobRecord, JobState, Lease, Op, Rejection
 from tenure.core.transaction import Transaction
 
@@ -134,11 +134,20 @@ def _nothing(found: None) -> None:
     return None
 
 
+def _load(tx: Transaction, job_id: str, op: Op, lease: Lease | None = None) -> JobRecord | None:
+    """``tx.load_for``, its CorruptRecord naming the job the caller named (a key may hold it
+    encoded: etcd's and ZooKeeper's base64url)."""
+    try:
+        return tx.load_for(job_id, op, lease)
+    except CorruptRecord as exc:
+        raise exc.naming(job_id) from exc.__cause__
+
+
 def submit(job_ids: list[str], actor: str | None) -> Operation[None, None]:
     def step(tx: Transaction) -> None:
         tx.preload(job_ids)
         for job_id in job_ids:
-            new = transitions.submit(tx.load_for(job_id, Op.SUBMIT), job_id, tx.now)
+            new = transitions.submit(_load(tx, job_id, Op.SUBMIT), job_id, tx.now)
             if new is not None:
                 tx.save(new)
                 tx.add_event(transitions.history_event(new, Op.SUBMIT, tx.now, actor))
@@ -157,7 +166,7 @@ def submit_many(job_ids: list[str], actor: str | None, size: int,
 
 
 def _claim_in(tx: Transaction, job_id: str, owner: str, ttl: float) -> JobRecord:
-    new = transitions.claim(tx.load_for(job_id, Op.CLAIM), job_id, owner, ttl, tx.now)
+    new = transitions.claim(_load(tx, job_id, Op.CLAIM), job_id, owner, ttl, tx.now)
     tx.save(new)
     tx.add_event(transitions.history_event(new, Op.CLAIM, tx.now))
     return new
@@ -181,7 +190,7 @@ def holder(op: Op, lease: Lease, change: transitions.Change) -> Operation[JobRec
     and ``StaleLease``."""
 
     def step(tx: Transaction) -> JobRecord | Rejection:
-        found = transitions.holder_step(tx.load_for(lease.job_id, op, lease), op, lease, change, tx.now)
+        found = transitions.holder_step(_load(tx, lease.job_id, op, lease), op, lease, change, tx.now)
         if isinstance(found, JobRecord):
             tx.save(found)
             tx.add_event(transitions.history_event(found, op, tx.now))
@@ -215,7 +224,7 @@ def release(lease: Lease) -> Operation[JobRecord | Rejection, JobRecord]:
 
 def force_expire(job_id: str, actor: str | None, token: int | None) -> Operation[None, None]:
     def step(tx: Transaction) -> None:
-        rec = tx.load_for(job_id, Op.EXPIRE)
+        rec = _load(tx, job_id, Op.EXPIRE)
         if rec is None:
             raise JobNotFound(job_id)
         if token is not None and rec.token != token:

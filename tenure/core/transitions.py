@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from tenure.core.errors import AlreadyClaimed, JobCompleted
+from tenure.core.errors import AlreadyClaimed, JobCompleted, TokensExhausted
 from tenure.core.records import (
     STORED_STATES,
     HistoryEvent,
@@ -23,6 +23,7 @@ from tenure.core.records import (
     Rejection,
     lease_over,
 )
+from tenure.core.validation import LAST_TOKEN
 
 __all__ = ["STORED_STATES", "JobRecord"]  # moved to records; still importable from here
 
@@ -30,6 +31,11 @@ def is_claimable(rec: JobRecord | None, now: float) -> bool:
     if rec is None or rec.state is JobState.PENDING:
         return True
     return rec.state is JobState.LEASED and rec.lease_until is not None and lease_over(rec.lease_until, now)
+
+
+def is_next(rec: JobRecord | None, now: float) -> bool:
+    """Whether ``claim_next`` may take the job: claimable, and with a token a claim can follow."""
+    return rec is not None and rec.token < LAST_TOKEN and is_claimable(rec, now)
 
 
 def status(rec: JobRecord, now: float) -> JobStatus:
@@ -77,6 +83,8 @@ def claim(rec: JobRecord | None, job_id: str, owner: str, ttl: float, now: float
         if rec.state is JobState.COMPLETED:
             raise JobCompleted(job_id)
         raise AlreadyClaimed(job_id, rec.owner, rec.token, rec.lease_until, now)
+    if rec is not None and rec.token >= LAST_TOKEN:
+        raise TokensExhausted(job_id, rec.token)
     base = rec or JobRecord(job_id=job_id, state=JobState.PENDING, submitted_at=now)
     return dataclasses.replace(
         base,

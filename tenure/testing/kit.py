@@ -1,12 +1,13 @@
 """What the conformance suite needs from a backend, assembled from the suite's fixtures.
 
 A test of the suite gets a ``Kit``: the URL of a fresh store, the options to open it with,
-and the optional hooks a backend provides (make a lease expire, corrupt a record, restart
-the server). A hook that is missing makes the tests that need it skip, saying which hook.
+and the optional hooks a backend provides (make a lease expire, corrupt a record, plant a
+tampered one, restart the server). A hook that is missing makes the tests that need it skip, saying which hook.
 """
 
 from __future__ import annotations
 
+import enum
 import os
 import signal
 import time
@@ -22,6 +23,27 @@ from tenure.core.registry import backend_class
 
 ExpireHook = Callable[[tenure.Store, tenure.Lease], None]
 CorruptHook = Callable[[tenure.Store, str], None]
+
+
+class Tampering(str, enum.Enum):
+    """How a record written by something else (a migration, a bad restore, a person) differs
+    from one tenure writes: what ``plant_raw_record`` plants."""
+
+    UNREADABLE = "unreadable"  # the stored value is no record at all
+    BINARY_ID = "binary-id"  # the job id is stored as bytes, not text
+    UNDECODABLE_ID = "undecodable-id"  # the job id is stored as text, but its bytes are not UTF-8
+    NEWLINE_ID = "newline-id"  # the job id is text no caller may give: the job's id, a newline, "x"
+    TOP_TOKEN = "top-token"  # the token is 2**63 - 1: above any a claim issues
+    LAST_TOKEN = "last-token"  # the token is the last a claim issues: readable, but no claim can follow
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# (store, job_id, tampering) -> whether the backend can hold such a record: plants a pending
+# job ``job_id`` that is not yet in the store (the hook may submit it, then change it), or, for
+# the id kinds, one whose id is made from ``job_id``.
+PlantHook = Callable[[tenure.Store, str, Tampering], bool]
 
 
 @dataclass(frozen=True)
@@ -79,6 +101,7 @@ class Kit:
     short_ttl: float = 0.5  # for leases a test waits out
     expire_hook: ExpireHook = wait_out
     corrupt_hook: CorruptHook | None = None
+    plant_hook: PlantHook | None = None
     restartable_factory: Callable[[], Restartable | None] = lambda: None
     pauser: Pauser | None = None
     opener: Callable[..., tenure.Store] = tenure.connect  # how the tests open a store
@@ -103,6 +126,14 @@ class Kit:
         if self.corrupt_hook is None:
             pytest.skip(f"{self.name}: no corrupt_record hook (override the fixture to plant an unreadable record)")
         self.corrupt_hook(store, job_id)
+
+    def plant(self, store: tenure.Store, job_id: str, tampering: Tampering) -> None:
+        """Plant a pending job with ``tampering`` (skips without the hook, or where the backend
+        cannot hold such a record)."""
+        if self.plant_hook is None:
+            pytest.skip(f"{self.name}: no plant_raw_record hook (override the fixture to plant tampered records)")
+        if not self.plant_hook(store, job_id, tampering):
+            pytest.skip(f"{self.name}: cannot hold a record with {tampering}")
 
     def restart_target(self) -> Restartable:
         """The store on a server the test may restart (skips without the hook)."""

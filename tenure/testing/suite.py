@@ -9,6 +9,10 @@ fixtures are optional hooks with working or skipping defaults:
                        clock and may be claimed; by default advances an injected ManualClock or
                        waits in real time
 ``corrupt_record``     ``(store, job_id) -> None``: plant bytes tenure did not write; None skips
+``plant_raw_record``   ``(store, job_id, tampering) -> bool``: plant a pending job ``job_id`` (for
+                       the id kinds, one named from it) as something else would have written it,
+                       each ``Tampering`` the backend can hold; False where it cannot (the case
+                       skips), None skips them all
 ``restartable_store``  a ``Restartable`` (url, restart) on a server the test may crash and start
                        again; None skips. Requested only by the test that needs it.
 ``open_store``         ``(url, **options) -> Store`` that the tests open stores with;
@@ -29,7 +33,7 @@ from typing import Any, ClassVar
 import pytest
 
 import tenure
-from tenure.testing.kit import CorruptHook, ExpireHook, Kit, Pauser, Restartable, signal_pauser, wait_out
+from tenure.testing.kit import CorruptHook, ExpireHook, Kit, Pauser, PlantHook, Restartable, signal_pauser, wait_out
 from tenure.testing.suite_audit import AuditTests
 from tenure.testing.suite_blocking_claims import BlockingClaimTests
 from tenure.testing.suite_bounds import BoundsTests
@@ -40,6 +44,7 @@ from tenure.testing.suite_issued_tokens import IssuedTokenTests
 from tenure.testing.suite_outages import OutageTests
 from tenure.testing.suite_protocol import ProtocolTests
 from tenure.testing.suite_queries import QueryTests
+from tenure.testing.suite_tampered import TamperedRecordTests
 
 
 class Hooks:
@@ -65,6 +70,10 @@ class Hooks:
         return None
 
     @pytest.fixture
+    def plant_raw_record(self) -> PlantHook | None:
+        return None
+
+    @pytest.fixture
     def restartable_store(self) -> Restartable | None:
         return None
 
@@ -78,14 +87,15 @@ class Hooks:
 
     @pytest.fixture
     def kit(self, request: pytest.FixtureRequest, store_url: str, connect_options: dict[str, Any],
-            expire_lease: ExpireHook, corrupt_record: CorruptHook | None, pause_holder: Pauser | None,
-            open_store: Callable[..., tenure.Store]) -> Kit:
+            expire_lease: ExpireHook, corrupt_record: CorruptHook | None, plant_raw_record: PlantHook | None,
+            pause_holder: Pauser | None, open_store: Callable[..., tenure.Store]) -> Kit:
         def restartable() -> Restartable | None:  # only the restart test starts such a server
             found: Restartable | None = request.getfixturevalue("restartable_store")
             return found
 
         return Kit(type(self).__name__, store_url, dict(connect_options), ttl=self.ttl, short_ttl=self.short_ttl,
-                   expire_hook=expire_lease, corrupt_hook=corrupt_record, restartable_factory=restartable,
+                   expire_hook=expire_lease, corrupt_hook=corrupt_record, plant_hook=plant_raw_record,
+                   restartable_factory=restartable,
                    pauser=pause_holder, opener=open_store)
 
     @pytest.fixture
@@ -95,5 +105,5 @@ class Hooks:
 
 
 class ConformanceSuite(Hooks, ProtocolTests, AuditTests, HoldTests, BlockingClaimTests, BoundsTests,
-                       CompetingTests, InputTests, IssuedTokenTests, QueryTests, OutageTests):
+                       CompetingTests, InputTests, IssuedTokenTests, QueryTests, OutageTests, TamperedRecordTests):
     """Every conformance test; a backend's ``TestMyStore(ConformanceSuite)`` runs them all."""

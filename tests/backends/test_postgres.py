@@ -192,6 +192,25 @@ def test_claim_next_takes_overdue_leases_first_then_pending_in_submission_order(
         assert store.claim_next(owner="b", ttl=30) is None
 
 
+def test_claim_next_passes_over_rows_with_times_no_record_holds(pg: PostgresHarness) -> None:
+    # float8 keeps infinities and NaN, the codec refuses them: a lease that would never end, or
+    # a queue place that is no time, is listed as corrupt and never blocks the jobs behind it.
+    with pg.connect() as store:
+        store.submit_many(["nan-submitted", "good"])
+        store.claim("ends-never", owner="a", ttl=0.2)
+        backend: Any = store.backend
+        with admin(pg.base_url) as conn:
+            conn.execute(f"UPDATE {backend.quoted}.jobs SET submitted_at = 'NaN' WHERE job_id = 'nan-submitted'")
+            conn.execute(f"UPDATE {backend.quoted}.jobs SET lease_until = '-Infinity' WHERE job_id = 'ends-never'")
+        lease = store.claim_next(owner="b", ttl=30)
+        assert lease is not None and lease.job_id == "good"
+        assert store.claim_next(owner="b", ttl=30) is None
+        corrupt = {j.job_id: j.problem for j in store.jobs() if j.state is tenure.JobState.CORRUPT}
+        assert corrupt == {"nan-submitted": "field 'submitted_at' is nan", "ends-never": "field 'lease_until' is -inf"}
+        assert {j.job_id for j in store.page(states=["corrupt"]).jobs} == set(corrupt)
+        assert store.summary().corrupt == 2
+
+
 def test_the_audit_is_trimmed_to_its_retention(pg: PostgresHarness) -> None:
     with pg.connect(pg.url() + "&retention=5") as store:
         for i in range(130):

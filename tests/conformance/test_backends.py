@@ -19,7 +19,7 @@ import pytest
 
 import tenure
 from tenure.testing import ConformanceSuite, Restartable
-from tenure.testing.kit import CorruptHook, ExpireHook
+from tenure.testing.kit import CorruptHook, ExpireHook, PlantHook
 from tests.aio_sync import SyncStore
 from tests.conftest import ALL_BACKENDS, BACKENDS
 from tests.harness import Harness, MemoryHarness, SQLiteHarness
@@ -55,6 +55,10 @@ class HarnessSuite(ConformanceSuite):
     @pytest.fixture
     def corrupt_record(self, harness: Harness) -> CorruptHook | None:
         return harness.corrupt
+
+    @pytest.fixture
+    def plant_raw_record(self, harness: Harness) -> PlantHook | None:
+        return harness.plant
 
 
 class TestMemory(HarnessSuite):

@@ -84,6 +84,21 @@ def test_corrupt_record_shows_as_a_row_with_its_key(tmp_path: Path, open_app: Op
     assert not at.exception and any("tenure_jobs/email-3" in plain(e.value) for e in at.error)
 
 
+def test_a_job_id_no_caller_could_give_shows_escaped_as_a_corrupt_row(tmp_path: Path, open_app: OpenApp) -> None:
+    seed = seeded("sqlite", tmp_path)
+    with sqlite3.connect(seed.store.backend.path) as db:  # type: ignore[attr-defined]
+        db.execute("UPDATE tenure_jobs SET job_id = CAST(job_id AS BLOB) WHERE job_id = 'email-3'")
+        db.execute("UPDATE tenure_jobs SET job_id = job_id || char(10) || 'x' WHERE job_id = 'pending-1'")
+    at = open_app(seed.url)
+    assert any("2 corrupt record" in plain(e.value) for e in at.error) and not at.exception
+    goto(at, "Live leases")
+    at.multiselect(key="lease_states").set_value(["corrupt"]).run()
+    rows = {row["job"]: row["problem"] for row in at.dataframe[0].value.to_dict("records")}
+    assert rows == {"x'656d61696c2d33'": "tenure_jobs/x'656d61696c2d33': the job id is 7 bytes of binary, not text",
+                    "'pending-1\\nx'": "tenure_jobs/'pending-1\\nx': the job id contains the control character "
+                                     "U+000A ('\\n')"}
+
+
 def test_password_in_url_is_never_shown(open_app: OpenApp) -> None:
     url = "memory://operator:hunter2-secret@pw-test"
     with tenure.connect(url) as store:

@@ -25,8 +25,10 @@ from typing import Any
 import pytest
 
 import tenure
+from tenure.backends.etcd import layout
 from tenure.core.checks import DEFAULT_DRIFT_MARGIN
-from tests.harness import ServerHarness, in_ci
+from tenure.testing.kit import Tampering
+from tests.harness import ServerHarness, in_ci, undecodable_name
 from tests.servers.control import ServerProcess
 from tests.servers.ports import free_port
 
@@ -238,6 +240,22 @@ class EtcdHarness(ServerHarness):
     def corrupt(self, store: tenure.Store, job_id: str) -> None:
         key = store.backend.keys.job(job_id)  # type: ignore[attr-defined]
         self.cluster.nodes[0].put(key, b"\x00not json")
+
+    def plant(self, store: tenure.Store, job_id: str, tampering: Tampering) -> bool:
+        if tampering is not Tampering.UNDECODABLE_ID:
+            return super().plant(store, job_id, tampering)
+        keys, now = store.backend.keys, store.now()  # type: ignore[attr-defined]
+        name = undecodable_name(job_id).encode()
+        value = layout.JobValue(tenure.JobState.PENDING, None, 0, None, now, None, None, 1)
+        self.cluster.nodes[0].put(keys.section("job") + name, layout.job_value(job_id, value))
+        self.cluster.nodes[0].put(keys.section("queue") + b"%020d/" % round(now * 1e6) + name, b"")  # queued first
+        return True
+
+    def set_token(self, store: tenure.Store, job_id: str, token: int) -> bool:
+        submitted = store.get(job_id).submitted_at  # type: ignore[union-attr]
+        value = layout.JobValue(tenure.JobState.PENDING, None, token, None, submitted, None, None, 1)
+        self.cluster.nodes[0].put(store.backend.keys.job(job_id), layout.job_value(job_id, value))  # type: ignore[attr-defined]
+        return True
 
 
 @pytest.fixture(scope="session")

@@ -25,8 +25,9 @@ from typing import Any
 import pytest
 
 import tenure
+from tenure.testing.kit import Tampering
 from tests.faults import catalog
-from tests.harness import ServerHarness, in_ci
+from tests.harness import ServerHarness, in_ci, tampered_row
 from tests.servers.control import ServerProcess
 from tests.servers.ports import free_port
 
@@ -102,6 +103,16 @@ class PostgresHarness(ServerHarness):
         backend: Any = store.backend
         with admin(self.base_url) as conn:
             conn.execute(f"UPDATE {backend.quoted}.jobs SET state = 'bogus', token = -1 WHERE job_id = %s", (job_id,))
+
+    def plant(self, store: tenure.Store, job_id: str, tampering: Tampering) -> bool:
+        if tampering in (Tampering.UNREADABLE, Tampering.BINARY_ID, Tampering.UNDECODABLE_ID):  # text is UTF-8
+            return super().plant(store, job_id, tampering)
+        store.submit(job_id)
+        backend: Any = store.backend
+        change, params = tampered_row(tampering, "%s")
+        with admin(self.base_url) as conn:
+            conn.execute(f"UPDATE {backend.quoted}.jobs SET {change} WHERE job_id = %s", (*params, job_id))
+        return True
 
     def drop(self) -> None:
         if not self.schemas:

@@ -8,6 +8,7 @@ In CI a server that cannot start fails the test; elsewhere the test is skipped.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -15,11 +16,15 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import tenure
-from tests.harness import ServerHarness, in_ci
+from tenure.backends.zookeeper import layout as zl
+from tenure.core.records import JobRecord
+from tenure.testing.kit import Tampering
+from tests.harness import ServerHarness, in_ci, undecodable_name
 from tests.servers.control import ServerProcess
 from tests.servers.ports import free_port
 
@@ -228,6 +233,21 @@ class ZooKeeperHarness(ServerHarness):
     def corrupt(self, store: tenure.Store, job_id: str) -> None:
         backend = store.backend
         backend.client.set(backend.layout.job(job_id), b"\x00not json")  # type: ignore[attr-defined]
+
+    def plant(self, store: tenure.Store, job_id: str, tampering: Tampering) -> bool:
+        if tampering is not Tampering.UNDECODABLE_ID:
+            return super().plant(store, job_id, tampering)
+        backend: Any = store.backend  # a job znode only: no index entry names it
+        record = JobRecord(job_id, tenure.JobState.PENDING, submitted_at=store.now())
+        backend.client.create(f"{backend.layout.jobs}/{undecodable_name(job_id)}", zl.dump_record(record, 0))
+        return True
+
+    def set_token(self, store: tenure.Store, job_id: str, token: int) -> bool:
+        backend: Any = store.backend
+        path = backend.layout.job(job_id)
+        record = json.loads(backend.client.get(path)[0])
+        backend.client.set(path, json.dumps({**record, "token": token}).encode())
+        return True
 
 
 @contextlib.contextmanager

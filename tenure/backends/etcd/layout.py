@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tenure.backends.etcd.client import KV
-from tenure.core import codec, validation
+from tenure.core import codec
 from tenure.core.errors import CorruptRecord, InvalidArgument
 from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Op, Rejection
 
@@ -91,10 +91,9 @@ class Keys:
         """The job id in a key of ``section``; CorruptRecord for a key tenure did not make."""
         try:
             job_id = codec.decode_job_id(key[len(self.section(section)):].decode("ascii"))
-            validation.job_id(job_id)
-        except ValueError as exc:  # UnicodeDecodeError and InvalidArgument are ValueErrors too
+        except ValueError as exc:  # UnicodeDecodeError is a ValueError too
             raise CorruptRecord(key.decode(errors="replace"), "the key does not name a job id") from exc
-        return job_id
+        return codec.stored_job_id(key.decode(errors="replace"), job_id)  # one a caller could give
 
 
 # -- values ------------------------------------------------------------------------------------
@@ -169,7 +168,7 @@ def read_job(kv: KV, job_id: str) -> JobValue:
     if state is None:
         raise CorruptRecord(key, f"unknown state {v.get('state')!r}")
     owner = _field(kv, v, "owner", str, optional=state is JobState.PENDING)
-    return JobValue(state, owner, _field(kv, v, "token", int, False), _field(kv, v, "ttl", _NUM),
+    return JobValue(state, owner, codec.stored_token(key, v.get("token")), _field(kv, v, "ttl", _NUM),
                     _field(kv, v, "submitted_at", _NUM), _field(kv, v, "claimed_at", _NUM),
                     _field(kv, v, "expires_at", _NUM), _field(kv, v, "runs", int, False))
 
@@ -188,13 +187,7 @@ def listed_pending(kv: KV, encoded: bytes) -> JobStatus | None:
     fast = codec.listed_status(v.get("job"), "pending", v.get("owner"), v.get("token"), v.get("runs"), None, None,
                                v.get("submitted_at"), v.get("claimed_at"), None, None, 0.0,
                                v.get("ttl"), v.get("expires_at"))
-    if fast is None or _encoded(fast.job_id) != encoded:
-        return None
-    try:
-        validation.job_id(fast.job_id)
-    except InvalidArgument:
-        return None
-    return fast
+    return None if fast is None or _encoded(fast.job_id) != encoded else fast
 
 
 def parse(value: bytes) -> dict[str, Any]:

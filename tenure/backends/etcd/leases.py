@@ -32,9 +32,16 @@ from tenure.backends.etcd.layout import Keys, parse
 from tenure.core import contention
 from tenure.core.bounded import Bounded
 from tenure.core.clock import boot_clock
-from tenure.core.errors import AlreadyClaimed, BackendUnavailable, CorruptRecord, JobCompleted, Outraced
+from tenure.core.errors import (
+    AlreadyClaimed,
+    BackendUnavailable,
+    CorruptRecord,
+    JobCompleted,
+    Outraced,
+    TokensExhausted,
+)
 
-_NOTHING_WRITTEN = (AlreadyClaimed, JobCompleted, CorruptRecord, Outraced)  # a claim's definite "no"
+_NOTHING_WRITTEN = (AlreadyClaimed, JobCompleted, CorruptRecord, Outraced, TokensExhausted)  # a claim's definite "no"
 
 SLACK = 1  # seconds a claim's etcd lease gets beyond its TTL, so later claims can reuse it
 _CACHE = 10_000  # etcd leases of claims made here, for one-round-trip renewals

@@ -71,7 +71,10 @@ class Read:
         # The lease's incarnation (the held key's mod revision): what a claim's wait was for.
         self.incarnation = held.mod_revision if held is not None else 0
         self.seen = boot_clock()  # no earlier than etcd's answer (the quarantine's start)
-        self.record = record(job_id, job, lease, end, now)
+        try:
+            self.record = record(job_id, job, lease, end, now)
+        except CorruptRecord as exc:  # keys show the id in base64url: name it
+            raise exc.naming(job_id) from exc.__cause__
 
     def ended_by_etcd(self) -> bool:
         rec = self.record
@@ -262,7 +265,7 @@ class EtcdTransaction(Transaction):
             rec, _ = self._judged(job_id, read)
         except CorruptRecord:
             return None  # listed as corrupt by jobs(), never claimed through claim_next
-        return read if rec is not None and transitions.is_claimable(rec, self.now) else None
+        return read if transitions.is_next(rec, self.now) else None
 
     # -- writes --------------------------------------------------------------------------
     def save(self, record: JobRecord) -> None:

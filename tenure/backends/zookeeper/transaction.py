@@ -288,8 +288,8 @@ class ZkTransaction(Transaction):
         store's time, and stamped by this leader's clock (else re-stamped, and skipped)."""
         got = found(job_id, self._layout.job(job_id), data, version, None)
         rec = got.rec
-        if rec is None or not transitions.is_claimable(rec, self.now):
-            return False  # unreadable, or taken since it was listed
+        if rec is None or not transitions.is_next(rec, self.now):
+            return False  # unreadable, taken since it was listed, or no claim can follow its token
         if rec.state is JobState.LEASED and got.epoch != self.epoch:
             assert rec.ttl is not None
             yield from self._restamping(got, dataclasses.replace(rec, lease_until=self.now + rec.ttl))
