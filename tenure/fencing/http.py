@@ -83,16 +83,20 @@ def fencing_headers(lease: Lease | HeldLease, *, secret: bytes | str | None = No
     assert owner is not None  # a lease always names its owner
     headers = {JOB_HEADER: quote(job_id, safe=""), TOKEN_HEADER: str(token), OWNER_HEADER: quote(owner, safe="")}
     bound = (method, path, body) != (None, None, None)
+    if not isinstance(unbound, bool):
+        raise InvalidArgument(f"unbound must be a bool, not {type(unbound).__name__}")
     if secret is None:
         if bound or unbound:
             raise InvalidArgument("method, path, body and unbound say what is signed: they need secret=")
         return headers
-    if unbound is True and bound:
+    if unbound and bound:
         raise InvalidArgument("an unbound signature is for no request: pass method, path and body, or unbound=True")
-    if unbound is not True and (method is None or path is None):
-        raise InvalidArgument("a signature is bound to the request it is for: pass method= and path= "
-                              "(or unbound=True for the old form, valid on every resource)")
-    request = None if unbound is True else signed_request(str(method), str(path), body)
+    request = None
+    if not unbound:
+        if method is None or path is None:
+            raise InvalidArgument("a signature is bound to the request it is for: pass method= and path= "
+                                  "(or unbound=True for the old form, valid on every resource)")
+        request = signed_request(method, path, body)  # checked, never str()-ed: b"POST" is no method
     headers[SIGNATURE_HEADER] = proof.sign(secret, job_id, owner, token, request=request, unbound=request is None)
     if request is not None and request.body_digest:
         headers[BODY_DIGEST_HEADER] = DIGEST_PREFIX + request.body_digest

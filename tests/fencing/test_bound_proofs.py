@@ -108,3 +108,15 @@ def test_a_bound_signature_needs_its_request() -> None:
         Proof(secret=SECRET).check(claim, given)
     with pytest.raises(tenure.ForgedToken, match="bad signature"):
         Proof(secret=SECRET).check(claim, given, Request("POST", "/doc", "0" * 64))
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"method": b"POST", "path": "/doc"}, "method must be a str, not bytes"),
+    ({"method": "POST", "path": b"/doc"}, "path must be a str, not bytes"),
+    ({"method": "POST", "path": 42}, "path must be a str, not int"),
+    ({"method": "POST", "path": "/doc", "unbound": "no"}, "unbound must be a bool, not str"),
+])
+def test_what_is_signed_is_checked_not_converted(options: dict[str, Any], message: str) -> None:
+    """str(b"POST") is "b'POST'", a method no server is sent: it is refused, not signed."""
+    with pytest.raises(tenure.InvalidArgument, match=message):
+        fencing_headers(LEASE, secret=SECRET, **options)
