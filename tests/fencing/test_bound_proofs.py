@@ -5,6 +5,7 @@ where the sender and the fence both ask for it."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -120,3 +121,13 @@ def test_what_is_signed_is_checked_not_converted(options: dict[str, Any], messag
     """str(b"POST") is "b'POST'", a method no server is sent: it is refused, not signed."""
     with pytest.raises(tenure.InvalidArgument, match=message):
         fencing_headers(LEASE, secret=SECRET, **options)
+
+
+def test_a_signature_is_good_for_every_spelling_of_its_normal_path_as_the_docs_say() -> None:
+    heard: list[FenceRejection] = []
+    captured = fencing_headers(LEASE, secret=SECRET, method="PUT", path="/files/a/b")
+    for spelling in ("/files/a/b", "//files/a/b/", "/files/a\\b"):  # one normal path: one signature
+        assert call(fence(heard), captured, path=spelling, method="PUT")[0]["status"] == 200
+    text = " ".join((Path(__file__).resolve().parents[2] / "docs" / "fencing.md").read_text().split())
+    assert ("one made for `/files/a/b` is good for `//files/a/b/` and for `/files/a\\b` too") in text
+    assert "any spelling of the path with the same normal form, below, is the same path to a signature" in text
