@@ -131,3 +131,18 @@ def test_a_signature_is_good_for_every_spelling_of_its_normal_path_as_the_docs_s
     text = " ".join((Path(__file__).resolve().parents[2] / "docs" / "fencing.md").read_text().split())
     assert ("one made for `/files/a/b` is good for `//files/a/b/` and for `/files/a\\b` too") in text
     assert "any spelling of the path with the same normal form, below, is the same path to a signature" in text
+
+
+def test_the_upgrade_the_docs_give_admits_both_forms_midway() -> None:
+    heard: list[FenceRejection] = []
+    midway = fence(heard, unbound=True)  # step 1: the destination takes both forms
+    old, new = fencing_headers(LEASE, secret=SECRET, unbound=True), signed_for("POST", "/doc")
+    assert [call(midway, h)[0]["status"] for h in (old, new)] == [200, 200]
+    assert error(call(fence(heard), old))[0] == 403  # step 3: v1 refused once unbound=True is dropped
+    text = " ".join((Path(__file__).resolve().parents[2] / "docs" / "fencing.md").read_text().split())
+    assert ("So move in three steps: the destinations first, with `unbound=True` (they take both forms); "
+            "then the senders, passing `method=` and `path=`; then drop `unbound=True`.") in text
+
+
+def signed_for(method: str, path: str) -> dict[str, str]:
+    return fencing_headers(LEASE, secret=SECRET, method=method, path=path)
