@@ -155,7 +155,7 @@ class FencingMiddleware:
 
     A token is proven first (``secret=``: its signature, bound to the request's method and path,
     and to its body when the sender signed one; ``unbound=True`` also takes the old signature
-    valid on every resource; ``signed_body=True`` refuses a request whose body is not signed;
+    valid on every resource; ``signed_body=True`` refuses a request whose body is not signed (so no ``unbound``);
     ``store=``: the store issued it; at least one is required, see ``proof.Proof``), then
     ``admit(claim)`` raises ``StaleToken`` for
     stale work (``sql_admitter`` builds one from a connection factory); a plain function runs in
@@ -176,6 +176,8 @@ class FencingMiddleware:
             raise InvalidArgument("app, admit and resource must be callables")
         if not isinstance(signed_body, bool) or (signed_body and secret is None):
             raise InvalidArgument("signed_body=True needs secret=: a body is proven by its signature")
+        if signed_body and unbound:  # else a v1 signature and a digest of the sender's own body would pass
+            raise InvalidArgument("signed_body=True takes no unbound=True: an unbound signature signs no body")
         self.app = app
         self.admit = admit
         self.proof = proof.Proof(secret=secret, store=store, unbound=unbound)

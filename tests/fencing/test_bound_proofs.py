@@ -146,3 +146,12 @@ def test_the_upgrade_the_docs_give_admits_both_forms_midway() -> None:
 
 def signed_for(method: str, path: str) -> dict[str, str]:
     return fencing_headers(LEASE, secret=SECRET, method=method, path=path)
+
+
+def test_a_fence_that_requires_signed_bodies_takes_no_unbound_signature() -> None:
+    """An unbound signature covers no body: with one, a digest the sender adds of its own body
+    would pass for a signed body."""
+    with pytest.raises(tenure.InvalidArgument, match="an unbound signature signs no body"):
+        fence([], unbound=True, signed_body=True)
+    text = " ".join((Path(__file__).resolve().parents[2] / "docs" / "fencing.md").read_text().split())
+    assert "it cannot be combined with `unbound=True`: an unbound signature signs no body" in text
