@@ -17,13 +17,13 @@ import multiprocessing
 import os
 import queue
 import signal
-import sys
 import time
 from dataclasses import dataclass
 from multiprocessing.synchronize import Event as EventType
 from typing import Any
 
 import tenure
+from tenure.cli.arguments import EVERY, JOBS, PORT, TTL, WORKERS
 from tenure.cli.format import table, when
 
 POLL = 0.1  # how often the demo's own loop looks for events
@@ -207,12 +207,12 @@ class Demo:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--once", action="store_true", help="run one scenario and exit")
-    parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
-    parser.add_argument("--jobs", type=int, default=4, help="jobs submitted per round (default 4)")
-    parser.add_argument("--ttl", type=float, default=2.0, help="lease TTL in seconds (default 2)")
-    parser.add_argument("--every", type=float, default=10.0, help="seconds between rounds (default 10)")
+    parser.add_argument("--workers", type=WORKERS, default=2, help="worker processes (default 2)")
+    parser.add_argument("--jobs", type=JOBS, default=4, help="jobs submitted per round (default 4)")
+    parser.add_argument("--ttl", type=TTL, default=2.0, help="lease TTL in seconds (default 2)")
+    parser.add_argument("--every", type=EVERY, default=10.0, help="seconds between rounds (default 10)")
     parser.add_argument("--no-dashboard", action="store_true", help="do not serve the dashboard")
-    parser.add_argument("--port", type=int, default=8501, help="dashboard port (default 8501)")
+    parser.add_argument("--port", type=PORT, default=8501, help="dashboard port (default 8501)")
 
 
 def _start_dashboard(args: argparse.Namespace) -> Any:
@@ -233,9 +233,6 @@ def _start_dashboard(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.workers < 1 or args.jobs < 0 or args.ttl <= 0:
-        print("tenure demo: --workers must be >= 1, --jobs >= 0, --ttl > 0", file=sys.stderr)
-        return 2
     demo = Demo(args)
     dashboard = None if args.once or args.no_dashboard else _start_dashboard(args)
     print(f"tenure demo on {demo.store.url}: {args.workers} workers, TTL {args.ttl:g}s"
