@@ -140,3 +140,19 @@ def test_the_docs_say_what_each_way_exposes() -> None:
     assert ("neither `/proc/<pid>/cmdline` nor `/proc/<pid>/environ` of `tenure run` (or of any other command) "
             "holds the password") in text
     assert "a process cannot remove a variable from that copy" in text and "`chmod 600` it" in text
+
+
+@pytest.mark.parametrize("variable", ["TENURE_URL", "TENURE_URL_FILE"])
+def test_a_variable_set_but_empty_is_refused_not_read_as_the_default_store(
+        variable: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A deployment whose secret failed to render must not claim jobs in the demo store of the
+    working directory while the real store's holder runs them too."""
+    monkeypatch.delenv("TENURE_URL", raising=False)
+    monkeypatch.delenv("TENURE_URL_FILE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(variable, "")
+    assert main(["claim", "job-1", "--owner", "w", "--ttl", "5"]) == 64
+    assert f"{variable} is set but empty" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # no tenure-demo.db
+    text = " ".join((ROOT / "docs" / "running-workers.md").read_text().split())
+    assert "as is `TENURE_URL` or `TENURE_URL_FILE` set but empty" in text

@@ -93,3 +93,29 @@ def test_a_registered_scheme_is_replaced_only_when_asked() -> None:
     tenure.register_backend("thirdparty-taken", OtherBackend, replace=True)
     with tenure.connect("thirdparty-taken://x") as store:
         assert type(store.backend) is OtherBackend
+
+
+def _made_here(tag: int) -> type[MemoryBackend]:
+    class Made(MemoryBackend):  # every call: another class of one name, tests.test_registry:_made_here.<locals>.Made
+        TAG = tag
+    return Made
+
+
+def test_another_class_of_the_same_name_is_another_backend() -> None:
+    first, second = _made_here(1), _made_here(2)
+    tenure.register_backend("thirdparty-named", first)
+    try:
+        with pytest.raises(tenure.InvalidArgument, match=r"\(another class of that name\); pass replace=True"):
+            tenure.register_backend("thirdparty-named", second)
+        with tenure.connect("thirdparty-named://x") as store:
+            assert store.backend.TAG == 1  # type: ignore[attr-defined]
+    finally:  # child processes of later tests register every scheme by name: leave one they can import
+        tenure.register_backend("thirdparty-named", ThirdPartyBackend, replace=True)
+
+
+def test_replace_must_be_a_bool() -> None:
+    tenure.register_backend("thirdparty-flag", ThirdPartyBackend)
+    with pytest.raises(tenure.InvalidArgument, match="replace must be a bool, not str"):
+        tenure.register_backend("thirdparty-flag", MemoryBackend, replace="no")  # type: ignore[arg-type]
+    with tenure.connect("thirdparty-flag://x") as store:
+        assert type(store.backend) is ThirdPartyBackend

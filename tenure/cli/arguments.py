@@ -71,13 +71,16 @@ SOON = _checked(lambda v: validation.seconds("soon", v, maximum=validation.MAX_T
 
 def store_url(url: str | None, url_file: str | None, environ: Mapping[str, str], default: str) -> str:
     """The store URL: ``--url`` or ``--url-file`` (not both), else ``$TENURE_URL_FILE`` or
-    ``$TENURE_URL`` (not both), else ``default``."""
+    ``$TENURE_URL`` (not both, and neither set but empty), else ``default``."""
     if url is not None and url_file is not None:
         raise InvalidArgument("give --url or --url-file, not both")
     if url_file is not None:
         return url_from_file(url_file)
     if url is not None:
         return url
+    for name in (URL_ENV, URL_FILE_ENV):  # a secret that failed to render: not the demo store in the cwd
+        if name in environ and not environ[name].strip():
+            raise InvalidArgument(f"{name} is set but empty: give the store's URL there, or unset it")
     if environ.get(URL_ENV) and environ.get(URL_FILE_ENV):
         raise InvalidArgument(f"{URL_ENV} and {URL_FILE_ENV} are both set: unset one")
     if environ.get(URL_FILE_ENV):

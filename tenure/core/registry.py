@@ -63,12 +63,25 @@ def register_backend(scheme: str, backend: type[Backend] | str, *, replace: bool
     elif not (isinstance(backend, type) and issubclass(backend, Backend)):
         raise InvalidArgument(f"the backend for {scheme}:// must be a tenure.Backend subclass or a "
                               f"'module:Class' string, not {type(backend).__name__}")
+    if not isinstance(replace, bool):
+        raise InvalidArgument(f"replace must be a bool, not {type(replace).__name__}")
     with _REGISTERED_LOCK:
         earlier = _REGISTERED.get(scheme)
-        if earlier is not None and not replace and _spec_of(earlier) != _spec_of(backend):
-            raise InvalidArgument(f"{scheme}:// is already registered to {_spec_of(earlier)}; "
+        if earlier is not None and not replace:
+            if _same(earlier, backend):
+                return
+            namesake = " (another class of that name)" if _spec_of(earlier) == _spec_of(backend) else ""
+            raise InvalidArgument(f"{scheme}:// is already registered to {_spec_of(earlier)}{namesake}; "
                                   "pass replace=True to register another backend for it")
         _REGISTERED[scheme] = backend
+
+
+def _same(earlier: type[Backend] | str, backend: type[Backend] | str) -> bool:
+    """Two classes are the same backend only if they are one class (classes made in a function
+    share a name); a spec string names the class it imports."""
+    if isinstance(earlier, type) and isinstance(backend, type):
+        return earlier is backend
+    return _spec_of(earlier) == _spec_of(backend)
 
 
 def _spec_of(backend: type[Backend] | str) -> str:

@@ -39,8 +39,9 @@ class Unread(Unsigned):
 def signed_request(method: str, path: str, body: bytes | None = None) -> Request:
     """What a sender signs: ``method``, the normal form of ``path`` (a path or a URL, as sent:
     percent-escapes decoded once, as the server does) and the body's digest when given."""
-    if not isinstance(path, str):
-        raise InvalidArgument(f"path must be a str, not {type(path).__name__}")
+    for name, value in (("method", method), ("path", path)):
+        if not isinstance(value, str):
+            raise InvalidArgument(f"{name} must be a str, not {type(value).__name__}")
     try:
         sent = unquote(urlsplit(path).path, errors="strict")
     except (UnicodeDecodeError, ValueError) as exc:

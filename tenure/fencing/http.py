@@ -83,16 +83,20 @@ def fencing_headers(lease: Lease | HeldLease, *, secret: bytes | str | None = No
     assert owner is not None  # a lease always names its owner
     headers = {JOB_HEADER: quote(job_id, safe=""), TOKEN_HEADER: str(token), OWNER_HEADER: quote(owner, safe="")}
     bound = (method, path, body) != (None, None, None)
+    if not isinstance(unbound, bool):
+        raise InvalidArgument(f"unbound must be a bool, not {type(unbound).__name__}")
     if secret is None:
         if bound or unbound:
             raise InvalidArgument("method, path, body and unbound say what is signed: they need secret=")
         return headers
-    if unbound is True and bound:
+    if unbound and bound:
         raise InvalidArgument("an unbound signature is for no request: pass method, path and body, or unbound=True")
-    if unbound is not True and (method is None or path is None):
-        raise InvalidArgument("a signature is bound to the request it is for: pass method= and path= "
-                              "(or unbound=True for the old form, valid on every resource)")
-    request = None if unbound is True else signed_request(str(method), str(path), body)
+    request = None
+    if not unbound:
+        if method is None or path is None:
+            raise InvalidArgument("a signature is bound to the request it is for: pass method= and path= "
+                                  "(or unbound=True for the old form, valid on every resource)")
+        request = signed_request(method, path, body)  # checked, never str()-ed: b"POST" is no method
     headers[SIGNATURE_HEADER] = proof.sign(secret, job_id, owner, token, request=request, unbound=request is None)
     if request is not None and request.body_digest:
         headers[BODY_DIGEST_HEADER] = DIGEST_PREFIX + request.body_digest
@@ -151,7 +155,7 @@ class FencingMiddleware:
 
     A token is proven first (``secret=``: its signature, bound to the request's method and path,
     and to its body when the sender signed one; ``unbound=True`` also takes the old signature
-    valid on every resource; ``signed_body=True`` refuses a request whose body is not signed;
+    valid on every resource; ``signed_body=True`` refuses a request whose body is not signed (so no ``unbound``);
     ``store=``: the store issued it; at least one is required, see ``proof.Proof``), then
     ``admit(claim)`` raises ``StaleToken`` for
     stale work (``sql_admitter`` builds one from a connection factory); a plain function runs in
@@ -172,6 +176,8 @@ class FencingMiddleware:
             raise InvalidArgument("app, admit and resource must be callables")
         if not isinstance(signed_body, bool) or (signed_body and secret is None):
             raise InvalidArgument("signed_body=True needs secret=: a body is proven by its signature")
+        if signed_body and unbound:  # else a v1 signature and a digest of the sender's own body would pass
+            raise InvalidArgument("signed_body=True takes no unbound=True: an unbound signature signs no body")
         self.app = app
         self.admit = admit
         self.proof = proof.Proof(secret=secret, store=store, unbound=unbound)

@@ -5,6 +5,7 @@ where the sender and the fence both ask for it."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -108,3 +109,49 @@ def test_a_bound_signature_needs_its_request() -> None:
         Proof(secret=SECRET).check(claim, given)
     with pytest.raises(tenure.ForgedToken, match="bad signature"):
         Proof(secret=SECRET).check(claim, given, Request("POST", "/doc", "0" * 64))
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"method": b"POST", "path": "/doc"}, "method must be a str, not bytes"),
+    ({"method": "POST", "path": b"/doc"}, "path must be a str, not bytes"),
+    ({"method": "POST", "path": 42}, "path must be a str, not int"),
+    ({"method": "POST", "path": "/doc", "unbound": "no"}, "unbound must be a bool, not str"),
+])
+def test_what_is_signed_is_checked_not_converted(options: dict[str, Any], message: str) -> None:
+    """str(b"POST") is "b'POST'", a method no server is sent: it is refused, not signed."""
+    with pytest.raises(tenure.InvalidArgument, match=message):
+        fencing_headers(LEASE, secret=SECRET, **options)
+
+
+def test_a_signature_is_good_for_every_spelling_of_its_normal_path_as_the_docs_say() -> None:
+    heard: list[FenceRejection] = []
+    captured = fencing_headers(LEASE, secret=SECRET, method="PUT", path="/files/a/b")
+    for spelling in ("/files/a/b", "//files/a/b/", "/files/a\\b"):  # one normal path: one signature
+        assert call(fence(heard), captured, path=spelling, method="PUT")[0]["status"] == 200
+    text = " ".join((Path(__file__).resolve().parents[2] / "docs" / "fencing.md").read_text().split())
+    assert ("one made for `/files/a/b` is good for `//files/a/b/` and for `/files/a\\b` too") in text
+    assert "any spelling of the path with the same normal form, below, is the same path to a signature" in text
+
+
+def test_the_upgrade_the_docs_give_admits_both_forms_midway() -> None:
+    heard: list[FenceRejection] = []
+    midway = fence(heard, unbound=True)  # step 1: the destination takes both forms
+    old, new = fencing_headers(LEASE, secret=SECRET, unbound=True), signed_for("POST", "/doc")
+    assert [call(midway, h)[0]["status"] for h in (old, new)] == [200, 200]
+    assert error(call(fence(heard), old))[0] == 403  # step 3: v1 refused once unbound=True is dropped
+    text = " ".join((Path(__file__).resolve().parents[2] / "docs" / "fencing.md").read_text().split())
+    assert ("So move in three steps: the destinations first, with `unbound=True` (they take both forms); "
+            "then the senders, passing `method=` and `path=`; then drop `unbound=True`.") in text
+
+
+def signed_for(method: str, path: str) -> dict[str, str]:
+    return fencing_headers(LEASE, secret=SECRET, method=method, path=path)
+
+
+def test_a_fence_that_requires_signed_bodies_takes_no_unbound_signature() -> None:
+    """An unbound signature covers no body: with one, a digest the sender adds of its own body
+    would pass for a signed body."""
+    with pytest.raises(tenure.InvalidArgument, match="an unbound signature signs no body"):
+        fence([], unbound=True, signed_body=True)
+    text = " ".join((Path(__file__).resolve().parents[2] / "docs" / "fencing.md").read_text().split())
+    assert "it cannot be combined with `unbound=True`: an unbound signature signs no body" in text
