@@ -309,17 +309,26 @@ def test_watch_polls_on_postgresql_when_writes_do_not_notify(postgres_harness: H
     run(scenario)
 
 
-def test_leaving_a_hold_after_the_store_closed_only_logs(caplog: pytest.LogCaptureFixture) -> None:
+def test_closing_the_store_gives_a_held_lease_back_and_leaving_the_block_after_sends_nothing(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+
     async def scenario() -> None:
-        store = await tenure.aio.connect("sqlite:///:memory:")
+        store = await tenure.aio.connect(url)
         held = await store.hold("j", owner="a", ttl=30.0)
-        await store.close()  # renewals stop; the lease expires by itself
+        await store.close()  # ends the lease: lost, then given back
+        assert held.lost.is_set() and "the store was closed" in (held.lost_reason or "")
         await held.__aexit__(None, None, None)  # what leaving the block does: no exception
+        assert held.finished
         with pytest.raises(tenure.BackendUnavailable, match="closed"):
             await store.get("j")
+        async with tenure.aio.connect(url) as other:
+            status = await other.get("j")
+            assert status is not None and status.state is tenure.JobState.PENDING
+            assert [e.op for e in await other.history("j")] == [tenure.Op.CLAIM, tenure.Op.RELEASE]
 
     run(scenario)
-    assert "releasing 'j' on exit failed" in caplog.text
+    assert "failed" not in caplog.text
 
 
 def test_concurrent_claimers_in_one_loop_take_each_job_once(opener: Opener) -> None:
