@@ -51,7 +51,12 @@ class HoldTests:
             held = [store.hold(job, owner="a", ttl=kit.ttl) for job in ("j1", "j2")]
             called: list[object] = []
             heard = threading.Event()
-            held[0].on_lost(lambda h: (called.append(h), heard.set()))
+
+            def hear(lost: object) -> None:
+                called.append(lost)
+                heard.set()
+
+            held[0].on_lost(hear)
             store.close()
             # Lost when close() returns, not at a deadline nobody watches any more.
             assert all(h.lost.is_set() for h in held), "a lease outlived the store that held it"
