@@ -11,7 +11,9 @@ Waits are bounded by generous timeouts that only a broken implementation runs in
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
+import random
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -28,7 +30,7 @@ from tests.conftest import BACKENDS
 from tests.harness import Harness
 from tests.servers.control import ServerProcess
 from tests.servers.etcd import EtcdCluster, start_or_fail
-from tests.servers.postgres import PostgresServer
+from tests.servers.postgres import PostgresServer, admin
 from tests.servers.zookeeper import ZooKeeperServer
 
 T = TypeVar("T")
@@ -205,6 +207,98 @@ def test_cancelling_the_task_inside_hold_releases_the_job(opener: Opener) -> Non
             assert status is not None and status.state is tenure.JobState.PENDING
             assert [e.op for e in await store.history("j")][-1] is tenure.Op.RELEASE
             assert (await store.claim("j", owner="b", ttl=30.0)).owner == "b"
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("then", ["retry", "leave"])
+def test_a_complete_cancelled_on_a_postgresql_row_lock_leaves_the_lease_held(
+        postgres_harness: Harness, then: str) -> None:
+    """The statement waits on a row another transaction locked; cancelled, it does not land.
+    The lease is held and renewed still: complete() may be retried, and leaving the block
+    releases it, rather than the job staying leased, by nobody, until its TTL runs out."""
+    url = postgres_harness.url()
+    schema = postgres_harness.prefix  # type: ignore[attr-defined]
+
+    async def scenario() -> None:
+        async with tenure.aio.connect(url, **postgres_harness.options()) as store:
+            locker = await asyncio.to_thread(admin, url)
+            try:
+                async with store.hold("j", owner="a", ttl=30.0) as held:
+                    await asyncio.to_thread(locker.execute, "BEGIN")
+                    lock_row = f'SELECT 1 FROM "{schema}".jobs WHERE job_id = %s FOR UPDATE'
+                    await asyncio.to_thread(locker.execute, lock_row, ("j",))
+                    completing = asyncio.ensure_future(held.complete(b"done"))
+
+                    async def waits_on_the_lock() -> bool:
+                        rows = await asyncio.to_thread(lambda: locker.execute(
+                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+                            (f'%"{schema}".jobs%',)).fetchone())
+                        return bool(rows[0])
+
+                    await asyncio.wait_for(until(waits_on_the_lock), PATIENCE)
+                    completing.cancel()
+                    with pytest.raises(asyncio.CancelledError):
+                        await completing
+                    await asyncio.to_thread(locker.execute, "ROLLBACK")
+                    assert not held.finished and not held.lost.is_set()
+                    held.check()
+                    status = await store.get("j")
+                    assert status is not None and status.state is tenure.JobState.LEASED  # it did not land
+                    if then == "retry":
+                        await held.complete(b"done")
+            finally:
+                await asyncio.to_thread(locker.close)
+            status = await store.get("j")
+            assert status is not None
+            assert status.state is (tenure.JobState.COMPLETED if then == "retry" else tenure.JobState.PENDING)
+
+    run(scenario)
+
+
+CANCELLED_LIVES = 12  # per backend: cheap (a few hundred milliseconds), seeded, so a failure replays
+
+
+async def hold_life(store: AsyncStore, job: str) -> None:
+    """What a holder does: claim, check, complete, leave (every await a cancellation may hit)."""
+    async with store.hold(job, owner="a", ttl=30.0) as held:
+        held.check()
+        await asyncio.sleep(0)
+        await held.complete(b"done")
+
+
+def test_a_hold_cancelled_at_any_moment_leaves_its_job_unleased_by_it(opener: Opener) -> None:
+    """Cancelled after a random number of the loop's turns: in the claim, inside the block,
+    during complete() or the release on the way out. Afterwards the job is never leased by that
+    holder (completed, or free at once: not left to its 30 s TTL) and no task of the hold
+    remains."""
+    rng = random.Random(25)
+
+    async def scenario() -> None:
+        async with opener() as store:
+            await store.get("warm-up")  # connections open, pools filled
+            life = asyncio.ensure_future(hold_life(store, "measured"))
+            turns = 0
+            while not life.done():  # how many turns a whole life takes, to spread the cancellations over
+                await asyncio.sleep(0)
+                turns += 1
+            await life
+            before = asyncio.all_tasks()
+            for case in range(CANCELLED_LIVES):
+                after = rng.randrange(8) if case % 2 else rng.randrange(turns + 1)  # early awaits, and any
+                life = asyncio.ensure_future(hold_life(store, f"j{case}"))
+                for _ in range(after):
+                    await asyncio.sleep(0)
+                life.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await life
+
+                async def settled() -> bool:  # the release on the way out, of a cancelled claim
+                    return not asyncio.all_tasks() - before - {asyncio.current_task()}  # this wait's own
+
+                await asyncio.wait_for(until(settled), PATIENCE)
+                status = await store.get(f"j{case}")
+                assert status is None or status.state is not tenure.JobState.LEASED, (case, after, status)
 
     run(scenario)
 
