@@ -256,37 +256,59 @@ def test_a_complete_cancelled_on_a_postgresql_row_lock_leaves_the_lease_held(
     run(scenario)
 
 
-CANCELLED_LIVES = 12  # per backend: cheap (a few hundred milliseconds), seeded, so a failure replays
+CANCELLED_LIVES = 16  # per backend: cheap (well under a second), seeded, so a failure replays
 
 
-async def hold_life(store: AsyncStore, job: str) -> None:
-    """What a holder does: claim, check, complete, leave (every await a cancellation may hit)."""
+async def hold_life(store: AsyncStore, job: str, completes: bool, phase: dict[str, str]) -> None:
+    """What a holder does, saying in ``phase`` where it is: claim, work inside the block, then
+    complete() or leave without it (the release on the way out)."""
+    phase[job] = "claim"
     async with store.hold(job, owner="a", ttl=30.0) as held:
+        phase[job] = "inside"
         held.check()
         await asyncio.sleep(0)
-        await held.complete(b"done")
+        phase[job] = "complete" if completes else "release"
+        if completes:
+            await held.complete(b"done")
+
+
+async def phase_turns(store: AsyncStore, job: str, completes: bool) -> dict[str, int]:
+    """One uncancelled life: how many of the loop's turns each phase of it lasted."""
+    phase: dict[str, str] = {}
+    life = asyncio.ensure_future(hold_life(store, job, completes, phase))
+    turns: dict[str, int] = {}
+    while not life.done():
+        now = phase.get(job, "claim")
+        turns[now] = turns.get(now, 0) + 1
+        await asyncio.sleep(0)
+    await life
+    return turns
 
 
 def test_a_hold_cancelled_at_any_moment_leaves_its_job_unleased_by_it(opener: Opener) -> None:
-    """Cancelled after a random number of the loop's turns: in the claim, inside the block,
-    during complete() or the release on the way out. Afterwards the job is never leased by that
+    """Cancelled in a phase drawn at random (the claim, inside the block, complete(), the
+    release on the way out), after a random number of the loop's turns within it, so every
+    await of a hold's life is hit on every backend. Afterwards the job is never leased by that
     holder (completed, or free at once: not left to its 30 s TTL) and no task of the hold
     remains."""
     rng = random.Random(25)
 
     async def scenario() -> None:
         async with opener() as store:
-            await store.get("warm-up")  # connections open, pools filled
-            life = asyncio.ensure_future(hold_life(store, "measured"))
-            turns = 0
-            while not life.done():  # how many turns a whole life takes, to spread the cancellations over
-                await asyncio.sleep(0)
-                turns += 1
-            await life
+            for completes in (True, False):  # connections open, pools filled, tables warm
+                await phase_turns(store, f"warm-up-{completes}", completes)
+            turns = {completes: await phase_turns(store, f"measured-{completes}", completes)
+                     for completes in (True, False)}
             before = asyncio.all_tasks()
+            phase: dict[str, str] = {}
             for case in range(CANCELLED_LIVES):
-                after = rng.randrange(8) if case % 2 else rng.randrange(turns + 1)  # early awaits, and any
-                life = asyncio.ensure_future(hold_life(store, f"j{case}"))
+                completes = case % 2 == 0
+                target = rng.choice(sorted(turns[completes]))
+                after = rng.randrange(turns[completes][target])
+                job = f"j{case}"
+                life = asyncio.ensure_future(hold_life(store, job, completes, phase))
+                while phase.get(job, "claim") != target and not life.done():
+                    await asyncio.sleep(0)
                 for _ in range(after):
                     await asyncio.sleep(0)
                 life.cancel()
@@ -294,11 +316,15 @@ def test_a_hold_cancelled_at_any_moment_leaves_its_job_unleased_by_it(opener: Op
                     await life
 
                 async def settled() -> bool:  # the release on the way out, of a cancelled claim
-                    return not asyncio.all_tasks() - before - {asyncio.current_task()}  # this wait's own
+                    for _ in range(2):  # a task just done may still start another from its done callbacks
+                        if asyncio.all_tasks() - before - {asyncio.current_task()}:  # but this wait's own
+                            return False
+                        await asyncio.sleep(0)
+                    return True
 
                 await asyncio.wait_for(until(settled), PATIENCE)
-                status = await store.get(f"j{case}")
-                assert status is None or status.state is not tenure.JobState.LEASED, (case, after, status)
+                status = await store.get(job)
+                assert status is None or status.state is not tenure.JobState.LEASED, (case, phase.get(job), status)
 
     run(scenario)
 
