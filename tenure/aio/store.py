@@ -64,7 +64,7 @@ class AsyncStore:
         self._changes = AsyncChanges(backend)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._renewals: set[asyncio.Task[Any]] = set()
-        self._held: weakref.WeakSet[AsyncHeldLease] = weakref.WeakSet()  # those not lost or finished: close() ends them
+        self._held: weakref.WeakSet[AsyncHeldLease] = weakref.WeakSet()  # close() ends those still held
         self._closed = False
 
     @property

@@ -240,10 +240,10 @@ class Renewer:
             self._closed = True
             held = {entry[3] for entry in self._heap}  # every lease still held has its deadline here
             self._cond.notify_all()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=5)
         self._pool.close()  # renewals not started are dropped; callbacks from now run on threads of their own
         ending = [h for h in held if h._closing()]
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
         if not ending:
             return
         until = time.monotonic() + CLOSE_WAIT  # a bound on real waiting, whatever the store's clock
