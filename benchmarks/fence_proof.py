@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable
 
 import tenure
-from tenure.fencing import Proof, sign
+from tenure.fencing import Proof, Request, sign
 from tenure.fencing.claims import FenceClaim
 
 SECRET = "a benchmark's fencing secret"
@@ -43,11 +43,13 @@ def main(argv: list[str] | None = None) -> None:
     with tenure.connect(args.url) as store:
         lease = store.claim(f"bench-{uuid.uuid4().hex}", owner="worker-a", ttl=600.0)
         claim = FenceClaim("/accounts/42", lease.job_id, lease.token, lease.owner)
-        signature = sign(SECRET, lease.job_id, lease.owner, lease.token)
+        request = Request("POST", "/accounts/42")
+        signature = sign(SECRET, lease.job_id, lease.owner, lease.token, request=request)
         by_secret, by_store = Proof(secret=SECRET), Proof(store=store)
         print(f"## proving one token ({store.characteristics.name})")
-        show("sign (worker side)", timed(lambda: sign(SECRET, lease.job_id, lease.owner, lease.token), args.n))
-        show("check signature", timed(lambda: by_secret.check(claim, signature), args.n))
+        show("sign (worker side)", timed(lambda: sign(SECRET, lease.job_id, lease.owner, lease.token,
+                                                      request=request), args.n))
+        show("check signature", timed(lambda: by_secret.check(claim, signature, request), args.n))
         n_store = args.n if store.characteristics.name in ("memory", "sqlite") else max(200, args.n // 50)
         show("check with the store (one get)", timed(lambda: by_store.check(claim, None), n_store))
         store.release(lease)

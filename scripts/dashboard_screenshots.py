@@ -2,8 +2,8 @@
 
     PYTHONPATH=. python scripts/dashboard_screenshots.py [--out docs/img] [--chromium /usr/bin/chromium]
 
-Seeds a SQLite store with the story of ``tests/dashboard/seeding.py`` (worker A's generation
-runs out, B claims generation 2, A's late completion and a ledger write are rejected), serves
+Seeds a SQLite store with the story of ``tests/dashboard/seeding.py`` (worker A's lease
+(token 1) runs out, B claims token 2, A's late completion and a ledger write are rejected), serves
 it with ``tenure dashboard`` from the store's own directory as ``sqlite:///dash.db`` (so no
 temporary path appears in a picture), and saves each page between two live refreshes.
 Needs Playwright (``pip install playwright``) and a Chromium.
@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from tenure.dashboard import launcher  # noqa: E402
 from tests.dashboard.seeding import JOB, seeded  # noqa: E402
+from tests.dashboard.settled import wait_settled  # noqa: E402
 
 # picture -> (page path, text that shows the page has its data, height of the window in pixels)
 PICTURES = {
@@ -76,9 +77,7 @@ def shoot(out: Path, chromium: str) -> list[Path]:
                         if "job?" in path:  # ... and the rejections'
                             page.wait_for_function("() => document.body.innerHTML.includes('effect')",
                                                    polling=250, timeout=120_000)
-                    page.wait_for_function(  # between two live refreshes: not dimmed by a rerun
-                        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
-                        polling=20, timeout=120_000)
+                    wait_settled(page, timeout=120_000)  # between two live refreshes: not dimmed by a rerun
                     target = out / name
                     page.screenshot(path=str(target), full_page=True)
                     saved.append(target)

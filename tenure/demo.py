@@ -17,13 +17,13 @@ import multiprocessing
 import os
 import queue
 import signal
-import sys
 import time
 from dataclasses import dataclass
 from multiprocessing.synchronize import Event as EventType
 from typing import Any
 
 import tenure
+from tenure.cli.arguments import EVERY, JOBS, PORT, TTL, WORKERS
 from tenure.cli.format import table, when
 
 POLL = 0.1  # how often the demo's own loop looks for events
@@ -100,6 +100,7 @@ class Demo:
         self.start = time.monotonic()
         self.store = tenure.connect(args.url)
         self.workers: list[Any] = []
+        self.round = 0  # the last round's number (see ``fresh_round``)
 
     def log(self, event: Event) -> None:
         token = f"token {event.token}" if event.token else ""
@@ -139,19 +140,23 @@ class Demo:
             p.start()
             self.workers.append(p)
 
-    def fresh_job_id(self, stem: str) -> str:
-        n = 1
-        while self.store.get(f"{stem}-{n}") is not None:
+    def fresh_round(self) -> int:
+        """The next round number whose jobs are not in the store (from an earlier round or run):
+        each round submits new jobs, report-N.0 ... and invoice-N, rather than running the
+        completed ones again, which read as one job rerun round after round."""
+        n = self.round + 1
+        while any(self.store.get(job_id) is not None for job_id in (f"invoice-{n}", f"report-{n}.0")):
             n += 1
-        return f"{stem}-{n}"
+        self.round = n
+        return n
 
     def scenario(self) -> str:
         """The seed's example once; returns the invoice job's id."""
         a = self.args
-        batch = self.fresh_job_id("report")
-        self.store.submit_many(f"{batch}.{i}" for i in range(a.jobs))
+        n = self.fresh_round()
+        self.store.submit_many(f"report-{n}.{i}" for i in range(a.jobs))
         self.note(f"submitted {a.jobs} jobs; workers take them with claim_next()")
-        job_id = self.fresh_job_id("invoice")
+        job_id = f"invoice-{n}"
         paused = self.ctx.Process(target=paused_worker, args=(a.url, "worker-A", job_id, a.ttl, self.paused_events),
                                   daemon=True)
         paused.start()
@@ -202,12 +207,12 @@ class Demo:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--once", action="store_true", help="run one scenario and exit")
-    parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
-    parser.add_argument("--jobs", type=int, default=4, help="jobs submitted per round (default 4)")
-    parser.add_argument("--ttl", type=float, default=2.0, help="lease TTL in seconds (default 2)")
-    parser.add_argument("--every", type=float, default=10.0, help="seconds between rounds (default 10)")
+    parser.add_argument("--workers", type=WORKERS, default=2, help="worker processes (default 2)")
+    parser.add_argument("--jobs", type=JOBS, default=4, help="jobs submitted per round (default 4)")
+    parser.add_argument("--ttl", type=TTL, default=2.0, help="lease TTL in seconds (default 2)")
+    parser.add_argument("--every", type=EVERY, default=10.0, help="seconds between rounds (default 10)")
     parser.add_argument("--no-dashboard", action="store_true", help="do not serve the dashboard")
-    parser.add_argument("--port", type=int, default=8501, help="dashboard port (default 8501)")
+    parser.add_argument("--port", type=PORT, default=8501, help="dashboard port (default 8501)")
 
 
 def _start_dashboard(args: argparse.Namespace) -> Any:
@@ -228,9 +233,6 @@ def _start_dashboard(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.workers < 1 or args.jobs < 0 or args.ttl <= 0:
-        print("tenure demo: --workers must be >= 1, --jobs >= 0, --ttl > 0", file=sys.stderr)
-        return 2
     demo = Demo(args)
     dashboard = None if args.once or args.no_dashboard else _start_dashboard(args)
     print(f"tenure demo on {demo.store.url}: {args.workers} workers, TTL {args.ttl:g}s"

@@ -86,6 +86,7 @@ def test_bad_input_exits_64_with_a_message(url: str, capsys: pytest.CaptureFixtu
 
 
 def test_missing_job_exits_66(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    tenure.connect(url).close()  # the store exists: get never creates one
     code, _, err = run(capsys, "--url", url, "get", "ghost")
     assert code == 66 and "ghost" in err
 
@@ -168,6 +169,7 @@ def test_a_lease_granted_as_ctrl_c_arrives_is_released(url: str, job: str | None
 
 
 def test_build_indexes_says_when_a_store_keeps_its_own(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    tenure.connect(url).close()
     code, out, _ = run(capsys, "--url", url, "build-indexes")
     assert code == 0 and "sqlite keeps its indexes in its schema" in out
 

@@ -55,7 +55,11 @@ def test_metrics_count_jobs_by_state_and_rejections_since_start(exporter: tuple[
     assert jobs == {"pending": 2, "leased": 2, "expired": 0, "completed": 1, "corrupt": 0}
     assert first[("tenure_leases_expiring_soon", ())] == 1
     assert first[("tenure_store_up", ())] == 1
-    assert not any(name == "tenure_rejections_total" for name, _ in first)  # none since it started
+    # Every series exported from the start, at 0 (Prometheus's convention: rate() and absent() work).
+    rejections = {labels: value for (name, labels), value in first.items() if name == "tenure_rejections_total"}
+    assert set(rejections.values()) == {0}
+    assert {dict(labels)["reason"] for labels in rejections} == {str(r) for r in tenure.Reason} | {"other"}
+    assert (("kind", "store"), ("op", "renew"), ("reason", "job already completed")) in rejections
 
     with tenure.connect(url) as store:
         lease = store.claim("p1", "w", 30)

@@ -112,6 +112,7 @@ def test_rejections_of_one_job(url: str, capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_health_and_watch(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    tenure.connect(url).close()
     code, out, _ = run(capsys, "--url", url, "-o", "json", "health")
     assert code == 0 and json.loads(out)["backend"] == "sqlite"
     with tenure.connect(url) as store:

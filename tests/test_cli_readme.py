@@ -47,3 +47,28 @@ def test_the_command_line_examples_work_as_written(tmp_path: Path) -> None:
     with tenure.connect(f"sqlite:///{tmp_path / 'jobs.db'}") as store:
         states = {j.job_id: j.state.value for j in store.jobs()}
     assert states == {"job-1": "completed", "job-2": "expired", "nightly-report": "completed"}
+
+
+def test_the_stores_table_has_a_row_for_every_builtin_store_with_its_extra() -> None:
+    from tenure.core.registry import BUILTIN
+
+    section = README[README.index("## Stores"):README.index("## Command line")]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    for scheme, (_, cls, extra) in BUILTIN.items():
+        names = [s for s, (_, c, _) in BUILTIN.items() if c == cls]  # a store and its aliases
+        row = next((r for r in rows if any(r.startswith(f"| `{name}://") for name in names)), None)
+        assert row is not None, f"no row for {scheme}://"
+        assert extra is None or f"pip install 'tenure[{extra}]'" in row, row
+        assert len(row.split(" | ")) == 4, row  # URL, for, store clock, token: none left empty
+
+
+def test_running_workers_gives_each_stores_minimum_ttl() -> None:
+    from tenure.core.registry import BUILTIN, backend_class
+
+    text = (ROOT / "docs" / "running-workers.md").read_text()
+    section = text[text.index("## Choosing a TTL"):text.index("## The drift margin")]
+    rows = {line.split("`")[1].split("://")[0]: line for line in section.splitlines() if line.startswith("| `")}
+    for scheme in ("memory", "sqlite", "postgresql", "zk", "etcd"):
+        assert scheme in BUILTIN and scheme in rows, scheme
+        minimum = backend_class(scheme).characteristics.min_ttl
+        assert rows[scheme].split(" | ")[1] == (f"{minimum:g} s" if minimum else "none"), rows[scheme]

@@ -13,21 +13,31 @@ from tests.servers.ports import free_port
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_demo_once_shows_the_stale_completion_rejected_and_audited(tmp_path: Path) -> None:
+EARLIER_ROUND = ["report-1.0", "report-1.1", "report-1.2", "report-1.3", "invoice-1"]
+
+
+def test_demo_once_shows_the_stale_completion_rejected_and_audited_on_fresh_jobs(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'demo.db'}"
+    with tenure.connect(url) as store:  # an earlier run's round, completed
+        for job_id in EARLIER_ROUND:
+            store.complete(store.claim(job_id, owner="worker-1", ttl=10))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-m", "tenure", "demo", "--once", "--url", url],
                           env=env, capture_output=True, text=True, timeout=150)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SIGSTOP worker-A" in done.stdout
-    assert "REJECTED" in done.stdout and "Timeline of invoice-1" in done.stdout
+    assert "REJECTED" in done.stdout and "Timeline of invoice-2" in done.stdout
     with tenure.connect(url) as store:
         (rejection,) = store.rejections()
-        assert (rejection.job_id, rejection.op, rejection.owner) == ("invoice-1", tenure.Op.COMPLETE, "worker-A")
-        status = store.get("invoice-1")
+        assert (rejection.job_id, rejection.op, rejection.owner) == ("invoice-2", tenure.Op.COMPLETE, "worker-A")
+        status = store.get("invoice-2")
         assert status is not None and status.state is tenure.JobState.COMPLETED
         assert status.owner != "worker-A" and status.token > rejection.token == 1
         assert all(j.state is tenure.JobState.COMPLETED for j in store.jobs())
+        # This round's jobs are new ones; the earlier round's were not run again.
+        tokens = {j.job_id: j.token for j in store.jobs()}
+        assert {job_id: tokens[job_id] for job_id in EARLIER_ROUND} == dict.fromkeys(EARLIER_ROUND, 1)
+        assert {f"report-2.{i}" for i in range(4)} <= set(tokens)
 
 
 def test_demo_serves_the_dashboard_and_stops_on_ctrl_c(tmp_path: Path) -> None:

@@ -76,3 +76,20 @@ def test_a_missing_client_library_names_the_extra(url: str, module: str, extra: 
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert f"pip install 'tenure[{extra}]'" in done.stdout, done.stdout + done.stderr
+
+
+class OtherBackend(MemoryBackend):
+    """A second package's backend that wants a scheme already taken."""
+
+
+def test_a_registered_scheme_is_replaced_only_when_asked() -> None:
+    tenure.register_backend("thirdparty-taken", ThirdPartyBackend)
+    tenure.register_backend("thirdparty-taken", "tests.test_registry:ThirdPartyBackend")  # the same backend again
+    with pytest.raises(tenure.InvalidArgument, match=r"already registered to tests\.test_registry:ThirdPartyBackend; "
+                                                     r"pass replace=True"):
+        tenure.register_backend("thirdparty-taken", OtherBackend)
+    with tenure.connect("thirdparty-taken://x") as store:
+        assert type(store.backend) is ThirdPartyBackend  # the refused registration changed nothing
+    tenure.register_backend("thirdparty-taken", OtherBackend, replace=True)
+    with tenure.connect("thirdparty-taken://x") as store:
+        assert type(store.backend) is OtherBackend

@@ -30,7 +30,7 @@ from tenure.core import checks, telemetry, validation, waiting
 from tenure.core.backend import Characteristics, Link
 from tenure.core.checks import DEFAULT_DRIFT_MARGIN, Checks
 from tenure.core.clock import SYSTEM_CLOCK, Clock
-from tenure.core.errors import LeaseError
+from tenure.core.errors import LeaseError, StaleLease
 from tenure.core.holding import CLOSE_WAIT
 from tenure.core.records import (
     Change,
@@ -177,20 +177,33 @@ class AsyncStore:
         lease = self.checks.lease(lease)
         seconds = self.checks.ttl(lease.ttl if ttl is None else ttl)
         sent_at = self.clock.monotonic()
-        renewed = await self._measured("renew", self.backend.renew(lease, seconds))
+        renewed = await self._told_why(self._measured("renew", self.backend.renew(lease, seconds)))
         return self.checks.stamped(renewed, sent_at)
 
     async def complete(self, lease: Lease, result: str | bytes | None = None) -> None:
         """Mark the job completed; raises StaleLease (audited) if the lease is not current."""
         checked, data = self.checks.lease(lease), self.checks.result(result)
-        await self._measured("complete", self.backend.complete(checked, data))
+        await self._told_why(self._measured("complete", self.backend.complete(checked, data)))
         self.checks.forget(checked)
 
     async def release(self, lease: Lease) -> None:
         """Give the job back unfinished, so it can be claimed at once."""
         checked = self.checks.lease(lease)
-        await self._measured("release", self.backend.release(checked))
+        await self._told_why(self._measured("release", self.backend.release(checked)))
         self.checks.forget(checked)
+
+    async def _told_why(self, call: Awaitable[T]) -> T:
+        """As ``Store._told_why``: a refusal of a lease an operator ended says so."""
+        try:
+            return await call
+        except StaleLease as exc:
+            if not checks.may_be_operator_ended(exc):
+                raise
+            try:
+                latest = await self.backend.history(exc.rejection.job_id, None, 1)
+            except LeaseError:
+                raise exc from None
+            raise checks.explained(exc, latest) from None
 
     def hold(self, job_id: str, owner: str, ttl: float, *, wait: float | None = None) -> Holding:
         """Claim a job and keep renewing it in a task: ``async with store.hold(...) as held``

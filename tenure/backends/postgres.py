@@ -87,6 +87,7 @@ class PostgresBackend(Backend):
     characteristics = Characteristics(
         name="postgres",
         store_clock="the PostgreSQL server's clock (clock_timestamp(), read inside each deciding statement)",
+        min_ttl=0.1,  # a held lease renews every TTL/3, each renewal a round trip and a commit
         # libpq's prefer (its default) and allow fall back to clear text: they do not count.
         tls_options=("sslmode=require", "sslmode=verify-ca", "sslmode=verify-full"),
         environment=(("PGSSLMODE", "sslmode"), ("PGPASSWORD", "password")),

@@ -110,6 +110,7 @@ SELECT w.job_id, w.owner, w.token, w.lease_until, w.ttl, {_touch('w.job_id')} FR
 _REASON = f"""CASE
     WHEN c.job_id IS NULL THEN {_lit(Reason.NOT_FOUND)}
     WHEN NOT {valid('c')} THEN 'corrupt'
+    WHEN c.token < %(token)s THEN {_lit(Reason.NEVER_ISSUED)}
     WHEN c.token <> %(token)s THEN {_lit(Reason.SUPERSEDED)}
     WHEN c.owner IS DISTINCT FROM %(owner)s THEN {_lit(Reason.OWNER_MISMATCH)}
     WHEN c.state = 'completed' THEN {_lit(Reason.COMPLETED)}

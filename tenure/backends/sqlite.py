@@ -148,10 +148,19 @@ class _SQLiteTransaction(Transaction):
         self._b._trim("tenure_events", cur.lastrowid)
 
 
+def file_of(url: StoreURL) -> Path | None:
+    """The file a ``sqlite://`` URL names (None for ``:memory:``), as the store opens it."""
+    if url.hosts or not url.path.strip("/"):
+        raise InvalidArgument("SQLite URLs look like sqlite:///relative.db or sqlite:////abs/path.db")
+    path = url.path[1:]  # one slash separates the empty host from the path
+    return None if path == ":memory:" else Path(path).expanduser()
+
+
 class SQLiteBackend(RecordBackend):
     characteristics = Characteristics(
         name="sqlite",
         store_clock="the machine's boot clock (shared by every process on the machine)",
+        min_ttl=0.05,  # a held lease renews every TTL/3, each renewal a commit that waits for fsync
         max_result_bytes=64 * 1024 * 1024,  # far below SQLite's 1 GB blob limit
         tls_options=None,
         clock_resolution=RESOLUTION,
@@ -243,14 +252,13 @@ class SQLiteBackend(RecordBackend):
 
     @classmethod
     def from_url(cls, url: StoreURL, options: Options, clock: Clock | None) -> SQLiteBackend:
-        if url.hosts or not url.path.strip("/"):
-            raise InvalidArgument("SQLite URLs look like sqlite:///relative.db or sqlite:////abs/path.db")
-        path = url.path[1:]  # one slash separates the empty host from the path
-        if path != ":memory:":
-            parent = Path(path).expanduser().resolve().parent
+        file = file_of(url)
+        path = ":memory:"
+        if file is not None:
+            parent = file.resolve().parent
             if not parent.is_dir():
                 raise InvalidArgument(f"SQLite store directory does not exist: {parent}")
-            path = str(Path(path).expanduser())
+            path = str(file)
         kwargs: dict[str, Any] = {
             "timeout": options.number("timeout", 5.0, low=0.0, high=3600.0, low_open=True),
             "retention": options.integer("retention", 10_000, low=1),

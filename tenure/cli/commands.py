@@ -45,12 +45,19 @@ def cmd_submit(store: tenure.Store, args: argparse.Namespace) -> int:
     return exits.OK
 
 
+def refuse_unknown(store: tenure.Store, args: argparse.Namespace) -> None:
+    """``--existing``: JobNotFound for a job the store does not have, which claim and run would
+    otherwise create (a typo would start a new job)."""
+    if getattr(args, "existing", False) and args.job_id is not None and store.get(args.job_id) is None:
+        raise tenure.JobNotFound(args.job_id)
+
+
 def cmd_claim(store: tenure.Store, args: argparse.Namespace) -> int:
+    refuse_unknown(store, args)
     interrupts = Interrupts()
     with interrupts.catching():  # Ctrl-C while the claim is on its way: give the lease back
         if args.wait:
-            print(f"tenure: waiting up to {args.wait:g} s for {args.job_id or 'a claimable job'!r}",
-                  file=sys.stderr, flush=True)
+            interrupts.announce = f"tenure: waiting up to {args.wait:g} s for {args.job_id or 'a claimable job'!r}"
         if args.job_id is None:
             found = interrupts.claim(lambda wait: store.claim_next(args.owner, args.ttl, wait=wait),
                                      args.wait or 0.0, store.release)
@@ -126,8 +133,15 @@ def cmd_ls(store: tenure.Store, args: argparse.Namespace) -> int:
     return exits.OK
 
 
+def _known(store: tenure.Store, job_id: str | None, found: list[Any]) -> None:
+    """JobNotFound for a job named that the store does not have: no records, and no job."""
+    if job_id is not None and not found and store.get(job_id) is None:
+        raise tenure.JobNotFound(job_id)
+
+
 def cmd_rejections(store: tenure.Store, args: argparse.Namespace) -> int:
     records = store.rejections(since=args.since, limit=args.limit, job_id=args.job)
+    _known(store, args.job, records)
     now = store.now()
     emit(args, records, lambda: table(
         ["at", "job", "op", "owner", "token", "current owner", "current token", "kind", "reason"],
@@ -138,6 +152,7 @@ def cmd_rejections(store: tenure.Store, args: argparse.Namespace) -> int:
 
 def cmd_history(store: tenure.Store, args: argparse.Namespace) -> int:
     events = store.history(args.job_id, limit=args.limit)
+    _known(store, args.job_id, events)
     now = store.now()
     emit(args, events, lambda: table(
         ["at", "job", "op", "owner", "token", "expires"],

@@ -12,12 +12,14 @@ from tenure.core.errors import (
     StaleLease,
     TokenChanged,
 )
+from tenure.core.records import Reason
 
 OK = 0
 USAGE = 64  # EX_USAGE: a malformed command line or invalid input (nothing was written)
 REFUSED = 65  # EX_DATAERR: the store refused: stale lease, already claimed, completed, token changed
-NOTHING = 66  # EX_NOINPUT: nothing to claim, or no such job
-UNAVAILABLE = 69  # EX_UNAVAILABLE: the store cannot be reached, timed out or refused the credentials
+NOTHING = 66  # EX_NOINPUT: nothing to claim, no such job, or no such store (a SQLite file)
+UNAVAILABLE = 69  # EX_UNAVAILABLE: the store cannot be reached, timed out or refused the credentials,
+# or an extra a command needs is not installed, or a server of tenure's cannot start
 SOFTWARE = 70  # EX_SOFTWARE: anything else (a corrupt record, a lease lost outside ``run``)
 TEMPFAIL = 75  # EX_TEMPFAIL: ``run`` did not finish its command under the lease; try again later
 INTERRUPTED = 130  # Ctrl-C
@@ -26,8 +28,9 @@ HELP = f"""exit status:
   {OK:<4} success ("run": the command exited 0, or the job was already completed)
   {USAGE:<4} invalid usage or input; nothing was written
   {REFUSED:<4} the store refused: stale lease, already claimed, job completed, token changed
-  {NOTHING:<4} nothing to claim, or no such job
-  {UNAVAILABLE:<4} the store cannot be reached (or refused the credentials)
+  {NOTHING:<4} nothing to claim, no such job, or no such store (a SQLite file not there)
+  {UNAVAILABLE:<4} the store cannot be reached (or refused the credentials), an extra is not
+       installed, or "metrics" or "dashboard" cannot serve (its port in use)
   {SOFTWARE:<4} a record tenure cannot read, or another error
   {TEMPFAIL:<4} "run": the job is held elsewhere, or the lease was lost while the command ran
   N    "run": the command's own non-zero status (128+signal if a signal ended it)
@@ -38,7 +41,7 @@ def for_error(exc: LeaseError) -> int:
     """The status for an error that ends a command."""
     if isinstance(exc, InvalidArgument):
         return USAGE
-    if isinstance(exc, JobNotFound):
+    if isinstance(exc, JobNotFound) or (isinstance(exc, StaleLease) and exc.rejection.reason == Reason.NOT_FOUND):
         return NOTHING
     if isinstance(exc, (StaleLease, AlreadyClaimed, JobCompleted, TokenChanged)):
         return REFUSED

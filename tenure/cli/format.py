@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from tenure.core.export import to_json, to_jsonl
+from tenure.core.shown import when
 
 OUTPUTS = ("table", "json", "jsonl")
-
-
-def when(at: float | None, now: float) -> str:
-    """A store time as UTC clock time plus how far from now."""
-    if at is None:
-        return "-"
-    clock = time.strftime("%H:%M:%S", time.gmtime(at)) + f".{int(at % 1 * 10)}"
-    delta = at - now
-    return f"{clock} ({'in ' if delta >= 0 else ''}{abs(delta):.1f}s{'' if delta >= 0 else ' ago'})"
+__all__ = ["OUTPUTS", "render", "table", "when"]
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:

@@ -14,13 +14,27 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from tenure.cli import commands, exits
-from tenure.cli.arguments import GRACE, INTERVAL, JOB_ID, OWNER, SINCE, TOKEN, TTL, WAIT
+from tenure.cli import commands, exits, stores
+from tenure.cli.arguments import (
+    COUNT,
+    GRACE,
+    INTERVAL,
+    JOB_ID,
+    LIMIT,
+    OFFSET,
+    OWNER,
+    PAGE_LIMIT,
+    SINCE,
+    TOKEN,
+    TTL,
+    WAIT,
+    store_url,
+)
 from tenure.cli.format import OUTPUTS
 from tenure.cli.run import cmd_run
 from tenure.core.records import JobState
 
-DEFAULT_URL = "sqlite:///tenure-demo.db"
+DEFAULT_URL = stores.DEFAULT_URL
 
 Command = Callable[[Any, argparse.Namespace], int]
 
@@ -43,14 +57,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tenure", description="Expiring job leases with fencing tokens.",
                      epilog=exits.HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=_version())
-    parser.add_argument("--url", default=os.environ.get("TENURE_URL", DEFAULT_URL),
-                        help=f"store URL (env TENURE_URL; default {DEFAULT_URL})")
+    parser.add_argument("--url", help=f"store URL (env TENURE_URL; default {DEFAULT_URL}); every user "
+                                      "of the machine sees a password given here (ps): use --url-file")
+    parser.add_argument("--url-file", metavar="PATH",
+                        help="file holding the store URL, so that its password is in neither the command "
+                             "line nor the environment (env TENURE_URL_FILE); refused if other users may read it")
     parser.add_argument("-o", "--output", choices=OUTPUTS, default="table",
                         help="table (default), json, or jsonl (one record per line)")
     parser.add_argument("--json", dest="output", action="store_const", const="json", help="same as -o json")
     # The same options after the command too (``tenure ls --json``); given there, they win.
     common = _Parser(add_help=False)
     common.add_argument("--url", default=argparse.SUPPRESS, help="store URL")
+    common.add_argument("--url-file", metavar="PATH", default=argparse.SUPPRESS, help="file holding the store URL")
     common.add_argument("-o", "--output", choices=OUTPUTS, default=argparse.SUPPRESS, help="output form")
     common.add_argument("--json", dest="output", action="store_const", const="json", default=argparse.SUPPRESS,
                         help="same as -o json")
@@ -61,14 +79,20 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
+    def existing(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--existing", action="store_true",
+                       help="only a job the store has: exit 66 rather than create JOB_ID")
+
     def waiting(p: argparse.ArgumentParser, what: str) -> None:
         p.add_argument("--wait", type=WAIT, metavar="SECONDS", help=f"block up to this long {what}")
 
     p = command("submit", commands.cmd_submit, "submit jobs (a completed job starts a new run)")
     p.add_argument("job_ids", nargs="+", metavar="JOB_ID", type=JOB_ID)
     p = command("claim", commands.cmd_claim,
-                "claim a job, or the next claimable one without JOB_ID; prints the token")
+                "claim a job, or the next claimable one without JOB_ID; prints the token. A JOB_ID the "
+                "store does not have is created (--existing refuses it)")
     p.add_argument("job_id", nargs="?", metavar="JOB_ID", type=JOB_ID)
+    existing(p)
     p.add_argument("--owner", required=True, type=OWNER)
     p.add_argument("--ttl", type=TTL, required=True, help="lease length in seconds")
     waiting(p, "while the job is held, or while nothing is claimable")
@@ -83,14 +107,17 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--ttl", type=TTL, required=True)
         if name == "complete":
             p.add_argument("--result", help="text to store as the job's result")
-    p = command("run", cmd_run, "hold a job's lease while a command runs; exit 75 if it cannot")
+    p = command("run", cmd_run, "hold a job's lease while a command runs; exit 75 if it cannot. A JOB_ID "
+                "the store does not have is created (--existing refuses it)")
     p.add_argument("job_id", metavar="JOB_ID", type=JOB_ID)
+    existing(p)
     p.add_argument("--owner", required=True, type=OWNER)
     p.add_argument("--ttl", type=TTL, required=True, help="lease length in seconds, renewed while CMD runs")
     waiting(p, "while the job is held elsewhere (default: exit 75 at once)")
     p.add_argument("--grace", type=GRACE, default=10.0, metavar="SECONDS",
                    help="after SIGTERM, SIGKILL the command this much later (default 10)")
-    p.usage = "tenure run JOB_ID --owner OWNER --ttl SECONDS [--wait SECONDS] [--grace SECONDS] -- CMD [ARGS...]"
+    p.usage = ("tenure run JOB_ID --owner OWNER --ttl SECONDS [--existing] [--wait SECONDS] [--grace SECONDS] "
+               "-- CMD [ARGS...]")
     p.epilog = ("CMD gets TENURE_JOB, TENURE_TOKEN and TENURE_OWNER. Exit 0: job completed. Non-zero: job "
                 "released, its status returned. Completed job: CMD not run, exit 0. Held elsewhere or lease "
                 "lost: exit 75 (on a lost lease CMD's process group gets SIGTERM, then SIGKILL after --grace).")
@@ -107,18 +134,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--owner", help="only jobs whose owner contains this text")
     p.add_argument("--job", help="only jobs whose id contains this text")
     p.add_argument("--order", choices=["expiry", "job"], default="job", help="by job id (default) or expiry")
-    p.add_argument("--offset", type=int, default=0)
-    p.add_argument("--limit", type=int, default=100, help="jobs per page, 1 to 1000 (default 100)")
+    p.add_argument("--offset", type=OFFSET, default=0)
+    p.add_argument("--limit", type=PAGE_LIMIT, default=100, help="jobs per page, 1 to 1000 (default 100)")
     p = command("rejections", commands.cmd_rejections, "list audited rejections, oldest first")
     p.add_argument("--since", type=SINCE, help="store time in seconds since the epoch")
-    p.add_argument("--limit", type=int, help="only the most recent N")
-    p.add_argument("--job", metavar="JOB_ID", help="only this job's (through an index where the store has one)")
+    p.add_argument("--limit", type=LIMIT, help="only the most recent N")
+    p.add_argument("--job", metavar="JOB_ID", type=JOB_ID,
+                   help="only this job's (through an index where the store has one)")
     p = command("history", commands.cmd_history, "list accepted operations, oldest first")
     p.add_argument("job_id", nargs="?", metavar="JOB_ID", type=JOB_ID)
-    p.add_argument("--limit", type=int)
+    p.add_argument("--limit", type=LIMIT, help="only the most recent N")
     p = command("watch", commands.cmd_watch, "print every job, then each change and new rejection, until Ctrl-C")
     p.add_argument("--interval", type=INTERVAL, default=1.0, help="poll interval where the store has no watch")
-    p.add_argument("--count", type=int, help="stop after this many changes")
+    p.add_argument("--count", type=COUNT, help="stop after this many changes")
     command("health", commands.cmd_health, "show facts about the store; exit 69 if it cannot be reached")
     command("build-indexes", commands.cmd_build_indexes,
             "give an etcd or ZooKeeper store written by an older tenure its query indexes (an upgrade)")
@@ -146,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _no_dashboard(args: argparse.Namespace) -> int:
     print("tenure: the dashboard needs Streamlit: pip install 'tenure[dashboard]'", file=sys.stderr)
-    return exits.USAGE
+    return exits.UNAVAILABLE  # as a store whose extra is missing
 
 
 def _split_command(words: list[str]) -> tuple[list[str], list[str]]:
@@ -172,6 +200,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else exits.USAGE
     args.cmd = command
     try:
+        args.url = store_url(args.url, args.url_file, os.environ, DEFAULT_URL)
+        refused = stores.opened(args)
+        if refused is not None:
+            return refused
         if args.func is None:
             code: int = args.run(args)
             return code

@@ -12,8 +12,9 @@ metric                                 type     meaning
 ``tenure_jobs{state}``                 gauge    jobs by state (pending, leased, expired,
                                                 completed, corrupt) by the store's clock
 ``tenure_leases_expiring_soon``        gauge    live leases ending within ``--soon`` seconds
-``tenure_rejections_total{op,kind,     counter  rejections audited since this exporter started
-reason}``
+``tenure_rejections_total{op,kind,     counter  rejections audited since this exporter started;
+reason}``                                       every series of a known reason exported at 0 from
+                                                the start
 ``tenure_rejections_last_hour``        gauge    rejections the audit holds for the last hour
 ``tenure_store_up``                    gauge    1 if the store answered this scrape, else 0
 ``tenure_store_read_seconds``          gauge    how long this scrape's reads took
@@ -33,11 +34,17 @@ from typing import Any
 import tenure
 from tenure.cli import exits
 from tenure.cli.arguments import PORT, SOON
-from tenure.core.records import JobState, Reason, RejectionKind
+from tenure.core.records import JobState, Op, Reason, RejectionKind
 from tenure.core.snapshot import Snapshot
 from tenure.core.watch import NewRejections
 
 _REASONS = frozenset(r.value for r in Reason)
+# Every series known in advance, exported at 0 from the first scrape (Prometheus's convention,
+# so rate() and absent() alerts work before the first rejection): the store's refusals of a
+# holder's operation, and a destination's (its reason when tenure's own, else "other").
+_SERIES = [(op.value, RejectionKind.STORE.value, reason.value) for op in (Op.RENEW, Op.COMPLETE, Op.RELEASE)
+           for reason in Reason if reason is not Reason.STALE_TOKEN] + [
+    (Op.EFFECT.value, RejectionKind.DESTINATION.value, reason) for reason in (Reason.STALE_TOKEN.value, "other")]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,7 +61,7 @@ class StoreCollector:
         self.store = store
         self.soon = soon
         self._lock = threading.Lock()  # scrapes may overlap; the audit tally is one
-        self._rejections: Counter[tuple[str, str, str]] = Counter()
+        self._rejections: Counter[tuple[str, str, str]] = Counter(dict.fromkeys(_SERIES, 0))
         self._new_rejections = NewRejections(store.backend, store.now())
         self.snapshot = Snapshot(store, max_age=0.0)  # the dashboard's counts, read at each scrape
 
@@ -98,12 +105,16 @@ def run(args: argparse.Namespace) -> int:
         from prometheus_client import CollectorRegistry, start_http_server
     except ImportError:
         print("tenure: metrics need prometheus_client: pip install 'tenure[metrics]'", file=sys.stderr)
-        return exits.USAGE
+        return exits.UNAVAILABLE  # as a store whose extra is missing
     with tenure.connect(args.url) as store:
         registry = CollectorRegistry(auto_describe=False)
         collector = StoreCollector(store, args.soon)
         registry.register(collector)
-        server, _ = start_http_server(args.port, addr=args.host, registry=registry)
+        try:
+            server, _ = start_http_server(args.port, addr=args.host, registry=registry)
+        except OSError as exc:  # the port is taken, or the address is not this machine's
+            print(f"tenure metrics: cannot serve on {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)
+            return exits.UNAVAILABLE
         print(f"tenure metrics: serving http://{args.host}:{server.server_port}/metrics", file=sys.stderr, flush=True)
         try:
             threading.Event().wait()  # until Ctrl-C or SIGTERM

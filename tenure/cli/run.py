@@ -38,6 +38,7 @@ from urllib.parse import unquote, unquote_plus
 
 import tenure
 from tenure.cli import exits
+from tenure.cli.commands import refuse_unknown
 from tenure.cli.signals import Interrupts
 from tenure.core.options import parse_url
 
@@ -52,10 +53,11 @@ def cmd_run(store: tenure.Store, args: argparse.Namespace) -> int:
     argv = list(args.cmd)
     if not argv:
         raise tenure.InvalidArgument("run needs a command after --: tenure run JOB --owner O --ttl S -- CMD ...")
+    refuse_unknown(store, args)
     supervisor = Supervisor(argv, args.grace, command_env(os.environ, args.url))
     with supervisor.interrupts.catching():  # from before the claim: a signal while claiming is not lost
-        if args.wait:
-            print(f"tenure run: waiting up to {args.wait:g} s for {args.job_id!r}", file=sys.stderr, flush=True)
+        if args.wait:  # said only if the job is held: a claim that needs no wait says nothing of one
+            supervisor.interrupts.announce = f"tenure run: waiting up to {args.wait:g} s for {args.job_id!r}"
         try:
             held = supervisor.claim(lambda wait: store.hold(args.job_id, args.owner, args.ttl, wait=wait),
                                     args.wait or 0.0)

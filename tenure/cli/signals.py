@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +31,7 @@ class Interrupts:
     def __init__(self, on_signal: Callable[[int], None] | None = None) -> None:
         self.signalled: int | None = None
         self._on_signal = on_signal
+        self.announce: str | None = None  # printed on stderr if a claim has to wait, once
 
     @contextlib.contextmanager
     def catching(self) -> Iterator[None]:
@@ -57,13 +59,15 @@ class Interrupts:
         again while time is left; after that it is the answer. A lease granted after a signal
         is handed to ``give_back`` and None returned."""
         end = time.monotonic() + wait
+        first = True  # tried without blocking: a claim that needs no wait says nothing of one
         while self.signalled is None:
             remaining = end - time.monotonic()
             try:
-                got = attempt(min(remaining, WAIT_SLICE) if remaining > 0 else None)
+                got = attempt(None if first or remaining <= 0 else min(remaining, WAIT_SLICE))
             except tenure.AlreadyClaimed:
                 if remaining <= 0 and self.signalled is None:
                     raise
+                first = self._waiting(first)
                 continue
             if self.signalled is not None:
                 if got is not None:
@@ -71,4 +75,10 @@ class Interrupts:
                 return None
             if got is not None or remaining <= 0:
                 return got
+            first = self._waiting(first)
         return None
+
+    def _waiting(self, first: bool) -> bool:
+        if first and self.announce:
+            print(self.announce, file=sys.stderr, flush=True)
+        return False

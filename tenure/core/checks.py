@@ -13,9 +13,9 @@ from typing import NamedTuple
 
 from tenure.core import validation
 from tenure.core.backend import Characteristics
-from tenure.core.errors import InvalidArgument, quoted
+from tenure.core.errors import InvalidArgument, StaleLease, quoted
 from tenure.core.holding import MAX_DRIFT_MARGIN
-from tenure.core.records import JobState, Lease, Op, Reason, Rejection, RejectionKind
+from tenure.core.records import HistoryEvent, JobState, Lease, Op, Reason, Rejection, RejectionKind
 from tenure.core.stamps import Stamps
 
 DEFAULT_DRIFT_MARGIN = 0.05
@@ -136,10 +136,8 @@ def page(states: Iterable[JobState | str] | None, job: object, owner: object, or
     wanted = None if states is None else frozenset(_state(s) for s in states)
     if order not in PAGE_ORDERS:
         raise InvalidArgument(f"order must be one of {', '.join(PAGE_ORDERS)}, got {quoted(order)}")
-    start = validation.limit(offset)
-    size = validation.limit(limit)
-    if start is None or size is None or not 1 <= size <= MAX_PAGE:
-        raise InvalidArgument(f"offset must be an int >= 0 and limit from 1 to {MAX_PAGE}")
+    start = validation.whole("offset", offset)
+    size = validation.whole("limit", limit, 1, MAX_PAGE)
     return PageQuery(wanted, _needle("job", job), _needle("owner", owner), str(order), start, size)
 
 
@@ -171,3 +169,18 @@ def _needle(kind: str, value: object) -> str | None:
     if value is None or value == "":
         return None
     return validation.job_id(value) if kind == "job" else validation.owner(value)
+
+
+def may_be_operator_ended(refused: StaleLease) -> bool:
+    """Whether a refusal said the lease ran out, which may be an operator's doing: then the
+    job's latest history event tells (``explained``)."""
+    return refused.rejection.reason == Reason.EXPIRED.value
+
+
+def explained(refused: StaleLease, latest: list[HistoryEvent]) -> StaleLease:
+    """``refused`` naming the operator who ended the lease, when the job's latest history
+    event is an EXPIRE of the refused token; else ``refused`` as it is."""
+    r = refused.rejection
+    if latest and latest[-1].op is Op.EXPIRE and latest[-1].token == r.token:
+        return StaleLease(r, latest[-1])
+    return refused

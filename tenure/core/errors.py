@@ -35,8 +35,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tenure.core.shown import when
+
 if TYPE_CHECKING:
-    from tenure.core.records import Rejection
+    from tenure.core.records import HistoryEvent, Rejection
 
 
 MAX_QUOTED = 40  # characters of caller input an error message quotes, at most
@@ -67,8 +69,11 @@ class InvalidArgument(LeaseError, ValueError):
 class AlreadyClaimed(LeaseError):
     """The job is held by another lease that has not expired by the store's clock."""
 
-    def __init__(self, job_id: str, owner: str | None, token: int, expires_at: float | None) -> None:
-        super().__init__(f"job {quoted(job_id)} is held by {quoted(owner)} (token {token}) until {expires_at}")
+    def __init__(self, job_id: str, owner: str | None, token: int, expires_at: float | None,
+                 now: float | None = None) -> None:
+        # ``now``: the store's clock when it refused, so the message says how long is left.
+        super().__init__(f"job {quoted(job_id)} is held by {quoted(owner)} (token {token}) "
+                         f"until {when(expires_at, now)}")
         self.job_id = job_id
         self.owner = owner
         self.token = token
@@ -128,16 +133,26 @@ class JobNotFound(LeaseError, KeyError):
 class StaleLease(LeaseError):
     """The store rejected a renew, complete or release made with a stale lease.
 
-    The rejection has been audited; ``rejection`` holds the record the store wrote.
+    The rejection has been audited; ``rejection`` holds the record the store wrote. When an
+    operator ended the lease (``force_expire``), ``ended_by`` is the history's EXPIRE event,
+    and the message says so rather than that the lease ran out.
     """
 
-    def __init__(self, rejection: Rejection) -> None:
+    def __init__(self, rejection: Rejection, ended_by: HistoryEvent | None = None) -> None:
         r = rejection
+        why = r.reason if ended_by is None else _operator_ended(r, ended_by)
         super().__init__(
-            f"{r.op} of job {quoted(r.job_id)} by {quoted(r.owner)} with token {r.token} rejected: {r.reason}"
+            f"{r.op} of job {quoted(r.job_id)} by {quoted(r.owner)} with token {r.token} rejected: {why}"
             f" (current owner {quoted(r.current_owner)}, token {r.current_token})"
         )
         self.rejection = rejection
+        self.ended_by = ended_by
+
+
+def _operator_ended(r: Rejection, event: HistoryEvent) -> str:
+    # force_expire without an actor records the holder as the EXPIRE event's owner: no name then.
+    who = "" if event.owner in (None, r.owner) else f" ({quoted(event.owner)})"
+    return f"an operator{who} ended the lease at {when(event.at, r.at)}"
 
 
 class StaleToken(LeaseError):

@@ -53,6 +53,7 @@ class Reason(str, enum.Enum):
     NOT_FOUND = "job not found"
     COMPLETED = "job already completed"
     SUPERSEDED = "token superseded by a newer claim"
+    NEVER_ISSUED = "token never issued (above the job's current token)"
     NOT_LEASED = "job is not leased"
     OWNER_MISMATCH = "owner does not match"
     EXPIRED = "lease expired by store time"

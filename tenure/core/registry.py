@@ -43,12 +43,14 @@ _REGISTERED: dict[str, type[Backend] | str] = {}
 _REGISTERED_LOCK = threading.Lock()
 
 
-def register_backend(scheme: str, backend: type[Backend] | str) -> None:
+def register_backend(scheme: str, backend: type[Backend] | str, *, replace: bool = False) -> None:
     """Make ``scheme://`` URLs open ``backend``: a ``tenure.Backend`` subclass, or ``"module:Class"``.
 
     A spec string is imported on the first ``connect()`` of that scheme, so registering costs
-    nothing until used. Registering a scheme again replaces the earlier entry; a built-in scheme
-    cannot be replaced.
+    nothing until used. Registering the same backend again changes nothing; another backend for
+    a scheme already registered is refused unless ``replace=True`` (two packages claiming one
+    scheme is a mistake to hear about, not to settle by import order). A built-in scheme cannot
+    be replaced.
     """
     if not isinstance(scheme, str) or not _SCHEME.fullmatch(scheme):
         raise InvalidArgument(f"a backend scheme must be 1 to 32 of a-z, 0-9, '+', '.', '-' starting with "
@@ -62,14 +64,22 @@ def register_backend(scheme: str, backend: type[Backend] | str) -> None:
         raise InvalidArgument(f"the backend for {scheme}:// must be a tenure.Backend subclass or a "
                               f"'module:Class' string, not {type(backend).__name__}")
     with _REGISTERED_LOCK:
+        earlier = _REGISTERED.get(scheme)
+        if earlier is not None and not replace and _spec_of(earlier) != _spec_of(backend):
+            raise InvalidArgument(f"{scheme}:// is already registered to {_spec_of(earlier)}; "
+                                  "pass replace=True to register another backend for it")
         _REGISTERED[scheme] = backend
+
+
+def _spec_of(backend: type[Backend] | str) -> str:
+    return backend if isinstance(backend, str) else f"{backend.__module__}:{backend.__qualname__}"
 
 
 def registered_backends() -> dict[str, str]:
     """Every run-time registration as ``"module:Class"``, to repeat it in another process."""
     with _REGISTERED_LOCK:
         entries = dict(_REGISTERED)
-    return {scheme: b if isinstance(b, str) else f"{b.__module__}:{b.__qualname__}" for scheme, b in entries.items()}
+    return {scheme: _spec_of(b) for scheme, b in entries.items()}
 
 
 def _load_spec(scheme: str, spec: str) -> type[Backend]:

@@ -18,7 +18,7 @@ from tenure.core import checks, telemetry, validation, waiting
 from tenure.core.backend import Backend, Characteristics
 from tenure.core.checks import DEFAULT_DRIFT_MARGIN, MAX_PAGE, PAGE_ORDERS, Checks
 from tenure.core.clock import SYSTEM_CLOCK, Clock
-from tenure.core.errors import LeaseError
+from tenure.core.errors import LeaseError, StaleLease
 from tenure.core.records import (
     Change,
     HistoryEvent,
@@ -130,20 +130,37 @@ class Store:
         lease = self.checks.lease(lease)
         seconds = self.checks.ttl(lease.ttl if ttl is None else ttl)
         sent_at = self.clock.monotonic()
-        renewed = telemetry.timed(self.characteristics.name, "renew", lambda: self.backend.renew(lease, seconds))
+        renewed = self._told_why(lambda: telemetry.timed(self.characteristics.name, "renew",
+                                                         lambda: self.backend.renew(lease, seconds)))
         return self.checks.stamped(renewed, sent_at)
 
     def complete(self, lease: Lease, result: str | bytes | None = None) -> None:
         """Mark the job completed; raises StaleLease (audited) if the lease is not current."""
         args = self.checks.lease(lease), self.checks.result(result)
-        telemetry.timed(self.characteristics.name, "complete", lambda: self.backend.complete(*args))
+        self._told_why(lambda: telemetry.timed(self.characteristics.name, "complete",
+                                               lambda: self.backend.complete(*args)))
         self.checks.forget(args[0])
 
     def release(self, lease: Lease) -> None:
         """Give the job back unfinished, so it can be claimed at once."""
         lease = self.checks.lease(lease)
-        telemetry.timed(self.characteristics.name, "release", lambda: self.backend.release(lease))
+        self._told_why(lambda: telemetry.timed(self.characteristics.name, "release",
+                                               lambda: self.backend.release(lease)))
         self.checks.forget(lease)
+
+    def _told_why(self, call: Callable[[], T]) -> T:
+        """``call()``; a refusal of a lease an operator ended says so (one history read, made
+        only for a refusal that says the lease ran out)."""
+        try:
+            return call()
+        except StaleLease as exc:
+            if not checks.may_be_operator_ended(exc):
+                raise
+            try:
+                latest = self.backend.history(exc.rejection.job_id, None, 1)
+            except LeaseError:
+                raise exc from None  # the refusal is the answer; who ended the lease is a detail
+            raise checks.explained(exc, latest) from None
 
     def hold(self, job_id: str, owner: str, ttl: float, *, wait: float | None = None) -> HeldLease:
         """Claim a job and keep renewing it in the background; use it as a context manager."""

@@ -76,7 +76,7 @@ def claim(rec: JobRecord | None, job_id: str, owner: str, ttl: float, now: float
     if rec is not None and not is_claimable(rec, now):
         if rec.state is JobState.COMPLETED:
             raise JobCompleted(job_id)
-        raise AlreadyClaimed(job_id, rec.owner, rec.token, rec.lease_until)
+        raise AlreadyClaimed(job_id, rec.owner, rec.token, rec.lease_until, now)
     base = rec or JobRecord(job_id=job_id, state=JobState.PENDING, submitted_at=now)
     return dataclasses.replace(
         base,
@@ -94,6 +94,8 @@ def check(rec: JobRecord | None, lease: Lease, now: float) -> Reason | None:
     """Why a renew/complete/release with ``lease`` must be refused, or None if it may go on."""
     if rec is None:
         return Reason.NOT_FOUND
+    if lease.token > rec.token:
+        return Reason.NEVER_ISSUED
     if lease.token != rec.token:
         return Reason.SUPERSEDED
     if lease.owner != rec.owner:

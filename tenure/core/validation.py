@@ -138,9 +138,16 @@ def result(value: object) -> bytes | None:
     raise InvalidArgument(f"result must be str, bytes or None, not {type(value).__name__}")
 
 
-def limit(value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidArgument(f"limit must be a non-negative int or None, got {quoted(value)}")
+def whole(kind: str, value: object, minimum: int = 0, maximum: int | None = None) -> int:
+    """A whole number from ``minimum`` (up to ``maximum``): a count, an offset, a page size."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{kind} must be a whole number, got {quoted(value)}")
+    if value < minimum or (maximum is not None and value > maximum):
+        within = f"from {minimum} to {maximum}" if maximum is not None else f"{minimum} or more"
+        raise InvalidArgument(f"{kind} must be {within}, got {quoted(value)}")
     return value
+
+
+def limit(value: object) -> int | None:
+    """How many records at most: a whole number from 0, or None for no limit."""
+    return None if value is None else whole("limit", value)

@@ -2,8 +2,9 @@
 
 Audited means recorded in the store, where operators look: the action's history event names
 ``dashboard-admin`` as its owner. A log line is written as well, for the process's own log.
-The unlock is rate-limited per server (``unlock``). A force-expire sends the generation the
-operator confirmed, so a job claimed again meanwhile is left to its new holder.
+The unlock is rate-limited per client address, under a server-wide ceiling (``unlock``). A
+force-expire sends the token the operator confirmed, so a job claimed again meanwhile is
+left to its new holder.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def _try_unlock(cfg: Config) -> None:
     if not given:
         return
     assert cfg.admin_secret is not None
-    attempt = LIMITER.attempt(given, cfg.admin_secret)
+    attempt = LIMITER.attempt(given, cfg.admin_secret, client_address())
     if attempt.unlocked:
         st.session_state[_UNLOCKED] = True
         st.session_state.pop(_REFUSAL, None)
@@ -42,9 +43,16 @@ def _try_unlock(cfg: Config) -> None:
     log.warning("admin unlock refused: %s", "wrong secret" if attempt.heard else "tried during the backoff")
     message = "Wrong admin secret" if attempt.heard else "Not checked"
     if attempt.retry_after > 0:
-        message += (f". Too many wrong tries on this server: the next is heard in "
-                    f"{max(1, round(attempt.retry_after))} s")
+        whose = "on this server, from many addresses" if attempt.ceiling else "from your address"
+        message += f". Too many wrong tries {whose}: the next is heard in {max(1, round(attempt.retry_after))} s"
     st.session_state[_REFUSAL] = message
+
+
+def client_address() -> str | None:
+    """The browser's address as the server saw it (behind a proxy on the same machine, the one
+    it forwards); None for the same machine. Whose wrong tries a try counts with."""
+    address = st.context.ip_address
+    return address if isinstance(address, str) else None  # no client behind the session (a test run)
 
 
 def unlock_form(cfg: Config) -> None:
@@ -78,7 +86,7 @@ def actions(store: Store, cfg: Config, status: JobStatus) -> None:
     if not pending or pending[1] != job:
         return
     action, _, token = pending
-    st.warning(f"{action} job {literal(repr(job))} (generation {token})? This is recorded in the store's "
+    st.warning(f"{action} job {literal(repr(job))} (token {token})? This is recorded in the store's "
                f"history as done by {literal(repr(ADMIN_ACTOR))}.")
     y, n = st.columns(2)
     if n.button("Cancel"):
@@ -92,12 +100,12 @@ def actions(store: Store, cfg: Config, status: JobStatus) -> None:
             else:
                 store.submit(job, actor=ADMIN_ACTOR)
         except TokenChanged as exc:
-            st.error(f"Nothing was changed: job {literal(repr(job))} is at generation {exc.current} now, not the "
-                     f"generation {token} you confirmed (claimed again or ended since you looked). "
+            st.error(f"Nothing was changed: job {literal(repr(job))} is at token {exc.current} now, not the "
+                     f"token {token} you confirmed (claimed again or ended since you looked). "
                      "Review it and try again.")
             return
         except LeaseError as exc:
             st.error(literal(cfg.scrub(str(exc))))
             return
-        log.warning("admin %s of job %r (generation %d) by %s", action, job, token, ADMIN_ACTOR)
+        log.warning("admin %s of job %r (token %d) by %s", action, job, token, ADMIN_ACTOR)
         st.success(f"{action} of {literal(repr(job))} done and recorded in its history.")

@@ -1,4 +1,4 @@
-"""The expiry timeline: lease intervals per job and generation, rejections marked on them."""
+"""The expiry timeline: lease intervals per job and token (generation), rejections marked on them."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def height(spans: pd.DataFrame, rejections: pd.DataFrame) -> int:
 
 def timeline(spans: pd.DataFrame, rejections: pd.DataFrame, now: float, start: float,
              ahead: float, local: bool = False) -> Any:
-    """Bars from lease start to expiry (or completion) per job, labelled with generation and
+    """Bars from lease start to expiry (or completion) per job, labelled with token and
     owner, with a tick at each start; a red cross where a stale operation was rejected; a
     dashed rule at the store's now. The time axis runs from ``start`` to ``ahead`` seconds
     after now, in UTC (``local``: the browser's zone); bars are clipped. Labels of odd

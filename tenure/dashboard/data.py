@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import pandas as pd
 
 from tenure.core.export import to_json
 from tenure.core.queries import fold
-from tenure.core.records import HistoryEvent, JobState, JobStatus, Op, Rejection
+from tenure.core.records import HistoryEvent, JobPage, JobState, JobStatus, Op, Rejection
 
 LEASE_COLUMNS = ["job", "owner", "token", "state", "expires in (s)", "lease left",
                  "last renewal", "claimed at", "problem"]
@@ -46,16 +46,22 @@ def ago(delta: float) -> str:
     return f"in {duration(delta)}" if delta > 0 else f"{duration(delta)} ago"
 
 
-def stamp(seconds: float | None, now: float, zone: str | None = None) -> str:
+DAY = 86400.0
+
+
+def stamp(seconds: float | None, now: float, zone: str | None = None, *, dated: bool = True) -> str:
     """A store time as people read it: "2026-12-03 04:35:13 UTC (12 s ago)", in ``zone`` (an
-    IANA name such as the browser's) when given and known, else UTC; "" for None."""
+    IANA name such as the browser's) when given and known, else UTC; "" for None. Not
+    ``dated``: the date only for times a day or more from now ("04:35:13 UTC (12 s ago)"),
+    whose day the age tells, for tables too narrow to repeat it."""
     if seconds is None:
         return ""
     t = pd.Timestamp(seconds, unit="s", tz="UTC")
     if zone:
         with contextlib.suppress(KeyError, ValueError):  # a zone unknown here: stay in UTC
             t = t.tz_convert(zone)
-    return f"{t:%Y-%m-%d %H:%M:%S} {t.tzname()} ({ago(seconds - now)})"
+    day = f"{t:%Y-%m-%d} " if dated or abs(seconds - now) >= DAY else ""
+    return f"{day}{t:%H:%M:%S} {t.tzname()} ({ago(seconds - now)})"
 
 
 _MARKDOWN_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
@@ -77,6 +83,14 @@ def facts_table(facts: dict[str, str]) -> str:
     return f"| fact | value |\n|---|---|\n{rows}"
 
 
+def ttl_of(job: JobStatus) -> float | None:
+    """The TTL of a job's lease: from its last claim or renewal to its expiry (None: no lease)."""
+    began = job.renewed_at or job.claimed_at
+    if job.expires_at is None or began is None:
+        return None
+    return job.expires_at - began
+
+
 def leases_frame(jobs: Sequence[JobStatus], now: float, zone: str | None = None) -> pd.DataFrame:
     """One row per job; ``lease left`` is the fraction of the lease's TTL still to run."""
     rows = []
@@ -84,8 +98,7 @@ def leases_frame(jobs: Sequence[JobStatus], now: float, zone: str | None = None)
         left = fraction = None
         if j.expires_at is not None and j.state in (JobState.LEASED, JobState.EXPIRED):
             left = j.expires_at - now
-            began = j.renewed_at or j.claimed_at
-            ttl = j.expires_at - began if began is not None else None
+            ttl = ttl_of(j)
             fraction = min(1.0, max(0.0, left / ttl)) if ttl else 0.0
         problem = f"{j.key}: {j.problem}" if j.state is JobState.CORRUPT else ""
         rows.append({"job": j.job_id, "owner": j.owner or "", "token": j.token,
@@ -93,6 +106,24 @@ def leases_frame(jobs: Sequence[JobStatus], now: float, zone: str | None = None)
                      "last renewal": stamp(j.renewed_at, now, zone), "claimed at": stamp(j.claimed_at, now, zone),
                      "problem": problem})
     return pd.DataFrame(rows, columns=LEASE_COLUMNS)
+
+
+PageFetch = Callable[[list[str], int, int], JobPage]  # (states, offset, limit) -> one page
+
+
+def stacked_page(fetch: PageFetch, groups: Sequence[list[str]], offset: int,
+                 limit: int) -> tuple[list[JobStatus], list[int]]:
+    """One page of the jobs in ``groups`` of states, all of the first group's before the
+    second's (each in ``fetch``'s order), and how many jobs each group holds."""
+    jobs: list[JobStatus] = []
+    counts: list[int] = []
+    for states in groups:
+        wanted = limit - len(jobs)
+        # A page past its group's end, or of one job when the page is full, still counts the group.
+        page = fetch(states, max(0, offset - sum(counts)), max(1, wanted))
+        jobs += page.jobs[:max(0, wanted)]
+        counts.append(page.total)
+    return jobs, counts
 
 
 def rejections_frame(rejections: Iterable[Rejection]) -> pd.DataFrame:
@@ -105,15 +136,16 @@ def rejections_frame(rejections: Iterable[Rejection]) -> pd.DataFrame:
     return frame.iloc[::-1].reset_index(drop=True)
 
 
-AUDIT_COLUMNS = ["at", "job", "op", "reason", "owner", "token", "current owner", "current token",
+# The CLI's order: who was refused with which token, and who holds which, before the reason.
+AUDIT_COLUMNS = ["at", "job", "op", "owner", "token", "current owner", "current token", "reason",
                  "kind", "resource"]
 
 
 def audit_table(rejections: Iterable[Rejection], now: float, zone: str | None = None) -> pd.DataFrame:
-    """Rejections for people, newest first: readable times, the reason beside the operation."""
-    rows = [{"at": stamp(r.at, now, zone), "job": r.job_id, "op": r.op.value, "reason": r.reason,
-             "owner": r.owner, "token": r.token, "current owner": r.current_owner or "",
-             "current token": r.current_token, "kind": r.kind.value, "resource": r.resource or ""}
+    """Rejections for people, newest first, with readable times (dated when a day old or more)."""
+    rows = [{"at": stamp(r.at, now, zone, dated=False), "job": r.job_id, "op": r.op.value, "owner": r.owner,
+             "token": r.token, "current owner": r.current_owner or "", "current token": r.current_token,
+             "reason": r.reason, "kind": r.kind.value, "resource": r.resource or ""}
             for r in rejections]
     return pd.DataFrame(rows[::-1], columns=AUDIT_COLUMNS)
 
@@ -183,7 +215,7 @@ def intervals(events: Iterable[HistoryEvent], now: float, start: float) -> pd.Da
             span["outcome"] = "live" if e.expires_at > now else "expired"
     rows = [s for s in spans.values() if "end" in s]
     frame = pd.DataFrame(rows, columns=["job", "token", "owner", "begin", "end", "outcome"])
-    frame["label"] = [f"gen {t} {o}" for t, o in zip(frame["token"], frame["owner"], strict=True)]
+    frame["label"] = [f"token {t} {o}" for t, o in zip(frame["token"], frame["owner"], strict=True)]
     for column in ("begin", "end"):
         frame[column] = pd.to_datetime(frame[column], unit="s", utc=True)
     return frame

@@ -17,7 +17,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tenure.core.errors import InvalidArgument, LeaseError
+from tenure.cli.arguments import PORT, REFRESH
+from tenure.cli.exits import for_error
+from tenure.core.errors import BackendUnavailable, InvalidArgument, LeaseError
 from tenure.core.options import parse_url
 from tenure.dashboard import config
 
@@ -53,14 +55,14 @@ def start(url: str, *, port: int = 8501, host: str = "127.0.0.1", admin_secret: 
     ``app``: another script that runs the app (benchmarks/dashboard_counted_app.py counts reads)."""
     parse_url(url)
     if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-        raise InvalidArgument(f"port must be an int from 1 to 65535, got {port!r}")
+        raise InvalidArgument(f"port must be a whole number from 1 to 65535, got {port!r}")
     if not isinstance(host, str) or not host:
         raise InvalidArgument(f"host must be a non-empty str, got {host!r}")
     if admin_secret is not None and (not isinstance(admin_secret, str) or len(admin_secret) < 8):
         raise InvalidArgument("the admin secret must be a str of at least 8 characters")
     env = environment(url, admin_secret=admin_secret, refresh=refresh)
     if importlib.util.find_spec("streamlit") is None:
-        raise LeaseError("the dashboard needs Streamlit: pip install 'tenure[dashboard]'")
+        raise BackendUnavailable("the dashboard needs Streamlit: pip install 'tenure[dashboard]'")
     return subprocess.Popen(command(port, host, app), env=env, stdin=subprocess.DEVNULL)
 
 
@@ -71,7 +73,7 @@ def wait_ready(proc: subprocess.Popen[bytes], host: str, port: int, timeout: flo
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise LeaseError(f"the dashboard exited with code {proc.returncode} before answering")
+            raise BackendUnavailable(f"the dashboard exited with code {proc.returncode} before answering")
         try:
             with urllib.request.urlopen(f"{address}/_stcore/health", timeout=2) as response:
                 if response.status == 200:
@@ -79,14 +81,14 @@ def wait_ready(proc: subprocess.Popen[bytes], host: str, port: int, timeout: flo
         except (urllib.error.URLError, OSError):
             pass
         time.sleep(0.2)  # polling a server that is starting up
-    raise LeaseError(f"the dashboard did not answer at {address} within {timeout:g}s")
+    raise BackendUnavailable(f"the dashboard did not answer at {address} within {timeout:g}s")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``tenure dashboard``; the CLI adds ``--url`` itself."""
-    parser.add_argument("--port", type=int, default=8501, help="port to serve on (default 8501)")
+    parser.add_argument("--port", type=PORT, default=8501, help="port to serve on (default 8501)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--refresh", type=float, default=config.DEFAULT_REFRESH,
+    parser.add_argument("--refresh", type=REFRESH, default=config.DEFAULT_REFRESH,
                         help="seconds between live refreshes, 0 for none (default 1)")
     parser.add_argument("--admin", action="store_true",
                         help=f"enable admin actions, unlocked by the secret in ${SECRET_ENV} "
@@ -122,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
                      refresh=args.refresh)
     except LeaseError as exc:
         print(f"tenure dashboard: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, InvalidArgument) else 1
+        return for_error(exc)
     try:
         address = wait_ready(proc, args.host, args.port)
         mode = "admin actions enabled" if secret else "read-only"
@@ -131,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         return proc.wait()
     except LeaseError as exc:
         print(f"tenure dashboard: {exc}", file=sys.stderr)
-        return 1
+        return for_error(exc)
     except KeyboardInterrupt:
         return 0
     finally:

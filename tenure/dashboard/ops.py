@@ -30,8 +30,11 @@ def workers(snap: Snapshot, cfg: Config) -> None:
     event = st.dataframe(frame, hide_index=True, width="stretch", key="workers_table", on_select="rerun",
                          selection_mode="single-row", column_config={
                              "since last renewal (s)": st.column_config.NumberColumn(format="%.1f")})
-    st.caption(f"{len(frame)} owner(s) holding leases{_capped(len(held))}, the longest without a "
-               f"renewal first; 'expiring soon' ends within {SOON:g} s. Click an owner for its leases.")
+    holding = int((frame["leases"] > 0).sum())
+    idle = len(frame) - holding
+    gone = f", then {idle} whose leases all expired unclaimed" if idle else ""
+    st.caption(f"{holding} owner(s) holding live leases{_capped(len(held))}, the longest without a renewal "
+               f"first{gone}; 'expiring soon' ends within {SOON:g} s. Click an owner for its leases.")
     rows = event.selection.rows if event is not None else []
     if rows and rows[0] < len(frame):
         owner = str(frame["owner"].iloc[rows[0]])
@@ -46,10 +49,11 @@ def stuck(snap: Snapshot, cfg: Config) -> None:
     held = snap.held()
     runs_window = max(window, RUNS_WINDOW)
     frame = ops_data.stuck_frame(held, snap.history(runs_window), snap.now(), window, zone())
-    st.caption(f"Live leases held more than {ops_data.STUCK_FACTOR:g} times their job's usual run "
-               f"(the median claim-to-completion in the last {data.duration(runs_window)} of history, or "
-               f"of all jobs when the job has none; at least {ops_data.STUCK_FLOOR:g} s), or held longer "
-               f"than {label} by an owner that completed nothing in that time{_capped(len(held))}.")
+    st.caption(f"Live leases held past their TTL and either more than {ops_data.STUCK_FACTOR:g} times "
+               f"their job's usual run (the median claim-to-completion of that job's own runs in the last "
+               f"{data.duration(runs_window)} of history, once it has {ops_data.MIN_RUNS}; at least "
+               f"{ops_data.STUCK_FLOOR:g} s), or longer than {label} by an owner that completed nothing in "
+               f"that time{_capped(len(held))}.")
     if frame.empty:
         st.success("No stuck leases.")
         return

@@ -14,13 +14,14 @@ import pandas as pd
 
 from tenure.core.records import HistoryEvent, JobState, JobStatus, Op, Rejection
 from tenure.core.transitions import state_at
-from tenure.dashboard.data import ago, duration, intervals, stamp
+from tenure.dashboard.data import ago, duration, intervals, stamp, ttl_of
 
 WORKER_COLUMNS = ["owner", "leases", "expiring soon", "expired, unclaimed", "since last renewal (s)",
                   "last renewal", "soonest expiry"]
 STUCK_COLUMNS = ["job", "owner", "token", "held for", "usual run", "why", "last renewal"]
 STUCK_FACTOR = 3.0  # held this many times the job's usual run is stuck ...
-STUCK_FLOOR = 60.0  # ... and for at least this many seconds (short jobs vary a lot)
+STUCK_FLOOR = 60.0  # ... and for at least this many seconds (short jobs vary a lot) ...
+MIN_RUNS = 3  # ... judged once the job itself has completed this many runs: others' runs say nothing
 
 
 def _renewed(job: JobStatus) -> float | None:
@@ -28,7 +29,8 @@ def _renewed(job: JobStatus) -> float | None:
 
 
 def workers_frame(held: Iterable[JobStatus], now: float, soon: float, zone: str | None = None) -> pd.DataFrame:
-    """One row per owner of a lease (live or expired and unclaimed): the longest silent first."""
+    """One row per owner of a lease (live or expired and unclaimed): owners holding a live lease
+    first, the longest silent first among them, then owners whose leases all expired."""
     owners: dict[str, list[JobStatus]] = {}
     for job in held:
         owners.setdefault(job.owner or "", []).append(job)
@@ -44,20 +46,27 @@ def workers_frame(held: Iterable[JobStatus], now: float, soon: float, zone: str 
                      "last renewal": stamp(last, now, zone),
                      "soonest expiry": "" if soonest is None else ago(soonest - now)})
     frame = pd.DataFrame(rows, columns=WORKER_COLUMNS)
-    return frame.sort_values(["since last renewal (s)", "owner"], ascending=[False, True],
-                             na_position="first").reset_index(drop=True)
+    # Owners holding live leases first: one whose leases all ran out holds nothing now.
+    frame["_idle"] = frame["leases"] == 0
+    frame = frame.sort_values(["_idle", "since last renewal (s)", "owner"], ascending=[True, False, True],
+                              na_position="first")
+    return frame.drop(columns="_idle").reset_index(drop=True)
 
 
 @dataclass(frozen=True)
 class Runs:
-    """How long jobs usually run, from the claims and completions in the history read."""
+    """How long each job ran, from the claims and completions in the history read."""
 
-    per_job: dict[str, float]
-    overall: float | None
+    per_job: dict[str, list[float]]  # job -> claim-to-completion of each of its completed runs
     last_completion: dict[str, float]  # owner -> store time of its latest completion
 
     def usual(self, job_id: str) -> float | None:
-        return self.per_job.get(job_id, self.overall)
+        """The job's own median run, once it has ``MIN_RUNS`` completed runs (None before)."""
+        own = self.per_job.get(job_id, [])
+        return statistics.median(own) if len(own) >= MIN_RUNS else None
+
+    def count(self, job_id: str) -> int:
+        return len(self.per_job.get(job_id, []))
 
 
 def runs(events: Sequence[HistoryEvent]) -> Runs:
@@ -73,22 +82,30 @@ def runs(events: Sequence[HistoryEvent]) -> Runs:
             began = claimed.get((e.job_id, e.token))
             if began is not None:
                 durations.setdefault(e.job_id, []).append(e.at - began)
-    every = [d for ds in durations.values() for d in ds]
-    return Runs({job: statistics.median(ds) for job, ds in durations.items()},
-                statistics.median(every) if every else None, last)
+    return Runs(durations, last)
+
+
+def _usual_text(known: Runs, job_id: str) -> str:
+    usual, n = known.usual(job_id), known.count(job_id)
+    if usual is None:
+        return f"unknown: {n} completed run(s), {MIN_RUNS} needed"
+    return f"{usual:.1f} s (median of its {n} runs)"
 
 
 def stuck_frame(held: Iterable[JobStatus], events: Sequence[HistoryEvent], now: float, window: float,
                 zone: str | None = None) -> pd.DataFrame:
-    """Live leases held far longer than their job's usual run (``STUCK_FACTOR`` times its median
-    in ``events``, or all jobs' median for a job with no completed run there), or held longer than
-    ``window`` seconds by an owner that completed nothing in that time: the longest held first."""
+    """Live leases held past their TTL and either far longer than their job's own usual run
+    (``STUCK_FACTOR`` times its median in ``events``, once it has ``MIN_RUNS`` runs there) or
+    longer than ``window`` seconds by an owner that completed nothing in that time: the longest
+    held first. A lease within its TTL is not judged: its worker asked for that long."""
     known = runs(events)
     rows = []
     for job in held:
         if state_at(job, now) is not JobState.LEASED or job.claimed_at is None:
             continue
         held_for = now - job.claimed_at
+        if held_for <= (ttl_of(job) or 0.0):
+            continue
         usual = known.usual(job.job_id)
         why = []
         if usual is not None and held_for > max(STUCK_FACTOR * usual, STUCK_FLOOR):
@@ -99,7 +116,7 @@ def stuck_frame(held: Iterable[JobStatus], events: Sequence[HistoryEvent], now: 
             why.append(f"{owner} renews but completed nothing in {duration(window)}")
         if why:
             rows.append({"job": job.job_id, "owner": owner, "token": job.token, "held for": duration(held_for),
-                         "usual run": "" if usual is None else f"{usual:.1f} s", "why": "; ".join(why),
+                         "usual run": _usual_text(known, job.job_id), "why": "; ".join(why),
                          "last renewal": stamp(_renewed(job), now, zone), "_held": held_for})
     frame = pd.DataFrame(rows, columns=[*STUCK_COLUMNS, "_held"])
     return frame.sort_values("_held", ascending=False).drop(columns="_held").reset_index(drop=True)

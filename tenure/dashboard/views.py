@@ -28,10 +28,8 @@ LEASE_COLUMNS: dict[str, Any] = {
     "lease left": st.column_config.ProgressColumn("lease left", min_value=0.0, max_value=1.0, format="percent"),
     "expires in (s)": st.column_config.NumberColumn(format="%.1f"),
 }
-AUDIT_COLUMNS: dict[str, Any] = {
-    "reason": st.column_config.TextColumn("reason", width="large"),
-    "at": st.column_config.TextColumn("at", width=260),  # the whole "... UTC (12 s ago)"
-}
+# At 1400 px with the sidebar open, every column up to the reason fits without scrolling.
+AUDIT_COLUMNS: dict[str, Any] = {"reason": st.column_config.TextColumn("reason", width=280)}
 
 
 def jobs_table(frame: pd.DataFrame, key: str, columns: dict[str, Any] | None = None) -> None:
@@ -55,12 +53,12 @@ def overview(snap: Snapshot, cfg: Config) -> None:
     if s.corrupt:
         st.error(f"{s.corrupt} corrupt record(s) in the store: filter Live leases by state 'corrupt'.")
     st.subheader("Look first at")
-    nav = st.columns(5)
-    nav[0].page_link(links.page("leases"), label=f"Live leases ({s.leased + s.expired})")
-    nav[1].page_link(links.page("workers"), label="Workers: who holds what")
-    nav[2].page_link(links.page("stuck"), label="Stuck leases")
-    nav[3].page_link(links.page("activity"), label="Rejections and expiries per minute")
-    nav[4].page_link(links.page("rejections"), label=f"Rejections ({s.rejections_last_hour} in 1 h)")
+    # One link a line: side by side, the longer labels were cut off in a 1400 px window.
+    st.page_link(links.page("leases"), label=f"Live leases ({s.leased})")
+    st.page_link(links.page("workers"), label="Workers: who holds what")
+    st.page_link(links.page("stuck"), label="Stuck leases")
+    st.page_link(links.page("activity"), label="Rejections and expiries per minute")
+    st.page_link(links.page("rejections"), label=f"Rejections ({s.rejections_last_hour} in 1 h)")
     left, right = st.columns(2)
     with left:
         st.subheader("Store clock")
@@ -76,26 +74,45 @@ def overview(snap: Snapshot, cfg: Config) -> None:
         st.markdown(data.facts_table(facts))
 
 
+LIVE = JobState.LEASED.value
+
+
+def state_groups(chosen: list[str]) -> list[list[str]]:
+    """The states chosen (none: all) as the groups the Live leases page lists in turn: live
+    leases first, then the rest together."""
+    chosen = chosen or [s.value for s in JobState]
+    rest = [s for s in chosen if s != LIVE]
+    return ([[LIVE]] if LIVE in chosen else []) + ([rest] if rest else [])
+
+
+def _groups_caption(groups: list[list[str]], counts: list[int]) -> str:
+    names = [f"{n} live lease(s)" if states == [LIVE] else f"{n} {' or '.join(states)} job(s)"
+             for states, n in zip(groups, counts, strict=True)]
+    return ", then ".join(names) + (", each" if len(names) > 1 else ",")
+
+
 def leases(snap: Snapshot, cfg: Config) -> None:
     c1, c2, c3 = st.columns([2, 2, 3])
     job = c1.text_input("Job contains", key="lease_job").strip()
     owner = c2.text_input("Owner contains", key="lease_owner").strip()
-    states = c3.multiselect("State", [s.value for s in JobState], key="lease_states",
-                            default=[JobState.LEASED.value, JobState.EXPIRED.value])
+    # Expired leases (and every other state) are behind this filter: the page is for live ones.
+    states = c3.multiselect("State", [s.value for s in JobState], key="lease_states", default=[LIVE])
+    groups = state_groups(states)
 
-    def fetch(page_no: int) -> JobPage:
-        return snap.page(states=states or None, job=job or None, owner=owner or None,
-                         order="expiry", offset=(page_no - 1) * PAGE_SIZE, limit=PAGE_SIZE)
+    def fetch(group: list[str], offset: int, limit: int) -> JobPage:
+        return snap.page(states=group, job=job or None, owner=owner or None, order="expiry",
+                         offset=offset, limit=limit)
 
     page_no = int(st.session_state.get("lease_page", 1))
-    result = fetch(page_no)
-    pages = max(1, -(-result.total // PAGE_SIZE))
+    shown, counts = data.stacked_page(fetch, groups, (page_no - 1) * PAGE_SIZE, PAGE_SIZE)
+    pages = max(1, -(-sum(counts) // PAGE_SIZE))
     if page_no > pages:  # the filters changed under a later page: show the last one
         page_no = st.session_state["lease_page"] = pages
-        result = fetch(page_no)
-    jobs_table(data.leases_frame(result.jobs, snap.now(), zone()), "lease_table", LEASE_COLUMNS)
-    st.caption(f"{result.total} matching job(s), soonest expiry first; page {page_no} of {pages}. "
-               "Click a row for the job's detail.")
+        shown, counts = data.stacked_page(fetch, groups, (page_no - 1) * PAGE_SIZE, PAGE_SIZE)
+    jobs_table(data.leases_frame(shown, snap.now(), zone()), "lease_table", LEASE_COLUMNS)
+    hint = "" if not states or JobState.EXPIRED.value in states else " Expired leases: add 'expired' under State."
+    st.caption(f"{_groups_caption(groups, counts)} soonest expiry first; page {page_no} of {pages}. "
+               f"Click a row for the job's detail.{hint}")
     if pages > 1:
         st.number_input("Page", 1, pages, key="lease_page")
 
@@ -120,7 +137,7 @@ def timeline(snap: Snapshot, cfg: Config) -> None:
     st.altair_chart(chart, width="stretch", height=charts.height(spans, marks))
     st.caption(f"{len(charts.job_order(spans, marks))} most recently active job(s) with leases or "
                "rejections in the window, those with rejections first. "
-               "Bars: one lease generation each, from claim to expiry or completion. "
+               "Bars: one lease (one token) each, from claim to expiry or completion. "
                "Red crosses: rejected stale operations (hover for details).")
 
 
@@ -163,7 +180,7 @@ def job_detail(snap: Snapshot, cfg: Config) -> None:
         st.session_state[_JOB_PARAM_SEEN] = st.session_state["detail_job"] = linked
     job = st.text_input("Job id", key="detail_job", on_change=_job_typed).strip()
     if not job:
-        st.info("Enter a job id to see its generations, owners, renewals and rejections.")
+        st.info("Enter a job id to see its leases (tokens), owners, renewals and rejections.")
         return
     status = snap.get(job)
     if status is None:
@@ -175,7 +192,7 @@ def job_detail(snap: Snapshot, cfg: Config) -> None:
     cols = st.columns(5)
     cols[0].metric("State", status.state.value)
     cols[1].metric("Owner", status.owner or "-")
-    cols[2].metric("Generation", status.token)
+    cols[2].metric("Token", status.token)
     cols[3].metric("Runs", status.runs)
     cols[4].metric("Expires", "-" if status.expires_at is None else data.ago(status.expires_at - now))
     times = [(name, t) for name, t in [("submitted", status.submitted_at), ("claimed", status.claimed_at),

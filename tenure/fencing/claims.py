@@ -15,10 +15,10 @@ from tenure.core import validation
 from tenure.core.errors import InvalidArgument, LeaseError
 from tenure.core.records import Lease
 from tenure.core.renewal import HeldLease
+from tenure.core.store import Store
 
 if TYPE_CHECKING:
     from tenure.core.records import Rejection
-    from tenure.core.store import Store
 
 log = logging.getLogger("tenure.fencing")
 
@@ -118,6 +118,18 @@ def forward_to(store: Store) -> Callable[[FenceRejection], Rejection]:
             resource=rejection.resource, highest=rejection.highest, reason=rejection.reason)
 
     return forward
+
+
+def reporting(on_reject: RejectHook | None, store: Store | None) -> RejectHook | None:
+    """Where a fence reports its rejections: ``on_reject`` when given, else the audit of
+    ``store`` when given (``forward_to``), else nowhere but the destination itself."""
+    if on_reject is not None and not callable(on_reject):
+        raise InvalidArgument(f"on_reject must be callable, not {type(on_reject).__name__}")
+    if store is not None and not isinstance(store, Store):
+        raise InvalidArgument(f"store must be a tenure.Store, not {type(store).__name__}")
+    if on_reject is not None:
+        return on_reject
+    return None if store is None else forward_to(store)
 
 
 def report(hook: RejectHook | None, rejection: FenceRejection) -> None:

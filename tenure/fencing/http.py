@@ -1,8 +1,9 @@
 """Fencing over HTTP: request headers, a helper for senders, an ASGI middleware for receivers.
 
-A sender adds ``fencing_headers(held, secret=...)`` to each request that produces an effect. A
-receiver wraps its ASGI app in ``FencingMiddleware``, which proves the token (a signature and/or
-the store's word, see ``proof``), then admits it against a fence before the app runs: ``403`` to
+A sender adds ``fencing_headers(held, secret=..., method=..., path=...)`` to each request that
+produces an effect: the signature is bound to that method and path (and body, with ``body=``).
+A receiver wraps its ASGI app in ``FencingMiddleware``, which proves the token (a signature
+and/or the store's word, see ``proof``), then admits it against a fence before the app runs: ``403`` to
 an unproven token, ``409 Conflict`` to stale work (a token below one the fence admitted, or,
 with ``store=``, one whose lease the store says was completed, released, expired or
 superseded). Header values are percent-encoded UTF-8, because job ids and owners may be any
@@ -25,19 +26,30 @@ import json
 import logging
 import re
 import time
-import unicodedata
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping
 from typing import Any
 from urllib.parse import quote, unquote
 
 from tenure.core import validation
-from tenure.core.errors import BackendUnavailable, ForgedToken, InvalidArgument, LeaseError, StaleToken, quoted
+from tenure.core.errors import BackendUnavailable, ForgedToken, InvalidArgument, LeaseError, StaleToken
 from tenure.core.records import Lease
 from tenure.core.renewal import HeldLease
 from tenure.core.store import Store
 from tenure.fencing import claims, proof
+from tenure.fencing.binding import (
+    BODY_DIGEST_HEADER,
+    DIGEST_PREFIX,
+    Receive,
+    Scope,
+    Unread,
+    Unsigned,
+    bound_request,
+    signed_request,
+)
 from tenure.fencing.claims import FenceClaim, FenceRejection, RejectHook
 from tenure.fencing.dbapi import Connection
+from tenure.fencing.paths import normal_path
+from tenure.fencing.proof import Request
 from tenure.fencing.sql import DEFAULT_PREFIX, SQLFence
 
 JOB_HEADER = "Tenure-Job-Id"
@@ -47,28 +59,43 @@ SIGNATURE_HEADER = "Tenure-Fencing-Signature"
 SCOPE_KEY = "tenure.fence"  # where the middleware leaves the admitted FenceClaim for the app
 UNNORMAL_RESOURCE = "(unnormalised path)"  # the audited resource of a request whose path has no normal form
 
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Admit = Callable[[FenceClaim], object]  # raises StaleToken; may be a coroutine function
 
 log = logging.getLogger("tenure.fencing")
 _DIGITS = re.compile(r"[0-9]{1,19}")
-_STILL_ENCODED = re.compile(r"%[0-9A-Fa-f]{2}")
 Headers = Mapping[str, str] | Iterable[tuple[bytes, bytes]]
 
 
-def fencing_headers(lease: Lease | HeldLease, *, secret: bytes | str | None = None) -> dict[str, str]:
-    """Headers carrying the lease's job id, token and owner, signed with ``secret`` when given
-    (the destination's ``FencingMiddleware(secret=...)``); a held lease is checked first."""
+def fencing_headers(lease: Lease | HeldLease, *, secret: bytes | str | None = None, method: str | None = None,
+                    path: str | None = None, body: bytes | None = None, unbound: bool = False) -> dict[str, str]:
+    """Headers carrying the lease's job id, token and owner; a held lease is checked first.
+
+    With ``secret`` (the destination's ``FencingMiddleware(secret=...)``) they are signed for
+    one request: ``method`` and ``path`` (a path or a whole URL, as sent; its query is not
+    signed), and the exact bytes sent as the body when ``body`` is given. ``unbound=True``
+    instead makes the old signature, valid on every resource, for fences that ask for it.
+    """
     if not isinstance(lease, (Lease, HeldLease)):
         raise InvalidArgument(f"expected a tenure.Lease or HeldLease, not {type(lease).__name__}")
     job_id, token, owner = claims.holder(lease)
     assert owner is not None  # a lease always names its owner
     headers = {JOB_HEADER: quote(job_id, safe=""), TOKEN_HEADER: str(token), OWNER_HEADER: quote(owner, safe="")}
-    if secret is not None:
-        headers[SIGNATURE_HEADER] = proof.sign(secret, job_id, owner, token)
+    bound = (method, path, body) != (None, None, None)
+    if secret is None:
+        if bound or unbound:
+            raise InvalidArgument("method, path, body and unbound say what is signed: they need secret=")
+        return headers
+    if unbound is True and bound:
+        raise InvalidArgument("an unbound signature is for no request: pass method, path and body, or unbound=True")
+    if unbound is not True and (method is None or path is None):
+        raise InvalidArgument("a signature is bound to the request it is for: pass method= and path= "
+                              "(or unbound=True for the old form, valid on every resource)")
+    request = None if unbound is True else signed_request(str(method), str(path), body)
+    headers[SIGNATURE_HEADER] = proof.sign(secret, job_id, owner, token, request=request, unbound=request is None)
+    if request is not None and request.body_digest:
+        headers[BODY_DIGEST_HEADER] = DIGEST_PREFIX + request.body_digest
     return headers
 
 
@@ -114,27 +141,6 @@ def read_headers(headers: Headers) -> tuple[str, int, str] | None:
     return job, checked, who
 
 
-def normal_path(path: str, root_path: str = "") -> str:
-    """The one spelling of a request path that names its fence: ``InvalidArgument`` if there is none.
-
-    The mount prefix (``root_path``) is dropped, whether or not the server left it in ``path``
-    (ASGI servers differ); Unicode is composed (NFC); empty segments (``//``, a trailing slash)
-    are dropped and a backslash counts as a slash. Dot segments and text still percent-encoded
-    after the server's one decoding (``%252F``) are refused: servers and apps resolve them
-    differently. Two spellings merged into one key can only refuse more, never admit more.
-    """
-    root = root_path.rstrip("/")
-    if root and (path == root or path.startswith(root + "/")):
-        path = path[len(root):]
-    path = unicodedata.normalize("NFC", path).replace("\\", "/")
-    if _STILL_ENCODED.search(path):
-        raise InvalidArgument(f"request path {quoted(path)} is still percent-encoded after decoding")
-    segments = [part for part in path.split("/") if part]
-    if any(part in (".", "..") for part in segments):
-        raise InvalidArgument(f"request path {quoted(path)} has '.' or '..' segments")
-    return validation.resource("/" + "/".join(segments))
-
-
 def path_resource(scope: Scope) -> str | None:
     """The default resource of a request: its normal path (``normal_path``), one fence per URL."""
     return normal_path(str(scope.get("path") or "/"), str(scope.get("root_path") or ""))
@@ -143,28 +149,34 @@ def path_resource(scope: Scope) -> str | None:
 class FencingMiddleware:
     """Pure ASGI 3 middleware: prove and admit each request's token, or answer 4xx/5xx without the app.
 
-    A token is proven first (``secret=``: its signature; ``store=``: the store issued it; at
-    least one is required, see ``proof.Proof``), then ``admit(claim)`` raises ``StaleToken`` for
+    A token is proven first (``secret=``: its signature, bound to the request's method and path,
+    and to its body when the sender signed one; ``unbound=True`` also takes the old signature
+    valid on every resource; ``signed_body=True`` refuses a request whose body is not signed;
+    ``store=``: the store issued it; at least one is required, see ``proof.Proof``), then
+    ``admit(claim)`` raises ``StaleToken`` for
     stale work (``sql_admitter`` builds one from a connection factory); a plain function runs in
     a worker thread. ``resource(scope)`` names the fenced resource, or None to let a request
     through unfenced; it raises ``InvalidArgument`` for a path with no normal form. Without
     fencing headers a request gets 428 when ``required``, else passes through unfenced.
-    ``on_reject`` hears of every unproven token and unnormalised path (``forward_to(store)``
-    audits them in the store); stale tokens are the fence's to report (``sql_admitter``'s own).
+    ``on_reject`` hears of every unproven token and unnormalised path (by default, given
+    ``store``, the store's audit: ``forward_to(store)``); stale tokens are the fence's to report
+    (``sql_admitter``'s own).
     """
 
     def __init__(self, app: ASGIApp, admit: Admit, *, secret: bytes | str | None = None,
                  store: Store | None = None, on_reject: RejectHook | None = None,
                  resource: Callable[[Scope], str | None] = path_resource,
-                 shared: bool = False, required: bool = True) -> None:
+                 shared: bool = False, required: bool = True, unbound: bool = False,
+                 signed_body: bool = False) -> None:
         if not callable(app) or not callable(admit) or not callable(resource):
             raise InvalidArgument("app, admit and resource must be callables")
-        if on_reject is not None and not callable(on_reject):
-            raise InvalidArgument(f"on_reject must be callable, not {type(on_reject).__name__}")
+        if not isinstance(signed_body, bool) or (signed_body and secret is None):
+            raise InvalidArgument("signed_body=True needs secret=: a body is proven by its signature")
         self.app = app
         self.admit = admit
-        self.proof = proof.Proof(secret=secret, store=store)
-        self.on_reject = on_reject
+        self.proof = proof.Proof(secret=secret, store=store, unbound=unbound)
+        self.signed_body = signed_body
+        self.on_reject = claims.reporting(on_reject, store)
         self.resource = resource
         self.shared = shared
         self.required = required
@@ -202,8 +214,19 @@ class FencingMiddleware:
         except InvalidArgument as exc:
             await _answer(send, 400, {"error": str(exc)})
             return
+        request: Request | None = None
+        if self.proof.signed:
+            digests = [v.strip() for k, v in _pairs(headers) if k == BODY_DIGEST_HEADER.lower()]
+            try:
+                request, receive = await bound_request(scope, digests, receive, self.signed_body)
+            except Unread as exc:
+                await _answer(send, exc.status, {"error": exc.why})
+                return
+            except Unsigned as exc:
+                await self._refuse(send, exc.status, claim, exc.why)
+                return
         try:
-            await asyncio.to_thread(self.proof.check, claim, read_signature(headers))
+            await asyncio.to_thread(self.proof.check, claim, read_signature(headers), request)
         except ForgedToken as exc:
             await self._refuse(send, 403, claim, exc.why)
             return
@@ -264,14 +287,15 @@ async def _answer(send: Send, status: int, body: dict[str, Any]) -> None:
 
 
 def sql_admitter(connect: Callable[[], Connection], *, table_prefix: str = DEFAULT_PREFIX,
-                 on_reject: RejectHook | None = None) -> Callable[[FenceClaim], int]:
+                 on_reject: RejectHook | None = None, store: Store | None = None) -> Callable[[FenceClaim], int]:
     """An ``admit`` for ``FencingMiddleware`` over an SQL fence, one connection per request.
 
     ``connect`` opens a new DB-API connection (``lambda: sqlite3.connect(path)``); the
-    tables are created once, here.
+    tables are created once, here. Stale tokens are reported as ``SQLFence`` reports them.
     """
     if not callable(connect):
         raise InvalidArgument(f"connect must be callable, not {type(connect).__name__}")
+    on_reject = claims.reporting(on_reject, store)
     with _connected(connect) as conn:
         SQLFence(conn, table_prefix=table_prefix)
 

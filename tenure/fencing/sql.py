@@ -24,6 +24,7 @@ from typing import Any
 
 from tenure.core import validation
 from tenure.core.errors import BackendUnavailable, InvalidArgument, StaleToken
+from tenure.core.store import Store
 from tenure.fencing import claims
 from tenure.fencing.claims import FenceClaim, FenceRejection, RejectHook
 from tenure.fencing.dbapi import Connection, Driver, identifier, transaction
@@ -52,17 +53,17 @@ _REJECTIONS = """SELECT resource, scope, job_id, owner, token, highest, rejected
 class SQLFence:
     """A fence over one DB-API connection (sqlite3, psycopg 3 ...); not thread-safe, like it.
 
-    ``on_reject`` is called with each ``FenceRejection`` after it is recorded at the
-    destination; ``claims.forward_to(store)`` sends them to the lease store's audit.
+    Each ``FenceRejection`` is recorded at the destination, then reported: given ``store``,
+    to that lease store's audit (``store.rejections()``, ``tenure rejections``, the
+    dashboard), through ``claims.forward_to(store)``; given ``on_reject``, to that hook
+    instead.
     """
 
     def __init__(self, conn: Connection, *, table_prefix: str = DEFAULT_PREFIX,
-                 on_reject: RejectHook | None = None, create: bool = True) -> None:
-        if on_reject is not None and not callable(on_reject):
-            raise InvalidArgument(f"on_reject must be callable, not {type(on_reject).__name__}")
+                 on_reject: RejectHook | None = None, store: Store | None = None, create: bool = True) -> None:
+        self.on_reject = claims.reporting(on_reject, store)
         self.conn = conn
         self.table = identifier("table_prefix", table_prefix)
-        self.on_reject = on_reject
         self._db = Driver(conn)
         sql = self._db.statement
         self._admit_sql = sql(_ADMIT.format(t=self.table))
@@ -171,8 +172,8 @@ class SQLFence:
 
 def fenced(conn: Connection, resource: str, token: int | claims.LeaseLike, *,
            job_id: str | None = None, owner: str | None = None, shared: bool = False,
-           table_prefix: str = DEFAULT_PREFIX,
-           on_reject: RejectHook | None = None) -> contextlib.AbstractContextManager[Any]:
+           table_prefix: str = DEFAULT_PREFIX, on_reject: RejectHook | None = None,
+           store: Store | None = None) -> contextlib.AbstractContextManager[Any]:
     """``SQLFence(conn, ...).fenced(...)`` in one call (it creates the tables if missing)."""
-    fence = SQLFence(conn, table_prefix=table_prefix, on_reject=on_reject)
+    fence = SQLFence(conn, table_prefix=table_prefix, on_reject=on_reject, store=store)
     return fence.fenced(resource, token, job_id=job_id, owner=owner, shared=shared)

@@ -51,7 +51,30 @@ class ProtocolTests:
         with pytest.raises(tenure.StaleLease) as info:
             store.renew(a)
         assert info.value.rejection.current_token == a.token
+        assert info.value.ended_by is None and "lease expired by store time" in str(info.value)
         assert store.get("j").state is JobState.EXPIRED  # type: ignore[union-attr]
+
+    def test_a_holder_whose_lease_an_operator_ended_is_told_who(self, kit: Kit, store: tenure.Store) -> None:
+        a = store.claim("j", owner="a", ttl=kit.ttl)
+        store.force_expire("j", token=a.token, actor="alice")
+        for call in (store.renew, store.complete, store.release):
+            with pytest.raises(tenure.StaleLease, match=r"an operator \('alice'\) ended the lease at ") as info:
+                call(a)
+            assert info.value.ended_by is not None and info.value.ended_by.op is Op.EXPIRE
+        b = store.claim("j", owner="b", ttl=kit.ttl)
+        store.force_expire("j")  # no actor: history cannot name the operator
+        with pytest.raises(tenure.StaleLease, match=r"rejected: an operator ended the lease at "):
+            store.renew(b)
+
+    def test_a_token_above_the_current_one_was_never_issued(self, kit: Kit, store: tenure.Store) -> None:
+        a = store.claim("j", owner="a", ttl=kit.ttl)
+        forged = tenure.Lease("j", "a", a.token + 6, a.expires_at, a.ttl)
+        for call in (store.renew, store.complete, store.release):
+            with pytest.raises(tenure.StaleLease, match="never issued") as info:
+                call(forged)
+            assert "superseded" not in str(info.value)
+        assert {r.reason for r in store.rejections()} == {str(tenure.Reason.NEVER_ISSUED)}
+        store.complete(a)  # the real holder was never disturbed
 
     def test_claim_of_held_job_raises_already_claimed(self, kit: Kit, store: tenure.Store) -> None:
         a = store.claim("j", owner="a", ttl=kit.ttl)

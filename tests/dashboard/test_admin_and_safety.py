@@ -43,7 +43,7 @@ def test_force_expire_needs_secret_and_confirmation_and_is_audited(
     assert buttons(at)["Resubmit job"].disabled  # only a completed job can be resubmitted
     at.button[[b.label for b in at.button].index("Force-expire lease")].click().run()
     assert seed.store.get(JOB).state is JobState.LEASED  # nothing happens before confirmation
-    assert any("force-expire job 'invoice-42' (generation 2)" in plain(w.value) for w in at.warning)
+    assert any("force-expire job 'invoice-42' (token 2)" in plain(w.value) for w in at.warning)
     at.button[[b.label for b in at.button].index("Confirm force-expire")].click().run()
     assert not at.exception
     assert any("recorded in its history" in plain(s.value) for s in at.success)
@@ -131,15 +131,15 @@ def test_force_expire_sends_the_confirmed_generation_and_spares_a_newer_holder(
     at.text_input(key="detail_job").set_value(JOB).run()
     at.text_input(key="admin_secret_input").set_value(SECRET).run()
     at.button[[b.label for b in at.button].index("Force-expire lease")].click().run()
-    assert any("(generation 2)" in plain(w.value) for w in at.warning)
+    assert any("(token 2)" in plain(w.value) for w in at.warning)
     # Between the click and the confirmation the lease ends and worker C claims the job.
     other = seed.writer()
     other.force_expire(JOB, actor="someone-else")
     newer = other.claim(JOB, owner="worker-c", ttl=600)
     at.button[[b.label for b in at.button].index("Confirm force-expire")].click().run()
     assert not at.exception
-    assert any("Nothing was changed" in plain(e.value) and f"generation {newer.token} now" in plain(e.value)
-               and "generation 2 you confirmed" in plain(e.value) for e in at.error)
+    assert any("Nothing was changed" in plain(e.value) and f"token {newer.token} now" in plain(e.value)
+               and "token 2 you confirmed" in plain(e.value) for e in at.error)
     assert not any("recorded in its history" in plain(s.value) for s in at.success)
     status = other.get(JOB)
     assert status is not None and (status.state, status.owner, status.token) == (

@@ -18,6 +18,7 @@ import pytest
 import tenure
 from tenure.dashboard import launcher
 from tests.dashboard.seeding import JOB, seed_on_server, seeded
+from tests.dashboard.settled import wait_settled
 from tests.harness import Harness, in_ci
 from tests.servers.ports import free_port
 
@@ -86,16 +87,40 @@ def _html_has(page: object, text: str, timeout: float = 60_000) -> None:
 
 
 def _save(page: object, tmp_path: Path, name: str) -> Path:
-    # Between two live refreshes, so the picture is not dimmed by a rerun in progress.
-    page.wait_for_function(  # type: ignore[attr-defined]
-        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", polling=20,
-        timeout=60_000)
+    wait_settled(page)  # so the picture is not dimmed by a rerun in progress
     path = tmp_path / name
     page.screenshot(path=str(path), full_page=True)  # type: ignore[attr-defined]
     target = os.environ.get(SCREENSHOT_DIR_ENV)
     if target:
         shutil.copy(path, Path(target) / name)
     return path
+
+
+def _link_labels_cut_off(page: object) -> list[str]:
+    """The Overview's page links whose text does not fit its box (the browser cuts it off)."""
+    return page.eval_on_selector_all(  # type: ignore[attr-defined, no-any-return]
+        "[data-testid=stMain] [data-testid=stPageLink] span",
+        "spans => spans.filter(s => s.scrollWidth > s.clientWidth).map(s => s.textContent)")
+
+
+def _columns_in_view(page: object, grid: int) -> list[str]:
+    """The headers of the columns a st.dataframe draws, wholly or in part, without scrolling:
+    its accessibility table holds those alone (once the grid is drawn)."""
+    page.wait_for_function(  # type: ignore[attr-defined]
+        "i => document.querySelectorAll('[data-testid=stDataFrame]')[i]?.querySelector('th')",
+        arg=grid, polling=250, timeout=60_000)
+    return page.locator("[data-testid='stDataFrame']").nth(grid).evaluate(  # type: ignore[attr-defined, no-any-return]
+        "g => [...g.querySelectorAll('th')].map(th => th.textContent)")
+
+
+# Who was refused with which token, and who holds which: in view, and a column beyond them
+# drawn, so the last of them is not cut off at the grid's edge.
+AUDIT_IN_VIEW = ["at", "job", "op", "owner", "token", "current owner", "current token", "reason"]
+
+
+def _audit_fits(page: object, grid: int) -> None:
+    shown = _columns_in_view(page, grid)
+    assert shown[:len(AUDIT_IN_VIEW)] == AUDIT_IN_VIEW and len(shown) > len(AUDIT_IN_VIEW), shown
 
 
 def _open_first_row(page: object) -> None:
@@ -110,9 +135,11 @@ def _open_first_row(page: object) -> None:
 def test_dashboard_in_a_real_browser(browser: object, served: tuple[str, tenure.Store],
                                      tmp_path: Path) -> None:
     address, writer = served
-    page = browser.new_page(viewport={"width": 1400, "height": 900})  # type: ignore[attr-defined]
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})  # type: ignore[attr-defined]
     page.goto(address)
     page.get_by_text("Rejections (1h)").wait_for(timeout=60_000)
+    page.get_by_text("Workers: who holds what").wait_for(timeout=60_000)
+    assert _link_labels_cut_off(page) == []
 
     sidebar = page.locator("[data-testid='stSidebar']")
     sidebar.get_by_text("Live leases", exact=True).click()
@@ -134,12 +161,14 @@ def test_dashboard_in_a_real_browser(browser: object, served: tuple[str, tenure.
     # (The grid's accessibility table holds only the columns in view: look for the owner.)
     _html_has(page, "worker-late")  # the fragment refreshed itself ...
     assert page.evaluate("window.__not_reloaded === true")  # ... without reloading the page
+    _audit_fits(page, 0)
     _save(page, tmp_path, "dashboard-rejections.png")
 
     _open_first_row(page)  # the newest rejection: worker-late's, on JOB
     page.wait_for_url(f"**/job?job={JOB}", timeout=60_000)
-    page.get_by_text("Generation").wait_for(timeout=60_000)
+    page.get_by_text("Token", exact=True).wait_for(timeout=60_000)  # the CLI's word, not "Generation"
     _html_has(page, "worker-late")  # this job's rejections
+    _audit_fits(page, 1)  # under its history
 
     page.goto(f"{address}/job?job=pending-1")  # a deep link, opened in a new page load ...
     page.get_by_text("pending", exact=True).wait_for(timeout=60_000)

@@ -56,13 +56,13 @@ class Destination:
         with self.conn:
             self.conn.execute(_EFFECTS)
         self.fence = SQLFence(self.conn)
-        self.proof = Proof(secret=SECRET)
+        self.proof = Proof(secret=SECRET, unbound=True)  # not HTTP: no request to bind a signature to
         self.audit = audit
 
     @staticmethod
     def signature(job: str, owner: str, token: int) -> str:
         """What a worker, which knows the run's secret, sends with each write."""
-        return sign(SECRET, job, owner, token)
+        return sign(SECRET, job, owner, token, unbound=True)
 
     def write(self, job: str, token: int, owner: str, process: str, op_id: int, now: Any,
               still_held: Any, signature: str | None) -> None:

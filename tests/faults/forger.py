@@ -60,7 +60,7 @@ class Forger:
 
         dest = Destination(self.destination, audit=audit)
         signature = None if secret is None else ("v1=" + "0" * 64 if secret == "made-up"
-                                                 else sign(secret, job, owner, token))
+                                                 else sign(secret, job, owner, token, unbound=True))
         try:
             dest.write(job, token, owner, PROCESS, op, true_now, lambda: None, signature)
         except tenure.ForgedToken as exc:

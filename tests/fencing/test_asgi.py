@@ -26,6 +26,11 @@ LEASE = tenure.Lease(job_id="job", owner="w", token=5, expires_at=0.0, ttl=1.0)
 SECRET = "a shared fencing secret"
 
 
+def signed(lease: tenure.Lease, path: str = "/doc", method: str = "POST") -> dict[str, str]:
+    """The headers of a request to ``path``, signed for it with the fence's secret."""
+    return fencing_headers(lease, secret=SECRET, method=method, path=path)
+
+
 async def app(scope: Any, receive: Any, send: Any) -> None:
     if scope["type"] == "http":
         await send({"type": "http.response.start", "status": 200, "headers": []})
@@ -33,16 +38,20 @@ async def app(scope: Any, receive: Any, send: Any) -> None:
 
 
 def call(middleware: FencingMiddleware, headers: dict[str, str], kind: str = "http", path: str = "/doc",
-         root_path: str = "") -> list[Any]:
+         root_path: str = "", method: str = "POST", body: bytes = b"") -> list[Any]:
+    """The messages ``middleware`` sends for one request; the body arrives in two parts."""
     sent: list[Any] = []
+    parts = [body[:len(body) // 2], body[len(body) // 2:]]
 
     async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b"", "more_body": False}
+        if not parts:
+            return {"type": "http.disconnect"}
+        return {"type": "http.request", "body": parts.pop(0), "more_body": bool(parts)}
 
     async def send(message: Any) -> None:
         sent.append(message)
 
-    scope = {"type": kind, "path": path, "root_path": root_path,
+    scope = {"type": kind, "method": method, "path": path, "root_path": root_path,
              "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]}
     asyncio.run(middleware(scope, receive, send))
     return sent
@@ -56,10 +65,10 @@ def test_an_async_fence_is_awaited_and_its_claim_reaches_the_app() -> None:
         if claim.token < 6:
             raise tenure.StaleToken(claim.resource, claim.token, 6)
 
-    stale = call(FencingMiddleware(app, admit, secret=SECRET), fencing_headers(LEASE, secret=SECRET))
+    stale = call(FencingMiddleware(app, admit, secret=SECRET), signed(LEASE))
     assert stale[0]["status"] == 409
-    current = call(FencingMiddleware(app, admit, secret=SECRET), fencing_headers(
-        tenure.Lease(job_id="job", owner="w", token=6, expires_at=0.0, ttl=1.0), secret=SECRET))
+    current = call(FencingMiddleware(app, admit, secret=SECRET), signed(
+        tenure.Lease(job_id="job", owner="w", token=6, expires_at=0.0, ttl=1.0)))
     assert current[0]["status"] == 200
     assert current[1]["body"].decode() == repr(seen[-1])
     assert [(c.resource, c.job_id, c.owner, c.token) for c in seen] == [("/doc", "job", "w", 5),
@@ -107,7 +116,7 @@ def test_a_path_without_a_normal_form_is_refused_and_audited(path: str, message:
     heard: list[FenceRejection] = []
     admitted: list[FenceClaim] = []
     sent = call(FencingMiddleware(app, admitted.append, secret=SECRET, on_reject=heard.append),
-                fencing_headers(LEASE, secret=SECRET), path=path)
+                signed(LEASE), path=path)
     assert sent[0]["status"] == 400 and message in json.loads(sent[1]["body"])["error"]
     assert admitted == []
     [rejection] = heard
@@ -118,8 +127,8 @@ def test_a_path_without_a_normal_form_is_refused_and_audited(path: str, message:
 
 def test_a_mounted_app_fences_the_path_below_its_mount() -> None:
     seen: list[FenceClaim] = []
-    for path, root in (("/v1/doc/", "/v1"), ("/doc", "/v1"), ("/doc", "")):
-        assert call(FencingMiddleware(app, seen.append, secret=SECRET), fencing_headers(LEASE, secret=SECRET),
+    for path, root, asked in (("/v1/doc/", "/v1", "/v1/doc"), ("/doc", "/v1", "/v1/doc"), ("/doc", "", "/doc")):
+        assert call(FencingMiddleware(app, seen.append, secret=SECRET), signed(LEASE, asked),
                     path=path, root_path=root)[0]["status"] == 200
     assert {c.resource for c in seen} == {"/doc"}
 
@@ -196,21 +205,21 @@ def test_a_fence_needs_a_proof_and_a_real_secret() -> None:
     with pytest.raises(tenure.InvalidArgument, match="at least 16 bytes"):
         FencingMiddleware(app, lambda claim: None, secret="short")
     with pytest.raises(tenure.InvalidArgument, match="at least 16 bytes"):
-        fencing_headers(LEASE, secret=b"")
+        fencing_headers(LEASE, secret=b"", method="POST", path="/doc")
 
 
 def test_signatures_bind_job_owner_and_token() -> None:
-    base = sign(SECRET, "job", "w", 5)
-    assert base.startswith("v1=") and len(base) == 67 and base == signature(LEASE, SECRET)
-    others = {sign(SECRET, "job", "w", 6), sign(SECRET, "jo", "bw", 5), sign(SECRET, "job", "x", 5),
-              sign(SECRET + "!", "job", "w", 5)}
+    base = sign(SECRET, "job", "w", 5, unbound=True)
+    assert base.startswith("v1=") and len(base) == 67 and base == signature(LEASE, SECRET, unbound=True)
+    others = {sign(SECRET, "job", "w", 6, unbound=True), sign(SECRET, "jo", "bw", 5, unbound=True),
+              sign(SECRET, "job", "x", 5, unbound=True), sign(SECRET + "!", "job", "w", 5, unbound=True)}
     assert base not in others and len(others) == 4
     assert SECRET not in base
 
 
 def test_fencing_headers_given_twice_are_refused() -> None:
     admitted: list[FenceClaim] = []
-    scope_headers = [(k.lower().encode(), v.encode()) for k, v in fencing_headers(LEASE, secret=SECRET).items()]
+    scope_headers = [(k.lower().encode(), v.encode()) for k, v in signed(LEASE).items()]
     sent: list[Any] = []
 
     async def receive() -> dict[str, Any]:

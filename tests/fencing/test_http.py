@@ -24,12 +24,17 @@ from tenure.fencing import (
     SQLFence,
     fencing_headers,
     forward_to,
-    signature,
 )
 from tenure.fencing.http import sql_admitter
 from tests.fencing.databases import Database
 
 SECRET = "the ledger's fencing secret"
+REPORT = "/documents/report"
+
+
+def signed(lease: tenure.Lease, secret: str = SECRET, path: str = REPORT) -> dict[str, str]:
+    """The headers of a POST to ``path``, signed for it."""
+    return fencing_headers(lease, secret=secret, method="POST", path=path)
 TABLE = "CREATE TABLE documents (id TEXT PRIMARY KEY, body TEXT, token BIGINT, job_id TEXT, owner TEXT)"
 WRITE = ("INSERT INTO documents (id, body, token, job_id, owner) VALUES ('report', ?, ?, ?, ?) "
          "ON CONFLICT (id) DO UPDATE SET body = excluded.body, token = excluded.token, "
@@ -96,12 +101,12 @@ def test_the_middleware_answers_409_to_stale_work_and_admits_current_work(db: Da
     clock.advance(10.5)  # A pauses past its TTL
     b = store.claim("jöb/42 ✓", owner="worker-b", ttl=10.0)
     with httpx.Client(base_url=url, timeout=20) as client:
-        current = client.post("/documents/report", content=b"B's report", headers=fencing_headers(b, secret=SECRET))
+        current = client.post("/documents/report", content=b"B's report", headers=signed(b))
         stale = client.post("/documents/report", content=b"A's late report",
-                            headers=fencing_headers(a, secret=SECRET))
+                            headers=signed(a))
         bare = client.post("/documents/report", content=b"no lease")
         broken = client.post("/documents/report", content=b"?",
-                             headers={**fencing_headers(b, secret=SECRET), "Tenure-Fencing-Token": "eight"})
+                             headers={**signed(b), "Tenure-Fencing-Token": "eight"})
 
     assert (current.status_code, current.text) == (200, "written")
     assert stale.status_code == 409
@@ -133,7 +138,7 @@ def test_unfenced_paths_pass_through_and_an_unreachable_fence_refuses(serve: Any
     lease = tenure.Lease(job_id="j", owner="w", token=1, expires_at=0.0, ttl=1.0)
     with httpx.Client(base_url=url, timeout=20) as client:
         health = client.get("/health")
-        refused = client.post("/documents/x", headers=fencing_headers(lease, secret=SECRET))
+        refused = client.post("/documents/x", headers=signed(lease, path="/documents/x"))
     assert (health.status_code, health.text) == (200, "False")  # served, and never fenced
     assert refused.status_code == 503
 
@@ -154,17 +159,17 @@ def test_forged_tokens_are_refused_and_audited_and_other_spellings_reach_the_sam
     top = tenure.Lease(job_id="job-42", owner="mallory", token=2**63 - 1, expires_at=0.0, ttl=1.0)
     forged = {
         "unsigned": fencing_headers(top),
-        "made-up signature": {**fencing_headers(top), SIGNATURE_HEADER: "v1=" + "0" * 64},
-        "signed with another secret": fencing_headers(top, secret="not the ledger's secret"),
-        "b's signature on a higher token": {**fencing_headers(top), SIGNATURE_HEADER: signature(b, SECRET)},
+        "made-up signature": {**fencing_headers(top), SIGNATURE_HEADER: "v2=" + "0" * 64},
+        "signed with another secret": signed(top, secret="not the ledger's secret"),
+        "b's signature on a higher token": {**fencing_headers(top), SIGNATURE_HEADER: signed(b)[SIGNATURE_HEADER]},
     }
     with httpx.Client(base_url=url, timeout=20) as client:
         refused = {name: client.post("/documents/report", content=b"forged", headers=headers)
                    for name, headers in forged.items()}
-        current = client.post("/documents/report", content=b"B's report", headers=fencing_headers(b, secret=SECRET))
+        current = client.post("/documents/report", content=b"B's report", headers=signed(b))
         # raw paths: httpx would read "//documents" as a host name
         respelled = [client.post(httpx.URL(url).copy_with(raw_path=path), content=b"A's late report",
-                                 headers=fencing_headers(a, secret=SECRET))
+                                 headers=signed(a))
                      for path in (b"/documents/report/", b"//documents//report", b"/documents/r%65port//")]
 
     assert {name: r.status_code for name, r in refused.items()} == dict.fromkeys(forged, 403)

@@ -1,0 +1,63 @@
+"""Which store a command opens, and whether it may create one.
+
+Only commands that write a job (``submit``, ``claim JOB_ID``, ``run``, ``demo``) create a
+SQLite file that does not exist; any other command on a missing file says so (exit 66) and
+leaves nothing behind, so a mistyped path does not become an empty store. The default URL
+names a file in the current directory, so a command that uses it says which file that is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from urllib.parse import urlencode
+
+import tenure
+from tenure.cli import exits
+from tenure.core.options import parse_url
+
+DEFAULT_URL = "sqlite:///tenure-demo.db"
+_CREATING = frozenset({"submit", "claim", "run", "demo"})
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a ``sqlite://`` URL, None for any other store (or ``:memory:``)."""
+    parsed = parse_url(url)
+    if parsed.scheme != "sqlite":
+        return None
+    from tenure.backends.sqlite import file_of  # the store's own reading of its URL
+
+    return file_of(parsed)
+
+
+def opened(args: argparse.Namespace) -> int | None:
+    """None if the command may go on with ``args.url``; else the exit status, said on stderr."""
+    file = sqlite_file(args.url)
+    if file is None:
+        return None
+    if not file.exists():
+        _check_options(args.url)  # a malformed URL is a usage error, before a missing store
+    if file.exists() or _creates(args):
+        if args.url == DEFAULT_URL:
+            print(f"tenure: using the default store {file.resolve()} (--url or --url-file to choose another)",
+                  file=sys.stderr, flush=True)
+        return None
+    if args.command == "claim":
+        print(f"tenure: nothing to claim: no store at {file.resolve()} (nothing was created)", file=sys.stderr)
+    else:
+        print(f"tenure: no store at {file.resolve()}: nothing was created (submit, claim JOB_ID or run "
+              "creates one)", file=sys.stderr)
+    return exits.NOTHING
+
+
+def _check_options(url: str) -> None:
+    """The store's own checks of the URL's options (InvalidArgument), made on a store in
+    memory: the file the URL names is neither opened nor created."""
+    query = parse_url(url).query
+    with tenure.connect("sqlite:///:memory:" + (f"?{urlencode(query)}" if query else "")):
+        pass
+
+
+def _creates(args: argparse.Namespace) -> bool:
+    return args.command in _CREATING and (args.command != "claim" or args.job_id is not None)
