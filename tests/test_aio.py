@@ -11,7 +11,9 @@ Waits are bounded by generous timeouts that only a broken implementation runs in
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
+import random
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -28,7 +30,7 @@ from tests.conftest import BACKENDS
 from tests.harness import Harness
 from tests.servers.control import ServerProcess
 from tests.servers.etcd import EtcdCluster, start_or_fail
-from tests.servers.postgres import PostgresServer
+from tests.servers.postgres import PostgresServer, admin
 from tests.servers.zookeeper import ZooKeeperServer
 
 T = TypeVar("T")
@@ -209,6 +211,124 @@ def test_cancelling_the_task_inside_hold_releases_the_job(opener: Opener) -> Non
     run(scenario)
 
 
+@pytest.mark.parametrize("then", ["retry", "leave"])
+def test_a_complete_cancelled_on_a_postgresql_row_lock_leaves_the_lease_held(
+        postgres_harness: Harness, then: str) -> None:
+    """The statement waits on a row another transaction locked; cancelled, it does not land.
+    The lease is held and renewed still: complete() may be retried, and leaving the block
+    releases it, rather than the job staying leased, by nobody, until its TTL runs out."""
+    url = postgres_harness.url()
+    schema = postgres_harness.prefix  # type: ignore[attr-defined]
+
+    async def scenario() -> None:
+        async with tenure.aio.connect(url, **postgres_harness.options()) as store:
+            locker = await asyncio.to_thread(admin, url)
+            try:
+                async with store.hold("j", owner="a", ttl=30.0) as held:
+                    await asyncio.to_thread(locker.execute, "BEGIN")
+                    lock_row = f'SELECT 1 FROM "{schema}".jobs WHERE job_id = %s FOR UPDATE'
+                    await asyncio.to_thread(locker.execute, lock_row, ("j",))
+                    completing = asyncio.ensure_future(held.complete(b"done"))
+
+                    async def waits_on_the_lock() -> bool:
+                        rows = await asyncio.to_thread(lambda: locker.execute(
+                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+                            (f'%"{schema}".jobs%',)).fetchone())
+                        return bool(rows[0])
+
+                    await asyncio.wait_for(until(waits_on_the_lock), PATIENCE)
+                    completing.cancel()
+                    with pytest.raises(asyncio.CancelledError):
+                        await completing
+                    await asyncio.to_thread(locker.execute, "ROLLBACK")
+                    assert not held.finished and not held.lost.is_set()
+                    held.check()
+                    status = await store.get("j")
+                    assert status is not None and status.state is tenure.JobState.LEASED  # it did not land
+                    if then == "retry":
+                        await held.complete(b"done")
+            finally:
+                await asyncio.to_thread(locker.close)
+            status = await store.get("j")
+            assert status is not None
+            assert status.state is (tenure.JobState.COMPLETED if then == "retry" else tenure.JobState.PENDING)
+
+    run(scenario)
+
+
+CANCELLED_LIVES = 16  # per backend: cheap (well under a second), seeded, so a failure replays
+
+
+async def hold_life(store: AsyncStore, job: str, completes: bool, phase: dict[str, str]) -> None:
+    """What a holder does, saying in ``phase`` where it is: claim, work inside the block, then
+    complete() or leave without it (the release on the way out)."""
+    phase[job] = "claim"
+    async with store.hold(job, owner="a", ttl=30.0) as held:
+        phase[job] = "inside"
+        held.check()
+        await asyncio.sleep(0)
+        phase[job] = "complete" if completes else "release"
+        if completes:
+            await held.complete(b"done")
+
+
+async def phase_turns(store: AsyncStore, job: str, completes: bool) -> dict[str, int]:
+    """One uncancelled life: how many of the loop's turns each phase of it lasted."""
+    phase: dict[str, str] = {}
+    life = asyncio.ensure_future(hold_life(store, job, completes, phase))
+    turns: dict[str, int] = {}
+    while not life.done():
+        now = phase.get(job, "claim")
+        turns[now] = turns.get(now, 0) + 1
+        await asyncio.sleep(0)
+    await life
+    return turns
+
+
+def test_a_hold_cancelled_at_any_moment_leaves_its_job_unleased_by_it(opener: Opener) -> None:
+    """Cancelled in a phase drawn at random (the claim, inside the block, complete(), the
+    release on the way out), after a random number of the loop's turns within it, so every
+    await of a hold's life is hit on every backend. Afterwards the job is never leased by that
+    holder (completed, or free at once: not left to its 30 s TTL) and no task of the hold
+    remains."""
+    rng = random.Random(25)
+
+    async def scenario() -> None:
+        async with opener() as store:
+            for completes in (True, False):  # connections open, pools filled, tables warm
+                await phase_turns(store, f"warm-up-{completes}", completes)
+            turns = {completes: await phase_turns(store, f"measured-{completes}", completes)
+                     for completes in (True, False)}
+            before = asyncio.all_tasks()
+            phase: dict[str, str] = {}
+            for case in range(CANCELLED_LIVES):
+                completes = case % 2 == 0
+                target = rng.choice(sorted(turns[completes]))
+                after = rng.randrange(turns[completes][target])
+                job = f"j{case}"
+                life = asyncio.ensure_future(hold_life(store, job, completes, phase))
+                while phase.get(job, "claim") != target and not life.done():
+                    await asyncio.sleep(0)
+                for _ in range(after):
+                    await asyncio.sleep(0)
+                life.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await life
+
+                async def settled() -> bool:  # the release on the way out, of a cancelled claim
+                    for _ in range(2):  # a task just done may still start another from its done callbacks
+                        if asyncio.all_tasks() - before - {asyncio.current_task()}:  # but this wait's own
+                            return False
+                        await asyncio.sleep(0)
+                    return True
+
+                await asyncio.wait_for(until(settled), PATIENCE)
+                status = await store.get(job)
+                assert status is None or status.state is not tenure.JobState.LEASED, (case, phase.get(job), status)
+
+    run(scenario)
+
+
 # -- the renewal task --------------------------------------------------------------------------
 def test_lost_is_set_at_the_safe_deadline_while_a_renewal_hangs(
         slow: tuple[AsyncStore, SlowBackend, tenure.ManualClock], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -309,17 +429,26 @@ def test_watch_polls_on_postgresql_when_writes_do_not_notify(postgres_harness: H
     run(scenario)
 
 
-def test_leaving_a_hold_after_the_store_closed_only_logs(caplog: pytest.LogCaptureFixture) -> None:
+def test_closing_the_store_gives_a_held_lease_back_and_leaving_the_block_after_sends_nothing(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+
     async def scenario() -> None:
-        store = await tenure.aio.connect("sqlite:///:memory:")
+        store = await tenure.aio.connect(url)
         held = await store.hold("j", owner="a", ttl=30.0)
-        await store.close()  # renewals stop; the lease expires by itself
+        await store.close()  # ends the lease: lost, then given back
+        assert held.lost.is_set() and "the store was closed" in (held.lost_reason or "")
         await held.__aexit__(None, None, None)  # what leaving the block does: no exception
+        assert held.finished
         with pytest.raises(tenure.BackendUnavailable, match="closed"):
             await store.get("j")
+        async with tenure.aio.connect(url) as other:
+            status = await other.get("j")
+            assert status is not None and status.state is tenure.JobState.PENDING
+            assert [e.op for e in await other.history("j")] == [tenure.Op.CLAIM, tenure.Op.RELEASE]
 
     run(scenario)
-    assert "releasing 'j' on exit failed" in caplog.text
+    assert "failed" not in caplog.text
 
 
 def test_concurrent_claimers_in_one_loop_take_each_job_once(opener: Opener) -> None:

@@ -38,6 +38,8 @@ class HangingBackend(MemoryBackend):
         self.hanging = threading.Semaphore(0)  # released once per renewal that hangs
         self.fail_complete = 0  # completions to refuse before writing anything
         self.lose_complete_answer = 0  # completions to apply, then fail as if the answer was lost
+        self.failure: Exception = tenure.BackendUnavailable("connection reset")  # how they fail
+        self.hang_release = False  # releases block until ``unblock`` is set, then time out
 
     def renew(self, lease: tenure.Lease, ttl: float) -> tenure.Lease:
         if lease.job_id in self.hang:
@@ -49,11 +51,17 @@ class HangingBackend(MemoryBackend):
     def complete(self, lease: tenure.Lease, result: bytes | None) -> None:
         if self.fail_complete:
             self.fail_complete -= 1
-            raise tenure.BackendUnavailable("connection reset")
+            raise self.failure
         super().complete(lease, result)
         if self.lose_complete_answer:
             self.lose_complete_answer -= 1
-            raise tenure.BackendUnavailable("connection reset after the request was sent")
+            raise self.failure
+
+    def release(self, lease: tenure.Lease) -> None:
+        if self.hang_release:
+            self.unblock.wait(PATIENCE * 2)  # a client's timeout, longer than any wait of a test
+            raise tenure.BackendUnavailable("timed out")
+        super().release(lease)
 
 
 @pytest.fixture
@@ -76,6 +84,7 @@ def manual(request: pytest.FixtureRequest) -> Iterator[tuple[tenure.Store, Hangi
     else:
         store = SyncStore.around(lambda: AsyncStore(ThreadedBackend(backend), clock=clock))
     yield store, backend, clock
+    backend.unblock.set()
     store.close()
 
 
@@ -140,6 +149,52 @@ def test_a_completion_whose_answer_was_lost_is_found_on_retry(
     assert not held.lost.is_set() and held.finished
     with pytest.raises(tenure.LeaseLost, match="already completed"):
         held.complete(b"again")
+
+
+@pytest.mark.parametrize(("failure", "landed"), [
+    (RuntimeError("a client library's bug"), False),
+    (tenure.OutcomeUnknown("the connection broke before the answer"), False),
+    (tenure.OutcomeUnknown("the connection broke before the answer"), True),
+], ids=["unexpected-error", "not-landed", "landed"])
+def test_a_completion_of_unknown_outcome_is_settled_by_leaving_the_block(
+        manual: tuple[tenure.Store, HangingBackend, tenure.ManualClock], caplog: pytest.LogCaptureFixture,
+        failure: Exception, landed: bool) -> None:
+    store, backend, clock = manual
+    backend.failure = failure
+    if landed:
+        backend.lose_complete_answer = 1
+    else:
+        backend.fail_complete = 1
+    with store.hold("j", owner="a", ttl=10.0) as held:
+        with pytest.raises(type(failure)):
+            held.complete(b"done")
+        assert not held.finished  # held and renewed until the outcome is known
+        if not landed:
+            clock.advance(4.0)
+            assert held._renew_once() is True  # what the renewal thread does when its turn comes
+            held.check()
+    # Leaving the block releases it; a release refused because the completion landed is no error.
+    status = store.get("j")
+    assert status is not None
+    assert status.state is (tenure.JobState.COMPLETED if landed else tenure.JobState.PENDING)
+    assert held.finished and not held.lost.is_set()
+    assert "failed" not in caplog.text
+
+
+def test_closing_the_store_waits_a_bounded_time_for_releases_that_hang(
+        manual: tuple[tenure.Store, HangingBackend, tenure.ManualClock], monkeypatch: pytest.MonkeyPatch) -> None:
+    store, backend, _ = manual
+    if not isinstance(store, tenure.Store):
+        pytest.skip("a worker-thread backend's close() queues behind the call that hangs: its timeout bounds it")
+    monkeypatch.setattr("tenure.core.renewal.CLOSE_WAIT", 0.2)  # seconds of real time
+    held = store.hold("j", owner="a", ttl=10.0)
+    backend.hang_release = True  # the store stopped answering: the release waits for its timeout
+    closing = threading.Thread(target=store.close, daemon=True)
+    closing.start()
+    closing.join(PATIENCE)
+    assert not closing.is_alive(), "close() waited on a release that hangs"
+    assert held.lost.is_set() and "the store was closed" in (held.lost_reason or "")
+    backend.unblock.set()
 
 
 def test_a_renewal_after_a_completion_that_landed_does_not_lose_the_lease(
@@ -256,19 +311,22 @@ def test_a_callback_may_use_the_lease_without_deadlock(
     held.on_lost(callback)
     store.force_expire("j")
     store.claim("j", owner="b", ttl=10.0)
-    if store_closed:
-        store.close()
-    def complete() -> None:
+
+    def notice() -> None:
+        if store_closed:
+            store.close()  # ends every lease it holds: the loss is noticed here, the pool closed
+            seen.append("closed")
+            return
         with pytest.raises(tenure.StaleLease):
             held.complete()  # refused: the loss is noticed here, with the lease's lock held
         seen.append("refused")
 
-    completing = threading.Thread(target=complete, daemon=True)
-    completing.start()
-    completing.join(PATIENCE)
-    assert not completing.is_alive(), "complete() deadlocked with an on_lost callback"
+    noticing = threading.Thread(target=notice, daemon=True)
+    noticing.start()
+    noticing.join(PATIENCE)
+    assert not noticing.is_alive(), "noticing the loss deadlocked with an on_lost callback"
     assert done.wait(PATIENCE)
-    assert sorted(seen) == ["refused", "registered from a callback", "used the lease"]
+    assert sorted(seen) == ["closed" if store_closed else "refused", "registered from a callback", "used the lease"]
 
 
 def test_a_lease_released_before_it_is_lost_never_calls_back(

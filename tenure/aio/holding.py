@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -74,10 +74,11 @@ class AsyncHeldLease(HeldState):
 
     # What holders do.
     async def complete(self, result: str | bytes | None = None) -> None:
-        """Mark the job completed. If the store could not be reached (``BackendUnavailable``)
-        or the result was refused (``InvalidArgument``), the lease is still held and renewed:
-        call ``complete()`` again while it lives. A retry that finds the job completed under
-        this very lease (the first attempt landed, its answer did not) returns normally."""
+        """Mark the job completed. If the store could not be reached (``BackendUnavailable``),
+        the result was refused (``InvalidArgument``) or the call was cancelled, the lease is
+        still held and renewed: call ``complete()`` again while it lives, or leave the block to
+        release it. A retry that finds the job completed under this very lease (the first
+        attempt landed, its answer did not) returns normally."""
         async with self._lock:
             self._ensure_open()
             try:
@@ -95,8 +96,9 @@ class AsyncHeldLease(HeldState):
         async with self._lock:
             self._ensure_open()
             try:
-                if not self.lost.is_set():
-                    await self._store.release(self._lease)
+                if not self.lost.is_set():  # a lost lease is not ours to give back
+                    with self._giving_back():
+                        await self._store.release(self._lease)
             finally:
                 self._done = True
                 self._keeper.cancel()
@@ -120,6 +122,14 @@ class AsyncHeldLease(HeldState):
             # Never replace the exception leaving the block; without one, a failed release
             # still leaves a lease that expires by itself, so it is logged, not raised.
             log.warning("releasing %r on exit failed: %s", self.job_id, err)
+
+    async def _give_back_on_close(self) -> None:
+        """Release a lease ``_closing()`` just lost, after a request under it (a renewal, a
+        complete()) ends, unless that finished it; the closing store bounds how long it waits."""
+        async with self._lock:
+            if not self._done:
+                with self._giving_back_on_close():
+                    await self._store.release(self._lease)
 
     # What the renewal task does.
     async def _renew_once(self) -> bool:
@@ -155,3 +165,9 @@ class AsyncHeldLease(HeldState):
             if delay is None:
                 return
             due = self._monotonic() + delay
+
+
+def end_on_close(held: Iterable[AsyncHeldLease]) -> list[Coroutine[Any, Any, None]]:
+    """For a store that closes: lose every lease still held, now, and return the releases that
+    give them back (the store runs them in the background and bounds how long it waits)."""
+    return [h._give_back_on_close() for h in held if h._closing()]

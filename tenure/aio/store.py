@@ -18,18 +18,20 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Iterable
 from types import TracebackType
 from typing import Any, TypeVar
 
 from tenure.aio.backend import AsyncBackend
-from tenure.aio.holding import AsyncHeldLease
+from tenure.aio.holding import AsyncHeldLease, end_on_close
 from tenure.aio.waiting import AsyncChanges, AsyncWaiter
 from tenure.core import checks, telemetry, validation, waiting
 from tenure.core.backend import Characteristics, Link
 from tenure.core.checks import DEFAULT_DRIFT_MARGIN, Checks
 from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.errors import LeaseError, StaleLease
+from tenure.core.holding import CLOSE_WAIT
 from tenure.core.records import (
     Change,
     HistoryEvent,
@@ -45,7 +47,6 @@ from tenure.core.records import (
 
 log = logging.getLogger("tenure.aio")
 T = TypeVar("T")
-_CLOSE_WAIT = 10.0  # seconds close() gives background work (releases of cancelled claims) to end
 
 
 class AsyncStore:
@@ -63,6 +64,7 @@ class AsyncStore:
         self._changes = AsyncChanges(backend)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._renewals: set[asyncio.Task[Any]] = set()
+        self._held: weakref.WeakSet[AsyncHeldLease] = weakref.WeakSet()  # close() ends those still held
         self._closed = False
 
     @property
@@ -231,7 +233,9 @@ class AsyncStore:
         safe deadline by this store."""
         if self._closed:
             raise LeaseError("the store is closed")
-        return AsyncHeldLease(self, self.checks.held_lease(lease), _link_epoch)
+        held = AsyncHeldLease(self, self.checks.held_lease(lease), _link_epoch)
+        self._held.add(held)
+        return held
 
     # -- reading -----------------------------------------------------------------------------
     async def get(self, job_id: str) -> JobStatus | None:
@@ -297,15 +301,19 @@ class AsyncStore:
 
     # -- lifetime ---------------------------------------------------------------------------
     async def close(self) -> None:
-        """Stop renewals, let releases of cancelled claims finish, close the backend."""
+        """End every lease still held (each is lost at once, ``lost`` set and ``on_lost``
+        callbacks run, then given back), stop renewals, give releases (of those leases and of
+        cancelled claims) up to CLOSE_WAIT seconds to finish, close the backend."""
         if self._closed:
             return
         self._closed = True
+        for release in end_on_close(list(self._held)):
+            self.background(release)
         await self._changes.close()
-        for task in list(self._renewals):  # leases still held are left to expire
+        for task in list(self._renewals):
             task.cancel()
-        if self._tasks:  # requests in flight, releases of cancelled claims
-            await asyncio.wait(set(self._tasks), timeout=_CLOSE_WAIT)
+        if self._tasks:  # requests in flight, releases
+            await asyncio.wait(set(self._tasks), timeout=CLOSE_WAIT)
         await self.backend.close()
 
     async def __aenter__(self) -> AsyncStore:

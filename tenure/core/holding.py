@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from tenure.core import telemetry
@@ -37,6 +37,11 @@ MAX_DRIFT_MARGIN = 0.5
 MAX_SLEEP = 1.0
 DEADLINE_PASSED = "the safe local deadline passed before a renewal succeeded"
 SESSION_LOST = "the store session was lost"
+STORE_CLOSED = "the store was closed, so nothing renews the lease any more"
+# Seconds closing a store gives background work to end: releases of the leases it still holds
+# (and, in tenure.aio, of cancelled claims). Past it the backend is closed anyway, which ends
+# requests still on their way; a lease whose release did not land expires by its TTL.
+CLOSE_WAIT = 10.0
 
 
 class Flag(Protocol):
@@ -125,31 +130,38 @@ class HeldState(abc.ABC):
         if self._done:
             raise LeaseLost(f"lease on {self.job_id!r} was already completed or released")
 
-    def _landed(self, exc: StaleLease) -> bool:
-        """Whether a refusal shows this lease's own completion: an earlier attempt landed."""
-        r = exc.rejection
-        return (r.reason == Reason.COMPLETED.value and r.current_token == self.token
-                and r.current_owner == self.owner)
-
     def _complete_failed(self, exc: BaseException) -> bool:
         """What a failed complete() means; True when the caller must raise ``exc``.
 
-        A store that could not be reached (``BackendUnavailable``) or a refused result
-        (``InvalidArgument``) leaves the lease held and renewed: complete() may be called again
-        while it lives. A retry that finds the job completed under this very lease (the first
-        attempt landed, its answer did not) is a success.
+        A refused result (``InvalidArgument``, nothing written) or an unknown outcome (the
+        store could not be reached, ``BackendUnavailable`` or ``OutcomeUnknown``; the call was
+        cancelled or interrupted) leaves the lease held and renewed: complete() may be called
+        again while it lives, and leaving the block releases it. A retry that finds the job
+        completed under this very lease (the first attempt landed, its answer did not) is a
+        success.
         """
         if isinstance(exc, InvalidArgument):
             return True  # nothing was written: the lease is held and renewed as before
-        if isinstance(exc, BackendUnavailable):
-            self._completing = True  # it may have landed; renewals go on (see _renewal_refused)
+        if not isinstance(exc, StaleLease):
+            # BackendUnavailable, a cancellation, an interrupt, a bug: the request may or may
+            # not have landed. Renewals go on, and the next request under the lease (a renewal,
+            # a retry, the release on leaving the block) is fenced by owner and token, so its
+            # answer tells which (see _own_completion).
+            self._completing = True
             return True
-        if isinstance(exc, StaleLease) and not (self._completing and self._landed(exc)):
-            self._lose(str(exc))  # before it is done: lost while held, so on_lost callbacks run
+        if self._own_completion(exc):
             self._done = True
-            return True
+            return False
+        self._lose(str(exc))  # before it is done: lost while held, so on_lost callbacks run
         self._done = True
-        return not isinstance(exc, StaleLease)  # a StaleLease here shows our own completion landed
+        return True
+
+    def _own_completion(self, exc: StaleLease) -> bool:
+        """Whether a refusal shows that a complete() of this lease whose outcome was unknown
+        did land: the job is completed, by this owner, at this token."""
+        r = exc.rejection
+        return (self._completing and r.reason == Reason.COMPLETED.value and r.current_token == self.token
+                and r.current_owner == self.owner)
 
     def _renewal_due(self) -> Link | None:
         """Before a renewal: the link to verify against, or None when there is nothing to renew."""
@@ -173,11 +185,42 @@ class HeldState(abc.ABC):
         return True
 
     def _renewal_refused(self, exc: StaleLease) -> bool:
-        if self._completing and self._landed(exc):
+        if self._own_completion(exc):
             self._done = True  # the failed complete() did land: nothing to lose
         else:
             self._lose(str(exc))
         return False
+
+    @contextlib.contextmanager
+    def _giving_back(self) -> Iterator[None]:
+        """Around a release: a refusal that shows this lease's own completion landed (after a
+        complete() whose outcome was unknown) is no error; the job is done."""
+        try:
+            yield
+        except StaleLease as exc:
+            if not self._own_completion(exc):
+                raise
+
+    def _closing(self) -> bool:
+        """The store closes: nothing will renew the lease, so the holder must stop now. Lose it
+        (``lost`` set, callbacks run) before any release is sent, so no holder still works on
+        a job the release hands on; True when it was still held and should be given back."""
+        if self._done or self.lost.is_set():
+            return False
+        self._lose(STORE_CLOSED)
+        return True
+
+    @contextlib.contextmanager
+    def _giving_back_on_close(self) -> Iterator[None]:
+        """Around the release a closing store sends: a failure is logged, never raised (the
+        lease then expires by its TTL, as for any holder that stopped)."""
+        try:
+            with self._giving_back():
+                yield
+        except LeaseError as err:
+            log.warning("releasing %r as the store closed failed: %s", self.job_id, err)
+        else:
+            log.info("gave %r (token %d) back: the store was closed", self.job_id, self.token)
 
     def _expire_if_due(self) -> bool:
         """The deadline timer: lose the lease if its deadline passed; False once nothing is left

@@ -9,17 +9,21 @@ renewal is stuck in a request that hangs.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
 import heapq
 import itertools
 import threading
+import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tenure.core.errors import LeaseError, StaleLease
 from tenure.core.holding import (
+    CLOSE_WAIT,
     MAX_DRIFT_MARGIN,
     MAX_SLEEP,
     RENEW_FRACTION,
@@ -93,10 +97,11 @@ class HeldLease(HeldState):
 
     # What holders do.
     def complete(self, result: str | bytes | None = None) -> None:
-        """Mark the job completed. If the store could not be reached (``BackendUnavailable``)
-        or the result was refused (``InvalidArgument``), the lease is still held and renewed:
-        call ``complete()`` again while it lives. A retry that finds the job completed under
-        this very lease (the first attempt landed, its answer did not) returns normally."""
+        """Mark the job completed. If the store could not be reached (``BackendUnavailable``),
+        the result was refused (``InvalidArgument``) or the call was interrupted, the lease is
+        still held and renewed: call ``complete()`` again while it lives, or leave the block to
+        release it. A retry that finds the job completed under this very lease (the first
+        attempt landed, its answer did not) returns normally."""
         with self._lock:
             self._ensure_open()
             try:
@@ -107,7 +112,7 @@ class HeldLease(HeldState):
             self._done = True
 
     def release(self) -> None:
-        with self._finishing():
+        with self._finishing(), self._giving_back():
             if not self.lost.is_set():  # a lost lease is not ours to give back
                 self._store.release(self._lease)
 
@@ -136,6 +141,19 @@ class HeldLease(HeldState):
             log.warning("releasing %r on exit failed: %s", self.job_id, err)
 
     # What the renewer does.
+    def _give_back_on_close(self, until: float) -> None:
+        """Release a lease ``_closing()`` just lost, unless a request under it (a renewal, a
+        complete()) is still on its way at ``until`` (``time.monotonic``) or finished it."""
+        if not self._lock.acquire(timeout=max(0.0, until - time.monotonic())):
+            log.warning("%r was not given back as the store closed: a request under it still hangs", self.job_id)
+            return
+        try:
+            if not self._done:
+                with self._giving_back_on_close():
+                    self._store.release(self._lease)
+        finally:
+            self._lock.release()
+
     def _renew_once(self) -> bool:
         """Renew if still held; False when there is nothing more to renew."""
         with self._lock:
@@ -216,9 +234,22 @@ class Renewer:
                 self._cond.notify()  # the scheduler may be asleep on an empty heap
 
     def close(self) -> None:
+        """Stop renewing, then end every lease still held: each is lost at once (``lost`` set,
+        ``on_lost`` callbacks run), then given back, all at the same time, within CLOSE_WAIT."""
         with self._cond:
             self._closed = True
+            held = {entry[3] for entry in self._heap}  # every lease still held has its deadline here
             self._cond.notify_all()
+        self._pool.close()  # renewals not started are dropped; callbacks from now run on threads of their own
+        ending = [h for h in held if h._closing()]
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
-        self._pool.close()
+        if not ending:
+            return
+        until = time.monotonic() + CLOSE_WAIT  # a bound on real waiting, whatever the store's clock
+        releases = ThreadPoolExecutor(min(len(ending), MAX_RENEWAL_THREADS), "tenure-close")
+        try:
+            concurrent.futures.wait([releases.submit(h._give_back_on_close, until) for h in ending],
+                                    timeout=CLOSE_WAIT)
+        finally:  # not waiting longer: the backend's close ends requests that still hang
+            releases.shutdown(wait=False, cancel_futures=True)

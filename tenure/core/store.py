@@ -272,8 +272,10 @@ class Store:
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
-        self._changes.close()
+        """End every lease still held (each is lost at once, ``lost`` set and ``on_lost``
+        callbacks run, then given back within CLOSE_WAIT seconds), close the backend."""
         self._renewer.close()
+        self._changes.close()
         self.backend.close()
 
     def __enter__(self) -> Store:

@@ -12,6 +12,7 @@ from tenure.core.renewal import RENEWAL_WORKERS
 from tenure.testing.kit import Kit
 
 RENEWED_TTL = 1.0  # seconds: the shortest TTL a test relies on renewals of in real time
+PATIENCE = 20.0  # seconds: far beyond what a callback takes to run; reached only when it never runs
 
 
 class HoldTests:
@@ -43,6 +44,30 @@ class HoldTests:
             store.claim("j", owner="b", ttl=kit.ttl)  # the release on exit will be stale
             assert held.token
             raise KeyError("mine")
+
+    def test_closing_the_store_ends_every_lease_it_holds(self, kit: Kit) -> None:
+        with kit.connect() as other:
+            store = kit.connect()
+            held = [store.hold(job, owner="a", ttl=kit.ttl) for job in ("j1", "j2")]
+            called: list[object] = []
+            heard = threading.Event()
+
+            def hear(lost: object) -> None:
+                called.append(lost)
+                heard.set()
+
+            held[0].on_lost(hear)
+            store.close()
+            # Lost when close() returns, not at a deadline nobody watches any more.
+            assert all(h.lost.is_set() for h in held), "a lease outlived the store that held it"
+            assert all("the store was closed" in (h.lost_reason or "") for h in held)
+            assert heard.wait(PATIENCE), "on_lost was not called"
+            assert called == [held[0]]
+            for h in held:  # given back, so the job is free at once rather than after its TTL
+                status = other.get(h.job_id)
+                assert status is not None and status.state is tenure.JobState.PENDING, status
+                assert other.claim(h.job_id, owner="b", ttl=kit.ttl).token > h.token
+            assert other.rejections() == []
 
     def test_check_fails_when_a_renewal_is_rejected(self, kit: Kit) -> None:
         with kit.connect(clock=tenure.SystemClock()) as store:
