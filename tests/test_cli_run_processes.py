@@ -201,3 +201,21 @@ def test_descendants_leave_out_what_the_process_had_before_and_see_every_generat
     finally:
         before.kill()
         before.wait()
+
+
+def test_the_docs_say_what_is_and_is_not_guaranteed_as_the_code_does() -> None:
+    from tenure.cli.signals import CAUGHT
+
+    def words(path: str) -> str:
+        return " ".join((ROOT / path).read_text().split())
+
+    guide, readme = words("docs/running-workers.md"), words("README.md")
+    assert {signal.Signals(s).name for s in CAUGHT} == {"SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT"}
+    assert "Ctrl-C, SIGTERM, SIGHUP or SIGQUIT to `tenure run`" in guide
+    assert "Ctrl-C, SIGTERM, SIGHUP or SIGQUIT to `tenure run`" in readme
+    assert f"{KILL_WAIT:g} s after SIGKILL" in guide and f"outlives SIGKILL by {KILL_WAIT:g} s" in readme
+    for promise in ("child subreaper (`prctl(PR_SET_CHILD_SUBREAPER)`)",
+                    "neither completes nor releases the job, nor exits, while any of them runs",
+                    "uninterruptible sleep (state `D`",
+                    "Without `/proc` or the prctl (systems other than Linux) only the command's process group"):
+        assert promise in guide

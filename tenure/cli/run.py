@@ -2,19 +2,37 @@
 
 Like ``etcdctl lock`` and ``consul lock``, with a fencing token and an audit. The command runs
 in its own process group with ``TENURE_JOB``, ``TENURE_TOKEN`` and ``TENURE_OWNER`` set; the
-lease is renewed in the background while it runs. Outcomes:
+lease is renewed in the background while it runs. "The command's processes" below are every
+process it started, directly or not, whatever group or session it moved to: on Linux
+``tenure run`` is a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``), so an orphan among
+them (a double fork, a daemon) is re-parented to it rather than to init, and it finds them all
+in ``/proc`` and reaps the dead. Stopping them means SIGTERM (and SIGCONT) to each, then
+SIGKILL to each still alive ``--grace`` seconds later. Outcomes:
 
 - the command exits 0: the job is completed (its result records the exit status); exit 0;
-- it exits non-zero or is killed: the job is released at once; exit with its status
-  (128 + signal number when a signal ended it);
+- it exits non-zero or is killed: the job is released; exit with its status (128 + signal
+  number when a signal ended it);
+- it exits (0 or not) leaving processes running: they are stopped first, then the job is
+  completed or released as above;
 - the job is already completed: the command does not run; exit 0, so a scheduler can rerun;
 - the job is held elsewhere: exit 75 at once, or after ``--wait`` seconds of waiting;
 - the lease is lost while it runs (a renewal refused, or the safe deadline passed): the
-  process group gets SIGTERM, then SIGKILL after ``--grace`` seconds; exit 75;
-- SIGINT, SIGTERM or SIGHUP to ``tenure run``: passed on to the process group (SIGKILL after
-  ``--grace`` if it outlives it), the job is released, exit 128 + that signal's number. One
-  that arrives before the command started (while claiming or waiting) is not lost: the command
-  does not run, a lease already claimed is released, exit 128 + its number.
+  command's processes are stopped; the job is left to expire; exit 75;
+- SIGINT, SIGTERM, SIGHUP or SIGQUIT to ``tenure run``: the command's processes are stopped,
+  the signal itself going to each of them first (SIGQUIT as SIGTERM: its default action dumps
+  core); the job is released; exit 128 + that signal's number. One that arrives before the
+  command started (while claiming or waiting) is not lost: the command does not run, a lease
+  already claimed is released, exit 128 + its number.
+
+The job is neither completed nor released, and ``tenure run`` does not exit, while any of the
+command's processes runs; the lease is renewed meanwhile. A process still alive ``KILL_WAIT``
+(5) seconds after SIGKILL (uninterruptible sleep, ``D``, say, or another user's) is named
+with its pid and command name; the job is then neither completed nor released (its lease runs
+out by its TTL), exit 75. Not guaranteed: without ``/proc`` or the prctl (not Linux) only the
+command's process group is signalled and only the command itself is waited for; after a lost
+lease the store may grant the job to another holder while the processes are being stopped
+(fencing with ``$TENURE_TOKEN`` is what makes their late writes harmless); a process in ``D``
+state can finish the system call it is in after the job was given up.
 
 The command's environment is ``tenure run``'s own without any ``TENURE_*`` variable
 (``TENURE_URL`` may hold the store's password) or any variable whose value holds the store
