@@ -44,14 +44,11 @@ CHILDREN = {"beside": 1, "setsid": 1, "pipeline": 2, "exit0": 1, "exit3": 1}
 
 
 @pytest.fixture
-def url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'run.db'}"
-
-
-@pytest.fixture
-def store(url: str) -> Iterator[tenure.Store]:
-    with tenure.connect(url) as s:
-        yield s
+def job_store(tmp_path: Path) -> Iterator[tuple[str, tenure.Store]]:
+    """The store ``tenure run`` uses, by its URL, and a connection to watch the job in it."""
+    url = f"sqlite:///{tmp_path / 'run.db'}"
+    with tenure.connect(url) as store:
+        yield url, store
 
 
 @pytest.fixture(autouse=True)
@@ -116,7 +113,8 @@ def watch(proc: subprocess.Popen[bytes], store: tenure.Store, pids: list[int], t
 
 
 def test_a_lost_lease_kills_a_child_that_ignores_sigterm_after_the_leader_died(
-        url: str, tmp_path: Path, store: tenure.Store) -> None:
+        job_store: tuple[str, tenure.Store], tmp_path: Path) -> None:
+    url, store = job_store
     proc, pids_file = start(url, tmp_path, "beside", ttl="3")
     pids = children(pids_file, 1)
     store.force_expire("nightly", token=1, actor="ops")  # the next renewal is refused
@@ -130,7 +128,8 @@ def test_a_lost_lease_kills_a_child_that_ignores_sigterm_after_the_leader_died(
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT],
                          ids=["TERM", "INT", "HUP", "QUIT"])
 def test_each_signal_to_run_stops_every_child_before_the_job_is_released(
-        url: str, tmp_path: Path, store: tenure.Store, signum: int) -> None:
+        job_store: tuple[str, tenure.Store], tmp_path: Path, signum: int) -> None:
+    url, store = job_store
     proc, pids_file = start(url, tmp_path, "beside")
     pids = children(pids_file, 1)
     proc.send_signal(signum)
@@ -141,8 +140,9 @@ def test_each_signal_to_run_stops_every_child_before_the_job_is_released(
 
 
 @pytest.mark.parametrize("leader", ["setsid", "pipeline"])
-def test_a_setsid_grandchild_and_a_pipeline_are_stopped_too(url: str, tmp_path: Path, store: tenure.Store,
+def test_a_setsid_grandchild_and_a_pipeline_are_stopped_too(job_store: tuple[str, tenure.Store], tmp_path: Path,
                                                             leader: str) -> None:
+    url, store = job_store
     proc, pids_file = start(url, tmp_path, leader)
     pids = children(pids_file, CHILDREN[leader])
     proc.send_signal(signal.SIGTERM)
@@ -155,7 +155,8 @@ def test_a_setsid_grandchild_and_a_pipeline_are_stopped_too(url: str, tmp_path: 
 @pytest.mark.parametrize(("leader", "state"), [("exit0", tenure.JobState.COMPLETED),
                                                ("exit3", tenure.JobState.PENDING)])
 def test_what_the_command_leaves_running_is_stopped_before_the_job_is_completed_or_released(
-        url: str, tmp_path: Path, store: tenure.Store, leader: str, state: tenure.JobState) -> None:
+        job_store: tuple[str, tenure.Store], tmp_path: Path, leader: str, state: tenure.JobState) -> None:
+    url, store = job_store
     proc, pids_file = start(url, tmp_path, leader)
     pids = children(pids_file, 1)
     code, err = watch(proc, store, pids, tmp_path)
