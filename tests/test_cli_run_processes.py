@@ -220,3 +220,29 @@ def test_the_docs_say_what_is_and_is_not_guaranteed_as_the_code_does() -> None:
                     "uninterruptible sleep (state `D`",
                     "Without `/proc` or the prctl (systems other than Linux) only the command's process group"):
         assert promise in guide
+
+
+def test_a_process_that_outlives_sigkill_is_named_and_the_job_neither_released_nor_completed(
+        job_store: tuple[str, tenure.Store], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # Among the command's processes, one that never dies (as in D state); a pid that cannot
+    # exist stands for it, so the signals sent to it reach nobody.
+    from tenure.cli import run, stopping
+
+    _, store = job_store
+    stuck = processes.Process(2**30, os.getpid(), "stuck", "D")
+
+    class WithStuck(processes.Descendants):
+        def living(self, reap_except: int | None = None) -> list[processes.Process]:
+            return [*super().living(reap_except), stuck]
+
+    monkeypatch.setattr(processes, "Descendants", WithStuck)
+    monkeypatch.setattr(stopping, "KILL_WAIT", 0.2)  # not the 5 s a real stop gives SIGKILL
+    with store.hold("nightly", "cron-1", 30) as held:
+        assert run.Supervisor(["true"], 0.1, dict(os.environ)).run(held) == 75
+    err = capsys.readouterr().err
+    assert "left 1 process(es) running: 1073741824 (stuck)" in err
+    assert "1 process(es) of the command could not be stopped (0.1 s after SIGTERM, 5 s after SIGKILL): " \
+           "1073741824 (stuck); the job is neither released nor completed, its lease runs out by its TTL" in err
+    job = store.get("nightly")
+    assert job is not None and job.state is tenure.JobState.LEASED and job.token == 1
