@@ -21,6 +21,7 @@ import pytest
 
 import tenure
 from tenure.cli import processes
+from tenure.cli.processes import running
 from tenure.cli.stopping import KILL_WAIT, Stop
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,15 +89,6 @@ def children(pids: Path, count: int, timeout: float = 30.0) -> list[int]:
             return found
         time.sleep(0.02)
     raise AssertionError(f"{count} children never started")
-
-
-def running(pid: int) -> bool:
-    """Whether ``pid`` runs now (a zombie waiting to be reaped runs nothing)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 def watch(proc: subprocess.Popen[bytes], store: tenure.Store, pids: list[int], tmp_path: Path) -> tuple[int, str]:

@@ -35,6 +35,18 @@ class Process:
     def __str__(self) -> str:
         return f"{self.pid} ({self.name})"
 
+    @property
+    def running(self) -> bool:
+        return self.state not in _DEAD
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs now (not a zombie); False without ``/proc``."""
+    try:
+        return _parse((PROC / str(pid) / "stat").read_text()).running
+    except (OSError, ValueError, IndexError):
+        return False
+
 
 @contextlib.contextmanager
 def subreaper() -> Iterator[bool]:
@@ -113,8 +125,8 @@ class Descendants:
         """The command's processes that still run; the dead among this process's own children
         are reaped on the way, all but ``reap_except`` (the one ``subprocess`` waits for)."""
         procs = self.all()
-        reap(p.pid for p in procs if p.ppid == self.root and p.state in _DEAD and p.pid != reap_except)
-        return [p for p in procs if p.state not in _DEAD]
+        reap(p.pid for p in procs if p.ppid == self.root and not p.running and p.pid != reap_except)
+        return [p for p in procs if p.running]
 
 
 def reap(pids: Iterable[int]) -> None:

@@ -120,11 +120,9 @@ class RunTerm:
             if run.poll() is None:
                 run.kill()
                 run.wait()
-        table = processes.table()
         for effects in self.dir.glob("*.log"):
             for pid in {int(line.split()[2]) for line in effects.read_text().splitlines()}:
-                alive = table.get(pid)
-                if alive is not None and alive.state not in ("Z", "X") and _runs_command(pid):
+                if processes.running(pid) and _runs_command(pid):
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
 
