@@ -226,13 +226,21 @@ def _start_dashboard(args: argparse.Namespace) -> Any:
         address = launcher.wait_ready(process, "127.0.0.1", args.port, timeout=60)
     except tenure.LeaseError as exc:
         print(f"dashboard did not start: {exc}", flush=True)
-        process.terminate()
+        launcher.stop(process)
         return None
     print(f"dashboard: {address}", flush=True)
     return process
 
 
 def run(args: argparse.Namespace) -> int:
+    """The demo until it is done, Ctrl-C, SIGTERM or SIGHUP; every process it started is stopped."""
+    from tenure.dashboard.launcher import interrupted_by_signals
+
+    with interrupted_by_signals():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     demo = Demo(args)
     dashboard = None if args.once or args.no_dashboard else _start_dashboard(args)
     print(f"tenure demo on {demo.store.url}: {args.workers} workers, TTL {args.ttl:g}s"
@@ -251,7 +259,9 @@ def run(args: argparse.Namespace) -> int:
         print("\nstopping", flush=True)
         return 0
     finally:
-        demo.close()
-        if dashboard is not None:
-            dashboard.terminate()
-            dashboard.wait(timeout=10)
+        from tenure.dashboard.launcher import stop, uninterrupted
+
+        with uninterrupted():  # a second signal must not cut the cleanup short
+            demo.close()
+            if dashboard is not None:
+                stop(dashboard)

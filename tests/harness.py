@@ -122,6 +122,10 @@ class Harness:
     def worker_url(self, worker: str) -> str:
         return self.current
 
+    def side_url(self) -> str:
+        """Another fresh store beside the run's, for processes its checker does not watch."""
+        return self.url()
+
     def server_fault(self, fault: str, rng: random.Random, seconds: float) -> str:
         raise NotImplementedError(fault)
 
@@ -224,6 +228,13 @@ class ServerHarness(Harness):
     def url(self) -> str:
         self.prefix = f"t{uuid.uuid4().hex[:12]}"
         return self.store_url(",".join(f"{h}:{p}" for h, p in self.endpoints()), self.prefix)
+
+    def side_url(self) -> str:
+        prefix = self.prefix
+        try:
+            return self.url()
+        finally:
+            self.prefix = prefix  # worker_url stays on the run's store
 
     def worker_url(self, worker: str) -> str:
         if worker not in self.proxies:

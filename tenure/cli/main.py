@@ -115,12 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ttl", type=TTL, required=True, help="lease length in seconds, renewed while CMD runs")
     waiting(p, "while the job is held elsewhere (default: exit 75 at once)")
     p.add_argument("--grace", type=GRACE, default=10.0, metavar="SECONDS",
-                   help="after SIGTERM, SIGKILL the command this much later (default 10)")
+                   help="after SIGTERM, SIGKILL the command's processes this much later (default 10)")
     p.usage = ("tenure run JOB_ID --owner OWNER --ttl SECONDS [--existing] [--wait SECONDS] [--grace SECONDS] "
                "-- CMD [ARGS...]")
     p.epilog = ("CMD gets TENURE_JOB, TENURE_TOKEN and TENURE_OWNER. Exit 0: job completed. Non-zero: job "
                 "released, its status returned. Completed job: CMD not run, exit 0. Held elsewhere or lease "
-                "lost: exit 75 (on a lost lease CMD's process group gets SIGTERM, then SIGKILL after --grace).")
+                "lost: exit 75. On a lost lease or a signal (INT, TERM, HUP, QUIT), and for what CMD leaves "
+                "running when it exits, every process CMD started gets SIGTERM, then SIGKILL after --grace; the "
+                "job is neither completed nor released while any of them runs.")
     p = command("expire", commands.cmd_expire,
                 "end a job's lease now, if its token is still the one given (an operator action)")
     p.add_argument("job_id", metavar="JOB_ID", type=JOB_ID)

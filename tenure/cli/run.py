@@ -2,19 +2,37 @@
 
 Like ``etcdctl lock`` and ``consul lock``, with a fencing token and an audit. The command runs
 in its own process group with ``TENURE_JOB``, ``TENURE_TOKEN`` and ``TENURE_OWNER`` set; the
-lease is renewed in the background while it runs. Outcomes:
+lease is renewed in the background while it runs. "The command's processes" below are every
+process it started, directly or not, whatever group or session it moved to: on Linux
+``tenure run`` is a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``), so an orphan among
+them (a double fork, a daemon) is re-parented to it rather than to init, and it finds them all
+in ``/proc`` and reaps the dead. Stopping them means SIGTERM (and SIGCONT) to each, then
+SIGKILL to each still alive ``--grace`` seconds later. Outcomes:
 
 - the command exits 0: the job is completed (its result records the exit status); exit 0;
-- it exits non-zero or is killed: the job is released at once; exit with its status
-  (128 + signal number when a signal ended it);
+- it exits non-zero or is killed: the job is released; exit with its status (128 + signal
+  number when a signal ended it);
+- it exits (0 or not) leaving processes running: they are stopped first, then the job is
+  completed or released as above;
 - the job is already completed: the command does not run; exit 0, so a scheduler can rerun;
 - the job is held elsewhere: exit 75 at once, or after ``--wait`` seconds of waiting;
 - the lease is lost while it runs (a renewal refused, or the safe deadline passed): the
-  process group gets SIGTERM, then SIGKILL after ``--grace`` seconds; exit 75;
-- SIGINT, SIGTERM or SIGHUP to ``tenure run``: passed on to the process group (SIGKILL after
-  ``--grace`` if it outlives it), the job is released, exit 128 + that signal's number. One
-  that arrives before the command started (while claiming or waiting) is not lost: the command
-  does not run, a lease already claimed is released, exit 128 + its number.
+  command's processes are stopped; the job is left to expire; exit 75;
+- SIGINT, SIGTERM, SIGHUP or SIGQUIT to ``tenure run``: the command's processes are stopped,
+  the signal itself going to each of them first (SIGQUIT as SIGTERM: its default action dumps
+  core); the job is released; exit 128 + that signal's number. One that arrives before the
+  command started (while claiming or waiting) is not lost: the command does not run, a lease
+  already claimed is released, exit 128 + its number.
+
+The job is neither completed nor released, and ``tenure run`` does not exit, while any of the
+command's processes runs; the lease is renewed meanwhile. A process still alive ``KILL_WAIT``
+(5) seconds after SIGKILL (uninterruptible sleep, ``D``, say, or another user's) is named
+with its pid and command name; the job is then neither completed nor released (its lease runs
+out by its TTL), exit 75. Not guaranteed: without ``/proc`` or the prctl (not Linux) only the
+command's process group is signalled and only the command itself is waited for; after a lost
+lease the store may grant the job to another holder while the processes are being stopped
+(fencing with ``$TENURE_TOKEN`` is what makes their late writes harmless); a process in ``D``
+state can finish the system call it is in after the job was given up.
 
 The command's environment is ``tenure run``'s own without any ``TENURE_*`` variable
 (``TENURE_URL`` may hold the store's password) or any variable whose value holds the store
@@ -31,20 +49,23 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping
 from urllib.parse import unquote, unquote_plus
 
 import tenure
-from tenure.cli import exits
+from tenure.cli import exits, processes
 from tenure.cli.commands import refuse_unknown
 from tenure.cli.signals import Interrupts
+from tenure.cli.stopping import KILL_WAIT, Stop
 from tenure.core.options import parse_url
 
 TICK = 0.05  # how often the lease and the command are looked at
+REAP_EVERY = 1.0  # how often, while the command runs, the orphans it left are reaped
 COMPLETE_RETRY = 0.2  # between attempts to complete while the store cannot be reached
 SHORT_SECRET = 8  # a secret shorter than this is looked for only where a URL or option puts it
+# What a signal to ``tenure run`` becomes for the command: SIGQUIT's default action dumps core.
+PASSED_ON: dict[int, int] = {signal.SIGQUIT: signal.SIGTERM}
 # Variables through which a store client may take the store's password without the URL.
 _CLIENT_SECRETS = ("PGPASSWORD",)
 
@@ -103,9 +124,8 @@ class Supervisor:
         self.argv = argv
         self.grace = grace
         self.env = env
-        self.interrupts = Interrupts(self._on_signal)
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._killer: threading.Timer | None = None
+        self.interrupts = Interrupts()
+        self._lost_while_running = False
 
     @property
     def signalled(self) -> int | None:
@@ -123,34 +143,78 @@ class Supervisor:
 
     def run(self, held: tenure.HeldLease) -> int:
         env = {**self.env, "TENURE_JOB": held.job_id, "TENURE_TOKEN": str(held.token), "TENURE_OWNER": held.owner}
-        try:
-            proc = subprocess.Popen(self.argv, env=env, start_new_session=True)
-        except OSError as exc:
-            print(f"tenure run: cannot run {self.argv[0]!r}: {exc.strerror}", file=sys.stderr)
-            held.release()
-            return 127 if isinstance(exc, FileNotFoundError) else 126
-        self.proc = proc
-        if self.signalled is not None:  # a signal landed while the command was being started
-            self._pass_on(self.signalled)
-        try:
-            return self._supervise(held, proc)
-        finally:
-            if self._killer is not None:
-                self._killer.cancel()
-
-    def _supervise(self, held: tenure.HeldLease, proc: subprocess.Popen[bytes]) -> int:
-        while True:
+        with processes.subreaper():  # orphans of the command become ours, so none is missed
+            tree = processes.Descendants()
             try:
-                status = proc.wait(TICK)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            if _lost(held):
-                reason = held.lost_reason or "the safe deadline passed"
-                print(f"tenure run: lease on {held.job_id!r} (token {held.token}) lost: {reason}; "
-                      "stopping the command", file=sys.stderr, flush=True)
-                self._stop(proc, signal.SIGTERM)
+                proc = subprocess.Popen(self.argv, env=env, start_new_session=True)
+            except OSError as exc:
+                print(f"tenure run: cannot run {self.argv[0]!r}: {exc.strerror}", file=sys.stderr)
+                held.release()
+                return 127 if isinstance(exc, FileNotFoundError) else 126
+            if not self._watch(held, proc, tree):
+                held.lost.set()  # not released: the lease must run out by its TTL (see _watch)
                 return exits.TEMPFAIL
+        return self._outcome(held, proc.returncode)
+
+    def _watch(self, held: tenure.HeldLease, proc: subprocess.Popen[bytes], tree: processes.Descendants) -> bool:
+        """Until the command and every process it started have ended (stopping them if the lease
+        is lost, a signal came, or the command left some behind); False if some could not be."""
+        stop: Stop | None = None
+        reaped_at = time.monotonic()
+        while True:
+            status = proc.poll()
+            if stop is None:
+                stop = self._stop_needed(held, proc, status, tree)
+            if stop is None and status is None:
+                if time.monotonic() - reaped_at >= REAP_EVERY:  # a walk of /proc costs ~10 ms
+                    tree.living(reap_except=proc.pid)
+                    reaped_at = time.monotonic()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(TICK)
+                continue
+            living = self._living(proc, tree)
+            if not living and status is not None:
+                return True
+            if stop is not None and (left := stop.step(living)):
+                print(f"tenure run: {len(left)} process(es) of the command could not be stopped ({self.grace:g} s "
+                      f"after SIGTERM, {KILL_WAIT:g} s after SIGKILL): {', '.join(map(str, left))}; the job is "
+                      "neither released nor completed, its lease runs out by its TTL", file=sys.stderr, flush=True)
+                return False
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                if status is None:
+                    proc.wait(TICK)
+                else:
+                    time.sleep(TICK)  # processes the command left: looked at again every TICK
+
+    def _living(self, proc: subprocess.Popen[bytes], tree: processes.Descendants) -> list[processes.Process]:
+        if processes.visible():
+            return tree.living(reap_except=proc.pid)  # subprocess reaps the command itself
+        alive = proc.returncode is None  # without /proc: the command itself, its group is signalled
+        return [processes.Process(proc.pid, tree.root, self.argv[0], "R")] if alive else []
+
+    def _stop_needed(self, held: tenure.HeldLease, proc: subprocess.Popen[bytes], status: int | None,
+                     tree: processes.Descendants) -> Stop | None:
+        """A Stop if the command's processes must be stopped now, saying why."""
+        group = None if processes.visible() else proc.pid  # /proc shows every process, in any group
+        if self.signalled is not None:
+            return Stop(PASSED_ON.get(self.signalled, self.signalled), self.grace, group)
+        if _lost(held):
+            self._lost_while_running = True
+            reason = held.lost_reason or "the safe deadline passed"
+            print(f"tenure run: lease on {held.job_id!r} (token {held.token}) lost: {reason}; "
+                  "stopping the command", file=sys.stderr, flush=True)
+            return Stop(signal.SIGTERM, self.grace, group)
+        if status is not None and (left := self._living(proc, tree)):
+            then = "completing" if status == 0 else "releasing"
+            print(f"tenure run: the command exited ({status}) and left {len(left)} process(es) running: "
+                  f"{', '.join(map(str, left))}; stopping them before {then} the job", file=sys.stderr, flush=True)
+            return Stop(signal.SIGTERM, self.grace, group)
+        return None
+
+    def _outcome(self, held: tenure.HeldLease, status: int) -> int:
+        """What becomes of the job once nothing of the command runs any more."""
+        if self._lost_while_running:
+            return exits.TEMPFAIL
         if self.signalled is not None:
             held.release()
             return 128 + self.signalled
@@ -182,38 +246,6 @@ class Supervisor:
                 print(f"tenure run: completing {held.job_id!r} failed: {exc}", file=sys.stderr)
                 return exits.TEMPFAIL
 
-    def _stop(self, proc: subprocess.Popen[bytes], signum: int) -> None:
-        """Signal the process group; SIGKILL it if the command outlives the grace period."""
-        _signal_group(proc, signum)
-        try:
-            proc.wait(self.grace)
-        except subprocess.TimeoutExpired:
-            _signal_group(proc, signal.SIGKILL)
-            proc.wait()
-
-    def _on_signal(self, signum: int) -> None:
-        if self.proc is not None:
-            self._pass_on(signum)
-
-    def _pass_on(self, signum: int) -> None:
-        """Signal the command's group; the first time, SIGKILL it after the grace period."""
-        assert self.proc is not None
-        _signal_group(self.proc, signum)
-        if self._killer is None:
-            self._killer = threading.Timer(self.grace, _kill_if_alive, (self.proc,))
-            self._killer.daemon = True  # never keeps tenure run alive after the command ended
-            self._killer.start()
-
 
 def _lost(held: tenure.HeldLease) -> bool:
     return held.lost.is_set() or held.remaining() <= 0
-
-
-def _signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signum)  # the command's own group: its children too
-
-
-def _kill_if_alive(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        _signal_group(proc, signal.SIGKILL)

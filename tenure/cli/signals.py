@@ -2,8 +2,8 @@
 
 Ctrl-C that lands while a claim is on its way to the store would otherwise end the process
 after the store granted the lease but before anyone learnt its token: the job stays blocked
-for a whole TTL. While ``Interrupts.catching()`` runs, SIGINT, SIGTERM and SIGHUP are only
-noted; ``claim`` waits in short slices so a signal ends the wait promptly, and gives back a
+for a whole TTL. While ``Interrupts.catching()`` runs, SIGINT, SIGTERM, SIGHUP and SIGQUIT are
+only noted; ``claim`` waits in short slices so a signal ends the wait promptly, and gives back a
 lease that was granted after the signal came.
 """
 
@@ -20,7 +20,7 @@ from typing import TypeVar
 
 import tenure
 
-CAUGHT = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+CAUGHT = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 WAIT_SLICE = 0.5  # a blocking claim is made of waits this long, so a signal ends it promptly
 T = TypeVar("T")
 

@@ -1,21 +1,30 @@
 """Start the dashboard: ``tenure dashboard --url URL [--port N] [--admin]``, or ``start()``.
 
-The app runs under ``python -m streamlit run`` in a child process. Its settings travel in
-environment variables (see ``config``), so the store URL's password and the admin secret
-never appear on a command line that ``ps`` shows.
+The app runs under ``python -m streamlit run`` in a child process, in a process group of its
+own. Its settings travel in environment variables (see ``config``), so the store URL's
+password and the admin secret never appear on a command line that ``ps`` shows. Streamlit's
+own banner and start-up log are silenced: ``tenure dashboard`` prints one line, the address
+to open in a browser. Ctrl-C, SIGTERM (``docker stop``, systemd, supervisord) and SIGHUP (a
+closed terminal) stop the server and everything in its group before ``tenure dashboard``
+exits: SIGTERM first, SIGKILL after ``STOP_GRACE`` seconds.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 
 from tenure.cli.arguments import PORT, REFRESH
 from tenure.cli.exits import for_error
@@ -25,13 +34,15 @@ from tenure.dashboard import config
 
 APP = Path(__file__).with_name("app.py")
 SECRET_ENV = "TENURE_ADMIN_SECRET"  # where an operator puts the admin secret for --admin
+STOP_GRACE = 10.0  # seconds the server gets to exit after SIGTERM, before SIGKILL
+STOPPING = (signal.SIGTERM, signal.SIGHUP)  # end a foreground run as Ctrl-C does
 
 
 def command(port: int, host: str, app: Path = APP) -> list[str]:
     return [sys.executable, "-m", "streamlit", "run", str(app),
             "--server.headless=true", f"--server.port={port}", f"--server.address={host}",
             "--browser.gatherUsageStats=false", "--server.fileWatcherType=none",
-            "--server.runOnSave=false", "--client.toolbarMode=viewer"]
+            "--server.runOnSave=false", "--client.toolbarMode=viewer", "--logger.level=warning"]
 
 
 def environment(url: str, *, admin_secret: str | None, refresh: float,
@@ -63,7 +74,54 @@ def start(url: str, *, port: int = 8501, host: str = "127.0.0.1", admin_secret: 
     env = environment(url, admin_secret=admin_secret, refresh=refresh)
     if importlib.util.find_spec("streamlit") is None:
         raise BackendUnavailable("the dashboard needs Streamlit: pip install 'tenure[dashboard]'")
-    return subprocess.Popen(command(port, host, app), env=env, stdin=subprocess.DEVNULL)
+    # stdout holds only Streamlit's banner ("You can now view ..."): the caller says where to look.
+    return subprocess.Popen(command(port, host, app), env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, start_new_session=True)
+
+
+def stop(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE) -> None:
+    """Stop the server and every process of its group: SIGTERM, then SIGKILL after ``grace``."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+@contextlib.contextmanager
+def interrupted_by_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt while inside, as Ctrl-C does, so the caller's
+    cleanup runs before it exits (only the main thread can set handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, _interrupt) for signum in STOPPING}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def uninterrupted() -> Iterator[None]:
+    """Cleanup that a second Ctrl-C or SIGTERM must not cut short."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, *STOPPING)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def wait_ready(proc: subprocess.Popen[bytes], host: str, port: int, timeout: float = 60.0) -> str:
@@ -117,30 +175,26 @@ def admin_secret(args: argparse.Namespace, env: dict[str, str] | None = None) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve in the foreground until Ctrl-C or the server exits; returns an exit code."""
-    try:
-        secret = admin_secret(args)
-        proc = start(args.url, port=args.port, host=args.host, admin_secret=secret,
-                     refresh=args.refresh)
-    except LeaseError as exc:
-        print(f"tenure dashboard: {exc}", file=sys.stderr)
-        return for_error(exc)
-    try:
-        address = wait_ready(proc, args.host, args.port)
-        mode = "admin actions enabled" if secret else "read-only"
-        print(f"tenure dashboard: {address} ({mode}; store {parse_url(args.url).redacted()})",
-              flush=True)
-        return proc.wait()
-    except LeaseError as exc:
-        print(f"tenure dashboard: {exc}", file=sys.stderr)
-        return for_error(exc)
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    """Serve in the foreground until Ctrl-C, SIGTERM, SIGHUP or the server exits; returns an exit code."""
+    with interrupted_by_signals():
+        try:
+            secret = admin_secret(args)
+            proc = start(args.url, port=args.port, host=args.host, admin_secret=secret,
+                         refresh=args.refresh)
+        except LeaseError as exc:
+            print(f"tenure dashboard: {exc}", file=sys.stderr)
+            return for_error(exc)
+        try:
+            address = wait_ready(proc, args.host, args.port)
+            mode = "admin actions enabled" if secret else "read-only"
+            print(f"tenure dashboard: open {address} in a browser ({mode}; store "
+                  f"{parse_url(args.url).redacted()}; Ctrl-C to stop)", flush=True)
+            return proc.wait()
+        except LeaseError as exc:
+            print(f"tenure dashboard: {exc}", file=sys.stderr)
+            return for_error(exc)
+        except KeyboardInterrupt:
+            return 0
+        finally:
+            with uninterrupted():
+                stop(proc)

@@ -8,13 +8,16 @@ import io
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 import tenure
+from tenure.cli import processes
 from tenure.dashboard import config, data, launcher
 from tests.dashboard.seeding import JOB, seed_example, seed_on_server
 from tests.servers.ports import free_port
@@ -79,15 +82,109 @@ def test_run_serves_in_the_foreground_until_interrupted(tmp_path: Path) -> None:
                             preexec_fn=_default_sigint)
     try:
         assert proc.stdout is not None
-        # Streamlit's own banner shares stdout; ours is printed once the health check answers.
+        # Printed once the health check answers.
         line = next(ln for ln in proc.stdout if ln.startswith("tenure dashboard:"))
-        assert f"http://127.0.0.1:{port} (read-only; store {url})" in line
+        assert f"open http://127.0.0.1:{port} in a browser (read-only; store {url}; Ctrl-C to stop)" in line
         proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
         assert proc.wait(timeout=30) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _descendants(pid: int) -> list[int]:
+    below: dict[int, list[int]] = {}
+    for p in processes.table().values():
+        below.setdefault(p.ppid, []).append(p.pid)
+    found, todo = [], list(below.get(pid, []))
+    while todo:
+        found.append(todo.pop())
+        todo.extend(below.get(found[-1], []))
+    return found
+
+
+def _refused(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+@pytest.mark.parametrize("signum", launcher.STOPPING)
+def test_sigterm_and_sighup_end_a_foreground_run_as_ctrl_c_does(signum: int) -> None:
+    # A closed terminal sends HUP; docker stop, systemd and supervisord send TERM.
+    previous = signal.getsignal(signum)
+    with pytest.raises(KeyboardInterrupt), launcher.interrupted_by_signals():
+        os.kill(os.getpid(), signum)
+        time.sleep(5)  # never reached in full: the handler raises as soon as the signal lands
+    assert signal.getsignal(signum) is previous  # put back on leaving
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_server_and_one_line_says_where_to_look(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'stop.db'}"
+    port = free_port()
+    started: list[int] = []
+    proc = subprocess.Popen([sys.executable, "-m", "tenure", "--url", url, "dashboard", "--port", str(port)],
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line == (f"tenure dashboard: open http://127.0.0.1:{port} in a browser "
+                        f"(read-only; store {url}; Ctrl-C to stop)\n")
+        started += _descendants(proc.pid)
+        assert started and not _refused(port)
+        proc.send_signal(signal.SIGTERM)  # what docker stop, systemd and supervisord send
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0
+        assert (out, err) == ("", "")  # no Streamlit banner, no "Uvicorn server started"
+        assert _refused(port)
+        assert not [pid for pid in started if processes.running(pid)]
+    finally:
+        _kill_all(proc, started)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_demo_its_workers_and_its_dashboard(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+    port = free_port()
+    started: list[int] = []
+    proc = subprocess.Popen([sys.executable, "-m", "tenure", "--url", url, "demo", "--port", str(port),
+                             "--ttl", "1", "--every", "600"],
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if "submitted" in line:  # the workers are started by then
+                break
+        started += _descendants(proc.pid)
+        assert len(started) >= 3 and not _refused(port)  # the dashboard and two workers at least
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+        assert proc.returncode == 0
+        assert _refused(port)
+        # multiprocessing's resource tracker ends when the demo's exit closes its pipe: just after.
+        assert _left_running(started, within=5.0) == []
+    finally:
+        _kill_all(proc, started)
+
+
+def _left_running(pids: list[int], within: float) -> list[int]:
+    """Those of ``pids`` still running ``within`` seconds from now (fewer as they end)."""
+    deadline = time.monotonic() + within
+    while (left := [pid for pid in pids if processes.running(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+def _kill_all(proc: subprocess.Popen[str], started: list[int]) -> None:
+    """After a failure: nothing the test started may outlive it."""
+    for pid in {*started, *_descendants(proc.pid)}:
+        if processes.running(pid):
+            os.kill(pid, signal.SIGKILL)
+    proc.kill()
+    proc.wait()
 
 
 def test_run_reports_a_missing_admin_secret(capsys: pytest.CaptureFixture[str]) -> None:

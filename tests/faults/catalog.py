@@ -31,6 +31,10 @@ FAULTS = (
                            "tokens: 2⁶³\u22121 unsigned, the next token the store has not issued signed with a wrong "
                            "secret, and a holder's own token and owner with a made-up signature (every write is "
                            "proven by an HMAC signature the workers make with the run's secret)"),
+    Fault("run-term", WORKER, "SIGTERM to `tenure run` (and half the time to its command's process group) "
+                              "mid-run, while a second `tenure run` waits for the same job; the command's "
+                              "two children ignore SIGTERM, one in a session of its own (a double fork), "
+                              "and the second run's command exits 0 leaving its children running"),
     Fault("net", NETWORK, "cut one worker off through its own loopback TCP proxy: blackhole, delay (50-600 ms) "
                           "or drop, for 1.2 to 3 TTLs"),
     Fault("server-kill", SERVER, "kill -9 a server (PostgreSQL: the postmaster and every backend), restart it "

@@ -40,6 +40,30 @@ class Verdict:
         self.violations.append(text)
 
 
+@dataclass(frozen=True)
+class ProcessEffect:
+    """One effect a process of a ``tenure run`` command wrote (the run-term fault), in order."""
+
+    job: str
+    token: int
+    pid: int
+    line: int  # its place in its job's file: the order the effects happened in
+
+
+def check_process_effects(effects: list[ProcessEffect], v: Verdict) -> None:
+    """No effect from a process of an earlier token after a later token's first effect: every
+    process of a ``tenure run`` command has ended before the job can be claimed again."""
+    first: dict[str, ProcessEffect] = {}  # per job, the first effect of the highest token so far
+    for e in effects:
+        v.counts["process effects"] += 1
+        top = first.get(e.job)
+        if top is None or e.token > top.token:
+            first[e.job] = e
+        elif e.token < top.token:
+            v.flag(f"{e.job}: effect of token {e.token} by process {e.pid} (line {e.line}) after the first "
+                   f"effect of token {top.token} (line {top.line}, process {top.pid})")
+
+
 def _owner_op(owner: str | None) -> tuple[str, int] | None:
     if not owner or "#" not in owner:
         return None

@@ -25,6 +25,7 @@ from tests.faults import suspend
 from tests.faults.clock import true_now
 from tests.faults.forger import Forger
 from tests.faults.history import Recorder, file_for
+from tests.faults.run_term import RunTerm
 from tests.harness import Harness
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -120,6 +121,7 @@ class Nemesis(threading.Thread):
         self.rng = rng
         self.rec = Recorder(file_for(history, "nemesis").with_suffix(".log"), "nemesis")
         self.forger = Forger(history, Path(workers.base["destination"]), admin_url)
+        self.run_term = RunTerm(env.side_url(), history, env.fault_ttl, self.rec) if "run-term" in faults else None
         self.halt = threading.Event()
         self.done: Counter[str] = Counter()
         self.bursts = 0
@@ -162,6 +164,10 @@ class Nemesis(threading.Thread):
             if not self.forger.forge(self.rng):
                 return
             self.rec.note("forge")
+        elif fault == "run-term":
+            assert self.run_term is not None
+            if not self.run_term.inject(self.rng, ttl):
+                return
         elif fault == "kill-worker":
             name = self.rng.choice([n for n in w.alive() if not n.startswith("b")])
             w.signal(name, signal.SIGKILL)
@@ -206,3 +212,5 @@ class Nemesis(threading.Thread):
         self.join(timeout=120)
         self.rec.close()
         self.forger.close()
+        if self.run_term is not None:
+            self.run_term.close()

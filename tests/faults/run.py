@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import tenure
-from tests.faults import checker, envs, history, report
+from tests.faults import checker, envs, history, report, run_term
 from tests.faults.destination import Destination
 from tests.faults.nemesis import BURST_WORKERS, SKEWS, Nemesis, Workers
 from tests.harness import Harness
@@ -120,6 +120,9 @@ def run_case(env: Harness, fault: str, seconds: float, seed: int, workers: int =
     admin.close()
     ops = history.load(hist)
     verdict = checker.check(ops, final, env.fault_ttl, env.early_end_margin, clock_rates(pool.clocks))
+    checker.check_process_effects(run_term.load_effects(run_term.effects_dir(hist)), verdict)
+    if nemesis.run_term is not None:
+        verdict.violations += nemesis.run_term.problems
     return Result(env.name + ("3" if env.size > 1 else ""), fault, seed,
                   time.monotonic() - started, verdict.counts, verdict.violations, verdict.unchecked_jobs,
                   len(final.rejections), nemesis.done, str(rundir))

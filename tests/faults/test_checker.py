@@ -6,12 +6,14 @@ A checker that passes everything would make the fault suite worthless; these sho
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import tenure
 from tests.faults import linear
-from tests.faults.checker import Final, Verdict, check
+from tests.faults.checker import Final, Verdict, check, check_process_effects
 from tests.faults.destination import DestRejection, Effect
 from tests.faults.history import INF, Operation
+from tests.faults.run_term import load_effects
 
 TTL = 10.0
 J = "job-1"
@@ -215,3 +217,15 @@ def test_linear_search_accepts_an_unknown_renewal_that_must_have_happened() -> N
     assert linear.check(ops, TTL, 0.0) is True
     ops[1] = linear.Op("renew", 1, 5.0, 5.1)  # now acknowledged: the lease lasts until 15 s
     assert linear.check(ops, TTL, 0.0) is False
+
+
+def test_a_process_of_an_earlier_token_acting_after_a_later_tokens_first_effect_is_flagged(tmp_path: Path) -> None:
+    # The run-term fault's files, one line per effect in the order written: "job token pid n".
+    (tmp_path / "run-0001.log").write_text("run-0001 1 10 0\nrun-0001 1 11 0\nrun-0001 2 20 0\n"
+                                           "run-0001 1 11 1\nrun-0001 2 20 1\n")
+    (tmp_path / "run-0002.log").write_text("run-0002 1 30 0\nrun-0002 2 40 0\nrun-0002 3 50 0\n")
+    v = Verdict()
+    check_process_effects(load_effects(tmp_path), v)
+    assert v.violations == ["run-0001: effect of token 1 by process 11 (line 4) after the first effect of "
+                            "token 2 (line 3, process 20)"]
+    assert v.counts["process effects"] == 8

@@ -30,7 +30,7 @@ SERVER_MODULES = {"etcd": "tests/servers/etcd.py", "zk": "tests/servers/zookeepe
 
 SINGLE = ("pause", "suspend", "burst", "skew", "kill-worker", "forge", "net", "server-kill", "mixed")
 CASES = [
-    *[("sqlite", f) for f in ("pause", "suspend", "burst", "skew", "kill-worker", "forge", "mixed")],
+    *[("sqlite", f) for f in ("pause", "suspend", "burst", "skew", "kill-worker", "forge", "run-term", "mixed")],
     *[("etcd", f) for f in SINGLE],
     *[("etcd3", f) for f in ("leader-kill", "leader-pause", "mixed")],
     *[("zk", f) for f in SINGLE],
@@ -84,5 +84,7 @@ def test_no_violation_under_fault(environment: Callable[[str], Harness], backend
     assert progress >= 3, f"the workload made no progress: {dict(result.counts)}"
     if fault not in ("mixed", "skew"):
         assert result.injected[fault] >= 1, f"{fault} was never injected"
+    if fault == "run-term":  # not vacuous: processes of both runs of a job acted
+        assert result.counts["process effects"] >= 10
     if fault == "forge":  # not vacuous: forgeries were tried, refused as unproven and audited
         assert result.counts["forgeries refused"] >= 3 and result.counts["forgeries audited"] >= 1
