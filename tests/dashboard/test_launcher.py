@@ -122,6 +122,7 @@ def test_sigterm_and_sighup_end_a_foreground_run_as_ctrl_c_does(signum: int) -> 
 @pytest.mark.slow
 def test_sigterm_stops_the_server_and_one_line_says_where_to_look(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'stop.db'}"
+    tenure.connect(url).close()  # the dashboard reads a store, never creates one
     port = free_port()
     started: list[int] = []
     proc = subprocess.Popen([sys.executable, "-m", "tenure", "--url", url, "dashboard", "--port", str(port)],
