@@ -89,3 +89,16 @@ def test_a_ttl_below_the_stores_minimum_is_refused_before_anything_is_written(
     code, _, err = run(capsys, "--url", url, "claim", "j", "--owner", "me", "--ttl", "0.01")
     assert code == 64 and "ttl 0.01s is below the minimum of 0.05s on sqlite" in err
     assert run(capsys, "--url", url, "get", "j")[0] == 66  # no job written
+
+
+def test_far_store_times_read_in_minutes_hours_and_days_with_their_date(
+        url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    for job, ttl in (("minutes", 600), ("hours", 2 * 3600), ("days", 3 * 86400)):
+        assert run(capsys, "--url", url, "claim", job, "--owner", "me", "--ttl", str(ttl))[0] == 0
+    code, out, _ = run(capsys, "--url", url, "ls", "--order", "expiry")
+    assert code == 0
+    rows = (re.fullmatch(r"(\S+)\s+leased\s+me\s+1\s+(.+?)\s+1", line) for line in out.splitlines()[2:])
+    expires = {row[1]: row[2] for row in rows if row}
+    assert re.fullmatch(r"\d\d:\d\d:\d\d\.\d \(in 10 min\)", expires["minutes"]), expires
+    assert re.fullmatch(r"\d\d:\d\d:\d\d\.\d \(in 2\.0 h\)", expires["hours"]), expires
+    assert re.fullmatch(r"20\d\d-\d\d-\d\d \d\d:\d\d:\d\d\.\d \(in 3 d\)", expires["days"]), expires
