@@ -131,3 +131,12 @@ def test_far_store_times_read_in_minutes_hours_and_days_with_their_date(
     assert re.fullmatch(r"\d\d:\d\d:\d\d\.\d \(in 10 min\)", expires["minutes"]), expires
     assert re.fullmatch(r"\d\d:\d\d:\d\d\.\d \(in 2\.0 h\)", expires["hours"]), expires
     assert re.fullmatch(r"20\d\d-\d\d-\d\d \d\d:\d\d:\d\d\.\d \(in 3 d\)", expires["days"]), expires
+
+
+def test_a_lease_in_json_has_no_deadline_on_the_commands_own_clock(url: str,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--url", url, "-o", "json", "claim", "j", "--owner", "me", "--ttl", "30")
+    assert code == 0 and set(json.loads(out)) == {"job_id", "owner", "token", "expires_at", "ttl"}
+    code, out, _ = run(capsys, "--url", url, "-o", "jsonl", "renew", "j", "--owner", "me", "--token", "1",
+                       "--ttl", "30")
+    assert code == 0 and set(json.loads(out)) == {"job_id", "owner", "token", "expires_at", "ttl"}

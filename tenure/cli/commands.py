@@ -78,14 +78,23 @@ def cmd_claim(store: tenure.Store, args: argparse.Namespace) -> int:
         print(f"claimed {lease.job_id!r}: token {lease.token}, expires {when(lease.expires_at, store.now())}",
               file=sys.stderr)
     else:
-        emit(args, lease, str)
+        emit(args, _lease_record(lease), str)
     return exits.OK
+
+
+def _lease_record(lease: tenure.Lease) -> dict[str, Any]:
+    """A lease for -o json: without ``deadline``, a moment on this process's monotonic clock that
+    means nothing once the command has exited (a script would read it as a time)."""
+    record: dict[str, Any] = plain(lease)
+    del record["deadline"]
+    return record
 
 
 def cmd_renew(store: tenure.Store, args: argparse.Namespace) -> int:
     lease = store.renew(_lease(store, args), args.ttl)
     now = store.now()
-    emit(args, lease, lambda: f"renewed {lease.job_id!r} (token {lease.token}): expires {when(lease.expires_at, now)}")
+    emit(args, _lease_record(lease),
+         lambda: f"renewed {lease.job_id!r} (token {lease.token}): expires {when(lease.expires_at, now)}")
     return exits.OK
 
 
