@@ -35,6 +35,14 @@ def ago(delta: float) -> str:
     return f"in {duration(delta)}" if delta > 0 else f"{duration(delta)} ago"
 
 
+def clock_offset(skew: float) -> str:
+    """Where this machine's clock stands against the store's (``skew``: this machine's minus the
+    store's) in words, not a sign to decode, and never "-0.000 s"."""
+    if abs(skew) < 0.0005:
+        return "This machine's clock agrees with the store's to the millisecond."
+    return f"This machine's clock is {abs(skew):.3f} s {'ahead of' if skew > 0 else 'behind'} the store's."
+
+
 def stamp(seconds: float | None, now: float, zone: str | None = None, *, dated: bool = True) -> str:
     """A store time as people read it: "2026-12-03 04:35:13 UTC (12 s ago)", in ``zone`` (an
     IANA name such as the browser's) when given and known, else UTC; "" for None. Not
