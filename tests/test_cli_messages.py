@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import tenure
 from tests.cli import run
 
 
@@ -89,3 +90,53 @@ def test_a_ttl_below_the_stores_minimum_is_refused_before_anything_is_written(
     code, _, err = run(capsys, "--url", url, "claim", "j", "--owner", "me", "--ttl", "0.01")
     assert code == 64 and "ttl 0.01s is below the minimum of 0.05s on sqlite" in err
     assert run(capsys, "--url", url, "get", "j")[0] == 66  # no job written
+
+
+def test_expire_says_nothing_changed_for_a_job_that_holds_no_lease(url: str,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    for job in ("done", "given-back", "held"):
+        assert run(capsys, "--url", url, "claim", job, "--owner", "me", "--ttl", "300")[0] == 0
+    assert run(capsys, "--url", url, "complete", "done", "--owner", "me", "--token", "1")[0] == 0
+    assert run(capsys, "--url", url, "release", "given-back", "--owner", "me", "--token", "1")[0] == 0
+    for job, state in (("done", "completed"), ("given-back", "pending")):
+        code, out, err = run(capsys, "--url", url, "expire", job, "--token", "1")
+        assert (code, out) == (65, "")
+        assert f"nothing was changed: job '{job}' is {state}, with no lease to end" in err
+        code, out, _ = run(capsys, "--url", url, "-o", "json", "history", job)
+        assert "expire" not in [e["op"] for e in json.loads(out)]
+    code, out, _ = run(capsys, "--url", url, "expire", "held", "--token", "1")
+    assert (code, out) == (0, "the lease on 'held' (token 1) has ended; the job can be claimed\n")
+
+
+def test_get_shows_a_result_as_text_not_python_bytes(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "--url", url, "claim", "j", "--owner", "me", "--ttl", "30")[0] == 0
+    assert run(capsys, "--url", url, "complete", "j", "--owner", "me", "--token", "1", "--result", "done")[0] == 0
+    code, out, _ = run(capsys, "--url", url, "get", "j")
+    assert code == 0 and "       result: done\n" in out and "b'" not in out
+    with tenure.connect(url) as store:
+        store.submit("j")
+        store.complete(store.claim("j", "me", 30), b"\xff\x00")
+    out = run(capsys, "--url", url, "get", "j")[1]
+    assert "       result: base64:/wA= (not UTF-8 text)\n" in out
+
+
+def test_far_store_times_read_in_minutes_hours_and_days_with_their_date(
+        url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    for job, ttl in (("minutes", 600), ("hours", 2 * 3600), ("days", 3 * 86400)):
+        assert run(capsys, "--url", url, "claim", job, "--owner", "me", "--ttl", str(ttl))[0] == 0
+    code, out, _ = run(capsys, "--url", url, "ls", "--order", "expiry")
+    assert code == 0
+    rows = (re.fullmatch(r"(\S+)\s+leased\s+me\s+1\s+(.+?)\s+1", line) for line in out.splitlines()[2:])
+    expires = {row[1]: row[2] for row in rows if row}
+    assert re.fullmatch(r"\d\d:\d\d:\d\d\.\d \(in 10 min\)", expires["minutes"]), expires
+    assert re.fullmatch(r"\d\d:\d\d:\d\d\.\d \(in 2\.0 h\)", expires["hours"]), expires
+    assert re.fullmatch(r"20\d\d-\d\d-\d\d \d\d:\d\d:\d\d\.\d \(in 3 d\)", expires["days"]), expires
+
+
+def test_a_lease_in_json_has_no_deadline_on_the_commands_own_clock(url: str,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--url", url, "-o", "json", "claim", "j", "--owner", "me", "--ttl", "30")
+    assert code == 0 and set(json.loads(out)) == {"job_id", "owner", "token", "expires_at", "ttl"}
+    code, out, _ = run(capsys, "--url", url, "-o", "jsonl", "renew", "j", "--owner", "me", "--token", "1",
+                       "--ttl", "30")
+    assert code == 0 and set(json.loads(out)) == {"job_id", "owner", "token", "expires_at", "ttl"}

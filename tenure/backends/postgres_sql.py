@@ -137,9 +137,9 @@ _REASON = f"""CASE
     WHEN NOT {valid('c')} THEN 'corrupt'
     WHEN c.token < %(token)s THEN {_lit(Reason.NEVER_ISSUED)}
     WHEN c.token <> %(token)s THEN {_lit(Reason.SUPERSEDED)}
+    WHEN c.state NOT IN ('leased', 'completed') THEN {_lit(Reason.NOT_LEASED)}
     WHEN c.owner IS DISTINCT FROM %(owner)s THEN {_lit(Reason.OWNER_MISMATCH)}
     WHEN c.state = 'completed' THEN {_lit(Reason.COMPLETED)}
-    WHEN c.state <> 'leased' THEN {_lit(Reason.NOT_LEASED)}
     WHEN c.lease_until IS NULL OR c.lease_until <= clock.now THEN {_lit(Reason.EXPIRED)}
   END"""
 

@@ -14,8 +14,10 @@ import tenure
 from tenure.cli import exits
 from tenure.cli.format import render, table, when
 from tenure.cli.signals import Interrupts
-from tenure.core.export import to_jsonl
-from tenure.core.records import Change
+from tenure.core.export import plain, to_jsonl
+from tenure.core.records import Change, JobState
+
+NO_LEASE = (JobState.COMPLETED, JobState.PENDING)  # states whose job holds no lease to end
 
 
 def emit(args: argparse.Namespace, value: Any, human: Any) -> None:
@@ -76,14 +78,23 @@ def cmd_claim(store: tenure.Store, args: argparse.Namespace) -> int:
         print(f"claimed {lease.job_id!r}: token {lease.token}, expires {when(lease.expires_at, store.now())}",
               file=sys.stderr)
     else:
-        emit(args, lease, str)
+        emit(args, _lease_record(lease), str)
     return exits.OK
+
+
+def _lease_record(lease: tenure.Lease) -> dict[str, Any]:
+    """A lease for -o json: without ``deadline``, a moment on this process's monotonic clock that
+    means nothing once the command has exited (a script would read it as a time)."""
+    record: dict[str, Any] = plain(lease)
+    del record["deadline"]
+    return record
 
 
 def cmd_renew(store: tenure.Store, args: argparse.Namespace) -> int:
     lease = store.renew(_lease(store, args), args.ttl)
     now = store.now()
-    emit(args, lease, lambda: f"renewed {lease.job_id!r} (token {lease.token}): expires {when(lease.expires_at, now)}")
+    emit(args, _lease_record(lease),
+         lambda: f"renewed {lease.job_id!r} (token {lease.token}): expires {when(lease.expires_at, now)}")
     return exits.OK
 
 
@@ -102,9 +113,16 @@ def cmd_release(store: tenure.Store, args: argparse.Namespace) -> int:
 
 
 def cmd_expire(store: tenure.Store, args: argparse.Namespace) -> int:
+    """The store ends only a live lease. A job at the token given that is completed, or pending
+    (given back), has none: nothing changed, and saying "expired" would tell the operator it had."""
     store.force_expire(args.job_id, token=args.token, actor=operator(args))
+    status = store.get(args.job_id)
+    if status is not None and status.token == args.token and status.state in NO_LEASE:
+        print(f"tenure: nothing was changed: job {args.job_id!r} is {status.state}, with no lease to end",
+              file=sys.stderr)
+        return exits.REFUSED
     emit(args, {"expired": args.job_id, "token": args.token},
-         lambda: f"expired the lease on {args.job_id!r} (token {args.token})")
+         lambda: f"the lease on {args.job_id!r} (token {args.token}) has ended; the job can be claimed")
     return exits.OK
 
 
@@ -114,9 +132,20 @@ def cmd_get(store: tenure.Store, args: argparse.Namespace) -> int:
         raise tenure.JobNotFound(args.job_id)
     now = store.now()
     emit(args, status, lambda: "\n".join(
-        f"{f.name:>13}: {when(v, now) if f.name.endswith('_at') else ('-' if v is None else v)}"
+        f"{f.name:>13}: {_field(f.name, v, now)}"
         for f in dataclasses.fields(status) if (v := getattr(status, f.name)) is not None or f.name == "owner"))
     return exits.OK
+
+
+def _field(name: str, value: object, now: float) -> str:
+    """One field of ``get`` as people read it: store times as tables show them, a result as
+    text (as ``-o json`` gives it), not Python's ``b'...'``."""
+    if name.endswith("_at"):
+        return when(float(value) if isinstance(value, (int, float)) else None, now)
+    if isinstance(value, bytes):
+        text = plain(value)
+        return text if isinstance(text, str) else f"base64:{text['base64']} (not UTF-8 text)"
+    return "-" if value is None else str(value)
 
 
 def cmd_ls(store: tenure.Store, args: argparse.Namespace) -> int:

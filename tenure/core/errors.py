@@ -157,10 +157,14 @@ class StaleLease(LeaseError):
         why = r.reason if ended_by is None else _operator_ended(r, ended_by)
         super().__init__(
             f"{r.op} of job {quoted(r.job_id)} by {quoted(r.owner)} with token {r.token} rejected: {why}"
-            f" (current owner {quoted(r.current_owner)}, token {r.current_token})"
+            f" ({_current(r)}, token {r.current_token})"
         )
         self.rejection = rejection
         self.ended_by = ended_by
+
+
+def _current(r: Rejection) -> str:
+    return "no current owner" if r.current_owner is None else f"current owner {quoted(r.current_owner)}"
 
 
 def _operator_ended(r: Rejection, event: HistoryEvent) -> str:

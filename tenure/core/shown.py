@@ -4,14 +4,33 @@ from __future__ import annotations
 
 import time
 
+DAY = 86400.0
+_SECONDS_SHOWN = 90.0  # below this an age keeps its tenths (a lease's seconds matter); above, words
+
+
+def duration(seconds: float) -> str:
+    """A length of time in words: "12 s", "4 min", "2.5 h", "3 d"."""
+    size = abs(seconds)
+    if size < 90:
+        return f"{size:.0f} s"
+    if size < 90 * 60:
+        return f"{size / 60:.0f} min"
+    if size < 48 * 3600:
+        return f"{size / 3600:.1f} h"
+    return f"{size / 86400:.0f} d"
+
 
 def when(at: float | None, now: float | None = None) -> str:
     """A store time as UTC clock time to a tenth of a second, plus how far it is from ``now``
-    (the store's clock too) when that is known: ``16:20:19.5 (in 27.6s)``."""
+    (the store's clock too) when that is known: ``16:20:19.5 (in 27.6s)``, ``16:20:19.5 (2.5 h
+    ago)``; a time a day or more from ``now`` carries its date, ``2026-12-01 16:20:19.5 (2 d ago)``."""
     if at is None:
         return "-"
     clock = time.strftime("%H:%M:%S", time.gmtime(at)) + f".{int(at % 1 * 10)}"
     if now is None:
         return clock
     delta = at - now
-    return f"{clock} ({'in ' if delta >= 0 else ''}{abs(delta):.1f}s{'' if delta >= 0 else ' ago'})"
+    if abs(delta) >= DAY:
+        clock = time.strftime("%Y-%m-%d ", time.gmtime(at)) + clock
+    size = f"{abs(delta):.1f}s" if abs(delta) < _SECONDS_SHOWN else duration(delta)
+    return f"{clock} ({'in ' if delta >= 0 else ''}{size}{'' if delta >= 0 else ' ago'})"

@@ -106,12 +106,12 @@ def check(rec: JobRecord | None, lease: Lease, now: float) -> Reason | None:
         return Reason.NEVER_ISSUED
     if lease.token != rec.token:
         return Reason.SUPERSEDED
+    if rec.state not in (JobState.LEASED, JobState.COMPLETED):  # given back: no owner left to match
+        return Reason.NOT_LEASED
     if lease.owner != rec.owner:
         return Reason.OWNER_MISMATCH
     if rec.state is JobState.COMPLETED:
         return Reason.COMPLETED
-    if rec.state is not JobState.LEASED:
-        return Reason.NOT_LEASED
     if rec.lease_until is None or lease_over(rec.lease_until, now):
         return Reason.EXPIRED
     return None

@@ -14,6 +14,7 @@ import pandas as pd
 from tenure.core.export import to_json
 from tenure.core.queries import fold
 from tenure.core.records import HistoryEvent, JobPage, JobState, JobStatus, Op, Rejection
+from tenure.core.shown import DAY, duration
 
 LEASE_COLUMNS = ["job", "owner", "token", "state", "expires in (s)", "lease left",
                  "last renewal", "claimed at", "problem"]
@@ -27,18 +28,6 @@ def when(seconds: float | None) -> pd.Timestamp | None:
     return None if seconds is None else pd.Timestamp(seconds, unit="s", tz="UTC")
 
 
-def duration(seconds: float) -> str:
-    """A length of time in words: "12 s", "4 min", "2.5 h", "3 d"."""
-    size = abs(seconds)
-    if size < 90:
-        return f"{size:.0f} s"
-    if size < 90 * 60:
-        return f"{size / 60:.0f} min"
-    if size < 48 * 3600:
-        return f"{size / 3600:.1f} h"
-    return f"{size / 86400:.0f} d"
-
-
 def ago(delta: float) -> str:
     """``delta`` seconds from now in words: "12 s ago", "in 4 min", "now"."""
     if abs(delta) < 0.5:
@@ -46,7 +35,12 @@ def ago(delta: float) -> str:
     return f"in {duration(delta)}" if delta > 0 else f"{duration(delta)} ago"
 
 
-DAY = 86400.0
+def clock_offset(skew: float) -> str:
+    """Where this machine's clock stands against the store's (``skew``: this machine's minus the
+    store's) in words, not a sign to decode, and never "-0.000 s"."""
+    if abs(skew) < 0.0005:
+        return "This machine's clock agrees with the store's to the millisecond."
+    return f"This machine's clock is {abs(skew):.3f} s {'ahead of' if skew > 0 else 'behind'} the store's."
 
 
 def stamp(seconds: float | None, now: float, zone: str | None = None, *, dated: bool = True) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from tenure.core.shown import duration
 from tenure.core.snapshot import HELD_CAP, Snapshot
 from tenure.dashboard import data, ops_data
 from tenure.dashboard.config import Config
@@ -51,7 +52,7 @@ def stuck(snap: Snapshot, cfg: Config) -> None:
     frame = ops_data.stuck_frame(held, snap.history(runs_window), snap.now(), window, zone())
     st.caption(f"Live leases held past their TTL and either more than {ops_data.STUCK_FACTOR:g} times "
                f"their job's usual run (the median claim-to-completion of that job's own runs in the last "
-               f"{data.duration(runs_window)} of history, once it has {ops_data.MIN_RUNS}; at least "
+               f"{duration(runs_window)} of history, once it has {ops_data.MIN_RUNS}; at least "
                f"{ops_data.STUCK_FLOOR:g} s), or longer than {label} by an owner that completed nothing in "
                f"that time{_capped(len(held))}.")
     if frame.empty:

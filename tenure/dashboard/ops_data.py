@@ -13,8 +13,9 @@ from dataclasses import dataclass
 import pandas as pd
 
 from tenure.core.records import HistoryEvent, JobState, JobStatus, Op, Rejection
+from tenure.core.shown import duration
 from tenure.core.transitions import state_at
-from tenure.dashboard.data import ago, duration, intervals, stamp, ttl_of
+from tenure.dashboard.data import ago, intervals, stamp, ttl_of
 
 WORKER_COLUMNS = ["owner", "leases", "expiring soon", "expired, unclaimed", "since last renewal (s)",
                   "last renewal", "soonest expiry"]

@@ -64,8 +64,7 @@ def overview(snap: Snapshot, cfg: Config) -> None:
         st.subheader("Store clock")
         skew = time.time() - snap.now()
         st.markdown(f"**{data.literal(data.stamp(s.now, s.now, zone()).removesuffix(' (now)'))}**")
-        st.caption(f"This machine's clock is {skew:+.3f} s from the store's. "
-                   "Ownership is judged by the store's clock alone.")
+        st.caption(f"{data.clock_offset(skew)} Ownership is judged by the store's clock alone.")
     with right:
         st.subheader("Backend health")
         for warning in snap.store.warnings:  # e.g. a password sent without TLS; never the secret itself

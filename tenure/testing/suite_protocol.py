@@ -76,6 +76,15 @@ class ProtocolTests:
         assert {r.reason for r in store.rejections()} == {str(tenure.Reason.NEVER_ISSUED)}
         store.complete(a)  # the real holder was never disturbed
 
+    def test_a_lease_given_back_is_refused_as_not_leased(self, kit: Kit, store: tenure.Store) -> None:
+        a = store.claim("j", owner="a", ttl=kit.ttl)
+        store.release(a)
+        for call in (store.renew, store.complete, store.release):
+            with pytest.raises(tenure.StaleLease, match=r"rejected: job is not leased \(no current owner, ") as info:
+                call(a)
+            assert info.value.rejection.reason == str(tenure.Reason.NOT_LEASED)
+        assert store.get("j").state is JobState.PENDING  # type: ignore[union-attr]
+
     def test_claim_of_held_job_raises_already_claimed(self, kit: Kit, store: tenure.Store) -> None:
         a = store.claim("j", owner="a", ttl=kit.ttl)
         with pytest.raises(tenure.AlreadyClaimed) as info:

@@ -45,7 +45,17 @@ def test_overview_counts_health_and_clock(seed: Seeded, open_app: OpenApp) -> No
     if seed.backend == "sqlite":
         assert facts["file"].endswith("dash.db") and int(facts["bytes"]) > 0
     assert "Store clock" in [s.value for s in at.subheader]
-    assert any("from the store's" in c.value for c in at.caption)
+    assert any(c.value.startswith("This machine's clock ") and c.value.endswith(" store's clock alone.")
+               for c in at.caption)
+
+
+@pytest.mark.parametrize("skew, words", [
+    (-0.0001, "This machine's clock agrees with the store's to the millisecond."),
+    (0.5341, "This machine's clock is 0.534 s ahead of the store's."),
+    (-2.0, "This machine's clock is 2.000 s behind the store's."),
+])
+def test_the_overview_says_which_way_this_machines_clock_is_off(skew: float, words: str) -> None:
+    assert data.clock_offset(skew) == words
 
 
 def test_live_leases_lists_live_ones_first_and_expired_behind_the_filter(seed: Seeded, open_app: OpenApp) -> None:
