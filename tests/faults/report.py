@@ -135,7 +135,8 @@ def save(json_path: Path, md_path: Path, command: str, seed: int, results: list[
 def _plain(r: Any) -> dict[str, Any]:
     return {"backend": r.backend, "fault": r.fault, "seed": r.seed, "seconds": round(r.seconds, 1),
             "counts": dict(r.counts), "violations": r.violations[:50], "violation_count": len(r.violations),
-            "unchecked": r.unchecked, "audit": r.audit, "injected": dict(r.injected)}
+            "unchecked": r.unchecked, "audit": r.audit, "injected": dict(r.injected),
+            "early_ends": r.early_ends}
 
 
 HEADER = ("| backend | fault | seed | ops | ok | fail | unknown | stale refused by store | refused by destination "
@@ -174,6 +175,7 @@ def _sections(runs: list[dict[str, Any]]) -> list[str]:
         lines += [f"### `{run['command']}`", "",
                   f"Seed {run['seed']}; finished {run['finished']}; {sum(r['counts'].get('ops', 0) for r in rs)} "
                   f"operations; {sum(r['violation_count'] for r in rs)} violations."
+                  + _early_ends(rs)
                   + (f" {run['note']}" if run["note"] else "")
                   + (f" {run['superseded']}" if isinstance(run.get("superseded"), str) else ""),
                   "", HEADER, *[row(r) for r in rs], ""]
@@ -183,6 +185,17 @@ def _sections(runs: list[dict[str, Any]]) -> list[str]:
             lines += [f"- {r['backend']}/{r['fault']}/seed {r['seed']}: {v}" for r, v in shown]
             lines.append("")
     return lines
+
+
+def _early_ends(rs: list[dict[str, Any]]) -> str:
+    """How often etcd ended a lease early in a run's etcd cases, where the run counted it."""
+    counted = [r for r in rs if r["backend"].startswith("etcd") and "early_ends" in r]
+    if not counted:
+        return ""
+    where = [f"{r['backend']}/{r['fault']} {r['early_ends']}" for r in counted if r["early_ends"]]
+    total = sum(r["early_ends"] for r in counted)
+    return (" Leases etcd ended early that their holders restored (etcd-io/etcd#15247): "
+            + (f"{total} ({', '.join(where)})." if total else "none."))
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
 """Real etcd servers for tests: one node or a 3-node cluster on free loopback ports.
 
-Each node runs Debian's ``etcd`` binary with its own temporary data directory. Faults are
+Each node runs Debian's ``etcd`` binary (or the version ``TENURE_ETCD`` selects:
+``tests/servers/versions.py``) with its own temporary data directory. Faults are
 real, through the verbs of ``tests/servers/control.py``: ``kill()``, ``pause()`` (SIGSTOP),
 ``resume()``, ``restart()``. Tests talk to a node's JSON gateway
 (``/v3/...``) only to look behind tenure's back (leader, raw keys), never through tenure.
@@ -12,7 +13,6 @@ import base64
 import contextlib
 import json
 import os
-import shutil
 import ssl
 import subprocess
 import time
@@ -29,8 +29,10 @@ from tenure.core.checks import DEFAULT_DRIFT_MARGIN
 from tests.harness import ServerHarness, in_ci
 from tests.servers.control import ServerProcess
 from tests.servers.ports import free_port
+from tests.servers.versions import ETCD as ETCD_SERVER
+from tests.servers.versions import chosen
 
-ETCD = shutil.which("etcd") or "/usr/bin/etcd"
+ETCD = str(chosen(ETCD_SERVER) / "etcd")
 
 
 class EtcdNode(ServerProcess):
