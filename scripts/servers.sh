@@ -15,6 +15,7 @@
 # The test harness picks them with TENURE_ETCD=3.5, TENURE_ZOOKEEPER=3.9, TENURE_POSTGRES=18
 # (tests/servers/versions.py).
 set -euo pipefail
+shopt -s inherit_errexit  # a failure inside $(...) stops the script too
 cd "$(dirname "$0")/.."
 
 CACHE=$(realpath -m "${TENURE_SERVERS_DIR:-.servers}")  # tests/servers/versions.py reads the same
@@ -70,27 +71,30 @@ upstream() { dpkg-deb -f "$1" Version | sed 's/^[0-9]*://; s/[-+~].*//'; }
 
 have() { compgen -G "$CACHE/$1" >/dev/null; }
 
+# from_trixie NAME PACKAGE FILE...: the package's FILEs (paths inside it) into $CACHE/NAME-<version>/;
+# prints the version. cp -L: Debian's unversioned jar names are links to the versioned files.
+from_trixie() {
+  local name=$1 pkg=$2 tmp version file
+  shift 2
+  tmp=$(fetch_deb "$pkg")
+  version=$(upstream "$tmp"/*.deb)
+  mkdir -p "$CACHE/$name-$version"
+  for file in "$@"; do cp -L "$tmp/root/$file" "$CACHE/$name-$version/"; done
+  rm -rf "$tmp"
+  echo "$version"
+}
+
 etcd() {
   have "etcd-3.5.*/etcd" && return
-  local tmp version
-  tmp=$(fetch_deb etcd-server)
-  version=$(upstream "$tmp"/*.deb)
-  mkdir -p "$CACHE/etcd-$version"
-  mv "$tmp/root/usr/bin/etcd" "$tmp/root/usr/bin/etcdutl" "$CACHE/etcd-$version/"
-  rm -rf "$tmp"
+  local version
+  version=$(from_trixie etcd etcd-server usr/bin/etcd usr/bin/etcdutl)
   "$CACHE/etcd-$version/etcd" --version | head -n 1 | sed 's/^/servers: /'
 }
 
 zookeeper() {
   have "zookeeper-3.9.*/zookeeper.jar" && return
-  local tmp version
-  tmp=$(fetch_deb libzookeeper-java)
-  version=$(upstream "$tmp"/*.deb)
-  mkdir -p "$CACHE/zookeeper-$version"
-  for jar in zookeeper zookeeper-jute; do  # the package's names are links to versioned files
-    cp -L "$tmp/root/usr/share/java/$jar.jar" "$CACHE/zookeeper-$version/$jar.jar"
-  done
-  rm -rf "$tmp"
+  local version
+  version=$(from_trixie zookeeper libzookeeper-java usr/share/java/zookeeper.jar usr/share/java/zookeeper-jute.jar)
   echo "servers: ZooKeeper $version (the other jars are Debian 12's: scripts/setup-debian.sh)"
 }
 
