@@ -65,7 +65,10 @@ backend, a few seconds each). The long version is one command:
 (`etcd3` and `zk3` are the 3-node cluster and ensemble; `--fault all` runs each fault alone
 and then all mixed; `--repeat` runs each case with consecutive seeds; the exit status is 1
 on any violation). Each section below names the command and seed that produced it;
-`python -m tests.faults.report` rewrites this page from `docs/reliability.json`.
+`python -m tests.faults.report` rewrites this page from `docs/reliability.json`. A command
+that starts with `TENURE_ETCD=`, `TENURE_ZOOKEEPER=` or `TENURE_POSTGRES=` ran on that server
+version (the version matrix, `python -m tests.matrix`, and [tested-with.md](tested-with.md));
+the others ran on Debian 12's etcd 3.4.23, ZooKeeper 3.8.0 and PostgreSQL 15.
 
 Columns: *ops* are claims, renewals, completions and fenced effects; *unknown* are those
 whose outcome the worker never learned (while a server is down, workers keep trying to
@@ -96,7 +99,7 @@ model now allows exactly that on etcd (the third item):
   soon after the lease key is gone, before its TTL has run out since the renewal was sent,
   so another worker could claim the job while the holder still trusted its lease, and the
   holder's next renewal was refused while its lease should have been live. Fixed upstream
-  by etcd-io/etcd#16822 (3.4.28); the Debian package predates it. tenure's etcd backend no
+  by etcd-io/etcd#16822 (in 3.4.31 / 3.5.13); the Debian package predates it. tenure's etcd backend no
   longer trusts an early end: a claimer takes a lease etcd ended only one TTL after it first
   saw the key gone, and the holder, while its safe deadline runs, restores what etcd ended
   (docs/backends/etcd.md). The etcd runs under Results are of that version.
