@@ -80,9 +80,14 @@ def test_etcd_raises_a_short_lease_to_its_minimum_which_tenure_refuses_below(etc
         store.claim("j", owner="w", ttl=1.5)
 
 
-def test_the_zookeeper_started_is_the_version_selected(zk_server: ZooKeeperServer) -> None:
+def test_the_zookeeper_started_is_the_version_selected_and_serves_clients(zk_server: ZooKeeperServer) -> None:
+    """Its own jute jar too: the machine's (named by zookeeper.jar's manifest) answers srvr but
+    makes every 3.9 server thread die on a client's connect request."""
     needs("zk")
     assert f"Zookeeper version: {versions.running_version(versions.ZOOKEEPER)}-" in four_letter(zk_server.port, "srvr")
+    with tenure.connect(f"zk://{zk_server.hosts}/versions?timeout=5") as store:
+        store.submit("j")
+        assert store.get("j").state is tenure.JobState.PENDING  # type: ignore[union-attr]
 
 
 def test_the_postgresql_started_is_the_version_selected(postgres_harness: PostgresHarness) -> None:

@@ -25,7 +25,9 @@ from tests.servers.control import ServerProcess
 from tests.servers.ports import free_port
 from tests.servers.versions import ZOOKEEPER, chosen
 
-OWN_JARS = ("zookeeper", "zookeeper-jute")  # the version's; the libraries are the machine's
+# The version's own jars, jute first: zookeeper.jar's manifest names the machine's
+# /usr/share/java/zookeeper-jute.jar, which the JVM puts right after it on the class path.
+OWN_JARS = ("zookeeper-jute", "zookeeper")
 JARS = ("slf4j-api", "slf4j-simple", "metrics-core", "snappy-java",
         "commons-cli", "netty-buffer", "netty-codec", "netty-common", "netty-handler", "netty-resolver",
         "netty-transport", "netty-transport-native-unix-common")
