@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.faults import report
 from tests.servers import versions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -167,10 +168,11 @@ def render(entries: list[dict[str, Any]]) -> str:
 
 
 def save(entry: dict[str, Any], json_path: Path = DOCS / "tested-with.json") -> None:
-    entries = json.loads(json_path.read_text()) if json_path.exists() else []
-    entries = [e for e in entries if e["cell"] != entry["cell"]] + [entry]
-    json_path.write_text(json.dumps(entries, indent=1) + "\n")
-    json_path.with_suffix(".md").write_text(render(entries))
+    with report.locked(json_path):
+        entries = json.loads(json_path.read_text()) if json_path.exists() else []
+        entries = [e for e in entries if e["cell"] != entry["cell"]] + [entry]
+        json_path.write_text(json.dumps(entries, indent=1) + "\n")
+        json_path.with_suffix(".md").write_text(render(entries))
 
 
 def main(argv: list[str] | None = None) -> int:

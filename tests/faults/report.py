@@ -7,9 +7,12 @@ the page comes from a run of the suite, with the command and seed that produced 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -125,14 +128,23 @@ model now allows exactly that on etcd (the third item):
 """
 
 
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Alone in reading and rewriting ``path`` (runs of the version matrix may finish together)."""
+    with open(path.with_name(f".{path.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def save(json_path: Path, md_path: Path, command: str, seed: int, results: list[Any], note: str = "") -> None:
-    runs: list[dict[str, Any]] = json.loads(json_path.read_text()) if json_path.exists() else []
-    runs = [r for r in runs if r["command"] != command]
-    runs.append({"command": command, "seed": seed, "note": note,
-                 "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                 "results": [_plain(r) for r in results]})
-    json_path.write_text(json.dumps(runs, indent=1) + "\n")
-    md_path.write_text(render(runs))
+    with locked(json_path):
+        runs: list[dict[str, Any]] = json.loads(json_path.read_text()) if json_path.exists() else []
+        runs = [r for r in runs if r["command"] != command]
+        runs.append({"command": command, "seed": seed, "note": note,
+                     "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                     "results": [_plain(r) for r in results]})
+        json_path.write_text(json.dumps(runs, indent=1) + "\n")
+        md_path.write_text(render(runs))
 
 
 def _plain(r: Any) -> dict[str, Any]:
