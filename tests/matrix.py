@@ -33,6 +33,9 @@ from tests.servers import versions
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 RELIABILITY = DOCS / "reliability.md"
+# The runs' temporary directories: in the project (ignored by git), where nothing that tidies
+# /tmp of another run's leftovers (tenure-faults-*) can remove a run's files under it.
+RUNS = versions.CACHE / "runs"
 
 
 @dataclass(frozen=True)
@@ -65,8 +68,9 @@ SUITES = ("tests/conformance", "tests/test_aio.py", "tests/servers/test_versions
 def cell_env(cell: Cell) -> dict[str, str]:
     """The environment of the cell's runs: its version alone selected."""
     machine = {k: v for k, v in os.environ.items() if k not in versions.VARIABLES}
-    return {**machine, "CI": "true", "TENURE_TEST_BACKENDS": cell.backend, cell.server.variable: cell.version,
-            "PYTHONPATH": str(ROOT)}
+    RUNS.mkdir(parents=True, exist_ok=True)
+    return {**machine, "CI": "true", "TMPDIR": str(RUNS), "TENURE_TEST_BACKENDS": cell.backend,
+            cell.server.variable: cell.version, "PYTHONPATH": str(ROOT)}
 
 
 def run_tests(cell: Cell) -> dict[str, int]:
@@ -85,39 +89,48 @@ def run_tests(cell: Cell) -> dict[str, int]:
 
 
 def run_faults(cell: Cell, seconds: float, seed: int) -> dict[str, Any]:
-    """The cell's fault run, reported in docs/reliability.md; its totals from the .json beside it."""
-    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    args = ["--backend", cell.faults, "--fault", "all", "--seconds", f"{seconds:g}", "--seed", str(seed),
-            "--report", str(RELIABILITY.relative_to(ROOT))]
+    """The cell's fault runs, one per topology (a run that stops leaves the other's to run),
+    each reported in docs/reliability.md; their totals from the .json beside it."""
     version = versions.running_version(cell.server, cell_env(cell))
     note = f"The version matrix (python -m tests.matrix): {cell.server.kind} {version}."
-    subprocess.run([sys.executable, "-m", "tests.faults.run", *args, "--note", note], env=cell_env(cell), cwd=ROOT,
-                   check=False)
-    command = f"{cell.server.variable}={cell.version} python -m tests.faults.run {shlex.join(args)}"
-    runs = json.loads(RELIABILITY.with_suffix(".json").read_text())
-    found = [r for r in runs if r["command"] == command and r["finished"] >= started]  # this run's, not an older
-    results = found[-1]["results"] if found else []
-    note = found[-1]["note"] if found else ""
-    return {"command": command, "cases": len(results), "expected": expected_cases(cell),
-            "ops": sum(r["counts"].get("ops", 0) for r in results),
-            "violations": sum(r["violation_count"] for r in results),
-            "early_ends": sum(r.get("early_ends", 0) for r in results),
-            "stopped": note.split("Stopped at", 1)[1].strip() if "Stopped at" in note else ""}
+    totals: dict[str, Any] = {"commands": [], "cases": 0, "expected": 0, "ops": 0, "violations": 0, "early_ends": 0,
+                              "stopped": ""}
+    for backend in cell.faults.split(","):
+        started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        args = ["--backend", backend, "--fault", "all", "--seconds", f"{seconds:g}", "--seed", str(seed),
+                "--report", str(RELIABILITY.relative_to(ROOT))]
+        subprocess.run([sys.executable, "-m", "tests.faults.run", *args, "--note", note], env=cell_env(cell),
+                       cwd=ROOT, check=False)
+        command = f"{cell.server.variable}={cell.version} python -m tests.faults.run {shlex.join(args)}"
+        runs = json.loads(RELIABILITY.with_suffix(".json").read_text())
+        found = [r for r in runs if r["command"] == command and r["finished"] >= started]  # this run's, no older
+        results = found[-1]["results"] if found else []
+        said = found[-1]["note"] if found else "Stopped at the start: nothing reported."
+        totals["commands"].append(command)
+        totals["cases"] += len(results)
+        totals["expected"] += expected_cases(backend)
+        totals["ops"] += sum(r["counts"].get("ops", 0) for r in results)
+        totals["violations"] += sum(r["violation_count"] for r in results)
+        totals["early_ends"] += sum(r.get("early_ends", 0) for r in results)
+        if "Stopped at" in said:
+            totals["stopped"] = "; ".join(filter(None, [totals["stopped"], said.split("Stopped at", 1)[1].strip()]))
+    return totals
 
 
-def expected_cases(cell: Cell) -> int:
-    """How many cases ``--fault all`` runs for the cell: each fault of each topology, and mixed."""
+def expected_cases(backend: str) -> int:
+    """How many cases ``--fault all`` runs on a backend: each of its faults, and mixed."""
     from tests.faults import envs
 
     with tempfile.TemporaryDirectory() as tmp:
-        return sum(len(envs.make(backend, Path(tmp) / backend).faults) + 1 for backend in cell.faults.split(","))
+        return len(envs.make(backend, Path(tmp) / backend).faults) + 1
 
 
-def run_cell(cell: Cell, seconds: float, seed: int) -> dict[str, Any]:
+def run_cell(cell: Cell, seconds: float, seed: int, tests: dict[str, int] | None = None) -> dict[str, Any]:
+    """Runs the cell's tests (unless ``tests`` are given: counts of an earlier run) and faults."""
     started = time.monotonic()
     version = versions.running_version(cell.server, cell_env(cell))
     entry = {"cell": cell.name, "server": cell.server.kind, "version": version,
-             "nodes": "1 and 3" if "," in cell.faults else "1", "tests": run_tests(cell),
+             "nodes": "1 and 3" if "," in cell.faults else "1", "tests": tests or run_tests(cell),
              "faults": run_faults(cell, seconds, seed),
              "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     entry["minutes"] = round((time.monotonic() - started) / 60, 1)
@@ -163,13 +176,21 @@ def render(entries: list[dict[str, Any]]) -> str:
         rows.append(f"| {e['server']} | {e['version']} | {e['nodes']} | {t['passed']} / {t['failed']} / {t['skipped']} "
                     f"| {f['cases']} of {f['expected']} | {f['ops']} | {f['violations']} | {early} | {result} "
                     f"| {e['finished']} | {e['minutes']} |")
-    commands = [f"- {e['server']} {e['version']}: `{e['faults']['command']}`" for e in entries]
+    commands = [f"- {e['server']} {e['version']}: `{command}`" for e in entries for command in e["faults"]["commands"]]
     return HEADER + "\n".join(rows) + "\n\nThe fault runs' commands:\n\n" + "\n".join(commands) + "\n"
 
 
-def save(entry: dict[str, Any], json_path: Path = DOCS / "tested-with.json") -> None:
+TESTED_WITH = DOCS / "tested-with.json"
+
+
+def load(json_path: Path = TESTED_WITH) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = json.loads(json_path.read_text()) if json_path.exists() else []
+    return found
+
+
+def save(entry: dict[str, Any], json_path: Path = TESTED_WITH) -> None:
     with report.locked(json_path):
-        entries = json.loads(json_path.read_text()) if json_path.exists() else []
+        entries = load(json_path)
         entries = [e for e in entries if e["cell"] != entry["cell"]] + [entry]
         json_path.write_text(json.dumps(entries, indent=1) + "\n")
         json_path.with_suffix(".md").write_text(render(entries))
@@ -181,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help=f"comma-separated cells, run in this order: {cells}")
     parser.add_argument("--seconds", type=float, default=10.0, help="workload seconds per fault case")
     parser.add_argument("--seed", type=int, default=7000)
+    parser.add_argument("--faults-only", action="store_true",
+                        help="run the fault runs again, keeping the test counts docs/tested-with.json has")
     args = parser.parse_args(argv)
     by_name = {c.name: c for c in CELLS}
     named = args.only.split(",") if args.only else list(by_name)
@@ -188,8 +211,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--only: no cell {', '.join(unknown)}; the cells are {', '.join(by_name)}")
     wanted = [by_name[n] for n in named]  # in the order given
     ok = True
+    saved = {e["cell"]: e["tests"] for e in load()}
     for cell in wanted:
-        entry = run_cell(cell, args.seconds, args.seed)
+        entry = run_cell(cell, args.seconds, args.seed, saved.get(cell.name) if args.faults_only else None)
         save(entry)
         ok = ok and passed(entry)
         print(f"matrix: {cell.name} ({entry['version']}): {'passed' if passed(entry) else 'FAILED'}", flush=True)
