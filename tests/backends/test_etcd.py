@@ -302,7 +302,7 @@ def _revoke_early(etcd_harness: EtcdHarness, store: tenure.Store, job_id: str) -
 @pytest.mark.parametrize("renewed_ttl", [None, 4.0])
 def test_a_lease_etcd_ends_early_is_claimed_only_after_its_holder_stopped(
         etcd_harness: EtcdHarness, store: tenure.Store, renewed_ttl: float | None) -> None:
-    """etcd < 3.4.31 / 3.5.13 can revoke a renewed lease early; a claimer waits the holder's TTL out."""
+    """etcd (3.5.16 too) can revoke a renewed lease early; a claimer waits the holder's TTL out."""
     a = store.claim("j", owner="a", ttl=etcd_harness.short_ttl)
     if renewed_ttl is not None:
         a = store.renew(a, ttl=renewed_ttl)  # a longer TTL, kept only in the renewal's history

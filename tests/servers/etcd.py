@@ -195,7 +195,7 @@ def make_certificates(directory: Path) -> dict[str, Path]:
 class EtcdHarness(ServerHarness):
     name = scheme = "etcd"
     short_ttl = 2.0  # etcd refuses shorter leases
-    # etcd before 3.4.31 / 3.5.13 may end a lease early (etcd-io/etcd#15247); the holder restores it
+    # etcd (3.5.16 too) may end a lease early (etcd-io/etcd#15247); the holder restores it
     # only while its safe deadline runs (docs/protocol.md), which the workers' default keeps.
     early_end_margin = DEFAULT_DRIFT_MARGIN
 
