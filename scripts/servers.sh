@@ -34,7 +34,9 @@ apt_opts() {
 }
 
 apt_ready=""
-trixie_index() {  # once per run: trixie's Packages index, its InRelease signature verified by apt
+# Once per run (so called outside $(...)): trixie's Packages index, its InRelease signature
+# verified by apt with Debian's archive keyring.
+trixie_index() {
   [ -n "$apt_ready" ] && return
   mkdir -p "$APT_DIR"/{state,lists/partial,cache/archives/partial}
   echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main" \
@@ -44,13 +46,11 @@ trixie_index() {  # once per run: trixie's Packages index, its InRelease signatu
   apt_ready=1
 }
 
-# fetch_deb PACKAGE DEST_GLOB_PREFIX: downloads PACKAGE from trixie into a temporary directory,
-# checks its SHA256 against the index, unpacks it there; prints the directory.
+# fetch_deb PACKAGE: downloads PACKAGE from trixie into a temporary directory, checks its
+# SHA256 against the index, unpacks it there; prints the directory.
 fetch_deb() {
   local pkg=$1 tmp deb want got opts
-  trixie_index
   tmp=$(mktemp -d "$CACHE/.fetch-XXXXXX")
-  # shellcheck disable=SC2046
   opts=$(apt_opts)
   # shellcheck disable=SC2086
   (cd "$tmp" && apt-get $opts download "$pkg" >/dev/null)
@@ -87,6 +87,7 @@ from_trixie() {
 etcd() {
   have "etcd-3.5.*/etcd" && return
   local version
+  trixie_index
   version=$(from_trixie etcd etcd-server usr/bin/etcd usr/bin/etcdutl)
   "$CACHE/etcd-$version/etcd" --version | head -n 1 | sed 's/^/servers: /'
 }
@@ -94,6 +95,7 @@ etcd() {
 zookeeper() {
   have "zookeeper-3.9.*/zookeeper.jar" && return
   local version
+  trixie_index
   version=$(from_trixie zookeeper libzookeeper-java usr/share/java/zookeeper.jar usr/share/java/zookeeper-jute.jar)
   echo "servers: ZooKeeper $version (the other jars are Debian 12's: scripts/setup-debian.sh)"
 }
