@@ -4,7 +4,9 @@ the server started is that one, and what a newer version might do differently is
 
 from __future__ import annotations
 
+import json
 import re
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -62,9 +64,6 @@ def needs(backend: str) -> None:
 def test_the_etcd_started_is_the_version_selected(etcd_server: EtcdCluster) -> None:
     needs("etcd")
     node = etcd_server.nodes[0]
-    import json
-    import urllib.request
-
     with urllib.request.urlopen(node.client_url + "/version", timeout=5) as resp:
         assert json.load(resp)["etcdserver"] == versions.running_version(versions.ETCD)
 
