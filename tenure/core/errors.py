@@ -85,7 +85,7 @@ class AlreadyClaimed(LeaseError):
 class NotYetClaimable(AlreadyClaimed):
     """The store ended the lease, but its holder may still be within its safe deadline.
 
-    etcd before 3.4.28 can end a lease before its TTL ran out (etcd-io/etcd#15247), so a
+    etcd (3.5.16 too) can end a lease before its TTL ran out (etcd-io/etcd#15247), so a
     lease etcd ended is claimed only once its TTL has passed on the claimer's own clock since
     it first saw it ended. ``Store.claim`` waits this out by itself; ``claim_next`` moves on.
     """

@@ -73,7 +73,7 @@ class Store:
 
         ``wait``: seconds to block while the job is held by someone else, woken by the store's
         watch where it has one (see ``tenure.core.waiting``); AlreadyClaimed once it is over.
-        Where the store may end leases early (etcd before 3.4.28), a lease it ended is taken
+        Where the store may end leases early (etcd, 3.5.16 too), a lease it ended is taken
         only once its holder must have stopped: this waits up to one TTL (NotYetClaimable).
         """
         args = self.checks.claim(job_id, owner, ttl)

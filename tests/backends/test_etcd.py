@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import logging
 import shutil
 import time
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ import pytest
 
 import tenure
 from tenure.backends.etcd.transaction import Read, reads
+from tests.faults.workload import EARLY_END_LOGGER
 from tests.servers.etcd import EtcdCluster, EtcdHarness, make_certificates, start_or_fail
 from tests.servers.ports import free_port
 
@@ -300,7 +302,7 @@ def _revoke_early(etcd_harness: EtcdHarness, store: tenure.Store, job_id: str) -
 @pytest.mark.parametrize("renewed_ttl", [None, 4.0])
 def test_a_lease_etcd_ends_early_is_claimed_only_after_its_holder_stopped(
         etcd_harness: EtcdHarness, store: tenure.Store, renewed_ttl: float | None) -> None:
-    """etcd < 3.4.28 can revoke a renewed lease early; a claimer waits the holder's TTL out."""
+    """etcd (3.5.16 too) can revoke a renewed lease early; a claimer waits the holder's TTL out."""
     a = store.claim("j", owner="a", ttl=etcd_harness.short_ttl)
     if renewed_ttl is not None:
         a = store.renew(a, ttl=renewed_ttl)  # a longer TTL, kept only in the renewal's history
@@ -320,7 +322,8 @@ def test_a_lease_etcd_ends_early_is_claimed_only_after_its_holder_stopped(
 
 
 def test_the_holder_restores_a_lease_etcd_ended_early_while_its_deadline_runs(
-        etcd_harness: EtcdHarness, store: tenure.Store) -> None:
+        etcd_harness: EtcdHarness, store: tenure.Store, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, EARLY_END_LOGGER)  # each restore is logged: the fault runs count them
     a = store.claim("j", owner="a", ttl=etcd_harness.short_ttl)
     _revoke_early(etcd_harness, store, "j")
     with etcd_harness.connect(_url_of(store)) as other:
@@ -337,6 +340,8 @@ def test_the_holder_restores_a_lease_etcd_ended_early_while_its_deadline_runs(
         assert other.get("j").state is tenure.JobState.COMPLETED  # type: ignore[union-attr]
     assert store.rejections() == []
     assert [e.op for e in store.history("j")] == [tenure.Op.CLAIM, *[tenure.Op.RENEW] * 6, tenure.Op.COMPLETE]
+    restored = [r.getMessage() for r in caplog.records if r.name == EARLY_END_LOGGER]
+    assert len(restored) == 2 and all("early; restoring it" in m for m in restored), restored
 
 
 def test_a_claim_waits_for_the_incarnation_it_writes_over(etcd_harness: EtcdHarness, store: tenure.Store) -> None:

@@ -6,7 +6,7 @@ invocation of the claim or renewal that set it, plus the TTL (less a small slack
 store's clock). A claim may take the job from a holder only if it returned after that
 bound; a stale rejection of the holder is allowed only once the lease may have expired, or,
 on a store that may end a lease early and restores it only while its holder's safe deadline
-runs (etcd before 3.4.28, docs/protocol.md: ``deadline_margin``), once that deadline may have
+runs (etcd, 3.5.16 too; docs/protocol.md: ``deadline_margin``), once that deadline may have
 passed: the TTL less the drift margin after the claim or renewal, on the holder's clock.
 
 As in Jepsen, an operation with an unknown outcome may take effect at any time after its

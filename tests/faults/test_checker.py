@@ -165,7 +165,7 @@ def test_a_refusal_of_a_live_holder_is_flagged() -> None:
 
 
 def early_end(w: World, rates: dict[str, float] | None = None) -> Verdict:
-    """The verdict on a store that may end a lease early (etcd before 3.4.28): 5 % margin."""
+    """The verdict on a store that may end a lease early (etcd, 3.5.16 too): 5 % margin."""
     return check(w.ops, Final(w.jobs, w.events, w.rejections, w.effects, w.dest_rejections), TTL, 0.05, rates)
 
 

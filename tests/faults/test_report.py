@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults import catalog, envs, report
+from tests.faults import catalog, envs, report, workload
 
 BACKENDS = ("sqlite", "etcd", "etcd3", "zk", "zk3", "postgres")
 
@@ -48,3 +48,19 @@ def test_the_committed_page_is_what_the_code_renders() -> None:
     docs = Path(report.__file__).resolve().parents[2] / "docs"
     runs = json.loads((docs / "reliability.json").read_text())
     assert (docs / "reliability.md").read_text() == report.render(runs)
+
+
+ROW = {"seed": 1, "seconds": 1.0, "counts": {}, "violations": [], "violation_count": 0, "unchecked": 0,
+       "audit": 0, "injected": {}}
+
+
+def test_a_run_counts_the_early_ends_its_workers_logged(tmp_path: Path) -> None:
+    line = "etcd ended the lease of 'job-00001' (token 7) early; restoring it\n"
+    (tmp_path / "w1.log").write_text(line + "something else\n" + line)
+    (tmp_path / "w2.log").write_text(line)
+    (tmp_path / "w1.jsonl").write_text(line)  # the history itself is not a log
+    assert workload.early_ends(tmp_path) == 3
+    runs = [{"command": "c", "seed": 1, "note": "", "finished": "f", "results": [
+        {**ROW, "backend": backend, "fault": "leader-pause", "early_ends": n}
+        for backend, n in (("etcd", 0), ("etcd3", 3), ("zk", 0))]}]
+    assert "restored (etcd-io/etcd#15247): 3 (etcd3/leader-pause 3)." in report.render(runs)

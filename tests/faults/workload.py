@@ -25,6 +25,7 @@ from tests.faults.destination import Destination
 from tests.faults.history import Recorder, file_for
 
 IDLE = 0.05  # seconds between looks for work when there is none
+EARLY_END_LOGGER = "tenure.etcd.early_end"  # a line per lease etcd ended that its holder restored
 
 
 class Worker:
@@ -185,6 +186,9 @@ class Worker:
 def main() -> None:
     for name in ("tenure", "kazoo"):  # the history is the record; their logs would be noise
         logging.getLogger(name).setLevel(logging.CRITICAL)
+    early_end = logging.getLogger(EARLY_END_LOGGER)  # except etcd's early ends: the run counts them
+    early_end.setLevel(logging.INFO)
+    early_end.addHandler(logging.StreamHandler())  # stderr: the worker's log in the history directory
     cfg = json.loads(sys.argv[1])
     if cfg.get("hidden_clock"):
         suspend.install(Path(cfg["hidden_clock"]))  # before tenure reads any clock
@@ -194,6 +198,12 @@ def main() -> None:
         worker.run()
     finally:
         worker.rec.close()
+
+
+def early_ends(history_dir: Path) -> int:
+    """How many times the workers of a run found a lease etcd ended early and restored it."""
+    return sum(line.count("early; restoring it") for log in history_dir.glob("*.log")
+               for line in log.read_text(errors="replace").splitlines())
 
 
 if __name__ == "__main__":

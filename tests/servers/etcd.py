@@ -1,6 +1,7 @@
 """Real etcd servers for tests: one node or a 3-node cluster on free loopback ports.
 
-Each node runs Debian's ``etcd`` binary with its own temporary data directory. Faults are
+Each node runs Debian's ``etcd`` binary (or the version ``TENURE_ETCD`` selects:
+``tests/servers/versions.py``) with its own temporary data directory. Faults are
 real, through the verbs of ``tests/servers/control.py``: ``kill()``, ``pause()`` (SIGSTOP),
 ``resume()``, ``restart()``. Tests talk to a node's JSON gateway
 (``/v3/...``) only to look behind tenure's back (leader, raw keys), never through tenure.
@@ -12,7 +13,6 @@ import base64
 import contextlib
 import json
 import os
-import shutil
 import ssl
 import subprocess
 import time
@@ -31,8 +31,10 @@ from tenure.testing.kit import Tampering
 from tests.harness import ServerHarness, in_ci, undecodable_name
 from tests.servers.control import ServerProcess
 from tests.servers.ports import free_port
+from tests.servers.versions import ETCD as ETCD_SERVER
+from tests.servers.versions import chosen
 
-ETCD = shutil.which("etcd") or "/usr/bin/etcd"
+ETCD = str(chosen(ETCD_SERVER) / "etcd")
 
 
 class EtcdNode(ServerProcess):
@@ -195,7 +197,7 @@ def make_certificates(directory: Path) -> dict[str, Path]:
 class EtcdHarness(ServerHarness):
     name = scheme = "etcd"
     short_ttl = 2.0  # etcd refuses shorter leases
-    # etcd before 3.4.28 may end a lease early (etcd-io/etcd#15247); the holder restores it
+    # etcd (3.5.16 too) may end a lease early (etcd-io/etcd#15247); the holder restores it
     # only while its safe deadline runs (docs/protocol.md), which the workers' default keeps.
     early_end_margin = DEFAULT_DRIFT_MARGIN
 

@@ -1,7 +1,9 @@
 """PostgreSQL for tests: the machine's server for conformance, a private one for faults.
 
 Conformance runs against the PostgreSQL on 127.0.0.1:5432 (``TENURE_TEST_PG_URL`` points
-elsewhere), one fresh schema per store, all dropped when the session ends. Fault tests need
+elsewhere), one fresh schema per store, all dropped when the session ends; when
+``TENURE_POSTGRES`` selects another version (``tests/servers/versions.py``), against a private
+server of that version instead. Fault tests need
 a server they may SIGKILL, SIGSTOP and restart: ``PostgresServer`` runs Debian's ``initdb``
 and ``postgres`` as the ``postgres`` user in a temporary directory, on a free port, in its
 own process group. It also accepts one password user (``AUTH_USER``) by scram-sha-256, so
@@ -30,8 +32,9 @@ from tests.faults import catalog
 from tests.harness import ServerHarness, in_ci, tampered_row
 from tests.servers.control import ServerProcess
 from tests.servers.ports import free_port
+from tests.servers.versions import POSTGRES, chosen, is_machine
 
-BIN = Path(os.environ.get("TENURE_PG_BIN", "/usr/lib/postgresql/15/bin"))
+BIN = chosen(POSTGRES)
 MACHINE_URL = os.environ.get("TENURE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 AUTH_USER, AUTH_PASSWORD = "tenure_auth", "s3cret-Pa55"
 
@@ -261,6 +264,12 @@ def running() -> Iterator[PostgresServer]:
 
 @pytest.fixture(scope="session")
 def postgres_session_harness() -> Iterator[PostgresHarness]:
+    if not is_machine(POSTGRES):  # another version than the machine's: a private server of it
+        with running() as server:
+            harness = PostgresHarness(server.url)
+            yield harness
+            harness.drop()
+        return
     try:
         import psycopg_pool  # noqa: F401 - the postgres extra, which the backend needs
 

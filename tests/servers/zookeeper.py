@@ -1,6 +1,7 @@
 """Real ZooKeeper servers for tests: a standalone server and a 3-node ensemble.
 
-Started from Debian's ``zookeeper`` package (``QuorumPeerMain``) on free loopback ports with
+Started from Debian's ``zookeeper`` package (``QuorumPeerMain``; ``TENURE_ZOOKEEPER`` selects
+another version's two jars, ``tests/servers/versions.py``) on free loopback ports with
 temporary data directories. A short ``tickTime`` keeps elections and session expiry fast.
 In CI a server that cannot start fails the test; elsewhere the test is skipped.
 """
@@ -27,8 +28,12 @@ from tenure.testing.kit import Tampering
 from tests.harness import ServerHarness, in_ci, undecodable_name
 from tests.servers.control import ServerProcess
 from tests.servers.ports import free_port
+from tests.servers.versions import ZOOKEEPER, chosen
 
-JARS = ("zookeeper", "zookeeper-jute", "slf4j-api", "slf4j-simple", "metrics-core", "snappy-java",
+# The version's own jars, jute first: zookeeper.jar's manifest names the machine's
+# /usr/share/java/zookeeper-jute.jar, which the JVM puts right after it on the class path.
+OWN_JARS = ("zookeeper-jute", "zookeeper")
+JARS = ("slf4j-api", "slf4j-simple", "metrics-core", "snappy-java",
         "commons-cli", "netty-buffer", "netty-codec", "netty-common", "netty-handler", "netty-resolver",
         "netty-transport", "netty-transport-native-unix-common")
 JAVA_FLAGS = ("-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
@@ -47,7 +52,8 @@ def four_letter(port: int, word: str, timeout: float = 1.0) -> str:
 
 
 def classpath() -> str:
-    return ":".join(f"/usr/share/java/{jar}.jar" for jar in JARS)
+    own = chosen(ZOOKEEPER)
+    return ":".join([*(str(own / f"{jar}.jar") for jar in OWN_JARS), *(f"/usr/share/java/{jar}.jar" for jar in JARS)])
 
 
 def cannot_start(reason: str) -> None:
@@ -263,8 +269,9 @@ def running(directory: Path, heap: str = "128m") -> Iterator[ZooKeeperServer]:
 
 @pytest.fixture(scope="session")
 def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    if shutil.which("java") is None or not Path("/usr/share/java/zookeeper.jar").exists():
-        cannot_start("java or /usr/share/java/zookeeper.jar missing; run scripts/setup.sh")
+    jar = chosen(ZOOKEEPER) / "zookeeper.jar"
+    if shutil.which("java") is None or not jar.exists():
+        cannot_start(f"java or {jar} missing; run scripts/setup.sh (scripts/servers.sh for another version)")
     with running(tmp_path_factory.mktemp("zk")) as server:
         yield server
 

@@ -13,7 +13,7 @@ leases serve them, and why:
   lease id is cached per claim), or moves the key to a new etcd lease.
 - **Revokes.** Only a lease whose key this process just removed (or never attached) is
   revoked: nothing may revoke a lease a later claim uses.
-- **Quarantine.** etcd < 3.4.28 can end a lease before its TTL (etcd-io/etcd#15247), so a
+- **Quarantine.** etcd (3.5.16 too) can end a lease before its TTL (etcd-io/etcd#15247), so a
   lease etcd ended is claimed only one TTL after this process first saw it gone
   (``Quarantine``); the holder may revive it while its deadline runs (``transaction``).
 - **Retention.** History and rejections hang on one shared etcd lease (``retention``).

@@ -28,6 +28,7 @@ whether a renewal found its key moved) is its ``Context``, passed in, never thre
 from __future__ import annotations
 
 import dataclasses
+import logging
 import uuid
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
@@ -58,6 +59,8 @@ from tenure.core.errors import BackendUnavailable, CorruptRecord, NotYetClaimabl
 from tenure.core.records import HistoryEvent, JobRecord, JobState, Lease, Op, Rejection
 
 EXPIRY_GRACE = 1.0  # etcd checks for expired leases every 500 ms, then deletes through raft
+# A line per lease etcd ended while its holder's deadline ran: the fault runs count them.
+early_end_log = logging.getLogger("tenure.etcd.early_end")
 T = TypeVar("T")
 
 
@@ -228,6 +231,7 @@ class EtcdTransaction(Transaction):
                 and rec.owner == lease.owner and deadline_runs(lease.deadline, self._p.clock)):
             # etcd ended it early (etcd-io/etcd#15247): while the holder's deadline runs its TTL
             # cannot have run out, so it is live, and the commit restores it.
+            early_end_log.info("etcd ended the lease of %r (token %d) early; restoring it", job_id, lease.token)
             rec = dataclasses.replace(rec, lease_until=max(rec.lease_until or 0.0, self.now + 1e-3))
         self._loaded[job_id] = rec
         return rec

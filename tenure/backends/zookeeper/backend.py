@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from kazoo.exceptions import NodeExistsError
+from kazoo.exceptions import NoAuthError, NodeExistsError
 
 from tenure.backends.zookeeper import query as zookeeper_query
 from tenure.backends.zookeeper.acl import Guard
@@ -32,6 +32,8 @@ from tenure.core.codec import corrupt_status
 from tenure.core.errors import CorruptRecord
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Rejection, Summary
+
+UNREADABLE = object()  # an exists() the server refused: the znode is there
 
 
 class ZooKeeperBackend(RecordBackend):
@@ -83,9 +85,10 @@ class ZooKeeperBackend(RecordBackend):
         Guard(self.session).check(dirs)  # before anything is written under a root anyone may change
         with mapped_errors("creating the layout"):
             found = [self.client.exists_async(p) for p in dirs]
-            stats = {path: self.session.wait(result) for path, result in zip(dirs, found, strict=True)}
+            stats = {path: self._exists(result) for path, result in zip(dirs, found, strict=True)}
             jobs = stats[self.layout.jobs]
-            indexed = stats[self.layout.pending] is not None or jobs is None or jobs.numChildren == 0
+            indexed = (stats[self.layout.pending] is not None or jobs is None
+                       or (jobs is not UNREADABLE and jobs.numChildren == 0))
             for path in dirs if indexed else self.layout.dirs:
                 if stats[path] is None:
                     acl = self.config.clocks_acl() if path == self.layout.clocks else None
@@ -93,6 +96,15 @@ class ZooKeeperBackend(RecordBackend):
                         self.client.create(path, b"", acl=acl, makepath=True)
         self.session.run(self.session.clock_creating())
         return indexed
+
+    def _exists(self, result: Any) -> Any:
+        """An ``exists`` answer: its stat, None, or UNREADABLE for a znode these credentials may
+        not read. ZooKeeper 3.9 checks READ on ``exists`` (3.8 did not); the znode is there, and
+        what the credentials may do is for each operation to find out, as on 3.8."""
+        try:
+            return self.session.wait(result)
+        except NoAuthError:
+            return UNREADABLE
 
     @contextlib.contextmanager
     def transaction(self, fresh: bool = False) -> Iterator[ZkTransaction]:
