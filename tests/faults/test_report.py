@@ -21,7 +21,7 @@ def runnable(tmp_path: Path) -> set[str]:
 
 def test_every_runnable_fault_is_in_the_table(tmp_path: Path) -> None:
     expected = {"pause", "suspend", "burst", "skew", "kill-worker", "forge", "net", "server-kill",
-                "leader-kill", "leader-pause", "mixed"}
+                "leader-kill", "leader-pause", "run-term", "mixed"}
     assert runnable(tmp_path) == expected == set(catalog.BY_NAME)
 
 
