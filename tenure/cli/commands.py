@@ -102,7 +102,15 @@ def cmd_release(store: tenure.Store, args: argparse.Namespace) -> int:
 
 
 def cmd_expire(store: tenure.Store, args: argparse.Namespace) -> int:
-    store.force_expire(args.job_id, token=args.token, actor=operator(args))
+    status = store.get(args.job_id)
+    if status is None:
+        raise tenure.JobNotFound(args.job_id)
+    if status.token == args.token and status.state is not tenure.JobState.LEASED:
+        # force_expire would change nothing and say nothing: say it here, like "nothing to claim"
+        print(f"tenure: {args.job_id!r} has no live lease (state {status.state.value}): nothing to end",
+              file=sys.stderr)
+        return exits.NOTHING
+    store.force_expire(args.job_id, token=args.token, actor=operator(args))  # TokenChanged if claimed since
     emit(args, {"expired": args.job_id, "token": args.token},
          lambda: f"expired the lease on {args.job_id!r} (token {args.token})")
     return exits.OK
