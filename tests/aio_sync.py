@@ -149,6 +149,8 @@ class SyncStore(Proxy):
         return self._loop.call(lambda: self._target.watch(interval))  # type: ignore[no-any-return]
 
     def close(self) -> None:
+        if self._loop.loop.is_closed():  # closed already, as tenure.Store.close() may be again
+            return
         try:
             self._loop.call(self._target.close)
         finally:

@@ -184,9 +184,8 @@ def test_a_completion_of_unknown_outcome_is_settled_by_leaving_the_block(
 def test_closing_the_store_waits_a_bounded_time_for_releases_that_hang(
         manual: tuple[tenure.Store, HangingBackend, tenure.ManualClock], monkeypatch: pytest.MonkeyPatch) -> None:
     store, backend, _ = manual
-    if not isinstance(store, tenure.Store):
-        pytest.skip("a worker-thread backend's close() queues behind the call that hangs: its timeout bounds it")
-    monkeypatch.setattr("tenure.core.renewal.CLOSE_WAIT", 0.2)  # seconds of real time
+    for bounded in ("tenure.core.renewal", "tenure.aio.store", "tenure.aio.backend"):
+        monkeypatch.setattr(f"{bounded}.CLOSE_WAIT", 0.2)  # seconds of real time
     held = store.hold("j", owner="a", ttl=10.0)
     backend.hang_release = True  # the store stopped answering: the release waits for its timeout
     closing = threading.Thread(target=store.close, daemon=True)
