@@ -58,11 +58,20 @@ class LoopThread:
                 return
 
     def stop(self) -> None:
-        # Async iterators a case left open (a watch it stopped reading) are closed first.
+        # Async iterators a case left open (a watch it stopped reading) are closed first, and
+        # tasks still pending (a release a closed store gave up on) cancelled, as asyncio.run does.
         asyncio.run_coroutine_threadsafe(self.loop.shutdown_asyncgens(), self.loop).result(CALL_TIMEOUT)
+        asyncio.run_coroutine_threadsafe(_cancel_pending(), self.loop).result(CALL_TIMEOUT)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
         self.loop.close()
+
+
+async def _cancel_pending() -> None:
+    pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
 
 
 class Proxy:
@@ -149,6 +158,8 @@ class SyncStore(Proxy):
         return self._loop.call(lambda: self._target.watch(interval))  # type: ignore[no-any-return]
 
     def close(self) -> None:
+        if self._loop.loop.is_closed():  # closed already, as tenure.Store.close() may be again
+            return
         try:
             self._loop.call(self._target.close)
         finally:

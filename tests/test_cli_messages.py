@@ -100,8 +100,8 @@ def test_expire_says_nothing_changed_for_a_job_that_holds_no_lease(url: str,
     assert run(capsys, "--url", url, "release", "given-back", "--owner", "me", "--token", "1")[0] == 0
     for job, state in (("done", "completed"), ("given-back", "pending")):
         code, out, err = run(capsys, "--url", url, "expire", job, "--token", "1")
-        assert (code, out) == (65, "")
-        assert f"nothing was changed: job '{job}' is {state}, with no lease to end" in err
+        assert (code, out) == (66, "")
+        assert f"'{job}' has no live lease (state {state}): nothing to end" in err
         code, out, _ = run(capsys, "--url", url, "-o", "json", "history", job)
         assert "expire" not in [e["op"] for e in json.loads(out)]
     code, out, _ = run(capsys, "--url", url, "expire", "held", "--token", "1")

@@ -66,6 +66,18 @@ def test_expire_with_the_confirmed_token(url: str, capsys: pytest.CaptureFixture
     assert run(capsys, "--url", url, "expire", "ghost", "--token", "1")[0] == 66
 
 
+@pytest.mark.parametrize("output", [[], ["-o", "json"]])
+def test_expire_of_a_job_with_no_live_lease_says_there_is_nothing_to_end(
+        url: str, capsys: pytest.CaptureFixture[str], output: list[str]) -> None:
+    run(capsys, "--url", url, "claim", "j", "--owner", "a", "--ttl", "300")
+    assert run(capsys, "--url", url, "release", "j", "--owner", "a", "--token", "1")[0] == 0
+    code, out, err = run(capsys, "--url", url, *output, "expire", "j", "--token", "1", "--actor", "ops-ann")
+    assert (code, out) == (66, "")  # the README's "nothing to claim, nothing to end": no record on stdout
+    assert err == "tenure: 'j' has no live lease (state pending): nothing to end\n"
+    code, out, _ = run(capsys, "--url", url, "-o", "json", "history", "j")
+    assert json.loads(out)[-1]["op"] == "release"  # no expire was recorded
+
+
 def test_jsonl_is_one_record_per_line_in_the_dashboard_export_shape(url: str,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     run(capsys, "--url", url, "claim", "j", "--owner", "a", "--ttl", "30")

@@ -133,6 +133,19 @@ def test_a_url_file_of_another_user_and_ambiguous_sources_are_refused(
         assert "belongs to another user (uid 4242)" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("mode", "accepted"), [(0o644, False), (0o444, False), (0o440, True), (0o400, True)])
+def test_a_mounted_secret_is_taken_in_the_modes_the_refusal_names(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], mode: int, accepted: bool) -> None:
+    """Kubernetes mounts a secret 0644 and Docker 0444 unless told otherwise: the refusal says
+    which modes to mount it with, and those are taken."""
+    path = url_file(tmp_path, f"sqlite:///{tmp_path / 'jobs.db'}", mode)
+    assert main(["--url-file", str(path), "submit", "a"]) == (0 if accepted else 64)
+    err = capsys.readouterr().err
+    assert accepted or "a mounted secret: defaultMode 0440 with fsGroup, or 0400" in err
+    text = " ".join((ROOT / "docs" / "running-workers.md").read_text().split())
+    assert "`defaultMode: 0440` and the pod `securityContext.fsGroup`" in text and "`defaultMode: 0400`" in text
+
+
 def test_the_docs_say_what_each_way_exposes() -> None:
     text = " ".join((ROOT / "docs" / "running-workers.md").read_text().split())
     assert "| `--url URL` | **every user of the machine**: `ps`, `/proc/<pid>/cmdline` |" in text

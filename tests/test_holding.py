@@ -184,9 +184,9 @@ def test_a_completion_of_unknown_outcome_is_settled_by_leaving_the_block(
 def test_closing_the_store_waits_a_bounded_time_for_releases_that_hang(
         manual: tuple[tenure.Store, HangingBackend, tenure.ManualClock], monkeypatch: pytest.MonkeyPatch) -> None:
     store, backend, _ = manual
-    if not isinstance(store, tenure.Store):
-        pytest.skip("a worker-thread backend's close() queues behind the call that hangs: its timeout bounds it")
-    monkeypatch.setattr("tenure.core.renewal.CLOSE_WAIT", 0.2)  # seconds of real time
+    for bounded in ("tenure.core.renewal", "tenure.aio.store", "tenure.aio.backend"):
+        monkeypatch.setattr(f"{bounded}.CLOSE_WAIT", 0.2)  # seconds of real time
+    before = set(threading.enumerate())
     held = store.hold("j", owner="a", ttl=10.0)
     backend.hang_release = True  # the store stopped answering: the release waits for its timeout
     closing = threading.Thread(target=store.close, daemon=True)
@@ -194,7 +194,11 @@ def test_closing_the_store_waits_a_bounded_time_for_releases_that_hang(
     closing.join(PATIENCE)
     assert not closing.is_alive(), "close() waited on a release that hangs"
     assert held.lost.is_set() and "the store was closed" in (held.lost_reason or "")
-    backend.unblock.set()
+    backend.unblock.set()  # the release times out at last: every thread the store started ends
+    for thread in set(threading.enumerate()) - before - {closing}:
+        if thread.name.startswith("tenure"):
+            thread.join(PATIENCE)
+            assert not thread.is_alive(), f"{thread.name} outlived the request that hung"
 
 
 def test_a_renewal_after_a_completion_that_landed_does_not_lose_the_lease(

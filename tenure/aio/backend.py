@@ -7,6 +7,11 @@ store's clock. A backend whose client library has asyncio I/O implements it nati
 from ONE worker thread per store, as aiosqlite does: SQLite answers from a local file in
 about a millisecond, so one thread is enough and never grows. The memory store, which never
 waits on I/O, is called in the loop itself.
+
+Closing does not queue behind a request that hangs (a database another process holds locked,
+up to its busy timeout): the sync backend is closed from a thread of its own, waited for up to
+``CLOSE_WAIT``, and calls still queued then fail with ``BackendUnavailable``. The worker thread
+ends once the request that hangs returns.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import concurrent.futures
 import contextlib
 import functools
 import itertools
+import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar
@@ -24,10 +30,12 @@ from typing import Any, TypeVar
 from tenure.core import audit
 from tenure.core.backend import Backend, Characteristics, Link
 from tenure.core.errors import BackendUnavailable
+from tenure.core.holding import CLOSE_WAIT
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
 from tenure.core.watch import Polled, RejectionFilter
 
 T = TypeVar("T")
+log = logging.getLogger("tenure.aio")
 _BATCH = 500  # jobs fetched per trip to the worker thread by jobs()
 
 
@@ -135,7 +143,13 @@ class ThreadedBackend(AsyncBackend):
             return fn(*args)  # microseconds under the memory store's lock: a hop would cost more
         # A caller cancelled while its call waits in the queue or runs does not stop the call:
         # the worker finishes it. AsyncStore decides what that means (claims are released).
-        return await asyncio.get_running_loop().run_in_executor(self._worker, functools.partial(fn, *args))
+        return await asyncio.get_running_loop().run_in_executor(self._worker, functools.partial(
+            self._unless_closed, fn, *args))
+
+    def _unless_closed(self, fn: Callable[..., T], *args: Any) -> T:
+        """In the worker: a call still queued when the store closed is not sent to a closed backend."""
+        self._check_open()
+        return fn(*args)
 
     async def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
         await self._call(self.sync.submit_many, job_ids, actor)
@@ -203,10 +217,27 @@ class ThreadedBackend(AsyncBackend):
     async def close(self) -> None:
         if self._closed:
             return
-        await self._call(self.sync.close)
         self._closed = True
-        if self._worker is not None:
-            self._worker.shutdown(wait=False)
+        if self._worker is None:
+            self.sync.close()
+            return
+        self._worker.shutdown(wait=False)  # its thread ends after the call it runs, if that hangs
+        closed: concurrent.futures.Future[None] = concurrent.futures.Future()
+        threading.Thread(target=_settle, args=(closed, self.sync.close), name="tenure-aio-close", daemon=True).start()
+        try:  # not queued behind a request that hangs: bounded like the releases before it
+            await asyncio.wait_for(asyncio.wrap_future(closed), CLOSE_WAIT)
+        except asyncio.TimeoutError:
+            log.warning("closing the store waits on a request that hangs: not waiting longer than %s s", CLOSE_WAIT)
+
+
+def _settle(future: concurrent.futures.Future[None], fn: Callable[[], None]) -> None:
+    """Run ``fn`` and hand its outcome to ``future`` (in a thread of its own)."""
+    try:
+        fn()
+    except BaseException as exc:  # raised to whoever still waits
+        future.set_exception(exc)
+    else:
+        future.set_result(None)
 
 
 async def poll(backend: AsyncBackend, interval: float) -> AsyncIterator[Change]:

@@ -100,7 +100,8 @@ def url_from_file(path: str) -> str:
             exposed = _exposed(os.fstat(f.fileno()))
             if exposed:
                 raise InvalidArgument(f"the URL file {quoted(path)} {exposed}: it may hold the store's password; "
-                                      "make it yours and chmod 600 (or 640 to share it with a group)")
+                                      "make it yours and chmod 600 (or 640 to share it with a group; a "
+                                      "mounted secret: defaultMode 0440 with fsGroup, or 0400)")
             data = f.read(MAX_URL_FILE + 1)
     except OSError as exc:
         raise InvalidArgument(f"cannot read the URL file {quoted(path)}: {exc.strerror}") from None

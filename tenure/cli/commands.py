@@ -114,13 +114,15 @@ def cmd_release(store: tenure.Store, args: argparse.Namespace) -> int:
 
 def cmd_expire(store: tenure.Store, args: argparse.Namespace) -> int:
     """The store ends only a live lease. A job at the token given that is completed, or pending
-    (given back), has none: nothing changed, and saying "expired" would tell the operator it had."""
-    store.force_expire(args.job_id, token=args.token, actor=operator(args))
+    (given back), has none: nothing changed, and saying "expired" would tell the operator it had.
+    Read after the write, so a lease claimed or renewed meanwhile is never reported as absent."""
+    store.force_expire(args.job_id, token=args.token, actor=operator(args))  # TokenChanged if claimed since
     status = store.get(args.job_id)
     if status is not None and status.token == args.token and status.state in NO_LEASE:
-        print(f"tenure: nothing was changed: job {args.job_id!r} is {status.state}, with no lease to end",
+        # like "nothing to claim": nothing to do, nothing written
+        print(f"tenure: {args.job_id!r} has no live lease (state {status.state.value}): nothing to end",
               file=sys.stderr)
-        return exits.REFUSED
+        return exits.NOTHING
     emit(args, {"expired": args.job_id, "token": args.token},
          lambda: f"the lease on {args.job_id!r} (token {args.token}) has ended; the job can be claimed")
     return exits.OK

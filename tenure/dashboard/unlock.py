@@ -7,7 +7,10 @@ operator's next try out to ``MAX_WAIT``; an IPv6 client counts by its /64 networ
 machine is commonly given whole. Above that, at most ``CEILING_TRIES`` wrong secrets are heard
 per ``CEILING_WINDOW`` from all addresses together, so a guesser with many addresses is held to
 that rate; while the ceiling is reached no try is compared, the operator's included, for at
-most the rest of one window. The right secret resets its address's count.
+most the rest of one window. Tries from the machine itself (loopback: a browser there, an SSH
+tunnel) have their own count but are never held by the ceiling, nor counted in it: a guesser
+with many networks can keep the ceiling full, and the operator still gets in through a tunnel.
+The right secret resets its address's count.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ MAX_WAIT = 300.0
 CEILING_TRIES = 30  # wrong secrets heard per window from every address together
 CEILING_WINDOW = 60.0
 ADDRESSES_KEPT = 10_000  # the oldest address's count goes first: it had its tries
-LOCAL = "local"  # clients Streamlit gives no address for: the same machine (loopback)
+LOCAL = "local"  # the same machine: a loopback address, or none (Streamlit gives none there)
 _IPV6_NETWORK = 64
 
 
@@ -42,16 +45,18 @@ class Attempt:
 
 
 def client_key(address: str | None) -> str:
-    """Whose count a try goes to: an IPv4 address, an IPv6 /64 network, or ``LOCAL``."""
+    """Whose count a try goes to: an IPv4 address, an IPv6 /64 network, or ``LOCAL`` (loopback)."""
     if not address or not isinstance(address, str):
         return LOCAL
     try:
         parsed = ipaddress.ip_address(address)
     except ValueError:
         return address[:64]  # not an address (a Unix socket's name): counted as given, bounded
+    if isinstance(parsed, ipaddress.IPv6Address) and parsed.ipv4_mapped is not None:
+        parsed = parsed.ipv4_mapped  # ::ffff:203.0.113.7 is 203.0.113.7
+    if parsed.is_loopback:
+        return LOCAL
     if isinstance(parsed, ipaddress.IPv6Address):
-        if parsed.ipv4_mapped is not None:  # ::ffff:203.0.113.7 is 203.0.113.7
-            return str(parsed.ipv4_mapped)
         return str(ipaddress.IPv6Network((parsed, _IPV6_NETWORK), strict=False))
     return str(parsed)
 
@@ -82,12 +87,13 @@ class UnlockLimiter:
                 return Attempt(False, False, backoff.next_try - now)
             while self._heard and self._heard[0] <= now - CEILING_WINDOW:
                 self._heard.popleft()
-            if len(self._heard) >= CEILING_TRIES:
+            if key != LOCAL and len(self._heard) >= CEILING_TRIES:
                 return Attempt(False, False, self._heard[0] + CEILING_WINDOW - now, ceiling=True)
             if hmac.compare_digest(given.encode(), expected.encode()):
                 self._clients.pop(key)
                 return Attempt(True)
-            self._heard.append(now)
+            if key != LOCAL:  # nor may local tries fill the ceiling against remote operators
+                self._heard.append(now)
             backoff.failures += 1
             beyond = backoff.failures - FREE_TRIES
             wait = 0.0 if beyond <= 0 else min(MAX_WAIT, FIRST_WAIT * 2 ** (beyond - 1))

@@ -31,6 +31,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from tenure.core import validation
+from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.errors import BackendUnavailable, ForgedToken, InvalidArgument, LeaseError, StaleToken
 from tenure.core.records import Lease
 from tenure.core.renewal import HeldLease
@@ -46,6 +47,7 @@ from tenure.fencing.binding import (
     bound_request,
     signed_request,
 )
+from tenure.fencing.budget import UNPROVEN_PER_MINUTE, RefusalBudget
 from tenure.fencing.claims import FenceClaim, FenceRejection, RejectHook
 from tenure.fencing.dbapi import Connection
 from tenure.fencing.paths import normal_path
@@ -164,14 +166,18 @@ class FencingMiddleware:
     fencing headers a request gets 428 when ``required``, else passes through unfenced.
     ``on_reject`` hears of every unproven token and unnormalised path (by default, given
     ``store``, the store's audit: ``forward_to(store)``); stale tokens are the fence's to report
-    (``sql_admitter``'s own).
+    (``sql_admitter``'s own). Refusals of requests nothing proved (no valid signature; with
+    ``store=`` alone, any the store refuses as forged) reach it at most ``unproven_per_minute``
+    a minute (``budget``), on ``clock``; a refusal of a request with a valid signature, and an
+    ended lease's, always does.
     """
 
     def __init__(self, app: ASGIApp, admit: Admit, *, secret: bytes | str | None = None,
                  store: Store | None = None, on_reject: RejectHook | None = None,
                  resource: Callable[[Scope], str | None] = path_resource,
                  shared: bool = False, required: bool = True, unbound: bool = False,
-                 signed_body: bool = False) -> None:
+                 signed_body: bool = False, unproven_per_minute: int = UNPROVEN_PER_MINUTE,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         if not callable(app) or not callable(admit) or not callable(resource):
             raise InvalidArgument("app, admit and resource must be callables")
         if not isinstance(signed_body, bool) or (signed_body and secret is None):
@@ -183,6 +189,7 @@ class FencingMiddleware:
         self.proof = proof.Proof(secret=secret, store=store, unbound=unbound)
         self.signed_body = signed_body
         self.on_reject = claims.reporting(on_reject, store)
+        self.unproven = RefusalBudget(unproven_per_minute, clock)
         self.resource = resource
         self.shared = shared
         self.required = required
@@ -232,12 +239,17 @@ class FencingMiddleware:
                 await self._refuse(send, exc.status, claim, exc.why)
                 return
         try:
-            await asyncio.to_thread(self.proof.check, claim, read_signature(headers), request)
+            self.proof.check_signature(claim, read_signature(headers), request)  # microseconds: in the loop
         except ForgedToken as exc:
             await self._refuse(send, 403, claim, exc.why)
             return
+        try:
+            await asyncio.to_thread(self.proof.check_issued, claim)
+        except ForgedToken as exc:  # from a sender who knows the secret, if one is asked for
+            await self._refuse(send, 403, claim, exc.why, proven=self.proof.signed)
+            return
         except StaleToken as exc:  # the store says its lease ended; the fence never saw it: audit here
-            await self._refuse(send, 409, claim, str(exc), highest=exc.highest)
+            await self._refuse(send, 409, claim, str(exc), highest=exc.highest, proven=True)
             return
         except LeaseError as exc:  # the store cannot be asked: refuse rather than risk it
             await _unavailable(send, claim, exc)
@@ -252,16 +264,23 @@ class FencingMiddleware:
             return
         await self.app({**scope, SCOPE_KEY: claim}, receive, send)
 
-    async def _refuse(self, send: Send, status: int, claim: FenceClaim, why: str, highest: int = 0) -> None:
+    async def _refuse(self, send: Send, status: int, claim: FenceClaim, why: str, highest: int = 0, *,
+                      proven: bool = False) -> None:
         """Answer an unproven token (403), one whose lease the store says ended (409) or an
-        unnormalised path (400); log it and report it to ``on_reject``."""
+        unnormalised path (400); log it and report it to ``on_reject`` (unless ``proven``,
+        within the fence's budget for unproven refusals)."""
         kind = _REFUSALS[status]
-        log.warning("refused %s token %d of job %r by %r on %r: %s", kind, claim.token, claim.job_id, claim.owner,
-                    claim.resource, why)
         reason = f"{kind}: {why}"[:validation.MAX_REASON]
-        rejection = FenceRejection(claim.resource, claim.job_id, claim.owner, claim.token, highest, time.time(),
-                                   claim.shared, reason)
-        await asyncio.to_thread(claims.report, self.on_reject, rejection)
+        skipped = 0 if proven or self.on_reject is None else self.unproven.take()
+        unrecorded = "" if skipped is not None else (
+            f" (not recorded in the audit: over {self.unproven.per_minute} unproven refusals a minute, "
+            f"{self.unproven.unrecorded} not recorded so far)")
+        log.warning("refused %s token %d of job %r by %r on %r: %s%s", kind, claim.token, claim.job_id, claim.owner,
+                    claim.resource, why, unrecorded)
+        if skipped is not None:
+            rejection = FenceRejection(claim.resource, claim.job_id, claim.owner, claim.token, highest, time.time(),
+                                       claim.shared, _noting(reason, skipped))
+            await asyncio.to_thread(claims.report, self.on_reject, rejection)
         body = {**_stale(claim.resource, claim.token, highest), "reason": reason} if status == 409 else {
             "error": reason}
         await _answer(send, status, body)
@@ -273,6 +292,14 @@ class FencingMiddleware:
 
 
 _REFUSALS = {403: "unproven token", 409: "ended lease", 400: "unnormalised path"}
+
+
+def _noting(reason: str, skipped: int) -> str:
+    """The audited reason, saying how many unproven refusals before it were not recorded."""
+    if not skipped:
+        return reason
+    note = f" ({skipped} more unproven refusals not recorded)"
+    return reason[:validation.MAX_REASON - len(note)] + note
 
 
 def _stale(resource: str, token: int, highest: int) -> dict[str, Any]:

@@ -160,8 +160,16 @@ class Proof:
     def check(self, claim: FenceClaim, given: str | None, request: Request | None = None) -> None:
         """Raise ``ForgedToken`` unless ``claim`` is proven, ``StaleToken`` if the store says its
         lease has ended; ``given`` is the signature it came with, ``request`` what it came on."""
+        self.check_signature(claim, given, request)
+        self.check_issued(claim)
+
+    def check_signature(self, claim: FenceClaim, given: str | None, request: Request | None = None) -> None:
+        """The first half of ``check``: the signature (nothing to check without ``secret=``)."""
         if self._key is not None:
             self._check_signature(self._key, claim, given, request)
+
+    def check_issued(self, claim: FenceClaim) -> None:
+        """The second half of ``check``: the store's word (nothing to ask without ``store=``)."""
         if self.store is not None:
             self._check_issued(claim, self.store)
 

@@ -44,12 +44,31 @@ def test_many_addresses_are_held_to_the_ceiling_for_at_most_one_window() -> None
     assert limiter.attempt(SECRET, SECRET, OPERATOR).unlocked
 
 
+@pytest.mark.parametrize("local", [None, "127.0.0.1", "::1", "::ffff:127.0.0.1"])
+def test_a_guesser_with_many_networks_never_locks_out_the_operator_on_the_machine(local: str | None) -> None:
+    clock = tenure.ManualClock()
+    limiter = UnlockLimiter(clock)
+    for i in range(150):  # ~150 IPv6 /64s keep the ceiling full for as long as they try
+        limiter.attempt("guess", SECRET, f"2001:db8:0:{i:x}::1")
+        clock.advance(0.2)  # 30 s: the ceiling's first 30 are still in its window
+    assert limiter.attempt(SECRET, SECRET, OPERATOR).ceiling  # a remote operator waits for the window
+    for _ in range(unlock.FREE_TRIES):  # typos over an SSH tunnel: heard, and not held by the ceiling
+        assert limiter.attempt("typo", SECRET, local) == Attempt(False, True, 0.0)
+    assert limiter.attempt("typo", SECRET, local) == Attempt(False, True, unlock.FIRST_WAIT)  # its own count
+    clock.advance(unlock.FIRST_WAIT)
+    assert limiter.attempt(SECRET, SECRET, local).unlocked
+    assert limiter.attempt(SECRET, SECRET, OPERATOR).ceiling  # local tries did not fill the ceiling either
+
+
 @pytest.mark.parametrize(("one", "other", "same"), [
     ("2001:db8:1:2::1", "2001:db8:1:2:ffff::9", True),  # one /64: one machine's addresses
     ("2001:db8:1:2::1", "2001:db8:1:3::1", False),
     ("::ffff:203.0.113.7", "203.0.113.7", True),
     ("203.0.113.7", "203.0.113.8", False),
     (None, "", True),
+    ("127.0.0.1", None, True),  # loopback is the machine itself, however it is spelled
+    ("::1", "127.0.0.2", True),
+    ("::1", "::2", False),
 ])
 def test_whose_count_a_try_goes_to(one: str | None, other: str | None, same: bool) -> None:
     assert (client_key(one) == client_key(other)) is same
@@ -86,3 +105,4 @@ def test_the_docs_state_the_limits_the_code_keeps() -> None:
     assert unlock.CEILING_WINDOW == 60.0 and unlock.MAX_WAIT == 300.0 and unlock.FREE_TRIES == 3
     assert f"at most {unlock.CEILING_TRIES} wrong tries are heard per minute" in text
     assert "rate-limited per client address" in text and "up to 5 minutes" in text and "/64" in text
+    assert "never by the ceiling" in text and "if the dashboard is flooded, reach it through an SSH tunnel" in text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -257,3 +258,47 @@ def test_the_store_proof_reads_an_old_tokens_history_once() -> None:
         with pytest.raises(tenure.StaleToken):
             proof.check(FenceClaim("/doc", "job", old.token + 1, owner="x"), None)
         assert reads == ["job", "job"]
+
+
+def test_refusals_of_unproven_requests_reach_the_audit_at_a_bounded_rate(caplog: pytest.LogCaptureFixture) -> None:
+    """Anonymous requests with a made-up job, owner and signature cost the audit at most
+    ``unproven_per_minute`` records a minute; what is left out is counted and said. A sender
+    whose signature verified is audited every time."""
+    clock = tenure.ManualClock()
+    with tenure.connect(f"memory://flood-{uuid.uuid4().hex}") as store:
+        lease = store.claim("job", owner="w", ttl=60.0)
+        fence = FencingMiddleware(app, lambda claim: None, secret=SECRET, store=store, clock=clock)
+        made_up = tenure.Lease("made-up", "nobody", 1, 0.0, 1.0)
+        forged = {**signed(made_up), "Tenure-Fencing-Signature": "v2=" + "0" * 64}
+        for _ in range(30):
+            assert call(fence, forged)[0]["status"] == 403
+        assert len(store.rejections()) == 10  # the bucket, full at the start, and no more
+        assert "not recorded in the audit: over 10 unproven refusals a minute, 20 not recorded so far" in caplog.text
+        above = tenure.Lease("job", "w", lease.token + 1, 0.0, 1.0)  # signed with the secret: an insider's
+        assert call(fence, signed(above))[0]["status"] == 403
+        store.release(lease)
+        assert call(fence, signed(lease))[0]["status"] == 409  # signed, its lease ended
+        assert call(fence, forged)[0]["status"] == 403  # the bucket is still empty
+        clock.advance(6.0)  # 10 a minute: room for one more
+        assert call(fence, forged)[0]["status"] == 403
+        reasons = [r.reason for r in store.rejections()]
+    assert len(reasons) == 13
+    assert reasons[10:] == ["unproven token: above the store's current token for this job",
+                            f"ended lease: token {lease.token} for '/doc' is stale: its lease has ended (the job is "
+                            "pending)",
+                            "unproven token: bad signature (21 more unproven refusals not recorded)"]
+    doc = " ".join((Path(__file__).resolve().parents[2] / "docs" / "fencing.md").read_text().split())
+    assert "are reported at most 10 a minute per middleware (`unproven_per_minute=10`" in doc
+    assert "`not recorded in the audit: over 10 unproven refusals a minute, N not recorded so far`" in doc
+    assert "ends its reason with `(N more unproven refusals not recorded)`" in doc
+
+
+def test_with_the_store_alone_a_made_up_token_is_unproven_and_its_budget_is_the_fences_own() -> None:
+    clock = tenure.ManualClock()
+    with tenure.connect(f"memory://store-only-{uuid.uuid4().hex}") as store:
+        fence = FencingMiddleware(app, lambda claim: None, store=store, unproven_per_minute=2, clock=clock)
+        for _ in range(5):
+            assert call(fence, fencing_headers(tenure.Lease("made-up", "nobody", 1, 0.0, 1.0)))[0]["status"] == 403
+        assert len(store.rejections()) == 2
+        with pytest.raises(tenure.InvalidArgument, match="unproven_per_minute must be a positive int"):
+            FencingMiddleware(app, lambda claim: None, store=store, unproven_per_minute=0)

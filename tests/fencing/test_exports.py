@@ -9,7 +9,7 @@ def test_every_exported_name_exists_and_nothing_public_is_left_out() -> None:
     exported = set(tenure.fencing.__all__)
     assert all(hasattr(tenure.fencing, name) for name in exported)
     public = {name for name in vars(tenure.fencing) if not name.startswith("_")}
-    modules = {"binding", "claims", "dbapi", "http", "idempotency", "paths", "proof", "sql"}
+    modules = {"binding", "budget", "claims", "dbapi", "http", "idempotency", "paths", "proof", "sql"}
     assert public - modules == exported
 
 
