@@ -213,6 +213,9 @@ class HeldState(abc.ABC):
             return False
         self._held_at_close = True  # before the loss is heard: a callback may release at once
         self._lose(STORE_CLOSED)
+        if self.lost_reason != STORE_CLOSED:  # lost another way meanwhile (refused): not ours
+            self._held_at_close = False
+            return False
         return True
 
     def _ours_to_give_back(self) -> bool:
