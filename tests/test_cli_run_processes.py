@@ -153,7 +153,8 @@ def test_what_the_command_leaves_running_is_stopped_before_the_job_is_completed_
     pids = children(pids_file, 1)
     code, err = watch(proc, store, pids, tmp_path)
     assert code == int(leader[-1]), err
-    assert "and left" in err and f"{pids[0]} (sh)" in err  # with its sleep, if one was under way
+    assert f"the command exited with status {leader[-1]} and left" in err
+    assert f"{pids[0]} (sh)" in err  # with its sleep, if one was under way
     job = store.get("nightly")
     assert job is not None and job.state is state
 
@@ -238,3 +239,15 @@ def test_a_process_that_outlives_sigkill_is_named_and_the_job_neither_released_n
            "1073741824 (stuck); the job is neither released nor completed, its lease runs out by its TTL" in err
     job = store.get("nightly")
     assert job is not None and job.state is tenure.JobState.LEASED and job.token == 1
+
+
+def test_a_command_killed_by_a_signal_is_said_to_be_killed_not_to_exit_negatively(
+        job_store: tuple[str, tenure.Store], capsys: pytest.CaptureFixture[str]) -> None:
+    from tenure.cli import run
+
+    _, store = job_store
+    with store.hold("nightly", "cron-1", 30) as held:  # the leader leaves a child and kills itself
+        assert run.Supervisor(["sh", "-c", "sleep 30 & kill -KILL $$"], 0.1, dict(os.environ)).run(held) == 137
+    err = capsys.readouterr().err
+    assert "the command was killed by SIGKILL and left 1 process(es) running" in err, err
+    assert "(-9)" not in err
