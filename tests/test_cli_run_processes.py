@@ -208,6 +208,10 @@ def test_the_docs_say_what_is_and_is_not_guaranteed_as_the_code_does() -> None:
     assert "Ctrl-C, SIGTERM, SIGHUP or SIGQUIT to `tenure run`" in guide
     assert "Ctrl-C, SIGTERM, SIGHUP or SIGQUIT to `tenure run`" in readme
     assert f"{KILL_WAIT:g} s after SIGKILL" in guide and f"outlives SIGKILL by {KILL_WAIT:g} s" in readme
+    from tenure.cli.exits import HELP
+
+    stuck = f"a process of the command could not be stopped (alive {KILL_WAIT:g} s after SIGKILL)"
+    assert stuck in readme and stuck in " ".join(HELP.split())  # the exit status table's 75
     for promise in ("child subreaper (`prctl(PR_SET_CHILD_SUBREAPER)`)",
                     "neither completes nor releases the job, nor exits, while any of them runs",
                     "uninterruptible sleep (state `D`",
