@@ -197,7 +197,7 @@ def test_descendants_leave_out_what_the_process_had_before_and_see_every_generat
         before.wait()
 
 
-def test_the_docs_say_what_is_and_is_not_guaranteed_as_the_code_does() -> None:
+def test_the_docs_say_what_is_and_is_not_guaranteed_as_the_code_does(capsys: pytest.CaptureFixture[str]) -> None:
     from tenure.cli.signals import CAUGHT
 
     def words(path: str) -> str:
@@ -212,6 +212,11 @@ def test_the_docs_say_what_is_and_is_not_guaranteed_as_the_code_does() -> None:
 
     stuck = f"a process of the command could not be stopped (alive {KILL_WAIT:g} s after SIGKILL)"
     assert stuck in readme and stuck in " ".join(HELP.split())  # the exit status table's 75
+    from tenure.cli import main
+
+    assert main(["run", "--help"]) == 0
+    run_help = " ".join(capsys.readouterr().out.split())
+    assert "gets SIGTERM (on a signal, that signal; QUIT as TERM)" in run_help
     for promise in ("child subreaper (`prctl(PR_SET_CHILD_SUBREAPER)`)",
                     "neither completes nor releases the job, nor exits, while any of them runs",
                     "uninterruptible sleep (state `D`",
