@@ -228,6 +228,10 @@ def _start_dashboard(args: argparse.Namespace) -> Any:
         print(f"dashboard did not start: {exc}", flush=True)
         launcher.stop(process)
         return None
+    except BaseException:  # Ctrl-C, SIGTERM or SIGHUP while it starts: not left serving
+        with launcher.uninterrupted():
+            launcher.stop(process)
+        raise
     print(f"dashboard: {address}", flush=True)
     return process
 
@@ -242,10 +246,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     demo = Demo(args)
-    dashboard = None if args.once or args.no_dashboard else _start_dashboard(args)
-    print(f"tenure demo on {demo.store.url}: {args.workers} workers, TTL {args.ttl:g}s"
-          + ("" if args.once else "; Ctrl-C to stop"), flush=True)
-    try:
+    dashboard = None
+    try:  # from before the dashboard starts: a signal while it starts stops the demo too
+        dashboard = None if args.once or args.no_dashboard else _start_dashboard(args)
+        print(f"tenure demo on {demo.store.url}: {args.workers} workers, TTL {args.ttl:g}s"
+              + ("" if args.once else "; Ctrl-C to stop"), flush=True)
         demo.start_workers()
         while True:
             demo.scenario()

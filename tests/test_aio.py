@@ -451,6 +451,28 @@ def test_closing_the_store_gives_a_held_lease_back_and_leaving_the_block_after_s
     assert "failed" not in caplog.text
 
 
+def test_a_holder_that_releases_on_hearing_the_store_closed_still_frees_the_job(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+
+    async def scenario() -> None:
+        store = await tenure.aio.connect(url)
+        held = await store.hold("j", owner="a", ttl=30.0)
+
+        async def holder() -> None:  # gives the job back the moment it is told the lease is lost
+            await held.lost.wait()
+            await held.release()
+
+        told = asyncio.create_task(holder())
+        await asyncio.sleep(0)  # the holder waits on lost
+        await store.close()
+        await told
+        async with tenure.aio.connect(url) as other:
+            status = await other.get("j")
+            assert status is not None and status.state is tenure.JobState.PENDING, status
+
+    run(scenario)
+
+
 def test_concurrent_claimers_in_one_loop_take_each_job_once(opener: Opener) -> None:
     async def scenario() -> None:
         async with opener() as store:

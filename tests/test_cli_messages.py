@@ -85,6 +85,16 @@ def test_existing_refuses_a_job_the_store_does_not_have(url: str, capsys: pytest
     assert code == 0 and "is created (--existing refuses it)" in " ".join(out.split())
 
 
+@pytest.mark.parametrize("words", [["claim", "nightly", "--existing"], ["run", "nightly", "--existing", "--", "true"]],
+                         ids=["claim", "run"])
+def test_existing_on_a_missing_store_creates_no_file(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     words: list[str]) -> None:
+    db = tmp_path / "typo.db"
+    code, _, err = run(capsys, "--url", f"sqlite:///{db}", *words[:2], "--owner", "me", "--ttl", "30", *words[2:])
+    assert code == 66 and "nothing was created" in err
+    assert not db.exists()  # README: with --existing they "exit 66 and create nothing"
+
+
 def test_a_ttl_below_the_stores_minimum_is_refused_before_anything_is_written(
         url: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "--url", url, "claim", "j", "--owner", "me", "--ttl", "0.01")

@@ -153,7 +153,8 @@ def test_what_the_command_leaves_running_is_stopped_before_the_job_is_completed_
     pids = children(pids_file, 1)
     code, err = watch(proc, store, pids, tmp_path)
     assert code == int(leader[-1]), err
-    assert "and left" in err and f"{pids[0]} (sh)" in err  # with its sleep, if one was under way
+    assert f"the command exited with status {leader[-1]} and left" in err
+    assert f"{pids[0]} (sh)" in err  # with its sleep, if one was under way
     job = store.get("nightly")
     assert job is not None and job.state is state
 
@@ -196,7 +197,7 @@ def test_descendants_leave_out_what_the_process_had_before_and_see_every_generat
         before.wait()
 
 
-def test_the_docs_say_what_is_and_is_not_guaranteed_as_the_code_does() -> None:
+def test_the_docs_say_what_is_and_is_not_guaranteed_as_the_code_does(capsys: pytest.CaptureFixture[str]) -> None:
     from tenure.cli.signals import CAUGHT
 
     def words(path: str) -> str:
@@ -207,6 +208,15 @@ def test_the_docs_say_what_is_and_is_not_guaranteed_as_the_code_does() -> None:
     assert "Ctrl-C, SIGTERM, SIGHUP or SIGQUIT to `tenure run`" in guide
     assert "Ctrl-C, SIGTERM, SIGHUP or SIGQUIT to `tenure run`" in readme
     assert f"{KILL_WAIT:g} s after SIGKILL" in guide and f"outlives SIGKILL by {KILL_WAIT:g} s" in readme
+    from tenure.cli.exits import HELP
+
+    stuck = f"a process of the command could not be stopped (alive {KILL_WAIT:g} s after SIGKILL)"
+    assert stuck in readme and stuck in " ".join(HELP.split())  # the exit status table's 75
+    from tenure.cli import main
+
+    assert main(["run", "--help"]) == 0
+    run_help = " ".join(capsys.readouterr().out.split())
+    assert "gets SIGTERM (on a signal, that signal; QUIT as TERM)" in run_help
     for promise in ("child subreaper (`prctl(PR_SET_CHILD_SUBREAPER)`)",
                     "neither completes nor releases the job, nor exits, while any of them runs",
                     "uninterruptible sleep (state `D`",
@@ -238,3 +248,15 @@ def test_a_process_that_outlives_sigkill_is_named_and_the_job_neither_released_n
            "1073741824 (stuck); the job is neither released nor completed, its lease runs out by its TTL" in err
     job = store.get("nightly")
     assert job is not None and job.state is tenure.JobState.LEASED and job.token == 1
+
+
+def test_a_command_killed_by_a_signal_is_said_to_be_killed_not_to_exit_negatively(
+        job_store: tuple[str, tenure.Store], capsys: pytest.CaptureFixture[str]) -> None:
+    from tenure.cli import run
+
+    _, store = job_store
+    with store.hold("nightly", "cron-1", 30) as held:  # the leader leaves a child and kills itself
+        assert run.Supervisor(["sh", "-c", "sleep 30 & kill -KILL $$"], 0.1, dict(os.environ)).run(held) == 137
+    err = capsys.readouterr().err
+    assert "the command was killed by SIGKILL and left 1 process(es) running" in err, err
+    assert "(-9)" not in err

@@ -201,6 +201,26 @@ def test_closing_the_store_waits_a_bounded_time_for_releases_that_hang(
             assert not thread.is_alive(), f"{thread.name} outlived the request that hung"
 
 
+def test_a_holder_that_releases_on_hearing_the_store_closed_still_frees_the_job() -> None:
+    # The release the closing store sends waits for the holder's lock; a holder that releases
+    # first, in on_lost, must send it itself, or the job stays leased until its TTL runs out.
+    clock = tenure.ManualClock()
+    backend = MemoryBackend(clock)
+    store = tenure.Store(backend, clock=clock)
+    held = store.hold("j", owner="a", ttl=30.0)
+    released = threading.Event()
+
+    def give_back(lost: Any) -> None:
+        lost.release()
+        released.set()
+
+    held.on_lost(give_back)
+    store.close()
+    assert released.wait(PATIENCE)
+    status = tenure.Store(backend, clock=clock).get("j")
+    assert status is not None and status.state is tenure.JobState.PENDING, status
+
+
 def test_a_renewal_after_a_completion_that_landed_does_not_lose_the_lease(
         manual: tuple[tenure.Store, HangingBackend, tenure.ManualClock]) -> None:
     store, backend, _ = manual

@@ -92,11 +92,12 @@ class AsyncHeldLease(HeldState):
                     self._keeper.cancel()
 
     async def release(self) -> None:
-        """Give the job back; a lost lease is not ours to give back, so nothing is sent then."""
+        """Give the job back; a lost lease is not ours to give back, so nothing is sent then
+        (but one lost only because the store is closing is: ``_ours_to_give_back``)."""
         async with self._lock:
             self._ensure_open()
             try:
-                if not self.lost.is_set():  # a lost lease is not ours to give back
+                if self._ours_to_give_back():
                     with self._giving_back():
                         await self._store.release(self._lease)
             finally:
@@ -127,9 +128,12 @@ class AsyncHeldLease(HeldState):
         """Release a lease ``_closing()`` just lost, after a request under it (a renewal, a
         complete()) ends, unless that finished it; the closing store bounds how long it waits."""
         async with self._lock:
-            if not self._done:
-                with self._giving_back_on_close():
-                    await self._store.release(self._lease)
+            try:
+                if not self._done and self._held_at_close:
+                    with self._giving_back_on_close():
+                        await self._store.release(self._lease)
+            finally:
+                self._held_at_close = False
 
     # What the renewal task does.
     async def _renew_once(self) -> bool:

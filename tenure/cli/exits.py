@@ -35,8 +35,10 @@ HELP = f"""exit status:
   {UNAVAILABLE:<4} the store cannot be reached (or refused the credentials), an extra is not
        installed, or "metrics" or "dashboard" cannot serve (its port in use)
   {SOFTWARE:<4} a record tenure cannot read, or another error
-  {TEMPFAIL:<4} "run": the job is held elsewhere, or the lease was lost while the command ran
-  N    "run": the command's own non-zero status (128+signal if a signal ended it)
+  {TEMPFAIL:<4} "run": the job is held elsewhere, the lease was lost while the command ran, or
+       a process of the command could not be stopped (alive 5 s after SIGKILL)
+  N    "run": the command's own non-zero status (128+signal if a signal ended it); 128+signal
+       when Ctrl-C, SIGTERM, SIGHUP or SIGQUIT stopped "run" itself
 """
 
 

@@ -121,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.epilog = ("CMD gets TENURE_JOB, TENURE_TOKEN and TENURE_OWNER. Exit 0: job completed. Non-zero: job "
                 "released, its status returned. Completed job: CMD not run, exit 0. Held elsewhere or lease "
                 "lost: exit 75. On a lost lease or a signal (INT, TERM, HUP, QUIT), and for what CMD leaves "
-                "running when it exits, every process CMD started gets SIGTERM, then SIGKILL after --grace; the "
+                "running when it exits, every process CMD started gets SIGTERM (on a signal, that signal; QUIT as "
+                "TERM), then SIGKILL after --grace; the "
                 "job is neither completed nor released while any of them runs.")
     p = command("expire", commands.cmd_expire,
                 "end a job's lease now, if its token is still the one given (an operator action)")

@@ -206,7 +206,7 @@ class Supervisor:
             return Stop(signal.SIGTERM, self.grace, group)
         if status is not None and (left := self._living(proc, tree)):
             then = "completing" if status == 0 else "releasing"
-            print(f"tenure run: the command exited ({status}) and left {len(left)} process(es) running: "
+            print(f"tenure run: the command {_ended(status)} and left {len(left)} process(es) running: "
                   f"{', '.join(map(str, left))}; stopping them before {then} the job", file=sys.stderr, flush=True)
             return Stop(signal.SIGTERM, self.grace, group)
         return None
@@ -245,6 +245,15 @@ class Supervisor:
             except tenure.LeaseError as exc:
                 print(f"tenure run: completing {held.job_id!r} failed: {exc}", file=sys.stderr)
                 return exits.TEMPFAIL
+
+
+def _ended(status: int) -> str:
+    """How the command ended, in words: ``subprocess`` gives a signal's death as its negative."""
+    if status >= 0:
+        return f"exited with status {status}"
+    with contextlib.suppress(ValueError):
+        return f"was killed by {signal.Signals(-status).name}"
+    return f"was killed by signal {-status}"
 
 
 def _lost(held: tenure.HeldLease) -> bool:

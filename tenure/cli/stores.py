@@ -1,6 +1,7 @@
 """Which store a command opens, and whether it may create one.
 
-Only commands that write a job (``submit``, ``claim JOB_ID``, ``run``, ``demo``) create a
+Only commands that write a job (``submit``, ``claim JOB_ID``, ``run``, ``demo``; ``claim`` and
+``run`` not with ``--existing``, which refuses every job of a store that is not there) create a
 SQLite file that does not exist; any other command on a missing file says so (exit 66) and
 leaves nothing behind, so a mistyped path does not become an empty store. The default URL
 names a file in the current directory, so a command that uses it says which file that is.
@@ -60,4 +61,6 @@ def _check_options(url: str) -> None:
 
 
 def _creates(args: argparse.Namespace) -> bool:
+    if getattr(args, "existing", False):
+        return False  # a store that is not there has no job: --existing refuses it, creating nothing
     return args.command in _CREATING and (args.command != "claim" or args.job_id is not None)

@@ -68,6 +68,10 @@ class HeldState(abc.ABC):
         self._callbacks: list[Callable[[Any], object]] = []
         self._lost_lock = lost_lock  # a threading.Lock where callers run in several threads
         self._finished_first = False  # lost only after complete() or release(): callbacks never run
+        # Lost because the store closed, not yet given back: the store still has it as this
+        # holder's, so whichever release comes first (the closing store's, or the holder's own
+        # on hearing of the loss) sends it.
+        self._held_at_close = False
         self.lost_reason: str | None = None
 
     @abc.abstractmethod
@@ -207,8 +211,18 @@ class HeldState(abc.ABC):
         a job the release hands on; True when it was still held and should be given back."""
         if self._done or self.lost.is_set():
             return False
+        self._held_at_close = True  # before the loss is heard: a callback may release at once
         self._lose(STORE_CLOSED)
+        if self.lost_reason != STORE_CLOSED:  # lost another way meanwhile (refused): not ours
+            self._held_at_close = False
+            return False
         return True
+
+    def _ours_to_give_back(self) -> bool:
+        """Whether a release must be sent: a lost lease is not ours to give back, but one lost
+        only because the store closed still is (else a holder that releases when told of the
+        loss would leave the job blocked until its TTL runs out)."""
+        return not self.lost.is_set() or self._held_at_close
 
     @contextlib.contextmanager
     def _giving_back_on_close(self) -> Iterator[None]:

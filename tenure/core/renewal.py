@@ -113,7 +113,7 @@ class HeldLease(HeldState):
 
     def release(self) -> None:
         with self._finishing(), self._giving_back():
-            if not self.lost.is_set():  # a lost lease is not ours to give back
+            if self._ours_to_give_back():
                 self._store.release(self._lease)
 
     @contextlib.contextmanager
@@ -145,13 +145,15 @@ class HeldLease(HeldState):
         """Release a lease ``_closing()`` just lost, unless a request under it (a renewal, a
         complete()) is still on its way at ``until`` (``time.monotonic``) or finished it."""
         if not self._lock.acquire(timeout=max(0.0, until - time.monotonic())):
+            self._held_at_close = False  # the backend closes now: a later release could not land
             log.warning("%r was not given back as the store closed: a request under it still hangs", self.job_id)
             return
         try:
-            if not self._done:
+            if not self._done and self._held_at_close:
                 with self._giving_back_on_close():
                     self._store.release(self._lease)
         finally:
+            self._held_at_close = False
             self._lock.release()
 
     def _renew_once(self) -> bool:

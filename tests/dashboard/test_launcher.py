@@ -171,6 +171,43 @@ def test_sigterm_stops_the_demo_its_workers_and_its_dashboard(tmp_path: Path) ->
         _kill_all(proc, started)
 
 
+def test_a_signal_while_the_demos_dashboard_starts_stops_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    # SIGTERM (docker stop) landing while the demo waits for its dashboard to answer: the
+    # server must not be left serving, re-parented to init.
+    from tenure import demo
+
+    servers: list[subprocess.Popen[bytes]] = []
+    real_start = launcher.start
+
+    def start(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
+        servers.append(real_start(*args, **kwargs))  # type: ignore[arg-type]
+        return servers[-1]
+
+    def wait_ready(*args: object, **kwargs: object) -> str:
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler raises here, while the server starts
+        raise AssertionError("the signal did not interrupt the wait")
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--url")
+    demo.add_arguments(parser)
+    args = parser.parse_args(["--url", f"sqlite:///{tmp_path / 'demo.db'}", "--port", str(free_port())])
+    monkeypatch.setattr(launcher, "start", start)
+    monkeypatch.setattr(launcher, "wait_ready", wait_ready)
+    try:
+        try:
+            code = demo.run(args)
+        except KeyboardInterrupt:  # as pytest would read it: the end of the whole session
+            pytest.fail("the signal escaped tenure demo")
+        assert code == 0
+        assert "stopping" in capsys.readouterr().out
+        assert servers and servers[0].poll() is not None, "the dashboard was left serving"
+    finally:
+        for server in servers:
+            server.kill()
+            server.wait()
+
+
 def _left_running(pids: list[int], within: float) -> list[int]:
     """Those of ``pids`` still running ``within`` seconds from now (fewer as they end)."""
     deadline = time.monotonic() + within
