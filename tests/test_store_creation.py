@@ -1,5 +1,5 @@
-"""``create=false`` opens only a store that exists (issue 26 item 12): on SQLite and on the
-machine's PostgreSQL, a store that is not there is StoreNotFound and nothing is created or
+"""``create=false`` opens only a store that exists (issue 26 item 12): on SQLite, the machine's
+PostgreSQL and ZooKeeper, a store that is not there is StoreNotFound and nothing is created or
 written; the CLI's read-only commands open stores that way and exit 66."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import tenure
 import tenure.aio
 from tenure.cli import main
 from tests.servers.postgres import PostgresHarness, admin
+from tests.servers.zookeeper import ZooKeeperHarness
 
 READ_ONLY = [["ls"], ["get", "j"], ["history"], ["rejections"], ["watch", "--count", "1"], ["health"],
              ["metrics", "--port", "0"], ["dashboard", "--port", "0"]]
@@ -89,3 +90,26 @@ def test_a_read_only_command_on_a_mistyped_schema_creates_none(
     assert main(["--url", url, *words]) == 66
     assert f"no such store: schema '{postgres_harness.prefix}' has no tenure tables" in capsys.readouterr().err
     assert not _schema_exists(postgres_harness)
+
+
+def test_create_false_creates_no_zookeeper_root(zk_harness: ZooKeeperHarness,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from kazoo.client import KazooClient
+
+    url = zk_harness.url()
+    root = f"/{zk_harness.prefix}"
+    with pytest.raises(tenure.StoreNotFound, match=f"no such store: {root} has no tenure store"):
+        tenure.connect(url, create=False)
+    assert main(["--url", url, "ls"]) == 66
+    assert f"no such store: {root}" in capsys.readouterr().err
+    client = KazooClient(hosts=",".join(f"{h}:{p}" for h, p in zk_harness.endpoints()))
+    client.start(timeout=10)
+    try:
+        assert client.exists(root) is None
+    finally:
+        client.stop()
+        client.close()
+    with tenure.connect(url) as store:
+        store.submit("a")
+    with tenure.connect(url, create=False) as store:
+        assert [job.job_id for job in store.jobs()] == ["a"]

@@ -3,9 +3,10 @@
 Only commands that write a job (``submit``, ``claim JOB_ID``, ``run``, ``demo``; ``claim`` and
 ``run`` not with ``--existing``, which refuses every job of a store that is not there) create a
 store that does not exist; any other command opens it with ``create=False`` (where its backend
-reads that option: SQLite, PostgreSQL), so on a missing store (a SQLite file that is not there
-or holds no tenure tables, a PostgreSQL schema without them) it says so (exit 66) and leaves
-nothing behind: a mistyped path or schema does not become an empty store. The default URL
+reads that option: SQLite, PostgreSQL, ZooKeeper), so on a missing store (a SQLite file that is
+not there or holds no tenure tables, a PostgreSQL schema or ZooKeeper root without them) it
+says so (exit 66) and leaves nothing behind: a mistyped path, schema or root does not become an
+empty store. The default URL
 names a file in the current directory, so a command that uses it says which file that is.
 """
 
