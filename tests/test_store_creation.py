@@ -113,3 +113,12 @@ def test_create_false_creates_no_zookeeper_root(zk_harness: ZooKeeperHarness,
         store.submit("a")
     with tenure.connect(url, create=False) as store:
         assert [job.job_id for job in store.jobs()] == ["a"]
+
+
+def test_no_such_store_shows_no_password(postgres_harness: PostgresHarness,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    url = postgres_harness.url().replace("postgres@", "postgres:Pa55-in-url@", 1)  # trust auth ignores it
+    assert "Pa55-in-url" in url
+    assert main(["--url", url, "ls"]) == 66
+    captured = capsys.readouterr()
+    assert "no such store" in captured.err and "Pa55-in-url" not in captured.err + captured.out
