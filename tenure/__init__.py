@@ -29,6 +29,7 @@ from tenure.core.errors import (
     Outraced,
     StaleLease,
     StaleToken,
+    StoreNotFound,
     TokenChanged,
     TokensExhausted,
 )
@@ -95,6 +96,7 @@ __all__ = [
     "StaleLease",
     "StaleToken",
     "Store",
+    "StoreNotFound",
     "Summary",
     "SystemClock",
     "TokenChanged",

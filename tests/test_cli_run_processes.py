@@ -9,6 +9,7 @@ short, so the SIGKILL that ends the children comes within a second.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -260,3 +261,52 @@ def test_a_command_killed_by_a_signal_is_said_to_be_killed_not_to_exit_negativel
     err = capsys.readouterr().err
     assert "the command was killed by SIGKILL and left 1 process(es) running" in err, err
     assert "(-9)" not in err
+
+
+@pytest.fixture
+def blocking_usr1() -> Iterator[subprocess.Popen[str]]:
+    """A child that blocks SIGUSR1: a signal sent to it stays pending, where /proc shows it."""
+    code = ("import signal, sys; signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1]); "
+            "print('ready', flush=True); sys.stdin.read()")
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline() == "ready\n"
+    yield child
+    child.kill()
+    child.wait()
+
+
+def _usr1_pending(pid: int) -> bool:
+    """Whether SIGUSR1 waits in ``pid``'s pending set: kill() puts it there before it returns."""
+    status = (processes.PROC / str(pid) / "status").read_text()
+    pending = next(line.split()[1] for line in status.splitlines() if line.startswith("ShdPnd:"))
+    return bool(int(pending, 16) & (1 << (signal.SIGUSR1 - 1)))
+
+
+def test_a_pid_that_now_names_a_process_started_later_is_not_signalled(
+        blocking_usr1: subprocess.Popen[str]) -> None:
+    walked = processes.table()[blocking_usr1.pid]
+    assert walked.start is not None
+    earlier = dataclasses.replace(walked, start=walked.start - 1)  # the walk saw a process since reaped
+    processes.send([earlier], signal.SIGUSR1)
+    assert not _usr1_pending(blocking_usr1.pid)
+    processes.send([walked], signal.SIGUSR1)
+    assert _usr1_pending(blocking_usr1.pid)
+
+
+def test_without_pidfds_a_pid_is_signalled_by_kill_as_it_is(blocking_usr1: subprocess.Popen[str],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(os, "pidfd_open")
+    walked = processes.table()[blocking_usr1.pid]
+    assert walked.start is not None
+    processes.send([dataclasses.replace(walked, start=walked.start - 1)], signal.SIGUSR1)
+    assert _usr1_pending(blocking_usr1.pid)  # the limit the docstring states: os.kill cannot tell
+
+
+def test_none_left_takes_two_walks_that_find_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The first walk missed the child (its parent was reaped mid-walk); the second finds it.
+    root = 2**30
+    tree = processes.Descendants(root)
+    child = processes.Process(2**30 + 1, root, "child", "S")
+    walks = iter([{}, {child.pid: child}])
+    monkeypatch.setattr(processes, "table", lambda: next(walks))
+    assert tree.living() == [child]

@@ -54,6 +54,7 @@ def settings_from_url(url: StoreURL, options: Options) -> tuple[Settings, dict[s
         "retention": options.integer("retention", 10_000, low=1),
         "notify": options.boolean("notify", True),
         "unsafe_durability": options.boolean("unsafe_durability", False),
+        "create": options.boolean("create", True),
     }
     options.finish()
     return settings, kwargs
@@ -67,13 +68,13 @@ class Prepared:
     synchronous_commit: str | None  # what this store's sessions set, where the server says otherwise
 
 
-def prepare(settings: Settings, schema: str, unsafe_durability: bool) -> Prepared:
-    """Create or migrate the schema and check durability, on a connection of its own, once per
-    store (for the asyncio backend too: a one-time step when it opens)."""
+def prepare(settings: Settings, schema: str, unsafe_durability: bool, create: bool = True) -> Prepared:
+    """Create (unless ``create`` is false) or migrate the schema and check durability, on a
+    connection of its own, once per store (for the asyncio backend too: a one-time step when it opens)."""
     try:
         with psycopg.connect(settings.conninfo(), autocommit=True) as conn:
             quoted = sql.Identifier(schema).as_string(conn)
-            previous = migrate(conn, schema, quoted)
+            previous = migrate(conn, schema, quoted, create)
             commit = check_durability(conn, unsafe_durability)
             prepared = Prepared(quoted, previous, conn.info.server_version, commit)
     except psycopg.Error as exc:
@@ -91,17 +92,18 @@ class PostgresBackend(Backend):
         # libpq's prefer (its default) and allow fall back to clear text: they do not count.
         tls_options=("sslmode=require", "sslmode=verify-ca", "sslmode=verify-full"),
         environment=(("PGSSLMODE", "sslmode"), ("PGPASSWORD", "password")),
+        create_option=True,
     )
 
     def __init__(self, settings: Settings, *, schema: str = "tenure", retention: int = 10_000,
-                 notify: bool = True, unsafe_durability: bool = False) -> None:
+                 notify: bool = True, unsafe_durability: bool = False, create: bool = True) -> None:
         self.settings = settings
         self.schema = check_schema_name(schema)
         self.retention = retention
         self.channel = f"tenure_{schema}"[:63]
         self.notify = notify
         self.watchdog = Watchdog(settings.timeout + 1.0)
-        prepared = prepare(settings, schema, unsafe_durability)
+        prepared = prepare(settings, schema, unsafe_durability, create)
         self.quoted, self.server_version = prepared.quoted, prepared.server_version
         self.previous_version = prepared.previous_version
         self.plans = Plans(self.schema, self.quoted, self.channel if notify else "")

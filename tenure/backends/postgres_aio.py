@@ -41,13 +41,14 @@ class AsyncPostgresBackend(AsyncBackend):
     io = "psycopg asyncio connections (AsyncConnectionPool), no thread per call"
 
     def __init__(self, settings: Settings, *, schema: str = "tenure", retention: int = 10_000,
-                 notify: bool = True, unsafe_durability: bool = False) -> None:
+                 notify: bool = True, unsafe_durability: bool = False, create: bool = True) -> None:
         self.settings = settings
         self.schema = check_schema_name(schema)
         self.retention = retention
         self.channel = f"tenure_{schema}"[:63]
         self.notify = notify
         self._unsafe_durability = unsafe_durability
+        self._create = create
         self._trims = Trims()
         self._pool: psycopg_pool.AsyncConnectionPool[Any] | None = None
         self.quoted = ""
@@ -60,7 +61,8 @@ class AsyncPostgresBackend(AsyncBackend):
         return cls(settings, **kwargs)
 
     async def open(self) -> None:
-        prepared = await asyncio.to_thread(prepare, self.settings, self.schema, self._unsafe_durability)
+        prepared = await asyncio.to_thread(prepare, self.settings, self.schema, self._unsafe_durability,
+                                          self._create)
         self.quoted, self.server_version = prepared.quoted, prepared.server_version
         self.plans = Plans(self.schema, self.quoted, self.channel if self.notify else "")
         self._pool = psycopg_pool.AsyncConnectionPool(

@@ -12,7 +12,7 @@ import logging
 import re
 from typing import Any
 
-from tenure.core.errors import BackendUnavailable, InvalidArgument
+from tenure.core.errors import BackendUnavailable, InvalidArgument, StoreNotFound
 
 log = logging.getLogger("tenure.postgres")
 
@@ -57,11 +57,15 @@ def check_schema_name(name: str) -> str:
     return name
 
 
-def migrate(conn: Any, schema: str, quoted: str) -> int:
-    """Bring ``schema`` to VERSION; returns the version found before. ``conn`` is autocommit."""
+def migrate(conn: Any, schema: str, quoted: str, create: bool = True) -> int:
+    """Bring ``schema`` to VERSION; returns the version found before. ``conn`` is autocommit.
+    With ``create`` false a schema without tenure's ``meta`` table is StoreNotFound, nothing created."""
     with conn.transaction():
         # One opener at a time per schema; the lock ends with the transaction.
         conn.execute("SELECT pg_advisory_xact_lock(hashtext('tenure.schema.' || %s))", (schema,))
+        if not create and conn.execute("SELECT to_regclass(%s)", (f"{quoted}.meta",)).fetchone()[0] is None:
+            raise StoreNotFound(f"no such store: schema {schema!r} has no tenure tables "
+                                "(create=false: nothing was created)")
         conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
         conn.execute(f"CREATE TABLE IF NOT EXISTS {quoted}.meta (key text PRIMARY KEY, value text NOT NULL)")
         row = conn.execute(f"SELECT value FROM {quoted}.meta WHERE key = 'schema_version'").fetchone()

@@ -34,7 +34,7 @@ from tenure.core import codec
 from tenure.core.backend import Characteristics, RecordBackend, Transaction
 from tenure.core.clock import Clock
 from tenure.core.codec import corrupt_status
-from tenure.core.errors import BackendUnavailable, CorruptRecord, InvalidArgument
+from tenure.core.errors import BackendUnavailable, CorruptRecord, InvalidArgument, StoreNotFound
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import (
     HistoryEvent,
@@ -182,6 +182,28 @@ def file_of(url: StoreURL) -> Path | None:
     return None if path == ":memory:" else Path(path).expanduser()
 
 
+def _connect(path: str, timeout: float, create: bool) -> sqlite3.Connection:
+    """A connection to ``path``; with ``create`` false, only to a file that holds a tenure
+    store already: opened read-write without creating it, and checked before anything is written."""
+    if create or path == ":memory:":  # a store in memory is new whatever create says: nothing outlives it
+        return sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
+    try:
+        db = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=rw", timeout=timeout, isolation_level=None,
+                             check_same_thread=False, uri=True)
+    except sqlite3.OperationalError:
+        db = None  # raised below, outside this block: "no such store" needs no sqlite3 cause
+    if db is None:
+        raise StoreNotFound(f"no such store: {path} does not exist (create=false: nothing was created)")
+    try:
+        tables = db.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'tenure_meta'")
+        if tables.fetchone()[0] == 0:
+            raise StoreNotFound(f"no such store: {path} holds no tenure store (create=false: nothing was written)")
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
 class SQLiteBackend(RecordBackend):
     characteristics = Characteristics(
         name="sqlite",
@@ -190,11 +212,13 @@ class SQLiteBackend(RecordBackend):
         max_result_bytes=64 * 1024 * 1024,  # far below SQLite's 1 GB blob limit
         tls_options=None,
         clock_resolution=RESOLUTION,
+        create_option=True,
     )
 
     def __init__(self, path: str, *, clock: Clock | None = None, timeout: float = 5.0,
                  retention: int = 10_000, synchronous: str = "FULL",
-                 power_loss_may_reuse_tokens: bool = False, machine_clock: MachineClock | None = None) -> None:
+                 power_loss_may_reuse_tokens: bool = False, machine_clock: MachineClock | None = None,
+                 create: bool = True) -> None:
         if synchronous not in ("FULL", "EXTRA") and not (synchronous == "NORMAL" and power_loss_may_reuse_tokens):
             raise InvalidArgument(
                 f"synchronous={synchronous} can lose acknowledged claims on power loss, and a claim "
@@ -208,8 +232,7 @@ class SQLiteBackend(RecordBackend):
         self._clock: Clock = clock or self._machine  # type: ignore[assignment]
         self.retention = retention
         with _mapped_errors(path):
-            self._db = sqlite3.connect(path, timeout=timeout, isolation_level=None,
-                                       check_same_thread=False)
+            self._db = _connect(path, timeout, create)
             try:
                 self._db.create_function("tenure_utf8", 1, _utf8, deterministic=True)
                 self._db.execute("PRAGMA journal_mode=WAL")
@@ -291,6 +314,7 @@ class SQLiteBackend(RecordBackend):
             "retention": options.integer("retention", 10_000, low=1),
             "synchronous": options.text("synchronous", "FULL", choices=("FULL", "NORMAL", "EXTRA")),
             "power_loss_may_reuse_tokens": options.boolean("power_loss_may_reuse_tokens", False),
+            "create": options.boolean("create", True),
         }
         options.finish()
         return cls(path, clock=clock, **kwargs)

@@ -10,6 +10,7 @@ from tenure.core.errors import (
     JobNotFound,
     LeaseError,
     StaleLease,
+    StoreNotFound,
     TokenChanged,
     TokensExhausted,
 )
@@ -18,7 +19,7 @@ from tenure.core.records import Reason
 OK = 0
 USAGE = 64  # EX_USAGE: a malformed command line or invalid input (nothing was written)
 REFUSED = 65  # EX_DATAERR: the store refused: stale lease, already claimed, completed, token changed, no token left
-NOTHING = 66  # EX_NOINPUT: nothing to claim or to end, no such job, or no such store (a SQLite file)
+NOTHING = 66  # EX_NOINPUT: nothing to claim or to end, no such job, or no such store (create=false)
 UNAVAILABLE = 69  # EX_UNAVAILABLE: the store cannot be reached, timed out or refused the credentials,
 # or an extra a command needs is not installed, or a server of tenure's cannot start
 SOFTWARE = 70  # EX_SOFTWARE: anything else (a corrupt record, a lease lost outside ``run``)
@@ -31,7 +32,7 @@ HELP = f"""exit status:
   {REFUSED:<4} the store refused: stale lease, already claimed, job completed, token changed,
        no token left to issue
   {NOTHING:<4} nothing to claim, nothing to end ("expire": no live lease), no such job, or
-       no such store (a SQLite file not there)
+       no such store (a SQLite file, PostgreSQL schema or ZooKeeper root not there)
   {UNAVAILABLE:<4} the store cannot be reached (or refused the credentials), an extra is not
        installed, or "metrics" or "dashboard" cannot serve (its port in use)
   {SOFTWARE:<4} a record tenure cannot read, or another error
@@ -46,7 +47,8 @@ def for_error(exc: LeaseError) -> int:
     """The status for an error that ends a command."""
     if isinstance(exc, InvalidArgument):
         return USAGE
-    if isinstance(exc, JobNotFound) or (isinstance(exc, StaleLease) and exc.rejection.reason == Reason.NOT_FOUND):
+    if isinstance(exc, (JobNotFound, StoreNotFound)) or (
+            isinstance(exc, StaleLease) and exc.rejection.reason == Reason.NOT_FOUND):
         return NOTHING
     if isinstance(exc, (StaleLease, AlreadyClaimed, JobCompleted, TokenChanged, TokensExhausted)):
         return REFUSED

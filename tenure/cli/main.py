@@ -210,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.func is None:
             code: int = args.run(args)
             return code
-        with tenure.connect(args.url) as store:
+        with tenure.connect(args.url, **stores.connect_options(args)) as store:
             status: int = args.func(store, args)
             return status
     except tenure.LeaseError as exc:

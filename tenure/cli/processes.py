@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -31,6 +32,9 @@ class Process:
     ppid: int
     name: str  # the kernel's command name (``comm``), at most 15 characters
     state: str  # R, S, D (uninterruptible: a signal waits until it leaves), T, Z ...
+    # Clock ticks after boot when it started (``/proc``'s starttime), None if not known: with
+    # the pid it names one process, whose pid may go to another once it is reaped.
+    start: int | None = None
 
     def __str__(self) -> str:
         return f"{self.pid} ({self.name})"
@@ -90,7 +94,7 @@ def _parse(stat: str) -> Process:
     head, _, rest = stat.rpartition(")")
     pid, _, name = head.partition(" (")
     fields = rest.split()
-    return Process(int(pid), int(fields[1]), name, fields[0])
+    return Process(int(pid), int(fields[1]), name, fields[0], int(fields[19]))  # fields 3 to 22 of stat
 
 
 def visible() -> bool:
@@ -123,7 +127,14 @@ class Descendants:
 
     def living(self, reap_except: int | None = None) -> list[Process]:
         """The command's processes that still run; the dead among this process's own children
-        are reaped on the way, all but ``reap_except`` (the one ``subprocess`` waits for)."""
+        are reaped on the way, all but ``reap_except`` (the one ``subprocess`` waits for).
+
+        A walk of ``/proc`` is not one snapshot: a process that exits and is reaped between the
+        listing and the read of its stat is missed, and so are its children, read before they
+        were re-parented here. So "none left" takes two walks that find none."""
+        return self._running(reap_except) or self._running(reap_except)
+
+    def _running(self, reap_except: int | None) -> list[Process]:
         procs = self.all()
         reap(p.pid for p in procs if p.ppid == self.root and not p.running and p.pid != reap_except)
         return [p for p in procs if p.running]
@@ -137,10 +148,47 @@ def reap(pids: Iterable[int]) -> None:
 
 def send(procs: Iterable[Process], signum: int) -> None:
     """Signal each process; one that is gone, or another user's, is passed over (it is still
-    seen alive, and reported if it outlives the stop)."""
+    seen alive, and reported if it outlives the stop).
+
+    A pid read from ``/proc`` goes to another process once its parent reaps it. Where the
+    system has pidfds (Linux 5.3+), the process is pinned by one (``os.pidfd_open``) and
+    signalled through it only if ``/proc`` then shows the start time that was walked (its
+    parent may differ: an orphan is re-parented here); one that started since is passed over.
+    Elsewhere (no pidfd, or no start time known) ``os.kill``, which may reach a process that
+    took the pid since the walk."""
     for p in procs:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(p.pid, signum)
+            _signal(p, signum)
+
+
+def _signal(p: Process, signum: int) -> None:
+    pidfd = _pidfd(p)
+    if pidfd is None:
+        os.kill(p.pid, signum)
+        return
+    try:
+        # Checked after pinning: a process that took the pid later is not the pidfd's.
+        if _parse((PROC / str(p.pid) / "stat").read_text()).start == p.start:
+            signal.pidfd_send_signal(pidfd, signum)
+    except (FileNotFoundError, ValueError, IndexError):
+        pass  # gone since it was pinned
+    finally:
+        os.close(pidfd)
+
+
+def _pidfd(p: Process) -> int | None:
+    """A pidfd of the process that has ``p``'s pid now; None where pidfds cannot be had
+    (ProcessLookupError if no process has it)."""
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if p.start is None or pidfd_open is None or not hasattr(signal, "pidfd_send_signal"):
+        return None
+    try:
+        pidfd: int = pidfd_open(p.pid)
+    except (ProcessLookupError, PermissionError):
+        raise
+    except OSError:  # ENOSYS (a kernel before 5.3), or a sandbox that forbids the call
+        return None
+    return pidfd
 
 
 def send_group(pgid: int, signum: int) -> None:

@@ -2,8 +2,11 @@
 
 Only commands that write a job (``submit``, ``claim JOB_ID``, ``run``, ``demo``; ``claim`` and
 ``run`` not with ``--existing``, which refuses every job of a store that is not there) create a
-SQLite file that does not exist; any other command on a missing file says so (exit 66) and
-leaves nothing behind, so a mistyped path does not become an empty store. The default URL
+store that does not exist; any other command opens it with ``create=False`` (where its backend
+reads that option: SQLite, PostgreSQL, ZooKeeper), so on a missing store (a SQLite file that is
+not there or holds no tenure tables, a PostgreSQL schema or ZooKeeper root without them) it
+says so (exit 66) and leaves nothing behind: a mistyped path, schema or root does not become an
+empty store. The default URL
 names a file in the current directory, so a command that uses it says which file that is.
 """
 
@@ -12,11 +15,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode
 
 import tenure
 from tenure.cli import exits
 from tenure.core.options import parse_url
+from tenure.core.registry import backend_class
 
 DEFAULT_URL = "sqlite:///tenure-demo.db"
 _CREATING = frozenset({"submit", "claim", "run", "demo"})
@@ -33,7 +38,25 @@ def sqlite_file(url: str) -> Path | None:
 
 
 def opened(args: argparse.Namespace) -> int | None:
-    """None if the command may go on with ``args.url``; else the exit status, said on stderr."""
+    """None if the command may go on with ``args.url``; else the exit status, said on stderr.
+
+    StoreNotFound if a command that opens the store itself (``metrics``, ``dashboard``, ``run
+    --existing``) and creates none finds no store."""
+    refused = _sqlite_opened(args)
+    if refused is None and args.func is None and (options := connect_options(args)):
+        with tenure.connect(args.url, **options):
+            pass
+    return refused
+
+
+def connect_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``create=False`` for a command that creates no store, where the store's backend reads it."""
+    if _creates(args) or not backend_class(parse_url(args.url).scheme).characteristics.create_option:
+        return {}
+    return {"create": False}
+
+
+def _sqlite_opened(args: argparse.Namespace) -> int | None:
     file = sqlite_file(args.url)
     if file is None:
         return None

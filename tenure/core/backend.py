@@ -80,6 +80,9 @@ class Characteristics:
     # (environment variable, option) pairs the client library reads when the URL does not give
     # the option (libpq: PGSSLMODE, PGPASSWORD): they count when judging what is sent in clear text.
     environment: tuple[tuple[str, str], ...] = ()
+    # from_url reads ``create=`` (default true): false refuses a store that is not there with
+    # StoreNotFound instead of creating it (the CLI's read-only commands pass it where read).
+    create_option: bool = False
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ Every error tenure raises on purpose derives from :class:`LeaseError`::
     ├── TokenChanged                        an operator's confirmed token is no longer the job's
     │                                       current one (force_expire with token=); nothing changed
     ├── JobNotFound (also KeyError)         an operation needs a job that does not exist
+    ├── StoreNotFound                       the store a URL names is not there and ``create=false``
+    │                                       forbids making it; nothing was created
     ├── StaleLease                          renew/complete/release with an owner or token that no
     │                                       longer matches, or after expiry by the store's clock
     ├── StaleToken                          a destination fence saw a token lower than it admitted,
@@ -142,6 +144,12 @@ class JobNotFound(LeaseError, KeyError):
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0])
+
+
+class StoreNotFound(LeaseError):
+    """The store a URL names is not there (no SQLite file, or one without tenure's tables; no
+    PostgreSQL schema with tenure's tables), and ``create=false`` forbids making it: nothing was
+    created or written. The message names the file or schema, never a credential."""
 
 
 class StaleLease(LeaseError):

@@ -29,7 +29,7 @@ from tenure.core import paging, transitions
 from tenure.core.backend import Characteristics, Link, RecordBackend
 from tenure.core.clock import Clock
 from tenure.core.codec import corrupt_status
-from tenure.core.errors import CorruptRecord
+from tenure.core.errors import CorruptRecord, StoreNotFound
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Rejection, Summary
 
@@ -45,6 +45,7 @@ class ZooKeeperBackend(RecordBackend):
         tls_options=("tls",),
         clock_resolution=0.001,  # znode mtimes are whole milliseconds
         counts_from_indexes=True,  # where the store has the claimable index (zookeeper.query)
+        create_option=True,
     )
     SUBMIT_BATCH = 250  # jobs per multi in submit_many: about 200 KB, well under jute.maxbuffer (1 MB)
     # Bytes of a submit_many multi at most, by submit_weight: a multi above the server's
@@ -87,6 +88,9 @@ class ZooKeeperBackend(RecordBackend):
             found = [self.client.exists_async(p) for p in dirs]
             stats = {path: self._exists(result) for path, result in zip(dirs, found, strict=True)}
             jobs = stats[self.layout.jobs]
+            if jobs is None and not self.config.create:
+                raise StoreNotFound(f"no such store: {self.config.root} has no tenure store "
+                                    "(create=false: nothing was created)")
             indexed = (stats[self.layout.pending] is not None or jobs is None
                        or (jobs is not UNREADABLE and jobs.numChildren == 0))
             for path in dirs if indexed else self.layout.dirs:

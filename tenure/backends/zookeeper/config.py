@@ -46,6 +46,7 @@ class Config:
     reader: tuple[str, str] | None = field(default=None, repr=False)
     tls: dict[str, Any] = field(default_factory=dict)
     repair_acl: bool = False  # set this identity's ACL on a root found open (acl)
+    create: bool = True  # false: a root without tenure's jobs/ is StoreNotFound, nothing created
 
     @classmethod
     def from_url(cls, url: StoreURL, options: Options) -> Config:
@@ -75,11 +76,12 @@ class Config:
                 raise InvalidArgument(f"option(s) {', '.join(leftover)} need tls=true")
         retention = options.integer("retention", 10_000, low=1, high=1_000_000)
         repair_acl = options.boolean("repair_acl", False)
+        create = options.boolean("create", True)
         if repair_acl and not auth:
             raise InvalidArgument("option repair_acl needs credentials: without them znodes are open by design")
         options.finish()
         assert session is not None and timeout is not None
-        return cls(hosts, root_path(url.path), session, timeout, retention, auth, reader, tls, repair_acl)
+        return cls(hosts, root_path(url.path), session, timeout, retention, auth, reader, tls, repair_acl, create)
 
     def acl(self) -> list[ACL]:
         """ACL of every znode this client creates."""
