@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,16 @@ pytest_plugins = ["tests.servers.fixtures"]
 
 ALL_BACKENDS = ("memory", "sqlite", "etcd", "zk", "postgres")
 BACKENDS = [b for b in os.environ.get("TENURE_TEST_BACKENDS", ",".join(ALL_BACKENDS)).split(",") if b]
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: without xdist, never called
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` (pyproject's addopts) with each backend's fault cases on one worker."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from tests.scheduling import FaultGroups
+
+    return FaultGroups(config, log)
 
 
 @pytest.fixture

@@ -18,10 +18,8 @@ from tests.faults import envs
 from tests.faults.run import run_case
 from tests.harness import Harness, in_ci
 
-# One pytest-xdist worker runs every case, one after another, beside the rest of the suite:
-# a case runs a dozen processes of its own, and two at once would compete for the cores. The
-# group is the largest unit of work, so xdist hands it out first.
-pytestmark = pytest.mark.xdist_group("faults")
+# The cases of one backend run on one pytest-xdist worker, one after another, on servers it
+# starts once (tests/scheduling.py hands them out as one unit, first).
 
 SECONDS = float(os.environ.get("TENURE_FAULT_SECONDS", "6"))
 ROOT = Path(__file__).resolve().parents[2]
