@@ -105,7 +105,9 @@ def _link_labels_cut_off(page: object) -> list[str]:
 
 def _columns_in_view(page: object, grid: int) -> list[str]:
     """The headers of the columns a st.dataframe draws, wholly or in part, without scrolling:
-    its accessibility table holds those alone (once the grid is drawn)."""
+    its accessibility table holds those alone (once the grid is drawn, which a grid below the
+    fold may never be: it is scrolled into view first, vertically only)."""
+    page.locator("[data-testid='stDataFrame']").nth(grid).scroll_into_view_if_needed(timeout=60_000)  # type: ignore[attr-defined]
     page.wait_for_function(  # type: ignore[attr-defined]
         "i => document.querySelectorAll('[data-testid=stDataFrame]')[i]?.querySelector('th')",
         arg=grid, polling=250, timeout=60_000)
