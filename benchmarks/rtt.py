@@ -1,0 +1,180 @@
+"""``python -m benchmarks.run --rtt 0,0.5,1,2``: every store, its floor and its peers behind a
+link with each round-trip time (milliseconds), side by side in one run.
+
+Each server gets a delay relay (benchmarks/relay.py) and every client of it, tenure's store,
+the floor and each peer, connects through that relay. At each RTT the subjects take turns
+(ten slices per run, the order rotated each slice) so a change in the machine's load falls on
+all of them alike; the spread is over the runs. The relay also counts request/response turns
+per cycle. SQLite has no network: it is measured at RTT 0 only, without a relay.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import tenure
+from benchmarks import workloads
+from benchmarks.measure import Targets
+from benchmarks.network import Direct, EchoLink, Network, median_ms, round_trip_seconds
+from benchmarks.subjects import SUBJECTS, Subject
+
+# At 1 ms: (store, peer label prefix, tenure's claim+complete at least this many times as fast)
+TARGETS_AT_1MS = (("etcd", "cslab-etcd3", 1.45), ("zk", "kazoo Lock", 2.5))
+TURN_SAMPLES = (10, 40)  # cycles counted twice: the difference leaves out connecting and set-up
+LINK = "link: one 100-byte round trip"
+
+
+@dataclass
+class Row:
+    store: str
+    rtt_ms: float
+    subject: str
+    cycle_ms: list[float]  # per run: milliseconds per claim+complete (acquire+release)
+    ratios: list[float]  # per run: this subject's time / tenure's (tenure: vs. itself over loopback)
+    turns: float | None = None  # request/response turns per cycle counted by the relay
+    waits: float | None = None  # round trips per cycle by time: its extra time over RTT 0 / the link's
+
+
+def spread(values: list[float], digits: int = 2) -> str:
+    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+
+def link_lines(rtts: list[float], n: int = 400) -> list[str]:
+    """What a round trip through a relay costs at each RTT asked, beside loopback alone."""
+    lines = [f"loopback alone: {median_ms(round_trip_seconds(None, n)):.3f} ms per 100-byte round trip (median)"]
+    for rtt in rtts:
+        samples = sorted(round_trip_seconds(rtt / 1000, n))
+        lines.append(f"relay at RTT {rtt:g} ms: {median_ms(samples):.3f} ms (10-90 %: "
+                     f"{samples[n // 10] * 1000:.3f}-{samples[n * 9 // 10] * 1000:.3f})")
+    return lines
+
+
+def alternate(subjects: list[tuple[str, Callable[[int], float]]], n: int, runs: int) -> dict[str, list[float]]:
+    """Seconds per cycle of each subject, per run; each run is ten slices of n/10 cycles each."""
+    found: dict[str, list[float]] = {name: [] for name, _ in subjects}
+    for _ in range(runs):
+        spent = dict.fromkeys(found, 0.0)
+        for turn in range(10):
+            for name, cycles in subjects[turn % len(subjects):] + subjects[:turn % len(subjects)]:
+                spent[name] += cycles(max(1, n // 10))
+        for name in found:
+            found[name].append(spent[name] / (10 * max(1, n // 10)))
+    return found
+
+
+def turns_per_cycle(net: Network, cycles: Callable[[int], float]) -> float:
+    few, many = TURN_SAMPLES
+    net.turns()
+    cycles(few)
+    first = net.turns()
+    cycles(many)
+    return (net.turns() - first) / (many - few)
+
+
+@contextlib.contextmanager
+def _store(url: str, options: dict[str, object]) -> Iterator[Callable[[int], float]]:
+    with tenure.connect(url, **options) as store:
+        workloads.claim_complete_seconds(store, 5)  # connections and caches warm
+        yield lambda n: workloads.claim_complete_seconds(store, n)
+
+
+def _subjects(s: Subject, ours: Callable[[int], float]) -> list[tuple[str, Callable[[int], float]]]:
+    floor = [("floor", s.floor)] if s.floor is not None else []
+    return [("tenure", ours), *floor, *s.peers]
+
+
+def bench_store(name: str, rtts: list[float], args: argparse.Namespace) -> list[Row]:
+    if name == "sqlite":  # no network to put a link into
+        with SUBJECTS[name](Direct()) as s, _store(s.url, s.options) as ours:
+            rows = [Row(name, 0.0, subject, [x * 1000 for x in seconds], [])
+                    for subject, seconds in alternate(_subjects(s, ours), args.n, args.runs).items()]
+        _ratios(rows)
+        return rows
+    rows = []
+    net = Network()
+    try:
+        with SUBJECTS[name](net) as s, _store(s.url, s.options) as ours, \
+                _store(net.unrouted(s.url), s.options) as loopback, contextlib.closing(EchoLink(net)) as link:
+            subjects = [*_subjects(s, ours), (LINK, link.seconds)]
+            for rtt in rtts:
+                net.set_rtt(rtt / 1000)
+                extra = [("tenure over loopback", loopback)] if rtt == 0 else []
+                measured = alternate(subjects + extra, args.n, args.runs)
+                at = [Row(name, rtt, subject, [x * 1000 for x in seconds], [])
+                      for subject, seconds in measured.items()]
+                for row, (_, cycles) in zip(at, subjects[:-1], strict=False):
+                    row.turns = turns_per_cycle(net, cycles)
+                _ratios(at)
+                _waits(at, rows)
+                for row in at:
+                    print(format_row(row), flush=True)
+                rows += at
+    finally:
+        net.close()
+    return rows
+
+
+def _waits(at: list[Row], earlier: list[Row]) -> None:
+    """Round trips per cycle by time: how much longer a cycle takes than at RTT 0, in round trips
+    of the link as measured alongside (what the link adds beyond its RTT 0 cost)."""
+    def ms(rows: list[Row], subject: str) -> float:
+        return statistics.median(next(r for r in rows if r.subject == subject).cycle_ms)
+
+    at_zero = [r for r in earlier if r.rtt_ms == 0]
+    if not at_zero or at[0].rtt_ms == 0:
+        return
+    link = ms(at, LINK) - ms(at_zero, LINK)
+    for row in at:
+        if row.subject != LINK and any(r.subject == row.subject for r in at_zero):
+            row.waits = (ms(at, row.subject) - ms(at_zero, row.subject)) / link
+
+
+def _ratios(rows: list[Row]) -> None:
+    """Each row's time over tenure's, run by run (the runs took turns, so they pair up)."""
+    ours = next(r for r in rows if r.subject == "tenure").cycle_ms
+    for row in rows:
+        row.ratios = [theirs / mine for theirs, mine in zip(row.cycle_ms, ours, strict=True)]
+
+
+def format_row(row: Row) -> str:
+    turns = f"{row.turns:.1f}" if row.turns is not None else ""
+    waits = f"{row.waits:.1f}" if row.waits is not None else ""
+    ratio = "1" if row.subject == "tenure" else spread(row.ratios)
+    return f"| {row.store} | {row.rtt_ms:g} | {row.subject} | {spread(row.cycle_ms)} | {ratio} | {turns} | {waits} |"
+
+
+def check(rows: list[Row], targets: Targets) -> None:
+    """The issue's targets at 1 ms: tenure against the Lock recipes, and against its own floor."""
+    for row in rows:
+        if row.rtt_ms != 1 or row.subject == "tenure":
+            continue
+        ratio = statistics.median(row.ratios)
+        if row.subject == "floor":
+            targets.check(ratio >= 0.9, f"{row.store} at 1 ms: claim+complete at {ratio:.2f} x the floor (>= 0.9)")
+        for store, peer, need in TARGETS_AT_1MS:
+            if row.store == store and row.subject.startswith(peer):
+                targets.check(ratio >= need, f"{store} at 1 ms: {ratio:.2f} x {row.subject} (>= {need})")
+
+
+def main(args: argparse.Namespace, targets: Targets) -> None:
+    rtts = [float(x) for x in args.rtt.split(",")]
+    print("\n## The link (benchmarks/relay.py)")
+    for line in link_lines(rtts):
+        print(f"  {line}", flush=True)
+    print("\n## claim+complete against each peer's acquire+release, through the link\n")
+    print("| store | RTT ms | subject | ms per cycle, median (range) | x tenure's time, median (range) "
+          "| turns counted per cycle | round trips per cycle by time |")
+    print("|---|---|---|---|---|---|---|", flush=True)
+    rows: list[Row] = []
+    for name in args.backends.split(","):
+        if name != "memory":
+            store_rows = bench_store(name, rtts, args)
+            if name == "sqlite":
+                for row in store_rows:
+                    print(format_row(row), flush=True)
+            rows += store_rows
+    check(rows, targets)
