@@ -159,7 +159,8 @@ def main() -> int:
           f"Python {platform.python_version()}, {'quick' if args.quick else 'full'} run, "
           f"load average {os.getloadavg()[0]:.1f}")
     if args.rtt:
-        args.n //= 5  # a cycle at 2 ms RTT takes several ms: 40 or 200 cycles per run
+        # A cycle through the link takes several ms (kazoo's lease tens at 2 ms): fewer of them.
+        args.n, args.runs = (60, 3) if args.quick else (150, 5)
         rtt.main(args, targets)
     for name in args.backends.split(",") if not args.rtt else []:
         with SUBJECTS[name]() as subject:
