@@ -29,6 +29,9 @@ class RelayProcess(LineProcess):
     def turns(self) -> int:
         return int(self.ask("turns"))
 
+    def cpu_seconds(self) -> float:
+        return float(self.ask("cpu"))
+
 
 class Network:
     """The relays of one store's server: clients are pointed at ``route(endpoint)``."""
@@ -57,6 +60,9 @@ class Network:
 
     def turns(self) -> int:
         return sum(relay.turns() for relay in self.relays)
+
+    def cpu_seconds(self) -> float:
+        return sum(relay.cpu_seconds() for relay in self.relays)
 
     def close(self) -> None:
         for relay in self.relays:

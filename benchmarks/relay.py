@@ -13,7 +13,8 @@ once for all of them). Lines on stdin drive it; it prints its listening port fir
 line per command:
 
 - ``rtt SECONDS``: the round-trip time from now on; answers ``ok``;
-- ``turns``: the turns counted since the last ``turns`` (and resets the count).
+- ``turns``: the turns counted since the last ``turns`` (and resets the count);
+- ``cpu``: the CPU seconds this process has used.
 """
 
 from __future__ import annotations
@@ -146,6 +147,8 @@ def main() -> None:
             print("ok", flush=True)
         elif verb == "turns":
             print(relay.take_turns(), flush=True)
+        elif verb == "cpu":
+            print(time.process_time(), flush=True)
     relay.close()
 
 

@@ -36,7 +36,7 @@ class Row:
     cycle_ms: list[float]  # per run: milliseconds per claim+complete (acquire+release)
     ratios: list[float]  # per run: this subject's time / tenure's (tenure: vs. itself over loopback)
     turns: float | None = None  # request/response turns per cycle counted by the relay
-    waits: float | None = None  # round trips per cycle by time: its extra time over RTT 0 / the link's
+    relay_cpu_ms: float | None = None  # CPU the relay process spent per cycle
 
 
 def spread(values: list[float], digits: int = 2) -> str:
@@ -66,13 +66,15 @@ def alternate(subjects: list[tuple[str, Callable[[int], float]]], n: int, runs: 
     return found
 
 
-def turns_per_cycle(net: Network, cycles: Callable[[int], float]) -> float:
+def count(net: Network, row: Row, cycles: Callable[[int], float]) -> None:
+    """The relay's turns and CPU per cycle (the difference of two counts: set-up left out)."""
     few, many = TURN_SAMPLES
     net.turns()
     cycles(few)
-    first = net.turns()
+    turns, cpu = net.turns(), net.cpu_seconds()
     cycles(many)
-    return (net.turns() - first) / (many - few)
+    row.turns = (net.turns() - turns) / (many - few)
+    row.relay_cpu_ms = (net.cpu_seconds() - cpu) * 1000 / (many - few)
 
 
 @contextlib.contextmanager
@@ -107,30 +109,14 @@ def bench_store(name: str, rtts: list[float], args: argparse.Namespace) -> list[
                 at = [Row(name, rtt, subject, [x * 1000 for x in seconds], [])
                       for subject, seconds in measured.items()]
                 for row, (_, cycles) in zip(at, subjects[:-1], strict=False):
-                    row.turns = turns_per_cycle(net, cycles)
+                    count(net, row, cycles)
                 _ratios(at)
-                _waits(at, rows)
                 for row in at:
                     print(format_row(row), flush=True)
                 rows += at
     finally:
         net.close()
     return rows
-
-
-def _waits(at: list[Row], earlier: list[Row]) -> None:
-    """Round trips per cycle by time: how much longer a cycle takes than at RTT 0, in round trips
-    of the link as measured alongside (what the link adds beyond its RTT 0 cost)."""
-    def ms(rows: list[Row], subject: str) -> float:
-        return statistics.median(next(r for r in rows if r.subject == subject).cycle_ms)
-
-    at_zero = [r for r in earlier if r.rtt_ms == 0]
-    if not at_zero or at[0].rtt_ms == 0:
-        return
-    link = ms(at, LINK) - ms(at_zero, LINK)
-    for row in at:
-        if row.subject != LINK and any(r.subject == row.subject for r in at_zero):
-            row.waits = (ms(at, row.subject) - ms(at_zero, row.subject)) / link
 
 
 def _ratios(rows: list[Row]) -> None:
@@ -142,9 +128,9 @@ def _ratios(rows: list[Row]) -> None:
 
 def format_row(row: Row) -> str:
     turns = f"{row.turns:.1f}" if row.turns is not None else ""
-    waits = f"{row.waits:.1f}" if row.waits is not None else ""
+    cpu = f"{row.relay_cpu_ms:.2f}" if row.relay_cpu_ms is not None else ""
     ratio = "1" if row.subject == "tenure" else spread(row.ratios)
-    return f"| {row.store} | {row.rtt_ms:g} | {row.subject} | {spread(row.cycle_ms)} | {ratio} | {turns} | {waits} |"
+    return f"| {row.store} | {row.rtt_ms:g} | {row.subject} | {spread(row.cycle_ms)} | {ratio} | {turns} | {cpu} |"
 
 
 def check(rows: list[Row], targets: Targets) -> None:
@@ -167,7 +153,7 @@ def main(args: argparse.Namespace, targets: Targets) -> None:
         print(f"  {line}", flush=True)
     print("\n## claim+complete against each peer's acquire+release, through the link\n")
     print("| store | RTT ms | subject | ms per cycle, median (range) | x tenure's time, median (range) "
-          "| turns counted per cycle | round trips per cycle by time |")
+          "| turns per cycle | relay CPU ms per cycle |")
     print("|---|---|---|---|---|---|---|", flush=True)
     rows: list[Row] = []
     for name in args.backends.split(","):
