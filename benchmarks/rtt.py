@@ -20,12 +20,14 @@ import tenure
 from benchmarks import workloads
 from benchmarks.measure import Targets
 from benchmarks.network import Direct, EchoLink, Network, median_ms, round_trip_seconds
+from benchmarks.round_trips import EtcdCounter, ZooKeeperCounter
 from benchmarks.subjects import SUBJECTS, Subject
 
 # At 1 ms: (store, peer label prefix, tenure's claim+complete at least this many times as fast)
 TARGETS_AT_1MS = (("etcd", "cslab-etcd3", 1.45), ("zk", "kazoo Lock", 2.5))
 TURN_SAMPLES = (10, 40)  # cycles counted twice: the difference leaves out connecting and set-up
 LINK = "link: one 100-byte round trip"
+COUNTERS: dict[str, type[EtcdCounter] | type[ZooKeeperCounter]] = {"etcd": EtcdCounter, "zk": ZooKeeperCounter}
 
 
 @dataclass
@@ -37,6 +39,7 @@ class Row:
     ratios: list[float]  # per run: this subject's time / tenure's (tenure: vs. itself over loopback)
     turns: float | None = None  # request/response turns per cycle counted by the relay
     relay_cpu_ms: float | None = None  # CPU the relay process spent per cycle
+    waited: float | None = None  # tenure: requests its client waited for per cycle (round_trips.py)
 
 
 def spread(values: list[float], digits: int = 2) -> str:
@@ -66,22 +69,43 @@ def alternate(subjects: list[tuple[str, Callable[[int], float]]], n: int, runs: 
     return found
 
 
-def count(net: Network, row: Row, cycles: Callable[[int], float]) -> None:
-    """The relay's turns and CPU per cycle (the difference of two counts: set-up left out)."""
+def count(net: Network, row: Row, cycles: Callable[[int], float], waited: Callable[[], int] | None) -> None:
+    """The relay's turns and CPU per cycle, and the requests tenure's client waited for (as
+    benchmarks/round_trips.py counts them): each counted over ``few`` and over ``many`` cycles,
+    the difference per cycle, so what each call does once (connecting, set-up) is left out."""
+    def counts(n: int) -> tuple[float, float, float]:
+        net.turns()  # from zero
+        cpu, requests = net.cpu_seconds(), waited() if waited else 0
+        cycles(n)
+        return net.turns(), net.cpu_seconds() - cpu, (waited() if waited else 0) - requests
+
     few, many = TURN_SAMPLES
-    net.turns()
-    cycles(few)
-    turns, cpu = net.turns(), net.cpu_seconds()
-    cycles(many)
-    row.turns = (net.turns() - turns) / (many - few)
-    row.relay_cpu_ms = (net.cpu_seconds() - cpu) * 1000 / (many - few)
+    (turns, cpu, requests), (more_turns, more_cpu, more_requests) = counts(few), counts(many)
+    row.turns = (more_turns - turns) / (many - few)
+    row.relay_cpu_ms = (more_cpu - cpu) * 1000 / (many - few)
+    if waited:
+        row.waited = (more_requests - requests) / (many - few)
+
+
+class Requests:
+    """round_trips.py's counter on tenure's connection, read as a call."""
+
+    def __init__(self, counter: EtcdCounter | ZooKeeperCounter) -> None:
+        self._counter = counter
+
+    def requests(self) -> int:
+        return self._counter.count
 
 
 @contextlib.contextmanager
-def _store(url: str, options: dict[str, object]) -> Iterator[Callable[[int], float]]:
+def _store(url: str, options: dict[str, object]) -> Iterator[tenure.Store]:
     with tenure.connect(url, **options) as store:
         workloads.claim_complete_seconds(store, 5)  # connections and caches warm
-        yield lambda n: workloads.claim_complete_seconds(store, n)
+        yield store
+
+
+def _cycles(store: tenure.Store) -> Callable[[int], float]:
+    return lambda n: workloads.claim_complete_seconds(store, n)
 
 
 def _subjects(s: Subject, ours: Callable[[int], float]) -> list[tuple[str, Callable[[int], float]]]:
@@ -91,25 +115,27 @@ def _subjects(s: Subject, ours: Callable[[int], float]) -> list[tuple[str, Calla
 
 def bench_store(name: str, rtts: list[float], args: argparse.Namespace) -> list[Row]:
     if name == "sqlite":  # no network to put a link into
-        with SUBJECTS[name](Direct()) as s, _store(s.url, s.options) as ours:
+        with SUBJECTS[name](Direct()) as s, _store(s.url, s.options) as store:
             rows = [Row(name, 0.0, subject, [x * 1000 for x in seconds], [])
-                    for subject, seconds in alternate(_subjects(s, ours), args.n, args.runs).items()]
+                    for subject, seconds in alternate(_subjects(s, _cycles(store)), args.n, args.runs).items()]
         _ratios(rows)
         return rows
     rows = []
     net = Network()
     try:
-        with SUBJECTS[name](net) as s, _store(s.url, s.options) as ours, \
+        with SUBJECTS[name](net) as s, _store(s.url, s.options) as store, \
                 _store(net.unrouted(s.url), s.options) as loopback, contextlib.closing(EchoLink(net)) as link:
-            subjects = [*_subjects(s, ours), (LINK, link.seconds)]
+            subjects = [*_subjects(s, _cycles(store)), (LINK, link.seconds)]
+            counter = Requests(COUNTERS[name](store)) if name in COUNTERS else None
             for rtt in rtts:
                 net.set_rtt(rtt / 1000)
-                extra = [("tenure over loopback", loopback)] if rtt == 0 else []
+                extra = [("tenure over loopback", _cycles(loopback))] if rtt == 0 else []
                 measured = alternate(subjects + extra, args.n, args.runs)
                 at = [Row(name, rtt, subject, [x * 1000 for x in seconds], [])
                       for subject, seconds in measured.items()]
                 for row, (_, cycles) in zip(at, subjects[:-1], strict=False):
-                    count(net, row, cycles)
+                    waited = counter.requests if counter is not None and row.subject == "tenure" else None
+                    count(net, row, cycles, waited)
                 _ratios(at)
                 for row in at:
                     print(format_row(row), flush=True)
@@ -128,6 +154,8 @@ def _ratios(rows: list[Row]) -> None:
 
 def format_row(row: Row) -> str:
     turns = f"{row.turns:.1f}" if row.turns is not None else ""
+    if row.waited is not None:
+        turns += f" ({row.waited:.1f} requests waited for)"
     cpu = f"{row.relay_cpu_ms:.2f}" if row.relay_cpu_ms is not None else ""
     ratio = "1" if row.subject == "tenure" else spread(row.ratios)
     return f"| {row.store} | {row.rtt_ms:g} | {row.subject} | {spread(row.cycle_ms)} | {ratio} | {turns} | {cpu} |"
