@@ -45,6 +45,7 @@ class Relay(Splice):
         self.one_way = 0.0
         self.turns = 0
         self.late = 0.0  # how long a sleep overruns, of late: the writers wake that much earlier
+        self.log: list[tuple[float, bool]] | None = None  # (arrival, upstream) of each chunk, when a list
         self._count_lock = threading.Lock()
         super().__init__(target, "relay")
 
@@ -55,6 +56,8 @@ class Relay(Splice):
 
     def saw(self, conn: Connection, upstream: bool) -> None:
         with self._count_lock:
+            if self.log is not None:
+                self.log.append((time.monotonic(), upstream))
             if not upstream and conn.last_up:
                 self.turns += 1
             conn.last_up = upstream
