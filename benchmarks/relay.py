@@ -63,8 +63,12 @@ class Relay(Splice):
             conn.last_up = upstream
 
     def overslept(self, by: float) -> None:
-        # by < 0 once woken early enough, so it settles; one long preemption moves it little.
-        self.late = max(0.0, self.late + 0.1 * max(-LATE_STEP, min(LATE_STEP, by)))
+        """A writer slept until ``by`` seconds after its chunk was due (< 0: before).
+
+        It settles where sleeps end on time; one long preemption moves it little; at most half
+        the hold, so a writer always sleeps and so keeps measuring."""
+        step = 0.1 * max(-LATE_STEP, min(LATE_STEP, by))
+        self.late = min(self.one_way / 2, max(0.0, self.late + step))
 
     def take_turns(self) -> int:
         with self._count_lock:
@@ -127,7 +131,8 @@ class DelayLine:
         if wait > 0:
             time.sleep(wait)
         now = time.monotonic()
-        self._relay.overslept(now - due)
+        if wait > 0:  # a chunk taken late (a backlog, a preempted writer) says nothing of sleeps
+            self._relay.overslept(now - due)
         cutoff = max(due, now + early)  # the first chunk, and those due with it
         with self._ready:
             parts = []
