@@ -36,7 +36,7 @@ class Row:
     rtt_ms: float
     subject: str
     cycle_ms: list[float]  # per run: milliseconds per claim+complete (acquire+release)
-    ratios: list[float]  # per run: this subject's time / tenure's (tenure: vs. itself over loopback)
+    ratios: list[float]  # per run: this subject's time / tenure's (through the relay) in the same run
     turns: float | None = None  # request/response turns per cycle counted by the relay
     relay_cpu_ms: float | None = None  # CPU the relay process spent per cycle
     waited: float | None = None  # tenure: requests its client waited for per cycle (round_trips.py)
