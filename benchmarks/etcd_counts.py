@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 import threading
 import time
 import uuid
 import zlib
-from pathlib import Path
 
+from benchmarks.servers import private_etcd
 from tenure.backends.etcd import client as ec
 
 RECORD = b'{"state":"leased","owner":"bench","ttl":30}'
@@ -93,25 +92,18 @@ def main() -> int:
     parser.add_argument("--writers", default="1,8,32")
     parser.add_argument("--seconds", type=float, default=5.0)
     args = parser.parse_args()
-    from tests.servers.etcd import EtcdCluster
-
-    with tempfile.TemporaryDirectory(prefix="tenure-counts-") as tmp:
-        cluster = EtcdCluster(Path(tmp), size=1)
-        cluster.start()
-        try:
-            host, _, port = cluster.endpoints.split(",")[0].rpartition(":")
-            conn = ec.Connection([(host, int(port))], timeout=30)
-            print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores\n1. counting", flush=True)
-            count_cost(conn, [int(s) for s in args.sizes.split(",")])
-            print("2. claim-like transactions from W threads", flush=True)
-            for writers in (int(w) for w in args.writers.split(",")):
-                for counters, what in ((0, "as today"), (1, "+ one counter"), (16, "+ 16 counters")):
-                    rate, conflicts = writes(conn, writers, counters, args.seconds)
-                    print(f"  W={writers:<3} {what:<15} {rate:7.0f} commits/s, {conflicts:5.2f} failed "
-                          "compares per commit", flush=True)
-            conn.close()
-        finally:
-            cluster.close()
+    with private_etcd("tenure-counts-") as cluster:
+        host, _, port = cluster.endpoints.split(",")[0].rpartition(":")
+        conn = ec.Connection([(host, int(port))], timeout=30)
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores\n1. counting", flush=True)
+        count_cost(conn, [int(s) for s in args.sizes.split(",")])
+        print("2. claim-like transactions from W threads", flush=True)
+        for writers in (int(w) for w in args.writers.split(",")):
+            for counters, what in ((0, "as today"), (1, "+ one counter"), (16, "+ 16 counters")):
+                rate, conflicts = writes(conn, writers, counters, args.seconds)
+                print(f"  W={writers:<3} {what:<15} {rate:7.0f} commits/s, {conflicts:5.2f} failed "
+                      "compares per commit", flush=True)
+        conn.close()
     return 0
 
 

@@ -1,4 +1,4 @@
-"""``python -m benchmarks.run [--quick] [--backends memory,sqlite,etcd,zk]``
+"""``python -m benchmarks.run [--quick] [--backends memory,sqlite,etcd,zk] [--rtt 0,0.5,1,2]``
 
 Measures tenure side by side with the bare store and the peer lock libraries, in one run on
 the same servers, and prints every target as met or not. Figures in docs/performance.md
@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 import tenure
-from benchmarks import workloads
+from benchmarks import rtt, workloads
 from benchmarks.measure import Targets, ms
 from benchmarks.subjects import SUBJECTS, Subject
 from tenure.core.renewal import RENEWAL_WORKERS
@@ -146,6 +146,8 @@ def main() -> int:
     parser.add_argument("--only", choices=["cycles", "scale"], help="one part of the benchmark")
     parser.add_argument("--sizes", help="store sizes for the scale part, e.g. 1000,10000,100000 (default: "
                                         "1,000 to 100,000; 1,000 and 10,000 with --quick)")
+    parser.add_argument("--rtt", help="round-trip times in ms, e.g. 0,0.5,1,2: each store and its peers behind "
+                                      "a link with each (benchmarks/rtt.py), instead of the loopback parts")
     args = parser.parse_args()
     args.n = 200 if args.quick else 1000
     args.runs = 3 if args.quick else 5
@@ -154,8 +156,13 @@ def main() -> int:
     args.held = 1_000
     targets = Targets()
     print(f"# tenure {tenure.__version__} benchmark on {platform.node()}: {os.cpu_count()} cores, "
-          f"Python {platform.python_version()}, {'quick' if args.quick else 'full'} run")
-    for name in args.backends.split(","):
+          f"Python {platform.python_version()}, {'quick' if args.quick else 'full'} run, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    if args.rtt:
+        # A cycle through the link takes several ms (kazoo's lease tens at 2 ms): fewer of them.
+        args.n, args.runs = (60, 3) if args.quick else (150, 5)
+        rtt.main(args, targets)
+    for name in args.backends.split(",") if not args.rtt else []:
         with SUBJECTS[name]() as subject:
             if args.only in (None, "cycles"):
                 bench_cycles(subject, args, targets)
@@ -165,7 +172,7 @@ def main() -> int:
     section("targets")
     for ok, text in targets.lines:
         print(f"  {'MET    ' if ok else 'NOT MET'}  {text}")
-    print(f"\n{targets.summary()}")
+    print(f"\n{targets.summary()}; load average {os.getloadavg()[0]:.1f}")
     return 0
 
 

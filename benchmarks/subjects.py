@@ -11,6 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import floors
+from benchmarks.network import Direct, Network
+
+Route = Network | Direct  # where clients reach a server: through delay relays, or straight
+DIRECT = Direct()
 
 
 @dataclass
@@ -28,19 +32,19 @@ class Subject:
 
 
 @contextlib.contextmanager
-def memory() -> Iterator[Subject]:
+def memory(net: Route = DIRECT) -> Iterator[Subject]:
     yield Subject("memory", "memory://bench", processes=False)
 
 
 @contextlib.contextmanager
-def sqlite() -> Iterator[Subject]:
+def sqlite(net: Route = DIRECT) -> Iterator[Subject]:
     with tempfile.TemporaryDirectory(prefix="tenure-bench-") as tmp:
         yield Subject("sqlite", f"sqlite:///{tmp}/bench.db",
                       floor=lambda n: floors.sqlite_floor(f"{tmp}/floor.db", n))
 
 
 @contextlib.contextmanager
-def zookeeper() -> Iterator[Subject]:
+def zookeeper(net: Route = DIRECT) -> Iterator[Subject]:
     """A private standalone server started like the tests start theirs (fsync on)."""
     from benchmarks import zk_peers
     from tests.servers.zookeeper import running
@@ -49,7 +53,7 @@ def zookeeper() -> Iterator[Subject]:
     # generation, index entry), more than the tests' 128 MB heap holds; 1 GB is zkEnv.sh's default.
     with tempfile.TemporaryDirectory(prefix="tenure-bench-zk-") as tmp, \
             running(Path(tmp) / "zk", heap="1g") as server:
-        hosts = server.hosts
+        hosts = net.route(server.hosts)
         yield Subject("zk", f"zk://{hosts}/bench-{uuid.uuid4().hex[:8]}",
                       floor=lambda n: zk_peers.floor(hosts, n),
                       peers=[("kazoo Lock", lambda n: zk_peers.kazoo_lock(hosts, n)),
@@ -57,7 +61,7 @@ def zookeeper() -> Iterator[Subject]:
 
 
 @contextlib.contextmanager
-def etcd() -> Iterator[Subject]:
+def etcd(net: Route = DIRECT) -> Iterator[Subject]:
     """A private single-node etcd started like the tests start theirs (fsync on)."""
     from benchmarks import etcd_peers
     from tests.servers.etcd import EtcdCluster
@@ -67,7 +71,7 @@ def etcd() -> Iterator[Subject]:
         cluster.start()
         peers: list[etcd_peers.LockPeer] = []
         try:
-            endpoint = cluster.endpoints
+            endpoint = net.route(cluster.endpoints)
             peers = etcd_peers.lock_peers(endpoint)  # each in its own process and virtualenv
             yield Subject("etcd", f"etcd://{endpoint}/bench-{uuid.uuid4().hex[:8]}",
                           floor=lambda n: etcd_peers.floor(endpoint, n),
@@ -79,15 +83,18 @@ def etcd() -> Iterator[Subject]:
 
 
 @contextlib.contextmanager
-def postgres() -> Iterator[Subject]:
+def postgres(net: Route = DIRECT) -> Iterator[Subject]:
     """A private PostgreSQL started like the fault tests start theirs (fsync on, defaults)."""
     from benchmarks import pg_peers
     from tests.servers.postgres import running
 
     with running() as server:
-        conninfo = f"host=127.0.0.1 port={server.port} user=postgres dbname=postgres"
-        tooz_url = f"postgresql://postgres@127.0.0.1:{server.port}/postgres"
-        yield Subject("postgres", f"{server.url}?schema=bench_{uuid.uuid4().hex[:8]}", options={"pool_size": 16},
+        address = net.route(f"127.0.0.1:{server.port}")
+        host, _, port = address.rpartition(":")
+        conninfo = f"host={host} port={port} user=postgres dbname=postgres"
+        tooz_url = f"postgresql://postgres@{address}/postgres"
+        yield Subject("postgres", f"postgresql://postgres@{address}/postgres?schema=bench_{uuid.uuid4().hex[:8]}",
+                      options={"pool_size": 16},
                       floor=lambda n: pg_peers.floor(conninfo, n),
                       peers=[("tooz PostgreSQL lock", lambda n: pg_peers.tooz_lock(tooz_url, n))],
                       floor_clients=lambda n, c: pg_peers.floor(conninfo, n, c),
@@ -95,7 +102,7 @@ def postgres() -> Iterator[Subject]:
                       query_target=0.25)  # issue 16
 
 
-SUBJECTS: dict[str, Callable[[], contextlib.AbstractContextManager[Subject]]] = {
+SUBJECTS: dict[str, Callable[[Route], contextlib.AbstractContextManager[Subject]]] = {
     "memory": memory,
     "sqlite": sqlite,
     "etcd": etcd,

@@ -1,0 +1,26 @@
+"""Private servers for one benchmark, started like the tests start theirs (fsync on)."""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tests.servers.etcd import EtcdCluster
+
+
+@contextlib.contextmanager
+def private_etcd(prefix: str) -> Iterator[EtcdCluster]:
+    """A single-node etcd in a temporary directory, stopped and removed when the block ends."""
+    from tests.servers.etcd import EtcdCluster
+
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        cluster = EtcdCluster(Path(tmp), size=1)
+        cluster.start()
+        try:
+            yield cluster
+        finally:
+            cluster.close()
