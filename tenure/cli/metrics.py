@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import tenure
-from tenure.cli import exits
+from tenure.cli import exits, stores
 from tenure.cli.arguments import PORT, SOON
 from tenure.core.records import JobState, Op, Reason, RejectionKind
 from tenure.core.snapshot import Snapshot
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         print("tenure: metrics need prometheus_client: pip install 'tenure[metrics]'", file=sys.stderr)
         return exits.UNAVAILABLE  # as a store whose extra is missing
-    with tenure.connect(args.url) as store:
+    with tenure.connect(args.url, **stores.connect_options(args)) as store:  # creates none
         registry = CollectorRegistry(auto_describe=False)
         collector = StoreCollector(store, args.soon)
         registry.register(collector)

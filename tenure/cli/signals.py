@@ -26,11 +26,10 @@ T = TypeVar("T")
 
 
 class Interrupts:
-    """The first of ``CAUGHT`` to arrive, kept in ``signalled``; ``on_signal`` hears every one."""
+    """The first of ``CAUGHT`` to arrive, kept in ``signalled``."""
 
-    def __init__(self, on_signal: Callable[[int], None] | None = None) -> None:
+    def __init__(self) -> None:
         self.signalled: int | None = None
-        self._on_signal = on_signal
         self.announce: str | None = None  # printed on stderr if a claim has to wait, once
 
     @contextlib.contextmanager
@@ -48,8 +47,6 @@ class Interrupts:
     def _caught(self, signum: int, frame: FrameType | None) -> None:
         if self.signalled is None:
             self.signalled = signum
-        if self._on_signal is not None:
-            self._on_signal(signum)
 
     def claim(self, attempt: Callable[[float | None], T | None], wait: float,
               give_back: Callable[[T], None]) -> T | None:

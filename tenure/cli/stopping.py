@@ -27,6 +27,7 @@ class Stop:
         self.kill_at = clock() + grace
         self.give_up_at = self.kill_at + KILL_WAIT
         self._told: set[int] = set()
+        self._killed: set[int] = set()
         self._started = self._killing = False
 
     def step(self, living: Sequence[Process]) -> list[Process]:
@@ -36,7 +37,9 @@ class Stop:
             if not self._killing and self.group is not None:
                 send_group(self.group, signal.SIGKILL)
             self._killing = True
-            send(living, signal.SIGKILL)
+            new = [p for p in living if p.pid not in self._killed]  # once each: SIGKILL cannot be ignored
+            send(new, signal.SIGKILL)
+            self._killed.update(p.pid for p in new)
         else:
             if not self._started and self.group is not None:
                 send_group(self.group, self.signum)

@@ -40,8 +40,8 @@ def sqlite_file(url: str) -> Path | None:
 def opened(args: argparse.Namespace) -> int | None:
     """None if the command may go on with ``args.url``; else the exit status, said on stderr.
 
-    StoreNotFound if a command that opens the store itself (``metrics``, ``dashboard``, ``run
-    --existing``) and creates none finds no store."""
+    StoreNotFound if a command that opens the store itself (``dashboard``, whose server opens
+    it in another process) and creates none finds no store."""
     refused = _sqlite_opened(args)
     if refused is None and args.func is None and (options := connect_options(args)):
         with tenure.connect(args.url, **options):

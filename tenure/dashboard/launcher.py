@@ -28,6 +28,7 @@ from types import FrameType
 
 from tenure.cli.arguments import PORT, REFRESH
 from tenure.cli.exits import for_error
+from tenure.cli.processes import send_group
 from tenure.core.errors import BackendUnavailable, InvalidArgument, LeaseError
 from tenure.core.options import parse_url
 from tenure.dashboard import config
@@ -80,15 +81,13 @@ def start(url: str, *, port: int = 8501, host: str = "127.0.0.1", admin_secret: 
 
 
 def stop(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE) -> None:
-    """Stop the server and every process of its group: SIGTERM, then SIGKILL after ``grace``."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
+    """Stop the server and every process of its group: SIGTERM, then SIGKILL once the server
+    ended or ``grace`` passed (what else is left in its group, having ignored SIGTERM, too)."""
+    send_group(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    send_group(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 @contextlib.contextmanager
