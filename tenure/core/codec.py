@@ -68,7 +68,7 @@ def job_id_problem(value: Any) -> str | None:
     refused = validation.refused_character(value)
     if refused is None:
         return None
-    if refused.startswith("the surrogate"):  # how Python reads stored text that is not UTF-8
+    if any("\ud800" <= c <= "\udfff" for c in value):  # how Python reads stored text that is not UTF-8
         return f"the job id is not UTF-8 text ({refused})"
     return f"the job id contains {refused}"
 

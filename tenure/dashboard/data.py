@@ -130,7 +130,8 @@ def rejections_frame(rejections: Iterable[Rejection]) -> pd.DataFrame:
     return frame.iloc[::-1].reset_index(drop=True)
 
 
-# The CLI's order: who was refused with which token, and who holds which, before the reason.
+# Who was refused with which token, and who holds which, before the reason (the CLI's order but for
+# its kind column, which the dashboard puts after the reason: the reason matters more at 1400 px).
 AUDIT_COLUMNS = ["at", "job", "op", "owner", "token", "current owner", "current token", "reason",
                  "kind", "resource"]
 

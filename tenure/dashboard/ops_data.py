@@ -86,8 +86,7 @@ def runs(events: Sequence[HistoryEvent]) -> Runs:
     return Runs(durations, last)
 
 
-def _usual_text(known: Runs, job_id: str) -> str:
-    usual, n = known.usual(job_id), known.count(job_id)
+def _usual_text(usual: float | None, n: int) -> str:
     if usual is None:
         return f"unknown: {n} completed run(s), {MIN_RUNS} needed"
     return f"{usual:.1f} s (median of its {n} runs)"
@@ -117,7 +116,7 @@ def stuck_frame(held: Iterable[JobStatus], events: Sequence[HistoryEvent], now: 
             why.append(f"{owner} renews but completed nothing in {duration(window)}")
         if why:
             rows.append({"job": job.job_id, "owner": owner, "token": job.token, "held for": duration(held_for),
-                         "usual run": _usual_text(known, job.job_id), "why": "; ".join(why),
+                         "usual run": _usual_text(usual, known.count(job.job_id)), "why": "; ".join(why),
                          "last renewal": stamp(_renewed(job), now, zone), "_held": held_for})
     frame = pd.DataFrame(rows, columns=[*STUCK_COLUMNS, "_held"])
     return frame.sort_values("_held", ascending=False).drop(columns="_held").reset_index(drop=True)

@@ -287,3 +287,20 @@ def test_tls_with_the_servers_certificate(zk_tls: tuple[ZooKeeperServer, object]
         tenure.connect(url, timeout=1.0)  # plain text to the TLS port
     with pytest.raises(tenure.BackendUnavailable):
         tenure.connect(url, tls=True, timeout=1.0)  # a certificate nobody vouches for
+
+
+def test_create_false_on_a_root_without_a_store_repairs_no_acl(zk_server: ZooKeeperServer) -> None:
+    # With repair_acl, an open root holding no store must not be rewritten before the store is
+    # found missing: create=false promises that nothing is written.
+    root = f"/bare-{time.time_ns()}"
+    raw = _kazoo(zk_server)
+    try:
+        raw.create(root, b"")  # ZooKeeper's open ACL, and no jobs/ under it
+        before = raw.get_acls(root)[0]
+        with pytest.raises(tenure.StoreNotFound):
+            tenure.connect(f"zk://{zk_server.hosts}{root}", username="alice", password="s3cret",
+                           repair_acl=True, create=False)
+        assert raw.get_acls(root)[0] == before and raw.get_children(root) == []
+    finally:
+        raw.stop()
+        raw.close()

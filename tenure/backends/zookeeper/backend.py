@@ -83,14 +83,15 @@ class ZooKeeperBackend(RecordBackend):
         without the index: it is used without one (``claim_next`` scans), never half-indexed.
         """
         dirs = self.layout.dirs + self.layout.index_dirs
-        Guard(self.session).check(dirs)  # before anything is written under a root anyone may change
         with mapped_errors("creating the layout"):
             found = [self.client.exists_async(p) for p in dirs]
             stats = {path: self._exists(result) for path, result in zip(dirs, found, strict=True)}
-            jobs = stats[self.layout.jobs]
-            if jobs is None and not self.config.create:
-                raise StoreNotFound(f"no such store: {self.config.root} has no tenure store "
-                                    "(create=false: nothing was created)")
+        jobs = stats[self.layout.jobs]
+        if jobs is None and not self.config.create:  # before the guard, which may repair ACLs
+            raise StoreNotFound(f"no such store: {self.config.root} has no tenure store "
+                                "(create=false: nothing was created)")
+        Guard(self.session).check(dirs)  # before anything is written under a root anyone may change
+        with mapped_errors("creating the layout"):
             indexed = (stats[self.layout.pending] is not None or jobs is None
                        or (jobs is not UNREADABLE and jobs.numChildren == 0))
             for path in dirs if indexed else self.layout.dirs:
