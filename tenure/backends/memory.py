@@ -18,7 +18,7 @@ from tenure.core.backend import Characteristics, RecordBackend, Transaction
 from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Rejection
-from tenure.core.transitions import status
+from tenure.core.transitions import candidate_at, status
 
 
 class _State:
@@ -27,9 +27,12 @@ class _State:
         self.lock = threading.RLock()
         self.records: dict[str, JobRecord] = {}
         # Indexes for claim_next, so it costs the same with 100,000 jobs as with 10:
-        self.pending: dict[str, None] = {}  # pending job ids in submission order
-        self.expiries: list[tuple[float, str]] = []  # heap of (lease_until, job id); stale entries
-        # are skipped when they come up, rather than searched for on every renewal
+        self.pending: dict[str, None] = {}  # claimable pending job ids in the order they became so
+        # Heaps of (time, job id): leases by their end, scheduled jobs by when they become
+        # claimable. Stale entries are skipped when they come up, rather than searched for on
+        # every renewal.
+        self.expiries: list[tuple[float, str]] = []
+        self.scheduled: list[tuple[float, str]] = []
         self.rejections: deque[Rejection] = deque(maxlen=retention)
         self.events: deque[HistoryEvent] = deque(maxlen=retention)
 
@@ -53,17 +56,24 @@ class _MemoryTransaction(Transaction):
         self._writes[record.job_id] = record
 
     def next_claimable(self) -> str | None:
-        # Expired leases first, soonest expiry first, then pending jobs in submission order.
+        # Expired leases first, soonest expiry first, then pending jobs in the order they became
+        # claimable (a scheduled job joins the queue when its time comes).
         heap, records = self._s.expiries, self._s.records
         while heap:
             until, job_id = heap[0]
             rec = records.get(job_id)
-            if rec is None or rec.state is not JobState.LEASED or rec.lease_until != until:
+            if rec is None or candidate_at(rec) != until or rec.state is not JobState.LEASED:
                 heapq.heappop(heap)  # superseded by a renewal, claim, release or completion
                 continue
             if until <= self.now:
                 return job_id
             break
+        due = self._s.scheduled
+        while due and due[0][0] <= self.now:  # the lock is held: moving them is this step's alone
+            at, job_id = heapq.heappop(due)
+            rec = records.get(job_id)
+            if rec is not None and rec.state is JobState.PENDING and rec.claimable_at == at:
+                self._s.pending[job_id] = None
         return next(iter(self._s.pending), None)
 
     def add_rejection(self, rejection: Rejection) -> None:
@@ -75,12 +85,14 @@ class _MemoryTransaction(Transaction):
     def commit(self) -> None:
         for job_id, rec in self._writes.items():
             self._s.records[job_id] = rec
-            if rec.state is JobState.PENDING:
+            at = candidate_at(rec)
+            if rec.state is JobState.PENDING and at is None:
                 self._s.pending.setdefault(job_id, None)
             else:
                 self._s.pending.pop(job_id, None)
-            if rec.state is JobState.LEASED and rec.lease_until is not None:
-                heapq.heappush(self._s.expiries, (rec.lease_until, job_id))
+                if at is not None:
+                    heapq.heappush(self._s.expiries if rec.state is JobState.LEASED else self._s.scheduled,
+                                   (at, job_id))
         self._s.rejections.extend(self._rejections)
         self._s.events.extend(self._events)
 

@@ -28,6 +28,7 @@ from tenure.backends.postgres_schema import check_durability, check_schema_name,
 from tenure.core.backend import Backend, Characteristics
 from tenure.core.clock import Clock
 from tenure.core.errors import BackendUnavailable, InvalidArgument
+from tenure.core.lifecycle import Retry
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
 
@@ -158,14 +159,24 @@ class PostgresBackend(Backend):
             log.warning("trimming the audit failed (it is retried later): %s", self.settings.scrub(str(exc)))
 
     # -- the protocol ------------------------------------------------------------------------
-    def submit(self, job_id: str, actor: str | None = None) -> None:
-        self.submit_many([job_id], actor)
+    def submit(self, job_id: str, actor: str | None = None, *, max_attempts: int | None = None,
+               delay: float = 0.0) -> None:
+        self.submit_many([job_id], actor, max_attempts=max_attempts, delay=delay)
 
-    def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
+    def submit_many(self, job_ids: list[str], actor: str | None = None, *, max_attempts: int | None = None,
+                    delay: float = 0.0) -> None:
+        _not_yet(max_attempts, delay)
         self._do(self.plans.submit_many(job_ids, actor))
 
-    def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
+    def claim(self, job_id: str, owner: str, ttl: float, *, max_attempts: int | None = None) -> Lease:
+        _not_yet(max_attempts, 0.0)
         return self._do(self.plans.claim(job_id, owner, ttl))
+
+    def fail(self, lease: Lease, error: str | None, retry: Retry) -> None:
+        raise NotImplementedError("issue 28: PostgreSQL's fail statement")  # TODO(issue 28)
+
+    def requeue(self, job_id: str, actor: str | None = None, delay: float = 0.0, token: int | None = None) -> None:
+        raise NotImplementedError("issue 28: PostgreSQL's requeue statement")  # TODO(issue 28)
 
     def claim_next(self, owner: str, ttl: float) -> Lease | None:
         return self._do(self.plans.claim_next(owner, ttl))
@@ -237,3 +248,8 @@ def health(settings: Settings, schema: str, version: int, counts: dict[str, int]
     return {"backend": "postgres", "server": settings.where(), "schema": schema,
             "server_version": version, "jobs": sum(counts.values()),
             "store_clock": PostgresBackend.characteristics.store_clock}
+
+
+def _not_yet(max_attempts: int | None, delay: float) -> None:  # TODO(issue 28): the statements
+    if max_attempts is not None or delay:
+        raise NotImplementedError("issue 28: PostgreSQL's life cycle columns")

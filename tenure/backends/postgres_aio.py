@@ -30,6 +30,7 @@ from tenure.backends.postgres_ops import ATTEMPTS, Plan, Plans, Query, Trims, ou
 from tenure.backends.postgres_schema import check_schema_name
 from tenure.core.clock import Clock
 from tenure.core.errors import BackendUnavailable
+from tenure.core.lifecycle import Retry
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
 
@@ -124,11 +125,21 @@ class AsyncPostgresBackend(AsyncBackend):
             log.warning("trimming the audit failed (it is retried later): %s", self.settings.scrub(str(exc)))
 
     # -- the protocol ------------------------------------------------------------------------
-    async def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
+    async def submit_many(self, job_ids: list[str], actor: str | None = None, *, max_attempts: int | None = None,
+                          delay: float = 0.0) -> None:
+        assert max_attempts is None and not delay  # TODO(issue 28): PostgreSQL's life cycle columns
         await self._do(self.plans.submit_many(job_ids, actor))
 
-    async def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
+    async def claim(self, job_id: str, owner: str, ttl: float, *, max_attempts: int | None = None) -> Lease:
+        assert max_attempts is None  # TODO(issue 28)
         return await self._do(self.plans.claim(job_id, owner, ttl))
+
+    async def fail(self, lease: Lease, error: str | None, retry: Retry) -> None:
+        raise NotImplementedError("issue 28: PostgreSQL's fail statement")  # TODO(issue 28)
+
+    async def requeue(self, job_id: str, actor: str | None = None, delay: float = 0.0,
+                      token: int | None = None) -> None:
+        raise NotImplementedError("issue 28: PostgreSQL's requeue statement")  # TODO(issue 28)
 
     async def claim_next(self, owner: str, ttl: float) -> Lease | None:
         return await self._do(self.plans.claim_next(owner, ttl))

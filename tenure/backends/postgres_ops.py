@@ -23,6 +23,7 @@ from tenure.core.queries import fold
 from tenure.core.records import (
     HistoryEvent,
     JobPage,
+    JobRecord,
     JobState,
     JobStatus,
     Lease,
@@ -32,7 +33,7 @@ from tenure.core.records import (
     RejectionKind,
     Summary,
 )
-from tenure.core.transitions import JobRecord, status
+from tenure.core.transitions import status
 
 T = TypeVar("T")
 Rows = list[tuple[Any, ...]]

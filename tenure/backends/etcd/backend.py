@@ -132,9 +132,9 @@ class EtcdBackend(RecordBackend):
             raise
         self._conn.run(self._leases.claimed(claiming, None))
 
-    def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
+    def claim(self, job_id: str, owner: str, ttl: float, *, max_attempts: int | None = None) -> Lease:
         with self._claiming(ttl) as context:
-            return self._run(steps.claim(job_id, owner, ttl), self._within(context))
+            return self._run(steps.claim(job_id, owner, ttl, max_attempts), self._within(context))
 
     def claim_next(self, owner: str, ttl: float) -> Lease | None:
         """Expired leases first (their work is overdue), then pending jobs oldest first: the
