@@ -504,9 +504,9 @@ _VALID = (f"(typeof(token) = 'integer' AND token BETWEEN 0 AND {LAST_TOKEN}"
 _NEXT = f"token < {LAST_TOKEN} AND {_VALID}"
 # A job's place in the queue of pending jobs (``_SQLiteTransaction.save``), None for any other.
 _PLACE = "CASE WHEN state = 'pending' THEN coalesce(queued_at, submitted_at) END"
-# claim_next's one statement (public: tests read its plan): the first candidate of each index of _QUEUE (each probe's WHERE
-# repeats its index's, and INDEXED BY makes a plan without it an error rather than a scan),
-# then the best of those three rows.
+# claim_next's one statement (public: tests read its plan): the first candidate of each index
+# of _QUEUE (each probe's WHERE repeats its index's, and INDEXED BY makes a plan without it an
+# error rather than a scan), then the best of those three rows.
 CLAIM_NEXT_SQL = (
     "SELECT job_id FROM ("
     "SELECT * FROM (SELECT job_id, 0 AS overdue, lease_until AS since FROM tenure_jobs INDEXED BY tenure_jobs_expiring"
