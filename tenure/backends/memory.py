@@ -36,6 +36,17 @@ class _State:
         self.rejections: deque[Rejection] = deque(maxlen=retention)
         self.events: deque[HistoryEvent] = deque(maxlen=retention)
 
+    def head(self, heap: list[tuple[float, str]], state: JobState) -> float | None:
+        """The time at the head of one of the heaps, once the stale entries there (superseded
+        by a renewal, claim, release, completion) are dropped; the lock is held."""
+        while heap:
+            at, job_id = heap[0]
+            rec = self.records.get(job_id)
+            if rec is not None and rec.state is state and candidate_at(rec) == at:
+                return at
+            heapq.heappop(heap)
+        return None
+
 
 _NAMED: dict[str, _State] = {}
 _NAMED_LOCK = threading.Lock()
@@ -58,16 +69,10 @@ class _MemoryTransaction(Transaction):
     def next_claimable(self) -> str | None:
         # Expired leases first, soonest expiry first, then pending jobs in the order they became
         # claimable (a scheduled job joins the queue when its time comes).
-        heap, records = self._s.expiries, self._s.records
-        while heap:
-            until, job_id = heap[0]
-            rec = records.get(job_id)
-            if rec is None or candidate_at(rec) != until or rec.state is not JobState.LEASED:
-                heapq.heappop(heap)  # superseded by a renewal, claim, release or completion
-                continue
-            if until <= self.now:
-                return job_id
-            break
+        records = self._s.records
+        until = self._s.head(self._s.expiries, JobState.LEASED)
+        if until is not None and until <= self.now:
+            return self._s.expiries[0][1]
         due = self._s.scheduled
         while due and due[0][0] <= self.now:  # the lock is held: moving them is this step's alone
             at, job_id = heapq.heappop(due)
@@ -156,6 +161,15 @@ class MemoryBackend(RecordBackend):
 
     def now(self) -> float:
         return self._state.clock.time()
+
+    def next_due(self) -> float | None:
+        with self._state.lock:
+            s = self._state
+            now = self.now()
+            # A head already due is claim_next's to take; behind it, the heap cannot tell.
+            heads = [at for at in (s.head(s.expiries, JobState.LEASED), s.head(s.scheduled, JobState.PENDING))
+                     if at is not None and at > now]
+            return min(heads) - now if heads else None
 
     def health(self) -> dict[str, Any]:
         with self._state.lock:

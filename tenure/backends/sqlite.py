@@ -430,6 +430,12 @@ class SQLiteBackend(RecordBackend):
     def now(self) -> float:
         return self._clock.time()
 
+    def next_due(self) -> float | None:
+        now = self.now()
+        ((at,),) = self._query(_DUE_SQL, {"now": now})
+        # (A row that is not tenure's may hold text there, which SQLite orders after numbers.)
+        return at - now if isinstance(at, (int, float)) else None
+
     def health(self) -> dict[str, Any]:
         size = sum(os.path.getsize(p) for p in (self.path, self.path + "-wal") if os.path.exists(p))
         counts = dict(self._query("SELECT state, count(*) FROM tenure_jobs GROUP BY state"))
@@ -518,6 +524,12 @@ CLAIM_NEXT_SQL = (
     " WHERE state = 'pending' AND claimable_at IS NOT NULL AND claimable_at <= :now"
     f" AND {_NEXT} ORDER BY claimable_at LIMIT 1)"
     ") ORDER BY overdue, since LIMIT 1")
+# When the next candidate comes after :now (Backend.next_due): two index seeks.
+_DUE_SQL = (
+    "SELECT min(at) FROM (SELECT min(lease_until) AS at FROM tenure_jobs INDEXED BY tenure_jobs_expiring"
+    f" WHERE state = 'leased' AND {_NOT_SPENT} AND lease_until > :now"
+    " UNION ALL SELECT min(claimable_at) FROM tenure_jobs INDEXED BY tenure_jobs_scheduled"
+    " WHERE state = 'pending' AND claimable_at IS NOT NULL AND claimable_at > :now)")
 # How a valid row is judged at :now (transitions.judged), as SQL.
 _OVER = "state = 'leased' AND lease_until <= :now"
 _STATE_SQL = {
