@@ -14,6 +14,7 @@ import pytest
 
 import tenure
 from tenure.backends.sqlite import CLAIM_NEXT_SQL
+from tenure.core.backend import Backend
 
 # The schema tenure wrote before the life cycle (schema 1, with queued_at), and jobs in it as
 # that version wrote them: pending, leased (one lease ran out by t=100, one runs), completed.
@@ -269,3 +270,53 @@ def test_the_life_cycle_adds_no_statement_to_claim_claim_next_or_complete(
         release = counted(lambda: store.release(leases[0]))  # type: ignore[arg-type]
         assert (claim, claim_next, complete) == (5, 6, 5), statements
         assert release == 5  # no read of the queue's place: the step's load brought it
+
+
+_STATE_SETS: list[frozenset[tenure.JobState] | None] = [
+    None, *(frozenset({state}) for state in tenure.JobState),
+    frozenset({tenure.JobState.LEASED, tenure.JobState.EXPIRED}),
+    frozenset({tenure.JobState.PENDING, tenure.JobState.SCHEDULED}),
+    frozenset({tenure.JobState.PARKED, tenure.JobState.EXPIRED}),
+]
+
+
+def test_summary_and_pages_judge_scheduled_and_parked_jobs_as_a_listing_does(tmp_path: Path) -> None:
+    # SQL's judgement (summary, page) against the core's, which the default of every backend
+    # applies to a listing of every job (transitions.status).
+    clock = tenure.ManualClock(start=100.0)
+    with _open(tmp_path / "judged.db", clock) as store:
+        store.submit_many(["pending", "due"])
+        store.submit("scheduled", delay=50)
+        store.submit("due-later", delay=2)  # claimable by the time of the checks
+        store.fail(store.claim("retrying", owner="a", ttl=30), "boom", retry_in=40)
+        store.submit("parked", max_attempts=1)
+        store.fail(store.claim("parked", owner="a", ttl=30), "poison")
+        store.submit("ran-out", max_attempts=1)
+        store.claim("ran-out", owner="a", ttl=5)  # its only lease: parked when it runs out
+        store.submit("last-live", max_attempts=1)
+        store.claim("last-live", owner="a", ttl=60)  # on its last attempt, still held
+        store.claim("expired", owner="a", ttl=5)
+        store.claim("leased", owner="b", ttl=60)
+        store.complete(store.claim("done", owner="c", ttl=30))
+        clock.advance(10)
+        with sqlite3.connect(tmp_path / "judged.db") as db:  # no record of tenure's: corrupt
+            db.execute("INSERT INTO tenure_jobs (job_id, state, token, runs, attempts, max_attempts)"
+                       " VALUES ('bad-limit', 'pending', 0, 1, 0, 0)")
+        backend, now = store.backend, store.now()
+        judged = {job.job_id: job.state for job in store.jobs()}
+        assert judged["scheduled"] is judged["retrying"] is tenure.JobState.SCHEDULED
+        assert judged["parked"] is judged["ran-out"] is tenure.JobState.PARKED
+        assert judged["due-later"] is tenure.JobState.PENDING and judged["last-live"] is tenure.JobState.LEASED
+        assert judged["bad-limit"] is tenure.JobState.CORRUPT
+        for soon in (0.0, 30.0, 1e6):
+            assert backend.summary(now, soon) == Backend.summary(backend, now, soon)
+        counted = store.summary()
+        assert (counted.pending, counted.scheduled, counted.parked, counted.leased, counted.expired) == (3, 2, 2, 2, 1)
+        for states in _STATE_SETS:
+            for order in ("expiry", "job"):
+                for offset, limit in ((0, 50), (1, 2)):
+                    args: tuple[Any, ...] = (now, states, None, None, order, offset, limit)
+                    got, want = backend.page(*args), Backend.page(backend, *args)
+                    assert (got.total, got.jobs) == (want.total, want.jobs), (states, order, offset, limit)
+        parked = store.get("ran-out")
+        assert parked is not None and parked.parked_at == 105.0 and parked.attempts == 1
