@@ -154,7 +154,7 @@ class _SQLiteTransaction(Transaction):
         self.now = backend.now()
         # Where each job this step loaded stands in the queue of pending jobs claimable now
         # (None: it is not in it), so that saving it needs no second read.
-        self._places: dict[str, float | None] = {}
+        self._places: dict[str, Any] = {}
 
     def load(self, job_id: str) -> JobRecord | None:
         row = self._db.execute(f"SELECT {_JOB_COLUMNS}, {_PLACE} FROM tenure_jobs WHERE job_id = ?",
@@ -175,12 +175,15 @@ class _SQLiteTransaction(Transaction):
              r.claimable_at, r.failed_at, queued))
 
     def _place(self, job_id: str) -> float:
+        """Where a job that is claimable now queues: its place if it had one, else now."""
         if job_id in self._places:
             place = self._places[job_id]
         else:  # not loaded by this step (the protocol's steps load first): read it
             row = self._db.execute(f"SELECT {_PLACE} FROM tenure_jobs WHERE job_id = ?", (job_id,)).fetchone()
             place = None if row is None else row[0]
-        return self.now if place is None else min(float(place), self.now)  # a scheduled job's: now at the latest
+        if not isinstance(place, (int, float)):  # none, or not a time (a row tenure did not write)
+            return self.now
+        return min(place, self.now)  # a job that was scheduled for later joins now
 
     def next_claimable(self) -> str | None:
         # transitions.candidate_at's rule in one statement of three index probes (_QUEUE),
