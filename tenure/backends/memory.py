@@ -27,24 +27,36 @@ class _State:
         self.lock = threading.RLock()
         self.records: dict[str, JobRecord] = {}
         # Indexes for claim_next, so it costs the same with 100,000 jobs as with 10:
-        self.pending: dict[str, None] = {}  # claimable pending job ids in the order they became so
-        # Heaps of (time, job id): leases by their end, scheduled jobs by when they become
-        # claimable. Stale entries are skipped when they come up, rather than searched for on
-        # every renewal.
+        # Heaps: leases by their end, (time, job id); pending jobs by when they became (or
+        # become, if scheduled) claimable, (time, order of queueing, job id). Stale entries are
+        # skipped when they come up, rather than searched for on every renewal.
         self.expiries: list[tuple[float, str]] = []
-        self.scheduled: list[tuple[float, str]] = []
+        self.queue: list[tuple[float, int, str]] = []
+        self.queued: dict[str, float] = {}  # a pending job's time in the queue: its entry's
+        self.queueings = 0
         self.rejections: deque[Rejection] = deque(maxlen=retention)
         self.events: deque[HistoryEvent] = deque(maxlen=retention)
 
-    def head(self, heap: list[tuple[float, str]], state: JobState) -> float | None:
-        """The time at the head of one of the heaps, once the stale entries there (superseded
-        by a renewal, claim, release, completion) are dropped; the lock is held."""
+    # The heads of the heaps, once the stale entries there are dropped; the lock is held.
+    def lease_head(self) -> tuple[float, str] | None:
+        heap, records = self.expiries, self.records
         while heap:
-            at, job_id = heap[0]
-            rec = self.records.get(job_id)
-            if rec is not None and rec.state is state and candidate_at(rec) == at:
-                return at
-            heapq.heappop(heap)
+            until, job_id = heap[0]
+            rec = records.get(job_id)
+            if rec is None or candidate_at(rec) != until or rec.state is not JobState.LEASED:
+                heapq.heappop(heap)  # superseded by a renewal, claim, release or completion
+                continue
+            return until, job_id
+        return None
+
+    def queue_head(self) -> tuple[float, str] | None:
+        queue, queued = self.queue, self.queued
+        while queue:
+            at, _, job_id = queue[0]
+            if queued.get(job_id) != at:
+                heapq.heappop(queue)  # claimed, completed or queued again since
+                continue
+            return at, job_id
         return None
 
 
@@ -69,17 +81,10 @@ class _MemoryTransaction(Transaction):
     def next_claimable(self) -> str | None:
         # Expired leases first, soonest expiry first, then pending jobs in the order they became
         # claimable (a scheduled job joins the queue when its time comes).
-        records = self._s.records
-        until = self._s.head(self._s.expiries, JobState.LEASED)
-        if until is not None and until <= self.now:
-            return self._s.expiries[0][1]
-        due = self._s.scheduled
-        while due and due[0][0] <= self.now:  # the lock is held: moving them is this step's alone
-            at, job_id = heapq.heappop(due)
-            rec = records.get(job_id)
-            if rec is not None and rec.state is JobState.PENDING and rec.claimable_at == at:
-                self._s.pending[job_id] = None
-        return next(iter(self._s.pending), None)
+        for head in (self._s.lease_head(), self._s.queue_head()):
+            if head is not None and head[0] <= self.now:
+                return head[1]
+        return None
 
     def add_rejection(self, rejection: Rejection) -> None:
         self._rejections.append(rejection)
@@ -91,13 +96,16 @@ class _MemoryTransaction(Transaction):
         for job_id, rec in self._writes.items():
             self._s.records[job_id] = rec
             at = candidate_at(rec)
-            if rec.state is JobState.PENDING and at is None:
-                self._s.pending.setdefault(job_id, None)
-            else:
-                self._s.pending.pop(job_id, None)
-                if at is not None:
-                    heapq.heappush(self._s.expiries if rec.state is JobState.LEASED else self._s.scheduled,
-                                   (at, job_id))
+            if rec.state is JobState.PENDING:
+                at = self.now if at is None else at
+                if self._s.queued.get(job_id) != at:
+                    self._s.queued[job_id] = at
+                    self._s.queueings += 1
+                    heapq.heappush(self._s.queue, (at, self._s.queueings, job_id))
+                continue
+            self._s.queued.pop(job_id, None)
+            if at is not None:
+                heapq.heappush(self._s.expiries, (at, job_id))
         self._s.rejections.extend(self._rejections)
         self._s.events.extend(self._events)
 
@@ -164,11 +172,10 @@ class MemoryBackend(RecordBackend):
 
     def next_due(self) -> float | None:
         with self._state.lock:
-            s = self._state
             now = self.now()
             # A head already due is claim_next's to take; behind it, the heap cannot tell.
-            heads = [at for at in (s.head(s.expiries, JobState.LEASED), s.head(s.scheduled, JobState.PENDING))
-                     if at is not None and at > now]
+            heads = [head[0] for head in (self._state.lease_head(), self._state.queue_head())
+                     if head is not None and head[0] > now]
             return min(heads) - now if heads else None
 
     def health(self) -> dict[str, Any]:

@@ -152,38 +152,21 @@ class _SQLiteTransaction(Transaction):
         self._b = backend
         self._db = backend._db
         self.now = backend.now()
-        # Where each job this step loaded stands in the queue of pending jobs claimable now
-        # (None: it is not in it), so that saving it needs no second read.
-        self._places: dict[str, Any] = {}
 
     def load(self, job_id: str) -> JobRecord | None:
-        row = self._db.execute(f"SELECT {_JOB_COLUMNS}, {_PLACE} FROM tenure_jobs WHERE job_id = ?",
+        row = self._db.execute(f"SELECT {_JOB_COLUMNS} FROM tenure_jobs WHERE job_id = ?",
                                (job_id,)).fetchone()
-        self._places[job_id] = None if row is None else row[-1]
-        return None if row is None else _decode(row[:-1])
+        return None if row is None else _decode(row)
 
     def save(self, r: JobRecord) -> None:
-        queued = None
-        if r.state is JobState.PENDING:
-            # A scheduled job queues at the time it becomes claimable; one claimable now keeps
-            # its place if it had one, else it joins the queue now.
-            queued = r.claimable_at if r.claimable_at is not None else self._place(r.job_id)
+        # A pending job queues when it becomes claimable: now, or at its claimable_at if it is
+        # scheduled (as memory's queue: a requeue queues the job again).
+        queued = None if r.state is not JobState.PENDING else self.now if r.claimable_at is None else r.claimable_at
         self._db.execute(
             f"INSERT OR REPLACE INTO tenure_jobs ({_JOB_COLUMNS}, queued_at) VALUES ({', '.join('?' * 18)})",
             (r.job_id, r.state.value, r.owner, r.token, r.lease_until, r.ttl, r.submitted_at, r.claimed_at,
              r.renewed_at, r.completed_at, r.runs, r.result, r.attempts, r.max_attempts, r.last_error,
              r.claimable_at, r.failed_at, queued))
-
-    def _place(self, job_id: str) -> float:
-        """Where a job that is claimable now queues: its place if it had one, else now."""
-        if job_id in self._places:
-            place = self._places[job_id]
-        else:  # not loaded by this step (the protocol's steps load first): read it
-            row = self._db.execute(f"SELECT {_PLACE} FROM tenure_jobs WHERE job_id = ?", (job_id,)).fetchone()
-            place = None if row is None else row[0]
-        if not isinstance(place, (int, float)):  # none, or not a time (a row tenure did not write)
-            return self.now
-        return min(place, self.now)  # a job that was scheduled for later joins now
 
     def next_claimable(self) -> str | None:
         # transitions.candidate_at's rule in one statement of three index probes (_QUEUE),
@@ -511,8 +494,6 @@ _VALID = (f"(typeof(token) = 'integer' AND token BETWEEN 0 AND {LAST_TOKEN}"
           " AND lease_until IS NOT NULL AND ttl IS NOT NULL)))")
 # What claim_next may take (transitions.is_next): a valid row whose token a claim can follow.
 _NEXT = f"token < {LAST_TOKEN} AND {_VALID}"
-# A job's place in the queue of pending jobs (``_SQLiteTransaction.save``), None for any other.
-_PLACE = "CASE WHEN state = 'pending' THEN coalesce(queued_at, submitted_at) END"
 # claim_next's one statement (public: tests read its plan): the first candidate of each index
 # of _QUEUE (each probe's WHERE repeats its index's, and INDEXED BY makes a plan without it an
 # error rather than a scan), then the best of those three rows.
