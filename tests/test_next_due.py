@@ -3,11 +3,13 @@ blocking claim_next sleeps until (``tenure.core.waiting``), on the stores that c
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
 import tenure
+import tenure.aio
 
 
 @pytest.mark.parametrize("scheme", ["memory", "sqlite"])
@@ -32,3 +34,17 @@ def test_next_due_is_the_soonest_scheduled_job_or_lease_end_that_can_free_a_job(
         assert due() == 2.0
         clock.advance(20)
         assert due() is None
+
+
+@pytest.mark.parametrize("scheme", ["memory", "sqlite"])
+def test_the_asyncio_flavour_asks_the_same_store(scheme: str, tmp_path: Path) -> None:
+    async def main() -> list[float | None]:
+        clock = tenure.ManualClock(start=100.0)
+        url = f"sqlite:///{tmp_path / 'due.db'}" if scheme == "sqlite" else "memory://"
+        async with tenure.aio.connect(url, clock=clock) as store:
+            found = [await store.backend.next_due()]
+            await store.submit("later", delay=5)
+            found.append(await store.backend.next_due())
+            return found
+
+    assert asyncio.run(main()) == [None, 5.0]

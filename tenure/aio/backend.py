@@ -218,6 +218,8 @@ class ThreadedBackend(AsyncBackend):
         return await self._call(self.sync.now)
 
     async def next_due(self) -> float | None:
+        if type(self.sync).next_due is Backend.next_due:
+            return None  # the default tells nothing: no hop to the worker for it
         return await self._call(self.sync.next_due)
 
     async def summary(self, now: float, soon: float) -> Summary:
