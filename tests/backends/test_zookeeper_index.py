@@ -34,22 +34,40 @@ def _index(store: tenure.Store) -> tuple[dict[str, list[str]], set[str]]:
     return pending, {zl.decode(n) for n in client.get_children(layout.leased)}
 
 
-def _assert_consistent(store: tenure.Store) -> None:
-    """Every pending record has exactly the entry it names, every leased one a leased entry,
-    and nothing else is indexed."""
+def _places(store: tenure.Store) -> dict[str, list[str]]:
+    """Every index entry by job: its slot (``pending/<bucket>/<entry>``, ``scheduled/...``)
+    or its directory (``leased``, ``last``, ``parked``)."""
     client, layout = store.backend.client, store.backend.layout  # type: ignore[attr-defined]
-    pending, leased = _index(store)
-    want_pending, want_leased = {}, set()
+    found: dict[str, list[str]] = {}
+    for kind in ("pending", "scheduled"):
+        for bucket in client.get_children(f"{layout.root}/{kind}"):
+            for name in client.get_children(f"{layout.root}/{kind}/{bucket}"):
+                found.setdefault(zl.entry_job(name), []).append(f"{kind}/{bucket}/{name}")
+    for kind in ("leased", "last", "parked"):
+        for name in client.get_children(f"{layout.root}/{kind}"):
+            found.setdefault(zl.decode(name), []).append(kind)
+    return found
+
+
+def _assert_consistent(store: tenure.Store) -> None:
+    """Every pending record has exactly the entry it names (under ``scheduled/`` if it has a
+    claimable_at), every leased one a leased entry (``last/`` on its last attempt), every
+    parked one a parked entry, and nothing else is indexed."""
+    client, layout = store.backend.client, store.backend.layout  # type: ignore[attr-defined]
+    want: dict[str, list[str]] = {}
     for name in client.get_children(layout.jobs):
         job_id = zl.decode(name)
         data, _ = client.get(f"{layout.jobs}/{name}")
         rec = zl.load_record(data, "", job_id)
         if rec.state is tenure.JobState.PENDING:
-            want_pending[job_id] = [zl.queued_slot(data)]
+            slot = zl.entry_slot(data)
+            assert slot is not None and slot.startswith("scheduled/" if rec.claimable_at else "pending/"), slot
+            want[job_id] = [slot]
         elif rec.state is tenure.JobState.LEASED:
-            want_leased.add(job_id)
-    assert pending == want_pending
-    assert leased == want_leased
+            want[job_id] = ["last" if rec.out_of_attempts else "leased"]
+        elif rec.state is tenure.JobState.PARKED:
+            want[job_id] = ["parked"]
+    assert _places(store) == want
 
 
 def test_index_follows_every_state_change(zk_harness: ZooKeeperHarness) -> None:
@@ -247,8 +265,8 @@ def test_a_store_without_the_index_is_used_by_scanning(zk_harness: ZooKeeperHarn
         store.submit_many(["old-1", "old-2"])
         lease = store.claim("old-1", owner="w", ttl=zk_harness.ttl)
         # What the previous version left: no index directories, records without "queued".
-        client.delete(layout.pending, recursive=True)
-        client.delete(layout.leased, recursive=True)
+        for path in layout.index_dirs:
+            client.delete(path, recursive=True)
     with zk_harness.connect(url) as store:
         backend = store.backend
         assert backend.index.enabled is False  # type: ignore[attr-defined]
@@ -321,8 +339,8 @@ def test_a_store_made_before_the_index_gets_it_built_beside_a_writer(zk_harness:
         old.release(old.claim(jobs[20], owner="w", ttl=ttl))  # pending again, behind the others
         old.complete(old.claim(jobs[21], owner="w", ttl=ttl))
         client, layout = old.backend.client, old.backend.layout  # type: ignore[attr-defined]
-        client.delete(layout.pending, recursive=True)  # as a store of the version before the index
-        client.delete(layout.leased, recursive=True)
+        for path in layout.index_dirs:  # as a store of the version before the index
+            client.delete(path, recursive=True)
         for job_id in jobs[60:]:  # their records as that version wrote them: naming no entry
             data, stat = client.get(layout.job(job_id))
             record = json.loads(data)
