@@ -6,8 +6,9 @@ and the statuses of some jobs. A page is then cut from those without reading eve
 
 - leased and expired jobs only: the held jobs, filtered and sorted, then the page's records;
 - any other filter by state: held jobs by expiry first (``order="expiry"``), then the rest by
-  id; the rest need their records read only when the filter keeps pending jobs but not
-  completed ones or the reverse, and then only up to the page (from the first id on);
+  id; the rest need their records read only when the filter keeps some of the states of jobs
+  not held (pending, scheduled, parked, completed) but not all, and then only up to the page
+  (from the first id on);
 - ``None`` (the caller lists every job instead) for what no index answers: corrupt records,
   and the owner of jobs that are not held (it is in their records only).
 """
@@ -23,7 +24,7 @@ from tenure.core.backend import fold
 from tenure.core.records import JobPage, JobState, JobStatus, Summary
 
 HELD_STATES = frozenset({JobState.LEASED, JobState.EXPIRED})
-_NOT_HELD = frozenset({JobState.PENDING, JobState.COMPLETED})
+_NOT_HELD = frozenset({JobState.PENDING, JobState.COMPLETED, JobState.SCHEDULED, JobState.PARKED})
 _CHUNK = 100  # fewest records read at a time while walking ids for a filter the index cannot answer
 
 
@@ -65,7 +66,7 @@ def page(src: IndexedJobs, now: float, states: frozenset[JobState] | None, job: 
     if owner is not None and not held_only:
         return None
     rest = _NOT_HELD if states is None else states & _NOT_HELD
-    need_reads = bool(rest) and rest != _NOT_HELD  # pending without completed, or the reverse
+    need_reads = bool(rest) and rest != _NOT_HELD  # some of the states of jobs not held, not all
     if need_reads and job is not None:
         return None
     all_held = src.held(now, expiry=order == "expiry")
@@ -93,9 +94,15 @@ def page(src: IndexedJobs, now: float, states: frozenset[JobState] | None, job: 
         wanted += others[max(0, offset - len(head)):max(0, offset + limit - len(head))]
         return JobPage(src.statuses(wanted, now), len(head) + len(others), offset, limit)
     assert counted is not None
-    total = len(held) + (counted.pending if JobState.PENDING in rest else counted.completed)
+    total = len(held) + sum(_count(counted, state) for state in rest)
     found = _walk(src, now, head, others, states or frozenset(), offset + limit, max(offset + limit, _CHUNK))
     return JobPage(found[offset:offset + limit], total, offset, limit)
+
+
+def _count(counted: Summary, state: JobState) -> int:
+    """How many jobs not held ``counted`` found in ``state``."""
+    return {JobState.PENDING: counted.pending, JobState.COMPLETED: counted.completed,
+            JobState.SCHEDULED: counted.scheduled, JobState.PARKED: counted.parked}[state]
 
 
 class Thinned:
