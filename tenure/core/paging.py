@@ -30,11 +30,12 @@ _CHUNK = 100  # fewest records read at a time while walking ids for a filter the
 
 @dataclass(frozen=True)
 class Held:
-    """A leased or expired job as an index shows it, enough to filter and order it."""
+    """A job with a lease end as an index shows it, enough to filter and order it: leased,
+    expired, or parked when its last allowed lease ran out."""
 
     job_id: str
     owner: str | None
-    state: JobState  # LEASED or EXPIRED at the query's ``now``
+    state: JobState  # LEASED, EXPIRED or PARKED at the query's ``now``
     expires_at: float | None
 
 
@@ -43,7 +44,8 @@ class IndexedJobs(Protocol):
         """Jobs by state at ``now`` (``rejections_last_hour`` left 0); None: no index to count."""
 
     def held(self, now: float, expiry: bool) -> list[Held]:
-        """Every leased or expired job; ``expiry``: with ``expires_at`` (else it may be None)."""
+        """Every leased or expired job, and every job parked by its last lease's end (a store
+        may leave those out if it has none); ``expiry``: with ``expires_at`` (else it may be None)."""
 
     def job_ids(self, total: int | None = None) -> list[str]:
         """Every job id, sorted; ``total``: how many jobs ``counts()`` just found, which a
@@ -94,7 +96,8 @@ def page(src: IndexedJobs, now: float, states: frozenset[JobState] | None, job: 
         wanted += others[max(0, offset - len(head)):max(0, offset + limit - len(head))]
         return JobPage(src.statuses(wanted, now), len(head) + len(others), offset, limit)
     assert counted is not None
-    total = len(held) + sum(_count(counted, state) for state in rest)
+    # A job parked by its last lease's end is held (it has one) and counted as parked.
+    total = len(held) + sum(_count(counted, state) for state in rest) - sum(1 for h in held if h.state in rest)
     found = _walk(src, now, head, others, states or frozenset(), offset + limit, max(offset + limit, _CHUNK))
     return JobPage(found[offset:offset + limit], total, offset, limit)
 
