@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import threading
 import time
 from typing import Any
@@ -402,4 +403,128 @@ def test_a_store_made_before_the_index_gets_it_built_beside_a_writer(zk_harness:
         by_age = [j for j in jobs[11:60] if j not in jobs[20:22]] + [jobs[20]] + jobs[60:100] + jobs[110:]
         assert got[1:len(by_age) + 1] == by_age
         assert sorted(got[len(by_age) + 1:]) == jobs[100:110]
+        _assert_consistent(store)
+
+
+# -- the job life cycle (issue 28): a delayed or parked job is not a candidate ---------------------
+@contextlib.contextmanager
+def _records_read(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The job znodes claim_next's index reads read (their paths), while the block runs."""
+    from tenure.backends.zookeeper import index
+
+    read: list[str] = []
+    reading = index.reading_many
+
+    def counted(client: Any, paths: list[str]) -> Any:
+        read.extend(paths)
+        return reading(client, paths)
+
+    monkeypatch.setattr(index, "reading_many", counted)
+    yield read
+    monkeypatch.setattr(index, "reading_many", reading)
+
+
+def test_a_scheduled_job_is_not_proposed_before_its_time_while_a_later_ready_one_is(
+        zk_harness: ZooKeeperHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    delay = 1.0  # ZooKeeper's store time is its leader's clock: the test waits for it to pass
+    with zk_harness.connect() as store:
+        layout, ttl = store.backend.layout, zk_harness.ttl  # type: ignore[attr-defined]
+        store.submit("later", delay=delay)
+        store.submit("ready")
+        failed = store.claim("retried", owner="w", ttl=ttl)
+        store.fail(failed, "boom", retry_in=delay)
+        _assert_consistent(store)
+        places = _places(store)
+        assert places["later"][0].startswith("scheduled/") and places["retried"][0].startswith("scheduled/")
+        assert places["ready"][0].startswith("pending/")
+        with _records_read(monkeypatch) as read:
+            got = store.claim_next(owner="w", ttl=ttl)
+            assert got is not None and got.job_id == "ready"
+            assert store.claim_next(owner="w", ttl=ttl) is None
+        assert layout.job("later") not in read and layout.job("retried") not in read  # not even proposed
+        scheduled = store.get("later")
+        assert scheduled is not None and scheduled.state is tenure.JobState.SCHEDULED
+        assert scheduled.claimable_at is not None
+        time.sleep(max(0.0, scheduled.claimable_at - store.now()) + 0.05)
+        taken = [store.claim_next(owner="w", ttl=ttl) for _ in range(3)]
+        assert sorted(t.job_id for t in taken if t is not None) == ["later", "retried"] and taken[2] is None
+        assert store.get("retried").attempts == 2  # type: ignore[union-attr]
+        _assert_consistent(store)
+
+
+def test_a_scheduled_job_behind_many_buckets_is_found_in_time_order(
+        zk_harness: ZooKeeperHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scheduled entries go into buckets that fit their time (several, with small buckets);
+    once due they are merged with the pending queue by when they became claimable (to within
+    BUCKET_SPAN, here short)."""
+    monkeypatch.setattr(zl, "BUCKET_SIZE", 2)
+    monkeypatch.setattr(zl, "BUCKET_SPAN", 0.1)
+    with zk_harness.connect() as store:
+        client, layout, ttl = store.backend.client, store.backend.layout, zk_harness.ttl  # type: ignore[attr-defined]
+        store.submit("first")
+        store.submit_many([f"s{i}" for i in range(5)], delay=0.3)
+        assert len(client.get_children(layout.scheduled)) == 3  # two, two and one
+        _assert_consistent(store)
+        time.sleep(0.5)  # the store's clock passes the delay
+        store.submit("last")
+        got = []
+        while (lease := store.claim_next(owner="w", ttl=ttl)) is not None:
+            got.append(lease.job_id)
+        assert got[0] == "first" and sorted(got[1:6]) == [f"s{i}" for i in range(5)] and got[6:] == ["last"]
+        _assert_consistent(store)
+
+
+def test_a_parked_job_is_not_indexed_for_claims(zk_harness: ZooKeeperHarness,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    with zk_harness.connect() as store:
+        ttl, short = zk_harness.ttl, zk_harness.short_ttl
+        store.submit("poison", max_attempts=1)
+        store.fail(store.claim("poison", owner="w", ttl=ttl), "crashed")  # its last attempt: parked
+        store.submit("oom", max_attempts=2)
+        store.fail(store.claim("oom", owner="w", ttl=ttl), retry_in=0.0)
+        last = store.claim("oom", owner="w", ttl=short)  # its last attempt, left to run out
+        assert _places(store) == {"poison": ["parked"], "oom": ["last"]}
+        _assert_consistent(store)
+        zk_harness.expire(store, last)
+        with _records_read(monkeypatch) as read:
+            assert store.claim_next(owner="x", ttl=ttl) is None
+        assert read == []  # neither proposed: no record read
+        assert {j.job_id: j.state for j in store.jobs()} == {"poison": tenure.JobState.PARKED,
+                                                             "oom": tenure.JobState.PARKED}
+        summary = store.summary()
+        assert (summary.parked, summary.leased, summary.expired, summary.pending) == (2, 0, 0, 0)
+        with pytest.raises(tenure.JobParked):
+            store.claim("poison", owner="x", ttl=ttl)
+        store.requeue("poison")
+        store.requeue("oom")
+        assert {p[0].split("/")[0] for p in _places(store).values()} == {"pending"}
+        assert sorted(store.claim_next(owner="x", ttl=ttl).job_id for _ in range(2)) == ["oom", "poison"]  # type: ignore[union-attr]
+        _assert_consistent(store)
+        assert store.get("oom").attempts == 1  # type: ignore[union-attr]
+
+
+def test_a_record_written_before_the_life_cycle_reads_with_its_defaults(zk_harness: ZooKeeperHarness) -> None:
+    """Records as the version before issue 28 wrote them (no life cycle fields): attempts 0,
+    no limit, claimable now; they are then counted as any other."""
+    import json
+
+    with zk_harness.connect() as store:
+        client, layout, ttl = store.backend.client, store.backend.layout, zk_harness.ttl  # type: ignore[attr-defined]
+        store.submit("old-pending")
+        lease = store.claim("old-leased", owner="w", ttl=ttl)
+        for job_id in ("old-pending", "old-leased"):
+            record = json.loads(client.get(layout.job(job_id))[0])
+            record.pop("attempts", None)  # the one field a record of these two has
+            assert not set(record) & {"attempts", "max_attempts", "last_error", "claimable_at", "failed_at"}
+            client.set(layout.job(job_id), json.dumps(record).encode())
+        leased, pending = store.get("old-leased"), store.get("old-pending")
+        assert leased is not None and (leased.state, leased.attempts, leased.max_attempts) == (
+            tenure.JobState.LEASED, 0, None)
+        assert pending is not None and (pending.state, pending.attempts, pending.claimable_at) == (
+            tenure.JobState.PENDING, 0, None)
+        assert {j.job_id: j.attempts for j in store.jobs()} == {"old-pending": 0, "old-leased": 0}
+        store.release(store.renew(dataclasses.replace(lease, attempt=0)))
+        assert store.get("old-leased").attempts == 0  # type: ignore[union-attr]  # given back, never below 0
+        assert store.claim_next(owner="w", ttl=ttl).job_id == "old-pending"  # type: ignore[union-attr]
+        assert store.get("old-pending").attempts == 1  # type: ignore[union-attr]
         _assert_consistent(store)

@@ -82,8 +82,9 @@ class ZooKeeperIndex:
         self._names: tuple[int, list[str]] = (-1, [])  # (cversion of jobs/, sorted ids)
 
     def _held_statuses(self, names: list[str], now: float) -> list[JobStatus]:
+        """Those of ``names`` (leased/ and last/ entries) with a lease end: held, or parked by it."""
         return [s for s in listing(self._client, self._layout, names, now, self._timeout, "reading leased jobs")
-                if s.state in HELD_STATES]
+                if s.state in HELD_STATES or (s.state is JobState.PARKED and s.expires_at is not None)]
 
     def counts(self, now: float, soon: float = 0.0) -> Summary | None:
         """The index's counts at one moment of the server's state (None: the index's znodes
