@@ -242,9 +242,10 @@ class Index:
         return [(job_id, data, version) for _, job_id, data, version in sorted(found)]
 
     def _queued(self, now: float, early: dict[tuple[str, str], Any], due: list[str], take: Take) -> Io[str | None]:
-        """Each bucket's entries, oldest first: the cached list of pending buckets merged with
-        the due scheduled ones by name (so by time), then the pending buckets listed again
-        once the cached ones are used up (once per call)."""
+        """Queued entries by when they became claimable: the oldest bucket (by name, of the
+        cached pending buckets and the due scheduled ones), with the others opened before its
+        newest entry (their entries interleave with its own), their entries merged by name;
+        the pending buckets listed again once the cached ones are used up (once per call)."""
         seen: set[tuple[str, str]] = set()
         relisted = False
         while True:
@@ -258,30 +259,51 @@ class Index:
                 with self._lock:
                     self._front = names
                 later = [("pending", n) for n in names if ("pending", n) not in seen]
-            later += [("scheduled", n) for n in due if ("scheduled", n) not in seen]
+            later = sorted(later + [("scheduled", n) for n in due if ("scheduled", n) not in seen],
+                           key=lambda found: found[1])  # names sort by when opened
             if not later:
                 return None
-            kind, bucket = min(later, key=lambda found: found[1])  # names sort by when opened
-            seen.add((kind, bucket))
-            path = f"{self.layout.root}/{kind}/{bucket}"
-            with mapped_errors("reading the pending index"):
-                try:
-                    result = early.pop((kind, bucket), None)
-                    children = yield (result if result is not None else self._b.client.get_children_async(path))
-                except NoNodeError:
-                    children = None
-            if not children:
-                yield from self._forget(kind, bucket, path, now, gone=children is None)
-                continue
-            if kind == "scheduled":  # not due yet: not proposed, their records not read
-                children = [n for n in children if (zl.entry_millis(n) or 0) <= zl.millis(now)]
-            taken = yield from self._bucket(kind, bucket, children, take)
+            seen.add(later[0])
+            entries = yield from self._entries([later[0]], now, early)
+            newest = max((zl.entry_millis(name) or 0 for _, name in entries), default=-1)
+            beside = [b for b in later[1:] if zl.millis(zl.bucket_opened(b[1]) or 0.0) <= newest]
+            seen.update(beside)
+            entries += yield from self._entries(beside, now, early)
+            taken = yield from self._take_first(sorted(entries, key=lambda found: found[1]), take)
             if taken is not None:
                 return taken
 
-    def _bucket(self, kind: str, bucket: str, names: list[str], take: Take) -> Io[str | None]:
-        entries = contention.spread([(job_id, f"{kind}/{bucket}/{name}")
-                                     for name, job_id in zl.named(sorted(names), zl.entry_job)])
+    def _entries(self, buckets: list[tuple[str, str]], now: float,
+                 early: dict[tuple[str, str], Any]) -> Io[list[tuple[str, str]]]:
+        """(bucket's path below the root, entry name) of the entries of ``buckets`` that are
+        due (all of a pending bucket's), read together; an empty bucket is ``_forget``-ten."""
+        client = self._b.client
+        sent = []
+        for kind, bucket in buckets:  # all sent before any is waited for
+            result = early.pop((kind, bucket), None)
+            sent.append((kind, bucket, result if result is not None
+                         else client.get_children_async(f"{self.layout.root}/{kind}/{bucket}")))
+        found: list[tuple[str, str]] = []
+        for kind, bucket, result in sent:
+            with mapped_errors("reading the pending index"):
+                try:
+                    children = yield result
+                except NoNodeError:
+                    children = None
+            if not children:
+                yield from self._forget(kind, bucket, f"{self.layout.root}/{kind}/{bucket}", now,
+                                        gone=children is None)
+            elif kind == "scheduled":  # not due yet: not proposed, their records not read
+                found += [(f"{kind}/{bucket}", n) for n in children if (zl.entry_millis(n) or 0) <= zl.millis(now)]
+            else:
+                found += [(f"{kind}/{bucket}", n) for n in children]
+        return found
+
+    def _take_first(self, found: list[tuple[str, str]], take: Take) -> Io[str | None]:
+        """The first of the entries ``found`` (in order) whose job ``take`` accepts; each
+        claimer starts a few places in at random (``contention.spread``)."""
+        entries = contention.spread([(job_id, f"{where}/{name}")
+                                     for where, name in found for _, job_id in zl.named([name], zl.entry_job)])
         for start in range(0, len(entries), PENDING_READS):
             chunk = entries[start:start + PENDING_READS]
             paths = [self.layout.job(job_id) for job_id, _ in chunk]
