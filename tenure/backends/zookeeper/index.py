@@ -116,6 +116,7 @@ class Index:
         self._lock = threading.Lock()
         self._front: list[str] = []  # claim_next's buckets, oldest first, possibly stale
         self._later: dict[str, int] = {}  # this client's scheduled buckets (committed): entries put
+        self._listed_later: list[str] = []  # scheduled/'s buckets as claim_next last listed them
 
     # -- writing ---------------------------------------------------------------------------------
     def probe(self) -> Io[tuple[str | None, Any]]:
@@ -204,13 +205,17 @@ class Index:
         read after the store's time, which ``at`` gets first (with its epoch). Each is a
         proposal; the claim's multi checks the version."""
         b, client = self._b, self._b.client
+        guess = b.estimated_now()  # only chooses what to read early; the store's time decides
         with self._lock:
             front = self._front[:2]
+            opened = [n for n in self._listed_later if (zl.bucket_opened(n) or guess + 1) <= guess][:2]
         with mapped_errors("reading the index"):
             clock = client.set_async(b.clock_path, b"")
             leased = client.get_children_async(self.layout.leased)
             scheduled = client.get_children_async(self.layout.scheduled)
             early = {("pending", n): client.get_children_async(f"{self.layout.pending}/{n}") for n in front}
+            early.update({("scheduled", n): client.get_children_async(f"{self.layout.scheduled}/{n}")
+                          for n in opened})
             try:
                 stat = yield clock
                 now, epoch = b.stamp(stat), stat.mzxid >> 32
@@ -218,12 +223,16 @@ class Index:
                 now, epoch = yield from b.stamping()
             names = yield leased
             try:
-                due = sorted(n for n in (yield scheduled) if (zl.bucket_opened(n) or now + 1) <= now)
+                listed = sorted(n for n in (yield scheduled) if zl.bucket_opened(n) is not None)
             except NoNodeError:  # deleted by hand: nothing scheduled is proposed
-                due = []
+                listed = []
+        with self._lock:
+            self._listed_later = listed
+        due = [n for n in listed if (zl.bucket_opened(n) or now + 1) <= now]
         at(now, epoch)
-        for name in due[:2]:  # sent with the leased jobs' records
-            early[("scheduled", name)] = client.get_children_async(f"{self.layout.scheduled}/{name}")
+        for name in due[:2]:  # those not read early: sent with the leased jobs' records
+            if ("scheduled", name) not in early:
+                early[("scheduled", name)] = client.get_children_async(f"{self.layout.scheduled}/{name}")
         for job_id, data, version in (yield from self._expired(names, now)):
             if (yield from take(job_id, data, version)):
                 return job_id
