@@ -40,6 +40,7 @@ from tenure.core import contention, transitions
 from tenure.core.records import JobRecord, JobState
 
 PENDING_READS = 8  # pending entries whose records one request reads
+BESIDE = 2  # buckets of the other kind (pending, scheduled) whose entries one bucket's are merged with
 Take = Callable[[str, bytes, int], Io[bool]]  # claim_next's judge of a proposed (job id, record, version)
 QUEUED = ("pending", "scheduled")  # directories of buckets of entries
 ONE_EACH = ("leased", "last", "parked")  # directories of one entry per job
@@ -252,9 +253,11 @@ class Index:
 
     def _queued(self, now: float, early: dict[tuple[str, str], Any], due: list[str], take: Take) -> Io[str | None]:
         """Queued entries by when they became claimable: the oldest bucket (by name, of the
-        cached pending buckets and the due scheduled ones), with the others opened before its
-        newest entry (their entries interleave with its own), their entries merged by name;
-        the pending buckets listed again once the cached ones are used up (once per call)."""
+        cached pending buckets and the due scheduled ones), with up to BESIDE of the other
+        kind opened before its newest entry (their entries interleave with its own), merged
+        by name; the pending buckets listed again once the cached ones are used up (once per
+        call). Pending buckets of different clients are taken one after the other, as before
+        scheduled jobs: FIFO to within BUCKET_SPAN between them."""
         seen: set[tuple[str, str]] = set()
         relisted = False
         while True:
@@ -275,7 +278,8 @@ class Index:
             seen.add(later[0])
             entries = yield from self._entries([later[0]], now, early)
             newest = max((zl.entry_millis(name) or 0 for _, name in entries), default=-1)
-            beside = [b for b in later[1:] if zl.millis(zl.bucket_opened(b[1]) or 0.0) <= newest]
+            beside = [b for b in later[1:] if b[0] != later[0][0]
+                      and zl.millis(zl.bucket_opened(b[1]) or 0.0) <= newest][:BESIDE]
             seen.update(beside)
             entries += yield from self._entries(beside, now, early)
             taken = yield from self._take_first(sorted(entries, key=lambda found: found[1]), take)
