@@ -528,3 +528,33 @@ def test_a_record_written_before_the_life_cycle_reads_with_its_defaults(zk_harne
         assert store.claim_next(owner="w", ttl=ttl).job_id == "old-pending"  # type: ignore[union-attr]
         assert store.get("old-pending").attempts == 1  # type: ignore[union-attr]
         _assert_consistent(store)
+
+
+def test_build_indexes_puts_scheduled_parked_and_last_attempt_jobs_where_this_version_does(
+        zk_harness: ZooKeeperHarness) -> None:
+    """A store without the index, used by this version (claim_next scanning) with the life
+    cycle's states, then given the index: each job where a change of this version puts it."""
+    url, ttl = zk_harness.url(), zk_harness.ttl
+    with zk_harness.connect(url) as store:
+        client, layout = store.backend.client, store.backend.layout  # type: ignore[attr-defined]
+        store.submit("warm-up")
+        for path in layout.index_dirs:
+            client.delete(path, recursive=True)
+    with zk_harness.connect(url) as store:
+        backend: Any = store.backend
+        assert not backend.index.enabled
+        store.submit_many(["s1", "s2"], delay=3600.0)
+        store.submit("parked", max_attempts=1)
+        store.fail(store.claim("parked", owner="w", ttl=ttl), "poison")
+        store.submit("last", max_attempts=1)
+        store.claim("last", owner="w", ttl=ttl)
+        store.claim("held", owner="w", ttl=ttl)
+        assert backend.build_indexes() == 6
+        _assert_consistent(store)
+        assert sorted(_places(store)) == ["held", "last", "parked", "s1", "s2", "warm-up"]
+        now = store.now()
+        assert backend.summary(now, 30.0) == Backend.summary(backend, now, 30.0)
+        assert (store.summary().scheduled, store.summary().parked) == (2, 1)
+        assert store.claim_next(owner="w", ttl=ttl).job_id == "warm-up"  # type: ignore[union-attr]
+        assert store.claim_next(owner="w", ttl=ttl) is None
+        assert backend.build_indexes() == 0
