@@ -180,7 +180,7 @@ def test_missing_entries_cost_a_retry_never_a_failure(zk_harness: ZooKeeperHarne
         client, layout = store.backend.client, store.backend.layout  # type: ignore[attr-defined]
         ttl = zk_harness.ttl
         store.submit_many(["lost", "kept"])
-        client.delete(layout.queued(_index(store)[0]["lost"][0]))  # an operator's slip
+        client.delete(layout.slot_path(_places(store)["lost"][0]))  # an operator's slip
         assert store.claim_next(owner="w", ttl=ttl).job_id == "kept"  # type: ignore[union-attr]
         assert store.claim_next(owner="w", ttl=ttl) is None  # unindexed: invisible to claim_next ...
         lease = store.claim("lost", owner="w", ttl=ttl)  # ... but claim(job_id) works

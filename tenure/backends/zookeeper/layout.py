@@ -88,10 +88,6 @@ class Layout:
         """A job's entry in one of the per-job directories (``leased``, ``last``, ``parked``)."""
         return f"{self.root}/{directory}/{encode(job_id)}"
 
-    def queued(self, slot: str) -> str:
-        """The znode of a pending entry, from the ``<bucket>/<entry>`` its record names."""
-        return f"{self.pending}/{slot}"
-
     def slot_path(self, slot: str) -> str:
         """The znode of a pending or scheduled entry, from its slot (``pending/<bucket>/<entry>``)."""
         return f"{self.root}/{slot}"
@@ -261,12 +257,6 @@ def entry_slot(data: bytes | None) -> str | None:
     with contextlib.suppress(ValueError, TypeError, AttributeError):
         return _slot(codec.json_value(data)) if data is not None else None
     return None
-
-
-def queued_slot(data: bytes | None) -> str | None:
-    """The ``pending/`` entry (``<bucket>/<entry>``) a record names, None for any other."""
-    slot = entry_slot(data)
-    return slot.partition("/")[2] if slot is not None and slot.startswith("pending/") else None
 
 
 # -- audit ----------------------------------------------------------------------------------
