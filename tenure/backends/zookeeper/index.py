@@ -158,17 +158,17 @@ class Index:
         ops: list[tuple[str, str]] = []
         if not self.enabled:
             return None, ops
-        was, now = (None if old is None else home(old)), home(new)
-        if was in ONE_EACH and was != now:
-            ops.append(("delete", self.layout.entry_in(was, new.job_id)))
-        if now in ONE_EACH and was != now:
-            ops.append(("create", self.layout.entry_in(now, new.job_id)))
-        if was in QUEUED and old_slot is not None:
+        before, after = (None if old is None else home(old)), home(new)
+        if before in ONE_EACH and before != after:
+            ops.append(("delete", self.layout.entry_in(before, new.job_id)))
+        if after in ONE_EACH and before != after:
+            ops.append(("create", self.layout.entry_in(after, new.job_id)))
+        if before in QUEUED and old_slot is not None:
             assert old is not None
-            if now == was and old_slot.startswith(f"{now}/") and new.claimable_at == old.claimable_at:
+            if after == before and old_slot.startswith(f"{after}/") and new.claimable_at == old.claimable_at:
                 return old_slot, ops  # queued as it was, at the same place
             ops.append(("delete", self.layout.slot_path(old_slot)))
-        if now not in QUEUED:
+        if after not in QUEUED:
             return None, ops
         assert placer is not None, "a change that queues a job probes the bucket when it reads"
         slot, bucket = placer.place(new.job_id, new.claimable_at)
@@ -182,7 +182,8 @@ class Index:
         leave it (deleted or created by hand, or by a tidy-up): leave it out and send again."""
         path = getattr(op, "path", "")
         depth = path.count("/") - self.layout.root.count("/")
-        directory = path[len(self.layout.root) + 1:].partition("/")[0] if path.startswith(self.layout.root) else ""
+        inside = path.startswith(self.layout.root + "/")
+        directory = path[len(self.layout.root) + 1:].partition("/")[0] if inside else ""
         is_entry = (directory in ONE_EACH and depth == 2) or (directory in QUEUED and depth == 3)
         return is_entry and ((isinstance(op, Create) and isinstance(error, NodeExistsError))
                              or (isinstance(op, Delete) and isinstance(error, NoNodeError)))
