@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
+from kazoo.protocol.states import ZnodeStat
 
 from tenure.backends.zookeeper import layout as zl
 from tenure.backends.zookeeper.config import mapped_errors
@@ -69,6 +70,22 @@ def _straddles(bucket: str, now: float) -> bool:
     """Whether a scheduled bucket holds entries both due and not at ``now`` (``index.fits``)."""
     opened = zl.bucket_opened(bucket) or 0.0
     return zl.millis(opened) <= zl.millis(now) < zl.millis(opened + zl.BUCKET_SPAN)
+
+
+def _scheduled(buckets: list[str], stats: list[ZnodeStat | None], names: dict[str, list[str]],
+               now: float) -> tuple[int, int]:
+    """(due, not yet) of the entries of scheduled ``buckets`` at ``now``, from their stats
+    (None: gone) and, for those that straddle it, their entries' ``names``."""
+    due = scheduled = 0
+    for bucket, stat in zip(buckets, stats, strict=True):
+        if stat is None:
+            continue
+        if bucket in names:
+            ready = sum(1 for n in names[bucket] if (zl.entry_millis(n) or 0) <= zl.millis(now))
+        else:
+            ready = stat.numChildren if (zl.bucket_opened(bucket) or 0.0) <= now else 0
+        due, scheduled = due + ready, scheduled + stat.numChildren - ready
+    return due, scheduled
 
 
 class ZooKeeperIndex:
@@ -125,17 +142,7 @@ class ZooKeeperIndex:
             if attempt < ROUNDS - 1 and moved:
                 continue  # a bucket, an entry or a lease came or went between the names and the multi
             pending = sum(stat.numChildren for stat in bucket_stats if stat is not None)
-            due = scheduled = 0
-            for bucket, stat in zip(later, later_stats, strict=True):
-                if stat is None:
-                    continue
-                if bucket in entries:
-                    ready = sum(1 for n in entries[bucket][0] if (zl.entry_millis(n) or 0) <= zl.millis(now))
-                elif (zl.bucket_opened(bucket) or 0.0) <= now:
-                    ready = stat.numChildren
-                else:
-                    ready = 0
-                due, scheduled = due + ready, scheduled + stat.numChildren - ready
+            due, scheduled = _scheduled(later, later_stats, {b: names for b, (names, _) in entries.items()}, now)
             statuses = [status(layout, name, a[0], now) for name, a in zip(together, records, strict=True)
                         if a is not None]
             statuses += list(listing(client, layout, held_names[TOGETHER:], now, self._timeout,
