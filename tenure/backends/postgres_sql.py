@@ -86,7 +86,7 @@ def _after(now: str, delay: str) -> str:
 
 
 # lifecycle.Retry.seconds for the failing row's attempts, in the same float8 operations.
-_WAIT = f"""CASE WHEN %(after)s::float8 IS NOT NULL THEN %(after)s::float8 ELSE (CASE
+WAIT = f"""CASE WHEN %(after)s::float8 IS NOT NULL THEN %(after)s::float8 ELSE (CASE
     WHEN (greatest(j.attempts, 1) - 1)::float8 * ln(%(factor)s::float8) <= {GROWTH}
       THEN least(%(cap)s::float8, %(base)s::float8 * power(%(factor)s::float8, (greatest(j.attempts, 1) - 1)::float8))
     WHEN %(base)s::float8 > 0 THEN %(cap)s::float8 ELSE 0::float8 END) * (0.5::float8 + 0.5::float8 * %(draw)s::float8)
@@ -231,8 +231,8 @@ RELEASE = _holder(Op.RELEASE, f"state = '{JobState.PENDING}', owner = NULL, leas
 _OUT = "(j.max_attempts IS NOT NULL AND j.attempts >= j.max_attempts)"
 FAIL = _holder(Op.FAIL, f"""state = CASE WHEN {_OUT} THEN '{JobState.PARKED}' ELSE '{JobState.PENDING}' END,
     owner = NULL, lease_until = NULL, ttl = NULL, last_error = %(error)s, failed_at = clock.now,
-    claimable_at = CASE WHEN NOT {_OUT} THEN {_after('clock.now', f'({_WAIT})')} END,
-    queued_at = clock.now + CASE WHEN {_OUT} THEN 0 ELSE {_WAIT} END, queued = nextval('{{s}}.queue')""")
+    claimable_at = CASE WHEN NOT {_OUT} THEN {_after('clock.now', f'({WAIT})')} END,
+    queued_at = clock.now + CASE WHEN {_OUT} THEN 0 ELSE {WAIT} END, queued = nextval('{{s}}.queue')""")
 
 # submit_many: new jobs pending, completed ones a new run with its attempts reset
 # (transitions.submit), the rest untouched; nothing at all is written if any of the jobs is

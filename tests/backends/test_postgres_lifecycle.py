@@ -1,0 +1,271 @@
+"""PostgreSQL judges the job life cycle in SQL; these cases hold its statements to
+``tenure.core.transitions``, the rules every other store runs.
+
+Each case plants a row (a ``JobRecord`` with times around the server's clock, far enough from
+it that a few milliseconds never change a verdict), runs one operation through the backend's
+statement, and compares what the statement did with what ``transitions`` decides for the
+same record at the statement's time (read back from the history event or the rejection it
+wrote): the record it left, the history event, or the error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import tenure
+from tenure.backends import postgres_ops
+from tenure.backends import postgres_sql as q
+from tenure.core import transitions
+from tenure.core.errors import JobNotFound, StaleLease, TokenChanged
+from tenure.core.lifecycle import Retry
+from tenure.core.records import JobRecord, JobState, Lease, Op
+from tests.servers.postgres import PostgresHarness, admin
+
+pytest.importorskip("psycopg_pool")
+
+FAR = 1000.0  # seconds between a planted time and the server's now: no verdict is close
+TTL = 30.0
+JOB = "life"
+Make = Callable[[float], JobRecord]  # a record, from the server's now
+
+
+def pending(**life: Any) -> Make:
+    return lambda now: JobRecord(JOB, JobState.PENDING, None, 3, None, None, now - 2 * FAR, **_at(life, now))
+
+
+def leased(until: float, **life: Any) -> Make:
+    return lambda now: JobRecord(JOB, JobState.LEASED, "w1", 3, now + until, TTL, now - 2 * FAR, now - 2 * FAR,
+                                 **_at(life, now))
+
+
+def parked(**life: Any) -> Make:
+    return lambda now: JobRecord(JOB, JobState.PARKED, None, 3, None, None, now - 2 * FAR, now - 2 * FAR,
+                                 failed_at=now - FAR, **_at(life, now))
+
+
+def completed(**life: Any) -> Make:
+    return lambda now: JobRecord(JOB, JobState.COMPLETED, "w1", 3, None, TTL, now - 2 * FAR, now - 2 * FAR,
+                                 completed_at=now - FAR, result=b"done", **_at(life, now))
+
+
+def _at(life: dict[str, Any], now: float) -> dict[str, Any]:
+    """``claimable_at`` given relative to now."""
+    return {**life, **({"claimable_at": now + life["claimable_at"]} if life.get("claimable_at") is not None else {})}
+
+
+# -- the operations, each through the statement and through transitions ------------------------
+def holder_lease(rec: JobRecord, token: int | None = None) -> Lease:
+    """The lease of the record's holder (of its last holder, for a job given back)."""
+    return Lease(JOB, "w1", rec.token if token is None else token, rec.lease_until or 0.0, rec.ttl or TTL)
+
+
+Operation = tuple[str, Callable[[Any, JobRecord], object], Callable[[JobRecord | None, float], object]]
+
+
+def claim(max_attempts: int | None = None) -> Operation:
+    return ("claim", lambda b, rec: b.claim(JOB, "w2", TTL, max_attempts=max_attempts),
+            lambda rec, now: transitions.claim(rec, JOB, "w2", TTL, now, max_attempts))
+
+
+def claim_next() -> Operation:
+    def decide(rec: JobRecord | None, now: float) -> JobRecord | None:
+        return transitions.claim(rec, JOB, "w2", TTL, now) if transitions.is_next(rec, now) else rec
+
+    return "claim_next", lambda b, rec: b.claim_next("w2", TTL), decide
+
+
+def holder(op: Op, change: transitions.Change, call: Callable[[Any, Lease], object],
+           token: int | None = None) -> Operation:
+    def decide(rec: JobRecord | None, now: float) -> JobRecord:
+        found = transitions.holder_step(rec, op, holder_lease_of(rec, token), change, now)
+        if not isinstance(found, JobRecord):
+            raise StaleLease(found)
+        return found
+
+    return str(op), lambda b, rec: call(b, holder_lease(rec, token)), decide
+
+
+def holder_lease_of(rec: JobRecord | None, token: int | None) -> Lease:
+    assert rec is not None
+    return holder_lease(rec, token)
+
+
+def release(token: int | None = None) -> Operation:
+    return holder(Op.RELEASE, transitions.release, lambda b, lease: b.release(lease), token)
+
+
+def fail(retry: Retry, error: str | None = "boom", token: int | None = None) -> Operation:
+    return holder(Op.FAIL, lambda r, now: transitions.fail(r, error, retry, now),
+                  lambda b, lease: b.fail(lease, error, retry), token)
+
+
+def requeue(delay: float = 0.0, token: int | None = None) -> Operation:
+    def decide(rec: JobRecord | None, now: float) -> JobRecord:
+        if rec is not None and token is not None and rec.token != token:
+            raise TokenChanged(JOB, token, rec.token)  # steps.requeue's rule, before the record's
+        return transitions.requeue(rec, JOB, delay, now)
+
+    return "requeue", lambda b, rec: b.requeue(JOB, "ops", delay, token), decide
+
+
+def submit(max_attempts: int | None = None, delay: float = 0.0) -> Operation:
+    def decide(rec: JobRecord | None, now: float) -> JobRecord | None:
+        return transitions.submit(rec, JOB, now, max_attempts, delay) or rec
+
+    return "submit", lambda b, rec: b.submit(JOB, "ops", max_attempts=max_attempts, delay=delay), decide
+
+
+def backoff(base: float = 1.0, factor: float = 2.0, cap: float = 600.0,
+            draw: float = 0.0) -> Retry:
+    return Retry(None, base, factor, cap, draw)
+
+
+CASES: dict[str, tuple[Make, Operation]] = {
+    # claim: counts an attempt; refuses parked and scheduled jobs
+    "claim pending": (pending(attempts=1), claim()),
+    "claim pending, due": (pending(attempts=1, claimable_at=-FAR), claim()),
+    "claim scheduled": (pending(attempts=1, claimable_at=FAR), claim()),
+    "claim parked": (parked(attempts=3, max_attempts=3, last_error="oom"), claim()),
+    "claim expired, an attempt left": (leased(-FAR, attempts=2, max_attempts=3), claim()),
+    "claim expired on the last attempt": (leased(-FAR, attempts=3, max_attempts=3, last_error="x"), claim()),
+    "claim live lease": (leased(FAR, attempts=1), claim()),
+    "claim completed": (completed(attempts=1), claim()),
+    # claim_next: passes over what it may not take
+    "claim_next pending": (pending(), claim_next()),
+    "claim_next scheduled": (pending(claimable_at=FAR), claim_next()),
+    "claim_next due": (pending(attempts=2, claimable_at=-FAR), claim_next()),
+    "claim_next parked": (parked(attempts=1, max_attempts=1), claim_next()),
+    "claim_next expired on the last attempt": (leased(-FAR, attempts=2, max_attempts=2), claim_next()),
+    "claim_next expired, an attempt left": (leased(-FAR, attempts=1, max_attempts=2), claim_next()),
+    # release: gives the attempt back
+    "release": (leased(FAR, attempts=2, max_attempts=5), release()),
+    "release of a row from before attempts": (leased(FAR), release()),
+    "stale release": (leased(FAR, attempts=2), release(token=2)),
+    # fail: the holder's rule, then retry_in or the backoff, or parked
+    "fail, retry_in": (leased(FAR, attempts=2), fail(Retry(30.0, draw=0.7))),
+    "fail, retry_in 0": (leased(FAR, attempts=2), fail(Retry(0.0))),
+    "fail, no error": (leased(FAR, attempts=1), fail(Retry(5.0), error=None)),
+    "fail, first backoff, least jitter": (leased(FAR, attempts=1), fail(backoff(draw=0.0))),
+    "fail, first backoff, most jitter": (leased(FAR, attempts=1), fail(backoff(draw=0.999999))),
+    "fail, fifth backoff": (leased(FAR, attempts=5), fail(backoff(base=0.3, factor=1.7, draw=0.37))),
+    "fail, backoff at its cap": (leased(FAR, attempts=30), fail(backoff(cap=45.5, draw=0.5))),
+    "fail, backoff past a float": (leased(FAR, attempts=5000), fail(backoff(factor=3.0, draw=0.25))),
+    "fail, constant backoff": (leased(FAR, attempts=4000), fail(backoff(base=2.5, factor=1.0, draw=0.5))),
+    "fail, no backoff": (leased(FAR, attempts=9), fail(backoff(base=0.0, factor=100.0, draw=0.5))),
+    "fail, the last attempt": (leased(FAR, attempts=3, max_attempts=3), fail(Retry(30.0))),
+    "stale fail, superseded": (leased(FAR, attempts=1), fail(Retry(1.0), token=2)),
+    "stale fail, expired": (leased(-FAR, attempts=1), fail(Retry(1.0))),
+    "stale fail, parked": (parked(attempts=2, max_attempts=2), fail(Retry(1.0))),
+    # requeue: the operator's fresh start
+    "requeue parked": (parked(attempts=3, max_attempts=3, last_error="oom"), requeue()),
+    "requeue parked, delayed": (parked(attempts=3, max_attempts=3), requeue(delay=60.0)),
+    "requeue scheduled": (pending(attempts=2, claimable_at=FAR), requeue()),
+    "requeue expired on the last attempt": (leased(-FAR, attempts=2, max_attempts=2), requeue(token=3)),
+    "requeue, token changed": (parked(attempts=3, max_attempts=3), requeue(token=2)),
+    "requeue live lease": (leased(FAR, attempts=1), requeue()),
+    "requeue completed": (completed(), requeue()),
+    # submit: a new run of a completed job starts its life cycle again
+    "submit completed": (completed(attempts=2, max_attempts=4, last_error="x", failed_at=5.0),
+                         submit(max_attempts=7, delay=12.5)),
+    "submit parked": (parked(attempts=1, max_attempts=1), submit(max_attempts=9)),
+}
+
+
+@pytest.fixture(scope="module")
+def pg(postgres_session_harness: PostgresHarness) -> PostgresHarness:
+    return postgres_session_harness
+
+
+@pytest.fixture(scope="module")
+def shared(pg: PostgresHarness) -> Iterator[tenure.Store]:
+    with pg.connect() as store:
+        yield store
+
+
+def plant(pg: PostgresHarness, store: tenure.Store, rec: JobRecord) -> None:
+    backend: Any = store.backend
+    job_id, state, *rest = dataclasses.astuple(rec)
+    values = (job_id, state.value, *rest)
+    columns = q.JOB_COLUMNS + ", queued_at, queued"
+    queued_at = rec.claimable_at if rec.claimable_at is not None else -float("inf")
+    with admin(pg.base_url) as conn:
+        conn.execute(f"DELETE FROM {backend.quoted}.jobs WHERE job_id = %s", (JOB,))
+        conn.execute(f"DELETE FROM {backend.quoted}.events WHERE job_id = %s", (JOB,))
+        conn.execute(f"INSERT INTO {backend.quoted}.jobs ({columns}) VALUES "
+                     f"({', '.join(['%s'] * (q.WIDTH + 1))}, nextval('{backend.quoted}.queue'))",
+                     (*values, queued_at))
+
+
+def stored(pg: PostgresHarness, store: tenure.Store) -> JobRecord | None:
+    backend: Any = store.backend
+    with admin(pg.base_url) as conn:
+        row = conn.execute(f"SELECT {q.JOB_COLUMNS} FROM {backend.quoted}.jobs WHERE job_id = %s", (JOB,)).fetchone()
+    return None if row is None else postgres_ops.decode_row(backend.schema, row)
+
+
+def outcome(call: Callable[[], object]) -> tuple[object, Exception | None]:
+    try:
+        return call(), None
+    except tenure.LeaseError as exc:
+        return None, exc
+
+
+def facts(exc: Exception | None) -> object:
+    """What an error says, apart from the clock it was judged by."""
+    if exc is None:
+        return None
+    if isinstance(exc, StaleLease):
+        return type(exc), dataclasses.replace(exc.rejection, at=0.0)
+    return type(exc), {k: v for k, v in vars(exc).items() if k not in ("args", "now")}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_statements_decide_as_the_transitions(pg: PostgresHarness, shared: tenure.Store, case: str) -> None:
+    make, (name, run, decide) = CASES[case]
+    now = shared.now()
+    before = make(now)
+    plant(pg, shared, before)
+    answer, error = outcome(lambda: run(shared.backend, before))
+    after = stored(pg, shared)
+    events = [e for e in shared.history(JOB) if e.at > now - 1.0]
+    rejected = [r for r in shared.rejections() if r.job_id == JOB and r.at > now - 1.0]
+    at = events[-1].at if events else rejected[-1].at if rejected else shared.now()  # the statement's clock
+    expected, expected_error = outcome(lambda: decide(before, at))
+    assert facts(error) == facts(expected_error), case
+    assert after == (before if expected_error is not None else expected), case
+    assert expected is None or isinstance(expected, JobRecord)
+    if expected_error is None and expected != before:
+        actor = "ops" if name in ("requeue", "submit") else "w1" if name in ("release", "fail") else None
+        assert expected is not None and len(events) == 1, case
+        assert events[0] == transitions.history_event(expected, Op(name if name != "claim_next" else "claim"), at,
+                                                      actor), case
+    else:
+        assert events == [], case
+    if isinstance(answer, Lease):  # a claim's lease names its attempt, as transitions.lease_of does
+        assert expected is not None and answer == transitions.lease_of(expected), case
+        assert answer.attempt == expected.attempts, case
+
+
+def test_a_requeue_of_a_missing_job_is_job_not_found(shared: tenure.Store) -> None:
+    with pytest.raises(JobNotFound):
+        shared.backend.requeue("never-submitted", "ops", 0.0, None)
+    with pytest.raises(JobNotFound):
+        transitions.requeue(None, "never-submitted", 0.0, 0.0)
+
+
+def test_the_backoff_in_sql_is_the_retrys_to_the_last_bit(pg: PostgresHarness) -> None:
+    # Retry.seconds over many attempts and policies against the statement's expression alone.
+    expression = q.WAIT.replace("j.attempts", "%(attempts)s::integer")
+    retries = [Retry(None, base, factor, cap, draw) for base in (0.0, 0.25, 1.0, 7.0)
+               for factor in (1.0, 1.5, 2.0, 100.0) for cap in (0.0, 3.0, 600.0, 31_622_400.0)
+               for draw in (0.0, 0.123456789, 0.999999)]
+    with admin(pg.base_url) as conn:
+        for retry in retries:
+            for attempts in (0, 1, 2, 7, 100, 155, 10_000, 1_000_000):
+                params = {"attempts": attempts, **dataclasses.asdict(retry)}
+                (found,) = conn.execute(f"SELECT {expression}", params).fetchone()
+                assert found == retry.seconds(attempts), (retry, attempts)
