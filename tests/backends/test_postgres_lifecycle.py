@@ -269,3 +269,53 @@ def test_the_backoff_in_sql_is_the_retrys_to_the_last_bit(pg: PostgresHarness) -
                 params = {"attempts": attempts, **dataclasses.asdict(retry)}
                 (found,) = conn.execute(f"SELECT {expression}", params).fetchone()
                 assert found == retry.seconds(attempts), (retry, attempts)
+
+
+def test_a_version_3_store_upgrades_and_its_rows_read_as_before_the_life_cycle(pg: PostgresHarness) -> None:
+    url = pg.url()
+    with tenure.connect(url) as store:
+        s = store.backend.quoted  # type: ignore[attr-defined]
+    with admin(pg.base_url) as conn:  # back to how version 3 left a store, with its rows
+        conn.execute(f"DROP INDEX {s}.jobs_pending")
+        conn.execute(f"DROP INDEX {s}.jobs_leased")
+        conn.execute(f"ALTER TABLE {s}.jobs DROP COLUMN attempts, DROP COLUMN max_attempts, DROP COLUMN last_error,"
+                     " DROP COLUMN claimable_at, DROP COLUMN failed_at, DROP COLUMN queued_at")
+        conn.execute(f"CREATE INDEX jobs_pending ON {s}.jobs (queued) WHERE state = 'pending'")
+        conn.execute(f"CREATE INDEX jobs_leased ON {s}.jobs (lease_until) WHERE state = 'leased'")
+        conn.execute(f"UPDATE {s}.meta SET value = '3' WHERE key = 'schema_version'")
+        now = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0]
+        rows = (("old-b", "pending", None, None), ("old-a", "pending", None, None),
+                ("old-held", "leased", "w", now - 5.0), ("old-done", "completed", "w", None))
+        for job_id, state, owner, until in rows:
+            conn.execute(f"INSERT INTO {s}.jobs (job_id, state, owner, token, lease_until, ttl, submitted_at, runs,"
+                         f" queued) VALUES (%s, %s, %s, 1, %s, 30, %s, 1, nextval('{s}.queue'))",
+                         (job_id, state, owner, until, now - 60.0))
+    with tenure.connect(url) as upgraded:
+        assert upgraded.backend.previous_version == 3  # type: ignore[attr-defined]
+        read = {j.job_id: (j.state, j.attempts, j.max_attempts, j.claimable_at, j.last_error) for j in upgraded.jobs()}
+        assert read == {
+            "old-b": (JobState.PENDING, 0, None, None, None), "old-a": (JobState.PENDING, 0, None, None, None),
+            "old-held": (JobState.EXPIRED, 0, None, None, None), "old-done": (JobState.COMPLETED, 0, None, None, None)}
+        upgraded.submit("new")  # queued after every job queued before the upgrade
+        taken = [upgraded.claim_next(owner="x", ttl=30) for _ in range(5)]
+        assert [(lease.job_id, lease.attempt) for lease in taken if lease] == [
+            ("old-held", 1), ("old-b", 1), ("old-a", 1), ("new", 1)]
+        assert taken[-1] is None
+
+
+def test_claim_next_reads_no_further_than_the_due_jobs_in_its_index(pg: PostgresHarness) -> None:
+    # A queue of jobs in backoff (scheduled an hour on) and nothing due: claim_next must stop
+    # at the index range up to now, not read every scheduled job to find none.
+    with pg.connect() as store:
+        store.submit_many([f"later{i:05d}" for i in range(3000)], delay=3600.0)
+        backend: Any = store.backend
+        with backend.pool.connection() as conn:
+            conn.execute(f"ANALYZE {backend.quoted}.jobs")
+            plan = "\n".join(row[0] for row in conn.execute(
+                "EXPLAIN (ANALYZE, BUFFERS) " + backend.statements["CLAIM_NEXT"],
+                {"owner": "w", "ttl": 30.0, "channel": ""}))
+        waiting = plan.split("CTE waiting")[1].split("CTE won")[0]
+        assert "Index Scan using jobs_pending" in waiting and "Index Cond: (queued_at <=" in waiting, plan
+        assert "rows=0 loops=1" in waiting.split("Index Scan using jobs_pending")[1].splitlines()[0], plan
+        assert "Rows Removed by Filter" not in waiting, plan
+        assert store.claim_next(owner="w", ttl=30) is None
