@@ -11,6 +11,8 @@ wrote): the record it left, the history event, or the error.
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -319,3 +321,33 @@ def test_claim_next_reads_no_further_than_the_due_jobs_in_its_index(pg: Postgres
         assert "rows=0 loops=1" in waiting.split("Index Scan using jobs_pending")[1].splitlines()[0], plan
         assert "Rows Removed by Filter" not in waiting, plan
         assert store.claim_next(owner="w", ttl=30) is None
+
+
+def test_the_native_watch_shows_a_job_parked_or_due_when_its_time_comes(pg: PostgresHarness) -> None:
+    # No write marks these moments (a lease on its last attempt running out parks the job; a
+    # scheduled job's time coming makes it pending): the watch judges them as a read would.
+    # The server's clock cannot be injected: the lease and the delay run out in real time.
+    with pg.connect() as store:
+        stop = threading.Event()
+        changes = store.watch(stop, interval=0.05)
+        store.submit("poison", max_attempts=1)
+        store.claim("poison", owner="w", ttl=0.3)
+        store.submit("later", delay=0.3)
+        seen: dict[str, list[JobState]] = {}
+        deadline = time.monotonic() + 3  # before the watch lists every job again (timeout + 1 s)
+        try:
+            for change in changes:
+                if change.job is not None:
+                    states = seen.setdefault(change.job.job_id, [])
+                    if not states or states[-1] is not change.job.state:
+                        states.append(change.job.state)
+                done = seen.get("poison", [])[-1:] == [JobState.PARKED] and seen.get("later", [])[-1:] == [
+                    JobState.PENDING]
+                if done or time.monotonic() > deadline:
+                    break
+        finally:
+            stop.set()
+            list(changes)
+        assert seen["poison"][-2:] == [JobState.LEASED, JobState.PARKED], seen
+        assert seen["later"] == [JobState.SCHEDULED, JobState.PENDING], seen
+        assert [(j.state, j.parked_at is not None) for j in [store.get("poison")]] == [(JobState.PARKED, True)]
