@@ -350,4 +350,5 @@ def test_the_native_watch_shows_a_job_parked_or_due_when_its_time_comes(pg: Post
             list(changes)
         assert seen["poison"][-2:] == [JobState.LEASED, JobState.PARKED], seen
         assert seen["later"] == [JobState.SCHEDULED, JobState.PENDING], seen
-        assert [(j.state, j.parked_at is not None) for j in [store.get("poison")]] == [(JobState.PARKED, True)]
+        poison = store.get("poison")
+        assert poison is not None and poison.state is JobState.PARKED and poison.parked_at is not None
