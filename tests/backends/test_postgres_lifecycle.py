@@ -21,7 +21,7 @@ import pytest
 import tenure
 from tenure.backends import postgres_ops
 from tenure.backends import postgres_sql as q
-from tenure.core import transitions
+from tenure.core import queries, transitions
 from tenure.core.errors import JobNotFound, StaleLease, TokenChanged
 from tenure.core.lifecycle import Retry
 from tenure.core.records import JobRecord, JobState, Lease, Op
@@ -352,3 +352,38 @@ def test_the_native_watch_shows_a_job_parked_or_due_when_its_time_comes(pg: Post
         assert seen["later"] == [JobState.SCHEDULED, JobState.PENDING], seen
         poison = store.get("poison")
         assert poison is not None and poison.state is JobState.PARKED and poison.parked_at is not None
+
+
+def test_summary_and_pages_judge_scheduled_and_parked_jobs_as_a_listing_does(pg: PostgresHarness) -> None:
+    # The counts and pages are SQL over the rows; the listing is every job through the codec
+    # and transitions.status: the two must agree on every state, scheduled and parked included.
+    with pg.connect() as store:
+        backend: Any = store.backend
+        store.submit("pending")
+        store.submit("scheduled", delay=FAR)
+        store.claim("leased", owner="w", ttl=FAR)
+        store.claim("expired", owner="w", ttl=FAR)
+        store.submit("failed-last", max_attempts=1)
+        store.fail(store.claim("failed-last", owner="w", ttl=FAR), "oom")
+        store.submit("ran-out-last", max_attempts=1)
+        store.claim("ran-out-last", owner="w", ttl=FAR)
+        store.submit("retrying", max_attempts=2)
+        store.fail(store.claim("retrying", owner="w", ttl=FAR), "flaky", retry_in=FAR)
+        store.complete(store.claim("completed", owner="w", ttl=FAR))
+        store.submit("corrupt")
+        pg.corrupt(store, "corrupt")
+        with admin(pg.base_url) as conn:  # two leases run out, without waiting for them
+            conn.execute(f"UPDATE {backend.quoted}.jobs SET lease_until = lease_until - {2 * FAR}"
+                         " WHERE job_id IN ('expired', 'ran-out-last')")
+        now = store.now()
+        listed = list(store.jobs())
+        summary = backend.summary(now, 30.0)
+        assert summary == queries.summarize(listed, now, 30.0, summary.rejections_last_hour)
+        assert (summary.pending, summary.scheduled, summary.leased, summary.expired, summary.parked) == (1, 2, 1, 1, 2)
+        for state in JobState:
+            for order in ("expiry", "job"):
+                page = backend.page(now, frozenset({state}), None, None, order, 0, 50)
+                assert page == queries.select_page(listed, now, frozenset({state}), None, None, order, 0, 50), state
+        parked = {j.job_id: (j.attempts, j.last_error, j.parked_at is not None) for j in listed
+                  if j.state is JobState.PARKED}
+        assert parked == {"failed-last": (1, "oom", True), "ran-out-last": (1, None, True)}
