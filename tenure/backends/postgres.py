@@ -1,6 +1,6 @@
 """``postgresql://user@host:5432/dbname?schema=tenure``: leases in PostgreSQL tables.
 
-Every claim, renew, complete and release is ONE statement (one round trip) that reads the
+Every claim, renew, complete, release, fail and requeue is ONE statement (one round trip) that reads the
 server's ``clock_timestamp()``, judges, writes and audits (see ``postgres_sql``). Store time
 is the server's clock, never the worker's. Tokens live in the job's row, which is never
 deleted, so they grow across completion and resubmission, restarts and crashes, as long as

@@ -214,7 +214,7 @@ class Plans:
         rec = self.decode(row)
         if token is not None and rec.token != token:
             raise TokenChanged(job_id, token, rec.token)  # the statement changed nothing
-        if not done:
+        if not done:  # judged on the row it locked first: transitions refuses it too
             transitions.requeue(rec, job_id, delay, now)  # raises JobCompleted, AlreadyClaimed
 
     def force_expire(self, job_id: str, actor: str | None, token: int | None) -> Plan[None]:

@@ -2,11 +2,12 @@
 
 Each write is a single statement of CTEs that reads the server's clock once
 (``clock_timestamp()``), judges the record, applies the change, writes the history event or,
-for a refused renew/complete/release, the rejection: all in one implicit transaction, so
+for a refused renew/complete/release/fail, the rejection: all in one implicit transaction, so
 the audit is atomic with the refusal. SQL has to judge here (a second round trip would cost
 as much as the write), so the rules below repeat ``tenure.core.transitions``; each says which
 function it mirrors, and the backend decodes any refused row with ``transitions`` again, so a
-disagreement shows up as a retry rather than as a wrong answer.
+disagreement shows up as a retry rather than as a wrong answer
+(tests/backends/test_postgres_lifecycle.py holds the life cycle's statements to it, case by case).
 
 Statements name their tables through ``{s}``, the schema, quoted once when the backend opens.
 """
