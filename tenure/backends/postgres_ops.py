@@ -301,13 +301,13 @@ class Plans:
 
 
 # transitions.judged, state by state, at the page's now.
-_SPENT = "(j.max_attempts IS NOT NULL AND j.attempts >= j.max_attempts)"
+_SPENT = f"NOT {q.attempt_left('j')}"
 _STATE_SQL = {
     JobState.PENDING: f"(j.state = 'pending' AND (j.claimable_at IS NULL OR j.claimable_at <= %(now)s)"
                       f" AND {q.valid('j')})",
     JobState.SCHEDULED: f"(j.state = 'pending' AND j.claimable_at > %(now)s AND {q.valid('j')})",
     JobState.LEASED: f"(j.state = 'leased' AND j.lease_until > %(now)s AND {q.valid('j')})",
-    JobState.EXPIRED: f"(j.state = 'leased' AND j.lease_until <= %(now)s AND NOT {_SPENT} AND {q.valid('j')})",
+    JobState.EXPIRED: f"(j.state = 'leased' AND j.lease_until <= %(now)s AND {q.attempt_left('j')} AND {q.valid('j')})",
     JobState.PARKED: f"((j.state = 'parked' OR (j.state = 'leased' AND j.lease_until <= %(now)s AND {_SPENT}))"
                      f" AND {q.valid('j')})",
     JobState.COMPLETED: f"(j.state = 'completed' AND {q.valid('j')})",

@@ -67,9 +67,9 @@ def _cols(alias: str) -> str:
     return ", ".join(f"{alias}.{c.strip()}" for c in JOB_COLUMNS.split(","))
 
 
-def _left(alias: str) -> str:
-    """Not on its last attempt (JobRecord.out_of_attempts, negated), as the predicate of the
-    jobs_leased index: a lease on its last attempt parks its job when it runs out."""
+def attempt_left(alias: str) -> str:
+    """Not on its last attempt (``NOT JobRecord.out_of_attempts``), written as the predicate
+    of the jobs_leased index: a lease on its last attempt parks its job when it runs out."""
     return f"({alias}.max_attempts IS NULL OR {alias}.attempts < {alias}.max_attempts)"
 
 
@@ -78,7 +78,7 @@ def _claimable(alias: str, now: str) -> str:
     # run out by store time and an attempt left.
     a = alias
     return (f"(({a}.state = 'pending' AND ({a}.claimable_at IS NULL OR {a}.claimable_at <= {now}))"
-            f" OR ({a}.state = 'leased' AND {a}.lease_until <= {now} AND {_left(a)}))")
+            f" OR ({a}.state = 'leased' AND {a}.lease_until <= {now} AND {attempt_left(a)}))")
 
 
 def _after(now: str, delay: str) -> str:
@@ -117,7 +117,7 @@ def _touch(job: str) -> str:
 # an existing one is taken only if claimable, counting an attempt (transitions.claim). ON
 # CONFLICT locks the existing row before the WHERE judges it.
 # A refused claim reads the row FOR UPDATE: after ON CONFLICT's lock that is the version it
-# judged, which the backend hands to transitions.claim for the exact error.
+# judged, which the backend hands to transitions.refuse_claim for the exact error.
 CLAIM = f"""
 WITH {_CLOCK},
 won AS (
@@ -151,7 +151,7 @@ CLAIM_NEXT = f"""
 WITH {_CLOCK},
 overdue AS MATERIALIZED (
   SELECT j.job_id FROM {{s}}.jobs j, clock
-  WHERE j.state = 'leased' AND {_left('j')} AND j.lease_until <= clock.now AND {_next('j')}
+  WHERE j.state = 'leased' AND {attempt_left('j')} AND j.lease_until <= clock.now AND {_next('j')}
   ORDER BY j.lease_until LIMIT 1 FOR UPDATE OF j SKIP LOCKED),
 waiting AS MATERIALIZED (
   SELECT j.job_id FROM {{s}}.jobs j
@@ -229,10 +229,10 @@ RELEASE = _holder(Op.RELEASE, f"state = '{JobState.PENDING}', owner = NULL, leas
                               "attempts = greatest(j.attempts - 1, 0)")
 # transitions.fail: parked on the last attempt, else pending once the Retry's wait for the
 # row's attempts has passed, queued at that time (SET reads the row as it was).
-_OUT = "(j.max_attempts IS NOT NULL AND j.attempts >= j.max_attempts)"
+_OUT = f"NOT {attempt_left('j')}"
 FAIL = _holder(Op.FAIL, f"""state = CASE WHEN {_OUT} THEN '{JobState.PARKED}' ELSE '{JobState.PENDING}' END,
     owner = NULL, lease_until = NULL, ttl = NULL, last_error = %(error)s, failed_at = clock.now,
-    claimable_at = CASE WHEN NOT {_OUT} THEN {_after('clock.now', f'({WAIT})')} END,
+    claimable_at = CASE WHEN {attempt_left('j')} THEN {_after('clock.now', f'({WAIT})')} END,
     queued_at = clock.now + CASE WHEN {_OUT} THEN 0 ELSE {WAIT} END, queued = nextval('{{s}}.queue')""")
 
 # submit_many: new jobs pending, completed ones a new run with its attempts reset
@@ -329,7 +329,7 @@ TRIM = "DELETE FROM {s}.{table} WHERE id <= (SELECT max(id) FROM {s}.{table}) - 
 
 SUMMARY = f"""
 SELECT CASE WHEN NOT {valid('j')} THEN 'corrupt'
-            WHEN j.state = 'leased' AND j.lease_until <= %(now)s AND NOT {_left('j')} THEN 'parked'
+            WHEN j.state = 'leased' AND j.lease_until <= %(now)s AND NOT {attempt_left('j')} THEN 'parked'
             WHEN j.state = 'leased' AND j.lease_until <= %(now)s THEN 'expired'
             WHEN j.state = 'leased' AND j.lease_until <= %(soon)s THEN 'soon'
             WHEN j.state = 'pending' AND j.claimable_at > %(now)s THEN 'scheduled' ELSE j.state END, count(*)
