@@ -137,6 +137,8 @@ class AsyncStore:
                 elif isinstance(step, waiting.Sleep):
                     await asyncio.sleep(step.seconds)
                     outcome = None
+                elif isinstance(step, waiting.NextDue):
+                    outcome = await self.backend.next_due()
                 else:
                     outcome = await self.backend.now()
                 step = steps.send(outcome)

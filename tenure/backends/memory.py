@@ -37,6 +37,28 @@ class _State:
         self.rejections: deque[Rejection] = deque(maxlen=retention)
         self.events: deque[HistoryEvent] = deque(maxlen=retention)
 
+    # The heads of the heaps, once the stale entries there are dropped; the lock is held.
+    def lease_head(self) -> tuple[float, str] | None:
+        heap, records = self.expiries, self.records
+        while heap:
+            until, job_id = heap[0]
+            rec = records.get(job_id)
+            if rec is None or candidate_at(rec) != until or rec.state is not JobState.LEASED:
+                heapq.heappop(heap)  # superseded by a renewal, claim, release or completion
+                continue
+            return until, job_id
+        return None
+
+    def queue_head(self) -> tuple[float, str] | None:
+        queue, queued = self.queue, self.queued
+        while queue:
+            at, _, job_id = queue[0]
+            if queued.get(job_id) != at:
+                heapq.heappop(queue)  # claimed, completed or queued again since
+                continue
+            return at, job_id
+        return None
+
 
 _NAMED: dict[str, _State] = {}
 _NAMED_LOCK = threading.Lock()
@@ -59,23 +81,9 @@ class _MemoryTransaction(Transaction):
     def next_claimable(self) -> str | None:
         # Expired leases first, soonest expiry first, then pending jobs in the order they became
         # claimable (a scheduled job joins the queue when its time comes).
-        heap, records = self._s.expiries, self._s.records
-        while heap:
-            until, job_id = heap[0]
-            rec = records.get(job_id)
-            if rec is None or candidate_at(rec) != until or rec.state is not JobState.LEASED:
-                heapq.heappop(heap)  # superseded by a renewal, claim, release or completion
-                continue
-            if until <= self.now:
-                return job_id
-            break
-        queue, queued = self._s.queue, self._s.queued
-        while queue:
-            at, _, job_id = queue[0]
-            if queued.get(job_id) != at:
-                heapq.heappop(queue)  # claimed, completed or queued again since
-                continue
-            return job_id if at <= self.now else None
+        for head in (self._s.lease_head(), self._s.queue_head()):
+            if head is not None and head[0] <= self.now:
+                return head[1]
         return None
 
     def add_rejection(self, rejection: Rejection) -> None:
@@ -161,6 +169,14 @@ class MemoryBackend(RecordBackend):
 
     def now(self) -> float:
         return self._state.clock.time()
+
+    def next_due(self) -> float | None:
+        with self._state.lock:
+            now = self.now()
+            # A head already due is claim_next's to take; behind it, the heap cannot tell.
+            heads = [head[0] for head in (self._state.lease_head(), self._state.queue_head())
+                     if head is not None and head[0] > now]
+            return min(heads) - now if heads else None
 
     def health(self) -> dict[str, Any]:
         with self._state.lock:

@@ -182,6 +182,13 @@ class Backend(abc.ABC):
     def now(self) -> float:
         """The store's clock, in seconds since the epoch."""
 
+    def next_due(self) -> float | None:
+        """Seconds of store time until a job becomes claimable by time alone (a scheduled
+        job's ``claimable_at``, a lease's end), for a blocking ``claim_next`` to wake then
+        rather than after its next poll (``tenure.core.waiting``); None: nothing is due, or
+        this store cannot tell cheaply (the default: no I/O)."""
+        return None
+
     def watch(self, stop: threading.Event, interval: float) -> Iterator[Change]:
         """Changes as they happen; this default polls, backends with a native watch override."""
         return watch.poll(self, stop, interval)

@@ -113,6 +113,8 @@ class Store:
                 elif isinstance(step, waiting.Sleep):
                     time.sleep(step.seconds)
                     outcome = None
+                elif isinstance(step, waiting.NextDue):
+                    outcome = self.backend.next_due()
                 else:
                     outcome = self.backend.now()
                 step = steps.send(outcome)
