@@ -16,6 +16,7 @@ from tenure.cli.format import render, table, when
 from tenure.cli.signals import Interrupts
 from tenure.core.export import plain, to_jsonl
 from tenure.core.records import Change, JobState
+from tenure.core.shown import attempts, first_line
 
 NO_LEASE = (JobState.COMPLETED, JobState.PENDING)  # states whose job holds no lease to end
 
@@ -189,18 +190,14 @@ def cmd_ls(store: tenure.Store, args: argparse.Namespace) -> int:
     now = store.now()
     emit(args, page.jobs, lambda: table(
         ["job", "state", "owner", "token", "expires", "runs", "attempts", "claimable", "last error"],
-        [(j.job_id, j.state.value, j.owner, j.token, when(j.expires_at, now), j.runs, _attempts(j),
-          when(j.claimable_at, now), _short(j.last_error)) for j in page.jobs]))
+        [(j.job_id, j.state.value, j.owner, j.token, when(j.expires_at, now), j.runs,
+          attempts(j.attempts, j.max_attempts), when(j.claimable_at, now), _short(j.last_error))
+         for j in page.jobs]))
     if args.output == "table" and page.total > len(page.jobs):
         first = page.offset + 1 if page.jobs else page.offset
         print(f"jobs {first}-{page.offset + len(page.jobs)} of {page.total} (--offset, --limit for others)",
               file=sys.stderr)
     return exits.OK
-
-
-def _attempts(job: tenure.JobStatus) -> str:
-    """``2/5``: attempts used of those allowed; ``2`` without a limit."""
-    return str(job.attempts) if job.max_attempts is None else f"{job.attempts}/{job.max_attempts}"
 
 
 LAST_ERROR_SHOWN = 40  # characters of a last error in a table row (get and -o json give it whole)
@@ -210,10 +207,8 @@ def _short(text: str | None) -> str | None:
     """A last error on one line of a table: its first line, cut short ("..." where cut)."""
     if text is None:
         return None
-    lines = text.strip().splitlines() or [""]
-    first = lines[0]
-    shown = first if len(first) <= LAST_ERROR_SHOWN else first[:LAST_ERROR_SHOWN - 3] + "..."
-    return shown + (" ..." if len(lines) > 1 and shown == first else "")
+    line = first_line(text)
+    return line if len(line) <= LAST_ERROR_SHOWN else line[:LAST_ERROR_SHOWN - 3] + "..."
 
 
 def _known(store: tenure.Store, job_id: str | None, found: list[Any]) -> None:
