@@ -217,7 +217,7 @@ def test_the_docs_say_what_is_and_is_not_guaranteed_as_the_code_does(capsys: pyt
     run_help = " ".join(capsys.readouterr().out.split())
     assert "gets SIGTERM (on a signal, that signal; QUIT as TERM)" in run_help
     for promise in ("child subreaper (`prctl(PR_SET_CHILD_SUBREAPER)`)",
-                    "neither completes nor releases the job, nor exits, while any of them runs",
+                    "neither completes, fails nor releases the job, nor exits, while any of them runs",
                     "uninterruptible sleep (state `D`",
                     "Without `/proc` or the prctl (systems other than Linux) only the command's process group"):
         assert promise in guide
