@@ -123,12 +123,14 @@ def test_the_default_store_says_which_file_it_is(tmp_path: Path, monkeypatch: py
 
 @pytest.fixture
 def life_url() -> str:
-    """A memory store (shared by name in this process) with a parked job and a scheduled one."""
+    """A memory store (shared by name in this process) with a parked job and two scheduled ones
+    (delayed, failed)."""
     url = f"memory://exits-{uuid.uuid4().hex}"
     with tenure.connect(url) as store:  # a named memory store outlives its connections
         store.submit("parked", max_attempts=1)
         store.fail(store.claim("parked", "a", 300), "boom")
         store.submit("later", delay=3600)
+        store.fail(store.claim("retry", "a", 300), "boom", retry_in=3600)
         store.complete(store.claim("done", "a", 300))
     return url
 
@@ -145,6 +147,8 @@ def life_url() -> str:
     (["requeue", "nosuch"], 66),
     (["requeue", "parked", "--token", "2"], 65),
     (["requeue", "parked", "--delay", "-1"], 64),
+    (["expire", "parked", "--token", "1"], 66),  # no live lease: nothing to end
+    (["expire", "retry", "--token", "1"], 66),
     (["requeue", "parked", "--token", "1"], 0),
     (["submit", "x", "--max-attempts", "0"], 64),
 ])

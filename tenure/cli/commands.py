@@ -18,7 +18,9 @@ from tenure.core.export import plain, to_jsonl
 from tenure.core.records import Change, JobState
 from tenure.core.shown import attempts, first_line
 
-NO_LEASE = (JobState.COMPLETED, JobState.PENDING)  # states whose job holds no lease to end
+# States whose job holds no lease to end (a scheduled job was given back, failed or delayed; a
+# parked one failed, or its last lease ran out).
+NO_LEASE = (JobState.COMPLETED, JobState.PENDING, JobState.SCHEDULED, JobState.PARKED)
 
 
 def emit(args: argparse.Namespace, value: Any, human: Any) -> None:
