@@ -27,12 +27,14 @@ class _State:
         self.lock = threading.RLock()
         self.records: dict[str, JobRecord] = {}
         # Indexes for claim_next, so it costs the same with 100,000 jobs as with 10:
-        # Heaps: leases by their end, (time, job id); pending jobs by when they became (or
-        # become, if scheduled) claimable, (time, order of queueing, job id). Stale entries are
-        # skipped when they come up, rather than searched for on every renewal.
+        # Heaps: leases by their end, (time, job id); pending jobs by when they became claimable
+        # (ready) or become so (scheduled), (time, order of queueing, job id). Stale entries are
+        # skipped when they come up, rather than searched for on every renewal. A ready job is
+        # never held back by its time: a clock stepped back must not hide it.
         self.expiries: list[tuple[float, str]] = []
-        self.queue: list[tuple[float, int, str]] = []
-        self.queued: dict[str, float] = {}  # a pending job's time in the queue: its entry's
+        self.ready: list[tuple[float, int, str]] = []
+        self.scheduled: list[tuple[float, int, str]] = []
+        self.queued: dict[str, int] = {}  # a pending job's current entry, by its order of queueing
         self.queueings = 0
         self.rejections: deque[Rejection] = deque(maxlen=retention)
         self.events: deque[HistoryEvent] = deque(maxlen=retention)
@@ -49,15 +51,18 @@ class _State:
             return until, job_id
         return None
 
-    def queue_head(self) -> tuple[float, str] | None:
-        queue, queued = self.queue, self.queued
+    def queue_head(self, queue: list[tuple[float, int, str]]) -> tuple[float, int, str] | None:
         while queue:
-            at, _, job_id = queue[0]
-            if queued.get(job_id) != at:
+            if self.queued.get(queue[0][2]) != queue[0][1]:
                 heapq.heappop(queue)  # claimed, completed or queued again since
                 continue
-            return at, job_id
+            return queue[0]
         return None
+
+    def enqueue(self, job_id: str, at: float, scheduled: bool) -> None:
+        self.queueings += 1
+        self.queued[job_id] = self.queueings
+        heapq.heappush(self.scheduled if scheduled else self.ready, (at, self.queueings, job_id))
 
 
 _NAMED: dict[str, _State] = {}
@@ -81,10 +86,12 @@ class _MemoryTransaction(Transaction):
     def next_claimable(self) -> str | None:
         # Expired leases first, soonest expiry first, then pending jobs in the order they became
         # claimable (a scheduled job joins the queue when its time comes).
-        for head in (self._s.lease_head(), self._s.queue_head()):
-            if head is not None and head[0] <= self.now:
-                return head[1]
-        return None
+        lease = self._s.lease_head()
+        if lease is not None and lease[0] <= self.now:
+            return lease[1]
+        due = self._s.queue_head(self._s.scheduled)
+        heads = [h for h in (self._s.queue_head(self._s.ready), due if due and due[0] <= self.now else None) if h]
+        return min(heads)[2] if heads else None
 
     def add_rejection(self, rejection: Rejection) -> None:
         self._rejections.append(rejection)
@@ -97,11 +104,7 @@ class _MemoryTransaction(Transaction):
             self._s.records[job_id] = rec
             at = candidate_at(rec)
             if rec.state is JobState.PENDING:
-                at = self.now if at is None else at
-                if self._s.queued.get(job_id) != at:
-                    self._s.queued[job_id] = at
-                    self._s.queueings += 1
-                    heapq.heappush(self._s.queue, (at, self._s.queueings, job_id))
+                self._s.enqueue(job_id, self.now if at is None else at, at is not None)
                 continue
             self._s.queued.pop(job_id, None)
             if at is not None:
@@ -174,7 +177,7 @@ class MemoryBackend(RecordBackend):
         with self._state.lock:
             now = self.now()
             # A head already due is claim_next's to take; behind it, the heap cannot tell.
-            heads = [head[0] for head in (self._state.lease_head(), self._state.queue_head())
+            heads = [head[0] for head in (self._state.lease_head(), self._state.queue_head(self._state.scheduled))
                      if head is not None and head[0] > now]
             return min(heads) - now if heads else None
 
