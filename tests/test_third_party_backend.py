@@ -131,7 +131,7 @@ class JsonTransaction(tenure.Transaction):
                 if rec.state is tenure.JobState.LEASED and rec.lease_until is not None:
                     expired.append((rec.lease_until, job_id))
                 else:
-                    pending.append((rec.submitted_at or 0.0, job_id))
+                    pending.append((rec.claimable_at or rec.submitted_at or 0.0, job_id))  # a delay queues it later
         return min(expired or pending, default=(0.0, None))[1]
 
     def add_rejection(self, rejection: tenure.Rejection) -> None:
@@ -153,7 +153,8 @@ def _decode(job_id: str, stored: Any) -> JobRecord:
     fields = ("state", "owner", "token", "lease_until", "ttl", "submitted_at", "claimed_at", "renewed_at",
               "completed_at", "runs")
     return codec.job_record(job_id, job_id, *(stored.get(f) for f in fields),
-                            codec.result_bytes(job_id, stored.get("result")))
+                            codec.result_bytes(job_id, stored.get("result")),
+                            **{f: stored.get(f) for f in codec.LIFE_FIELDS})  # attempts, delays ...
 
 
 def _status(job_id: str, stored: Any, now: float) -> tenure.JobStatus:
