@@ -6,8 +6,9 @@ and the statuses of some jobs. A page is then cut from those without reading eve
 
 - leased and expired jobs only: the held jobs, filtered and sorted, then the page's records;
 - any other filter by state: held jobs by expiry first (``order="expiry"``), then the rest by
-  id; the rest need their records read only when the filter keeps pending jobs but not
-  completed ones or the reverse, and then only up to the page (from the first id on);
+  id; the rest need their records read only when the filter keeps some of the states of jobs
+  not held (pending, scheduled, completed, parked) but not all, and then only up to the page
+  (from the first id on);
 - ``None`` (the caller lists every job instead) for what no index answers: corrupt records,
   and the owner of jobs that are not held (it is in their records only).
 """
@@ -22,8 +23,9 @@ from typing import Protocol
 from tenure.core.backend import fold
 from tenure.core.records import JobPage, JobState, JobStatus, Summary
 
-HELD_STATES = frozenset({JobState.LEASED, JobState.EXPIRED})
-_NOT_HELD = frozenset({JobState.PENDING, JobState.COMPLETED})
+HELD_STATES = frozenset({JobState.LEASED, JobState.EXPIRED})  # held jobs only
+# Jobs not held; a parked job may be held too (its last attempt's lease ran out: ``Held``).
+_NOT_HELD = frozenset({JobState.PENDING, JobState.SCHEDULED, JobState.COMPLETED, JobState.PARKED})
 _CHUNK = 100  # fewest records read at a time while walking ids for a filter the index cannot answer
 
 
@@ -33,7 +35,7 @@ class Held:
 
     job_id: str
     owner: str | None
-    state: JobState  # LEASED or EXPIRED at the query's ``now``
+    state: JobState  # LEASED, EXPIRED or PARKED (its last attempt ran out) at the query's ``now``
     expires_at: float | None
 
 
@@ -65,7 +67,7 @@ def page(src: IndexedJobs, now: float, states: frozenset[JobState] | None, job: 
     if owner is not None and not held_only:
         return None
     rest = _NOT_HELD if states is None else states & _NOT_HELD
-    need_reads = bool(rest) and rest != _NOT_HELD  # pending without completed, or the reverse
+    need_reads = bool(rest) and rest != _NOT_HELD  # e.g. pending without completed
     if need_reads and job is not None:
         return None
     all_held = src.held(now, expiry=order == "expiry")
@@ -93,7 +95,10 @@ def page(src: IndexedJobs, now: float, states: frozenset[JobState] | None, job: 
         wanted += others[max(0, offset - len(head)):max(0, offset + limit - len(head))]
         return JobPage(src.statuses(wanted, now), len(head) + len(others), offset, limit)
     assert counted is not None
-    total = len(held) + (counted.pending if JobState.PENDING in rest else counted.completed)
+    counts = {JobState.PENDING: counted.pending, JobState.SCHEDULED: counted.scheduled,
+              JobState.COMPLETED: counted.completed, JobState.PARKED: counted.parked}
+    # Those of ``rest`` counted among the held (parked by a lease that ran out) are in ``held`` already.
+    total = len(held) + sum(counts[s] for s in rest) - sum(1 for h in all_held if h.state in rest)
     found = _walk(src, now, head, others, states or frozenset(), offset + limit, max(offset + limit, _CHUNK))
     return JobPage(found[offset:offset + limit], total, offset, limit)
 
