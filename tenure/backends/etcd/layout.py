@@ -5,17 +5,20 @@
 ``<prefix>/job/<id>``        the run; while leased its mod revision is the token
 ``<prefix>/lease/<id>``      the live lease, on an etcd lease with the job's TTL
 ``<prefix>/end/<id>``        how the current claim ended (completed, released, expired)
-``<prefix>/queue/<µs>/<id>`` index: a pending job by when it is claimable, oldest first
+``<prefix>/queue/<µs>/<id>`` index: a pending job, oldest first
+``<prefix>/sched/<µs>/<id>`` index: a pending job with a ``claimable_at`` (a delay, a retry's
+                             backoff), in its place instead, by that time
 ``<prefix>/held/<id>``       index: a leased job (its lease ended when no lease key is beside it)
 ``<prefix>/last/<id>``       index: a job on its last attempt, leased (parked once its lease
-                             ends) or parked; a job that is neither held nor queued with it
-                             is parked, one without it completed
+                             ends) or parked; a job neither held nor queued with it is
+                             parked, one without it completed
 
-The job life cycle's fields (``codec.LIFE_FIELDS``) are in the job key's value, and a failed
-or requeued job's value is rewritten (state ``pending`` or ``parked``, its last token in it,
-as a submitted job's); a released job keeps the claim's value, its attempt given back when
-read (``record``). A pending job's queue key is at its ``claimable_at`` when it has one, else
-at ``queued`` (a fail or requeue without a delay), else at ``submitted_at``.
+The job life cycle's fields (``codec.LIFE_FIELDS``) are in the job key's value. A failed or
+requeued job's value is rewritten (state ``pending`` or ``parked``, its last token in it, as
+a submitted job's); a released job keeps the claim's value, its attempt given back when read
+(``record``). A pending job's queue key is at when it became pending (``queued``, else
+``submitted_at``), by its writer's clock; a scheduled one's ``sched/`` key is at its
+``claimable_at``, and claim_next reads those up to its own now only.
 
 Audit: ``<prefix>/history/<id>/<uuid>`` and ``<prefix>/rejection/<uuid>``, on a shared
 retention lease. Anything under the prefix that does not decode raises ``CorruptRecord``.
@@ -84,12 +87,16 @@ class Keys:
     def last(self, job_id: str) -> bytes:
         return self._key("last", job_id)
 
-    def queue_cut(self, at: float) -> bytes:
-        """The end of the queue keys claimable at ``at``: later ones sort from here on."""
-        return self.section("queue") + b"%020d/" % round(at * 1e6) + b"\xff"
+    def scheduled(self, job_id: str, at: float) -> bytes:
+        return self.section("sched") + b"%020d/" % round(at * 1e6) + _encoded(job_id)
 
-    def queued_job_id(self, key: bytes) -> str:
-        return self.job_id(self.section("queue") + key[len(self.section("queue")) + 21:], "queue")
+    def sched_cut(self, at: float) -> bytes:
+        """Where the ``sched/`` keys of jobs not yet claimable at ``at`` start."""
+        return self.section("sched") + b"%020d/" % round(at * 1e6) + b"\xff"
+
+    def queued_job_id(self, key: bytes, section: str = "queue") -> str:
+        """The job id in a ``queue/`` (or ``sched/``) key."""
+        return self.job_id(self.section(section) + key[len(self.section(section)) + 21:], section)
 
     def history(self, job_id: str, uid: str) -> bytes:
         return self._key("history", job_id) + b"/" + uid.encode()
@@ -168,15 +175,17 @@ class JobValue:
     expires_at: float | None
     runs: int
     life: dict[str, Any] = field(default_factory=dict)  # codec.life: those not at their defaults
-    queued: float | None = None  # a pending job's queue key time, when not claimable_at or submitted_at
+    queued: float | None = None  # when a failed or requeued job became pending (its queue key's time)
 
-    def queue_time(self) -> float | None:
-        """When this pending job's queue key says it is claimable; None if it is not pending."""
+    def index_key(self, k: Keys, job_id: str) -> bytes | None:
+        """A pending job's ``sched/`` or ``queue/`` key; None for another."""
         if self.state is not JobState.PENDING:
             return None
-        found: float | None = self.life.get("claimable_at", self.queued if self.queued is not None
-                                            else self.submitted_at)
-        return found
+        at: float | None = self.life.get("claimable_at")
+        if at is not None:
+            return k.scheduled(job_id, at)
+        since = self.queued if self.queued is not None else self.submitted_at
+        return None if since is None else k.queue(job_id, since)
 
 
 def job_value(job_id: str, v: JobValue) -> bytes:
@@ -241,8 +250,8 @@ def end_value(how: str, token: int, at: float, result: bytes | None) -> bytes:
                  "result": codec.result_text(result)})
 
 
-def queued_since(job_id: str, job: KV | None, end: KV | None) -> float | None:
-    """The time of the job's queue key, or None if it has none (it is not pending).
+def index_key(k: Keys, job_id: str, job: KV | None, end: KV | None) -> bytes | None:
+    """The job's ``queue/`` or ``sched/`` key, or None if it has none (it is not pending).
 
     Call after ``record`` accepted the keys: they are known to decode and agree.
     """
@@ -250,11 +259,11 @@ def queued_since(job_id: str, job: KV | None, end: KV | None) -> float | None:
         return None
     v = read_job(job, job_id)
     if v.state is not JobState.LEASED:
-        return v.queue_time()
+        return v.index_key(k, job_id)
     if end is not None:
         o = _load(end)
         if o.get("how") == "released":
-            return float(_field(end, o, "at", _NUM, False))
+            return k.queue(job_id, float(_field(end, o, "at", _NUM, False)))
     return None
 
 

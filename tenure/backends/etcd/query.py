@@ -1,14 +1,14 @@
 """Operators' queries on etcd from the indexes, not from a listing of every job
 (docs/backends/etcd.md, "Counts and pages for operators").
 
-Each job is in one place: a ``queue/`` key (pending, or scheduled if the key's time is later
-than now), a ``held/`` key (leased; expired when no ``lease/`` key lives beside it, by etcd's
-own clock, or parked when a ``last/`` key does: its last attempt ran out), a ``last/`` key
-alone (parked) or none (completed). So one read-only transaction at one revision counts them
-all (``count_only`` for ``job/`` and both sides of the queue's cut at now); nothing is written
-to keep the counts. Job ids in order are the ``job/`` keys' names, kept
-while etcd's count of them is unchanged (tenure never deletes a job), topped up with the keys
-created since (``created_after``).
+Each job is in one place: a ``queue/`` key (pending), a ``sched/`` key (scheduled; pending
+once its time, in the key, is not later than now), a ``held/`` key (leased; expired when no
+``lease/`` key lives beside it, by etcd's own clock, or parked when a ``last/`` key does: its
+last attempt ran out), a ``last/`` key alone (parked) or none (completed). So one read-only
+transaction at one revision counts them all (``count_only`` for ``job/``, ``queue/`` and each
+side of ``sched/``'s cut at now); nothing is written to keep the counts. Job ids in order are
+the ``job/`` keys' names, kept while etcd's count of them is unchanged (tenure never deletes a
+job), topped up with the keys created since (``created_after``).
 """
 
 from __future__ import annotations
@@ -71,15 +71,15 @@ class EtcdIndex:
 
     def _read(self, now: float, counted: bool) -> _Counts:
         """The indexes at one revision, one round trip; ``counted``: with etcd's counts of the
-        job and queue keys (each a walk of its whole range on etcd 3.4), the queue's on either
-        side of the cut at ``now``."""
+        job, queue and sched keys (each a walk of its whole range on etcd 3.4), the scheduled
+        ones on either side of the cut at ``now``."""
         k = self._keys
         reads = [ec.get(*k.span("held")), ec.get(*k.span("lease")), ec.get(*k.span("last"), keys_only=True)]
         if counted:
-            start, end = k.span("queue")
-            cut = k.queue_cut(now)
-            reads += [ec.get(*k.span("job"), count_only=True), ec.get(start, cut, count_only=True),
-                      ec.get(cut, end, count_only=True)]
+            start, end = k.span("sched")
+            cut = k.sched_cut(now)
+            reads += [ec.get(*k.span("job"), count_only=True), ec.get(*k.span("queue"), count_only=True),
+                      ec.get(start, cut, count_only=True), ec.get(cut, end, count_only=True)]
         res = self._conn.txn([], reads, [], retry=True)
         leases = {kv.key[len(k.section("lease")):]: kv for kv in res.ranges[1]}
         last = {kv.key[len(k.section("last")):] for kv in res.ranges[2]}
@@ -92,8 +92,8 @@ class EtcdIndex:
                 continue  # not a key tenure made: listed as corrupt by jobs(), never counted here
             held.append((job_id, _owner(kv.value), leases.get(suffix), suffix in last))
             last.discard(suffix)
-        jobs, pending, scheduled = res.counts[3:6] if counted else (0, 0, 0)
-        return _Counts(res.revision, jobs, pending, scheduled, held, len(last))
+        jobs, queued, due, scheduled = res.counts[3:7] if counted else (0, 0, 0, 0)
+        return _Counts(res.revision, jobs, queued + due, scheduled, held, len(last))
 
     def counts(self, now: float, soon: float = 0.0) -> Summary:
         c = self._read(now, counted=True)

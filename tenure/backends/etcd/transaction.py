@@ -43,10 +43,10 @@ from tenure.backends.etcd.layout import (
     event_value,
     held_ttl,
     held_value,
+    index_key,
     job_value,
     lease_value,
     owner_prefix,
-    queued_since,
     record,
     rejection_value,
 )
@@ -300,8 +300,10 @@ class EtcdTransaction(Transaction):
             plan.new = dataclasses.replace(new, submitted_at=at, claimable_at=due)
             value = JobValue(JobState.PENDING, None, new.token, None, at, None, None, new.runs,
                              codec.life_fields(plan.new))
+            queued = value.index_key(k, job_id)
+            assert queued is not None
             return plan, [ec.put(k.job(job_id), job_value(job_id, value)), ec.delete(k.end(job_id)),
-                          ec.put(k.queue(job_id, due if due is not None else at), b"")]
+                          ec.put(queued, b"")]
         if new.state is JobState.LEASED and (old is None or old.state is not JobState.LEASED or old.token != new.token):
             return (yield from self._claim_writes(plan, self._reads[job_id]))
         if op in (Op.FAIL, Op.REQUEUE) or new.state is JobState.PARKED:
@@ -323,20 +325,17 @@ class EtcdTransaction(Transaction):
 
     def _rerun_writes(self, new: JobRecord, read: Read) -> list[Any]:
         """A fail's or requeue's writes: the job's value rewritten as pending (its last token
-        in it) or parked, no lease or outcome, queued at ``claimable_at`` (or now) unless parked."""
+        in it) or parked, no lease or outcome, indexed at ``claimable_at`` (or now) unless parked."""
         k, job_id, now = self._k, new.job_id, self.now
-        pending = new.state is JobState.PENDING
-        queued = now if pending and new.claimable_at is None else None
+        since = now if new.state is JobState.PENDING and new.claimable_at is None else None
         value = JobValue(new.state, None, new.token, None, new.submitted_at, new.claimed_at, None, new.runs,
-                         codec.life_fields(new), queued)
-        was = queued_since(job_id, read.job, read.end)
+                         codec.life_fields(new), since)
+        was, queued = index_key(k, job_id, read.job, read.end), value.index_key(k, job_id)
         writes = [ec.put(k.job(job_id), job_value(job_id, value)), ec.delete(k.end(job_id)),
                   ec.delete(k.lease(job_id), prev_kv=True), ec.delete(k.held(job_id)),
-                  *([] if was is None else [ec.delete(k.queue(job_id, was))])]
-        if pending:
-            at = value.queue_time()
-            assert at is not None
-            return [*writes, ec.put(k.queue(job_id, at), b""), ec.delete(k.last(job_id))]
+                  *([] if was is None or was == queued else [ec.delete(was)])]  # (a Txn names a key once)
+        if queued is not None:
+            return [*writes, ec.put(queued, b""), ec.delete(k.last(job_id))]
         return [*writes, ec.put(k.last(job_id), b"")]
 
     def _claim_writes(self, plan: _Plan, read: Read) -> Io[tuple[_Plan, list[Any]]]:
@@ -351,14 +350,14 @@ class EtcdTransaction(Transaction):
         # The job key keeps the nominal end, shown once etcd has ended the lease.
         value = JobValue(JobState.LEASED, new.owner, 0, new.ttl, new.submitted_at, now, now + plan.lease.granted,
                          new.runs, codec.life_fields(new))
-        queued = queued_since(job_id, read.job, read.end)
+        queued = index_key(k, job_id, read.job, read.end)
         # On its last attempt the job is indexed so: parked, not a candidate, once the lease ends.
         last = ec.put(k.last(job_id), b"") if new.out_of_attempts else ec.delete(k.last(job_id))
         return plan, [ec.put(k.job(job_id), job_value(job_id, value)),
                       ec.put(k.lease(job_id), lease_value(new.owner, new.ttl, None, plan.expires_at),
                              lease=plan.lease.id),
                       ec.put(k.held(job_id), held_value(new.owner, new.ttl)), ec.delete(k.end(job_id)), last,
-                      *([] if queued is None else [ec.delete(k.queue(job_id, queued))])]
+                      *([] if queued is None else [ec.delete(queued)])]
 
     def _renew_writes(self, plan: _Plan, old: JobRecord, read: Read) -> Io[tuple[_Plan, list[Any]]]:
         k, new, job_id = self._k, plan.new, plan.new.job_id
