@@ -254,3 +254,24 @@ def _url(store: tenure.Store) -> str:
     backend: Any = store.backend
     hosts = ",".join(f"{h}:{p}" for h, p in backend.hosts)
     return f"etcd://{hosts}{backend.keys.prefix}"
+
+
+def test_a_fail_is_one_transaction_from_the_process_that_claimed(etcd_harness: EtcdHarness,
+                                                                 store: tenure.Store) -> None:
+    """A fail needs the job's attempts and limit, which the lease does not carry: the claim's
+    own process knows them (its guess is checked by the Txn), another reads them first."""
+    ttl = etcd_harness.ttl
+    store.submit("mine", max_attempts=1)
+    lease = store.claim("mine", owner="w", ttl=ttl)
+    sent = _requests(store)
+    store.fail(lease, "poison")
+    assert sent == ["txn"]
+    assert store.get("mine").state is JobState.PARKED  # type: ignore[union-attr]
+    passed = store.claim("passed", owner="w", ttl=ttl)
+    with etcd_harness.connect(_url(store)) as other:
+        sent = _requests(other)
+        other.fail(passed, "from elsewhere", retry_in=0)
+        assert sent.count("txn") == 2  # the job's keys, then the commit (and a new connection's retention lease)
+    job = store.get("passed")
+    assert job is not None and job.state is JobState.PENDING and job.attempts == 1
+    assert job.last_error == "from elsewhere"

@@ -54,6 +54,7 @@ from tenure.backends.etcd.leases import SLACK, Claiming, ClaimKey, EtcdLease, Et
 from tenure.backends.etcd.scan import QueueCursor
 from tenure.core import codec, transitions
 from tenure.core.backend import Transaction
+from tenure.core.bounded import Bounded
 from tenure.core.clock import Clock, boot_clock, deadline_runs
 from tenure.core.errors import BackendUnavailable, CorruptRecord, NotYetClaimable
 from tenure.core.records import HistoryEvent, JobRecord, JobState, Lease, Op, Rejection
@@ -111,6 +112,9 @@ class _Plan:
     expires_at: float | None = None
 
 
+CLAIMED = 10_000  # records of claims made here, for one-transaction fails
+
+
 @dataclasses.dataclass(frozen=True)
 class Parts:
     """What every transaction of one backend shares."""
@@ -120,6 +124,9 @@ class Parts:
     leases: EtcdLeases
     queue: QueueCursor
     clock: Clock | None  # the clock given to connect (tests)
+    # The job value each claim made here wrote (a renewal does not change it), by claim: a
+    # fail's guess, which needs the job's attempts and limit, as the holder's lease cannot say.
+    claimed: Bounded[ClaimKey, JobRecord] = dataclasses.field(default_factory=lambda: Bounded(CLAIMED))
 
 
 @dataclasses.dataclass
@@ -214,10 +221,11 @@ class EtcdTransaction(Transaction):
         holder's lease implies its record. A retry, or a job already read, reads."""
         if self._fresh or job_id in self._reads or job_id in self._saved:
             return self._held_fresh(lease) if lease is not None else self.load(job_id)
-        if lease is not None and op is not Op.FAIL:  # a fail needs the job's attempts and limit: read
-            return self._held_guess(lease)
         if lease is not None:
-            return self._held_fresh(lease)
+            claimed = self._p.claimed.get((job_id, lease.token, lease.owner)) if op is Op.FAIL else None
+            if op is Op.FAIL and claimed is None:  # a fail needs the job's attempts and limit: read
+                return self._held_fresh(lease)
+            return self._held_guess(lease, claimed)
         if op is Op.SUBMIT or (op is Op.CLAIM and self._claiming is not None and self._claiming.lease is not None):
             self.guessed = True
             self._use(job_id, Read(job_id, None, self.now))  # compared as absent
@@ -238,7 +246,8 @@ class EtcdTransaction(Transaction):
         self._loaded[job_id] = rec
         return rec
 
-    def _held_guess(self, lease: Lease) -> JobRecord:
+    def _held_guess(self, lease: Lease, claimed: JobRecord | None = None) -> JobRecord:
+        """The record ``lease`` implies; ``claimed``: what its claim wrote, if made here."""
         job_id, k = lease.job_id, self._k
         self.guessed = True
         mine = owner_prefix(lease.owner)
@@ -249,7 +258,8 @@ class EtcdTransaction(Transaction):
                            ec.compare(k.job(job_id), "mod", "==", lease.token)]  # no claim since
         # Attempts do not change while a lease is held: the claim's count (a renewal's lease keeps it).
         rec = self._loaded[job_id] = JobRecord(job_id, JobState.LEASED, lease.owner, lease.token,
-                                               lease.expires_at, lease.ttl, attempts=lease.attempt)
+                                               lease.expires_at, lease.ttl, attempts=lease.attempt) \
+            if claimed is None else dataclasses.replace(claimed, lease_until=lease.expires_at, ttl=lease.ttl)
         return rec
 
     def next_claimable(self) -> str | None:
@@ -472,8 +482,10 @@ class EtcdTransaction(Transaction):
                 lease.confirmed, lease.granted = plan.sent, left
             assert self._claiming is not None
             self._claiming.lease = None  # in use now: the claim must not give it back
-            self._stored[new.job_id] = dataclasses.replace(new, token=res.revision, lease_until=plan.expires_at)
+            stored = self._stored[new.job_id] = dataclasses.replace(new, token=res.revision,
+                                                                    lease_until=plan.expires_at)
             self._leases.remember((new.job_id, res.revision, new.owner or ""), lease)
+            self._p.claimed.put((new.job_id, res.revision, new.owner or ""), stored)
         elif plan.op is Op.RENEW:
             assert lease is not None and plan.expires_at is not None
             self._stored[new.job_id] = dataclasses.replace(new, lease_until=plan.expires_at)
@@ -498,7 +510,8 @@ class EtcdTransaction(Transaction):
                 if kv.lease != lease.id:
                     self._leases.revoke_later(kv.lease)
             self._leases.remember(plan.key, lease)
-        else:  # complete, release, force_expire: the key left its etcd lease
+        else:  # complete, release, fail, force_expire, requeue: the key left its etcd lease
+            self._p.claimed.pop(plan.key)
             held = self._leases.forget(plan.key) if plan.op is not Op.EXPIRE else None
             for kv in prev:
                 if held is not None and held.alive and kv.lease == held.id:
