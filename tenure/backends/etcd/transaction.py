@@ -10,7 +10,12 @@ compares verify (``guessed``), made in ``load_for``:
 - a job not known to exist is new (submit; a claim with a pooled etcd lease at hand), so a
   claim of a new job is one transaction;
 - a holder's lease implies its record (renew, complete, release): the job key was written by
-  the claim (its mod revision is the token) and the lease key lives with the owner's value.
+  the claim (its mod revision is the token) and the lease key lives with the owner's value. A
+  fail needs more than the lease says (the job's attempts and limit): it guesses only when
+  this process made the claim and kept what it wrote (``Parts.claimed``), else it reads.
+
+A change's writes depend on its operation, which the step's history event for the job names
+(``_plan``): a fail or requeue rewrites the job value, a release only writes its outcome.
 
 claim_next's candidate (``next_claimable``) is read, never guessed. A claim's token is the
 revision of its commit (``stored``). The etcd leases the keys hang on are ``leases``'s.
