@@ -11,8 +11,9 @@ retention lease) are ``leases``'s, with the reasons there.
 
 Round trips: claim 1 for a new job when a pooled etcd lease can be reused, else 2; renew 1
 when this process made the claim with the same TTL, else 2 (a grant first); complete and
-release 1; submit 1 (the job guessed new); claim_next 3 (the indexes, the candidate's keys,
-the Txn). A wrong guess costs nothing extra: the Txn's
+release 1; fail 1 when this process made the claim, else 2 (the job's attempts are read
+first); submit 1 (the job guessed new); claim_next 3 (the indexes, the candidate's keys, the
+Txn). A wrong guess costs nothing extra: the Txn's
 failure branch reads the job's keys for the retry.
 
 ``now()`` is this machine's wall clock: etcd has no clock API. Expiry never depends on it;
