@@ -138,7 +138,7 @@ class JsonTransaction(tenure.Transaction):
         self.rejections.append(codec.rejection_fields(rejection))
 
     def add_event(self, event: tenure.HistoryEvent) -> None:
-        self.events.append({"job_id": event.job_id, **codec.event_fields(event, event.token)})
+        self.events.append(codec.event_fields(event))
 
 
 # -- records as JSON: tenure's own codec checks what is read -----------------------------------
@@ -165,11 +165,11 @@ def _status(job_id: str, stored: Any, now: float) -> tenure.JobStatus:
 
 
 def _rejection(stored: dict[str, Any]) -> tenure.Rejection:
-    return codec.rejection("rejections", stored)[0]
+    return codec.rejection("rejections", stored)
 
 
 def _event(stored: dict[str, Any]) -> tenure.HistoryEvent:
-    return codec.event("events", stored, stored.get("job_id", ""))
+    return codec.event("events", stored)
 
 
 # -- the test: the whole suite, through the public registration ---------------------------------
