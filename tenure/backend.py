@@ -3,10 +3,11 @@
     from tenure.backend import Characteristics, Durability, RecordBackend, Transaction, job_record
 
 A backend imports from here, from ``tenure`` (the values a store hands out, its errors) and,
-in its tests, from ``tenure.testing`` (the conformance suite). These names are stable: they
-keep their meaning and signatures across minor releases. Everything under ``tenure.core`` is
-tenure's own and may move; the names below are re-exported from there, so a backend written
-against this module does not notice. docs/backends/writing-a-backend.md builds a backend on it.
+in its tests, from ``tenure.testing`` (the conformance suite). These names are the stable
+contract (tests/test_public_api.py holds ``__all__`` to it): changing one is a change of the
+contract, made on purpose. Everything under ``tenure.core`` is tenure's own and may move; the
+names below are re-exported from there, so a backend written against this module does not
+notice. docs/backends/writing-a-backend.md builds a backend on it.
 
 What is here, by use:
 
