@@ -11,8 +11,16 @@ which runs the page's code again there.
 from __future__ import annotations
 
 import ast
+import importlib.util
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
+
+from tests.harness import in_ci
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "backends" / "writing-a-backend.md"
 _FENCE = re.compile(r"^```(\w*)\s*$")
@@ -57,3 +65,18 @@ def test_the_page_holds_the_whole_backend_and_its_test() -> None:
     assert defined["JsonFileBackend"].__module__ == __name__  # the page's class, run here
     assert {"JsonFileBackend", "JsonTransaction", "TestJsonFileStore"} <= set(defined)
     assert len(SOURCE.splitlines()) == len(PAGE.read_text().splitlines())  # line numbers are the page's
+
+
+@pytest.mark.slow
+def test_the_page_type_checks_as_a_reader_would_copy_it(tmp_path: Path) -> None:
+    # A newcomer copies the blocks into jsonfile.py: mypy --strict passes on it as it stands.
+    if importlib.util.find_spec("mypy") is None:
+        missing = "mypy is not installed here (pip install --group lint)"
+        if in_ci():
+            pytest.fail(missing)
+        pytest.skip(missing)
+    (tmp_path / "jsonfile.py").write_text(SOURCE.lstrip("\n"))
+    done = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", "jsonfile.py"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "MYPYPATH": str(PAGE.parents[2])})
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]
