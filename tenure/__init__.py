@@ -11,7 +11,7 @@
 
 from importlib import metadata as _metadata
 
-from tenure.core.backend import Backend, Characteristics, RecordBackend, Transaction
+from tenure.core.backend import Backend, Characteristics, Durability, RecordBackend, Transaction
 from tenure.core.clock import Clock, ManualClock, SystemClock
 from tenure.core.errors import (
     AlreadyClaimed,
@@ -73,6 +73,7 @@ __all__ = [
     "Characteristics",
     "Clock",
     "CorruptRecord",
+    "Durability",
     "ForgedToken",
     "HeldLease",
     "HistoryEvent",

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tenure.core import audit
-from tenure.core.backend import Characteristics, RecordBackend, Transaction
+from tenure.core.backend import Characteristics, Durability, RecordBackend, Transaction
 from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Rejection
@@ -117,6 +117,7 @@ class MemoryBackend(RecordBackend):
     characteristics = Characteristics(
         name="memory",
         store_clock="the clock passed to connect() (the process's own by default)",
+        durability=Durability.VOLATILE,  # Python objects in this process
         shared_between_processes=False,
         max_result_bytes=64 * 1024 * 1024,  # bounded by memory alone; this keeps one result sane
         tls_options=None,

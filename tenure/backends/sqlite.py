@@ -31,7 +31,7 @@ from typing import Any
 
 from tenure.backends.sqlite_clock import RESOLUTION, MachineClock, refuse_network_filesystem
 from tenure.core import codec
-from tenure.core.backend import Characteristics, RecordBackend, Transaction
+from tenure.core.backend import Characteristics, Durability, RecordBackend, Transaction
 from tenure.core.clock import Clock
 from tenure.core.codec import corrupt_status
 from tenure.core.errors import BackendUnavailable, CorruptRecord, InvalidArgument, StoreNotFound
@@ -226,6 +226,7 @@ class SQLiteBackend(RecordBackend):
     characteristics = Characteristics(
         name="sqlite",
         store_clock="the machine's boot clock (shared by every process on the machine)",
+        durability=Durability.FSYNC,  # synchronous=FULL or EXTRA; NORMAL only when told it may lose writes
         min_ttl=0.05,  # a held lease renews every TTL/3, each renewal a commit that waits for fsync
         max_result_bytes=64 * 1024 * 1024,  # far below SQLite's 1 GB blob limit
         tls_options=None,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import enum
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -53,12 +54,25 @@ DEFAULT_MAX_RESULT_BYTES = 512 * 1024  # for third-party backends that do not sa
 R = TypeVar("R")
 
 
+class Durability(str, enum.Enum):
+    """What an acknowledged write survives: every backend declares one (``Characteristics``),
+    and the conformance suite fails one that does not. A claim the store forgets after
+    acknowledging it is handed out again with the same token, which fences admit: a backend
+    refuses (or warns about) a store configured to lose acknowledged writes."""
+
+    VOLATILE = "volatile"  # this process's memory: gone when the process ends (memory://)
+    FSYNC = "fsync"  # on one machine's disk before the answer: survives a crash of the process or machine
+    REPLICATED = "replicated"  # on the disks of a quorum of servers: survives losing a minority of them
+
+
 @dataclass(frozen=True)
 class Characteristics:
     """What a backend guarantees, for callers and for the conformance suite."""
 
     name: str
     store_clock: str  # whose clock decides expiry, in words
+    # What an acknowledged write survives; None (not declared) fails the conformance suite.
+    durability: Durability | None = None
     min_ttl: float = 0.0
     max_ttl: float = MAX_TTL
     # The smallest step of the store's clock (0: not declared). A holder's margin, its TTL

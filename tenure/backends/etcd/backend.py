@@ -40,7 +40,7 @@ from tenure.backends.etcd.layout import Keys, read_event, read_rejection
 from tenure.backends.etcd.leases import EtcdLeases, etcd_ttl
 from tenure.backends.etcd.transaction import Context, EtcdTransaction, Parts, Read, reads
 from tenure.core import audit, paging, steps, transitions
-from tenure.core.backend import Characteristics, RecordBackend, Transaction
+from tenure.core.backend import Characteristics, Durability, RecordBackend, Transaction
 from tenure.core.clock import Clock
 from tenure.core.codec import corrupt_status
 from tenure.core.errors import CorruptRecord, InvalidArgument
@@ -56,6 +56,7 @@ class EtcdBackend(RecordBackend):
     characteristics = Characteristics(
         name="etcd",
         store_clock="etcd's lease TTLs decide expiry; times shown are the client's wall clock",
+        durability=Durability.REPLICATED,  # raft: on a quorum's disks (--unsafe-no-fsync voids it)
         min_ttl=2.0,
         tokens_ordered_across_jobs=True,
         max_result_bytes=512 * 1024,  # base64, twice in a complete txn, under the 1.5 MiB request limit

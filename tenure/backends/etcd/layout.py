@@ -311,19 +311,25 @@ def record(job_id: str, job: KV | None, lease: KV | None, end: KV | None, now: f
 
 # -- audit records ---------------------------------------------------------------------------
 def event_value(op: Op, owner: str | None, token: int | None, at: float, expires_at: float | None) -> bytes:
-    """``token`` None: the token is the revision of the write itself (a claim's)."""
-    return dump(codec.event_fields(HistoryEvent("", op, owner, 0, at, expires_at), token))
+    """``token`` None: the token is the revision of the write itself (a claim's). The job id is
+    in the key, not the value."""
+    fields = codec.event_fields(HistoryEvent("", op, owner, 0, at, expires_at))
+    del fields["job_id"]
+    return dump({**fields, "token": token})
 
 
 def read_event(kv: KV, job_id: str) -> HistoryEvent:
-    return codec.event(kv.key.decode(errors="replace"), _load(kv), job_id, kv.create_revision)
+    d = _load(kv)
+    token = kv.create_revision if d.get("token") is None else d["token"]
+    return codec.event(kv.key.decode(errors="replace"), {**d, "job_id": job_id, "token": token})
 
 
 def rejection_value(r: Rejection) -> bytes:
-    return dump(codec.rejection_fields(r, True))
+    return dump(codec.rejection_fields(r))
 
 
 def read_rejection(kv: KV) -> tuple[Rejection, bool]:
     """The rejection and whether its reason was recorded (versions before the optimistic
     transaction wrote a stub first and its reason later)."""
-    return codec.rejection(kv.key.decode(errors="replace"), _load(kv))
+    d = _load(kv)
+    return codec.rejection(kv.key.decode(errors="replace"), d), d.get("reason") is not None
