@@ -21,7 +21,8 @@ from kazoo.exceptions import NoAuthError, NodeExistsError
 from tenure.backends.zookeeper import query as zookeeper_query
 from tenure.backends.zookeeper.acl import Guard
 from tenure.backends.zookeeper.audit import Audit
-from tenure.backends.zookeeper.config import Config, mapped_errors
+from tenure.backends.zookeeper.config import Config
+from tenure.backends.zookeeper.errors import mapped_errors
 from tenure.backends.zookeeper.index import Index
 from tenure.backends.zookeeper.session import Session
 from tenure.backends.zookeeper.transaction import Parts, Written, ZkTransaction

@@ -30,7 +30,7 @@ from kazoo.protocol.serialization import CheckVersion, SetData
 from tenure.backends.zookeeper import layout as zl
 from tenure.backends.zookeeper.audit import Audit
 from tenure.backends.zookeeper.calls import Io
-from tenure.backends.zookeeper.config import mapped_errors
+from tenure.backends.zookeeper.errors import mapped_errors
 from tenure.backends.zookeeper.index import Index, Placer
 from tenure.backends.zookeeper.multiread import reading_many
 from tenure.backends.zookeeper.session import Session
