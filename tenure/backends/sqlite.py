@@ -31,7 +31,7 @@ from typing import Any
 
 from tenure.backends.sqlite_clock import RESOLUTION, MachineClock, refuse_network_filesystem
 from tenure.core import codec
-from tenure.core.backend import Characteristics, Durability, RecordBackend, Transaction
+from tenure.core.backend import Characteristics, Durability, RecordBackend
 from tenure.core.clock import Clock
 from tenure.core.codec import corrupt_status
 from tenure.core.errors import BackendUnavailable, CorruptRecord, InvalidArgument, StoreNotFound
@@ -47,6 +47,7 @@ from tenure.core.records import (
     RejectionKind,
     Summary,
 )
+from tenure.core.transaction import Transaction
 from tenure.core.transitions import status
 from tenure.core.validation import LAST_TOKEN, MAX_JOB_ID, refused_class
 

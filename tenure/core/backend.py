@@ -21,16 +21,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from tenure.core import audit, contention, queries, steps, watch
-
-# corrupt_status (codec), history_event and state_at (transitions), fold (queries) live with
-# what they belong to; the "as" imports keep them importable from here (backends, dashboard).
-from tenure.core.codec import corrupt_status as corrupt_status
 from tenure.core.errors import (
     CorruptRecord,
     LeaseError,
 )
 from tenure.core.lifecycle import Retry
-from tenure.core.queries import fold as fold
 from tenure.core.records import (
     Change,
     HistoryEvent,
@@ -41,9 +36,7 @@ from tenure.core.records import (
     Rejection,
     Summary,
 )
-from tenure.core.transaction import Transaction as Transaction  # where backends have always found it
-from tenure.core.transitions import history_event as history_event
-from tenure.core.transitions import state_at as state_at
+from tenure.core.transaction import Transaction
 from tenure.core.validation import MAX_TTL
 
 if TYPE_CHECKING:

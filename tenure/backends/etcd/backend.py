@@ -40,12 +40,13 @@ from tenure.backends.etcd.layout import Keys, read_event, read_rejection
 from tenure.backends.etcd.leases import EtcdLeases, etcd_ttl
 from tenure.backends.etcd.transaction import Context, EtcdTransaction, Parts, Read, reads
 from tenure.core import audit, paging, steps, transitions
-from tenure.core.backend import Characteristics, Durability, RecordBackend, Transaction
+from tenure.core.backend import Characteristics, Durability, RecordBackend
 from tenure.core.clock import Clock
 from tenure.core.codec import corrupt_status
 from tenure.core.errors import CorruptRecord, InvalidArgument
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
+from tenure.core.transaction import Transaction
 
 DEFAULT_PORT = 2379
 
