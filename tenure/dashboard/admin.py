@@ -24,6 +24,7 @@ from tenure.dashboard.unlock import LIMITER
 log = logging.getLogger("tenure.dashboard.admin")
 _UNLOCKED = "admin_unlocked"
 _PENDING = "admin_pending"
+_DONE = "admin_done"  # (job, what was done): shown on that job's page until the next action
 _SECRET_INPUT = "admin_secret_input"
 _REFUSAL = "admin_unlock_refusal"
 
@@ -83,6 +84,9 @@ def actions(store: Store, cfg: Config, status: JobStatus) -> None:
         st.caption("Unlock admin actions with the admin secret.")
         return
     job = status.job_id
+    done = st.session_state.get(_DONE)
+    if done and done[0] == job:  # kept across reruns: an auto-refresh must not hide the outcome
+        st.success(done[1])
     c1, c2, c3 = st.columns(3)
     if c1.button("Force-expire lease", disabled=status.state is not JobState.LEASED):
         st.session_state[_PENDING] = ("force-expire", job, status.token)
@@ -103,6 +107,7 @@ def actions(store: Store, cfg: Config, status: JobStatus) -> None:
         st.rerun()
     if y.button(f"Confirm {action}", type="primary"):
         del st.session_state[_PENDING]
+        st.session_state.pop(_DONE, None)
         try:
             if action == "force-expire":
                 store.force_expire(job, token=token, actor=ADMIN_ACTOR)
@@ -119,4 +124,5 @@ def actions(store: Store, cfg: Config, status: JobStatus) -> None:
             st.error(literal(cfg.scrub(str(exc))))
             return
         log.warning("admin %s of job %r (token %d) by %s", action, job, token, ADMIN_ACTOR)
-        st.success(f"{action} of {literal(repr(job))} done and recorded in its history.")
+        st.session_state[_DONE] = (job, f"{action} of {literal(repr(job))} done and recorded in its history.")
+        st.rerun()  # the page shows the job as it is now, and the outcome above its actions

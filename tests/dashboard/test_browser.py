@@ -249,12 +249,13 @@ def test_the_parked_view_and_a_requeue_by_an_unlocked_admin(browser: object, ser
     _open_first_row(page)
     page.wait_for_url("**/job?job=poison-7", timeout=60_000)
     page.get_by_text("Attempts", exact=True).wait_for(timeout=60_000)
+    page.set_default_timeout(60_000)  # the job page renders its parts one read after another: slow under load
     page.get_by_label("Admin secret").fill(ADMIN_SECRET)
     page.get_by_label("Admin secret").press("Enter")
-    page.get_by_text("Admin actions unlocked").wait_for(timeout=60_000)
+    page.get_by_text("Admin actions unlocked").wait_for()
     page.get_by_role("button", name="Requeue job").click()
     page.get_by_role("button", name="Confirm requeue").click()
-    page.get_by_text("recorded in its history").wait_for(timeout=60_000)
+    page.get_by_text("recorded in its history").wait_for()
     job = writer.get("poison-7")
     assert job is not None and (job.state, job.attempts) == (tenure.JobState.PENDING, 0)
     last = writer.history("poison-7")[-1]
