@@ -11,7 +11,7 @@
 
 from importlib import metadata as _metadata
 
-from tenure.core.backend import Backend, Characteristics, RecordBackend, Transaction
+from tenure.core.backend import Backend, Characteristics, Durability, RecordBackend
 from tenure.core.clock import Clock, ManualClock, SystemClock
 from tenure.core.errors import (
     AlreadyClaimed,
@@ -22,6 +22,8 @@ from tenure.core.errors import (
     InvalidArgument,
     JobCompleted,
     JobNotFound,
+    JobParked,
+    JobScheduled,
     LeaseError,
     LeaseLost,
     NotYetClaimable,
@@ -49,6 +51,7 @@ from tenure.core.records import (
 from tenure.core.registry import connect, register_backend
 from tenure.core.renewal import HeldLease
 from tenure.core.store import Store
+from tenure.core.transaction import Transaction
 from tenure.core.transport import InsecureTransportWarning
 
 
@@ -71,6 +74,7 @@ __all__ = [
     "Characteristics",
     "Clock",
     "CorruptRecord",
+    "Durability",
     "ForgedToken",
     "HeldLease",
     "HistoryEvent",
@@ -79,6 +83,8 @@ __all__ = [
     "JobCompleted",
     "JobNotFound",
     "JobPage",
+    "JobParked",
+    "JobScheduled",
     "JobState",
     "JobStatus",
     "Lease",

@@ -31,6 +31,7 @@ from tenure.core import audit
 from tenure.core.backend import Backend, Characteristics, Link
 from tenure.core.errors import BackendUnavailable
 from tenure.core.holding import CLOSE_WAIT
+from tenure.core.lifecycle import Retry
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
 from tenure.core.watch import Polled, RejectionFilter
 
@@ -54,10 +55,11 @@ class AsyncBackend(abc.ABC):
         """Connect, in the loop; ``connect()`` calls it once after building the backend."""
 
     @abc.abstractmethod
-    async def submit_many(self, job_ids: list[str], actor: str | None = None) -> None: ...
+    async def submit_many(self, job_ids: list[str], actor: str | None = None, *, max_attempts: int | None = None,
+                          delay: float = 0.0) -> None: ...
 
     @abc.abstractmethod
-    async def claim(self, job_id: str, owner: str, ttl: float) -> Lease: ...
+    async def claim(self, job_id: str, owner: str, ttl: float, *, max_attempts: int | None = None) -> Lease: ...
 
     @abc.abstractmethod
     async def claim_next(self, owner: str, ttl: float) -> Lease | None: ...
@@ -70,6 +72,13 @@ class AsyncBackend(abc.ABC):
 
     @abc.abstractmethod
     async def release(self, lease: Lease) -> None: ...
+
+    @abc.abstractmethod
+    async def fail(self, lease: Lease, error: str | None, retry: Retry) -> None: ...
+
+    @abc.abstractmethod
+    async def requeue(self, job_id: str, actor: str | None = None, delay: float = 0.0,
+                      token: int | None = None) -> None: ...
 
     @abc.abstractmethod
     async def force_expire(self, job_id: str, actor: str | None = None, token: int | None = None) -> None: ...
@@ -95,6 +104,10 @@ class AsyncBackend(abc.ABC):
 
     @abc.abstractmethod
     async def now(self) -> float: ...
+
+    async def next_due(self) -> float | None:
+        """As ``tenure.core.backend.Backend.next_due``; this default: None (no I/O)."""
+        return None
 
     @abc.abstractmethod
     async def summary(self, now: float, soon: float) -> Summary: ...
@@ -151,11 +164,12 @@ class ThreadedBackend(AsyncBackend):
         self._check_open()
         return fn(*args)
 
-    async def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
-        await self._call(self.sync.submit_many, job_ids, actor)
+    async def submit_many(self, job_ids: list[str], actor: str | None = None, *, max_attempts: int | None = None,
+                          delay: float = 0.0) -> None:
+        await self._call(functools.partial(self.sync.submit_many, **_new_run(max_attempts, delay)), job_ids, actor)
 
-    async def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
-        return await self._call(self.sync.claim, job_id, owner, ttl)
+    async def claim(self, job_id: str, owner: str, ttl: float, *, max_attempts: int | None = None) -> Lease:
+        return await self._call(functools.partial(self.sync.claim, **_new_run(max_attempts, 0.0)), job_id, owner, ttl)
 
     async def claim_next(self, owner: str, ttl: float) -> Lease | None:
         return await self._call(self.sync.claim_next, owner, ttl)
@@ -168,6 +182,13 @@ class ThreadedBackend(AsyncBackend):
 
     async def release(self, lease: Lease) -> None:
         await self._call(self.sync.release, lease)
+
+    async def fail(self, lease: Lease, error: str | None, retry: Retry) -> None:
+        await self._call(self.sync.fail, lease, error, retry)
+
+    async def requeue(self, job_id: str, actor: str | None = None, delay: float = 0.0,
+                      token: int | None = None) -> None:
+        await self._call(self.sync.requeue, job_id, actor, delay, token)
 
     async def force_expire(self, job_id: str, actor: str | None = None, token: int | None = None) -> None:
         await self._call(self.sync.force_expire, job_id, actor, token)
@@ -195,6 +216,11 @@ class ThreadedBackend(AsyncBackend):
 
     async def now(self) -> float:
         return await self._call(self.sync.now)
+
+    async def next_due(self) -> float | None:
+        if type(self.sync).next_due is Backend.next_due:
+            return None  # the default tells nothing: no hop to the worker for it
+        return await self._call(self.sync.next_due)
 
     async def summary(self, now: float, soon: float) -> Summary:
         return await self._call(self.sync.summary, now, soon)
@@ -293,3 +319,12 @@ async def in_thread(follow: Callable[[threading.Event], Iterator[T]], name: str)
                 raise item
     finally:
         stop.set()
+
+
+def _new_run(max_attempts: int | None, delay: float) -> dict[str, Any]:
+    """A sync backend's keywords for a new run, those at their defaults left out: a backend
+    written before them still takes the call (as ``Store`` does)."""
+    found: dict[str, Any] = {} if max_attempts is None else {"max_attempts": max_attempts}
+    if delay:
+        found["delay"] = delay
+    return found

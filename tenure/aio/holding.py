@@ -20,7 +20,7 @@ from tenure.core.backend import Link
 from tenure.core.clock import Clock
 from tenure.core.errors import LeaseError, StaleLease
 from tenure.core.holding import MAX_SLEEP, RENEW_FRACTION, HeldState, log, next_attempt
-from tenure.core.records import Lease
+from tenure.core.records import Lease, Reason
 
 
 class HoldingStore(Protocol):
@@ -38,6 +38,8 @@ class HoldingStore(Protocol):
     async def complete(self, lease: Lease, result: str | bytes | None = None) -> None: ...
 
     async def release(self, lease: Lease) -> None: ...
+
+    async def fail(self, lease: Lease, error: str | None = None, *, retry_in: float | None = None) -> None: ...
 
     def background(self, work: Coroutine[Any, Any, Any], *, renewal: bool = False) -> asyncio.Task[Any]:
         """Run ``work`` as a task the store keeps; renewal tasks end at its ``close()``."""
@@ -86,6 +88,21 @@ class AsyncHeldLease(HeldState):
                 self._done = True
             except BaseException as exc:
                 if self._complete_failed(exc):
+                    raise
+            finally:
+                if self._done:
+                    self._keeper.cancel()
+
+    async def fail(self, error: str | None = None, *, retry_in: float | None = None) -> None:
+        """Give the job back as failed (``AsyncStore.fail``); what a failed call means is as
+        for ``complete()``."""
+        async with self._lock:
+            self._ensure_open()
+            try:
+                await self._store.fail(self._lease, error, retry_in=retry_in)
+                self._done = True
+            except BaseException as exc:
+                if self._complete_failed(exc, Reason.NOT_LEASED):
                     raise
             finally:
                 if self._done:

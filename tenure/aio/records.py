@@ -28,6 +28,7 @@ from tenure.aio.backend import ThreadedBackend
 from tenure.core import contention, steps
 from tenure.core.backend import RecordBackend
 from tenure.core.errors import CorruptRecord, LeaseError
+from tenure.core.lifecycle import Retry
 from tenure.core.records import Lease, Rejection
 from tenure.core.transaction import Transaction
 
@@ -93,8 +94,9 @@ class AsyncRecordBackend(ThreadedBackend):
             if attempts.stuck(tx):
                 return attempts.result(tx, found)
 
-    async def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
-        for batch in self.sync.batches(job_ids, actor):
+    async def submit_many(self, job_ids: list[str], actor: str | None = None, *, max_attempts: int | None = None,
+                          delay: float = 0.0) -> None:
+        for batch in self.sync.batches(job_ids, actor, max_attempts, delay):
             try:
                 await self._run(batch.whole)
             except CorruptRecord:
@@ -103,8 +105,8 @@ class AsyncRecordBackend(ThreadedBackend):
                 for one in batch.alone:
                     await self._run(one)
 
-    async def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
-        return await self._run(steps.claim(job_id, owner, ttl))
+    async def claim(self, job_id: str, owner: str, ttl: float, *, max_attempts: int | None = None) -> Lease:
+        return await self._run(steps.claim(job_id, owner, ttl, max_attempts))
 
     async def claim_next(self, owner: str, ttl: float) -> Lease | None:
         return await self._run(steps.claim_next(owner, ttl))
@@ -117,6 +119,13 @@ class AsyncRecordBackend(ThreadedBackend):
 
     async def release(self, lease: Lease) -> None:
         await self._run(steps.release(lease))
+
+    async def fail(self, lease: Lease, error: str | None, retry: Retry) -> None:
+        await self._run(steps.fail(lease, error, retry))
+
+    async def requeue(self, job_id: str, actor: str | None = None, delay: float = 0.0,
+                      token: int | None = None) -> None:
+        await self._run(steps.requeue(job_id, actor, delay, token))
 
     async def force_expire(self, job_id: str, actor: str | None = None, token: int | None = None) -> None:
         await self._run(steps.force_expire(job_id, actor, token))

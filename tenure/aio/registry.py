@@ -58,7 +58,7 @@ async def _open(url: str, options: dict[str, Any]) -> AsyncStore:
         await backend.open()
         kwargs: dict[str, Any] = {} if opened.clock is None else {"clock": opened.clock}
         return AsyncStore(backend, drift_margin=opened.drift_margin, url=opened.url,
-                          warnings=opened.warnings, **kwargs)
+                          warnings=opened.warnings, lifecycle=opened.lifecycle, **kwargs)
     except BaseException:
         await backend.close()
         raise

@@ -32,6 +32,8 @@ from tenure.core.checks import DEFAULT_DRIFT_MARGIN, Checks
 from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.errors import LeaseError, StaleLease
 from tenure.core.holding import CLOSE_WAIT
+from tenure.core.lifecycle import DEFAULT as DEFAULT_LIFECYCLE
+from tenure.core.lifecycle import Lifecycle
 from tenure.core.records import (
     Change,
     HistoryEvent,
@@ -54,8 +56,9 @@ class AsyncStore:
 
     def __init__(self, backend: AsyncBackend, *, clock: Clock = SYSTEM_CLOCK,
                  drift_margin: float = DEFAULT_DRIFT_MARGIN, url: str = "",
-                 warnings: tuple[str, ...] = ()) -> None:
+                 warnings: tuple[str, ...] = (), lifecycle: Lifecycle = DEFAULT_LIFECYCLE) -> None:
         self.checks = Checks(backend.characteristics, drift_margin)
+        self.lifecycle = lifecycle  # attempts and retry backoff when a caller does not say
         self.backend = backend
         self.clock = clock
         self.drift_margin = self.checks.drift_margin
@@ -92,13 +95,20 @@ class AsyncStore:
             return measured.ok(await call)
 
     # -- the protocol ----------------------------------------------------------------------
-    async def submit(self, job_id: str, *, actor: str | None = None) -> None:
-        """Make a job pending; a no-op on a pending or leased job; a new run of a completed one."""
-        await self.backend.submit_many([validation.job_id(job_id)], checks.actor(actor))
+    async def submit(self, job_id: str, *, actor: str | None = None, max_attempts: int | None = None,
+                     delay: float = 0.0) -> None:
+        """Make a job pending; a no-op on a pending, leased or parked job; a new run of a
+        completed one (see ``tenure.Store.submit``)."""
+        await self.backend.submit_many([validation.job_id(job_id)], checks.actor(actor),
+                                       **self._new_run(max_attempts, delay))
 
-    async def submit_many(self, job_ids: Iterable[str]) -> None:
+    async def submit_many(self, job_ids: Iterable[str], *, max_attempts: int | None = None,
+                          delay: float = 0.0) -> None:
         """Submit several jobs at once; all are validated before any is written."""
-        await self.backend.submit_many(checks.job_ids(job_ids))
+        await self.backend.submit_many(checks.job_ids(job_ids), **self._new_run(max_attempts, delay))
+
+    def _new_run(self, max_attempts: object, delay: object) -> dict[str, Any]:
+        return self.lifecycle.run(checks.max_attempts(max_attempts), checks.delay("delay", delay))
 
     async def claim(self, job_id: str, owner: str, ttl: float, *, wait: float | None = None) -> Lease:
         """Claim a job that is unowned or whose lease expired by the store's clock (see
@@ -127,6 +137,8 @@ class AsyncStore:
                 elif isinstance(step, waiting.Sleep):
                     await asyncio.sleep(step.seconds)
                     outcome = None
+                elif isinstance(step, waiting.NextDue):
+                    outcome = await self.backend.next_due()
                 else:
                     outcome = await self.backend.now()
                 step = steps.send(outcome)
@@ -135,7 +147,8 @@ class AsyncStore:
 
     async def _claim_once(self, job_id: str, owner: str, ttl: float) -> Lease:
         sent_at = self.clock.monotonic()  # after any wait: the deadline counts from the send
-        lease = await self._not_left_behind(self._measured("claim", self.backend.claim(job_id, owner, ttl)))
+        lease = await self._not_left_behind(self._measured("claim", self.backend.claim(
+            job_id, owner, ttl, **self.lifecycle.creating())))
         return self.checks.stamped(lease, sent_at)
 
     async def claim_next(self, owner: str, ttl: float, *, wait: float | None = None) -> Lease | None:
@@ -190,6 +203,13 @@ class AsyncStore:
         """Give the job back unfinished, so it can be claimed at once."""
         checked = self.checks.lease(lease)
         await self._told_why(self._measured("release", self.backend.release(checked)))
+        self.checks.forget(checked)
+
+    async def fail(self, lease: Lease, error: str | None = None, *, retry_in: float | None = None) -> None:
+        """Give the job back as failed (see ``tenure.Store.fail``)."""
+        checked, text = self.checks.lease(lease), checks.error(error)
+        retry = self.lifecycle.retry(None if retry_in is None else checks.delay("retry_in", retry_in))
+        await self._told_why(self._measured("fail", self.backend.fail(checked, text, retry)))
         self.checks.forget(checked)
 
     async def _told_why(self, call: Awaitable[T]) -> T:
@@ -281,14 +301,19 @@ class AsyncStore:
         return await self.backend.now()
 
     async def health(self) -> dict[str, Any]:
-        facts = await self.backend.health()
-        return {**facts, "warnings": "; ".join(self.warnings)} if self.warnings else facts
+        return checks.health(await self.backend.health(), self.backend.characteristics, self.warnings)
 
     # -- operators and destinations ------------------------------------------------------
     async def force_expire(self, job_id: str, *, token: int | None = None, actor: str | None = None) -> None:
         """End a job's current lease now (an operator action); see ``tenure.Store.force_expire``."""
         await self.backend.force_expire(validation.job_id(job_id), checks.actor(actor),
                                         None if token is None else validation.token(token))
+
+    async def requeue(self, job_id: str, *, actor: str | None = None, delay: float = 0.0,
+                      token: int | None = None) -> None:
+        """Make a job that is not held pending again, attempts reset (see ``tenure.Store.requeue``)."""
+        await self.backend.requeue(validation.job_id(job_id), checks.actor(actor), checks.delay("delay", delay),
+                                   None if token is None else validation.token(token))
 
     async def report_rejection(self, job_id: str, owner: str, token: int, *, resource: str,
                                highest: int, reason: str = "") -> Rejection:

@@ -1,6 +1,6 @@
 """``postgresql://user@host:5432/dbname?schema=tenure``: leases in PostgreSQL tables.
 
-Every claim, renew, complete and release is ONE statement (one round trip) that reads the
+Every claim, renew, complete, release, fail and requeue is ONE statement (one round trip) that reads the
 server's ``clock_timestamp()``, judges, writes and audits (see ``postgres_sql``). Store time
 is the server's clock, never the worker's. Tokens live in the job's row, which is never
 deleted, so they grow across completion and resubmission, restarts and crashes, as long as
@@ -25,9 +25,10 @@ from psycopg import sql
 from tenure.backends.postgres_connection import Settings, Watchdog, connection_error, open_pool, pool_only_waited
 from tenure.backends.postgres_ops import ATTEMPTS, Plan, Plans, Query, Trims, outraced_by, rerun_after, run_sync
 from tenure.backends.postgres_schema import check_durability, check_schema_name, migrate
-from tenure.core.backend import Backend, Characteristics
+from tenure.core.backend import Backend, Characteristics, Durability
 from tenure.core.clock import Clock
 from tenure.core.errors import BackendUnavailable, InvalidArgument
+from tenure.core.lifecycle import Retry
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
 
@@ -88,6 +89,7 @@ class PostgresBackend(Backend):
     characteristics = Characteristics(
         name="postgres",
         store_clock="the PostgreSQL server's clock (clock_timestamp(), read inside each deciding statement)",
+        durability=Durability.FSYNC,  # fsync=off refused, synchronous_commit=on (postgres_schema)
         min_ttl=0.1,  # a held lease renews every TTL/3, each renewal a round trip and a commit
         # libpq's prefer (its default) and allow fall back to clear text: they do not count.
         tls_options=("sslmode=require", "sslmode=verify-ca", "sslmode=verify-full"),
@@ -158,14 +160,22 @@ class PostgresBackend(Backend):
             log.warning("trimming the audit failed (it is retried later): %s", self.settings.scrub(str(exc)))
 
     # -- the protocol ------------------------------------------------------------------------
-    def submit(self, job_id: str, actor: str | None = None) -> None:
-        self.submit_many([job_id], actor)
+    def submit(self, job_id: str, actor: str | None = None, *, max_attempts: int | None = None,
+               delay: float = 0.0) -> None:
+        self.submit_many([job_id], actor, max_attempts=max_attempts, delay=delay)
 
-    def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
-        self._do(self.plans.submit_many(job_ids, actor))
+    def submit_many(self, job_ids: list[str], actor: str | None = None, *, max_attempts: int | None = None,
+                    delay: float = 0.0) -> None:
+        self._do(self.plans.submit_many(job_ids, actor, max_attempts, delay))
 
-    def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
-        return self._do(self.plans.claim(job_id, owner, ttl))
+    def claim(self, job_id: str, owner: str, ttl: float, *, max_attempts: int | None = None) -> Lease:
+        return self._do(self.plans.claim(job_id, owner, ttl, max_attempts))
+
+    def fail(self, lease: Lease, error: str | None, retry: Retry) -> None:
+        self._do(self.plans.fail(lease, error, retry))
+
+    def requeue(self, job_id: str, actor: str | None = None, delay: float = 0.0, token: int | None = None) -> None:
+        self._do(self.plans.requeue(job_id, actor, delay, token))
 
     def claim_next(self, owner: str, ttl: float) -> Lease | None:
         return self._do(self.plans.claim_next(owner, ttl))
@@ -237,3 +247,4 @@ def health(settings: Settings, schema: str, version: int, counts: dict[str, int]
     return {"backend": "postgres", "server": settings.where(), "schema": schema,
             "server_version": version, "jobs": sum(counts.values()),
             "store_clock": PostgresBackend.characteristics.store_clock}
+

@@ -30,6 +30,7 @@ from tenure.backends.postgres_ops import ATTEMPTS, Plan, Plans, Query, Trims, ou
 from tenure.backends.postgres_schema import check_schema_name
 from tenure.core.clock import Clock
 from tenure.core.errors import BackendUnavailable
+from tenure.core.lifecycle import Retry
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
 
@@ -124,11 +125,19 @@ class AsyncPostgresBackend(AsyncBackend):
             log.warning("trimming the audit failed (it is retried later): %s", self.settings.scrub(str(exc)))
 
     # -- the protocol ------------------------------------------------------------------------
-    async def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
-        await self._do(self.plans.submit_many(job_ids, actor))
+    async def submit_many(self, job_ids: list[str], actor: str | None = None, *, max_attempts: int | None = None,
+                          delay: float = 0.0) -> None:
+        await self._do(self.plans.submit_many(job_ids, actor, max_attempts, delay))
 
-    async def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
-        return await self._do(self.plans.claim(job_id, owner, ttl))
+    async def claim(self, job_id: str, owner: str, ttl: float, *, max_attempts: int | None = None) -> Lease:
+        return await self._do(self.plans.claim(job_id, owner, ttl, max_attempts))
+
+    async def fail(self, lease: Lease, error: str | None, retry: Retry) -> None:
+        await self._do(self.plans.fail(lease, error, retry))
+
+    async def requeue(self, job_id: str, actor: str | None = None, delay: float = 0.0,
+                      token: int | None = None) -> None:
+        await self._do(self.plans.requeue(job_id, actor, delay, token))
 
     async def claim_next(self, owner: str, ttl: float) -> Lease | None:
         return await self._do(self.plans.claim_next(owner, ttl))

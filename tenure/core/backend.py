@@ -14,21 +14,18 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import enum
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from tenure.core import audit, contention, queries, steps, watch
-
-# corrupt_status (codec), history_event and state_at (transitions), fold (queries) live with
-# what they belong to; the "as" imports keep them importable from here (backends, dashboard).
-from tenure.core.codec import corrupt_status as corrupt_status
 from tenure.core.errors import (
     CorruptRecord,
     LeaseError,
 )
-from tenure.core.queries import fold as fold
+from tenure.core.lifecycle import Retry
 from tenure.core.records import (
     Change,
     HistoryEvent,
@@ -39,9 +36,7 @@ from tenure.core.records import (
     Rejection,
     Summary,
 )
-from tenure.core.transaction import Transaction as Transaction  # where backends have always found it
-from tenure.core.transitions import history_event as history_event
-from tenure.core.transitions import state_at as state_at
+from tenure.core.transaction import Transaction
 from tenure.core.validation import MAX_TTL
 
 if TYPE_CHECKING:
@@ -52,12 +47,25 @@ DEFAULT_MAX_RESULT_BYTES = 512 * 1024  # for third-party backends that do not sa
 R = TypeVar("R")
 
 
+class Durability(str, enum.Enum):
+    """What an acknowledged write survives: every backend declares one (``Characteristics``),
+    and the conformance suite fails one that does not. A claim the store forgets after
+    acknowledging it is handed out again with the same token, which fences admit: a backend
+    refuses (or warns about) a store configured to lose acknowledged writes."""
+
+    VOLATILE = "volatile"  # this process's memory: gone when the process ends (memory://)
+    FSYNC = "fsync"  # on one machine's disk before the answer: survives a crash of the process or machine
+    REPLICATED = "replicated"  # on the disks of a quorum of servers: survives losing a minority of them
+
+
 @dataclass(frozen=True)
 class Characteristics:
     """What a backend guarantees, for callers and for the conformance suite."""
 
     name: str
     store_clock: str  # whose clock decides expiry, in words
+    # What an acknowledged write survives; None (not declared) fails the conformance suite.
+    durability: Durability | None = None
     min_ttl: float = 0.0
     max_ttl: float = MAX_TTL
     # The smallest step of the store's clock (0: not declared). A holder's margin, its TTL
@@ -111,16 +119,21 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
-    def submit(self, job_id: str, actor: str | None = None) -> None:
-        """``actor``, when given, is who asked (an operator): history records it as the owner."""
+    def submit(self, job_id: str, actor: str | None = None, *, max_attempts: int | None = None,
+               delay: float = 0.0) -> None:
+        """``actor``, when given, is who asked (an operator): history records it as the owner.
+        ``max_attempts`` (None: unlimited) and ``delay`` (seconds of store time before a claim
+        may take the job) are a new run's (``transitions.submit``)."""
 
-    def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
+    def submit_many(self, job_ids: list[str], actor: str | None = None, *, max_attempts: int | None = None,
+                    delay: float = 0.0) -> None:
         """Submit several jobs; backends that can batch them override this."""
         for job_id in job_ids:
-            self.submit(job_id, actor)
+            self.submit(job_id, actor, max_attempts=max_attempts, delay=delay)
 
     @abc.abstractmethod
-    def claim(self, job_id: str, owner: str, ttl: float) -> Lease: ...
+    def claim(self, job_id: str, owner: str, ttl: float, *, max_attempts: int | None = None) -> Lease:
+        """``max_attempts``: the limit of a job the claim creates (one never submitted)."""
 
     @abc.abstractmethod
     def claim_next(self, owner: str, ttl: float) -> Lease | None: ...
@@ -133,6 +146,17 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def release(self, lease: Lease) -> None: ...
+
+    @abc.abstractmethod
+    def fail(self, lease: Lease, error: str | None, retry: Retry) -> None:
+        """The holder failed: refused and audited like ``complete`` if the lease is not current;
+        else pending again when ``retry`` says, or parked on its last attempt
+        (``transitions.fail``)."""
+
+    @abc.abstractmethod
+    def requeue(self, job_id: str, actor: str | None = None, delay: float = 0.0, token: int | None = None) -> None:
+        """Operator action: attempts reset, pending after ``delay`` (``transitions.requeue``);
+        ``actor`` and ``token`` as ``force_expire``'s."""
 
     @abc.abstractmethod
     def get(self, job_id: str) -> JobStatus | None: ...
@@ -164,6 +188,13 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def now(self) -> float:
         """The store's clock, in seconds since the epoch."""
+
+    def next_due(self) -> float | None:
+        """Seconds of store time until a job becomes claimable by time alone (a scheduled
+        job's ``claimable_at``, a lease's end), for a blocking ``claim_next`` to wake then
+        rather than after its next poll (``tenure.core.waiting``); None: nothing is due, or
+        this store cannot tell cheaply (the default: no I/O)."""
+        return None
 
     def watch(self, stop: threading.Event, interval: float) -> Iterator[Change]:
         """Changes as they happen; this default polls, backends with a native watch override."""
@@ -214,10 +245,12 @@ class RecordBackend(Backend):
         """What submitting ``job_id`` adds to one transaction's request, at most, in bytes."""
         return 0
 
-    def batches(self, job_ids: list[str], actor: str | None) -> list[steps.Batch]:
+    def batches(self, job_ids: list[str], actor: str | None, max_attempts: int | None = None,
+                delay: float = 0.0) -> list[steps.Batch]:
         """``submit_many``'s transactions, by this store's SUBMIT_BATCH and SUBMIT_BYTES."""
         return steps.submit_many(job_ids, actor, self.SUBMIT_BATCH,
-                                 self.submit_weight if self.SUBMIT_BYTES else None, self.SUBMIT_BYTES)
+                                 self.submit_weight if self.SUBMIT_BYTES else None, self.SUBMIT_BYTES,
+                                 max_attempts, delay)
 
     def _run(self, operation: steps.Operation[Any, R],
              transactions: Callable[[bool], contextlib.AbstractContextManager[Transaction]] | None = None) -> R:
@@ -241,11 +274,13 @@ class RecordBackend(Backend):
             if attempts.stuck(tx):
                 return attempts.result(tx, found)
 
-    def submit(self, job_id: str, actor: str | None = None) -> None:
-        self._run(steps.submit([job_id], actor))
+    def submit(self, job_id: str, actor: str | None = None, *, max_attempts: int | None = None,
+               delay: float = 0.0) -> None:
+        self._run(steps.submit([job_id], actor, max_attempts, delay))
 
-    def submit_many(self, job_ids: list[str], actor: str | None = None) -> None:
-        for batch in self.batches(job_ids, actor):
+    def submit_many(self, job_ids: list[str], actor: str | None = None, *, max_attempts: int | None = None,
+                    delay: float = 0.0) -> None:
+        for batch in self.batches(job_ids, actor, max_attempts, delay):
             try:
                 self._run(batch.whole)
             except CorruptRecord:
@@ -254,8 +289,8 @@ class RecordBackend(Backend):
                 for one in batch.alone:
                     self._run(one)
 
-    def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
-        return self._run(steps.claim(job_id, owner, ttl))
+    def claim(self, job_id: str, owner: str, ttl: float, *, max_attempts: int | None = None) -> Lease:
+        return self._run(steps.claim(job_id, owner, ttl, max_attempts))
 
     def claim_next(self, owner: str, ttl: float) -> Lease | None:
         return self._run(steps.claim_next(owner, ttl))
@@ -268,6 +303,12 @@ class RecordBackend(Backend):
 
     def release(self, lease: Lease) -> None:
         self._run(steps.release(lease))
+
+    def fail(self, lease: Lease, error: str | None, retry: Retry) -> None:
+        self._run(steps.fail(lease, error, retry))
+
+    def requeue(self, job_id: str, actor: str | None = None, delay: float = 0.0, token: int | None = None) -> None:
+        self._run(steps.requeue(job_id, actor, delay, token))
 
     def force_expire(self, job_id: str, actor: str | None = None, token: int | None = None) -> None:
         self._run(steps.force_expire(job_id, actor, token))

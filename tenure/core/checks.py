@@ -9,9 +9,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from tenure.core import validation
+from tenure.core import lifecycle, validation
 from tenure.core.backend import Characteristics
 from tenure.core.errors import InvalidArgument, StaleLease, quoted
 from tenure.core.holding import MAX_DRIFT_MARGIN
@@ -184,3 +184,42 @@ def explained(refused: StaleLease, latest: list[HistoryEvent]) -> StaleLease:
     if latest and latest[-1].op is Op.EXPIRE and latest[-1].token == r.token:
         return StaleLease(r, latest[-1])
     return refused
+
+
+def max_attempts(value: object) -> int | None:
+    """How many claims a job's run may have: a whole number from 1, or None for the store's default."""
+    return None if value is None else validation.whole("max_attempts", value, 1, lifecycle.MAX_ATTEMPTS)
+
+
+def delay(kind: str, value: object) -> float:
+    """A delay before a job may be claimed (``delay``, ``retry_in``): seconds of store time, up to a year."""
+    return validation.seconds(kind, value, maximum=lifecycle.MAX_DELAY)
+
+
+_ERROR_CONTROLS = frozenset(chr(c) for c in range(32)) - {"\n", "\t"} | {"\x7f"}
+
+
+def error(value: object) -> str | None:
+    """A fail()'s error: text of up to ``lifecycle.MAX_ERROR`` characters, lines and tabs
+    allowed (a traceback's last lines), no other control character (no store keeps NUL)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidArgument(f"error must be a str or None, not {type(value).__name__}")
+    if len(value) > lifecycle.MAX_ERROR:
+        raise InvalidArgument(f"error of {len(value)} characters is above the maximum of {lifecycle.MAX_ERROR}")
+    if not _ERROR_CONTROLS.isdisjoint(value):
+        raise InvalidArgument("error contains a control character other than a line break or tab")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument("error is not valid Unicode text (it holds a lone surrogate)") from None
+    return value
+
+
+def health(facts: dict[str, Any], characteristics: Characteristics, warnings: tuple[str, ...]) -> dict[str, Any]:
+    """A store's health in both flavours: the backend's facts, the durability it declares (so
+    an operator sees a volatile store for what it is), and this connection's warnings."""
+    declared = characteristics.durability
+    found = {**facts, "durability": "not declared" if declared is None else declared.value}
+    return {**found, "warnings": "; ".join(warnings)} if warnings else found

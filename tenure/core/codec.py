@@ -31,6 +31,7 @@ from tenure.core.records import (
     fast_status,
     lease_over,
 )
+from tenure.core.transitions import status as _status
 
 # A rejection recorded before its reason was known (etcd writes the reason in a later step).
 UNKNOWN_REASON = "unknown (the rejecting client stopped before recording why)"
@@ -180,11 +181,50 @@ def state(key: str, value: Any) -> JobState:
 
 
 # -- job records -------------------------------------------------------------------------------
+# The job life cycle's fields (issue 28), by the names every store that writes JSON uses; a
+# record written before them has none, and reads as attempts 0, no limit, claimable now.
+LIFE_FIELDS = ("attempts", "max_attempts", "last_error", "claimable_at", "failed_at")
+
+
+def life_fields(rec: JobRecord) -> dict[str, Any]:
+    """The life cycle's fields of ``rec`` that are not at their defaults, for a JSON record."""
+    found: dict[str, Any] = {}
+    if rec.attempts:
+        found["attempts"] = rec.attempts
+    for name in LIFE_FIELDS[1:]:
+        value = getattr(rec, name)
+        if value is not None:
+            found[name] = value
+    return found
+
+
+def life(key: str, attempts: Any = 0, max_attempts: Any = None, last_error: Any = None, claimable_at: Any = None,
+         failed_at: Any = None) -> dict[str, Any]:
+    """The life cycle's stored fields, checked (``None`` attempts reads as 0: a record written
+    before them); only those not at their defaults, as ``JobRecord``'s and ``JobStatus``'s keywords."""
+    found: dict[str, Any] = {}
+    if attempts is not None and attempts != 0:
+        if type(attempts) is not int or attempts < 0:
+            raise CorruptRecord(key, f"field 'attempts' is {quoted(attempts)}")
+        found["attempts"] = attempts
+    if max_attempts is not None:
+        if type(max_attempts) is not int or max_attempts < 1:
+            raise CorruptRecord(key, f"field 'max_attempts' is {quoted(max_attempts)}")
+        found["max_attempts"] = max_attempts
+    if last_error is not None:
+        found["last_error"] = text(key, "last_error", last_error)
+    for name, value in (("claimable_at", claimable_at), ("failed_at", failed_at)):
+        if value is not None:
+            found[name] = number(key, name, value)
+    return found
+
+
 def job_record(key: str, job_id: Any, state_value: Any, owner: Any, token: Any, lease_until: Any,
                ttl: Any, submitted_at: Any, claimed_at: Any, renewed_at: Any, completed_at: Any,
-               runs: Any, result: Any) -> JobRecord:
+               runs: Any, result: Any, **life_values: Any) -> JobRecord:
     """A JobRecord from stored values, checked: the invariants every backend's records keep
-    (a job id a caller could name, a token a claim can have issued, runs never below 0)."""
+    (a job id a caller could name, a token a claim can have issued, runs never below 0).
+    ``life_values``: the stored ``LIFE_FIELDS`` (``life``), by name."""
     job_id = stored_job_id(key, job_id)
     found = state(key, state_value)
     token = stored_token(key, token)
@@ -198,7 +238,7 @@ def job_record(key: str, job_id: Any, state_value: Any, owner: Any, token: Any, 
         raise CorruptRecord(key, "result is not bytes")
     return JobRecord(job_id, found, owner, token, until, span, number(key, "submitted_at", submitted_at),
                      number(key, "claimed_at", claimed_at), number(key, "renewed_at", renewed_at),
-                     number(key, "completed_at", completed_at), runs, result)
+                     number(key, "completed_at", completed_at), runs, result, **life(key, **life_values))
 
 
 _LAST_TOKEN, _MAX_JOB_ID, _refused = validation.LAST_TOKEN, validation.MAX_JOB_ID, validation.refused_character
@@ -206,12 +246,14 @@ _LAST_TOKEN, _MAX_JOB_ID, _refused = validation.LAST_TOKEN, validation.MAX_JOB_I
 
 def listed_status(job_id: Any, state_value: Any, owner: Any, token: Any, runs: Any, lease_until: Any, ttl: Any,
                   submitted_at: Any, claimed_at: Any, renewed_at: Any, completed_at: Any, now: float,
-                  *checked: Any) -> JobStatus | None:
+                  *checked: Any, attempts: Any = 0, max_attempts: Any = None, last_error: Any = None,
+                  claimable_at: Any = None, failed_at: Any = None) -> JobStatus | None:
     """For listings, which decode a record per job: the status at ``now`` of stored values that
     ``job_record`` takes as they are (times as floats; ``checked``: other stored times the
-    store's general way checks too), built without the record; None for anything else, which
-    the store then reads the general way, explaining what is wrong. Written out rather than a
-    loop over fields: a listing of 100,000 jobs spends most of its time here."""
+    store's general way checks too; the keywords: the stored ``LIFE_FIELDS``), built without
+    the record; None for anything else, which the store then reads the general way, explaining
+    what is wrong. Written out rather than a loop over fields: a listing of 100,000 jobs spends
+    most of its time here."""
     stored = _STORED.get(state_value) if type(state_value) is str else None
     if (stored is None or type(job_id) is not str or type(token) is not int or not 0 <= token <= _LAST_TOKEN
             or type(runs) is not int or runs < 0 or not 0 < len(job_id) <= _MAX_JOB_ID
@@ -222,10 +264,18 @@ def listed_status(job_id: Any, state_value: Any, owner: Any, token: Any, runs: A
     for t in (lease_until, ttl, submitted_at, claimed_at, renewed_at, completed_at, *checked):
         if t is not None and (type(t) is not float or not math.isfinite(t)):  # (a loop, not all(): faster)
             return None
-    if stored is JobState.LEASED and lease_over(lease_until, now):  # as transitions.status judges
-        stored = JobState.EXPIRED
-    return fast_status(job_id, stored, owner, token, lease_until, submitted_at, claimed_at, renewed_at, completed_at,
-                       runs)
+    if not attempts and max_attempts is None and last_error is None and claimable_at is None and failed_at is None:
+        if stored is JobState.LEASED and lease_over(lease_until, now):  # as transitions.status judges
+            stored = JobState.EXPIRED
+        return fast_status(job_id, stored, owner, token, lease_until, submitted_at, claimed_at, renewed_at,
+                           completed_at, runs)
+    try:  # a job with a life cycle: as transitions.status judges it
+        found = life("", attempts, max_attempts, last_error, claimable_at, failed_at)
+    except CorruptRecord:
+        return None
+    rec = JobRecord(job_id, stored, owner, token, lease_until, ttl, submitted_at, claimed_at, renewed_at,
+                    completed_at, runs, None, **found)
+    return _status(rec, now)
 
 
 def result_text(result: bytes | None) -> str | None:
@@ -244,45 +294,44 @@ def result_bytes(key: str, value: Any) -> bytes | None:
 
 
 # -- audit records: the same JSON field names on every store that writes JSON ----------------
-def rejection_fields(r: Rejection, complete: bool = True) -> dict[str, Any]:
-    """``complete`` False: a stub whose reason a later write fills in (etcd)."""
+# Each pair has one shape: ``x_fields(value)`` is the JSON object, ``x(key, fields)`` reads it
+# back (CorruptRecord naming ``key`` for anything else), and ``x(key, x_fields(v)) == v``.
+def rejection_fields(r: Rejection) -> dict[str, Any]:
     return {"job_id": r.job_id, "op": r.op.value, "owner": r.owner, "token": r.token,
             "current_owner": r.current_owner, "current_token": r.current_token, "at": r.at,
-            "reason": r.reason if complete else None, "kind": r.kind.value, "resource": r.resource}
+            "reason": r.reason, "kind": r.kind.value, "resource": r.resource}
 
 
-def rejection(key: str, d: dict[str, Any]) -> tuple[Rejection, bool]:
-    """The rejection in ``d`` and whether its reason was recorded. Reads the field names of
-    ``rejection_fields`` and etcd's before them ("job" for "job_id")."""
+def rejection(key: str, d: dict[str, Any]) -> Rejection:
+    """The rejection in ``d``. Also reads etcd's earlier shape ("job" for "job_id", and stubs
+    whose reason was to follow: ``UNKNOWN_REASON``)."""
     try:
         op, kind = Op(d.get("op")), RejectionKind(d.get("kind", RejectionKind.STORE.value))
     except ValueError:
         raise CorruptRecord(key, "unknown operation or kind") from None
     job_id = text(key, "job_id", d.get("job_id", d.get("job")), optional=False)
     reason = text(key, "reason", d.get("reason"))
-    found = Rejection(job_id or "", op, text(key, "owner", d.get("owner"), False) or "",
-                      integer(key, "token", d.get("token")) or 0, text(key, "current_owner", d.get("current_owner")),
-                      integer(key, "current_token", d.get("current_token"), True) or 0,
-                      number(key, "at", d.get("at"), False) or 0.0, reason or UNKNOWN_REASON, kind,
-                      text(key, "resource", d.get("resource")))
-    return found, reason is not None
+    return Rejection(job_id or "", op, text(key, "owner", d.get("owner"), False) or "",
+                     integer(key, "token", d.get("token")) or 0, text(key, "current_owner", d.get("current_owner")),
+                     integer(key, "current_token", d.get("current_token"), True) or 0,
+                     number(key, "at", d.get("at"), False) or 0.0, reason or UNKNOWN_REASON, kind,
+                     text(key, "resource", d.get("resource")))
 
 
-def event_fields(e: HistoryEvent, token: int | None) -> dict[str, Any]:
-    """``token`` None: the store fills it in from the write itself (an etcd claim's revision)."""
-    return {"op": e.op.value, "owner": e.owner, "token": token, "at": e.at, "expires_at": e.expires_at}
+def event_fields(e: HistoryEvent) -> dict[str, Any]:
+    """A store that keeps the job id or the token elsewhere (etcd: in the key, and a claim's
+    token is its write's revision) drops or replaces those fields, and puts them back before
+    ``event`` reads them."""
+    return {"job_id": e.job_id, "op": e.op.value, "owner": e.owner, "token": e.token, "at": e.at,
+            "expires_at": e.expires_at}
 
 
-def event(key: str, d: dict[str, Any], job_id: str, token: int | None = None) -> HistoryEvent:
-    """The history event in ``d`` for ``job_id``; ``token``: the one to use if ``d`` names none."""
+def event(key: str, d: dict[str, Any]) -> HistoryEvent:
+    """The history event in ``d``."""
     try:
         op = Op(d.get("op"))
     except ValueError:
         raise CorruptRecord(key, "unknown operation") from None
-    stored = integer(key, "token", d.get("token"), optional=True)
-    if stored is None:
-        if token is None:
-            raise CorruptRecord(key, "field 'token' is None")
-        stored = token
-    return HistoryEvent(job_id, op, text(key, "owner", d.get("owner")), stored,
-                        number(key, "at", d.get("at"), False) or 0.0, number(key, "expires_at", d.get("expires_at")))
+    return HistoryEvent(text(key, "job_id", d.get("job_id"), False) or "", op, text(key, "owner", d.get("owner")),
+                        integer(key, "token", d.get("token")) or 0, number(key, "at", d.get("at"), False) or 0.0,
+                        number(key, "expires_at", d.get("expires_at")))

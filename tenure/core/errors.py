@@ -100,6 +100,29 @@ class NotYetClaimable(AlreadyClaimed):
         self.retry_after = retry_after
 
 
+class JobScheduled(AlreadyClaimed):
+    """The job is pending but not claimable yet: it was submitted or requeued with a delay, or
+    failed and waits out its retry backoff. A blocking claim (``wait=``) waits until it is."""
+
+    def __init__(self, job_id: str, token: int, claimable_at: float, now: float | None = None) -> None:
+        super().__init__(job_id, None, token, claimable_at, now)
+        self.args = (f"job {quoted(job_id)} is scheduled: claimable from {when(claimable_at, now)}",)
+        self.claimable_at = claimable_at
+
+
+class JobParked(LeaseError):
+    """The job used every attempt it was allowed (``max_attempts``): it is never claimed again
+    until an operator requeues it (``Store.requeue``)."""
+
+    def __init__(self, job_id: str, attempts: int, last_error: str | None) -> None:
+        told = "" if last_error is None else f"; last error: {quoted(last_error)}"
+        super().__init__(f"job {quoted(job_id)} is parked after {attempts} attempt{'s' if attempts != 1 else ''}"
+                         f"{told}; requeue it to run it again")
+        self.job_id = job_id
+        self.attempts = attempts
+        self.last_error = last_error
+
+
 class JobCompleted(LeaseError):
     """The job has been completed; submit it again to start a new run."""
 

@@ -64,7 +64,8 @@ class HeldState(abc.ABC):
         self._verified = verified
         self._store_name = store_name
         self._done = False
-        self._completing = False  # a complete() failed in a way that may have landed
+        # A complete() or fail() that may have landed: the refusal a retry gets if it did.
+        self._landed_as: Reason | None = None
         self._callbacks: list[Callable[[Any], object]] = []
         self._lost_lock = lost_lock  # a threading.Lock where callers run in several threads
         self._finished_first = False  # lost only after complete() or release(): callbacks never run
@@ -134,7 +135,7 @@ class HeldState(abc.ABC):
         if self._done:
             raise LeaseLost(f"lease on {self.job_id!r} was already completed or released")
 
-    def _complete_failed(self, exc: BaseException) -> bool:
+    def _complete_failed(self, exc: BaseException, landed_as: Reason = Reason.COMPLETED) -> bool:
         """What a failed complete() means; True when the caller must raise ``exc``.
 
         A refused result (``InvalidArgument``, nothing written) or an unknown outcome (the
@@ -151,7 +152,7 @@ class HeldState(abc.ABC):
             # not have landed. Renewals go on, and the next request under the lease (a renewal,
             # a retry, the release on leaving the block) is fenced by owner and token, so its
             # answer tells which (see _own_completion).
-            self._completing = True
+            self._landed_as = landed_as
             return True
         if self._own_completion(exc):
             self._done = True
@@ -161,11 +162,13 @@ class HeldState(abc.ABC):
         return True
 
     def _own_completion(self, exc: StaleLease) -> bool:
-        """Whether a refusal shows that a complete() of this lease whose outcome was unknown
-        did land: the job is completed, by this owner, at this token."""
+        """Whether a refusal shows that a complete() (or fail()) of this lease whose outcome was
+        unknown did land: the job is completed by this owner at this token (or given back,
+        owned by nobody, at this token: a failure is pending or parked)."""
         r = exc.rejection
-        return (self._completing and r.reason == Reason.COMPLETED.value and r.current_token == self.token
-                and r.current_owner == self.owner)
+        if self._landed_as is None or r.reason != self._landed_as.value or r.current_token != self.token:
+            return False
+        return r.current_owner == (self.owner if self._landed_as is Reason.COMPLETED else None)
 
     def _renewal_due(self) -> Link | None:
         """Before a renewal: the link to verify against, or None when there is nothing to renew."""

@@ -33,7 +33,8 @@ def summarize(jobs: Iterable[JobStatus], now: float, soon: float, rejections_las
     return Summary(now=now, pending=counts[JobState.PENDING], leased=counts[JobState.LEASED],
                    expiring_soon=expiring, expired=counts[JobState.EXPIRED],
                    completed=counts[JobState.COMPLETED], corrupt=counts[JobState.CORRUPT],
-                   rejections_last_hour=rejections_last_hour)
+                   rejections_last_hour=rejections_last_hour, scheduled=counts[JobState.SCHEDULED],
+                   parked=counts[JobState.PARKED])
 
 
 def select_page(jobs: Iterable[JobStatus], now: float, states: frozenset[JobState] | None, job: str | None,

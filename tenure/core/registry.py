@@ -21,6 +21,8 @@ from tenure.core.backend import Backend
 from tenure.core.clock import Clock
 from tenure.core.errors import BackendUnavailable, InvalidArgument, quoted
 from tenure.core.holding import MAX_DRIFT_MARGIN
+from tenure.core.lifecycle import DEFAULT as DEFAULT_LIFECYCLE
+from tenure.core.lifecycle import Lifecycle
 from tenure.core.options import Options, StoreURL, parse_url
 from tenure.core.store import DEFAULT_DRIFT_MARGIN, Store
 
@@ -144,6 +146,7 @@ class Opened:
     drift_margin: float
     url: str  # redacted: safe to show
     warnings: tuple[str, ...]
+    lifecycle: Lifecycle = DEFAULT_LIFECYCLE
 
 
 def open_backend(url: str, options: dict[str, Any],
@@ -160,12 +163,13 @@ def open_backend(url: str, options: dict[str, Any],
     cleartext = transport.cleartext_credentials(cls.characteristics, parsed, {**parsed.query, **options})
     opts = Options(parsed.query, options, where=f"{parsed.scheme}://", secrets=(parsed.password,))
     drift = opts.number("drift_margin", DEFAULT_DRIFT_MARGIN, low=0.0, high=MAX_DRIFT_MARGIN)
+    lifecycle = Lifecycle.from_options(opts)
     backend = cls.from_url(parsed, opts, clock) if build is None else build(cls, parsed, opts, clock)
     assert drift is not None
     if cleartext is not None:
         transport.warn(cleartext)
     notes = () if cleartext is None else (cleartext,)
-    return Opened(backend, clock, drift, parsed.redacted(), notes)
+    return Opened(backend, clock, drift, parsed.redacted(), notes, lifecycle)
 
 
 def connect(url: str, **options: Any) -> Store:
@@ -177,5 +181,6 @@ def connect(url: str, **options: Any) -> Store:
     """
     o = open_backend(url, options)
     if o.clock is None:
-        return Store(o.backend, drift_margin=o.drift_margin, url=o.url, warnings=o.warnings)
-    return Store(o.backend, clock=o.clock, drift_margin=o.drift_margin, url=o.url, warnings=o.warnings)
+        return Store(o.backend, drift_margin=o.drift_margin, url=o.url, warnings=o.warnings, lifecycle=o.lifecycle)
+    return Store(o.backend, clock=o.clock, drift_margin=o.drift_margin, url=o.url, warnings=o.warnings,
+                 lifecycle=o.lifecycle)

@@ -32,7 +32,7 @@ from tenure.core.holding import (
     log,
     next_attempt,
 )
-from tenure.core.records import Lease
+from tenure.core.records import Lease, Reason
 from tenure.core.threads import ElasticPool
 
 if TYPE_CHECKING:
@@ -65,6 +65,8 @@ class LeaseStore(Protocol):
     def complete(self, lease: Lease, result: str | bytes | None = None) -> None: ...
 
     def release(self, lease: Lease) -> None: ...
+
+    def fail(self, lease: Lease, error: str | None = None, *, retry_in: float | None = None) -> None: ...
 
 
 class HeldLease(HeldState):
@@ -108,6 +110,19 @@ class HeldLease(HeldState):
                 self._store.complete(self._lease, result)
             except BaseException as exc:
                 if self._complete_failed(exc):
+                    raise
+            self._done = True
+
+    def fail(self, error: str | None = None, *, retry_in: float | None = None) -> None:
+        """Give the job back as failed (``Store.fail``): retried after ``retry_in`` seconds or
+        the store's backoff, or parked on its last attempt. What a failed call means is as
+        for ``complete()``."""
+        with self._lock:
+            self._ensure_open()
+            try:
+                self._store.fail(self._lease, error, retry_in=retry_in)
+            except BaseException as exc:
+                if self._complete_failed(exc, Reason.NOT_LEASED):
                     raise
             self._done = True
 

@@ -34,9 +34,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from tenure.core import contention, protocol, transitions
+from tenure.core import batches, contention, transitions
 from tenure.core.errors import BackendUnavailable, CorruptRecord, JobNotFound, StaleLease, TokenChanged
-from tenure.core.records import JobRecord, JobState, Lease, Op, Rejection
+from tenure.core.lifecycle import Retry
+from tenure.core.records import JobRecord, JobState, Lease, Op, Rejection, lease_over
 from tenure.core.transaction import Transaction
 
 S = TypeVar("S")  # what a step returns
@@ -143,11 +144,12 @@ def _load(tx: Transaction, job_id: str, op: Op, lease: Lease | None = None) -> J
         raise exc.naming(job_id) from exc.__cause__
 
 
-def submit(job_ids: list[str], actor: str | None) -> Operation[None, None]:
+def submit(job_ids: list[str], actor: str | None, max_attempts: int | None = None,
+           delay: float = 0.0) -> Operation[None, None]:
     def step(tx: Transaction) -> None:
         tx.preload(job_ids)
         for job_id in job_ids:
-            new = transitions.submit(_load(tx, job_id, Op.SUBMIT), job_id, tx.now)
+            new = transitions.submit(_load(tx, job_id, Op.SUBMIT), job_id, tx.now, max_attempts, delay)
             if new is not None:
                 tx.save(new)
                 tx.add_event(transitions.history_event(new, Op.SUBMIT, tx.now, actor))
@@ -156,30 +158,35 @@ def submit(job_ids: list[str], actor: str | None) -> Operation[None, None]:
 
 
 def submit_many(job_ids: list[str], actor: str | None, size: int,
-                weight: Callable[[str], int] | None = None, budget: int = 0) -> list[Batch]:
+                weight: Callable[[str], int] | None = None, budget: int = 0, max_attempts: int | None = None,
+                delay: float = 0.0) -> list[Batch]:
     """``size`` jobs per transaction (0: all in one, all of them or none), no more than
-    ``budget`` of ``weight`` each when given (``protocol.batches``)."""
+    ``budget`` of ``weight`` each when given (``batches.batches``)."""
+    def one(ids: list[str]) -> Operation[None, None]:
+        return submit(ids, actor, max_attempts, delay)
+
     if not size:
-        return [Batch(submit(job_ids, actor), ())]
-    return [Batch(submit(chunk, actor), tuple(submit([job_id], actor) for job_id in chunk) if len(chunk) > 1 else ())
-            for chunk in protocol.batches(job_ids, size, weight, budget)]
+        return [Batch(one(job_ids), ())]
+    return [Batch(one(chunk), tuple(one([job_id]) for job_id in chunk) if len(chunk) > 1 else ())
+            for chunk in batches.batches(job_ids, size, weight, budget)]
 
 
-def _claim_in(tx: Transaction, job_id: str, owner: str, ttl: float) -> JobRecord:
-    new = transitions.claim(_load(tx, job_id, Op.CLAIM), job_id, owner, ttl, tx.now)
+def _claim_in(tx: Transaction, job_id: str, owner: str, ttl: float, max_attempts: int | None) -> JobRecord:
+    new = transitions.claim(_load(tx, job_id, Op.CLAIM), job_id, owner, ttl, tx.now, max_attempts)
     tx.save(new)
     tx.add_event(transitions.history_event(new, Op.CLAIM, tx.now))
     return new
 
 
-def claim(job_id: str, owner: str, ttl: float) -> Operation[JobRecord, Lease]:
-    return Operation(job_id, lambda tx: _claim_in(tx, job_id, owner, ttl), transitions.lease_of)
+def claim(job_id: str, owner: str, ttl: float, max_attempts: int | None = None) -> Operation[JobRecord, Lease]:
+    """``max_attempts``: the limit of a job this claim creates (one never submitted)."""
+    return Operation(job_id, lambda tx: _claim_in(tx, job_id, owner, ttl, max_attempts), transitions.lease_of)
 
 
 def claim_next(owner: str, ttl: float) -> Operation[JobRecord | None, Lease | None]:
     def step(tx: Transaction) -> JobRecord | None:
         job_id = tx.next_claimable()
-        return None if job_id is None else _claim_in(tx, job_id, owner, ttl)
+        return None if job_id is None else _claim_in(tx, job_id, owner, ttl, None)
 
     return Operation("(claim_next)", step, lambda found: None if found is None else transitions.lease_of(found),
                      contention.CLAIM_NEXT_ATTEMPTS)
@@ -192,8 +199,8 @@ def holder(op: Op, lease: Lease, change: transitions.Change) -> Operation[JobRec
     def step(tx: Transaction) -> JobRecord | Rejection:
         found = transitions.holder_step(_load(tx, lease.job_id, op, lease), op, lease, change, tx.now)
         if isinstance(found, JobRecord):
-            tx.save(found)
-            tx.add_event(transitions.history_event(found, op, tx.now))
+            tx.save(found)  # the history names the holder, also when the step gave the job back
+            tx.add_event(transitions.history_event(found, op, tx.now, lease.owner))
         elif tx.guessed:
             raise Reread  # never audit a refusal of what may be an old copy
         else:
@@ -222,6 +229,23 @@ def release(lease: Lease) -> Operation[JobRecord | Rejection, JobRecord]:
     return holder(Op.RELEASE, lease, transitions.release)
 
 
+def fail(lease: Lease, error: str | None, retry: Retry) -> Operation[JobRecord | Rejection, JobRecord]:
+    return holder(Op.FAIL, lease, lambda r, now: transitions.fail(r, error, retry, now))
+
+
+def requeue(job_id: str, actor: str | None, delay: float, token: int | None) -> Operation[None, None]:
+    """An operator's ``requeue``; ``token`` as ``force_expire``'s."""
+    def step(tx: Transaction) -> None:
+        rec = _load(tx, job_id, Op.REQUEUE)
+        if rec is not None and token is not None and rec.token != token:
+            raise TokenChanged(job_id, token, rec.token)
+        new = transitions.requeue(rec, job_id, delay, tx.now)
+        tx.save(new)
+        tx.add_event(transitions.history_event(new, Op.REQUEUE, tx.now, actor))
+
+    return Operation(job_id, step, _nothing)
+
+
 def force_expire(job_id: str, actor: str | None, token: int | None) -> Operation[None, None]:
     def step(tx: Transaction) -> None:
         rec = _load(tx, job_id, Op.EXPIRE)
@@ -229,7 +253,7 @@ def force_expire(job_id: str, actor: str | None, token: int | None) -> Operation
             raise JobNotFound(job_id)
         if token is not None and rec.token != token:
             raise TokenChanged(job_id, token, rec.token)
-        if rec.state is JobState.LEASED and transitions.is_claimable(rec, tx.now) is False:
+        if rec.state is JobState.LEASED and rec.lease_until is not None and not lease_over(rec.lease_until, tx.now):
             new = transitions.force_expire(rec, tx.now)
             tx.save(new)
             tx.add_event(transitions.history_event(new, Op.EXPIRE, tx.now, actor))

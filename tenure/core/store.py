@@ -19,6 +19,8 @@ from tenure.core.backend import Backend, Characteristics
 from tenure.core.checks import DEFAULT_DRIFT_MARGIN, MAX_PAGE, PAGE_ORDERS, Checks
 from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.errors import LeaseError, StaleLease
+from tenure.core.lifecycle import DEFAULT as DEFAULT_LIFECYCLE
+from tenure.core.lifecycle import Lifecycle
 from tenure.core.records import (
     Change,
     HistoryEvent,
@@ -42,8 +44,9 @@ class Store:
 
     def __init__(self, backend: Backend, *, clock: Clock = SYSTEM_CLOCK,
                  drift_margin: float = DEFAULT_DRIFT_MARGIN, url: str = "",
-                 warnings: tuple[str, ...] = ()) -> None:
+                 warnings: tuple[str, ...] = (), lifecycle: Lifecycle = DEFAULT_LIFECYCLE) -> None:
         self.checks = Checks(backend.characteristics, drift_margin)
+        self.lifecycle = lifecycle  # attempts and retry backoff when a caller does not say
         self.backend = backend
         self.clock = clock
         self.drift_margin = self.checks.drift_margin
@@ -57,16 +60,26 @@ class Store:
         return self.backend.characteristics
 
     # -- the protocol ----------------------------------------------------------------------
-    def submit(self, job_id: str, *, actor: str | None = None) -> None:
-        """Make a job pending; a no-op on a pending or leased job; a new run of a completed one.
+    def submit(self, job_id: str, *, actor: str | None = None, max_attempts: int | None = None,
+               delay: float = 0.0) -> None:
+        """Make a job pending; a no-op on a pending, leased or parked job; a new run of a
+        completed one.
 
         ``actor`` names an operator who asked for it; history records it as the owner.
+        ``max_attempts``: claims the run may have before it is parked (default: the store's
+        ``max_attempts`` option, else unlimited). ``delay``: seconds of the store's clock
+        before a claim may take it.
         """
-        self.backend.submit(validation.job_id(job_id), checks.actor(actor))
+        self.backend.submit(validation.job_id(job_id), checks.actor(actor), **self._new_run(max_attempts, delay))
 
-    def submit_many(self, job_ids: Iterable[str]) -> None:
+    def submit_many(self, job_ids: Iterable[str], *, max_attempts: int | None = None, delay: float = 0.0) -> None:
         """Submit several jobs at once; all are validated before any is written."""
-        self.backend.submit_many(checks.job_ids(job_ids))
+        self.backend.submit_many(checks.job_ids(job_ids), **self._new_run(max_attempts, delay))
+
+    def _new_run(self, max_attempts: object, delay: object) -> dict[str, Any]:
+        """A new run's keywords, checked; none at their defaults (a backend written before
+        them still takes the call)."""
+        return self.lifecycle.run(checks.max_attempts(max_attempts), checks.delay("delay", delay))
 
     def claim(self, job_id: str, owner: str, ttl: float, *, wait: float | None = None) -> Lease:
         """Claim a job that is unowned or whose lease expired by the store's clock.
@@ -100,6 +113,8 @@ class Store:
                 elif isinstance(step, waiting.Sleep):
                     time.sleep(step.seconds)
                     outcome = None
+                elif isinstance(step, waiting.NextDue):
+                    outcome = self.backend.next_due()
                 else:
                     outcome = self.backend.now()
                 step = steps.send(outcome)
@@ -108,7 +123,9 @@ class Store:
 
     def _claim_once(self, job_id: str, owner: str, ttl: float) -> Lease:
         sent_at = self.clock.monotonic()  # after any wait: the deadline counts from the send
-        lease = telemetry.timed(self.characteristics.name, "claim", lambda: self.backend.claim(job_id, owner, ttl))
+        kw = self.lifecycle.creating()
+        lease = telemetry.timed(self.characteristics.name, "claim",
+                                lambda: self.backend.claim(job_id, owner, ttl, **kw))
         return self.checks.stamped(lease, sent_at)
 
     def claim_next(self, owner: str, ttl: float, *, wait: float | None = None) -> Lease | None:
@@ -142,11 +159,23 @@ class Store:
         self.checks.forget(args[0])
 
     def release(self, lease: Lease) -> None:
-        """Give the job back unfinished, so it can be claimed at once."""
+        """Give the job back unfinished, so it can be claimed at once; the claim's attempt is
+        given back too (the worker did not try)."""
         lease = self.checks.lease(lease)
         self._told_why(lambda: telemetry.timed(self.characteristics.name, "release",
                                                lambda: self.backend.release(lease)))
         self.checks.forget(lease)
+
+    def fail(self, lease: Lease, error: str | None = None, *, retry_in: float | None = None) -> None:
+        """Give the job back as failed: claimable again after ``retry_in`` seconds of store
+        time, or after the store's backoff for its attempts (``retry_base * retry_factor **
+        (attempts - 1)``, at most ``retry_max``, jittered to between half and all of it); parked
+        if it was the job's last attempt. ``error`` is kept with the job (``last_error``).
+        Raises StaleLease (audited, op ``fail``) if the lease is not current."""
+        args = self.checks.lease(lease), checks.error(error), self.lifecycle.retry(
+            None if retry_in is None else checks.delay("retry_in", retry_in))
+        self._told_why(lambda: telemetry.timed(self.characteristics.name, "fail", lambda: self.backend.fail(*args)))
+        self.checks.forget(args[0])
 
     def _told_why(self, call: Callable[[], T]) -> T:
         """``call()``; a refusal of a lease an operator ended says so (one history read, made
@@ -240,9 +269,9 @@ class Store:
         return self.backend.now()
 
     def health(self) -> dict[str, Any]:
-        """The backend's facts, and ``warnings`` about this connection when there are any."""
-        facts = self.backend.health()
-        return {**facts, "warnings": "; ".join(self.warnings)} if self.warnings else facts
+        """The backend's facts, the ``durability`` it declares (a volatile store says so), and
+        ``warnings`` about this connection when there are any."""
+        return checks.health(self.backend.health(), self.backend.characteristics, self.warnings)
 
     # -- operators and destinations ------------------------------------------------------
     def force_expire(self, job_id: str, *, token: int | None = None, actor: str | None = None) -> None:
@@ -256,6 +285,15 @@ class Store:
         """
         self.backend.force_expire(validation.job_id(job_id), checks.actor(actor),
                                   None if token is None else validation.token(token))
+
+    def requeue(self, job_id: str, *, actor: str | None = None, delay: float = 0.0, token: int | None = None) -> None:
+        """Make a parked, scheduled, pending or expired job pending again with its attempts
+        reset, claimable after ``delay`` seconds of store time (an operator action, audited in
+        history with ``actor``). A completed job is submitted again instead (JobCompleted); a
+        live lease is ended first with ``force_expire`` (AlreadyClaimed). ``token``: as
+        ``force_expire``'s."""
+        self.backend.requeue(validation.job_id(job_id), checks.actor(actor), checks.delay("delay", delay),
+                             None if token is None else validation.token(token))
 
     def report_rejection(self, job_id: str, owner: str, token: int, *, resource: str,
                          highest: int, reason: str = "") -> Rejection:

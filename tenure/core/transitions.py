@@ -1,8 +1,10 @@
 """The lease state machine over one job record, as pure functions.
 
 Backends that keep a whole record per job (memory, SQLite) run these inside their own
-atomic step, so the protocol is written once. Stored states are pending, leased and
-completed; "expired" is a leased record whose ``lease_until`` has passed by store time.
+atomic step, so the protocol is written once. Stored states are pending, leased, completed
+and parked; "expired" is a leased record whose ``lease_until`` has passed by store time,
+"scheduled" a pending one whose ``claimable_at`` has not come, and a leased record that ran
+out on its last allowed attempt is parked without a write (``is_parked``).
 """
 
 from __future__ import annotations
@@ -10,9 +12,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from tenure.core.errors import AlreadyClaimed, JobCompleted, TokensExhausted
+from tenure.core.errors import (
+    AlreadyClaimed,
+    JobCompleted,
+    JobNotFound,
+    JobParked,
+    JobScheduled,
+    TokensExhausted,
+)
+from tenure.core.lifecycle import Retry
 from tenure.core.records import (
-    STORED_STATES,
     HistoryEvent,
     JobRecord,
     JobState,
@@ -25,12 +34,34 @@ from tenure.core.records import (
 )
 from tenure.core.validation import LAST_TOKEN
 
-__all__ = ["STORED_STATES", "JobRecord"]  # moved to records; still importable from here
 
 def is_claimable(rec: JobRecord | None, now: float) -> bool:
-    if rec is None or rec.state is JobState.PENDING:
+    if rec is None:
         return True
-    return rec.state is JobState.LEASED and rec.lease_until is not None and lease_over(rec.lease_until, now)
+    if rec.state is JobState.PENDING:
+        return rec.claimable_at is None or rec.claimable_at <= now
+    return (rec.state is JobState.LEASED and rec.lease_until is not None and lease_over(rec.lease_until, now)
+            and not rec.out_of_attempts)
+
+
+def is_parked(rec: JobRecord, now: float) -> bool:
+    """Parked: stored so by a failure on the last attempt, or a lease on it that ran out."""
+    if rec.state is JobState.PARKED:
+        return True
+    return (rec.state is JobState.LEASED and rec.out_of_attempts and rec.lease_until is not None
+            and lease_over(rec.lease_until, now))
+
+
+def candidate_at(rec: JobRecord) -> float | None:
+    """When a record can next become claimable with no write: its lease's end, its
+    ``claimable_at``, or None (never by time alone: completed, parked, a lease on its last
+    attempt). What a store's claimable index keeps; ``None`` for an unscheduled pending job
+    is "now" for a record that is pending."""
+    if rec.state is JobState.LEASED:
+        return None if rec.out_of_attempts else rec.lease_until
+    if rec.state is JobState.PENDING:
+        return rec.claimable_at
+    return None
 
 
 def is_next(rec: JobRecord | None, now: float) -> bool:
@@ -38,10 +69,24 @@ def is_next(rec: JobRecord | None, now: float) -> bool:
     return rec is not None and rec.token < LAST_TOKEN and is_claimable(rec, now)
 
 
-def status(rec: JobRecord, now: float) -> JobStatus:
+def judged(rec: JobRecord, now: float) -> JobState:
+    """The record's state as a reader sees it at ``now`` (expired, scheduled, parked judged)."""
     state = rec.state
-    if state is JobState.LEASED and is_claimable(rec, now):
-        state = JobState.EXPIRED
+    if state is JobState.LEASED and rec.lease_until is not None and lease_over(rec.lease_until, now):
+        return JobState.PARKED if rec.out_of_attempts else JobState.EXPIRED
+    if state is JobState.PENDING and rec.claimable_at is not None and rec.claimable_at > now:
+        return JobState.SCHEDULED
+    return state
+
+
+def parked_at(rec: JobRecord, state: JobState) -> float | None:
+    if state is not JobState.PARKED:
+        return None
+    return rec.failed_at if rec.state is JobState.PARKED else rec.lease_until
+
+
+def status(rec: JobRecord, now: float) -> JobStatus:
+    state = judged(rec, now)
     return JobStatus(
         job_id=rec.job_id,
         state=state,
@@ -54,13 +99,26 @@ def status(rec: JobRecord, now: float) -> JobStatus:
         completed_at=rec.completed_at,
         runs=rec.runs,
         result=rec.result,
+        attempts=rec.attempts,
+        max_attempts=rec.max_attempts,
+        last_error=rec.last_error,
+        claimable_at=rec.claimable_at if state is JobState.SCHEDULED else None,
+        parked_at=parked_at(rec, state),
     )
 
 
-def submit(rec: JobRecord | None, job_id: str, now: float) -> JobRecord | None:
-    """A new pending record, a new run of a completed one, or None (nothing to change)."""
+def _after(now: float, delay: float) -> float | None:
+    return now + delay if delay > 0 else None
+
+
+def submit(rec: JobRecord | None, job_id: str, now: float, max_attempts: int | None = None,
+           delay: float = 0.0) -> JobRecord | None:
+    """A new pending record, a new run of a completed one, or None (nothing to change).
+    ``max_attempts`` (None: unlimited) and ``delay`` (seconds of store time before a claim
+    may take it) are the new run's."""
     if rec is None:
-        return JobRecord(job_id=job_id, state=JobState.PENDING, submitted_at=now)
+        return JobRecord(job_id=job_id, state=JobState.PENDING, submitted_at=now, max_attempts=max_attempts,
+                         claimable_at=_after(now, delay))
     if rec.state is JobState.COMPLETED:
         return dataclasses.replace(
             rec,
@@ -74,18 +132,36 @@ def submit(rec: JobRecord | None, job_id: str, now: float) -> JobRecord | None:
             completed_at=None,
             runs=rec.runs + 1,
             result=None,
+            attempts=0,
+            max_attempts=max_attempts,
+            last_error=None,
+            claimable_at=_after(now, delay),
+            failed_at=None,
         )
     return None
 
 
-def claim(rec: JobRecord | None, job_id: str, owner: str, ttl: float, now: float) -> JobRecord:
-    if rec is not None and not is_claimable(rec, now):
-        if rec.state is JobState.COMPLETED:
-            raise JobCompleted(job_id)
-        raise AlreadyClaimed(job_id, rec.owner, rec.token, rec.lease_until, now)
-    if rec is not None and rec.token >= LAST_TOKEN:
-        raise TokensExhausted(job_id, rec.token)
-    base = rec or JobRecord(job_id=job_id, state=JobState.PENDING, submitted_at=now)
+def refuse_claim(rec: JobRecord, job_id: str, now: float) -> None:
+    """Raise why ``rec`` cannot be claimed at ``now``; return if it can."""
+    if is_claimable(rec, now):
+        if rec.token >= LAST_TOKEN:
+            raise TokensExhausted(job_id, rec.token)
+        return
+    if rec.state is JobState.COMPLETED:
+        raise JobCompleted(job_id)
+    if is_parked(rec, now):
+        raise JobParked(job_id, rec.attempts, rec.last_error)
+    if rec.state is JobState.PENDING and rec.claimable_at is not None:
+        raise JobScheduled(job_id, rec.token, rec.claimable_at, now)
+    raise AlreadyClaimed(job_id, rec.owner, rec.token, rec.lease_until, now)
+
+
+def claim(rec: JobRecord | None, job_id: str, owner: str, ttl: float, now: float,
+          max_attempts: int | None = None) -> JobRecord:
+    """The claimed record; ``max_attempts`` is the limit of a job the claim creates."""
+    if rec is not None:
+        refuse_claim(rec, job_id, now)
+    base = rec or JobRecord(job_id=job_id, state=JobState.PENDING, submitted_at=now, max_attempts=max_attempts)
     return dataclasses.replace(
         base,
         state=JobState.LEASED,
@@ -95,6 +171,8 @@ def claim(rec: JobRecord | None, job_id: str, owner: str, ttl: float, now: float
         ttl=ttl,
         claimed_at=now,
         renewed_at=None,
+        attempts=base.attempts + 1,
+        claimable_at=None,
     )
 
 
@@ -154,8 +232,34 @@ def complete(rec: JobRecord, result: bytes | None, now: float) -> JobRecord:
 
 
 def release(rec: JobRecord, now: float) -> JobRecord:
-    # The token stays: the next claim must still get a higher one.
-    return dataclasses.replace(rec, state=JobState.PENDING, owner=None, lease_until=None, ttl=None)
+    # The token stays: the next claim must still get a higher one. The attempt is given back:
+    # the worker did not try.
+    return dataclasses.replace(rec, state=JobState.PENDING, owner=None, lease_until=None, ttl=None,
+                               attempts=max(rec.attempts - 1, 0))
+
+
+def fail(rec: JobRecord, error: str | None, retry: Retry, now: float) -> JobRecord:
+    """The holder tried and failed: pending again once ``retry`` says (for this attempt), or
+    parked if that was the last attempt allowed. The attempt counts; the token stays."""
+    if rec.out_of_attempts:
+        return dataclasses.replace(rec, state=JobState.PARKED, owner=None, lease_until=None, ttl=None,
+                                   last_error=error, failed_at=now, claimable_at=None)
+    return dataclasses.replace(rec, state=JobState.PENDING, owner=None, lease_until=None, ttl=None, last_error=error,
+                               failed_at=now, claimable_at=_after(now, retry.seconds(rec.attempts)))
+
+
+def requeue(rec: JobRecord | None, job_id: str, delay: float, now: float) -> JobRecord:
+    """An operator's fresh start for a job that is not held: its attempts reset, pending
+    (after ``delay``). A live lease must be ended first (``force_expire``); a completed job
+    is submitted again instead."""
+    if rec is None:
+        raise JobNotFound(job_id)
+    if rec.state is JobState.COMPLETED:
+        raise JobCompleted(job_id)
+    if rec.state is JobState.LEASED and rec.lease_until is not None and not lease_over(rec.lease_until, now):
+        raise AlreadyClaimed(job_id, rec.owner, rec.token, rec.lease_until, now)
+    return dataclasses.replace(rec, state=JobState.PENDING, owner=None, lease_until=None, ttl=None, attempts=0,
+                               claimable_at=_after(now, delay))
 
 
 def force_expire(rec: JobRecord, now: float) -> JobRecord:
@@ -164,13 +268,18 @@ def force_expire(rec: JobRecord, now: float) -> JobRecord:
 
 def lease_of(rec: JobRecord) -> Lease:
     assert rec.owner is not None and rec.lease_until is not None and rec.ttl is not None
-    return Lease(rec.job_id, rec.owner, rec.token, rec.lease_until, rec.ttl)
+    return Lease(rec.job_id, rec.owner, rec.token, rec.lease_until, rec.ttl, attempt=rec.attempts)
 
 
 def state_at(job: JobStatus, now: float) -> JobState:
     """A status's state judged at ``now`` rather than when it was read."""
     if job.state in (JobState.LEASED, JobState.EXPIRED) and job.expires_at is not None:
-        return JobState.EXPIRED if lease_over(job.expires_at, now) else JobState.LEASED
+        if not lease_over(job.expires_at, now):
+            return JobState.LEASED
+        spent = job.max_attempts is not None and job.attempts >= job.max_attempts
+        return JobState.PARKED if spent else JobState.EXPIRED
+    if job.state is JobState.SCHEDULED and job.claimable_at is not None and job.claimable_at <= now:
+        return JobState.PENDING
     return job.state
 
 

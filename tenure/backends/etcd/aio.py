@@ -102,9 +102,9 @@ class AsyncEtcdBackend(AsyncRecordBackend):
             raise
         await aio.run(leases.claimed(claiming, None))
 
-    async def claim(self, job_id: str, owner: str, ttl: float) -> Lease:
+    async def claim(self, job_id: str, owner: str, ttl: float, *, max_attempts: int | None = None) -> Lease:
         async with self._claiming(ttl) as context:
-            return await self._run(steps.claim(job_id, owner, ttl), self._within(context))
+            return await self._run(steps.claim(job_id, owner, ttl, max_attempts), self._within(context))
 
     async def claim_next(self, owner: str, ttl: float) -> Lease | None:
         async with self._claiming(ttl) as context:
