@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -27,9 +27,10 @@ from tenure.backends.postgres_ops import ATTEMPTS, Plan, Plans, Query, Trims, ou
 from tenure.backends.postgres_schema import check_durability, check_schema_name, migrate
 from tenure.core.backend import Backend, Characteristics
 from tenure.core.clock import Clock
-from tenure.core.errors import BackendUnavailable, InvalidArgument
+from tenure.core.errors import BackendUnavailable, InvalidArgument, LeaseError
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
+from tenure.core.steps import Renewal
 
 log = logging.getLogger("tenure.postgres")
 
@@ -172,6 +173,9 @@ class PostgresBackend(Backend):
 
     def renew(self, lease: Lease, ttl: float) -> Lease:
         return self._do(self.plans.renew(lease, ttl))
+
+    def renew_many(self, renewals: Sequence[Renewal]) -> list[Lease | LeaseError]:
+        return self._do(self.plans.renew_many(renewals))  # one statement for all of them
 
     def complete(self, lease: Lease, result: bytes | None) -> None:
         self._do(self.plans.complete(lease, result))

@@ -10,7 +10,7 @@ parameters and the decoding of its rows are written once.
 from __future__ import annotations
 
 import threading
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -18,7 +18,7 @@ from tenure.backends import postgres_sql as q
 from tenure.backends.postgres_connection import retryable
 from tenure.core import codec, contention, transitions
 from tenure.core.backend import corrupt_status
-from tenure.core.errors import CorruptRecord, JobNotFound, Outraced, StaleLease, TokenChanged
+from tenure.core.errors import CorruptRecord, JobNotFound, LeaseError, Outraced, StaleLease, TokenChanged
 from tenure.core.queries import fold
 from tenure.core.records import (
     HistoryEvent,
@@ -32,6 +32,7 @@ from tenure.core.records import (
     RejectionKind,
     Summary,
 )
+from tenure.core.steps import Renewal
 from tenure.core.transitions import JobRecord, status
 
 T = TypeVar("T")
@@ -167,13 +168,47 @@ class Plans:
                 return until, ttl
             if outcome == "retry":
                 continue  # the row changed between the statement's judgement and its read
-            rec = None if record[0] is None else self.decode(record)  # raises for 'corrupt'
-            raise StaleLease(transitions.rejection(rec, op, lease, Reason(outcome), now))
+            raise self._refusal(op, lease, outcome, record, now)
         raise contention.outraced(lease.job_id, ATTEMPTS)
+
+    def _refusal(self, op: Op, lease: Lease, outcome: str, record: list[Any], now: float) -> StaleLease:
+        """The refusal a holder statement's row reports; raises CorruptRecord for 'corrupt'."""
+        rec = None if record[0] is None else self.decode(record)
+        return StaleLease(transitions.rejection(rec, op, lease, Reason(outcome), now))
 
     def renew(self, lease: Lease, ttl: float) -> Plan[Lease]:
         until, seconds = yield from self._holder_op("RENEW", Op.RENEW, lease, ttl=ttl)
         return Lease(lease.job_id, lease.owner, lease.token, until, seconds)
+
+    def renew_many(self, renewals: Sequence[Renewal]) -> Plan[list[Lease | LeaseError]]:
+        """RENEW_MANY: every lease in one statement, each judged (and refused) alone; leases
+        whose rows changed during the statement's judgement go again, alone of the others."""
+        found: dict[int, Lease | LeaseError] = {}
+        left = list(range(len(renewals)))
+        for _ in range(ATTEMPTS):
+            if not left:
+                break
+            asked = [renewals[i] for i in left]
+            rows = yield self.query("RENEW_MANY", {
+                "jobs": [lease.job_id for lease, _ in asked], "owners": [lease.owner for lease, _ in asked],
+                "tokens": [lease.token for lease, _ in asked], "ttls": [ttl for _, ttl in asked]}, write=True)
+            again = []
+            for n, outcome, until, ttl, now, _, *record in rows:
+                i = left[n - 1]
+                lease = renewals[i][0]
+                if outcome == "done":
+                    found[i] = Lease(lease.job_id, lease.owner, lease.token, until, ttl)
+                elif outcome == "retry":
+                    again.append(i)
+                else:
+                    try:
+                        found[i] = self._refusal(Op.RENEW, lease, outcome, record, now)
+                    except CorruptRecord as exc:
+                        found[i] = exc
+            left = sorted(again)
+        for i in left:
+            found[i] = contention.outraced(renewals[i][0].job_id, ATTEMPTS)
+        return [found[i] for i in range(len(renewals))]
 
     def complete(self, lease: Lease, result: bytes | None) -> Plan[None]:
         yield from self._holder_op("COMPLETE", Op.COMPLETE, lease, result=result)

@@ -131,17 +131,22 @@ event AS ({_EVENT} SELECT job_id, '{Op.CLAIM}', owner, token, claimed_at, lease_
 SELECT w.job_id, w.owner, w.token, w.lease_until, w.ttl, {_touch('w.job_id')} FROM won w
 """
 
-# transitions.check, in its order; a corrupt row is reported before anything is judged.
-_REASON = f"""CASE
+def _reason(token: str, owner: str) -> str:
+    """transitions.check, in its order, of the row ``c`` for a lease of ``token`` and ``owner``;
+    a corrupt row is reported before anything is judged."""
+    return f"""CASE
     WHEN c.job_id IS NULL THEN {_lit(Reason.NOT_FOUND)}
     WHEN NOT {valid('c')} THEN 'corrupt'
-    WHEN c.token < %(token)s THEN {_lit(Reason.NEVER_ISSUED)}
-    WHEN c.token <> %(token)s THEN {_lit(Reason.SUPERSEDED)}
+    WHEN c.token < {token} THEN {_lit(Reason.NEVER_ISSUED)}
+    WHEN c.token <> {token} THEN {_lit(Reason.SUPERSEDED)}
     WHEN c.state NOT IN ('leased', 'completed') THEN {_lit(Reason.NOT_LEASED)}
-    WHEN c.owner IS DISTINCT FROM %(owner)s THEN {_lit(Reason.OWNER_MISMATCH)}
+    WHEN c.owner IS DISTINCT FROM {owner} THEN {_lit(Reason.OWNER_MISMATCH)}
     WHEN c.state = 'completed' THEN {_lit(Reason.COMPLETED)}
     WHEN c.lease_until IS NULL OR c.lease_until <= clock.now THEN {_lit(Reason.EXPIRED)}
   END"""
+
+
+_REASON = _reason("%(token)s", "%(owner)s")
 
 
 def _holder(op: Op, change: str, event_owner: str) -> str:
@@ -187,6 +192,43 @@ COMPLETE = _holder(Op.COMPLETE, f"state = '{JobState.COMPLETED}', lease_until = 
 # its queue place. History records the released record, whose owner is gone.
 RELEASE = _holder(Op.RELEASE, f"state = '{JobState.PENDING}', owner = NULL, lease_until = NULL, ttl = NULL",
                   "NULL")
+
+# renew_many: RENEW for many (job, owner, token, ttl) rows in one statement, each row judged
+# as RENEW judges its one: the UPDATE renews the rows whose lease is current; each other row is
+# read FOR UPDATE to say why, and its rejection written, alone. Rows come back with their place
+# in the arrays (``n``); one found current after all (changed in between) comes back 'retry'.
+RENEW_MANY = f"""
+WITH {_CLOCK},
+want AS MATERIALIZED (
+  SELECT * FROM unnest(%(jobs)s::text[], %(owners)s::text[], %(tokens)s::bigint[], %(ttls)s::float8[])
+    WITH ORDINALITY AS w(job_id, owner, token, ttl, n)),
+done AS (
+  UPDATE {{s}}.jobs j SET lease_until = clock.now + w.ttl, ttl = w.ttl, renewed_at = clock.now FROM want w, clock
+  WHERE j.job_id = w.job_id AND j.token = w.token AND j.owner = w.owner AND j.state = 'leased'
+    AND j.lease_until > clock.now AND {valid('j')}
+  RETURNING w.n, j.job_id, j.owner, j.token, j.lease_until, j.ttl, clock.now),
+event AS ({_EVENT} SELECT job_id, '{Op.RENEW}', owner, token, now, lease_until FROM done),
+cur AS MATERIALIZED (
+  SELECT w.n, {_cols('j')} FROM want w JOIN {{s}}.jobs j ON j.job_id = w.job_id
+  WHERE NOT EXISTS (SELECT 1 FROM done d WHERE d.n = w.n) ORDER BY j.job_id FOR UPDATE OF j),
+verdict AS MATERIALIZED (
+  SELECT w.n, w.job_id AS asked_job, w.owner AS asked_owner, w.token AS asked_token,
+         {_reason('w.token', 'w.owner')} AS reason, {_cols('c')}, clock.now
+  FROM want w CROSS JOIN clock LEFT JOIN cur c ON c.n = w.n
+  WHERE NOT EXISTS (SELECT 1 FROM done d WHERE d.n = w.n)),
+rejected AS (
+  INSERT INTO {{s}}.rejections (job_id, op, owner, token, current_owner, current_token, at, reason, kind)
+  SELECT v.asked_job, '{Op.RENEW}', v.asked_owner, v.asked_token, v.owner, coalesce(v.token, 0), v.now, v.reason,
+         'store'
+  FROM verdict v WHERE v.reason IS NOT NULL AND v.reason <> 'corrupt'
+  RETURNING id)
+SELECT d.n, 'done', d.lease_until, d.ttl, d.now, {_touch('d.job_id')}, {_NO_ROW}
+  FROM done d
+UNION ALL
+SELECT v.n, coalesce(v.reason, 'retry'), NULL, NULL, v.now,
+       CASE WHEN EXISTS (SELECT 1 FROM rejected) THEN {notify("'r'")} END, {_cols('v')}
+  FROM verdict v
+"""
 
 # submit_many: new jobs pending, completed ones a new run (transitions.submit), the rest
 # untouched; nothing at all is written if any of the jobs is corrupt (the backend raises).
@@ -274,6 +316,7 @@ WATCH_STOP = "DELETE FROM {s}.watchers WHERE pid = pg_backend_pid()"
 
 # By name, for the backend to bind to its schema once.
 STATEMENTS = {"CLAIM": CLAIM, "CLAIM_NEXT": CLAIM_NEXT, "RENEW": RENEW, "COMPLETE": COMPLETE, "RELEASE": RELEASE,
+              "RENEW_MANY": RENEW_MANY,
               "SUBMIT": SUBMIT, "FORCE_EXPIRE": FORCE_EXPIRE, "RECORD_REJECTION": RECORD_REJECTION, "NOW": NOW,
               "GET": GET, "JOBS_PAGE": JOBS_PAGE, "REJECTIONS": REJECTIONS, "JOB_REJECTIONS": JOB_REJECTIONS,
               "HISTORY": HISTORY, "JOB_HISTORY": JOB_HISTORY,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -25,8 +25,10 @@ from tenure.core import audit, contention, queries, steps, watch
 # what they belong to; the "as" imports keep them importable from here (backends, dashboard).
 from tenure.core.codec import corrupt_status as corrupt_status
 from tenure.core.errors import (
+    BackendUnavailable,
     CorruptRecord,
     LeaseError,
+    Outraced,
 )
 from tenure.core.queries import fold as fold
 from tenure.core.records import (
@@ -127,6 +129,13 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def renew(self, lease: Lease, ttl: float) -> Lease: ...
+
+    def renew_many(self, renewals: Sequence[steps.Renewal]) -> list[Lease | LeaseError]:
+        """Renew several leases (``(lease, ttl)`` pairs, one per job), each judged alone: in
+        order, each renewed lease or the ``LeaseError`` its renewal ended in (``StaleLease``,
+        refused and audited alone; ``BackendUnavailable`` ...). This default renews one lease per
+        request; a store that renews many in one round trip overrides it."""
+        return [_outcome(self.renew, lease, ttl) for lease, ttl in renewals]
 
     @abc.abstractmethod
     def complete(self, lease: Lease, result: bytes | None) -> None: ...
@@ -263,6 +272,23 @@ class RecordBackend(Backend):
     def renew(self, lease: Lease, ttl: float) -> Lease:
         return self._run(steps.renew(lease, ttl))
 
+    # renew_many: leases per transaction, 0 for all in one (a store bounded in request size sets it)
+    RENEW_BATCH: ClassVar[int] = 0
+
+    def renew_many(self, renewals: Sequence[steps.Renewal]) -> list[Lease | LeaseError]:
+        """One transaction per ``RENEW_BATCH`` leases running each lease's own renew step;
+        a batch that keeps losing races is renewed a lease at a time."""
+        found: list[Lease | LeaseError] = []
+        for batch in steps.renewal_batches(renewals, self.RENEW_BATCH):
+            try:
+                renewed = self._run(steps.renew_many(batch))
+                found.extend(renewed)
+            except Outraced:
+                found.extend(Backend.renew_many(self, batch))
+            except BackendUnavailable as exc:  # this batch's leases only: earlier ones are renewed
+                found.extend([exc] * len(batch))
+        return found
+
     def complete(self, lease: Lease, result: bytes | None) -> None:
         self._run(steps.complete(lease, result))
 
@@ -274,3 +300,10 @@ class RecordBackend(Backend):
 
     def record_rejection(self, rejection: Rejection) -> None:
         self._run(steps.record_rejection(rejection))
+
+
+def _outcome(call: Callable[[Lease, float], Lease], lease: Lease, ttl: float) -> Lease | LeaseError:
+    try:
+        return call(lease, ttl)
+    except LeaseError as exc:
+        return exc

@@ -51,6 +51,7 @@ class ZooKeeperBackend(RecordBackend):
     # Bytes of a submit_many multi at most, by submit_weight: a multi above the server's
     # jute.maxbuffer (1 MB by default) is not refused but drops the connection, every time.
     SUBMIT_BYTES = 512 * 1024
+    RENEW_BATCH = 250  # renewals per multi in renew_many: a record, a check and an event each, some 200 KB
 
     def __init__(self, config: Config, injected: Clock | None = None) -> None:
         """``injected``: the clock given to ``connect`` (tests), which holders' deadlines are
