@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from tenure.aio.backend import AsyncBackend
-from tenure.aio.holding import AsyncHeldLease, end_on_close
+from tenure.aio.holding import AsyncHeldLease, AsyncRenewer, end_on_close
 from tenure.aio.waiting import AsyncChanges, AsyncWaiter
 from tenure.core import checks, telemetry, validation, waiting
 from tenure.core.backend import Characteristics, Link
@@ -65,6 +65,7 @@ class AsyncStore:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._renewals: set[asyncio.Task[Any]] = set()
         self._held: weakref.WeakSet[AsyncHeldLease] = weakref.WeakSet()  # close() ends those still held
+        self._renewer = AsyncRenewer(self)
         self._closed = False
 
     @property
@@ -252,6 +253,7 @@ class AsyncStore:
             raise LeaseError("the store is closed")
         held = AsyncHeldLease(self, self.checks.held_lease(lease), _link_epoch)
         self._held.add(held)
+        self._renewer.add(held)
         return held
 
     # -- reading -----------------------------------------------------------------------------

@@ -208,7 +208,7 @@ class Renewer:
                     self._cond.wait(min(*waits, MAX_SLEEP) if waits else None)
                 if self._closed:
                     return
-                batch = self._schedule.take(self._clock.monotonic())  # deadlines due are judged here
+                batch = self._schedule.take(self._clock.monotonic(), HeldLease._expire_if_due)  # and deadlines due
             # A held lease is back in the schedule only after its renewal ends: never two at once.
             if batch:
                 self._pool.submit(functools.partial(self._renew_batch, batch))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
 from tenure.core.holding import RENEW_FRACTION, HeldState
@@ -51,8 +51,9 @@ class Schedule(Generic[H]):
         """When ``take`` has something to do next (None: nothing is held)."""
         return self._heap[0][0] if self._heap else None
 
-    def take(self, now: float) -> list[H]:
-        """Deadlines due judged (leases past theirs lost), and the renewals to send now in one
+    def take(self, now: float, expire_if_due: Callable[[H], bool]) -> list[H]:
+        """Deadlines due judged by ``expire_if_due`` (the lease's own: lost if its deadline
+        passed, False once nothing is left to watch), and the renewals to send now in one
         request: those due and those due soon (``COALESCE_FRACTION`` of their TTL), one lease
         per job, ``MAX_BATCH`` at most; the rest stay for a later ``take``."""
         batch: list[H] = []
@@ -64,7 +65,7 @@ class Schedule(Generic[H]):
             if kind == _DEADLINE:
                 if at > now:
                     aside.append(entry)
-                elif held._expire_if_due():  # cheap, and never blocks
+                elif expire_if_due(held):  # cheap, and never blocks
                     self._push(held, held.deadline, _DEADLINE)  # renewed since: watch the new one
                 continue
             soon = at <= now + held.lease.ttl * COALESCE_FRACTION

@@ -44,6 +44,7 @@ from tenure.testing.suite_issued_tokens import IssuedTokenTests
 from tenure.testing.suite_outages import OutageTests
 from tenure.testing.suite_protocol import ProtocolTests
 from tenure.testing.suite_queries import QueryTests
+from tenure.testing.suite_renewals import RenewalTests
 from tenure.testing.suite_tampered import TamperedRecordTests
 
 
@@ -104,6 +105,6 @@ class Hooks:
             yield opened
 
 
-class ConformanceSuite(Hooks, ProtocolTests, AuditTests, HoldTests, BlockingClaimTests, BoundsTests,
+class ConformanceSuite(Hooks, ProtocolTests, AuditTests, HoldTests, RenewalTests, BlockingClaimTests, BoundsTests,
                        CompetingTests, InputTests, IssuedTokenTests, QueryTests, OutageTests, TamperedRecordTests):
     """Every conformance test; a backend's ``TestMyStore(ConformanceSuite)`` runs them all."""
