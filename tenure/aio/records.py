@@ -113,9 +113,9 @@ class AsyncRecordBackend(ThreadedBackend):
         return await self._run(steps.renew(lease, ttl))
 
     async def renew_many(self, renewals: Sequence[steps.Renewal]) -> list[Lease | LeaseError]:
-        """``RecordBackend.renew_many``, awaiting: one transaction per ``RENEW_BATCH`` leases."""
+        """``RecordBackend.renew_many``, awaiting: one transaction per batch."""
         found: list[Lease | LeaseError] = []
-        for batch in steps.renewal_batches(renewals, self.sync.RENEW_BATCH):
+        for batch in self.sync.renewal_batches(renewals):
             try:
                 renewed = await self._run(steps.renew_many(batch))
                 found.extend(renewed)

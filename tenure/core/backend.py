@@ -272,14 +272,25 @@ class RecordBackend(Backend):
     def renew(self, lease: Lease, ttl: float) -> Lease:
         return self._run(steps.renew(lease, ttl))
 
-    # renew_many: leases per transaction, 0 for all in one (a store bounded in request size sets it)
+    # renew_many: leases per transaction, 0 for all in one; a store whose requests are bounded
+    # in bytes also sets RENEW_BYTES and ``renew_weight``.
     RENEW_BATCH: ClassVar[int] = 0
+    RENEW_BYTES: ClassVar[int] = 0
+
+    def renew_weight(self, lease: Lease) -> int:
+        """What renewing ``lease`` adds to one transaction's request, at most, in bytes."""
+        return 0
+
+    def renewal_batches(self, renewals: Sequence[steps.Renewal]) -> list[list[steps.Renewal]]:
+        """``renew_many``'s transactions, by this store's RENEW_BATCH and RENEW_BYTES."""
+        return steps.renewal_batches(renewals, self.RENEW_BATCH, self.renew_weight if self.RENEW_BYTES else None,
+                                     self.RENEW_BYTES)
 
     def renew_many(self, renewals: Sequence[steps.Renewal]) -> list[Lease | LeaseError]:
-        """One transaction per ``RENEW_BATCH`` leases running each lease's own renew step;
-        a batch that keeps losing races is renewed a lease at a time."""
+        """One transaction per batch (``renewal_batches``) running each lease's own renew
+        step; a batch that keeps losing races is renewed a lease at a time."""
         found: list[Lease | LeaseError] = []
-        for batch in steps.renewal_batches(renewals, self.RENEW_BATCH):
+        for batch in self.renewal_batches(renewals):
             try:
                 renewed = self._run(steps.renew_many(batch))
                 found.extend(renewed)

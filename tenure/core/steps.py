@@ -268,9 +268,13 @@ def renew_many(renewals: Sequence[Renewal]) -> Operation[Each, list[Lease | Leas
     caller splits a batch that keeps losing races (``Outraced``) into single renewals."""
     each = [renew(lease, ttl).step for lease, ttl in renewals]
 
+    rest = [lease.job_id for lease, _ in renewals[1:]]
+
     def step(tx: Transaction) -> Each:
         found: list[JobRecord | Rejection | LeaseError] = []
-        for one in each:
+        for n, one in enumerate(each):
+            if n == 1 and not tx.guessed:  # the first was read, not guessed: read the rest at once
+                tx.preload(rest)
             try:
                 found.append(one(tx))
             except CorruptRecord as exc:  # raised by the read, before anything was buffered
@@ -287,8 +291,11 @@ def _renewed_each(found: Each) -> list[Lease | LeaseError]:
             for f in found.outcomes]
 
 
-def renewal_batches(renewals: Sequence[Renewal], size: int) -> list[Sequence[Renewal]]:
-    """``renew_many``'s transactions: ``size`` leases each (0: all in one)."""
-    if not size:
-        return [renewals] if renewals else []
-    return [renewals[i:i + size] for i in range(0, len(renewals), size)]
+def renewal_batches(renewals: Sequence[Renewal], size: int, weight: Callable[[Lease], int] | None = None,
+                    budget: int = 0) -> list[list[Renewal]]:
+    """``renew_many``'s transactions: ``size`` leases each (0: all in one), no more than
+    ``budget`` of ``weight`` each when given (``protocol.batches``; one lease per job)."""
+    by_job = {lease.job_id: (lease, ttl) for lease, ttl in renewals}
+    cost = None if weight is None else (lambda job_id: weight(by_job[job_id][0]))
+    return [[by_job[job_id] for job_id in chunk]
+            for chunk in protocol.batches(list(by_job), size or len(by_job), cost, budget)]
