@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["MAX_DRIFT_MARGIN", "MAX_SLEEP", "RENEWAL_WORKERS", "RENEW_FRACTION", "RETRY_FRACTION", "HeldLease",
            "LeaseStore", "Renewer"]
 
-RENEWAL_WORKERS = 4  # threads kept for renewals; more start while requests hang
+RENEWAL_WORKERS = 2  # threads kept for renewals (a batch each); more start while requests hang
 MAX_RENEWAL_THREADS = 64  # renewals in flight at once per store, at most
 
 
