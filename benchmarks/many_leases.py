@@ -26,6 +26,7 @@ import asyncio
 import functools
 import inspect
 import json
+import logging
 import os
 import resource
 import subprocess
@@ -174,9 +175,12 @@ def main() -> None:
     parser.add_argument("--leases", type=int, default=10_000)
     parser.add_argument("--ttl", type=float, default=10.0)
     parser.add_argument("--ttls", type=float, default=5.0, help="TTLs watched after the last claim")
+    parser.add_argument("--logs", help="a directory for each run's log (tenure's INFO messages)")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # JSON: one measurement, in this process
     args = parser.parse_args()
     if args.child:
+        if os.environ.get("TENURE_BENCH_LOG"):  # what the renewals met, on stderr
+            logging.basicConfig(level=logging.INFO, format="%(relativeCreated)d %(name)s %(message)s")
         task = json.loads(args.child)
         found = measure(**task)
         print(json.dumps(found), flush=True)
@@ -191,8 +195,12 @@ def main() -> None:
             for flavour in args.flavours.split(","):
                 task = {"url": subject.url, "options": subject.options, "store_name": name, "flavour": flavour,
                         "leases": args.leases, "ttl": args.ttl, "ttls": args.ttls}
+                env = {**os.environ, "TENURE_BENCH_LOG": "1"} if args.logs else None
                 ran = subprocess.run([sys.executable, "-m", "benchmarks.many_leases", "--child", json.dumps(task)],
-                                     capture_output=True, text=True, check=False)
+                                     capture_output=True, text=True, check=False, env=env)
+                if args.logs:
+                    with open(os.path.join(args.logs, f"{name}-{flavour}.log"), "w") as log:
+                        log.write(ran.stderr)
                 lines = [line for line in ran.stdout.splitlines() if line.startswith("{")]
                 if ran.returncode or not lines:
                     print(f"{name} {flavour}: failed\n{ran.stderr[-2000:]}", flush=True)

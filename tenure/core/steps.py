@@ -267,7 +267,6 @@ def renew_many(renewals: Sequence[Renewal]) -> Operation[Each, list[Lease | Leas
     conflict, or a refusal decided on a guess, runs the whole batch again (``Attempts``); a
     caller splits a batch that keeps losing races (``Outraced``) into single renewals."""
     each = [renew(lease, ttl).step for lease, ttl in renewals]
-
     rest = [lease.job_id for lease, _ in renewals[1:]]
 
     def step(tx: Transaction) -> Each:
