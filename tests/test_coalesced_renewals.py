@@ -96,3 +96,16 @@ def test_many_held_leases_renew_in_a_few_requests_per_tick(opened: tuple[Any, st
     for h in held:
         h.check()  # none lost
         assert h.lease.expires_at > first[h.job_id] + TTL, f"{h.job_id} was not renewed through the window"
+
+
+def test_a_batch_counts_every_audit_row_it_adds_toward_trims() -> None:
+    """PostgreSQL trims the audit every TRIM_EVERY rows, not every TRIM_EVERY statements: a
+    renew_many of thousands of leases would otherwise let the events grow by thousands of rows
+    per statement between trims, and the next trim (run inline after a write) grow as long."""
+    from tenure.backends.postgres_ops import TRIM_EVERY, Trims
+
+    trims = Trims()
+    assert not trims.due(TRIM_EVERY - 1)
+    assert trims.due(1)  # the TRIM_EVERY-th row
+    assert trims.due(5 * TRIM_EVERY)  # one statement of many rows: one trim
+    assert not trims.due()

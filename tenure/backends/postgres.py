@@ -137,7 +137,7 @@ class PostgresBackend(Backend):
                     time.sleep(pause)
                     continue
                 raise outraced_by(query, exc) or self._error(exc, sent_write=query.write and sent) from exc
-        if query.write and self._trims.due():
+        if query.write and self._trims.due(query.rows):
             self._trim()
         return rows
 

@@ -103,7 +103,7 @@ class AsyncPostgresBackend(AsyncBackend):
                     await asyncio.sleep(pause)
                     continue
                 raise outraced_by(query, exc) or await self._error(exc, sent_write=query.write and sent) from exc
-        if query.write and self._trims.due():
+        if query.write and self._trims.due(query.rows):
             await self._trim()
         return rows
 

@@ -50,6 +50,7 @@ class Query:
     text: str
     params: dict[str, Any]
     write: bool  # a write whose answer is lost has an unknown outcome; it counts toward trims
+    rows: int = 1  # audit rows it may add (renew_many: one per lease), what trims count
 
 
 Plan = Generator[Query, Rows, T]
@@ -83,10 +84,13 @@ class Trims:
         self._writes = 0
         self._lock = threading.Lock()
 
-    def due(self) -> bool:
+    def due(self, rows: int = 1) -> bool:
+        """After a write that may add ``rows`` audit rows: whether a trim is due (one per
+        TRIM_EVERY rows, so a trim deletes about that many, however large the writes)."""
         with self._lock:
-            self._writes += 1
-            return self._writes % TRIM_EVERY == 0
+            before = self._writes
+            self._writes += rows
+            return self._writes // TRIM_EVERY > before // TRIM_EVERY
 
 
 def rerun_after(exc: Exception, attempt: int) -> float | None:
@@ -119,8 +123,8 @@ class Plans:
         self.statements = {name: text.format(s=quoted) for name, text in q.STATEMENTS.items()}
         self.trims = [q.TRIM.format(s=quoted, table=t) for t in ("events", "rejections")]
 
-    def query(self, name: str, params: dict[str, Any], *, write: bool) -> Query:
-        return Query(self.statements[name], {**params, "channel": self.channel}, write)
+    def query(self, name: str, params: dict[str, Any], *, write: bool, rows: int = 1) -> Query:
+        return Query(self.statements[name], {**params, "channel": self.channel}, write, rows)
 
     def decode(self, row: tuple[Any, ...] | list[Any]) -> JobRecord:
         return decode_row(self.schema, row)
@@ -191,7 +195,8 @@ class Plans:
             asked = [renewals[i] for i in left]
             rows = yield self.query("RENEW_MANY", {
                 "jobs": [lease.job_id for lease, _ in asked], "owners": [lease.owner for lease, _ in asked],
-                "tokens": [lease.token for lease, _ in asked], "ttls": [ttl for _, ttl in asked]}, write=True)
+                "tokens": [lease.token for lease, _ in asked], "ttls": [ttl for _, ttl in asked]},
+                write=True, rows=len(asked))
             again = []
             for n, outcome, until, ttl, now, _, *record in rows:
                 i = left[n - 1]
