@@ -185,8 +185,8 @@ class Plans:
         return Lease(lease.job_id, lease.owner, lease.token, until, seconds)
 
     def renew_many(self, renewals: Sequence[Renewal]) -> Plan[list[Lease | LeaseError]]:
-        """RENEW_MANY: every lease in one statement, each judged (and refused) alone; leases
-        whose rows changed during the statement's judgement go again, alone of the others."""
+        """RENEW_MANY: every lease in one statement, each judged (and refused) alone; a lease
+        whose row changed between its judgement and its renewal is asked again."""
         found: dict[int, Lease | LeaseError] = {}
         left = list(range(len(renewals)))
         for _ in range(ATTEMPTS):
@@ -197,20 +197,17 @@ class Plans:
                 "jobs": [lease.job_id for lease, _ in asked], "owners": [lease.owner for lease, _ in asked],
                 "tokens": [lease.token for lease, _ in asked], "ttls": [ttl for _, ttl in asked]},
                 write=True, rows=len(asked))
-            again = []
             for n, outcome, until, ttl, now, _, *record in rows:
                 i = left[n - 1]
                 lease = renewals[i][0]
                 if outcome == "done":
                     found[i] = Lease(lease.job_id, lease.owner, lease.token, until, ttl)
-                elif outcome == "retry":
-                    again.append(i)
                 else:
                     try:
                         found[i] = self._refusal(Op.RENEW, lease, outcome, record, now)
                     except CorruptRecord as exc:
                         found[i] = exc
-            left = sorted(again)
+            left = [i for i in left if i not in found]  # judged current, changed before renewed
         for i in left:
             found[i] = contention.outraced(renewals[i][0].job_id, ATTEMPTS)
         return [found[i] for i in range(len(renewals))]

@@ -194,28 +194,29 @@ RELEASE = _holder(Op.RELEASE, f"state = '{JobState.PENDING}', owner = NULL, leas
                   "NULL")
 
 # renew_many: RENEW for many (job, owner, token, ttl) rows in one statement, each row judged
-# as RENEW judges its one: the UPDATE renews the rows whose lease is current; each other row is
-# read FOR UPDATE to say why, and its rejection written, alone. Rows come back with their place
-# in the arrays (``n``); one found current after all (changed in between) comes back 'retry'.
+# as RENEW judges its one (transitions.check's order). Every asked row is locked first, in job
+# order, and judged once on the version locked, which nothing else can change before the UPDATE:
+# the current ones are renewed (the UPDATE matches them by key alone, so the planner, which
+# cannot know how many rows a CTE holds, has no filter to misjudge into a quadratic plan), each
+# other one audited alone.
+# Rows come back with their place in the arrays (``n``): 'done', or why it was refused; a row
+# judged current but not renewed (it changed in between) does not come back, and is asked again.
 RENEW_MANY = f"""
 WITH {_CLOCK},
 want AS MATERIALIZED (
   SELECT * FROM unnest(%(jobs)s::text[], %(owners)s::text[], %(tokens)s::bigint[], %(ttls)s::float8[])
     WITH ORDINALITY AS w(job_id, owner, token, ttl, n)),
-done AS (
-  UPDATE {{s}}.jobs j SET lease_until = clock.now + w.ttl, ttl = w.ttl, renewed_at = clock.now FROM want w, clock
-  WHERE j.job_id = w.job_id AND j.token = w.token AND j.owner = w.owner AND j.state = 'leased'
-    AND j.lease_until > clock.now AND {valid('j')}
-  RETURNING w.n, j.job_id, j.owner, j.token, j.lease_until, j.ttl, clock.now),
-event AS ({_EVENT} SELECT job_id, '{Op.RENEW}', owner, token, now, lease_until FROM done),
 cur AS MATERIALIZED (
-  SELECT w.n, {_cols('j')} FROM want w JOIN {{s}}.jobs j ON j.job_id = w.job_id
-  WHERE NOT EXISTS (SELECT 1 FROM done d WHERE d.n = w.n) ORDER BY j.job_id FOR UPDATE OF j),
+  SELECT {_cols('j')} FROM {{s}}.jobs j WHERE j.job_id = ANY(%(jobs)s::text[]) ORDER BY j.job_id FOR UPDATE),
 verdict AS MATERIALIZED (
-  SELECT w.n, w.job_id AS asked_job, w.owner AS asked_owner, w.token AS asked_token,
+  SELECT w.n, w.job_id AS asked_job, w.owner AS asked_owner, w.token AS asked_token, w.ttl AS asked_ttl,
          {_reason('w.token', 'w.owner')} AS reason, {_cols('c')}, clock.now
-  FROM want w CROSS JOIN clock LEFT JOIN cur c ON c.n = w.n
-  WHERE NOT EXISTS (SELECT 1 FROM done d WHERE d.n = w.n)),
+  FROM want w CROSS JOIN clock LEFT JOIN cur c ON c.job_id = w.job_id),
+done AS (
+  UPDATE {{s}}.jobs j SET lease_until = v.now + v.asked_ttl, ttl = v.asked_ttl, renewed_at = v.now FROM verdict v
+  WHERE v.reason IS NULL AND j.job_id = v.asked_job AND j.token = v.asked_token AND j.owner = v.asked_owner
+  RETURNING v.n, j.job_id, j.owner, j.token, j.lease_until, j.ttl, v.now),
+event AS ({_EVENT} SELECT job_id, '{Op.RENEW}', owner, token, now, lease_until FROM done),
 rejected AS (
   INSERT INTO {{s}}.rejections (job_id, op, owner, token, current_owner, current_token, at, reason, kind)
   SELECT v.asked_job, '{Op.RENEW}', v.asked_owner, v.asked_token, v.owner, coalesce(v.token, 0), v.now, v.reason,
@@ -225,9 +226,9 @@ rejected AS (
 SELECT d.n, 'done', d.lease_until, d.ttl, d.now, {_touch('d.job_id')}, {_NO_ROW}
   FROM done d
 UNION ALL
-SELECT v.n, coalesce(v.reason, 'retry'), NULL, NULL, v.now,
+SELECT v.n, v.reason, NULL, NULL, v.now,
        CASE WHEN EXISTS (SELECT 1 FROM rejected) THEN {notify("'r'")} END, {_cols('v')}
-  FROM verdict v
+  FROM verdict v WHERE v.reason IS NOT NULL
 """
 
 # submit_many: new jobs pending, completed ones a new run (transitions.submit), the rest
