@@ -20,7 +20,9 @@ from typing import Generic, TypeVar
 from tenure.core.holding import RENEW_FRACTION, HeldState
 
 COALESCE_FRACTION = RENEW_FRACTION / 2  # a renewal due within this share of its TTL goes now
-MAX_BATCH = 5_000  # leases per renew_many at most: one request stays of a bounded size
+# Leases per renew_many at most: a batch's answers all come back when its last request does
+# (ZooKeeper: a multi per 600 or so), so a batch stays a request or two; more go side by side.
+MAX_BATCH = 1_000
 _RENEW, _DEADLINE = 0, 1
 
 H = TypeVar("H", bound=HeldState)
