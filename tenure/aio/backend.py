@@ -68,6 +68,11 @@ class AsyncBackend(abc.ABC):
     @abc.abstractmethod
     async def renew(self, lease: Lease, ttl: float) -> Lease: ...
 
+    @property
+    def renews_in_batches(self) -> bool:
+        """``tenure.Backend.RENEWS_IN_BATCHES``: whether ``renew_many`` is one round trip."""
+        return False
+
     async def renew_many(self, renewals: Sequence[Renewal]) -> list[Lease | LeaseError]:
         """``tenure.Backend.renew_many``: each lease's outcome in order; this default renews
         one lease per request, a store that renews many in one round trip overrides it."""
@@ -188,6 +193,10 @@ class ThreadedBackend(AsyncBackend):
 
     async def renew(self, lease: Lease, ttl: float) -> Lease:
         return await self._call(self.sync.renew, lease, ttl)
+
+    @property
+    def renews_in_batches(self) -> bool:
+        return self.sync.RENEWS_IN_BATCHES
 
     async def renew_many(self, renewals: Sequence[Renewal]) -> list[Lease | LeaseError]:
         return await self._call(self.sync.renew_many, renewals)  # one trip to the worker thread

@@ -17,6 +17,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from types import TracebackType
 from typing import Any, Protocol
 
+from tenure.aio.backend import AsyncBackend
 from tenure.core.backend import Link
 from tenure.core.clock import Clock
 from tenure.core.errors import LeaseError, StaleLease
@@ -29,6 +30,7 @@ class HoldingStore(Protocol):
     """What a held lease needs of its store (``AsyncStore``)."""
 
     clock: Clock
+    backend: AsyncBackend
 
     @property
     def name(self) -> str: ...
@@ -197,8 +199,12 @@ class AsyncRenewer:
                         timer.cancel()
                 continue
             batch = self._schedule.take(self._store.clock.monotonic(), AsyncHeldLease._expire_if_due)
-            if batch:  # not awaited: deadlines are watched while it is on its way
+            # Not awaited: deadlines are watched while renewals are on their way.
+            if batch and self._store.backend.renews_in_batches:
                 self._store.background(self._renew_batch(batch), renewal=True)
+            else:  # a request per lease anyway (etcd): side by side
+                for held in batch:
+                    self._store.background(self._renew(held), renewal=True)
 
     async def _renew_batch(self, batch: list[AsyncHeldLease]) -> None:
         """One ``renew_many`` for the leases of ``batch`` that are free; a lease whose lock a

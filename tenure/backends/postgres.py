@@ -184,6 +184,8 @@ class PostgresBackend(Backend):
     def renew(self, lease: Lease, ttl: float) -> Lease:
         return self._do(self.plans.renew(lease, ttl))
 
+    RENEWS_IN_BATCHES = True
+
     def renew_many(self, renewals: Sequence[Renewal]) -> list[Lease | LeaseError]:
         return self._do(self.plans.renew_many(renewals))  # one statement for all of them
 

@@ -146,6 +146,10 @@ class AsyncPostgresBackend(AsyncBackend):
     async def renew(self, lease: Lease, ttl: float) -> Lease:
         return await self._do(self.plans.renew(lease, ttl))
 
+    @property
+    def renews_in_batches(self) -> bool:
+        return True
+
     async def renew_many(self, renewals: Sequence[Renewal]) -> list[Lease | LeaseError]:
         return await self._do(self.plans.renew_many(renewals))  # one statement for all of them
 

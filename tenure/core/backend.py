@@ -143,11 +143,15 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def renew(self, lease: Lease, ttl: float) -> Lease: ...
 
+    # Whether renew_many renews many leases in one round trip: if not (this default's loop),
+    # held leases are renewed one request each, side by side, as before batches.
+    RENEWS_IN_BATCHES: ClassVar[bool] = False
+
     def renew_many(self, renewals: Sequence[steps.Renewal]) -> list[Lease | LeaseError]:
         """Renew several leases (``(lease, ttl)`` pairs, one per job), each judged alone: in
         order, each renewed lease or the ``LeaseError`` its renewal ended in (``StaleLease``,
         refused and audited alone; ``BackendUnavailable`` ...). This default renews one lease per
-        request; a store that renews many in one round trip overrides it."""
+        request; a store that renews many in one round trip overrides it (and RENEWS_IN_BATCHES)."""
         return [_outcome(self.renew, lease, ttl) for lease, ttl in renewals]
 
     @abc.abstractmethod
@@ -311,6 +315,7 @@ class RecordBackend(Backend):
     # in bytes also sets RENEW_BYTES and ``renew_weight``.
     RENEW_BATCH: ClassVar[int] = 0
     RENEW_BYTES: ClassVar[int] = 0
+    RENEWS_IN_BATCHES = True
 
     def renew_weight(self, lease: Lease) -> int:
         """What renewing ``lease`` adds to one transaction's request, at most, in bytes."""

@@ -225,8 +225,11 @@ class Renewer:
                     return
                 batch = self._schedule.take(self._clock.monotonic(), HeldLease._expire_if_due)  # and deadlines due
             # A held lease is back in the schedule only after its renewal ends: never two at once.
-            if batch:
+            if batch and batch[0]._store.backend.RENEWS_IN_BATCHES:
                 self._pool.submit(functools.partial(self._renew_batch, batch))
+            else:  # a request per lease anyway (etcd): side by side, as the pool allows
+                for held in batch:
+                    self._pool.submit(functools.partial(self._renew, held))
 
     def _renew_batch(self, batch: list[HeldLease]) -> None:
         """One ``renew_many`` for the leases of ``batch`` that are free; a lease whose lock a

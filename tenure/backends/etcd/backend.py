@@ -152,6 +152,8 @@ class EtcdBackend(RecordBackend):
             renewed = self._run(steps.renew(renewed, ttl), self._within(Context()))
         return renewed
 
+    RENEWS_IN_BATCHES = False
+
     def renew_many(self, renewals: Sequence[steps.Renewal]) -> list[Lease | LeaseError]:
         """A renewal per lease, as ``renew``: each keeps its own claim's etcd lease alive beside
         its transaction (or moves its key), which one transaction for many cannot do yet."""
