@@ -124,7 +124,7 @@ def _refused_claim(s: State, op: Op, life: Life) -> bool:
     if op.refused == "JobParked":
         return s.parked or (s.holder is not None and _spent(s, life) and op.end >= s.expiry_lb)
     if op.refused == "JobScheduled":
-        return s.holder is None and not s.parked and op.start < s.due_ub
+        return op.start < s.due_ub  # the window: a claim, a completion or parking closes it
     return s.holder is not None  # AlreadyClaimed
 
 
