@@ -84,6 +84,10 @@ def check(ops: list[Operation], final: Final, ttl: float, deadline_margin: float
     for o in ops:
         v.counts[f"{o.op}:{o.outcome}"] += 1
         v.counts[o.outcome] += 1
+        if o.op == "claim" and o.error in ("JobParked", "JobScheduled"):
+            v.counts[o.error] += 1
+        elif o.op == "claim" and (o.extra.get("attempt") or 0) > 1:
+            v.counts["retried claims"] += 1
     v.counts["ops"] = len(ops)
     by_key = {o.key: o for o in ops}
     happened = _resolve_claims(ops, final, by_key, v)

@@ -23,7 +23,14 @@ INTRO = """# Reliability: the fault-injection suite
 What breaks leases in production is pauses beyond the lease duration, competing claims and clock
 differences. `tests/faults/` runs them, in the manner of Jepsen's lock tests, against real stores: at
 least eight worker processes claim jobs (`claim_next`), write fenced effects to an SQLite
-destination through `tenure.fencing.SQLFence`, renew while they work and complete. Half of
+destination through `tenure.fencing.SQLFence`, renew while they work and complete. The job
+life cycle of issue 28 is in the workload too: a quarter of the leases end in `fail`
+instead, with a `retry_in` of 0 to 0.3 s or with the store's backoff (made short by the run's
+store options `retry_base=0.05&retry_max=0.4`), and one in twenty in `release`; after half of
+its fails a worker claims the job again by name at once, so the store must refuse it as
+scheduled (or parked); the run's operator submits jobs as they are taken, three in five
+with `max_attempts` 1 to 3 and a quarter with a delay of 0.1 to 1 s, and now and then
+requeues a parked job, half the time with a delay. Half of
 them are careless, like the paused worker A of the README's story: they do not check their safe local
 deadline and, once a renewal is refused, still write once more and try to complete, so the
 store and the fence must refuse them. Every operation is recorded as invoked and then ok,
@@ -59,7 +66,18 @@ the final state of the store and the destination:
   after its invocation or never; a lease can expire no earlier than the TTL after the
   invocation of the claim or renewal that set it, less 2 % for the store's clock; on etcd,
   which may end a lease early, the store may also refuse an uncontested holder once its safe
-  deadline can have passed, the TTL less the 5 % drift margin on the holder's own clock).
+  deadline can have passed, the TTL less the 5 % drift margin on the holder's own clock);
+- the same search holds each job to its life cycle: a fail or release ends the holder's lease
+  as a completion does (a stale one is refused and audited like a stale completion); a claim's
+  attempt (`Lease.attempt`) is one more than the last, except after a release, which gives one
+  back, and a requeue, which starts again from none; a job that fails on its last allowed
+  attempt, or whose last allowed lease runs out, is parked: no claim takes it until a
+  requeue; no claim returns before the job is claimable by the store's clock (after a fail, its
+  `retry_in` or at least half the store's backoff for that attempt; after a delayed submit or
+  requeue, the delay; each from the invocation, less 2 % for the store's clock); a claim is
+  refused as parked (`JobParked`) only when the job may be parked, and as scheduled
+  (`JobScheduled`) only if it began before the job's wait can have ended; the store keeps
+  each job's `max_attempts` as submitted.
 
 `tests/faults/test_checker.py` feeds the checker hand-made histories that break each rule and
 shows that it flags every one of them.
@@ -78,10 +96,11 @@ that starts with `TENURE_ETCD=`, `TENURE_ZOOKEEPER=` or `TENURE_POSTGRES=` ran o
 version (the version matrix, `python -m tests.matrix`, and [tested-with.md](tested-with.md));
 the others ran on Debian 12's etcd 3.4.23, ZooKeeper 3.8.0 and PostgreSQL 15.
 
-Columns: *ops* are claims, renewals, completions and fenced effects; *unknown* are those
+Columns: *ops* are claims, renewals, completions, fails, releases and fenced effects (and,
+from the life-cycle runs on, the operator's submits and requeues); *unknown* are those
 whose outcome the worker never learned (while a server is down, workers keep trying to
-claim, so server faults add many unknown claims); *stale refused by store* are renewals and
-completions the workers saw refused as stale, each found by the checker in `rejections()`;
+claim, so server faults add many unknown claims); *stale refused by store* are renewals,
+completions, fails and releases the workers saw refused as stale, each found by the checker in `rejections()`;
 *refused by destination* are effects the fence refused for a lower token; *audit records*
 are all rejections in the store's audit; *faults injected* counts the nemesis's actions.
 """
@@ -207,7 +226,7 @@ def _sections(runs: list[dict[str, Any]]) -> list[str]:
         lines += [f"### `{run['command']}`", "",
                   f"Seed {run['seed']}; finished {run['finished']}; {sum(r['counts'].get('ops', 0) for r in rs)} "
                   f"operations; {sum(r['violation_count'] for r in rs)} violations."
-                  + _early_ends(rs)
+                  + _early_ends(rs) + _life(rs)
                   + (f" {run['note']}" if run["note"] else "")
                   + (f" {run['superseded']}" if isinstance(run.get("superseded"), str) else ""),
                   "", HEADER, *[row(r) for r in rs], ""]
@@ -228,6 +247,18 @@ def _early_ends(rs: list[dict[str, Any]]) -> str:
     total = sum(r["early_ends"] for r in counted)
     return (" Leases etcd ended early that their holders restored (etcd-io/etcd#15247): "
             + (f"{total} ({', '.join(where)})." if total else "none."))
+
+
+def _life(rs: list[dict[str, Any]]) -> str:
+    """What a run's workload did with the job life cycle, where it had one."""
+    c: Counter[str] = Counter()
+    for r in rs:
+        c.update(r["counts"])
+    if not c["fail:ok"]:
+        return ""
+    return (f" Life cycle: {c['fail:ok']} fails ({c['fail:fail']} refused), {c['release:ok']} releases, "
+            f"{c['retried claims']} claims of a later attempt, {c['JobScheduled']} claims refused as "
+            f"scheduled and {c['JobParked']} as parked, {c['requeue:ok']} requeues.")
 
 
 def main() -> None:
