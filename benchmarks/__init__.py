@@ -1,1 +1,2 @@
-"""Benchmarks: ``python -m benchmarks.run [--quick]`` (see docs/performance.md)."""
+"""Benchmarks: ``python -m benchmarks.run [--quick]`` (see docs/performance.md); ``studies/``:
+finished one-off studies."""

@@ -160,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=metrics.run)
 
     p = command("demo", None, "run the demo: workers, a paused worker, a rejected stale completion")
-    from tenure import demo
+    from tenure.cli import demo
 
     demo.add_arguments(p)
     p.set_defaults(run=demo.run)

@@ -1,8 +1,10 @@
 """What a signed HTTP proof is bound to: the request's method, its normal path (mount prefix
 included, query string not) and, when the sender signs it, its body's SHA-256.
 
-The sender's side is ``signed_request``; the receiver's is ``bound_request``, which reads a
-signed body whole to check its digest and hands the app the same bytes afterwards.
+The sender's side is ``signed_request``; the receiver's is ``bound_request`` (the request as its
+headers declare it, checked against the signature first, so an unsigned sender cannot make the
+fence read and hash a body) and then ``matching_body``, which reads a signed body whole to check
+its digest and hands the app the same bytes afterwards.
 """
 
 from __future__ import annotations
@@ -58,11 +60,11 @@ def request_path(scope: Scope) -> str:
     return normal_path(path)
 
 
-async def bound_request(scope: Scope, digests: list[str], receive: Receive,
-                        signed_body: bool) -> tuple[Request, Receive]:
-    """The request a signature must be bound to, and a ``receive`` that gives the app the body
-    read here to check its digest; ``digests`` are the request's ``Tenure-Body-Digest`` values.
-    Raises ``Unsigned`` to refuse the request, ``Unread`` for input that is not a request."""
+def bound_request(scope: Scope, digests: list[str], signed_body: bool) -> Request:
+    """The request a signature must be bound to, as its headers declare it (``digests``: its
+    ``Tenure-Body-Digest`` values); the body is read only once the signature is checked
+    (``matching_body``). Raises ``Unsigned`` to refuse the request, ``Unread`` for input that
+    is not a request."""
     try:
         path = request_path(scope)
     except InvalidArgument as exc:  # a resource= of the app's own named a path with no normal form
@@ -73,14 +75,24 @@ async def bound_request(scope: Scope, digests: list[str], receive: Receive,
     if not digests:
         if signed_body:
             raise Unsigned(403, "the body is not signed")
-        return Request(method, path), receive
-    if len(digests) > 1 or not digests[0].startswith(DIGEST_PREFIX):
-        raise Unread(400, f"{BODY_DIGEST_HEADER} must be given once, as {DIGEST_PREFIX}<hex SHA-256>")
+        return Request(method, path)
+    try:
+        if len(digests) > 1 or not digests[0].startswith(DIGEST_PREFIX):
+            raise InvalidArgument("not one digest")
+        return Request(method, path, digests[0][len(DIGEST_PREFIX):])
+    except InvalidArgument:
+        raise Unread(400, f"{BODY_DIGEST_HEADER} must be given once, as {DIGEST_PREFIX}<hex SHA-256>") from None
+
+
+async def matching_body(request: Request, receive: Receive) -> Receive:
+    """After the signature over ``request`` was checked: a ``receive`` that gives the app the
+    body read here, once it is the one whose digest was signed (else ``Unsigned``)."""
+    if not request.body_digest:
+        return receive
     body = await _whole_body(receive)
-    digest = proof.body_digest(body)
-    if digests[0] != DIGEST_PREFIX + digest:
+    if proof.body_digest(body) != request.body_digest:
         raise Unsigned(403, "the body is not the one signed")
-    return Request(method, path, digest), _replay(body, receive)
+    return _replay(body, receive)
 
 
 async def _whole_body(receive: Receive) -> bytes:

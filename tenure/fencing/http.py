@@ -45,6 +45,7 @@ from tenure.fencing.binding import (
     Unread,
     Unsigned,
     bound_request,
+    matching_body,
     signed_request,
 )
 from tenure.fencing.budget import UNPROVEN_PER_MINUTE, RefusalBudget
@@ -231,7 +232,7 @@ class FencingMiddleware:
         if self.proof.signed:
             digests = [v.strip() for k, v in _pairs(headers) if k == BODY_DIGEST_HEADER.lower()]
             try:
-                request, receive = await bound_request(scope, digests, receive, self.signed_body)
+                request = bound_request(scope, digests, self.signed_body)
             except Unread as exc:
                 await _answer(send, exc.status, {"error": exc.why})
                 return
@@ -243,6 +244,15 @@ class FencingMiddleware:
         except ForgedToken as exc:
             await self._refuse(send, 403, claim, exc.why)
             return
+        if request is not None:  # signed: only now is the body worth reading (up to 16 MiB) and hashing
+            try:
+                receive = await matching_body(request, receive)
+            except Unread as exc:
+                await _answer(send, exc.status, {"error": exc.why})
+                return
+            except Unsigned as exc:
+                await self._refuse(send, exc.status, claim, exc.why)  # a header copied onto another body
+                return
         try:
             await asyncio.to_thread(self.proof.check_issued, claim)
         except ForgedToken as exc:  # from a sender who knows the secret, if one is asked for

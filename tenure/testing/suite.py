@@ -42,6 +42,7 @@ from tenure.testing.suite_hold import HoldTests
 from tenure.testing.suite_input import InputTests
 from tenure.testing.suite_issued_tokens import IssuedTokenTests
 from tenure.testing.suite_lifecycle import LifecycleTests
+from tenure.testing.suite_order import OrderTests
 from tenure.testing.suite_outages import OutageTests
 from tenure.testing.suite_protocol import ProtocolTests
 from tenure.testing.suite_queries import QueryTests
@@ -106,6 +107,6 @@ class Hooks:
 
 
 class ConformanceSuite(Hooks, ProtocolTests, AuditTests, HoldTests, BlockingClaimTests, BoundsTests,
-                       CompetingTests, InputTests, IssuedTokenTests, LifecycleTests, QueryTests, OutageTests,
-                       TamperedRecordTests):
+                       CompetingTests, InputTests, IssuedTokenTests, LifecycleTests, OrderTests, QueryTests,
+                       OutageTests, TamperedRecordTests):
     """Every conformance test; a backend's ``TestMyStore(ConformanceSuite)`` runs them all."""

@@ -1,12 +1,14 @@
 """The one promise about claim_next's order (docs/protocol.md, "State machine"), on every backend:
-an expired lease before any pending job; pending jobs oldest first, each claim taking one of the
-ORDER_TOLERANCE oldest among jobs queued through one client."""
+an expired lease before any pending job; pending jobs in the order they became claimable (a job
+submitted with a delay queues at its claimable_at), each claim taking one of the ORDER_TOLERANCE
+oldest among jobs queued through one client."""
 
 from __future__ import annotations
 
 import tenure
 from tenure.core.contention import SPREAD
 from tenure.testing.kit import Kit
+from tenure.testing.suite_lifecycle import wait_until
 
 ORDER_TOLERANCE = SPREAD  # etcd and ZooKeeper start claimers up to 4 queue places apart
 
@@ -36,3 +38,22 @@ class OrderTests:
             order.append(lease.job_id)
         assert store.claim_next(owner="b", ttl=kit.ttl) is None
         print("claimed in order:", order)  # how far from FIFO this backend went (run with -s)
+
+    def test_a_delayed_job_queues_at_the_time_it_becomes_claimable(self, kit: Kit, store: tenure.Store) -> None:
+        store.submit("delayed", delay=kit.short_ttl)
+        _queue(store, ["ready"])
+        claimable_at = store.get("delayed")
+        assert claimable_at is not None and claimable_at.claimable_at is not None
+        wait_until(store, claimable_at.claimable_at)
+        _queue(store, [f"later{i}" for i in range(ORDER_TOLERANCE)])
+        first = store.claim_next(owner="b", ttl=kit.ttl * 20)
+        second = store.claim_next(owner="b", ttl=kit.ttl * 20)
+        taken = {lease.job_id for lease in (first, second) if lease is not None}
+        # Within the tolerance, the delayed job comes before every job queued after its time.
+        rest = []
+        while (lease := store.claim_next(owner="b", ttl=kit.ttl * 20)) is not None:
+            rest.append(lease.job_id)
+        order = [lease.job_id for lease in (first, second) if lease is not None] + rest
+        assert sorted(order) == sorted(["delayed", "ready", *[f"later{i}" for i in range(ORDER_TOLERANCE)]])
+        assert order.index("delayed") <= ORDER_TOLERANCE, order
+        assert taken  # two were claimable at once

@@ -175,7 +175,7 @@ def test_a_signal_while_the_demos_dashboard_starts_stops_it(tmp_path: Path, monk
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     # SIGTERM (docker stop) landing while the demo waits for its dashboard to answer: the
     # server must not be left serving, re-parented to init.
-    from tenure import demo
+    from tenure.cli import demo
 
     servers: list[subprocess.Popen[bytes]] = []
     real_start = launcher.start

@@ -4,6 +4,7 @@ where the sender and the fence both ask for it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -155,3 +156,30 @@ def test_a_fence_that_requires_signed_bodies_takes_no_unbound_signature() -> Non
         fence([], unbound=True, signed_body=True)
     text = " ".join((Path(__file__).resolve().parents[2] / "docs" / "fencing.md").read_text().split())
     assert "it cannot be combined with `unbound=True`: an unbound signature signs no body" in text
+
+
+def test_a_body_is_read_only_once_its_signature_is_good() -> None:
+    # A sender without the secret must not make the fence read (up to 16 MiB) and hash a body.
+    heard: list[FenceRejection] = []
+    captured = fencing_headers(LEASE, secret=SECRET, method="POST", path="/doc", body=b"signed")
+    forged = {**captured, SIGNATURE_HEADER: "0" * 64}
+    read: list[int] = []
+
+    async def counting(scope: Any, receive: Any, send: Any) -> None:
+        async def counted() -> Any:
+            read.append(1)
+            return await receive()
+        await fence(heard)(scope, counted, send)
+
+    sent: list[Any] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    async def never() -> Any:
+        raise AssertionError("the body was read before the signature was checked")
+
+    scope = {"type": "http", "method": "POST", "path": "/doc", "root_path": "",
+             "headers": [(k.lower().encode(), v.encode()) for k, v in forged.items()]}
+    asyncio.run(counting(scope, never, send))
+    assert error(sent) == (403, "unproven token: bad signature") and read == []

@@ -1,4 +1,4 @@
-"""``python -m benchmarks.etcd_codec [--baseline REV] [--jobs N] [--n N]``: hand encoding or generated code?
+"""``python -m benchmarks.studies.etcd_codec [--baseline REV] [--jobs N] [--n N]``: hand encoding or generated code?
 
 tenure's etcd client once wrote and read ``Txn`` and ``Range`` messages by hand, because the
 only generated code it had (etcd3 0.12's) ran on protobuf's pure-Python runtime. This runs the

@@ -1,6 +1,6 @@
 """What exact job counts cost on etcd: counting a section per query, or a counter per write.
 
-    PYTHONPATH=. python -m benchmarks.etcd_counts [--sizes 1000,10000,100000] [--writers 1,8,32]
+    PYTHONPATH=. python -m benchmarks.studies.etcd_counts [--sizes 1000,10000,100000] [--writers 1,8,32]
                                                   [--seconds 5]
 
 ``summary()`` on etcd asks etcd to count the ``job/`` and ``queue/`` keys (``count_only``

@@ -1,6 +1,6 @@
 """The dashboard's first render in Chromium, A/B against another checkout and the Streamlit floor.
 
-    PYTHONPATH=. python benchmarks/dashboard_first_render.py [--backends sqlite,etcd,zk]
+    PYTHONPATH=. python benchmarks/studies/dashboard_first_render.py [--backends sqlite,etcd,zk]
         [--jobs 100000] [--rounds 6] [--against DIR]
 
 For each backend it seeds a store as ``dashboard_scale.py`` does and serves, side by side:
@@ -30,7 +30,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.dashboard_scale import BARE_APP, CHROMIUM_ARGS, seeded_store  # noqa: E402

@@ -1,4 +1,4 @@
-"""``python -m benchmarks.etcd_server_cpu [--n N] [--runs R]``: etcd's own CPU per cycle.
+"""``python -m benchmarks.studies.etcd_server_cpu [--n N] [--runs R]``: etcd's own CPU per cycle.
 
 On a small machine the client and etcd share the cores, so a cycle's time is the client's
 CPU, etcd's CPU and the fsync. This reads etcd's CPU time (``/proc/<pid>/stat``) around

@@ -1,6 +1,6 @@
 """A whole listing of one store, timed from several source trees alternately.
 
-    PYTHONPATH=. python benchmarks/listing_ab.py --backend zk [--jobs 100000] [--rounds 3] [--url URL] TREE...
+    PYTHONPATH=. python benchmarks/studies/listing_ab.py --backend zk [--jobs 100000] [--rounds 3] [--url URL] TREE...
 
 Seeds one store (``dashboard_scale.seed``: pending jobs, 1 % leased) on a private server, then
 lists it from each TREE (a checkout, e.g. ``.`` and ``git archive main | tar -x -C /tmp/main``)
@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.dashboard_scale import seeded_store  # noqa: E402

@@ -1,6 +1,6 @@
 """Median latency of each operation on a private standalone ZooKeeper (loopback, fsync on).
 
-    python benchmarks/zookeeper_latency.py [N]
+    python benchmarks/studies/zookeeper_latency.py [N]
 
 Starts a server like the tests do, runs N rounds of submit/claim/renew/complete/get and
 prints the median and 90th percentile per operation, in milliseconds.
@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import tenure
 from tests.servers.zookeeper import ZooKeeperServer

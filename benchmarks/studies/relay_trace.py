@@ -1,4 +1,4 @@
-"""``python -m benchmarks.relay_trace [--rtt MS] [--n N]``: where a claim+complete's time goes.
+"""``python -m benchmarks.studies.relay_trace [--rtt MS] [--n N]``: where a claim+complete's time goes.
 
 Runs N of tenure's claim+complete cycles on a private etcd through a delay relay (in this
 process) at the RTT given, and prints each operation's time and the relay's log of chunks:
