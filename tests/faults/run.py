@@ -185,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
                         print(report.row(report._plain(r)), flush=True)
                         for text in r.violations[:20]:
                             print("   VIOLATION:", text, flush=True)
+                        if r.unchecked:
+                            print(f"   {r.unchecked} jobs whose linearizability search ran out of budget", flush=True)
             finally:
                 env.close()
     finally:
