@@ -70,7 +70,8 @@ class Worker(LineProcess):
 
 
 def compare(backend: str, baseline: Path, url: str, n: int, runs: int, label: str, claimers: int) -> None:
-    before, after = Worker(baseline, url + "-before", claimers), Worker(ROOT, url + "-after", claimers)
+    # "_": a suffix every backend takes in a prefix (a PostgreSQL schema name has no "-")
+    before, after = Worker(baseline, url + "_before", claimers), Worker(ROOT, url + "_after", claimers)
     for worker in (before, after):
         worker.cycles(max(10, n // 10))  # warm up connections and pools
     totals: dict[str, list[tuple[float, float]]] = {"before": [], "after": []}

@@ -1,10 +1,11 @@
-"""Round trips per operation on etcd and ZooKeeper: what each call makes the caller wait for.
+"""Round trips per operation on etcd, ZooKeeper and PostgreSQL: what each call makes the caller wait for.
 
     python benchmarks/round_trips.py                  # this tree
     python benchmarks/round_trips.py --tree DIR       # another checkout (e.g. the commit before)
 
 Starts a private single-node etcd and a standalone ZooKeeper like the tests do (their servers
-come from this tree's tests/servers), imports tenure from ``--tree``, and counts:
+come from this tree's tests/servers; PostgreSQL is the machine's, ``TENURE_TEST_PG_URL``, a
+fresh schema dropped afterwards), imports tenure from ``--tree``, and counts:
 
 - etcd: requests the caller waits for on the backend's connection (``txn``, ``range``,
   ``grant``, ``time_to_live`` ...); a request started alongside another (``*_started``: a
@@ -13,6 +14,8 @@ come from this tree's tests/servers), imports tenure from ``--tree``, and counts
 - ZooKeeper: send-then-wait phases on the kazoo client: requests sent before the caller
   waits for any answer travel together (pipelined), so a round trip starts with the first
   request sent after a wait.
+- PostgreSQL: statements the backend runs (``execute``, one query on a pooled connection,
+  in autocommit: one round trip each).
 
 Each figure is the median over ``--rounds`` repetitions (fast paths that depend on a fresh
 stamp of the leader's clock may take the general path when the machine is slow).
@@ -96,6 +99,22 @@ class ZooKeeperCounter:
         calls.awaited = awaited_counted  # type: ignore[assignment]
 
 
+class PostgresCounter:
+    def __init__(self, store: Any) -> None:
+        self.count = 0
+        backend = store.backend
+        execute = backend.execute  # the sync backend's, or the asyncio one's coroutine function
+
+        def counted(query: Any) -> Any:
+            self.count += 1
+            return execute(query)
+
+        backend.execute = counted
+
+
+Counter = type[EtcdCounter] | type[ZooKeeperCounter] | type[PostgresCounter]
+
+
 def operations(store: Any, tag: str) -> dict[str, Callable[[], object]]:
     """Each named operation as a call; they run in this order, each on the state the last left."""
     state: dict[str, Any] = {}
@@ -113,6 +132,12 @@ def operations(store: Any, tag: str) -> dict[str, Callable[[], object]]:
         "get": lambda: store.get(f"{tag}-s"),
         "submit_many (100 new)": lambda: store.submit_many([f"{tag}-m{i}" for i in range(100)]),
     }
+    if hasattr(store, "fail"):  # issue 28's operations (a tree before them: not measured)
+        steps.update({
+            "claim (to fail)": lambda: state.__setitem__("lease", store.claim(f"{tag}-f", owner="w", ttl=30)),
+            "fail (holder)": lambda: store.fail(state["lease"], "boom", retry_in=60),
+            "requeue": lambda: store.requeue(f"{tag}-f", actor="ops"),
+        })
     return steps
 
 
@@ -128,8 +153,7 @@ def _stale(store: Any, lease: Any) -> None:
     raise AssertionError("a stale renew was accepted")
 
 
-def measure(url: str, counter: type[EtcdCounter] | type[ZooKeeperCounter], rounds: int,
-            aio: bool = False) -> dict[str, float]:
+def measure(url: str, counter: Counter, rounds: int, aio: bool = False) -> dict[str, float]:
     """With ``aio``, through tenure.aio (an event loop behind the sync shape, tests/aio_sync.py)."""
     import contextlib
 
@@ -153,10 +177,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tree", type=Path, default=HERE, help="the checkout whose tenure is measured")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--backends", default="etcd,zk", help="comma-separated: etcd, etcd-aio, zk, zk-aio")
+    parser.add_argument("--backends", default="etcd,zk,postgres",
+                        help="comma-separated: etcd, etcd-aio, zk, zk-aio, postgres, postgres-aio")
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))  # tests.servers from this tree
     from tests.servers.etcd import EtcdCluster
+    from tests.servers.postgres import MACHINE_URL, admin
     from tests.servers.zookeeper import ZooKeeperServer
 
     sys.path.insert(0, str(args.tree.resolve()))
@@ -192,9 +218,18 @@ def main() -> int:
                                                 args.rounds, aio=True)
             finally:
                 server.kill()
+    for flavour in ("postgres", "postgres-aio"):
+        if flavour in wanted:
+            schema = f"rt_{uuid.uuid4().hex[:8]}"
+            try:
+                results[flavour] = measure(f"{MACHINE_URL}?schema={schema}", PostgresCounter, args.rounds,
+                                           aio=flavour.endswith("-aio"))
+            finally:
+                with admin(MACHINE_URL) as conn:
+                    conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     print(f"{'operation':24}" + "".join(f" {name:>6}" for name in results))
     for op in next(iter(results.values())):
-        print(f"{op:24}" + "".join(f" {found[op]:6g}" for found in results.values()))
+        print(f"{op:24}" + "".join(f" {found.get(op, float('nan')):6g}" for found in results.values()))
     return 0
 
 

@@ -1,6 +1,6 @@
 """``postgresql://user@host:5432/dbname?schema=tenure``: leases in PostgreSQL tables.
 
-Every claim, renew, complete and release is ONE statement (one round trip) that reads the
+Every claim, renew, complete, release, fail and requeue is ONE statement (one round trip) that reads the
 server's ``clock_timestamp()``, judges, writes and audits (see ``postgres_sql``). Store time
 is the server's clock, never the worker's. Tokens live in the job's row, which is never
 deleted, so they grow across completion and resubmission, restarts and crashes, as long as
@@ -165,18 +165,16 @@ class PostgresBackend(Backend):
 
     def submit_many(self, job_ids: list[str], actor: str | None = None, *, max_attempts: int | None = None,
                     delay: float = 0.0) -> None:
-        _not_yet(max_attempts, delay)
-        self._do(self.plans.submit_many(job_ids, actor))
+        self._do(self.plans.submit_many(job_ids, actor, max_attempts, delay))
 
     def claim(self, job_id: str, owner: str, ttl: float, *, max_attempts: int | None = None) -> Lease:
-        _not_yet(max_attempts, 0.0)
-        return self._do(self.plans.claim(job_id, owner, ttl))
+        return self._do(self.plans.claim(job_id, owner, ttl, max_attempts))
 
     def fail(self, lease: Lease, error: str | None, retry: Retry) -> None:
-        raise NotImplementedError("issue 28: PostgreSQL's fail statement")  # TODO(issue 28)
+        self._do(self.plans.fail(lease, error, retry))
 
     def requeue(self, job_id: str, actor: str | None = None, delay: float = 0.0, token: int | None = None) -> None:
-        raise NotImplementedError("issue 28: PostgreSQL's requeue statement")  # TODO(issue 28)
+        self._do(self.plans.requeue(job_id, actor, delay, token))
 
     def claim_next(self, owner: str, ttl: float) -> Lease | None:
         return self._do(self.plans.claim_next(owner, ttl))
@@ -249,7 +247,3 @@ def health(settings: Settings, schema: str, version: int, counts: dict[str, int]
             "server_version": version, "jobs": sum(counts.values()),
             "store_clock": PostgresBackend.characteristics.store_clock}
 
-
-def _not_yet(max_attempts: int | None, delay: float) -> None:  # TODO(issue 28): the statements
-    if max_attempts is not None or delay:
-        raise NotImplementedError("issue 28: PostgreSQL's life cycle columns")

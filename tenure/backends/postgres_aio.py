@@ -127,19 +127,17 @@ class AsyncPostgresBackend(AsyncBackend):
     # -- the protocol ------------------------------------------------------------------------
     async def submit_many(self, job_ids: list[str], actor: str | None = None, *, max_attempts: int | None = None,
                           delay: float = 0.0) -> None:
-        assert max_attempts is None and not delay  # TODO(issue 28): PostgreSQL's life cycle columns
-        await self._do(self.plans.submit_many(job_ids, actor))
+        await self._do(self.plans.submit_many(job_ids, actor, max_attempts, delay))
 
     async def claim(self, job_id: str, owner: str, ttl: float, *, max_attempts: int | None = None) -> Lease:
-        assert max_attempts is None  # TODO(issue 28)
-        return await self._do(self.plans.claim(job_id, owner, ttl))
+        return await self._do(self.plans.claim(job_id, owner, ttl, max_attempts))
 
     async def fail(self, lease: Lease, error: str | None, retry: Retry) -> None:
-        raise NotImplementedError("issue 28: PostgreSQL's fail statement")  # TODO(issue 28)
+        await self._do(self.plans.fail(lease, error, retry))
 
     async def requeue(self, job_id: str, actor: str | None = None, delay: float = 0.0,
                       token: int | None = None) -> None:
-        raise NotImplementedError("issue 28: PostgreSQL's requeue statement")  # TODO(issue 28)
+        await self._do(self.plans.requeue(job_id, actor, delay, token))
 
     async def claim_next(self, owner: str, ttl: float) -> Lease | None:
         return await self._do(self.plans.claim_next(owner, ttl))

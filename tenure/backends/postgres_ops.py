@@ -19,6 +19,7 @@ from tenure.backends.postgres_connection import retryable
 from tenure.core import codec, contention, transitions
 from tenure.core.backend import corrupt_status
 from tenure.core.errors import CorruptRecord, JobNotFound, Outraced, StaleLease, TokenChanged
+from tenure.core.lifecycle import Retry
 from tenure.core.queries import fold
 from tenure.core.records import (
     HistoryEvent,
@@ -102,11 +103,31 @@ def outraced_by(query: Query, exc: Exception) -> Outraced | None:
 
 
 def decode_row(schema: str, row: tuple[Any, ...] | list[Any]) -> JobRecord:
-    """A job row as a record through the one codec; CorruptRecord for one tenure did not write
-    (the rule of ``q.valid``)."""
-    job_id, state, owner, token, lease_until, ttl, sub, cla, ren, com, runs, result = row
+    """A job row (``q.JOB_COLUMNS``) as a record through the one codec; CorruptRecord for one
+    tenure did not write (the rule of ``q.valid``)."""
+    job_id, state, owner, token, lease_until, ttl, sub, cla, ren, com, runs, result, *life = row
     return codec.job_record(codec.key_of(f"{schema}.jobs", job_id), job_id, state, owner, token, lease_until, ttl,
-                            sub, cla, ren, com, runs, None if result is None else bytes(result))
+                            sub, cla, ren, com, runs, None if result is None else bytes(result),
+                            **dict(zip(codec.LIFE_FIELDS, life, strict=True)))
+
+
+def listed_row(schema: str, row: tuple[Any, ...] | list[Any], now: float) -> JobStatus:
+    """A job row's status for a listing, as ``status_of`` gives it: the codec's quick way for a
+    row it takes as it is and that holds no result (which the quick way leaves out), else the
+    general way, which also says what is wrong with a corrupt one."""
+    job_id, state, owner, token, lease_until, ttl, sub, cla, ren, com, runs, result, *life = row
+    fast = None if result is not None else codec.listed_status(
+        job_id, state, owner, token, runs, lease_until, ttl, sub, cla, ren, com, now,
+        **dict(zip(codec.LIFE_FIELDS, life, strict=True)))
+    return fast if fast is not None else status_of(schema, row, now)
+
+
+def status_of(schema: str, row: tuple[Any, ...] | list[Any], now: float) -> JobStatus:
+    """A job row's status at ``now`` through the full codec (``codec.job_record``)."""
+    try:
+        return status(decode_row(schema, row), now)
+    except CorruptRecord as exc:
+        return corrupt_status(row[0], exc.key, exc)
 
 
 class Plans:
@@ -125,31 +146,29 @@ class Plans:
     def decode(self, row: tuple[Any, ...] | list[Any]) -> JobRecord:
         return decode_row(self.schema, row)
 
-    def status_of(self, row: tuple[Any, ...] | list[Any], now: float) -> JobStatus:
-        try:
-            return status(self.decode(row), now)
-        except CorruptRecord as exc:
-            return corrupt_status(row[0], exc.key, exc)
-
     # -- the protocol ------------------------------------------------------------------------
-    def submit_many(self, job_ids: list[str], actor: str | None) -> Plan[None]:
+    def submit_many(self, job_ids: list[str], actor: str | None, max_attempts: int | None = None,
+                    delay: float = 0.0) -> Plan[None]:
         if not job_ids:
             return
-        ((*bad, _told),) = yield self.query("SUBMIT", {"ids": job_ids, "actor": actor}, write=True)
+        params = {"ids": job_ids, "actor": actor, "max_attempts": max_attempts, "delay": delay}
+        ((*bad, _told),) = yield self.query("SUBMIT", params, write=True)
         if bad[0] is not None:  # a corrupt row among them: nothing was written
             self.decode(bad)
             raise CorruptRecord(f"{self.schema}.jobs/{bad[0]}", "refused by the store's check")
 
-    def claim(self, job_id: str, owner: str, ttl: float) -> Plan[Lease]:
+    def claim(self, job_id: str, owner: str, ttl: float, max_attempts: int | None = None) -> Plan[Lease]:
+        params = {"job": job_id, "owner": owner, "ttl": ttl, "max_attempts": max_attempts}
         for _ in range(ATTEMPTS):
-            rows = yield self.query("CLAIM", {"job": job_id, "owner": owner, "ttl": ttl}, write=True)
+            rows = yield self.query("CLAIM", params, write=True)
             if not rows:
                 continue  # a first claim of the job by someone else, not yet visible to our read
             outcome, *record, now, _ = rows[0]
             if outcome == "won":
                 _, _, holder, token, until, seconds = record[:6]
-                return Lease(job_id, holder, token, until, seconds)
-            transitions.claim(self.decode(record), job_id, owner, ttl, now)  # raises AlreadyClaimed, JobCompleted
+                return Lease(job_id, holder, token, until, seconds, attempt=record[q.ATTEMPTS_AT])
+            # AlreadyClaimed, JobCompleted, JobParked, JobScheduled, TokensExhausted:
+            transitions.refuse_claim(self.decode(record), job_id, now)
             # Claimable after all: the row changed between the statement's judgement and its read.
         raise contention.outraced(job_id, ATTEMPTS)  # nothing was written: as on every backend
 
@@ -157,15 +176,16 @@ class Plans:
         rows = yield self.query("CLAIM_NEXT", {"owner": owner, "ttl": ttl}, write=True)
         if not rows:
             return None
-        job_id, holder, token, until, seconds, _ = rows[0]
-        return Lease(job_id, holder, token, until, seconds)
+        job_id, holder, token, until, seconds, attempt, _ = rows[0]
+        return Lease(job_id, holder, token, until, seconds, attempt=attempt)
 
-    def _holder_op(self, name: str, op: Op, lease: Lease, **extra: Any) -> Plan[tuple[float, float]]:
+    def _holder_op(self, name: str, op: Op, lease: Lease, **extra: Any) -> Plan[Lease]:
+        """The lease as the change left it (renew's), or StaleLease for a refusal."""
         params = {"job": lease.job_id, "owner": lease.owner, "token": lease.token, **extra}
         for _ in range(ATTEMPTS):
-            ((outcome, until, ttl, now, _, *record),) = yield self.query(name, params, write=True)
+            ((outcome, until, ttl, attempt, now, _, *record),) = yield self.query(name, params, write=True)
             if outcome == "done":
-                return until, ttl
+                return Lease(lease.job_id, lease.owner, lease.token, until, ttl, attempt=attempt)
             if outcome == "retry":
                 continue  # the row changed between the statement's judgement and its read
             rec = None if record[0] is None else self.decode(record)  # raises for 'corrupt'
@@ -173,8 +193,7 @@ class Plans:
         raise contention.outraced(lease.job_id, ATTEMPTS)
 
     def renew(self, lease: Lease, ttl: float) -> Plan[Lease]:
-        until, seconds = yield from self._holder_op("RENEW", Op.RENEW, lease, ttl=ttl)
-        return Lease(lease.job_id, lease.owner, lease.token, until, seconds)
+        return (yield from self._holder_op("RENEW", Op.RENEW, lease, ttl=ttl))
 
     def complete(self, lease: Lease, result: bytes | None) -> Plan[None]:
         yield from self._holder_op("COMPLETE", Op.COMPLETE, lease, result=result)
@@ -182,11 +201,27 @@ class Plans:
     def release(self, lease: Lease) -> Plan[None]:
         yield from self._holder_op("RELEASE", Op.RELEASE, lease)
 
+    def fail(self, lease: Lease, error: str | None, retry: Retry) -> Plan[None]:
+        yield from self._holder_op("FAIL", Op.FAIL, lease, error=error, after=retry.after, base=retry.base,
+                                   factor=retry.factor, cap=retry.cap, draw=retry.draw)
+
+    def requeue(self, job_id: str, actor: str | None, delay: float, token: int | None) -> Plan[None]:
+        rows = yield self.query("REQUEUE", {"job": job_id, "actor": actor, "delay": delay, "expected": token},
+                                write=True)
+        if not rows:
+            raise JobNotFound(job_id)
+        *row, now, done = rows[0]
+        rec = self.decode(row)
+        if token is not None and rec.token != token:
+            raise TokenChanged(job_id, token, rec.token)  # the statement changed nothing
+        if not done:  # judged on the row it locked first: transitions refuses it too
+            transitions.requeue(rec, job_id, delay, now)  # raises JobCompleted, AlreadyClaimed
+
     def force_expire(self, job_id: str, actor: str | None, token: int | None) -> Plan[None]:
         rows = yield self.query("FORCE_EXPIRE", {"job": job_id, "actor": actor, "expected": token}, write=True)
         if not rows:
             raise JobNotFound(job_id)
-        rec = self.decode(rows[0][:12])
+        rec = self.decode(rows[0][:q.WIDTH])
         if token is not None and rec.token != token:
             raise TokenChanged(job_id, token, rec.token)  # the statement changed nothing
 
@@ -199,13 +234,13 @@ class Plans:
     # -- reads -------------------------------------------------------------------------------
     def get(self, job_id: str) -> Plan[JobStatus | None]:
         rows = yield self.query("GET", {"job": job_id}, write=False)
-        return self.status_of(rows[0][:12], rows[0][12]) if rows else None
+        return status_of(self.schema, rows[0][:q.WIDTH], rows[0][q.WIDTH]) if rows else None
 
     def jobs_page(self, after: str) -> Plan[tuple[list[JobStatus], str | None]]:
         """Jobs after ``after`` by id, and the id to read the next page after (None: no more).
         ``""`` is below every job id: ids have at least one character."""
         rows = yield self.query("JOBS_PAGE", {"after": after, "limit": JOBS_PAGE}, write=False)
-        found = [self.status_of(row[:12], row[12]) for row in rows]
+        found = [listed_row(self.schema, row[:q.WIDTH], row[q.WIDTH]) for row in rows]
         return found, (rows[-1][0] if len(rows) == JOBS_PAGE else None)
 
     def rejections_with_ids(self, since: float | None, limit: int | None,
@@ -242,7 +277,8 @@ class Plans:
                        leased=counts.get("leased", 0) + counts.get("soon", 0),
                        expiring_soon=counts.get("soon", 0), expired=counts.get("expired", 0),
                        completed=counts.get("completed", 0), corrupt=counts.get("corrupt", 0),
-                       rejections_last_hour=counts.get("rejections", 0))
+                       rejections_last_hour=counts.get("rejections", 0), scheduled=counts.get("scheduled", 0),
+                       parked=counts.get("parked", 0))
 
     def page(self, now: float, states: frozenset[JobState] | None, job: str | None,
              owner: str | None, order: str, offset: int, limit: int) -> Plan[JobPage]:
@@ -261,13 +297,19 @@ class Plans:
         ((total,),) = yield Query(f"SELECT count(*) FROM {table} j WHERE {cond}", args, write=False)
         rows = yield Query(f"SELECT {q.JOB_COLUMNS} FROM {table} j WHERE {cond} ORDER BY {by}"
                            " LIMIT %(limit)s OFFSET %(offset)s", args, write=False)
-        return JobPage([self.status_of(r, now) for r in rows], int(total), offset, limit)
+        return JobPage([listed_row(self.schema, r, now) for r in rows], int(total), offset, limit)
 
 
+# transitions.judged, state by state, at the page's now.
+_SPENT = f"NOT {q.attempt_left('j')}"
 _STATE_SQL = {
-    JobState.PENDING: f"(j.state = 'pending' AND {q.valid('j')})",
+    JobState.PENDING: f"(j.state = 'pending' AND (j.claimable_at IS NULL OR j.claimable_at <= %(now)s)"
+                      f" AND {q.valid('j')})",
+    JobState.SCHEDULED: f"(j.state = 'pending' AND j.claimable_at > %(now)s AND {q.valid('j')})",
     JobState.LEASED: f"(j.state = 'leased' AND j.lease_until > %(now)s AND {q.valid('j')})",
-    JobState.EXPIRED: f"(j.state = 'leased' AND j.lease_until <= %(now)s AND {q.valid('j')})",
+    JobState.EXPIRED: f"(j.state = 'leased' AND j.lease_until <= %(now)s AND {q.attempt_left('j')} AND {q.valid('j')})",
+    JobState.PARKED: f"((j.state = 'parked' OR (j.state = 'leased' AND j.lease_until <= %(now)s AND {_SPENT}))"
+                     f" AND {q.valid('j')})",
     JobState.COMPLETED: f"(j.state = 'completed' AND {q.valid('j')})",
     JobState.CORRUPT: f"(NOT {q.valid('j')})",
 }

@@ -17,7 +17,7 @@ from tenure.core.errors import BackendUnavailable, InvalidArgument, StoreNotFoun
 log = logging.getLogger("tenure.postgres")
 
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-VERSION = 3
+VERSION = 4
 
 # Migration N takes a store from version N-1 to N. Job ids sort in code-point order (C
 # collation), as every other backend sorts them. Times are the server's epoch seconds.
@@ -47,6 +47,22 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE {s}.jobs SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02)"),
     # One job's rejections (the dashboard's job detail) through an index, not a scan of the audit.
     3: ("CREATE INDEX IF NOT EXISTS rejections_job ON {s}.rejections (job_id, id)",),
+    # Issue 28's job life cycle: attempts and their limit, the last failure, scheduled jobs and
+    # the parked state (a text column: no constraint lists the states). Constant defaults add
+    # no rewrite: a row written before reads as attempts 0, no limit, claimable now, and
+    # queues at -Infinity, ahead of every job queued since, in its old order. queued_at is
+    # when a pending job joined the queue (its claimable_at if scheduled): claim_next takes
+    # the lowest (queued_at, queued) up to the server's now, so a scheduled job queues at its
+    # time. A lease on its last attempt is no overdue candidate (its end parks the job).
+    4: ("ALTER TABLE {s}.jobs ADD COLUMN IF NOT EXISTS attempts integer NOT NULL DEFAULT 0,"
+        " ADD COLUMN IF NOT EXISTS max_attempts integer, ADD COLUMN IF NOT EXISTS last_error text,"
+        " ADD COLUMN IF NOT EXISTS claimable_at float8, ADD COLUMN IF NOT EXISTS failed_at float8,"
+        " ADD COLUMN IF NOT EXISTS queued_at float8 NOT NULL DEFAULT '-Infinity'",
+        "DROP INDEX IF EXISTS {s}.jobs_pending",
+        "CREATE INDEX jobs_pending ON {s}.jobs (queued_at, queued) WHERE state = 'pending'",
+        "DROP INDEX IF EXISTS {s}.jobs_leased",
+        "CREATE INDEX jobs_leased ON {s}.jobs (lease_until)"
+        " WHERE state = 'leased' AND (max_attempts IS NULL OR attempts < max_attempts)"),
 }
 
 

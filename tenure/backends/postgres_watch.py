@@ -25,6 +25,7 @@ from psycopg import sql
 from tenure.backends.postgres_connection import Settings, connection_error
 from tenure.backends.postgres_ops import Plans, Query, Rows
 from tenure.core.records import Change, JobState, JobStatus
+from tenure.core.transitions import state_at
 
 
 class Watched(Protocol):
@@ -135,13 +136,16 @@ def _follow(plans: Plans, timeout: float, interval: float) -> Follow:
     """Every job, then every change, as ``Change`` steps; ``Query`` and ``Listen`` steps ask the
     driver for rows and notification payloads. Runs until the driver stops asking."""
     shown: dict[str, JobStatus] = {}
-    expiries: list[tuple[float, str]] = []  # live leases shown, by expiry; stale entries are skipped
+    # Jobs shown whose state changes with time alone, by when: live leases by their expiry,
+    # scheduled jobs by their claimable_at. Stale entries are skipped.
+    expiries: list[tuple[float, str]] = []
 
     def show(job: JobStatus) -> Iterator[Change]:
         if shown.get(job.job_id) != job:
             shown[job.job_id] = job
-            if job.state is JobState.LEASED and job.expires_at is not None:
-                heapq.heappush(expiries, (job.expires_at, job.job_id))
+            at = _changes_at(job)
+            if at is not None:
+                heapq.heappush(expiries, (at, job.job_id))
             yield Change(job=job)
 
     def every_job() -> Generator[Step, Rows, None]:
@@ -188,5 +192,21 @@ def _follow(plans: Plans, timeout: float, interval: float) -> Follow:
             while expiries and expiries[0][0] <= now:
                 until, job_id = heapq.heappop(expiries)
                 seen = shown.get(job_id)
-                if seen is not None and seen.state is JobState.LEASED and seen.expires_at == until:
-                    yield from show(dataclasses.replace(seen, state=JobState.EXPIRED))
+                if seen is not None and _changes_at(seen) == until:
+                    yield from show(_judged(seen, until))
+
+
+def _changes_at(job: JobStatus) -> float | None:
+    """When a status shown changes with no write: a live lease's end, a scheduled job's time."""
+    if job.state is JobState.LEASED:
+        return job.expires_at
+    return job.claimable_at if job.state is JobState.SCHEDULED else None
+
+
+def _judged(job: JobStatus, at: float) -> JobStatus:
+    """``job`` as a read at ``at`` shows it (transitions.status): expired, or parked if that
+    was its last attempt; pending once scheduled."""
+    state = state_at(job, at)
+    if state is JobState.PENDING:
+        return dataclasses.replace(job, state=state, claimable_at=None)
+    return dataclasses.replace(job, state=state, parked_at=job.expires_at if state is JobState.PARKED else None)

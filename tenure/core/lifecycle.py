@@ -8,6 +8,7 @@ The decisions on one record (count, park, schedule) are in ``tenure.core.transit
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -19,6 +20,9 @@ RETRY_MAX = 600.0  # no backoff waits longer than this
 MAX_ATTEMPTS = 1_000_000  # the most a job (or a store default) may allow
 MAX_DELAY = 366 * 24 * 3600.0  # a delay or retry_in of at most a year (a later one is a mistake)
 MAX_ERROR = 4096  # characters of a fail()'s error kept with the job
+# Past factor ** exponent = e ** GROWTH the backoff is its cap: the power is never computed
+# where a float (Python's, PostgreSQL's float8) would overflow.
+GROWTH = 600.0
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,10 @@ class Retry:
         if self.after is not None:
             return self.after
         exponent = max(attempts, 1) - 1
-        full = self.cap if exponent > 1000 else min(self.cap, self.base * self.factor ** exponent)
+        if exponent * math.log(self.factor) <= GROWTH:
+            full = min(self.cap, self.base * self.factor ** exponent)
+        else:
+            full = self.cap if self.base > 0 else 0.0
         return full * (0.5 + 0.5 * self.draw)
 
 

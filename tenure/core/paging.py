@@ -6,8 +6,9 @@ and the statuses of some jobs. A page is then cut from those without reading eve
 
 - leased and expired jobs only: the held jobs, filtered and sorted, then the page's records;
 - any other filter by state: held jobs by expiry first (``order="expiry"``), then the rest by
-  id; the rest need their records read only when the filter keeps pending jobs but not
-  completed ones or the reverse, and then only up to the page (from the first id on);
+  id; the rest need their records read only when the filter keeps some of the states of jobs
+  not held (pending, scheduled, parked, completed) but not all, and then only up to the page
+  (from the first id on);
 - ``None`` (the caller lists every job instead) for what no index answers: corrupt records,
   and the owner of jobs that are not held (it is in their records only).
 """
@@ -23,17 +24,18 @@ from tenure.core.backend import fold
 from tenure.core.records import JobPage, JobState, JobStatus, Summary
 
 HELD_STATES = frozenset({JobState.LEASED, JobState.EXPIRED})
-_NOT_HELD = frozenset({JobState.PENDING, JobState.COMPLETED})
+_NOT_HELD = frozenset({JobState.PENDING, JobState.COMPLETED, JobState.SCHEDULED, JobState.PARKED})
 _CHUNK = 100  # fewest records read at a time while walking ids for a filter the index cannot answer
 
 
 @dataclass(frozen=True)
 class Held:
-    """A leased or expired job as an index shows it, enough to filter and order it."""
+    """A job with a lease end as an index shows it, enough to filter and order it: leased,
+    expired, or parked when its last allowed lease ran out."""
 
     job_id: str
     owner: str | None
-    state: JobState  # LEASED or EXPIRED at the query's ``now``
+    state: JobState  # LEASED, EXPIRED or PARKED at the query's ``now``
     expires_at: float | None
 
 
@@ -42,7 +44,8 @@ class IndexedJobs(Protocol):
         """Jobs by state at ``now`` (``rejections_last_hour`` left 0); None: no index to count."""
 
     def held(self, now: float, expiry: bool) -> list[Held]:
-        """Every leased or expired job; ``expiry``: with ``expires_at`` (else it may be None)."""
+        """Every leased or expired job, and every job parked by its last lease's end (a store
+        may leave those out if it has none); ``expiry``: with ``expires_at`` (else it may be None)."""
 
     def job_ids(self, total: int | None = None) -> list[str]:
         """Every job id, sorted; ``total``: how many jobs ``counts()`` just found, which a
@@ -65,7 +68,7 @@ def page(src: IndexedJobs, now: float, states: frozenset[JobState] | None, job: 
     if owner is not None and not held_only:
         return None
     rest = _NOT_HELD if states is None else states & _NOT_HELD
-    need_reads = bool(rest) and rest != _NOT_HELD  # pending without completed, or the reverse
+    need_reads = bool(rest) and rest != _NOT_HELD  # some of the states of jobs not held, not all
     if need_reads and job is not None:
         return None
     all_held = src.held(now, expiry=order == "expiry")
@@ -93,9 +96,16 @@ def page(src: IndexedJobs, now: float, states: frozenset[JobState] | None, job: 
         wanted += others[max(0, offset - len(head)):max(0, offset + limit - len(head))]
         return JobPage(src.statuses(wanted, now), len(head) + len(others), offset, limit)
     assert counted is not None
-    total = len(held) + (counted.pending if JobState.PENDING in rest else counted.completed)
+    # A job parked by its last lease's end is held (it has one) and counted as parked.
+    total = len(held) + sum(_count(counted, state) for state in rest) - sum(1 for h in held if h.state in rest)
     found = _walk(src, now, head, others, states or frozenset(), offset + limit, max(offset + limit, _CHUNK))
     return JobPage(found[offset:offset + limit], total, offset, limit)
+
+
+def _count(counted: Summary, state: JobState) -> int:
+    """How many jobs not held ``counted`` found in ``state``."""
+    return {JobState.PENDING: counted.pending, JobState.COMPLETED: counted.completed,
+            JobState.SCHEDULED: counted.scheduled, JobState.PARKED: counted.parked}[state]
 
 
 class Thinned:

@@ -326,3 +326,45 @@ def test_etcd_pages_by_id_read_only_the_job_keys_created_since(etcd_harness: Any
         page = store.page(order="job", limit=100)
         assert ([j.job_id for j in page.jobs], page.total) == (ids, 54)
         assert len(whole_reads) == 1
+
+
+@pytest.mark.parametrize("span", [10.0, 0.1])  # a scheduled bucket that straddles now; one wholly due
+def test_zookeeper_counts_and_pages_know_scheduled_and_parked_jobs(zk_harness: Harness, span: float,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28's states from the index: scheduled jobs (due or not, in the same bucket or
+    not), parked ones (by fail, and by a last lease that ran out) and a live lease on its last
+    attempt, counted and paged as a listing of every job judges them."""
+    from tenure.backends.zookeeper import layout as zl
+
+    monkeypatch.setattr(zl, "BUCKET_SPAN", span)
+    with zk_harness.connect() as store:
+        _seed(zk_harness, store)
+        ttl = zk_harness.ttl
+        store.submit("later", delay=3600.0)
+        store.submit("due", delay=0.2)
+        # With span 10: in due's bucket, which then straddles now; due only after the pages
+        # below, which a listing judges at its own later time (never back to scheduled).
+        store.submit("not-yet", delay=9.0)
+        store.fail(store.claim("p1", owner="gina", ttl=ttl), "try later", retry_in=3600.0)
+        store.submit("cap", max_attempts=1)
+        store.fail(store.claim("cap", owner="gina", ttl=ttl), "poison")  # parked
+        store.submit("spent", max_attempts=1)
+        spent = store.claim("spent", owner="gina", ttl=zk_harness.short_ttl)
+        store.submit("final", max_attempts=1)
+        store.claim("final", owner="hank", ttl=ttl * 10)  # a live lease on its last attempt
+        zk_harness.expire(store, spent)  # parked by its last lease running out
+        time.sleep(0.3)  # the leader's clock (the store's) passes "due"'s delay
+        now = store.now()
+        counted = store.summary()
+        assert (counted.pending, counted.scheduled, counted.parked, counted.leased, counted.expired,
+                counted.completed) == (9, 3, 2, 4, 2, 2)
+        for soon in (0.0, 1e6):
+            assert store.backend.summary(now, soon) == _listed(store, now, soon)
+        life = [frozenset({JobState.SCHEDULED}), frozenset({JobState.PARKED}),
+                frozenset({JobState.PENDING, JobState.SCHEDULED}), frozenset({JobState.PARKED, JobState.EXPIRED}),
+                frozenset({JobState.PENDING, JobState.COMPLETED, JobState.SCHEDULED, JobState.PARKED})]
+        for states, order in itertools.product(STATE_SETS + life, ORDERS):
+            for offset, limit in ((0, 50), (0, 3), (2, 4)):
+                args: tuple[Any, ...] = (now, states, None, None, order, offset, limit)
+                got, want = store.backend.page(*args), Backend.page(store.backend, *args)
+                assert (got.total, got.jobs) == (want.total, want.jobs), (states, order, offset, limit)

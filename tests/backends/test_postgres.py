@@ -120,6 +120,15 @@ def test_each_protocol_operation_is_one_statement(pg: PostgresHarness, counted: 
         with pytest.raises(tenure.StaleLease):
             store.complete(stale)  # the refusal and its audit: the same one statement
         assert len(counted.statements) == 1
+        failing = store.claim("f", owner="w", ttl=30)
+        for name, op in (("fail", lambda: store.fail(failing, "boom")), ("requeue", lambda: store.requeue("f"))):
+            counted.statements.clear()
+            op()
+            assert len(counted.statements) == 1, name
+        counted.statements.clear()
+        with pytest.raises(tenure.StaleLease):
+            store.fail(stale)  # refused and audited (op fail): one statement too
+        assert len(counted.statements) == 1
 
 
 def test_a_write_whose_answer_is_lost_is_outcome_unknown_not_refused(postgres_private: PostgresServer) -> None:

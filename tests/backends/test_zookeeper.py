@@ -205,6 +205,28 @@ def test_watch_is_driven_by_zookeeper_watches_not_polling(zk_harness: ZooKeeperH
             pool.shutdown(wait=False)
 
 
+def test_watch_reports_what_the_stores_clock_changes_with_no_write(zk_harness: ZooKeeperHarness) -> None:
+    """A scheduled job's time coming and a last lease running out change no znode: the idle
+    watcher re-rates them (PENDING, PARKED) as it does leases that turn EXPIRED."""
+    with zk_harness.connect() as store:
+        store.submit("soon", delay=0.5)
+        store.submit("last", max_attempts=1)
+        store.claim("last", owner="a", ttl=0.5)
+        stop = threading.Event()
+        changes = store.watch(stop, interval=0.1)  # the idle re-rating runs every 0.1 s
+        pool = concurrent.futures.ThreadPoolExecutor(1)
+        try:
+            seen = {c.job.job_id: c.job.state for c in (pool.submit(next, changes).result(timeout=10)
+                                                        for _ in range(2)) if c.job}
+            assert seen == {"soon": tenure.JobState.SCHEDULED, "last": tenure.JobState.LEASED}
+            later = {c.job.job_id: c.job.state for c in (pool.submit(next, changes).result(timeout=10)
+                                                         for _ in range(2)) if c.job}
+            assert later == {"soon": tenure.JobState.PENDING, "last": tenure.JobState.PARKED}
+        finally:
+            stop.set()
+            pool.shutdown(wait=False)
+
+
 # -- security --------------------------------------------------------------------------------------
 def test_other_identities_cannot_claim_renew_complete_or_delete(zk_server: ZooKeeperServer) -> None:
     url = f"zk://{zk_server.hosts}/secured-{time.time_ns()}"

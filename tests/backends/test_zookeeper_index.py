@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import threading
 import time
 from typing import Any
@@ -34,22 +35,40 @@ def _index(store: tenure.Store) -> tuple[dict[str, list[str]], set[str]]:
     return pending, {zl.decode(n) for n in client.get_children(layout.leased)}
 
 
-def _assert_consistent(store: tenure.Store) -> None:
-    """Every pending record has exactly the entry it names, every leased one a leased entry,
-    and nothing else is indexed."""
+def _places(store: tenure.Store) -> dict[str, list[str]]:
+    """Every index entry by job: its slot (``pending/<bucket>/<entry>``, ``scheduled/...``)
+    or its directory (``leased``, ``last``, ``parked``)."""
     client, layout = store.backend.client, store.backend.layout  # type: ignore[attr-defined]
-    pending, leased = _index(store)
-    want_pending, want_leased = {}, set()
+    found: dict[str, list[str]] = {}
+    for kind in ("pending", "scheduled"):
+        for bucket in client.get_children(f"{layout.root}/{kind}"):
+            for name in client.get_children(f"{layout.root}/{kind}/{bucket}"):
+                found.setdefault(zl.entry_job(name), []).append(f"{kind}/{bucket}/{name}")
+    for kind in ("leased", "last", "parked"):
+        for name in client.get_children(f"{layout.root}/{kind}"):
+            found.setdefault(zl.decode(name), []).append(kind)
+    return found
+
+
+def _assert_consistent(store: tenure.Store) -> None:
+    """Every pending record has exactly the entry it names (under ``scheduled/`` if it has a
+    claimable_at), every leased one a leased entry (``last/`` on its last attempt), every
+    parked one a parked entry, and nothing else is indexed."""
+    client, layout = store.backend.client, store.backend.layout  # type: ignore[attr-defined]
+    want: dict[str, list[str]] = {}
     for name in client.get_children(layout.jobs):
         job_id = zl.decode(name)
         data, _ = client.get(f"{layout.jobs}/{name}")
         rec = zl.load_record(data, "", job_id)
         if rec.state is tenure.JobState.PENDING:
-            want_pending[job_id] = [zl.queued_slot(data)]
+            slot = zl.entry_slot(data)
+            assert slot is not None and slot.startswith("scheduled/" if rec.claimable_at else "pending/"), slot
+            want[job_id] = [slot]
         elif rec.state is tenure.JobState.LEASED:
-            want_leased.add(job_id)
-    assert pending == want_pending
-    assert leased == want_leased
+            want[job_id] = ["last" if rec.out_of_attempts else "leased"]
+        elif rec.state is tenure.JobState.PARKED:
+            want[job_id] = ["parked"]
+    assert _places(store) == want
 
 
 def test_index_follows_every_state_change(zk_harness: ZooKeeperHarness) -> None:
@@ -161,7 +180,7 @@ def test_missing_entries_cost_a_retry_never_a_failure(zk_harness: ZooKeeperHarne
         client, layout = store.backend.client, store.backend.layout  # type: ignore[attr-defined]
         ttl = zk_harness.ttl
         store.submit_many(["lost", "kept"])
-        client.delete(layout.queued(_index(store)[0]["lost"][0]))  # an operator's slip
+        client.delete(layout.slot_path(_places(store)["lost"][0]))  # an operator's slip
         assert store.claim_next(owner="w", ttl=ttl).job_id == "kept"  # type: ignore[union-attr]
         assert store.claim_next(owner="w", ttl=ttl) is None  # unindexed: invisible to claim_next ...
         lease = store.claim("lost", owner="w", ttl=ttl)  # ... but claim(job_id) works
@@ -247,8 +266,8 @@ def test_a_store_without_the_index_is_used_by_scanning(zk_harness: ZooKeeperHarn
         store.submit_many(["old-1", "old-2"])
         lease = store.claim("old-1", owner="w", ttl=zk_harness.ttl)
         # What the previous version left: no index directories, records without "queued".
-        client.delete(layout.pending, recursive=True)
-        client.delete(layout.leased, recursive=True)
+        for path in layout.index_dirs:
+            client.delete(path, recursive=True)
     with zk_harness.connect(url) as store:
         backend = store.backend
         assert backend.index.enabled is False  # type: ignore[attr-defined]
@@ -321,8 +340,8 @@ def test_a_store_made_before_the_index_gets_it_built_beside_a_writer(zk_harness:
         old.release(old.claim(jobs[20], owner="w", ttl=ttl))  # pending again, behind the others
         old.complete(old.claim(jobs[21], owner="w", ttl=ttl))
         client, layout = old.backend.client, old.backend.layout  # type: ignore[attr-defined]
-        client.delete(layout.pending, recursive=True)  # as a store of the version before the index
-        client.delete(layout.leased, recursive=True)
+        for path in layout.index_dirs:  # as a store of the version before the index
+            client.delete(path, recursive=True)
         for job_id in jobs[60:]:  # their records as that version wrote them: naming no entry
             data, stat = client.get(layout.job(job_id))
             record = json.loads(data)
@@ -385,3 +404,157 @@ def test_a_store_made_before_the_index_gets_it_built_beside_a_writer(zk_harness:
         assert got[1:len(by_age) + 1] == by_age
         assert sorted(got[len(by_age) + 1:]) == jobs[100:110]
         _assert_consistent(store)
+
+
+# -- the job life cycle (issue 28): a delayed or parked job is not a candidate ---------------------
+@contextlib.contextmanager
+def _records_read(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The job znodes claim_next's index reads read (their paths), while the block runs."""
+    from tenure.backends.zookeeper import index
+
+    read: list[str] = []
+    reading = index.reading_many
+
+    def counted(client: Any, paths: list[str]) -> Any:
+        read.extend(paths)
+        return reading(client, paths)
+
+    monkeypatch.setattr(index, "reading_many", counted)
+    yield read
+    monkeypatch.setattr(index, "reading_many", reading)
+
+
+def test_a_scheduled_job_is_not_proposed_before_its_time_while_a_later_ready_one_is(
+        zk_harness: ZooKeeperHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    delay = 1.0  # ZooKeeper's store time is its leader's clock: the test waits for it to pass
+    with zk_harness.connect() as store:
+        layout, ttl = store.backend.layout, zk_harness.ttl  # type: ignore[attr-defined]
+        store.submit("later", delay=delay)
+        store.submit("ready")
+        failed = store.claim("retried", owner="w", ttl=ttl)
+        store.fail(failed, "boom", retry_in=delay)
+        _assert_consistent(store)
+        places = _places(store)
+        assert places["later"][0].startswith("scheduled/") and places["retried"][0].startswith("scheduled/")
+        assert places["ready"][0].startswith("pending/")
+        with _records_read(monkeypatch) as read:
+            got = store.claim_next(owner="w", ttl=ttl)
+            assert got is not None and got.job_id == "ready"
+            assert store.claim_next(owner="w", ttl=ttl) is None
+        assert layout.job("later") not in read and layout.job("retried") not in read  # not even proposed
+        scheduled = store.get("later")
+        assert scheduled is not None and scheduled.state is tenure.JobState.SCHEDULED
+        assert scheduled.claimable_at is not None
+        time.sleep(max(0.0, scheduled.claimable_at - store.now()) + 0.05)
+        taken = [store.claim_next(owner="w", ttl=ttl) for _ in range(3)]
+        assert sorted(t.job_id for t in taken if t is not None) == ["later", "retried"] and taken[2] is None
+        assert store.get("retried").attempts == 2  # type: ignore[union-attr]
+        _assert_consistent(store)
+
+
+def test_a_scheduled_job_behind_many_buckets_is_found_in_time_order(
+        zk_harness: ZooKeeperHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scheduled entries go into buckets that fit their time (several, with small buckets);
+    once due they are merged with the pending queue by when they became claimable (to within
+    BUCKET_SPAN, here short)."""
+    monkeypatch.setattr(zl, "BUCKET_SIZE", 2)
+    monkeypatch.setattr(zl, "BUCKET_SPAN", 0.1)
+    with zk_harness.connect() as store:
+        client, layout, ttl = store.backend.client, store.backend.layout, zk_harness.ttl  # type: ignore[attr-defined]
+        store.submit("first")
+        store.submit_many([f"s{i}" for i in range(5)], delay=0.3)
+        assert len(client.get_children(layout.scheduled)) == 3  # two, two and one
+        _assert_consistent(store)
+        time.sleep(0.5)  # the store's clock passes the delay
+        store.submit("last")
+        got = []
+        while (lease := store.claim_next(owner="w", ttl=ttl)) is not None:
+            got.append(lease.job_id)
+        assert got[0] == "first" and sorted(got[1:6]) == [f"s{i}" for i in range(5)] and got[6:] == ["last"]
+        _assert_consistent(store)
+
+
+def test_a_parked_job_is_not_indexed_for_claims(zk_harness: ZooKeeperHarness,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    with zk_harness.connect() as store:
+        ttl, short = zk_harness.ttl, zk_harness.short_ttl
+        store.submit("poison", max_attempts=1)
+        store.fail(store.claim("poison", owner="w", ttl=ttl), "crashed")  # its last attempt: parked
+        store.submit("oom", max_attempts=2)
+        store.fail(store.claim("oom", owner="w", ttl=ttl), retry_in=0.0)
+        last = store.claim("oom", owner="w", ttl=short)  # its last attempt, left to run out
+        assert _places(store) == {"poison": ["parked"], "oom": ["last"]}
+        _assert_consistent(store)
+        zk_harness.expire(store, last)
+        with _records_read(monkeypatch) as read:
+            assert store.claim_next(owner="x", ttl=ttl) is None
+        assert read == []  # neither proposed: no record read
+        assert {j.job_id: j.state for j in store.jobs()} == {"poison": tenure.JobState.PARKED,
+                                                             "oom": tenure.JobState.PARKED}
+        summary = store.summary()
+        assert (summary.parked, summary.leased, summary.expired, summary.pending) == (2, 0, 0, 0)
+        with pytest.raises(tenure.JobParked):
+            store.claim("poison", owner="x", ttl=ttl)
+        store.requeue("poison")
+        store.requeue("oom")
+        assert {p[0].split("/")[0] for p in _places(store).values()} == {"pending"}
+        assert sorted(store.claim_next(owner="x", ttl=ttl).job_id for _ in range(2)) == ["oom", "poison"]  # type: ignore[union-attr]
+        _assert_consistent(store)
+        assert store.get("oom").attempts == 1  # type: ignore[union-attr]
+
+
+def test_a_record_written_before_the_life_cycle_reads_with_its_defaults(zk_harness: ZooKeeperHarness) -> None:
+    """Records as the version before issue 28 wrote them (no life cycle fields): attempts 0,
+    no limit, claimable now; they are then counted as any other."""
+    import json
+
+    with zk_harness.connect() as store:
+        client, layout, ttl = store.backend.client, store.backend.layout, zk_harness.ttl  # type: ignore[attr-defined]
+        store.submit("old-pending")
+        lease = store.claim("old-leased", owner="w", ttl=ttl)
+        for job_id in ("old-pending", "old-leased"):
+            record = json.loads(client.get(layout.job(job_id))[0])
+            record.pop("attempts", None)  # the one field a record of these two has
+            assert not set(record) & {"attempts", "max_attempts", "last_error", "claimable_at", "failed_at"}
+            client.set(layout.job(job_id), json.dumps(record).encode())
+        leased, pending = store.get("old-leased"), store.get("old-pending")
+        assert leased is not None and (leased.state, leased.attempts, leased.max_attempts) == (
+            tenure.JobState.LEASED, 0, None)
+        assert pending is not None and (pending.state, pending.attempts, pending.claimable_at) == (
+            tenure.JobState.PENDING, 0, None)
+        assert {j.job_id: j.attempts for j in store.jobs()} == {"old-pending": 0, "old-leased": 0}
+        store.release(store.renew(dataclasses.replace(lease, attempt=0)))
+        assert store.get("old-leased").attempts == 0  # type: ignore[union-attr]  # given back, never below 0
+        assert store.claim_next(owner="w", ttl=ttl).job_id == "old-pending"  # type: ignore[union-attr]
+        assert store.get("old-pending").attempts == 1  # type: ignore[union-attr]
+        _assert_consistent(store)
+
+
+def test_build_indexes_puts_scheduled_parked_and_last_attempt_jobs_where_this_version_does(
+        zk_harness: ZooKeeperHarness) -> None:
+    """A store without the index, used by this version (claim_next scanning) with the life
+    cycle's states, then given the index: each job where a change of this version puts it."""
+    url, ttl = zk_harness.url(), zk_harness.ttl
+    with zk_harness.connect(url) as store:
+        client, layout = store.backend.client, store.backend.layout  # type: ignore[attr-defined]
+        store.submit("warm-up")
+        for path in layout.index_dirs:
+            client.delete(path, recursive=True)
+    with zk_harness.connect(url) as store:
+        backend: Any = store.backend
+        assert not backend.index.enabled
+        store.submit_many(["s1", "s2"], delay=3600.0)
+        store.submit("parked", max_attempts=1)
+        store.fail(store.claim("parked", owner="w", ttl=ttl), "poison")
+        store.submit("last", max_attempts=1)
+        store.claim("last", owner="w", ttl=ttl)
+        store.claim("held", owner="w", ttl=ttl)
+        assert backend.build_indexes() == 6
+        _assert_consistent(store)
+        assert sorted(_places(store)) == ["held", "last", "parked", "s1", "s2", "warm-up"]
+        now = store.now()
+        assert backend.summary(now, 30.0) == Backend.summary(backend, now, 30.0)
+        assert (store.summary().scheduled, store.summary().parked) == (2, 1)
+        assert store.claim_next(owner="w", ttl=ttl).job_id == "warm-up"  # type: ignore[union-attr]
+        assert store.claim_next(owner="w", ttl=ttl) is None
+        assert backend.build_indexes() == 0

@@ -21,6 +21,13 @@ RECORDS = [
     JobRecord("c", JobState.COMPLETED, "w", 4, None, None, NOW - 5, NOW - 3, None, NOW - 2),
     JobRecord("r", JobState.COMPLETED, "w", 4, None, None, NOW - 5, NOW - 3, None, NOW - 2, result=b"ok"),
     JobRecord("日本 /x", JobState.PENDING, token=7, submitted_at=NOW - 5, runs=3),
+    # The life cycle's (issue 28): scheduled, due, parked by fail, parked by its last lease's end.
+    JobRecord("s", JobState.PENDING, token=2, submitted_at=NOW - 5, attempts=2, max_attempts=5,
+              last_error="boom", claimable_at=NOW + 3, failed_at=NOW - 1),
+    JobRecord("d", JobState.PENDING, token=2, submitted_at=NOW - 5, attempts=1, claimable_at=NOW - 3),
+    JobRecord("k", JobState.PARKED, token=3, submitted_at=NOW - 5, attempts=3, max_attempts=3,
+              last_error="boom", failed_at=NOW - 1),
+    JobRecord("x", JobState.LEASED, "w", 1, NOW - 1, 10.0, NOW - 5, NOW - 11, attempts=1, max_attempts=1),
 ]
 VALUES: list[Any] = [None, 0, 1, -1, 2.5, -0.0, True, "x", "pending", "leased", "completed", "expired", [],
                      {}, 1e400, "NaN", 10**20]
@@ -35,7 +42,7 @@ def _variants() -> list[tuple[str, bytes]]:
     out = []
     for rec in RECORDS:
         name = zl.encode(rec.job_id)
-        data = zl.dump_record(rec, 1, queued="x" if rec.state is JobState.PENDING else None)
+        data = zl.dump_record(rec, 1, "pending/x" if rec.state is JobState.PENDING else None)
         out += [(name, data), (zl.encode("other"), data), (name, data[:-1]), (name, b"\xff" + data), (name, b"[]")]
         fields = json.loads(data)
         for field, value in itertools.product([*fields, "job_id"], VALUES):

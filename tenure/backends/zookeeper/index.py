@@ -7,6 +7,16 @@ checks the record's version as any claim does. An entry that is stale (its recor
 or missing can therefore cost a wasted read or hide a job from ``claim_next``, never give a
 wrong claim. An entry a multi expects to delete but does not find, or means to create and
 finds, is left out of the multi, which is sent again (``redundant``): the record was as read.
+
+Where a record belongs is ``home``, from ``transitions.candidate_at``: a job claimable now
+is queued in ``pending/``; one claimable from a time (``claimable_at``) in ``scheduled/``,
+in a bucket opened at most ``BUCKET_SPAN`` before that time, so ``claim_next`` passes over
+a bucket opened after the store's now and over entries named after it without reading
+their records; a lease is in ``leased/`` if its end makes the job claimable, in ``last/``
+if it is the job's last attempt (its end parks the job); a parked job is in ``parked/``,
+which no claim reads. Ordinary pending entries are never skipped by the time in their
+names (a new leader's clock may be behind the one that named them); scheduled ones are
+judged on the current leader's clock, as their records are.
 """
 
 from __future__ import annotations
@@ -30,13 +40,34 @@ from tenure.core import contention, transitions
 from tenure.core.records import JobRecord, JobState
 
 PENDING_READS = 8  # pending entries whose records one request reads
+BESIDE = 2  # buckets of the other kind (pending, scheduled) whose entries one bucket's are merged with
 Take = Callable[[str, bytes, int], Io[bool]]  # claim_next's judge of a proposed (job id, record, version)
+QUEUED = ("pending", "scheduled")  # directories of buckets of entries
+ONE_EACH = ("leased", "last", "parked")  # directories of one entry per job
+
+
+def home(rec: JobRecord) -> str | None:
+    """The index directory ``rec`` belongs in (None: none, a completed job)."""
+    at = transitions.candidate_at(rec)
+    if rec.state is JobState.PENDING:
+        return "pending" if at is None else "scheduled"
+    if rec.state is JobState.LEASED:
+        return "leased" if at is not None else "last"
+    return "parked" if rec.state is JobState.PARKED else None
+
+
+def fits(bucket: str, at: float) -> bool:
+    """Whether a scheduled entry for ``at`` may go in ``bucket``: opened at most
+    ``BUCKET_SPAN`` before it (what the counts and ``claim_next`` rely on)."""
+    opened = zl.bucket_opened(bucket)
+    return opened is not None and zl.millis(opened) <= zl.millis(at) < zl.millis(opened + zl.BUCKET_SPAN)
 
 
 @dataclass
 class Placer:
-    """Where the pending entries of one multi go: the bucket this client fills, while it is
-    young and not full, else a new one created in the same multi."""
+    """Where the entries of one multi go: pending ones in the bucket this client fills, while
+    it is young and not full, else a new one created in the same multi; scheduled ones in a
+    bucket of this client's that ``fits`` their time and is not full, else a new one."""
 
     index: Index
     now: float
@@ -44,15 +75,36 @@ class Placer:
     fill: int
     new_buckets: list[str] = field(default_factory=list)
     placed: int = 0
+    later: dict[str, int] = field(default_factory=dict)  # this client's scheduled buckets: entries put
 
-    def place(self, job_id: str) -> str:
+    def copy(self) -> Placer:
+        return Placer(self.index, self.now, self.bucket, self.fill, list(self.new_buckets), self.placed,
+                      dict(self.later))
+
+    def place(self, job_id: str, at: float | None) -> tuple[str, str | None]:
+        """The slot for ``job_id``'s entry (``at``: its ``claimable_at``), and the bucket's
+        path when the multi must create it."""
+        self.placed += 1
+        if at is not None:
+            return self._later(job_id, at)
+        made = None
         if self.bucket is None or self.fill >= zl.BUCKET_SIZE:
             self.bucket, self.fill = zl.new_bucket(self.now, len(self.new_buckets)), 0
             self.new_buckets.append(self.bucket)
-            self.index.filling = self.bucket
+            self.index.filling = made = self.bucket
         self.fill += 1
-        self.placed += 1
-        return f"{self.bucket}/{zl.entry(job_id, self.now, self.placed)}"
+        return (f"pending/{self.bucket}/{zl.entry(job_id, self.now, self.placed)}",
+                None if made is None else f"{self.index.layout.pending}/{made}")
+
+    def _later(self, job_id: str, at: float) -> tuple[str, str | None]:
+        bucket = next((b for b, n in sorted(self.later.items()) if n < zl.BUCKET_SIZE and fits(b, at)), None)
+        made = None
+        if bucket is None:
+            bucket = made = zl.new_bucket(at, len(self.new_buckets))
+            self.new_buckets.append(bucket)
+        self.later[bucket] = self.later.get(bucket, 0) + 1
+        return (f"scheduled/{bucket}/{zl.entry(job_id, at, self.placed)}",
+                None if made is None else f"{self.index.layout.scheduled}/{made}")
 
 
 class Index:
@@ -64,6 +116,8 @@ class Index:
         self._looked = False  # for a bucket to fill, once per client
         self._lock = threading.Lock()
         self._front: list[str] = []  # claim_next's buckets, oldest first, possibly stale
+        self._later: dict[str, int] = {}  # this client's scheduled buckets (committed): entries put
+        self._listed_later: list[str] = []  # scheduled/'s buckets as claim_next last listed them
 
     # -- writing ---------------------------------------------------------------------------------
     def probe(self) -> Io[tuple[str | None, Any]]:
@@ -82,45 +136,55 @@ class Index:
         return name, None if name is None else self._b.client.exists_async(f"{self.layout.pending}/{name}")
 
     def placer(self, now: float, name: str | None, stat: ZnodeStat | None) -> Placer:
+        with self._lock:  # scheduled buckets nobody fills any more are forgotten
+            self._later = {b: n for b, n in self._later.items()
+                           if (zl.bucket_opened(b) or 0.0) + zl.BUCKET_SPAN > now}
+            later = dict(self._later)
         opened = None if name is None else zl.bucket_opened(name)
-        if stat is None or opened is None or opened < now - zl.BUCKET_SPAN:
-            return Placer(self, now, None, 0)
-        return Placer(self, now, name, stat.numChildren)
+        if stat is None or opened is None or opened < now - zl.BUCKET_SPAN or opened > now:
+            return Placer(self, now, None, 0, later=later)
+        return Placer(self, now, name, stat.numChildren, later=later)
+
+    def committed(self, placer: Placer) -> None:
+        """A multi that placed entries committed: its scheduled buckets exist."""
+        with self._lock:
+            for bucket, count in placer.later.items():
+                self._later[bucket] = max(count, self._later.get(bucket, 0))
 
     def change(self, old: JobRecord | None, old_slot: str | None, new: JobRecord,
                placer: Placer | None) -> tuple[str | None, list[tuple[str, str]]]:
         """The index updates of ``old`` -> ``new``, as (``"create"`` or ``"delete"``, path) for
-        the multi after the record's write, and the pending slot the new record names."""
+        the multi after the record's write, and the slot of the entry the new record names."""
         ops: list[tuple[str, str]] = []
         if not self.enabled:
             return None, ops
-        leased = self.layout.leased_entry(new.job_id)
-        was_leased = old is not None and old.state is JobState.LEASED
-        if new.state is JobState.LEASED and not was_leased:
-            ops.append(("create", leased))
-        if was_leased and new.state is not JobState.LEASED:
-            ops.append(("delete", leased))
-        was_queued = old is not None and old.state is JobState.PENDING and old_slot is not None
-        if new.state is JobState.PENDING and was_queued:
-            return old_slot, ops
-        if was_queued:
-            assert old_slot is not None
-            ops.append(("delete", self.layout.queued(old_slot)))
-        if new.state is not JobState.PENDING:
+        before, after = (None if old is None else home(old)), home(new)
+        if before in ONE_EACH and before != after:
+            ops.append(("delete", self.layout.entry_in(before, new.job_id)))
+        if after in ONE_EACH and before != after:
+            ops.append(("create", self.layout.entry_in(after, new.job_id)))
+        if before in QUEUED and old_slot is not None:
+            assert old is not None
+            if after == before and old_slot.startswith(f"{after}/") and new.claimable_at == old.claimable_at:
+                return old_slot, ops  # queued as it was, at the same place
+            ops.append(("delete", self.layout.slot_path(old_slot)))
+        if after not in QUEUED:
             return None, ops
         assert placer is not None, "a change that queues a job probes the bucket when it reads"
-        fresh = len(placer.new_buckets)
-        slot = placer.place(new.job_id)
-        ops.extend(("create", f"{self.layout.pending}/{bucket}") for bucket in placer.new_buckets[fresh:])
-        ops.append(("create", self.layout.queued(slot)))
+        slot, bucket = placer.place(new.job_id, new.claimable_at)
+        if bucket is not None:
+            ops.append(("create", bucket))
+        ops.append(("create", self.layout.slot_path(slot)))
         return slot, ops
 
     def redundant(self, op: Any, error: Exception) -> bool:
         """Whether a multi failed only because an index entry was already as the op would
         leave it (deleted or created by hand, or by a tidy-up): leave it out and send again."""
         path = getattr(op, "path", "")
-        is_entry = path.startswith(self.layout.leased + "/") or (
-            path.startswith(self.layout.pending + "/") and path.count("/") == self.layout.pending.count("/") + 2)
+        depth = path.count("/") - self.layout.root.count("/")
+        inside = path.startswith(self.layout.root + "/")
+        directory = path[len(self.layout.root) + 1:].partition("/")[0] if inside else ""
+        is_entry = (directory in ONE_EACH and depth == 2) or (directory in QUEUED and depth == 3)
         return is_entry and ((isinstance(op, Create) and isinstance(error, NodeExistsError))
                              or (isinstance(op, Delete) and isinstance(error, NoNodeError)))
 
@@ -138,101 +202,147 @@ class Index:
     # -- reading: claim_next's candidates ------------------------------------------------------
     def claimable(self, at: Callable[[float, int], None], take: Take) -> Io[str | None]:
         """The first job ``take`` accepts, of (job id, record, version) proposed in order:
-        expired leases first (earliest expiry first), then pending jobs oldest first, records
+        expired leases first (earliest expiry first), then queued jobs by when they became
+        claimable (pending and due scheduled buckets in the order of their names), records
         read after the store's time, which ``at`` gets first (with its epoch). Each is a
         proposal; the claim's multi checks the version."""
         b, client = self._b, self._b.client
+        guess = b.estimated_now()  # only chooses what to read early; the store's time decides
         with self._lock:
             front = self._front[:2]
+            opened = [n for n in self._listed_later if (zl.bucket_opened(n) or guess + 1) <= guess][:2]
         with mapped_errors("reading the index"):
             clock = client.set_async(b.clock_path, b"")
             leased = client.get_children_async(self.layout.leased)
-            early = {n: client.get_children_async(f"{self.layout.pending}/{n}") for n in front}
+            scheduled = client.get_children_async(self.layout.scheduled)
+            early = {("pending", n): client.get_children_async(f"{self.layout.pending}/{n}") for n in front}
+            early.update({("scheduled", n): client.get_children_async(f"{self.layout.scheduled}/{n}")
+                          for n in opened})
             try:
                 stat = yield clock
                 now, epoch = b.stamp(stat), stat.mzxid >> 32
             except NoNodeError:
                 now, epoch = yield from b.stamping()
             names = yield leased
+            try:
+                listed = sorted(n for n in (yield scheduled) if zl.bucket_opened(n) is not None)
+            except NoNodeError:  # deleted by hand: nothing scheduled is proposed
+                listed = []
+        with self._lock:
+            self._listed_later = listed
+        due = [n for n in listed if (zl.bucket_opened(n) or now + 1) <= now]
         at(now, epoch)
+        for name in due[:2]:  # those not read early: sent with the leased jobs' records
+            if ("scheduled", name) not in early:
+                early[("scheduled", name)] = client.get_children_async(f"{self.layout.scheduled}/{name}")
         for job_id, data, version in (yield from self._expired(names, now)):
             if (yield from take(job_id, data, version)):
                 return job_id
-        return (yield from self._queued(now, early, take))
+        return (yield from self._queued(now, early, due, take))
 
     def _expired(self, names: list[str], now: float) -> Io[list[tuple[str, bytes, int]]]:
         found: list[tuple[float, str, bytes, int]] = []
         with mapped_errors("reading leased jobs"):
             read = yield from reading_many(self._b.client, [f"{self.layout.jobs}/{n}" for n in names])
             for job_id, rec, data, version in zl.readable(self.layout.jobs, read):  # never proposes the rest
-                if rec.state is not JobState.LEASED:
+                if home(rec) != "leased":
                     self.tidy(self.layout.leased_entry(job_id), self.layout.job(job_id), version)
                 elif transitions.is_claimable(rec, now):
                     found.append((rec.lease_until or 0.0, job_id, data, version))
         # An entry without a job znode (deleted by hand) is skipped, never tidied here.
         return [(job_id, data, version) for _, job_id, data, version in sorted(found)]
 
-    def _queued(self, now: float, early: dict[str, Any], take: Take) -> Io[str | None]:
-        """Each bucket's entries, oldest first: the cached list of buckets, then the buckets
-        listed again once it is used up (once per call)."""
-        seen: set[str] = set()
+    def _queued(self, now: float, early: dict[tuple[str, str], Any], due: list[str], take: Take) -> Io[str | None]:
+        """Queued entries by when they became claimable: the oldest bucket (by name, of the
+        cached pending buckets and the due scheduled ones), with up to BESIDE of the other
+        kind opened before its newest entry (their entries interleave with its own), merged
+        by name; the pending buckets listed again once the cached ones are used up (once per
+        call). Pending buckets of different clients are taken one after the other, as before
+        scheduled jobs: FIFO to within BUCKET_SPAN between them."""
+        seen: set[tuple[str, str]] = set()
         relisted = False
         while True:
             with self._lock:
-                later = [n for n in self._front if n not in seen]
-            if not later:
-                if relisted:
-                    return None
+                later = [("pending", n) for n in self._front if ("pending", n) not in seen]
+            if not later and not relisted:
                 relisted = True
                 with mapped_errors("reading the pending index"):
                     names = sorted(n for n in (yield self._b.client.get_children_async(self.layout.pending))
                                    if zl.bucket_opened(n) is not None)
                 with self._lock:
                     self._front = names
-                later = [n for n in names if n not in seen]
-                if not later:
-                    return None
-            bucket = later[0]
-            seen.add(bucket)
-            path = f"{self.layout.pending}/{bucket}"
-            with mapped_errors("reading the pending index"):
-                try:
-                    result = early.pop(bucket, None)
-                    children = yield (result if result is not None else self._b.client.get_children_async(path))
-                except NoNodeError:
-                    children = None
-            if not children:
-                yield from self._forget(bucket, path, now, gone=children is None)
-                continue
-            taken = yield from self._bucket(bucket, children, take)
+                later = [("pending", n) for n in names if ("pending", n) not in seen]
+            later = sorted(later + [("scheduled", n) for n in due if ("scheduled", n) not in seen],
+                           key=lambda found: found[1])  # names sort by when opened
+            if not later:
+                return None
+            seen.add(later[0])
+            entries = yield from self._entries([later[0]], now, early)
+            newest = max((zl.entry_millis(name) or 0 for _, name in entries), default=-1)
+            beside = [b for b in later[1:] if b[0] != later[0][0]
+                      and zl.millis(zl.bucket_opened(b[1]) or 0.0) <= newest][:BESIDE]
+            seen.update(beside)
+            entries += yield from self._entries(beside, now, early)
+            taken = yield from self._take_first(sorted(entries, key=lambda found: found[1]), take)
             if taken is not None:
                 return taken
 
-    def _bucket(self, bucket: str, names: list[str], take: Take) -> Io[str | None]:
-        entries = contention.spread([(job_id, f"{self.layout.pending}/{bucket}/{name}")
-                                     for name, job_id in zl.named(sorted(names), zl.entry_job)])
+    def _entries(self, buckets: list[tuple[str, str]], now: float,
+                 early: dict[tuple[str, str], Any]) -> Io[list[tuple[str, str]]]:
+        """(bucket's path below the root, entry name) of the entries of ``buckets`` that are
+        due (all of a pending bucket's), read together; an empty bucket is ``_forget``-ten."""
+        client = self._b.client
+        sent = []
+        for kind, bucket in buckets:  # all sent before any is waited for
+            result = early.pop((kind, bucket), None)
+            sent.append((kind, bucket, result if result is not None
+                         else client.get_children_async(f"{self.layout.root}/{kind}/{bucket}")))
+        found: list[tuple[str, str]] = []
+        for kind, bucket, result in sent:
+            with mapped_errors("reading the pending index"):
+                try:
+                    children = yield result
+                except NoNodeError:
+                    children = None
+            if not children:
+                yield from self._forget(kind, bucket, f"{self.layout.root}/{kind}/{bucket}", now,
+                                        gone=children is None)
+            elif kind == "scheduled":  # not due yet: not proposed, their records not read
+                found += [(f"{kind}/{bucket}", n) for n in children if (zl.entry_millis(n) or 0) <= zl.millis(now)]
+            else:
+                found += [(f"{kind}/{bucket}", n) for n in children]
+        return found
+
+    def _take_first(self, found: list[tuple[str, str]], take: Take) -> Io[str | None]:
+        """The first of the entries ``found`` (in order) whose job ``take`` accepts; each
+        claimer starts a few places in at random (``contention.spread``)."""
+        entries = contention.spread([(job_id, f"{where}/{name}")
+                                     for where, name in found for _, job_id in zl.named([name], zl.entry_job)])
         for start in range(0, len(entries), PENDING_READS):
             chunk = entries[start:start + PENDING_READS]
             paths = [self.layout.job(job_id) for job_id, _ in chunk]
             with mapped_errors("reading pending jobs"):
                 read = {p: (d, v) for p, d, v in (yield from reading_many(self._b.client, paths))}
-            for (job_id, entry), path in zip(chunk, paths, strict=True):
+            for (job_id, slot), path in zip(chunk, paths, strict=True):
                 data, version = read.get(path, (None, -1))
+                entry = self.layout.slot_path(slot)
                 if data is None:
                     self.tidy(entry, None, -1)
-                elif zl.queued_slot(data) != entry[len(self.layout.pending) + 1:]:
+                elif zl.entry_slot(data) != slot:
                     self.tidy(entry, path, version)  # claimed, completed or queued elsewhere
                 elif (yield from take(job_id, data, version)):
                     return job_id
         return None
 
-    def _forget(self, bucket: str, path: str, now: float, *, gone: bool) -> Io[None]:
-        """An empty bucket: delete it once nobody fills it any more (older than BUCKET_SPAN)."""
+    def _forget(self, kind: str, bucket: str, path: str, now: float, *, gone: bool) -> Io[None]:
+        """An empty bucket: delete it once nobody fills it any more (opened more than
+        BUCKET_SPAN before the last time anyone may put an entry in it)."""
         opened = zl.bucket_opened(bucket) or 0.0
         if not gone and opened >= now - 2 * zl.BUCKET_SPAN:
             return  # a submitter may still add to it; keep it listed
-        with self._lock:
-            self._front = [n for n in self._front if n != bucket]
+        if kind == "pending":
+            with self._lock:
+                self._front = [n for n in self._front if n != bucket]
         if not gone:
             with mapped_errors("tidying the pending index"), \
                     contextlib.suppress(NoNodeError, NotEmptyError):

@@ -6,10 +6,14 @@
     <root>/events/<segment>/e-<seq>, <root>/rejections/<segment>/r-<seq>   the audit (``audit``)
     <root>/clocks/<uuid>     one ephemeral znode per client; writing it reads the leader's clock
     <root>/pending/<bucket>/<ms><seq>.<enc>   the index of pending jobs, oldest first (``index``)
-    <root>/leased/<enc>      the index of leased jobs (live or expired)
+    <root>/scheduled/<bucket>/<ms><seq>.<enc> pending jobs with a ``claimable_at``, by it
+    <root>/leased/<enc>      leased jobs (live or expired) that their lease's end makes claimable
+    <root>/last/<enc>        leased jobs on their last attempt: parked, not claimable, at its end
+    <root>/parked/<enc>      parked jobs (never claimable; counted for operators)
 
 ``<enc>`` is the job id's UTF-8 in unpadded base64url (``codec.encode_job_id``). A pending
-record names its own entry (``"queued": "<bucket>/<entry>"``).
+record names its own entry (``"queued": "<bucket>/<entry>"``, or ``"scheduled": ...``); in
+code that entry is a *slot*, its path below the root (``pending/<bucket>/<entry>``).
 """
 
 from __future__ import annotations
@@ -64,9 +68,12 @@ class Layout:
         self.rejections = f"{root}/rejections"
         self.clocks = f"{root}/clocks"
         self.pending = f"{root}/pending"
+        self.scheduled = f"{root}/scheduled"
         self.leased = f"{root}/leased"
+        self.last = f"{root}/last"
+        self.parked = f"{root}/parked"
         self.dirs = (root, self.jobs, self.gens, self.events, self.rejections, self.clocks)
-        self.index_dirs = (self.pending, self.leased)
+        self.index_dirs = (self.pending, self.leased, self.scheduled, self.last, self.parked)
 
     def job(self, job_id: str) -> str:
         return f"{self.jobs}/{encode(job_id)}"
@@ -77,9 +84,13 @@ class Layout:
     def leased_entry(self, job_id: str) -> str:
         return f"{self.leased}/{encode(job_id)}"
 
-    def queued(self, slot: str) -> str:
-        """The znode of a pending entry, from the ``<bucket>/<entry>`` its record names."""
-        return f"{self.pending}/{slot}"
+    def entry_in(self, directory: str, job_id: str) -> str:
+        """A job's entry in one of the per-job directories (``leased``, ``last``, ``parked``)."""
+        return f"{self.root}/{directory}/{encode(job_id)}"
+
+    def slot_path(self, slot: str) -> str:
+        """The znode of a pending or scheduled entry, from its slot (``pending/<bucket>/<entry>``)."""
+        return f"{self.root}/{slot}"
 
 
 # -- the pending index ------------------------------------------------------------------------
@@ -115,6 +126,13 @@ def named(names: Iterable[str], parse: Callable[[str], str] = decode) -> list[tu
     return found
 
 
+def entry_millis(name: str) -> int | None:
+    """The store time in a pending entry's name (ms): when it was queued, or, under
+    ``scheduled/``, when it becomes claimable; None for a name tenure did not make."""
+    ms = name[:13]
+    return int(ms) if len(name) > 17 and ms.isdigit() else None
+
+
 def entry_job(name: str) -> str:
     """The job id of a pending entry's name; ValueError for a name tenure did not make."""
     ms, dot, enc = name.partition(".")
@@ -147,18 +165,33 @@ def segment_name(rank: int) -> str:
 
 
 # -- job records -----------------------------------------------------------------------------
-def dump_record(r: JobRecord, epoch: int, queued: str | None = None) -> bytes:
-    """``epoch`` is the leader epoch whose clock stamped the record's times; ``queued`` the
-    pending entry (``<bucket>/<entry>``) of a pending record in an indexed store."""
+QUEUES = {"pending": "queued", "scheduled": "scheduled"}  # entry directory -> the record's key naming it
+
+
+def dump_record(r: JobRecord, epoch: int, slot: str | None = None) -> bytes:
+    """``epoch`` is the leader epoch whose clock stamped the record's times; ``slot`` the
+    entry (``pending/<bucket>/<entry>`` or ``scheduled/...``) of a pending record in an
+    indexed store. The life cycle's fields are written only when not at their defaults."""
     d = {
         "tenure": FORMAT, "epoch": epoch, "job_id": r.job_id, "state": r.state.value, "owner": r.owner,
         "token": r.token, "lease_until": r.lease_until, "ttl": r.ttl,
         "submitted_at": r.submitted_at, "claimed_at": r.claimed_at, "renewed_at": r.renewed_at,
         "completed_at": r.completed_at, "runs": r.runs, "result": codec.result_text(r.result),
+        **codec.life_fields(r),
     }
-    if queued is not None:
-        d["queued"] = queued
+    if slot is not None:
+        directory, _, entry_slot = slot.partition("/")
+        d[QUEUES[directory]] = entry_slot
     return json.dumps(d, separators=(",", ":")).encode()
+
+
+def _slot(d: Any) -> str | None:
+    """The entry a decoded record names, as a slot; None for none or one tenure did not make."""
+    for directory, key in QUEUES.items():
+        value = d.get(key)
+        if isinstance(value, str) and _SLOT.fullmatch(value):
+            return f"{directory}/{value}"
+    return None
 
 
 def _load(data: bytes, key: str) -> dict[str, Any]:
@@ -177,7 +210,8 @@ def _fields(d: dict[str, Any], key: str, job_id: str) -> JobRecord:
         raise CorruptRecord(key, f"names job {named_job!r}, not the job its znode is for")
     return codec.job_record(key, named_job, d.get("state"), d.get("owner"), d.get("token"), d.get("lease_until"),
                             d.get("ttl"), d.get("submitted_at"), d.get("claimed_at"), d.get("renewed_at"),
-                            d.get("completed_at"), d.get("runs"), codec.result_bytes(key, d.get("result")))
+                            d.get("completed_at"), d.get("runs"), codec.result_bytes(key, d.get("result")),
+                            **{name: d.get(name) for name in codec.LIFE_FIELDS})
 
 
 def load_record(data: bytes, key: str, job_id: str) -> JobRecord:
@@ -200,11 +234,10 @@ def readable(jobs: str, found: Iterable[tuple[str, bytes, int]]) -> Iterator[tup
 
 def read_job(data: bytes, key: str, job_id: str) -> tuple[JobRecord, int | None, str | None]:
     """The record in a job znode, the leader epoch that stamped its times (None if unknown)
-    and the pending entry it names; CorruptRecord for anything tenure did not write."""
+    and the slot of the entry it names; CorruptRecord for anything tenure did not write."""
     d = _load(data, key)
-    epoch, slot = d.get("epoch"), d.get("queued")
-    return (_fields(d, key, job_id), epoch if type(epoch) is int else None,
-            slot if isinstance(slot, str) and _SLOT.fullmatch(slot) else None)
+    epoch = d.get("epoch")
+    return _fields(d, key, job_id), epoch if type(epoch) is int else None, _slot(d)
 
 
 def decoded(jobs: str, name: str, data: bytes) -> JobRecord | JobStatus:
@@ -219,11 +252,10 @@ def decoded(jobs: str, name: str, data: bytes) -> JobRecord | JobStatus:
         return corrupt_status(decode(name), key, exc)
 
 
-def queued_slot(data: bytes | None) -> str | None:
-    """The pending entry a record names (None for none, or a record tenure cannot read)."""
+def entry_slot(data: bytes | None) -> str | None:
+    """The slot of the entry a record names (None for none, or a record tenure cannot read)."""
     with contextlib.suppress(ValueError, TypeError, AttributeError):
-        slot = codec.json_value(data).get("queued") if data is not None else None
-        return slot if isinstance(slot, str) and _SLOT.fullmatch(slot) else None
+        return _slot(codec.json_value(data)) if data is not None else None
     return None
 
 

@@ -1,11 +1,14 @@
 """Operators' queries on ZooKeeper from the claimable index, not from a listing of every job
 (docs/backends/zookeeper.md, "Counts and pages for operators").
 
-Each job znode is in one place of the index (a ``pending/`` bucket, ``leased/``, or neither:
-completed), so counts are znodes' child counts, read with the leased records in ONE read-only
-multi (one moment of the server's state) and checked against the directories' ``cversion``.
-Nothing is written to keep them. Job ids in order are ``jobs/``'s children, kept while its
-``cversion`` is unchanged. A store without the index lists every job instead.
+Each job znode is in one place of the index (a ``pending/`` or ``scheduled/`` bucket,
+``leased/``, ``last/``, ``parked/``, or none: completed), so counts are znodes' child counts,
+read with the held records in ONE read-only multi (one moment of the server's state) and
+checked against the directories' ``cversion``. A scheduled bucket is wholly due once its
+``BUCKET_SPAN`` has passed and wholly scheduled before it opens; only the few in between have
+their entries' names read. Nothing is written to keep the counts. Job ids in order are
+``jobs/``'s children, kept while its ``cversion`` is unchanged. A store without the index
+lists every job instead.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import threading
 from collections.abc import Iterator
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+from kazoo.protocol.states import ZnodeStat
 
 from tenure.backends.zookeeper import layout as zl
 from tenure.backends.zookeeper.config import mapped_errors
@@ -38,7 +43,8 @@ def listed(name: str, data: bytes, now: float) -> JobStatus | None:
         return None
     fast = codec.listed_status(d.get("job_id"), d.get("state"), d.get("owner"), d.get("token"), d.get("runs"),
                                d.get("lease_until"), d.get("ttl"), d.get("submitted_at"), d.get("claimed_at"),
-                               d.get("renewed_at"), d.get("completed_at"), now)
+                               d.get("renewed_at"), d.get("completed_at"), now,
+                               **{name: d.get(name) for name in codec.LIFE_FIELDS})
     return fast if fast is not None and zl.encode(fast.job_id) == name else None
 
 
@@ -60,6 +66,28 @@ def listing(client: KazooClient, layout: zl.Layout, names: list[str], now: float
             yield status(layout, path[start:], data, now)
 
 
+def _straddles(bucket: str, now: float) -> bool:
+    """Whether a scheduled bucket holds entries both due and not at ``now`` (``index.fits``)."""
+    opened = zl.bucket_opened(bucket) or 0.0
+    return zl.millis(opened) <= zl.millis(now) < zl.millis(opened + zl.BUCKET_SPAN)
+
+
+def _scheduled(buckets: list[str], stats: list[ZnodeStat | None], names: dict[str, list[str]],
+               now: float) -> tuple[int, int]:
+    """(due, not yet) of the entries of scheduled ``buckets`` at ``now``, from their stats
+    (None: gone) and, for those that straddle it, their entries' ``names``."""
+    due = scheduled = 0
+    for bucket, stat in zip(buckets, stats, strict=True):
+        if stat is None:
+            continue
+        if bucket in names:
+            ready = sum(1 for n in names[bucket] if (zl.entry_millis(n) or 0) <= zl.millis(now))
+        else:
+            ready = stat.numChildren if (zl.bucket_opened(bucket) or 0.0) <= now else 0
+        due, scheduled = due + ready, scheduled + stat.numChildren - ready
+    return due, scheduled
+
+
 class ZooKeeperIndex:
     """``tenure.core.paging.IndexedJobs`` on ZooKeeper's claimable index."""
 
@@ -71,46 +99,69 @@ class ZooKeeperIndex:
         self._names: tuple[int, list[str]] = (-1, [])  # (cversion of jobs/, sorted ids)
 
     def _held_statuses(self, names: list[str], now: float) -> list[JobStatus]:
+        """Those of ``names`` (leased/ and last/ entries) with a lease end: held, or parked by it."""
         return [s for s in listing(self._client, self._layout, names, now, self._timeout, "reading leased jobs")
-                if s.state in HELD_STATES]
+                if s.state in HELD_STATES or (s.state is JobState.PARKED and s.expires_at is not None)]
 
     def counts(self, now: float, soon: float = 0.0) -> Summary | None:
         """The index's counts at one moment of the server's state (None: the index's znodes
         are gone, deleted by hand)."""
         layout, client = self._layout, self._client
+        dirs = (layout.pending, layout.scheduled, layout.leased, layout.last)
         for attempt in range(ROUNDS):
             with mapped_errors("counting jobs"):
-                pending_names = client.get_children_async(layout.pending, include_data=True)
-                leased_names = client.get_children_async(layout.leased, include_data=True)
-                buckets, pending_stat = pending_names.get(timeout=self._timeout)
-                held, leased_stat = leased_names.get(timeout=self._timeout)
+                listings = [client.get_children_async(d, include_data=True) for d in dirs]
+                try:
+                    (buckets, pending_stat), (later, later_stat), (held, leased_stat), (last, last_stat) = (
+                        r.get(timeout=self._timeout) for r in listings)
+                except NoNodeError:
+                    return None
             buckets = [b for b in buckets if zl.bucket_opened(b) is not None]
-            together = held[:TOGETHER]
-            paths = [layout.jobs, layout.pending, layout.leased, *(f"{layout.pending}/{b}" for b in buckets),
-                     *(f"{layout.jobs}/{n}" for n in together)]
+            later = [b for b in later if zl.bucket_opened(b) is not None]
+            straddling = [b for b in later if _straddles(b, now)]
+            with mapped_errors("counting jobs"):  # those few by name: which entries are due
+                named = [client.get_children_async(f"{layout.scheduled}/{b}", include_data=True) for b in straddling]
+                entries = {b: r.get(timeout=self._timeout) for b, r in zip(straddling, named, strict=True)}
+            held_names = held + last
+            together = held_names[:TOGETHER]
+            paths = [layout.jobs, *dirs, layout.parked, *(f"{layout.pending}/{b}" for b in buckets),
+                     *(f"{layout.scheduled}/{b}" for b in later), *(f"{layout.jobs}/{n}" for n in together)]
             with mapped_errors("counting jobs"):
                 answers = read_together(client, paths, self._timeout)
-            jobs, pending_dir, leased_dir = answers[:3]
-            if jobs is None or pending_dir is None or leased_dir is None:
+            top, answers = answers[:6], answers[6:]
+            if any(a is None for a in top):
                 return None
-            if attempt < ROUNDS - 1 and (pending_dir[1].cversion != pending_stat.cversion
-                                         or leased_dir[1].cversion != leased_stat.cversion):
-                continue  # a bucket or a lease came or went between the names and the multi
-            pending = sum(a[1].numChildren for a in answers[3:3 + len(buckets)] if a is not None)
-            leases = [s for name, a in zip(together, answers[3 + len(buckets):], strict=True)
-                      if a is not None and (s := status(layout, name, a[0], now)).state in HELD_STATES]
-            leases += self._held_statuses(held[TOGETHER:], now)  # too many for one request
-            expired = sum(1 for s in leases if s.state is JobState.EXPIRED)
-            held_count = leased_dir[1].numChildren
-            return Summary(now=now, pending=pending, leased=held_count - expired,  # unreadable: live
-                           expiring_soon=sum(1 for s in leases if s.state is JobState.LEASED
+            jobs, pending_dir, later_dir, leased_dir, last_dir, parked_dir = (a for a in top if a is not None)
+            bucket_stats = [a[1] if a is not None else None for a in answers[:len(buckets)]]
+            later_stats = [a[1] if a is not None else None for a in answers[len(buckets):len(buckets) + len(later)]]
+            records = answers[len(buckets) + len(later):]
+            moved = any(d[1].cversion != listed.cversion for d, listed in (
+                (pending_dir, pending_stat), (later_dir, later_stat), (leased_dir, leased_stat), (last_dir, last_stat)))
+            moved = moved or any(stat is not None and stat.cversion != entries[b][1].cversion
+                                 for b, stat in zip(later, later_stats, strict=True) if b in entries)
+            if attempt < ROUNDS - 1 and moved:
+                continue  # a bucket, an entry or a lease came or went between the names and the multi
+            pending = sum(stat.numChildren for stat in bucket_stats if stat is not None)
+            due, scheduled = _scheduled(later, later_stats, {b: names for b, (names, _) in entries.items()}, now)
+            statuses = [status(layout, name, a[0], now) for name, a in zip(together, records, strict=True)
+                        if a is not None]
+            statuses += list(listing(client, layout, held_names[TOGETHER:], now, self._timeout,
+                                     "reading leased jobs"))  # too many for one request
+            expired = sum(1 for s in statuses if s.state is JobState.EXPIRED)
+            spent = sum(1 for s in statuses if s.state is JobState.PARKED)  # their last lease ran out
+            indexed_held = leased_dir[1].numChildren + last_dir[1].numChildren
+            parked = parked_dir[1].numChildren
+            return Summary(now=now, pending=pending + due, leased=indexed_held - expired - spent,  # unreadable: live
+                           expiring_soon=sum(1 for s in statuses if s.state is JobState.LEASED
                                              and s.expires_at is not None and s.expires_at <= now + soon),
-                           expired=expired, completed=max(0, jobs[1].numChildren - pending - held_count))
+                           expired=expired, scheduled=scheduled, parked=parked + spent,
+                           completed=max(0, jobs[1].numChildren - pending - due - scheduled - indexed_held - parked))
         raise AssertionError("unreachable: the last round returns")
 
     def held(self, now: float, expiry: bool) -> list[Held]:
         with mapped_errors("listing leased jobs"):
-            names = self._client.get_children(self._layout.leased)
+            both = [self._client.get_children_async(d) for d in (self._layout.leased, self._layout.last)]
+            names = [n for r in both for n in r.get(timeout=self._timeout)]
         return [Held(s.job_id, s.owner, s.state, s.expires_at) for s in self._held_statuses(names, now)]
 
     def job_ids(self, total: int | None = None) -> list[str]:

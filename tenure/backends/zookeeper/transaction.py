@@ -43,6 +43,7 @@ from tenure.core.records import HistoryEvent, JobRecord, JobState, Lease, Op, Re
 
 _LOST_RACE = (BadVersionError, NodeExistsError, NoNodeError)
 _OTHERS = (RolledBackError, RuntimeInconsistency)  # ops of a failed multi that did not fail it
+_QUEUING = (Op.SUBMIT, Op.RELEASE, Op.FAIL, Op.REQUEUE)  # may queue the job: the read probes the bucket
 _CACHE = 10_000  # leases this process wrote, kept for the holder's guess
 T = TypeVar("T")
 
@@ -148,7 +149,7 @@ class ZkTransaction(Transaction):
 
     def load_for(self, job_id: str, op: Op, lease: Lease | None = None) -> JobRecord | None:
         got = self._found.get(job_id) or self._guess(job_id, op, lease) or self._followed(job_id) \
-            or self._read([job_id], queue=op in (Op.SUBMIT, Op.RELEASE))[0]
+            or self._read([job_id], queue=op in _QUEUING)[0]
         self._found[job_id] = got
         self._loaded.add(job_id)
         if got.error:
@@ -249,7 +250,7 @@ class ZkTransaction(Transaction):
                 self._at(s.stamp(stat, sent), stat.mzxid >> 32)
                 if queue:
                     self._placer = index.placer(self.now, bucket, None if probe is None else (yield probe))
-                    self._placer_read = dataclasses.replace(self._placer)
+                    self._placer_read = self._placer.copy()
                 if one is not None:
                     return [(yield from one())]
                 assert many is not None
@@ -307,8 +308,8 @@ class ZkTransaction(Transaction):
             for job_id, rec, data, version in zl.readable(self._layout.jobs, read):
                 if transitions.is_claimable(rec, self.now):
                     leased = rec.state is JobState.LEASED
-                    listed.append((0 if leased else 1, (rec.lease_until if leased else rec.submitted_at) or 0.0,
-                                   job_id, data, version))
+                    since = rec.lease_until if leased else (rec.claimable_at or rec.submitted_at)
+                    listed.append((0 if leased else 1, since or 0.0, job_id, data, version))
         return [(job_id, data, version) for *_, job_id, data, version in sorted(listed)]
 
     def _restamp(self, got: Found, rebased: JobRecord) -> None:
@@ -336,7 +337,7 @@ class ZkTransaction(Transaction):
         self._multi = None
         self._saved.clear()
         if self._placer_read is not None:
-            self._placer = dataclasses.replace(self._placer_read)
+            self._placer = self._placer_read.copy()
 
     # -- writing -------------------------------------------------------------------------------------
     def _tx(self) -> Any:
@@ -416,6 +417,8 @@ class ZkTransaction(Transaction):
         if self._stamp_sent is not None:
             self._p.session.stamp(results[0], self._stamp_sent)  # the clock znode, written first
         yield from self._p.audit.committed(results)
+        if self._placer is not None:
+            self._p.index.committed(self._placer)
         for rec, got in self._saved.values():
             self._p.written.remember(rec, got.version + 1, self.epoch)  # a new znode: -1 + 1
         if self._guessed_claim is not None:

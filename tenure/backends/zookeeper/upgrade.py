@@ -18,11 +18,10 @@ from kazoo.exceptions import NodeExistsError, RolledBackError, RuntimeInconsiste
 
 from tenure.backends.zookeeper import layout as zl
 from tenure.backends.zookeeper.config import mapped_errors
-from tenure.backends.zookeeper.index import Index
+from tenure.backends.zookeeper.index import ONE_EACH, QUEUED, Index, home
 from tenure.backends.zookeeper.multiread import read_together
 from tenure.backends.zookeeper.session import Session
 from tenure.core.errors import BackendUnavailable, CorruptRecord
-from tenure.core.records import JobState
 
 ROUNDS = 20  # reads of the whole store before giving up on jobs that keep changing
 READ_BATCH = 1000  # job znodes (data and stat) per read-only multi
@@ -36,7 +35,8 @@ class _Job:
     job_id: str
     path: str
     version: int
-    queued_ms: int = 0  # for a pending job that needs an entry: when it became pending
+    queued_ms: int = 0  # for a pending job that needs an entry: when it became (or becomes) claimable
+    kind: str = "pending"  # the entry's directory: pending, or scheduled (by ``claimable_at``)
     data: bytes | None = None  # the record to rewrite with its new entry's name
     creates: list[str] = field(default_factory=list)
     deletes: list[str] = field(default_factory=list)
@@ -88,18 +88,23 @@ def _records(session: Session) -> Iterator[tuple[str, str, bytes, Any]]:
             yield job_id, f"{layout.jobs}/{name}", read[name][0], read[name][1]
 
 
-def _entries(session: Session) -> tuple[dict[str, list[str]], set[str]]:
-    """Pending entries by job id (their paths) and the job ids with a leased entry."""
+def _entries(session: Session) -> tuple[dict[str, list[str]], dict[str, set[str]]]:
+    """Pending and scheduled entries by job id (their paths), and by directory of one entry
+    per job (``leased``, ``last``, ``parked``) the job ids with an entry there."""
     layout, client = session.layout, session.client
     pending: dict[str, list[str]] = {}
     with mapped_errors("listing the index"):
-        buckets = [b for b in client.get_children(layout.pending) if zl.bucket_opened(b) is not None]
-        listed = [(b, client.get_children_async(f"{layout.pending}/{b}")) for b in buckets]
-        leased = {job_id for _, job_id in zl.named(client.get_children(layout.leased))}
+        listed = []
+        for kind in QUEUED:
+            directory = f"{layout.root}/{kind}"
+            buckets = [b for b in client.get_children(directory) if zl.bucket_opened(b) is not None]
+            listed += [(f"{directory}/{b}", client.get_children_async(f"{directory}/{b}")) for b in buckets]
+        each = {kind: {job_id for _, job_id in zl.named(client.get_children(f"{layout.root}/{kind}"))}
+                for kind in ONE_EACH}
         for bucket, result in listed:
             for name, job_id in zl.named(session.wait(result), zl.entry_job):
-                pending.setdefault(job_id, []).append(f"{layout.pending}/{bucket}/{name}")
-    return pending, leased
+                pending.setdefault(job_id, []).append(f"{bucket}/{name}")
+    return pending, each
 
 
 def _plan(session: Session) -> list[_Job]:
@@ -108,7 +113,7 @@ def _plan(session: Session) -> list[_Job]:
     version read when the plan is applied had exactly the entries listed after it."""
     layout = session.layout
     records = list(_records(session))
-    pending, leased = _entries(session)
+    pending, each = _entries(session)
     plan = []
     for job_id, path, data, stat in records:
         try:
@@ -117,16 +122,19 @@ def _plan(session: Session) -> list[_Job]:
             continue  # listed as corrupt; its entries are claim_next's to tidy
         job = _Job(job_id, path, stat.version)
         entries = pending.get(job_id, [])
-        slot = zl.queued_slot(data) if rec.state is JobState.PENDING else None
-        kept = layout.queued(slot) if slot is not None and layout.queued(slot) in entries else None
-        if rec.state is JobState.PENDING and kept is None:
-            job.queued_ms, job.data = stat.mtime, data
+        where = home(rec)
+        slot = zl.entry_slot(data) if where in QUEUED else None
+        kept = (layout.slot_path(slot) if slot is not None and slot.startswith(f"{where}/")
+                and layout.slot_path(slot) in entries else None)
+        if where in QUEUED and kept is None:
+            job.kind, job.data = str(where), data
+            job.queued_ms = stat.mtime if rec.claimable_at is None else zl.millis(rec.claimable_at)
         job.deletes += [e for e in entries if e != kept]  # only the entry the record names is right
-        entry = layout.leased_entry(job_id)
-        if rec.state is JobState.LEASED and job_id not in leased:
-            job.creates.append(entry)
-        elif rec.state is not JobState.LEASED and job_id in leased:
-            job.deletes.append(entry)
+        for kind, indexed in each.items():
+            if where == kind and job_id not in indexed:
+                job.creates.append(layout.entry_in(kind, job_id))
+            elif where != kind and job_id in indexed:
+                job.deletes.append(layout.entry_in(kind, job_id))
         if job.data is not None or job.creates or job.deletes:
             plan.append(job)
     return plan
@@ -135,11 +143,15 @@ def _plan(session: Session) -> list[_Job]:
 def _apply(session: Session, plan: list[_Job]) -> int:
     """The plan in multis of about ``MULTI_BYTES``, pending jobs oldest first; a job whose
     record changed since it was read is left out (the next round reads it again)."""
-    plan.sort(key=lambda j: (j.data is None, j.queued_ms, j.job_id))
+    plan.sort(key=lambda j: (j.data is None, j.kind, j.queued_ms, j.job_id))
     batches: list[list[_Job]] = [[]]
     size = 0
     for job in plan:
-        if size >= MULTI_BYTES or len(batches[-1]) >= zl.BUCKET_SIZE:
+        first = batches[-1][0] if batches[-1] else job
+        # A scheduled bucket holds entries of at most BUCKET_SPAN after it opened (index.fits).
+        other = first.kind != job.kind or (job.data is not None and job.kind == "scheduled"
+                                           and job.queued_ms >= first.queued_ms + zl.millis(zl.BUCKET_SPAN))
+        if size >= MULTI_BYTES or len(batches[-1]) >= zl.BUCKET_SIZE or other:
             batches.append([])
             size = 0
         batches[-1].append(job)
@@ -157,15 +169,16 @@ def _commit(session: Session, jobs: list[_Job], seq: int) -> int:
         owners: list[int] = []  # for each operation, the job it is for
         queued = [j for j in jobs if j.data is not None]
         bucket = zl.new_bucket(queued[0].queued_ms / 1000.0, seq) if queued else None
+        kind = queued[0].kind if queued else "pending"
         if bucket is not None:
-            tx.create(f"{layout.pending}/{bucket}", b"")
+            tx.create(f"{layout.root}/{kind}/{bucket}", b"")
             owners.append(-1)
         for i, job in enumerate(jobs):
             if job.data is not None:
                 assert bucket is not None
-                slot = f"{bucket}/{zl.entry(job.job_id, job.queued_ms / 1000.0, i)}"
+                slot = f"{kind}/{bucket}/{zl.entry(job.job_id, job.queued_ms / 1000.0, i)}"
                 tx.set_data(job.path, _naming(job.data, slot), job.version)
-                tx.create(layout.queued(slot), b"")
+                tx.create(layout.slot_path(slot), b"")
                 owners += [i, i]
             else:
                 tx.check(job.path, job.version)
@@ -191,7 +204,10 @@ def _commit(session: Session, jobs: list[_Job], seq: int) -> int:
 
 
 def _naming(data: bytes, slot: str) -> bytes:
-    """The record as it was, plus the pending entry it is queued under (``layout.dump_record``)."""
+    """The record as it was, naming the entry it is queued under (``layout.dump_record``)."""
     record = json.loads(data)
-    record["queued"] = slot
+    directory, _, entry_slot = slot.partition("/")
+    for key in zl.QUEUES.values():
+        record.pop(key, None)
+    record[zl.QUEUES[directory]] = entry_slot
     return json.dumps(record, separators=(",", ":")).encode()

@@ -2,8 +2,9 @@
 segments, and a data watch on every job znode, each re-armed by the read that follows it.
 
 Watch callbacks run on kazoo's event thread and only queue the path; the generator does the
-reads. A lease running out changes no znode, so while idle the generator re-rates leased
-jobs against the estimated store time and reports those that turned EXPIRED.
+reads. A lease running out (or a scheduled job's time coming) changes no znode, so while idle
+the generator re-rates leased and scheduled jobs against the estimated store time and reports
+those that turned EXPIRED, PARKED or PENDING.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from tenure.core.records import Change, JobRecord, JobState, JobStatus
 from tenure.core.transitions import status
 
 _JOBS, _REJECTIONS = "jobs", "rejections"
+_BY_TIME = (JobState.LEASED, JobState.SCHEDULED)  # states the store's clock ends with no write
 
 
 def watch(session: Session, log: Log, stop: threading.Event, interval: float) -> Iterator[Change]:
@@ -90,10 +92,9 @@ def watch(session: Session, log: Log, stop: threading.Event, interval: float) ->
             now = session.estimated_now()
             for name, rec in list(records.items()):
                 was = shown.get(name)
-                if was is not None and was.state is JobState.LEASED \
-                        and status(rec, now).state is JobState.EXPIRED:
-                    shown[name] = status(rec, now)
-                    yield Change(job=shown[name])
+                if was is not None and was.state in _BY_TIME and (rated := status(rec, now)).state is not was.state:
+                    shown[name] = rated
+                    yield Change(job=rated)
             continue
         if what == _JOBS:
             with mapped_errors("watching jobs"):
