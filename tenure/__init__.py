@@ -11,7 +11,7 @@
 
 from importlib import metadata as _metadata
 
-from tenure.core.backend import Backend, Characteristics, RecordBackend, Transaction
+from tenure.core.backend import Backend, Characteristics, Durability, RecordBackend
 from tenure.core.clock import Clock, ManualClock, SystemClock
 from tenure.core.errors import (
     AlreadyClaimed,
@@ -51,6 +51,7 @@ from tenure.core.records import (
 from tenure.core.registry import connect, register_backend
 from tenure.core.renewal import HeldLease
 from tenure.core.store import Store
+from tenure.core.transaction import Transaction
 from tenure.core.transport import InsecureTransportWarning
 
 
@@ -73,6 +74,7 @@ __all__ = [
     "Characteristics",
     "Clock",
     "CorruptRecord",
+    "Durability",
     "ForgedToken",
     "HeldLease",
     "HistoryEvent",

@@ -25,8 +25,10 @@ from tenure.testing.kit import Tampering, wait_out
 from tests.faults import catalog
 from tests.faults.proxy import Proxy
 from tests.servers.control import ServerProcess
+from tests.servers.ports import free_port
 
 WORKER_FAULTS = catalog.names(catalog.WORKER)
+UNREACHABLE_SECRET = "unreachable-pw-7q2"  # the password of unreachable_url: no error may show it
 NEWLINE_ID_TAIL = "\nx"  # Tampering.NEWLINE_ID: the job's id, then this
 
 
@@ -98,6 +100,11 @@ class Harness:
             store.submit(job_id)
             return self.set_token(store, job_id, TAMPERED_TOKENS[tampering])
         return False
+
+    def unreachable(self, url: str) -> str | None:
+        """The conformance suite's ``unreachable_url``: the store at ``url`` where nothing
+        listens; None for a store with no server."""
+        return None
 
     def set_token(self, store: tenure.Store, job_id: str, token: int) -> bool:
         """Give the pending job ``job_id`` the token ``token`` behind tenure's back; False where
@@ -228,6 +235,15 @@ class ServerHarness(Harness):
     def url(self) -> str:
         self.prefix = f"t{uuid.uuid4().hex[:12]}"
         return self.store_url(",".join(f"{h}:{p}" for h, p in self.endpoints()), self.prefix)
+
+    def unreachable(self, url: str) -> str | None:
+        """``url``'s store (its prefix, chroot or schema) at two ports where nothing listens,
+        and with a password, which no error may show."""
+        scheme, _, rest = url.partition("://")
+        netloc, slash, tail = rest.partition("/")
+        user = netloc.rpartition("@")[0].partition(":")[0] or "tenure"
+        hosts = ",".join(f"127.0.0.1:{free_port()}" for _ in range(2))
+        return f"{scheme}://{user}:{UNREACHABLE_SECRET}@{hosts}{slash}{tail}"
 
     def side_url(self) -> str:
         prefix = self.prefix

@@ -41,3 +41,19 @@ def test_the_steps_of_a_claim_are_decided_once_for_both_flavours() -> None:
     next(steps), steps.send(None), steps.throw(held), steps.send(100.0)
     with pytest.raises(tenure.AlreadyClaimed):
         steps.send(False)  # the wait is over: the refusal stands
+
+
+def test_a_waiting_claim_next_pauses_until_the_store_says_a_job_becomes_claimable() -> None:
+    """``waiting.claim_next_steps``: the pause is due when the store's next job becomes
+    claimable by time (``Backend.next_due``: a scheduled job, a lease's end), if it can tell."""
+    steps = waiting.claim_next_steps(blocking=True)
+    assert isinstance(next(steps), waiting.Attempt)
+    assert isinstance(steps.send(None), waiting.StartWaiting)  # nothing claimable: wait
+    assert isinstance(steps.send(None), waiting.NextDue)
+    assert steps.send(0.3) == waiting.Pause(0.3)
+    assert isinstance(steps.send(True), waiting.Attempt)
+    assert isinstance(steps.send(None), waiting.NextDue)
+    assert steps.send(None) == waiting.Pause(None)  # the store cannot tell: the poll's pace
+    with pytest.raises(StopIteration) as done:
+        steps.send(False)
+    assert done.value.value is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,40 @@ def test_the_default_store_says_which_file_it_is(tmp_path: Path, monkeypatch: py
     assert f"tenure: using the default store {tmp_path / 'tenure-demo.db'} (--url or --url-file to choose" in err
     assert main(["--url", f"sqlite:///{tmp_path / 'tenure-demo.db'}", "ls"]) == 0
     assert "default" not in capsys.readouterr().err  # named: nothing to say
+
+
+@pytest.fixture
+def life_url() -> str:
+    """A memory store (shared by name in this process) with a parked job and two scheduled ones
+    (delayed, failed)."""
+    url = f"memory://exits-{uuid.uuid4().hex}"
+    with tenure.connect(url) as store:  # a named memory store outlives its connections
+        store.submit("parked", max_attempts=1)
+        store.fail(store.claim("parked", "a", 300), "boom")
+        store.submit("later", delay=3600)
+        store.fail(store.claim("retry", "a", 300), "boom", retry_in=3600)
+        store.complete(store.claim("done", "a", 300))
+    return url
+
+
+@pytest.mark.parametrize("words, status", [
+    (["claim", "parked", *CLAIM], 65),
+    (["claim", "later", *CLAIM], 65),
+    (["claim", *CLAIM], 66),  # nothing claimable: parked and scheduled jobs are passed over
+    (["run", "parked", *CLAIM, "--", "true"], 65),
+    (["run", "later", *CLAIM, "--", "true"], 75),
+    (["fail", "parked", "--owner", "a", "--token", "1"], 65),
+    (["fail", "nosuch", "--owner", "a", "--token", "1"], 66),
+    (["requeue", "done"], 65),
+    (["requeue", "nosuch"], 66),
+    (["requeue", "parked", "--token", "2"], 65),
+    (["requeue", "parked", "--delay", "-1"], 64),
+    (["expire", "parked", "--token", "1"], 66),  # no live lease: nothing to end
+    (["expire", "retry", "--token", "1"], 66),
+    (["requeue", "parked", "--token", "1"], 0),
+    (["submit", "x", "--max-attempts", "0"], 64),
+])
+def test_the_life_cycles_failure_modes_exit_as_the_readme_says(life_url: str, words: list[str], status: int,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--url", life_url, *words]) == status
+    assert "Traceback" not in capsys.readouterr().err

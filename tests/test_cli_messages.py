@@ -136,7 +136,7 @@ def test_far_store_times_read_in_minutes_hours_and_days_with_their_date(
         assert run(capsys, "--url", url, "claim", job, "--owner", "me", "--ttl", str(ttl))[0] == 0
     code, out, _ = run(capsys, "--url", url, "ls", "--order", "expiry")
     assert code == 0
-    rows = (re.fullmatch(r"(\S+)\s+leased\s+me\s+1\s+(.+?)\s+1", line) for line in out.splitlines()[2:])
+    rows = (re.fullmatch(r"(\S+)\s+leased\s+me\s+1\s+(.+?\))\s+1\s.*", line) for line in out.splitlines()[2:])
     expires = {row[1]: row[2] for row in rows if row}
     assert re.fullmatch(r"\d\d:\d\d:\d\d\.\d \(in 10 min\)", expires["minutes"]), expires
     assert re.fullmatch(r"\d\d:\d\d:\d\d\.\d \(in 2\.0 h\)", expires["hours"]), expires
@@ -146,7 +146,7 @@ def test_far_store_times_read_in_minutes_hours_and_days_with_their_date(
 def test_a_lease_in_json_has_no_deadline_on_the_commands_own_clock(url: str,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "--url", url, "-o", "json", "claim", "j", "--owner", "me", "--ttl", "30")
-    assert code == 0 and set(json.loads(out)) == {"job_id", "owner", "token", "expires_at", "ttl"}
+    assert code == 0 and set(json.loads(out)) == {"job_id", "owner", "token", "expires_at", "ttl", "attempt"}
     code, out, _ = run(capsys, "--url", url, "-o", "jsonl", "renew", "j", "--owner", "me", "--token", "1",
                        "--ttl", "30")
-    assert code == 0 and set(json.loads(out)) == {"job_id", "owner", "token", "expires_at", "ttl"}
+    assert code == 0 and set(json.loads(out)) == {"job_id", "owner", "token", "expires_at", "ttl", "attempt"}

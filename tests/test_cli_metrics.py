@@ -52,7 +52,8 @@ def test_metrics_count_jobs_by_state_and_rejections_since_start(exporter: tuple[
     url, address = exporter
     first = scrape(address)
     jobs = {dict(labels)["state"]: value for (name, labels), value in first.items() if name == "tenure_jobs"}
-    assert jobs == {"pending": 2, "leased": 2, "expired": 0, "completed": 1, "corrupt": 0}
+    assert jobs == {"pending": 2, "leased": 2, "expired": 0, "completed": 1, "corrupt": 0, "scheduled": 0,
+                    "parked": 0}
     assert first[("tenure_leases_expiring_soon", ())] == 1
     assert first[("tenure_store_up", ())] == 1
     # Every series exported from the start, at 0 (Prometheus's convention: rate() and absent() work).
@@ -94,7 +95,35 @@ def test_metrics_count_with_the_dashboards_snapshot(postgres_harness: Harness) -
             reads = count_reads(store)
             families: dict[str, Metric] = {m.name: m for m in collector.collect()}
             jobs = {s.labels["state"]: s.value for s in families["tenure_jobs"].samples}
-            assert jobs == {"pending": 2, "leased": 1, "expired": 0, "completed": 0, "corrupt": 0}
+            assert jobs == {"pending": 2, "leased": 1, "expired": 0, "completed": 0, "corrupt": 0, "scheduled": 0,
+                            "parked": 0}
             assert reads["summary"] == reads["jobs"] == reads["page"] == 0
+        finally:
+            collector.snapshot.close()
+
+
+def test_metrics_count_parked_and_scheduled_jobs_and_failures() -> None:
+    from prometheus_client.core import Metric
+
+    from tenure.cli.metrics import StoreCollector
+
+    with tenure.connect("memory://", clock=tenure.ManualClock()) as store:
+        store.submit("later", delay=60)
+        collector = StoreCollector(store, 60.0)
+        try:
+            store.fail(store.claim("poison", "w", 30), "boom")  # no limit: retried after the backoff
+            store.submit("spent", max_attempts=1)
+            store.fail(store.claim("spent", "w", 30), "boom")
+            with pytest.raises(tenure.StaleLease):
+                store.fail(tenure.Lease("spent", "w", 1, 0.0, 30), "again")  # refused: not counted
+            families: dict[str, Metric] = {m.name: m for m in collector.collect()}
+            jobs = {s.labels["state"]: s.value for s in families["tenure_jobs"].samples}
+            assert (jobs["scheduled"], jobs["parked"], jobs["pending"]) == (2, 1, 0)
+            assert [s.value for s in families["tenure_failures"].samples if s.name == "tenure_failures_total"] == [2]
+            stale = {tuple(s.labels.values()): s.value for s in families["tenure_rejections"].samples
+                     if s.name == "tenure_rejections_total" and s.labels["op"] == "fail"}
+            assert stale[("fail", "store", "job is not leased")] == 1
+            families = {m.name: m for m in collector.collect()}
+            assert [s.value for s in families["tenure_failures"].samples if s.name == "tenure_failures_total"] == [2]
         finally:
             collector.snapshot.close()

@@ -46,7 +46,11 @@ def test_the_command_line_examples_work_as_written(tmp_path: Path) -> None:
     assert '"reason"' not in done.stdout  # no rejections yet: the JSON list is empty
     with tenure.connect(f"sqlite:///{tmp_path / 'jobs.db'}") as store:
         states = {j.job_id: j.state.value for j in store.jobs()}
-    assert states == {"job-1": "completed", "job-2": "expired", "nightly-report": "completed"}
+    assert states == {"job-1": "completed", "job-2": "expired", "nightly-report": "completed",
+                      "job-3": "scheduled", "flaky": "scheduled"}
+    with tenure.connect(f"sqlite:///{tmp_path / 'jobs.db'}") as store:
+        flaky = store.get("flaky")
+    assert flaky is not None and (flaky.attempts, flaky.max_attempts, flaky.last_error) == (0, 2, "exit status 1")
 
 
 def test_the_stores_table_has_a_row_for_every_builtin_store_with_its_extra() -> None:

@@ -101,12 +101,13 @@ def test_success_completes_the_job_with_the_exit_status(url: str, tmp_path: Path
     assert json.loads(job.result or b"") == {"exit_status": 0}
 
 
-def test_failure_releases_the_job_and_returns_the_status(url: str, tmp_path: Path, store: tenure.Store) -> None:
+def test_failure_fails_the_job_and_returns_the_status(url: str, tmp_path: Path, store: tenure.Store) -> None:
+    # What the failure records (attempts, last error, the backoff) is in test_cli_lifecycle.py.
     proc, _ = start(url, tmp_path, "exit7")
     assert finish(proc)[0] == 7
     job = store.get("nightly")
-    assert job is not None and job.state is tenure.JobState.PENDING and job.token == 1
-    assert [e.op for e in store.history("nightly")][-1] is tenure.Op.RELEASE
+    assert job is not None and job.state in (tenure.JobState.PENDING, tenure.JobState.SCHEDULED) and job.token == 1
+    assert [e.op for e in store.history("nightly")][-1] is tenure.Op.FAIL
 
 
 def test_a_completed_job_does_not_run_again(url: str, tmp_path: Path, store: tenure.Store) -> None:

@@ -4,6 +4,7 @@ audit records' JSON, read in today's shape and in the shape etcd wrote before.""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import sys
 import unicodedata
@@ -92,24 +93,38 @@ def test_rejections_round_trip_with_one_set_of_field_names() -> None:
     fields = codec.rejection_fields(REJECTION)
     assert set(fields) == {"job_id", "op", "owner", "token", "current_owner", "current_token", "at",
                            "reason", "kind", "resource"}
-    assert codec.rejection("k", fields) == (REJECTION, True)
+    assert codec.rejection("k", fields) == REJECTION
 
 
 def test_etcds_earlier_rejection_shape_still_reads() -> None:
     old = {"job": "j", "op": "renew", "owner": "w", "token": 2, "current_owner": "v", "current_token": 3,
            "at": 12.5, "reason": None, "kind": "store", "resource": None}  # a stub, as etcd wrote it
-    rejection, complete = codec.rejection("k", old)
-    assert not complete and rejection.job_id == "j" and rejection.reason == codec.UNKNOWN_REASON
+    rejection = codec.rejection("k", old)
+    assert rejection.job_id == "j" and rejection.reason == codec.UNKNOWN_REASON
 
 
-def test_events_take_the_stores_token_only_when_they_name_none() -> None:
-    event = HistoryEvent("j", Op.SUBMIT, None, 0, 1.0, None)
-    assert codec.event("k", codec.event_fields(event, 0), "j", token=99) == event
-    assert codec.event("k", codec.event_fields(event, None), "j", token=99).token == 99
-    with pytest.raises(CorruptRecord):
-        codec.event("k", codec.event_fields(event, None), "j")
-    with pytest.raises(CorruptRecord):
-        codec.event("k", {**codec.event_fields(event, 0), "op": "dance"}, "j")
+EVENT = HistoryEvent("j", Op.CLAIM, "w", 7, 1.0, 31.0)
+
+
+def test_events_round_trip_with_one_set_of_field_names() -> None:
+    fields = codec.event_fields(EVENT)
+    assert set(fields) == {"job_id", "op", "owner", "token", "at", "expires_at"}
+    assert codec.event("k", fields) == EVENT
+
+
+@pytest.mark.parametrize(("name", "value"), [("op", "dance"), ("token", None), ("token", "7"), ("job_id", None),
+                                             ("at", None)])
+def test_an_event_missing_or_with_a_bad_field_is_corrupt(name: str, value: object) -> None:
+    with pytest.raises(CorruptRecord) as caught:
+        codec.event("k", {**codec.event_fields(EVENT), name: value})
+    assert caught.value.key == "k"
+
+
+def test_the_audit_pairs_have_one_shape() -> None:
+    # x_fields(value) -> the JSON object; x(key, fields) -> the value: the same parameters for both pairs.
+    for read, write in ((codec.rejection, codec.rejection_fields), (codec.event, codec.event_fields)):
+        assert list(inspect.signature(read).parameters) == ["key", "d"]
+        assert len(inspect.signature(write).parameters) == 1
 
 
 def test_a_listed_status_is_the_status_the_general_way_builds() -> None:

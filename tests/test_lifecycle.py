@@ -114,3 +114,24 @@ def test_a_listing_judges_a_job_with_a_life_cycle_as_a_read_does() -> None:
         assert listed == transitions.status(rec, now)
     read = codec.job_record("k", "j", "pending", None, 0, None, None, NOW, None, None, None, 1, None)
     assert (read.attempts, read.max_attempts, read.claimable_at) == (0, None, None)  # a record from before
+
+
+class _SteppedClock(tenure.ManualClock):
+    """A wall clock an administrator may step back (time() only; monotonic stays monotonic)."""
+
+    def step_back(self, seconds: float) -> None:
+        self._stepped = getattr(self, "_stepped", 0.0) + seconds
+
+    def time(self) -> float:
+        return super().time() - getattr(self, "_stepped", 0.0)
+
+
+def test_a_memory_store_hands_out_a_pending_job_after_its_clock_stepped_back() -> None:
+    clock = _SteppedClock()
+    with tenure.connect("memory://", clock=clock) as store:
+        store.submit("ready")
+        store.submit("later", delay=60)
+        clock.step_back(5)
+        lease = store.claim_next(owner="a", ttl=10)
+        assert lease is not None and lease.job_id == "ready"  # queued "in the future" now, still due
+        assert store.claim_next(owner="a", ttl=10) is None  # a scheduled job still waits for its time

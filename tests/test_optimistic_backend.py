@@ -17,8 +17,9 @@ import pytest
 
 import tenure
 from tenure.core import contention, transitions
-from tenure.core.backend import Characteristics, RecordBackend, Transaction
+from tenure.core.backend import Characteristics, RecordBackend
 from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Rejection
+from tenure.core.transaction import Transaction
 
 
 class CasTransaction(Transaction):

@@ -1,217 +1,82 @@
-"""A third-party backend, written here on tenure's public RecordBackend API, passes the shipped suite.
+"""The backend of docs/backends/writing-a-backend.md, exactly as the page shows it, passes the
+shipped conformance suite.
 
-``jsonfile:///path/to/store.json`` keeps every record in one JSON file, locked with ``flock`` for
-each transaction, so processes on one machine share it. It is the backend that
-docs/backends/writing-a-backend.md builds step by step; keep the two in step.
+The page's ``python`` blocks, in order, are one file; this module runs them as its own code
+(``exec`` in its namespace), so the example has no copy to drift from. Lines outside the
+blocks are left blank: a traceback names the page and its line. The suite's child processes
+import this module by name (``register_backend`` records ``tests.test_third_party_backend``),
+which runs the page's code again there.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import fcntl
-import json
+import ast
+import importlib.util
 import os
-import threading
-import time
-from collections.abc import Iterator
+import re
+import subprocess
+import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-import tenure
-import tenure.testing
-from tenure.core import audit, codec
-from tenure.core.options import Options, StoreURL
-from tenure.core.records import JobRecord
-from tenure.core.transitions import is_next, status
-from tenure.testing.kit import Tampering
+from tests.harness import in_ci
 
-RETENTION = 10_000  # rejections and history events kept
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "backends" / "writing-a-backend.md"
+_FENCE = re.compile(r"^```(\w*)\s*$")
+# What a backend author may import of tenure: the page promises these three and nothing else.
+PUBLIC = {"tenure", "tenure.backend", "tenure.testing"}
 
 
-class JsonFileBackend(tenure.RecordBackend):
-    characteristics = tenure.Characteristics(
-        name="jsonfile",
-        store_clock="the machine's wall clock (time.time), or the clock passed to connect()",
-        shared_between_processes=True,  # every process locks the same file
-        tls_options=None,  # sends nothing over a network
-    )
-
-    def __init__(self, path: Path, clock: tenure.Clock | None) -> None:
-        self.path = path
-        self.clock = clock
-        self._threads = threading.Lock()  # flock() orders processes; this orders our own threads
-
-    @classmethod
-    def from_url(cls, url: StoreURL, options: Options, clock: tenure.Clock | None) -> JsonFileBackend:
-        options.finish()  # no options: anything in the query string is refused by name
-        if not url.path or url.path.endswith("/"):
-            raise tenure.InvalidArgument("a jsonfile:// URL names a file: jsonfile:///path/to/store.json")
-        return cls(Path(url.path), clock)
-
-    def now(self) -> float:
-        return self.clock.time() if self.clock is not None else time.time()
-
-    # -- the one atomic step ------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[dict[str, Any]]:
-        with self._threads, open(f"{self.path}.lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield json.loads(self.path.read_text()) if self.path.exists() else {
-                    "jobs": {}, "rejections": [], "events": []}
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-
-    def _write(self, data: dict[str, Any]) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            f.write(json.dumps(data))  # dumps runs in C; dump() to a file streams in Python
-            f.flush()
-            os.fsync(f.fileno())  # a claim is acknowledged only once it would survive a crash
-        os.replace(tmp, self.path)  # readers see the old file or the new one, never half of one
-
-    @contextlib.contextmanager
-    def transaction(self, fresh: bool = False) -> Iterator[tenure.Transaction]:
-        # A locking store: every load reads the file, so ``fresh`` (a retry's) changes nothing.
-        with self._locked() as data:
-            tx = JsonTransaction(data, self.now())
-            yield tx  # an exception here leaves the file as it was: nothing is written
-            data["rejections"] = (data["rejections"] + tx.rejections)[-RETENTION:]
-            data["events"] = (data["events"] + tx.events)[-RETENTION:]
-            self._write(data)
-
-    # -- reads --------------------------------------------------------------------------------
-    def _snapshot(self) -> dict[str, Any]:
-        with self._locked() as data:
-            return data
-
-    def get(self, job_id: str) -> tenure.JobStatus | None:
-        stored = self._snapshot()["jobs"].get(job_id)
-        return None if stored is None else _status(job_id, stored, self.now())
-
-    def jobs(self) -> Iterator[tenure.JobStatus]:
-        now = self.now()
-        return iter([_status(job_id, stored, now) for job_id, stored in self._snapshot()["jobs"].items()])
-
-    def rejections(self, since: float | None, limit: int | None) -> list[tenure.Rejection]:
-        newest_first = audit.readable(reversed(self._snapshot()["rejections"]), _rejection)
-        return audit.select(newest_first, since, limit)  # oldest first, the last ``limit`` of them
-
-    def history(self, job_id: str | None, since: float | None, limit: int | None) -> list[tenure.HistoryEvent]:
-        newest_first = audit.readable(reversed(self._snapshot()["events"]), _event)
-        return audit.select(newest_first, since, limit, None if job_id is None else lambda e: e.job_id == job_id)
+def example(text: str) -> str:
+    """The page's ``python`` blocks as one module, each line where it stands on the page."""
+    lines, block = [], None  # block: the language of the fenced block a line is in; None in prose
+    for line in text.splitlines():
+        fence = _FENCE.match(line)
+        if block is None and fence:
+            block = fence.group(1)
+            lines.append("")
+        elif block is not None and line.strip() == "```":
+            block = None
+            lines.append("")
+        else:
+            lines.append(line if block == "python" else "")
+    return "\n".join(lines) + "\n"
 
 
-class JsonTransaction(tenure.Transaction):
-    def __init__(self, data: dict[str, Any], now: float) -> None:
-        self.data = data
-        self.now = now
-        self.rejections: list[dict[str, Any]] = []
-        self.events: list[dict[str, Any]] = []
-
-    def load(self, job_id: str) -> JobRecord | None:
-        stored = self.data["jobs"].get(job_id)
-        return None if stored is None else _decode(job_id, stored)
-
-    def save(self, record: JobRecord) -> None:
-        self.data["jobs"][record.job_id] = _encode(record)
-
-    def next_claimable(self) -> str | None:
-        # An expired lease first (its work is overdue), soonest expiry first; then the oldest pending job.
-        # Never a corrupt record, nor one whose token no claim can follow (transitions.is_next).
-        expired, pending = [], []
-        for job_id, stored in self.data["jobs"].items():
-            with contextlib.suppress(tenure.CorruptRecord):
-                rec = _decode(job_id, stored)
-                if not is_next(rec, self.now):
-                    continue
-                if rec.state is tenure.JobState.LEASED and rec.lease_until is not None:
-                    expired.append((rec.lease_until, job_id))
-                else:
-                    pending.append((rec.claimable_at or rec.submitted_at or 0.0, job_id))  # a delay queues it later
-        return min(expired or pending, default=(0.0, None))[1]
-
-    def add_rejection(self, rejection: tenure.Rejection) -> None:
-        self.rejections.append(codec.rejection_fields(rejection))
-
-    def add_event(self, event: tenure.HistoryEvent) -> None:
-        self.events.append({"job_id": event.job_id, **codec.event_fields(event, event.token)})
+SOURCE = example(PAGE.read_text())
+exec(compile(SOURCE, str(PAGE), "exec"), globals())  # the page's code, defined in this module
 
 
-# -- records as JSON: tenure's own codec checks what is read -----------------------------------
-def _encode(rec: JobRecord) -> dict[str, Any]:
-    return {**dataclasses.asdict(rec), "state": rec.state.value, "result": codec.result_text(rec.result)}
+def test_the_page_imports_only_the_public_namespaces() -> None:
+    used = set()
+    for node in ast.walk(ast.parse(SOURCE)):
+        if isinstance(node, ast.ImportFrom):
+            used.add(node.module or "")
+        elif isinstance(node, ast.Import):
+            used.update(alias.name for alias in node.names)
+    of_tenure = {name for name in used if name == "tenure" or name.startswith("tenure.")}
+    assert of_tenure == PUBLIC, of_tenure
+    assert "tenure.core" not in SOURCE
 
 
-def _decode(job_id: str, stored: Any) -> JobRecord:
-    """The record, or CorruptRecord for anything this backend did not write: never guessed at."""
-    if not isinstance(stored, dict):
-        raise tenure.CorruptRecord(job_id, "not a JSON object")
-    fields = ("state", "owner", "token", "lease_until", "ttl", "submitted_at", "claimed_at", "renewed_at",
-              "completed_at", "runs")
-    return codec.job_record(job_id, job_id, *(stored.get(f) for f in fields),
-                            codec.result_bytes(job_id, stored.get("result")),
-                            **{f: stored.get(f) for f in codec.LIFE_FIELDS})  # attempts, delays ...
+def test_the_page_holds_the_whole_backend_and_its_test() -> None:
+    defined = globals()
+    assert defined["JsonFileBackend"].__module__ == __name__  # the page's class, run here
+    assert {"JsonFileBackend", "JsonTransaction", "TestJsonFileStore"} <= set(defined)
+    assert len(SOURCE.splitlines()) == len(PAGE.read_text().splitlines())  # line numbers are the page's
 
 
-def _status(job_id: str, stored: Any, now: float) -> tenure.JobStatus:
-    try:
-        return status(_decode(job_id, stored), now)  # judges "expired" by the store's clock
-    except tenure.CorruptRecord as exc:
-        return codec.corrupt_status(job_id, job_id, exc)
-
-
-def _rejection(stored: dict[str, Any]) -> tenure.Rejection:
-    return codec.rejection("rejections", stored)[0]
-
-
-def _event(stored: dict[str, Any]) -> tenure.HistoryEvent:
-    return codec.event("events", stored, stored.get("job_id", ""))
-
-
-# -- the test: the whole suite, through the public registration ---------------------------------
-tenure.register_backend("jsonfile", JsonFileBackend)
-
-
-class TestJsonFileStore(tenure.testing.ConformanceSuite):
-    @pytest.fixture
-    def store_url(self, tmp_path: Path) -> str:
-        return f"jsonfile://{tmp_path}/store.json"
-
-    @pytest.fixture
-    def connect_options(self) -> dict[str, Any]:
-        return {"clock": tenure.ManualClock()}  # expiry without sleeping, where a test allows it
-
-    @pytest.fixture
-    def corrupt_record(self) -> Any:
-        def corrupt(store: tenure.Store, job_id: str) -> None:
-            path = store.backend.path  # type: ignore[attr-defined]
-            data = json.loads(path.read_text())
-            data["jobs"][job_id] = {"state": "bogus", "token": "x"}
-            path.write_text(json.dumps(data))
-
-        return corrupt
-
-    @pytest.fixture
-    def plant_raw_record(self) -> Any:
-        def plant(store: tenure.Store, job_id: str, tampering: Tampering) -> bool:
-            if tampering in (Tampering.BINARY_ID, Tampering.UNDECODABLE_ID):
-                return False  # JSON keys are text
-            store.submit(job_id)
-            path = store.backend.path  # type: ignore[attr-defined]
-            data = json.loads(path.read_text())
-            record = data["jobs"].pop(job_id)
-            if tampering is Tampering.UNREADABLE:
-                record = ["not", "a", "record"]
-            elif tampering is Tampering.NEWLINE_ID:
-                job_id = job_id + "\nx"
-            else:
-                record["token"] = 2**63 - 1 if tampering is Tampering.TOP_TOKEN else 2**63 - 2
-            data["jobs"][job_id] = record
-            path.write_text(json.dumps(data))
-            return True
-
-        return plant
+@pytest.mark.slow
+def test_the_page_type_checks_as_a_reader_would_copy_it(tmp_path: Path) -> None:
+    # A newcomer copies the blocks into jsonfile.py: mypy --strict passes on it as it stands.
+    if importlib.util.find_spec("mypy") is None:
+        missing = "mypy is not installed here (pip install --group lint)"
+        if in_ci():
+            pytest.fail(missing)
+        pytest.skip(missing)
+    (tmp_path / "jsonfile.py").write_text(SOURCE.lstrip("\n"))
+    done = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", "jsonfile.py"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "MYPYPATH": str(PAGE.parents[2])})
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]

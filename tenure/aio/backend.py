@@ -105,6 +105,10 @@ class AsyncBackend(abc.ABC):
     @abc.abstractmethod
     async def now(self) -> float: ...
 
+    async def next_due(self) -> float | None:
+        """As ``tenure.core.backend.Backend.next_due``; this default: None (no I/O)."""
+        return None
+
     @abc.abstractmethod
     async def summary(self, now: float, soon: float) -> Summary: ...
 
@@ -212,6 +216,11 @@ class ThreadedBackend(AsyncBackend):
 
     async def now(self) -> float:
         return await self._call(self.sync.now)
+
+    async def next_due(self) -> float | None:
+        if type(self.sync).next_due is Backend.next_due:
+            return None  # the default tells nothing: no hop to the worker for it
+        return await self._call(self.sync.next_due)
 
     async def summary(self, now: float, soon: float) -> Summary:
         return await self._call(self.sync.summary, now, soon)

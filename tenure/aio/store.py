@@ -137,6 +137,8 @@ class AsyncStore:
                 elif isinstance(step, waiting.Sleep):
                     await asyncio.sleep(step.seconds)
                     outcome = None
+                elif isinstance(step, waiting.NextDue):
+                    outcome = await self.backend.next_due()
                 else:
                     outcome = await self.backend.now()
                 step = steps.send(outcome)
@@ -299,8 +301,7 @@ class AsyncStore:
         return await self.backend.now()
 
     async def health(self) -> dict[str, Any]:
-        facts = await self.backend.health()
-        return {**facts, "warnings": "; ".join(self.warnings)} if self.warnings else facts
+        return checks.health(await self.backend.health(), self.backend.characteristics, self.warnings)
 
     # -- operators and destinations ------------------------------------------------------
     async def force_expire(self, job_id: str, *, token: int | None = None, actor: str | None = None) -> None:

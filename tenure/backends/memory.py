@@ -14,10 +14,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from tenure.core import audit
-from tenure.core.backend import Characteristics, RecordBackend, Transaction
+from tenure.core.backend import Characteristics, Durability, RecordBackend
 from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Rejection
+from tenure.core.transaction import Transaction
 from tenure.core.transitions import candidate_at, status
 
 
@@ -27,15 +28,42 @@ class _State:
         self.lock = threading.RLock()
         self.records: dict[str, JobRecord] = {}
         # Indexes for claim_next, so it costs the same with 100,000 jobs as with 10:
-        # Heaps: leases by their end, (time, job id); pending jobs by when they became (or
-        # become, if scheduled) claimable, (time, order of queueing, job id). Stale entries are
-        # skipped when they come up, rather than searched for on every renewal.
+        # Heaps: leases by their end, (time, job id); pending jobs by when they became claimable
+        # (ready) or become so (scheduled), (time, order of queueing, job id). Stale entries are
+        # skipped when they come up, rather than searched for on every renewal. A ready job is
+        # never held back by its time: a clock stepped back must not hide it.
         self.expiries: list[tuple[float, str]] = []
-        self.queue: list[tuple[float, int, str]] = []
-        self.queued: dict[str, float] = {}  # a pending job's time in the queue: its entry's
+        self.ready: list[tuple[float, int, str]] = []
+        self.scheduled: list[tuple[float, int, str]] = []
+        self.queued: dict[str, int] = {}  # a pending job's current entry, by its order of queueing
         self.queueings = 0
         self.rejections: deque[Rejection] = deque(maxlen=retention)
         self.events: deque[HistoryEvent] = deque(maxlen=retention)
+
+    # The heads of the heaps, once the stale entries there are dropped; the lock is held.
+    def lease_head(self) -> tuple[float, str] | None:
+        heap, records = self.expiries, self.records
+        while heap:
+            until, job_id = heap[0]
+            rec = records.get(job_id)
+            if rec is None or candidate_at(rec) != until or rec.state is not JobState.LEASED:
+                heapq.heappop(heap)  # superseded by a renewal, claim, release or completion
+                continue
+            return until, job_id
+        return None
+
+    def queue_head(self, queue: list[tuple[float, int, str]]) -> tuple[float, int, str] | None:
+        while queue:
+            if self.queued.get(queue[0][2]) != queue[0][1]:
+                heapq.heappop(queue)  # claimed, completed or queued again since
+                continue
+            return queue[0]
+        return None
+
+    def enqueue(self, job_id: str, at: float, scheduled: bool) -> None:
+        self.queueings += 1
+        self.queued[job_id] = self.queueings
+        heapq.heappush(self.scheduled if scheduled else self.ready, (at, self.queueings, job_id))
 
 
 _NAMED: dict[str, _State] = {}
@@ -59,24 +87,12 @@ class _MemoryTransaction(Transaction):
     def next_claimable(self) -> str | None:
         # Expired leases first, soonest expiry first, then pending jobs in the order they became
         # claimable (a scheduled job joins the queue when its time comes).
-        heap, records = self._s.expiries, self._s.records
-        while heap:
-            until, job_id = heap[0]
-            rec = records.get(job_id)
-            if rec is None or candidate_at(rec) != until or rec.state is not JobState.LEASED:
-                heapq.heappop(heap)  # superseded by a renewal, claim, release or completion
-                continue
-            if until <= self.now:
-                return job_id
-            break
-        queue, queued = self._s.queue, self._s.queued
-        while queue:
-            at, _, job_id = queue[0]
-            if queued.get(job_id) != at:
-                heapq.heappop(queue)  # claimed, completed or queued again since
-                continue
-            return job_id if at <= self.now else None
-        return None
+        lease = self._s.lease_head()
+        if lease is not None and lease[0] <= self.now:
+            return lease[1]
+        due = self._s.queue_head(self._s.scheduled)
+        heads = [h for h in (self._s.queue_head(self._s.ready), due if due and due[0] <= self.now else None) if h]
+        return min(heads)[2] if heads else None
 
     def add_rejection(self, rejection: Rejection) -> None:
         self._rejections.append(rejection)
@@ -89,11 +105,7 @@ class _MemoryTransaction(Transaction):
             self._s.records[job_id] = rec
             at = candidate_at(rec)
             if rec.state is JobState.PENDING:
-                at = self.now if at is None else at
-                if self._s.queued.get(job_id) != at:
-                    self._s.queued[job_id] = at
-                    self._s.queueings += 1
-                    heapq.heappush(self._s.queue, (at, self._s.queueings, job_id))
+                self._s.enqueue(job_id, self.now if at is None else at, at is not None)
                 continue
             self._s.queued.pop(job_id, None)
             if at is not None:
@@ -106,6 +118,7 @@ class MemoryBackend(RecordBackend):
     characteristics = Characteristics(
         name="memory",
         store_clock="the clock passed to connect() (the process's own by default)",
+        durability=Durability.VOLATILE,  # Python objects in this process
         shared_between_processes=False,
         max_result_bytes=64 * 1024 * 1024,  # bounded by memory alone; this keeps one result sane
         tls_options=None,
@@ -161,6 +174,14 @@ class MemoryBackend(RecordBackend):
 
     def now(self) -> float:
         return self._state.clock.time()
+
+    def next_due(self) -> float | None:
+        with self._state.lock:
+            now = self.now()
+            # A head already due is claim_next's to take; behind it, the heap cannot tell.
+            heads = [head[0] for head in (self._state.lease_head(), self._state.queue_head(self._state.scheduled))
+                     if head is not None and head[0] > now]
+            return min(heads) - now if heads else None
 
     def health(self) -> dict[str, Any]:
         with self._state.lock:

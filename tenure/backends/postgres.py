@@ -25,7 +25,7 @@ from psycopg import sql
 from tenure.backends.postgres_connection import Settings, Watchdog, connection_error, open_pool, pool_only_waited
 from tenure.backends.postgres_ops import ATTEMPTS, Plan, Plans, Query, Trims, outraced_by, rerun_after, run_sync
 from tenure.backends.postgres_schema import check_durability, check_schema_name, migrate
-from tenure.core.backend import Backend, Characteristics
+from tenure.core.backend import Backend, Characteristics, Durability
 from tenure.core.clock import Clock
 from tenure.core.errors import BackendUnavailable, InvalidArgument
 from tenure.core.lifecycle import Retry
@@ -89,6 +89,7 @@ class PostgresBackend(Backend):
     characteristics = Characteristics(
         name="postgres",
         store_clock="the PostgreSQL server's clock (clock_timestamp(), read inside each deciding statement)",
+        durability=Durability.FSYNC,  # fsync=off refused, synchronous_commit=on (postgres_schema)
         min_ttl=0.1,  # a held lease renews every TTL/3, each renewal a round trip and a commit
         # libpq's prefer (its default) and allow fall back to clear text: they do not count.
         tls_options=("sslmode=require", "sslmode=verify-ca", "sslmode=verify-full"),

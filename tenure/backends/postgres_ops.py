@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from tenure.backends import postgres_sql as q
 from tenure.backends.postgres_connection import retryable
 from tenure.core import codec, contention, transitions
-from tenure.core.backend import corrupt_status
+from tenure.core.codec import corrupt_status
 from tenure.core.errors import CorruptRecord, JobNotFound, Outraced, StaleLease, TokenChanged
 from tenure.core.lifecycle import Retry
 from tenure.core.queries import fold

@@ -31,7 +31,7 @@ from typing import Any
 
 from tenure.backends.sqlite_clock import RESOLUTION, MachineClock, refuse_network_filesystem
 from tenure.core import codec
-from tenure.core.backend import Characteristics, RecordBackend, Transaction
+from tenure.core.backend import Characteristics, Durability, RecordBackend
 from tenure.core.clock import Clock
 from tenure.core.codec import corrupt_status
 from tenure.core.errors import BackendUnavailable, CorruptRecord, InvalidArgument, StoreNotFound
@@ -47,16 +47,23 @@ from tenure.core.records import (
     RejectionKind,
     Summary,
 )
+from tenure.core.transaction import Transaction
 from tenure.core.transitions import status
 from tenure.core.validation import LAST_TOKEN, MAX_JOB_ID, refused_class
 
-SCHEMA_VERSION = "1"
+# 2: the job life cycle's columns (issue 28) and the state 'parked'. A store of schema 1 is
+# upgraded in place when opened (``_upgrade``); a version of tenure that reads only 1 refuses
+# the upgraded file rather than claim a scheduled job early or a parked one as corrupt.
+SCHEMA_VERSION = "2"
+_UPGRADES_FROM = ("1",)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tenure_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tenure_jobs (
     job_id TEXT PRIMARY KEY, state TEXT NOT NULL, owner TEXT, token INTEGER NOT NULL,
     lease_until REAL, ttl REAL, submitted_at REAL, claimed_at REAL, renewed_at REAL,
-    completed_at REAL, runs INTEGER NOT NULL, result BLOB, queued_at REAL);
+    completed_at REAL, runs INTEGER NOT NULL, result BLOB, queued_at REAL,
+    attempts INTEGER NOT NULL DEFAULT 0, max_attempts INTEGER, last_error TEXT, claimable_at REAL,
+    failed_at REAL);
 CREATE INDEX IF NOT EXISTS tenure_jobs_leased ON tenure_jobs (lease_until) WHERE state = 'leased';
 CREATE TABLE IF NOT EXISTS tenure_rejections (
     id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, op TEXT NOT NULL,
@@ -70,16 +77,33 @@ CREATE TABLE IF NOT EXISTS tenure_events (
 CREATE INDEX IF NOT EXISTS tenure_events_job ON tenure_events (job_id, id);
 CREATE INDEX IF NOT EXISTS tenure_events_at ON tenure_events (at);
 """
-# Pending jobs queue by the time they became pending (submitted, or released): ``queued_at``,
-# added to stores made before it (``_setup``); rows an older version wrote have none and
-# queue by their submission time.
-_QUEUE = """
-CREATE INDEX IF NOT EXISTS tenure_jobs_queued ON tenure_jobs (coalesce(queued_at, submitted_at))
-    WHERE state = 'pending';
+# Columns added after the table was first shipped, with what a row written before them reads
+# as (``_setup`` adds those a store lacks): ``queued_at``, the time a pending job became
+# claimable (none: its submission time); the life cycle's (issue 28): attempts 0, no limit,
+# claimable now.
+_ADDED_COLUMNS = (("queued_at", "REAL"), ("attempts", "INTEGER NOT NULL DEFAULT 0"), ("max_attempts", "INTEGER"),
+                  ("last_error", "TEXT"), ("claimable_at", "REAL"), ("failed_at", "REAL"))
+# A lease that may yet become claimable by its end alone (transitions.candidate_at): not one on
+# the job's last allowed attempt, which is parked when it runs out, and must not be walked past
+# by every claim_next.
+_NOT_SPENT = "(max_attempts IS NULL OR attempts < max_attempts)"
+# claim_next's candidates (transitions.candidate_at), each through a partial index, so that it
+# costs the same with 100,000 jobs as with 10, whatever their states: leases by their end;
+# pending jobs claimable now by the time they became so (``queued_at``); scheduled ones by
+# their ``claimable_at``, the time they join the queue. Those that replaced older indexes are
+# dropped.
+_QUEUE = f"""
+CREATE INDEX IF NOT EXISTS tenure_jobs_expiring ON tenure_jobs (lease_until) WHERE state = 'leased' AND {_NOT_SPENT};
+CREATE INDEX IF NOT EXISTS tenure_jobs_ready ON tenure_jobs (coalesce(queued_at, submitted_at))
+    WHERE state = 'pending' AND claimable_at IS NULL;
+CREATE INDEX IF NOT EXISTS tenure_jobs_scheduled ON tenure_jobs (claimable_at)
+    WHERE state = 'pending' AND claimable_at IS NOT NULL;
 DROP INDEX IF EXISTS tenure_jobs_pending;
+DROP INDEX IF EXISTS tenure_jobs_queued;
 """
 _JOB_COLUMNS = ("job_id, state, owner, token, lease_until, ttl, submitted_at, claimed_at, "
-                "renewed_at, completed_at, runs, result")
+                "renewed_at, completed_at, runs, result, " + ", ".join(codec.LIFE_FIELDS))
+_BASE_COLUMNS = 12  # those codec.job_record takes by position; the life cycle's follow, by name
 _TRIM_EVERY = 256  # trim audit tables once per this many inserts, not on every write
 _NO_BOOT_ID = "clock_offset:no-boot-id"  # value: "<offset> <highest boot clock reading seen>"
 
@@ -120,7 +144,8 @@ def _after(job_id: Any) -> tuple[str, Any]:
 
 
 def _decode(row: tuple[Any, ...]) -> JobRecord:
-    return codec.job_record(codec.key_of("tenure_jobs", row[0]), *row)
+    return codec.job_record(codec.key_of("tenure_jobs", row[0]), *row[:_BASE_COLUMNS],
+                            **dict(zip(codec.LIFE_FIELDS, row[_BASE_COLUMNS:], strict=True)))
 
 
 class _SQLiteTransaction(Transaction):
@@ -135,28 +160,22 @@ class _SQLiteTransaction(Transaction):
         return None if row is None else _decode(row)
 
     def save(self, r: JobRecord) -> None:
-        queued = None
-        if r.state is JobState.PENDING:  # still pending: keep its place; newly pending: now
-            row = self._db.execute("SELECT coalesce(queued_at, submitted_at) FROM tenure_jobs "
-                                   "WHERE job_id = ? AND state = 'pending'", (r.job_id,)).fetchone()
-            queued = self.now if row is None else row[0]
+        # A pending job queues when it becomes claimable: now, or at its claimable_at if it is
+        # scheduled (as memory's queue: a requeue queues the job again).
+        queued = None if r.state is not JobState.PENDING else self.now if r.claimable_at is None else r.claimable_at
         self._db.execute(
-            f"INSERT OR REPLACE INTO tenure_jobs ({_JOB_COLUMNS}, queued_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (r.job_id, r.state.value, r.owner, r.token, r.lease_until, r.ttl, r.submitted_at,
-             r.claimed_at, r.renewed_at, r.completed_at, r.runs, r.result, queued))
+            f"INSERT OR REPLACE INTO tenure_jobs ({_JOB_COLUMNS}, queued_at) VALUES ({', '.join('?' * 18)})",
+            (r.job_id, r.state.value, r.owner, r.token, r.lease_until, r.ttl, r.submitted_at, r.claimed_at,
+             r.renewed_at, r.completed_at, r.runs, r.result, r.attempts, r.max_attempts, r.last_error,
+             r.claimable_at, r.failed_at, queued))
 
     def next_claimable(self) -> str | None:
-        # Expired leases first (their work is overdue), then pending jobs in the order they
-        # became pending; both through partial indexes, so the cost does not grow with
-        # completed jobs. A row that is not tenure's (_VALID), or whose token no claim can
-        # follow, is passed over, as the other stores pass over one they cannot read: it never
-        # blocks the queue behind it.
-        row = self._db.execute(
-            f"SELECT job_id FROM tenure_jobs WHERE state = 'leased' AND lease_until <= ? AND {_NEXT} "
-            "ORDER BY lease_until LIMIT 1", (self.now,)).fetchone()
-        if row is None:
-            row = self._db.execute(f"SELECT job_id FROM tenure_jobs WHERE state = 'pending' AND {_NEXT} "
-                                   "ORDER BY coalesce(queued_at, submitted_at) LIMIT 1").fetchone()
+        # transitions.candidate_at's rule in one statement of three index probes (_QUEUE),
+        # the best of each: expired leases first (their work is overdue), soonest expiry
+        # first; then pending jobs in the order they became claimable. A row that is not
+        # tenure's (_VALID), or whose token no claim can follow, is passed over, as the other
+        # stores pass over one they cannot read: it never blocks the queue behind it.
+        row = self._db.execute(CLAIM_NEXT_SQL, {"now": self.now}).fetchone()
         return None if row is None else str(row[0])
 
     def add_rejection(self, r: Rejection) -> None:
@@ -208,6 +227,7 @@ class SQLiteBackend(RecordBackend):
     characteristics = Characteristics(
         name="sqlite",
         store_clock="the machine's boot clock (shared by every process on the machine)",
+        durability=Durability.FSYNC,  # synchronous=FULL or EXTRA; NORMAL only when told it may lose writes
         min_ttl=0.05,  # a held lease renews every TTL/3, each renewal a commit that waits for fsync
         max_result_bytes=64 * 1024 * 1024,  # far below SQLite's 1 GB blob limit
         tls_options=None,
@@ -249,24 +269,29 @@ class SQLiteBackend(RecordBackend):
             try:
                 for statement in filter(str.strip, _SCHEMA.split(";")):
                     self._db.execute(statement)
-                columns = {row[1] for row in self._db.execute("PRAGMA table_info(tenure_jobs)")}
-                if "queued_at" not in columns:  # a store made before the column: add it
-                    self._db.execute("ALTER TABLE tenure_jobs ADD COLUMN queued_at REAL")
-                for statement in filter(str.strip, _QUEUE.split(";")):
-                    self._db.execute(statement)
-                version = self._meta("schema_version")
-                if version is None:
-                    self._db.execute("INSERT INTO tenure_meta VALUES ('schema_version', ?)",
-                                     (SCHEMA_VERSION,))
-                elif version != SCHEMA_VERSION:
-                    raise InvalidArgument(f"{self.path} has tenure schema {version}, "
-                                          f"this version reads {SCHEMA_VERSION}")
+                self._upgrade()
                 if self._machine is not None:
                     self._machine.offset = self._boot_offset(self._machine)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
+
+    def _upgrade(self) -> None:
+        """Bring a store an older version made up to this schema, in place: the columns it
+        lacks (rows read with their defaults), the queue's indexes. Idempotent, and inside
+        ``_setup``'s transaction, so concurrent openers upgrade once."""
+        version = self._meta("schema_version")
+        if version is not None and version != SCHEMA_VERSION and version not in _UPGRADES_FROM:
+            raise InvalidArgument(f"{self.path} has tenure schema {version}, this version reads {SCHEMA_VERSION}")
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(tenure_jobs)")}
+        for name, kind in _ADDED_COLUMNS:
+            if name not in columns:
+                self._db.execute(f"ALTER TABLE tenure_jobs ADD COLUMN {name} {kind}")
+        for statement in filter(str.strip, _QUEUE.split(";")):
+            self._db.execute(statement)
+        if version != SCHEMA_VERSION:
+            self._db.execute("INSERT OR REPLACE INTO tenure_meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
 
     def _boot_offset(self, machine: MachineClock) -> float:
         """One epoch offset per boot, shared by every process through the file.
@@ -393,6 +418,12 @@ class SQLiteBackend(RecordBackend):
     def now(self) -> float:
         return self._clock.time()
 
+    def next_due(self) -> float | None:
+        now = self.now()
+        ((at,),) = self._query(_DUE_SQL, {"now": now})
+        # (A row that is not tenure's may hold text there, which SQLite orders after numbers.)
+        return at - now if isinstance(at, (int, float)) else None
+
     def health(self) -> dict[str, Any]:
         size = sum(os.path.getsize(p) for p in (self.path, self.path + "-wal") if os.path.exists(p))
         counts = dict(self._query("SELECT state, count(*) FROM tenure_jobs GROUP BY state"))
@@ -415,7 +446,8 @@ class SQLiteBackend(RecordBackend):
                        leased=counts.get("leased", 0) + counts.get("soon", 0),
                        expiring_soon=counts.get("soon", 0), expired=counts.get("expired", 0),
                        completed=counts.get("completed", 0), corrupt=counts.get("corrupt", 0),
-                       rejections_last_hour=int(rejected))
+                       rejections_last_hour=int(rejected), scheduled=counts.get("scheduled", 0),
+                       parked=counts.get("parked", 0))
 
     def page(self, now: float, states: frozenset[JobState] | None, job: str | None,
              owner: str | None, order: str, offset: int, limit: int) -> JobPage:
@@ -440,7 +472,8 @@ class SQLiteBackend(RecordBackend):
 # A row _decode() would accept, as far as SQL can tell; anything else counts as corrupt.
 # The rule of codec.job_record in SQL, so queries pass over what load() would refuse. Times are
 # finite numbers or NULL (SQLite stores an infinity; codec refuses it; NaN is stored as NULL).
-_TIMES = ("lease_until", "ttl", "submitted_at", "claimed_at", "renewed_at", "completed_at")
+_TIMES = ("lease_until", "ttl", "submitted_at", "claimed_at", "renewed_at", "completed_at", "claimable_at",
+          "failed_at")
 _FINITE = " AND ".join(f"({c} IS NULL OR (typeof({c}) IN ('real', 'integer') AND abs({c}) <= 1.7976931348623157e308))"
                        for c in _TIMES)
 # A job id a caller could name (codec.job_id_problem): text (not a blob) of 1 to 256 characters
@@ -451,26 +484,55 @@ _REFUSED_GLOB = refused_class(chr)
 _GOOD_ID = (f"typeof(job_id) = 'text' AND length(job_id) BETWEEN 1 AND {MAX_JOB_ID} AND instr(job_id, char(0)) = 0"
             " AND (job_id NOT GLOB '*[^ -~]*'"
             f" OR (tenure_utf8(CAST(job_id AS BLOB)) AND job_id NOT GLOB '*[{_REFUSED_GLOB}]*'))")
+# The life cycle's columns as codec.life checks them (a NULL attempts is a row from before it).
+_GOOD_LIFE = ("(attempts IS NULL OR (typeof(attempts) = 'integer' AND attempts >= 0))"
+              " AND (max_attempts IS NULL OR (typeof(max_attempts) = 'integer' AND max_attempts >= 1))"
+              " AND typeof(last_error) IN ('text', 'null')")
 _VALID = (f"(typeof(token) = 'integer' AND token BETWEEN 0 AND {LAST_TOKEN}"
           " AND typeof(runs) = 'integer' AND runs >= 0"
           " AND typeof(owner) IN ('text', 'null') AND typeof(result) IN ('blob', 'null')"
-          f" AND {_FINITE} AND {_GOOD_ID}"
-          " AND (state IN ('pending', 'completed') OR (state = 'leased' AND owner IS NOT NULL"
+          f" AND {_FINITE} AND {_GOOD_ID} AND {_GOOD_LIFE}"
+          " AND (state IN ('pending', 'completed', 'parked') OR (state = 'leased' AND owner IS NOT NULL"
           " AND lease_until IS NOT NULL AND ttl IS NOT NULL)))")
 # What claim_next may take (transitions.is_next): a valid row whose token a claim can follow.
 _NEXT = f"token < {LAST_TOKEN} AND {_VALID}"
+# claim_next's one statement (public: tests read its plan): the first candidate of each index
+# of _QUEUE (each probe's WHERE repeats its index's, and INDEXED BY makes a plan without it an
+# error rather than a scan), then the best of those three rows.
+CLAIM_NEXT_SQL = (
+    "SELECT job_id FROM ("
+    "SELECT * FROM (SELECT job_id, 0 AS overdue, lease_until AS since FROM tenure_jobs INDEXED BY tenure_jobs_expiring"
+    f" WHERE state = 'leased' AND {_NOT_SPENT} AND lease_until <= :now AND {_NEXT} ORDER BY lease_until LIMIT 1)"
+    " UNION ALL SELECT * FROM (SELECT job_id, 1, coalesce(queued_at, submitted_at) FROM tenure_jobs"
+    " INDEXED BY tenure_jobs_ready WHERE state = 'pending' AND claimable_at IS NULL"
+    f" AND {_NEXT} ORDER BY coalesce(queued_at, submitted_at) LIMIT 1)"
+    " UNION ALL SELECT * FROM (SELECT job_id, 1, claimable_at FROM tenure_jobs INDEXED BY tenure_jobs_scheduled"
+    " WHERE state = 'pending' AND claimable_at IS NOT NULL AND claimable_at <= :now"
+    f" AND {_NEXT} ORDER BY claimable_at LIMIT 1)"
+    ") ORDER BY overdue, since LIMIT 1")
+# When the next candidate comes after :now (Backend.next_due): two index seeks.
+_DUE_SQL = (
+    "SELECT min(at) FROM (SELECT min(lease_until) AS at FROM tenure_jobs INDEXED BY tenure_jobs_expiring"
+    f" WHERE state = 'leased' AND {_NOT_SPENT} AND lease_until > :now"
+    " UNION ALL SELECT min(claimable_at) FROM tenure_jobs INDEXED BY tenure_jobs_scheduled"
+    " WHERE state = 'pending' AND claimable_at IS NOT NULL AND claimable_at > :now)")
+# How a valid row is judged at :now (transitions.judged), as SQL.
+_OVER = "state = 'leased' AND lease_until <= :now"
 _STATE_SQL = {
-    JobState.PENDING: f"(state = 'pending' AND {_VALID})",
+    JobState.PENDING: f"(state = 'pending' AND (claimable_at IS NULL OR claimable_at <= :now) AND {_VALID})",
+    JobState.SCHEDULED: f"(state = 'pending' AND claimable_at > :now AND {_VALID})",
     JobState.LEASED: f"(state = 'leased' AND lease_until > :now AND {_VALID})",
-    JobState.EXPIRED: f"(state = 'leased' AND lease_until <= :now AND {_VALID})",
+    JobState.EXPIRED: f"({_OVER} AND {_NOT_SPENT} AND {_VALID})",
+    JobState.PARKED: f"((state = 'parked' OR ({_OVER} AND NOT {_NOT_SPENT})) AND {_VALID})",
     JobState.COMPLETED: f"(state = 'completed' AND {_VALID})",
     JobState.CORRUPT: f"(NOT {_VALID})",
 }
 # One pass, one class per row: the validity test is evaluated once per row, not per count.
 _SUMMARY_SQL = (
     f"SELECT CASE WHEN NOT {_VALID} THEN 'corrupt'"
-    " WHEN state = 'leased' AND lease_until <= :now THEN 'expired'"
-    " WHEN state = 'leased' AND lease_until <= :soon THEN 'soon' ELSE state END AS class,"
+    f" WHEN {_OVER} THEN CASE WHEN {_NOT_SPENT} THEN 'expired' ELSE 'parked' END"
+    " WHEN state = 'leased' AND lease_until <= :soon THEN 'soon'"
+    " WHEN state = 'pending' AND claimable_at > :now THEN 'scheduled' ELSE state END AS class,"
     " count(*) FROM tenure_jobs GROUP BY class")
 
 

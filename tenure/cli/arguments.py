@@ -12,7 +12,7 @@ import stat
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tenure.core import validation
+from tenure.core import checks, validation
 from tenure.core.checks import MAX_PAGE
 from tenure.core.errors import InvalidArgument, quoted
 
@@ -56,6 +56,10 @@ WAIT = _checked(lambda v: validation.seconds("wait", v, maximum=validation.MAX_W
 GRACE = _checked(lambda v: validation.seconds("grace", v, maximum=validation.MAX_WAIT))
 INTERVAL = _checked(lambda v: validation.seconds("interval", v, maximum=validation.MAX_WAIT, positive=True))
 SINCE = _checked(lambda v: validation.store_time("since", v))
+MAX_ATTEMPTS = _checked(checks.max_attempts, int, "a whole number")
+DELAY = _checked(lambda v: checks.delay("delay", v))
+RETRY_IN = _checked(lambda v: checks.delay("retry_in", v))
+ERROR = _checked(checks.error, str, "text")
 
 
 def _port(value: int) -> int:

@@ -16,8 +16,11 @@ from tenure.cli.format import render, table, when
 from tenure.cli.signals import Interrupts
 from tenure.core.export import plain, to_jsonl
 from tenure.core.records import Change, JobState
+from tenure.core.shown import attempts, first_line
 
-NO_LEASE = (JobState.COMPLETED, JobState.PENDING)  # states whose job holds no lease to end
+# States whose job holds no lease to end (a scheduled job was given back, failed or delayed; a
+# parked one failed, or its last lease ran out).
+NO_LEASE = (JobState.COMPLETED, JobState.PENDING, JobState.SCHEDULED, JobState.PARKED)
 
 
 def emit(args: argparse.Namespace, value: Any, human: Any) -> None:
@@ -42,7 +45,7 @@ def operator(args: argparse.Namespace) -> str:
 
 
 def cmd_submit(store: tenure.Store, args: argparse.Namespace) -> int:
-    store.submit_many(args.job_ids)
+    store.submit_many(args.job_ids, max_attempts=args.max_attempts, delay=args.delay)
     emit(args, {"submitted": args.job_ids}, lambda: f"submitted {len(args.job_ids)} job(s)")
     return exits.OK
 
@@ -112,6 +115,39 @@ def cmd_release(store: tenure.Store, args: argparse.Namespace) -> int:
     return exits.OK
 
 
+def cmd_fail(store: tenure.Store, args: argparse.Namespace) -> int:
+    store.fail(_lease(store, args), args.error, retry_in=args.retry_in)
+    status = store.get(args.job_id)
+    now = store.now()
+    emit(args, {"failed": args.job_id, "token": args.token, "state": None if status is None else status.state,
+                "attempts": None if status is None else status.attempts,
+                "claimable_at": None if status is None else status.claimable_at},
+         lambda: f"failed {args.job_id!r} (token {args.token}): {_after_fail(status, now)}")
+    return exits.OK
+
+
+def _after_fail(status: tenure.JobStatus | None, now: float) -> str:
+    """What became of a job just failed, as read back (it may have moved on since)."""
+    if status is None:
+        return "the job is gone"
+    if status.state is JobState.PARKED:
+        return f"parked after {status.attempts} attempt(s); requeue it to run it again"
+    if status.state is JobState.SCHEDULED:
+        return f"claimable again {when(status.claimable_at, now)}"
+    return f"now {status.state.value}"
+
+
+def cmd_requeue(store: tenure.Store, args: argparse.Namespace) -> int:
+    store.requeue(args.job_id, actor=operator(args), delay=args.delay, token=args.token)
+    status = store.get(args.job_id)
+    claimable_at = None if status is None else status.claimable_at
+    now = store.now()
+    emit(args, {"requeued": args.job_id, "claimable_at": claimable_at},
+         lambda: f"requeued {args.job_id!r}: attempts reset, claimable "
+                 f"{'now' if claimable_at is None else when(claimable_at, now)}")
+    return exits.OK
+
+
 def cmd_expire(store: tenure.Store, args: argparse.Namespace) -> int:
     """The store ends only a live lease. A job at the token given that is completed, or pending
     (given back), has none: nothing changed, and saying "expired" would tell the operator it had.
@@ -155,13 +191,26 @@ def cmd_ls(store: tenure.Store, args: argparse.Namespace) -> int:
                       offset=args.offset, limit=args.limit)
     now = store.now()
     emit(args, page.jobs, lambda: table(
-        ["job", "state", "owner", "token", "expires", "runs"],
-        [(j.job_id, j.state.value, j.owner, j.token, when(j.expires_at, now), j.runs) for j in page.jobs]))
+        ["job", "state", "owner", "token", "expires", "runs", "attempts", "claimable", "last error"],
+        [(j.job_id, j.state.value, j.owner, j.token, when(j.expires_at, now), j.runs,
+          attempts(j.attempts, j.max_attempts), when(j.claimable_at, now), _short(j.last_error))
+         for j in page.jobs]))
     if args.output == "table" and page.total > len(page.jobs):
         first = page.offset + 1 if page.jobs else page.offset
         print(f"jobs {first}-{page.offset + len(page.jobs)} of {page.total} (--offset, --limit for others)",
               file=sys.stderr)
     return exits.OK
+
+
+LAST_ERROR_SHOWN = 40  # characters of a last error in a table row (get and -o json give it whole)
+
+
+def _short(text: str | None) -> str | None:
+    """A last error on one line of a table: its first line, cut short ("..." where cut)."""
+    if text is None:
+        return None
+    line = first_line(text)
+    return line if len(line) <= LAST_ERROR_SHOWN else line[:LAST_ERROR_SHOWN - 3] + "..."
 
 
 def _known(store: tenure.Store, job_id: str | None, found: list[Any]) -> None:

@@ -8,6 +8,7 @@ from tenure.core.errors import (
     InvalidArgument,
     JobCompleted,
     JobNotFound,
+    JobParked,
     LeaseError,
     StaleLease,
     StoreNotFound,
@@ -18,7 +19,8 @@ from tenure.core.records import Reason
 
 OK = 0
 USAGE = 64  # EX_USAGE: a malformed command line or invalid input (nothing was written)
-REFUSED = 65  # EX_DATAERR: the store refused: stale lease, already claimed, completed, token changed, no token left
+REFUSED = 65  # EX_DATAERR: the store refused: stale lease, already claimed or scheduled, completed, parked,
+# token changed, no token left
 NOTHING = 66  # EX_NOINPUT: nothing to claim or to end, no such job, or no such store (create=false)
 UNAVAILABLE = 69  # EX_UNAVAILABLE: the store cannot be reached, timed out or refused the credentials,
 # or an extra a command needs is not installed, or a server of tenure's cannot start
@@ -29,16 +31,18 @@ INTERRUPTED = 130  # Ctrl-C
 HELP = f"""exit status:
   {OK:<4} success ("run": the command exited 0, or the job was already completed)
   {USAGE:<4} invalid usage or input; nothing was written
-  {REFUSED:<4} the store refused: stale lease, already claimed, job completed, token changed,
-       no token left to issue
+  {REFUSED:<4} the store refused: stale lease, already claimed, job scheduled (claimable later),
+       job completed, job parked (it used its attempts; "run" too: an operator must requeue
+       it), token changed, no token left to issue
   {NOTHING:<4} nothing to claim, nothing to end ("expire": no live lease), no such job, or
        no such store (a SQLite file, PostgreSQL schema or ZooKeeper root not there)
   {UNAVAILABLE:<4} the store cannot be reached (or refused the credentials), an extra is not
        installed, or "metrics" or "dashboard" cannot serve (its port in use)
   {SOFTWARE:<4} a record tenure cannot read, or another error
-  {TEMPFAIL:<4} "run": the job is held elsewhere, the lease was lost while the command ran, or
+  {TEMPFAIL:<4} "run": the job is held elsewhere or scheduled, the lease was lost while the command ran, or
        a process of the command could not be stopped (alive 5 s after SIGKILL)
-  N    "run": the command's own non-zero status (128+signal if a signal ended it); 128+signal
+  N    "run": the command's own non-zero status (128+signal if a signal ended it), the job failed
+       (retried after a backoff, or parked on its last attempt); 128+signal
        when Ctrl-C, SIGTERM, SIGHUP or SIGQUIT stopped "run" itself
 """
 
@@ -50,7 +54,7 @@ def for_error(exc: LeaseError) -> int:
     if isinstance(exc, (JobNotFound, StoreNotFound)) or (
             isinstance(exc, StaleLease) and exc.rejection.reason == Reason.NOT_FOUND):
         return NOTHING
-    if isinstance(exc, (StaleLease, AlreadyClaimed, JobCompleted, TokenChanged, TokensExhausted)):
+    if isinstance(exc, (StaleLease, AlreadyClaimed, JobCompleted, JobParked, TokenChanged, TokensExhausted)):
         return REFUSED
     if isinstance(exc, BackendUnavailable):
         return UNAVAILABLE

@@ -17,13 +17,17 @@ from typing import Any, NoReturn
 from tenure.cli import commands, exits, stores
 from tenure.cli.arguments import (
     COUNT,
+    DELAY,
+    ERROR,
     GRACE,
     INTERVAL,
     JOB_ID,
     LIMIT,
+    MAX_ATTEMPTS,
     OFFSET,
     OWNER,
     PAGE_LIMIT,
+    RETRY_IN,
     SINCE,
     TOKEN,
     TTL,
@@ -86,8 +90,22 @@ def build_parser() -> argparse.ArgumentParser:
     def waiting(p: argparse.ArgumentParser, what: str) -> None:
         p.add_argument("--wait", type=WAIT, metavar="SECONDS", help=f"block up to this long {what}")
 
-    p = command("submit", commands.cmd_submit, "submit jobs (a completed job starts a new run)")
+    def attempts(p: argparse.ArgumentParser, which: str) -> None:
+        p.add_argument("--max-attempts", type=MAX_ATTEMPTS, metavar="N",
+                       help=f"claims {which} may have before it is parked (default: the store's max_attempts "
+                            "option, else unlimited)")
+
+    def retry_in(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--retry-in", type=RETRY_IN, metavar="SECONDS",
+                       help="claimable again after this many seconds of store time (default: the store's "
+                            "backoff: retry_base * retry_factor ** (attempts - 1), at most retry_max, jittered)")
+
+    p = command("submit", commands.cmd_submit, "submit jobs (a completed job starts a new run; a pending, "
+                "scheduled, leased or parked one is left as it is)")
     p.add_argument("job_ids", nargs="+", metavar="JOB_ID", type=JOB_ID)
+    attempts(p, "each new run")
+    p.add_argument("--delay", type=DELAY, default=0.0, metavar="SECONDS",
+                   help="claimable only after this many seconds of store time (default 0)")
     p = command("claim", commands.cmd_claim,
                 "claim a job, or the next claimable one without JOB_ID; prints the token. A JOB_ID the "
                 "store does not have is created (--existing refuses it)")
@@ -107,27 +125,46 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--ttl", type=TTL, required=True)
         if name == "complete":
             p.add_argument("--result", help="text to store as the job's result")
+    p = command("fail", commands.cmd_fail, "give a job back as failed under a lease: retried after a backoff, "
+                "or parked if that was its last attempt")
+    p.add_argument("job_id", metavar="JOB_ID", type=JOB_ID)
+    p.add_argument("--owner", required=True, type=OWNER)
+    p.add_argument("--token", type=TOKEN, required=True, help="the lease's fencing token")
+    p.add_argument("--error", type=ERROR, metavar="TEXT", help="what went wrong, kept as the job's last error")
+    retry_in(p)
     p = command("run", cmd_run, "hold a job's lease while a command runs; exit 75 if it cannot. A JOB_ID "
                 "the store does not have is created (--existing refuses it)")
     p.add_argument("job_id", metavar="JOB_ID", type=JOB_ID)
     existing(p)
     p.add_argument("--owner", required=True, type=OWNER)
     p.add_argument("--ttl", type=TTL, required=True, help="lease length in seconds, renewed while CMD runs")
-    waiting(p, "while the job is held elsewhere (default: exit 75 at once)")
+    waiting(p, "while the job is held elsewhere or scheduled (default: exit 75 at once)")
     p.add_argument("--grace", type=GRACE, default=10.0, metavar="SECONDS",
                    help="after SIGTERM, SIGKILL the command's processes this much later (default 10)")
+    attempts(p, "a job this run creates")
+    retry_in(p)
     p.usage = ("tenure run JOB_ID --owner OWNER --ttl SECONDS [--existing] [--wait SECONDS] [--grace SECONDS] "
-               "-- CMD [ARGS...]")
+               "[--max-attempts N] [--retry-in SECONDS] -- CMD [ARGS...]")
     p.epilog = ("CMD gets TENURE_JOB, TENURE_TOKEN and TENURE_OWNER. Exit 0: job completed. Non-zero: job "
-                "released, its status returned. Completed job: CMD not run, exit 0. Held elsewhere or lease "
-                "lost: exit 75. On a lost lease or a signal (INT, TERM, HUP, QUIT), and for what CMD leaves "
+                "failed (error 'exit status N' or 'killed by signal NAME'; retried after the backoff or "
+                "--retry-in, parked after its last attempt), its status returned. Completed job: CMD not run, "
+                "exit 0. Parked job: CMD not run, exit 65. Held elsewhere, scheduled, or lease lost: exit 75. On "
+                "a lost lease or a signal (INT, TERM, HUP, QUIT), and for what CMD leaves "
                 "running when it exits, every process CMD started gets SIGTERM (on a signal, that signal; QUIT as "
                 "TERM), then SIGKILL after --grace; the "
-                "job is neither completed nor released while any of them runs.")
+                "job is neither completed, failed nor released while any of them runs.")
     p = command("expire", commands.cmd_expire,
                 "end a job's lease now, if its token is still the one given (an operator action)")
     p.add_argument("job_id", metavar="JOB_ID", type=JOB_ID)
     p.add_argument("--token", type=TOKEN, required=True, help="the current token you confirmed")
+    p.add_argument("--actor", type=OWNER, help="who asks, for the history (default: your login name)")
+    p = command("requeue", commands.cmd_requeue,
+                "make a parked, scheduled, pending or expired job pending again with its attempts reset (an "
+                "operator action); a live lease must be ended first (expire)")
+    p.add_argument("job_id", metavar="JOB_ID", type=JOB_ID)
+    p.add_argument("--delay", type=DELAY, default=0.0, metavar="SECONDS",
+                   help="claimable only after this many seconds of store time (default 0)")
+    p.add_argument("--token", type=TOKEN, help="only if this is still the job's token (the one you confirmed)")
     p.add_argument("--actor", type=OWNER, help="who asks, for the history (default: your login name)")
     p = command("get", commands.cmd_get, "show one job")
     p.add_argument("job_id", metavar="JOB_ID", type=JOB_ID)

@@ -4,18 +4,24 @@ Each scrape counts jobs through ``tenure.core.snapshot.Snapshot``, the dashboard
 the store has a native watch (etcd, ZooKeeper, PostgreSQL) the counts come from a mirror of
 every job kept by that watch, so a scrape does not list the store; elsewhere from the store's
 indexed ``summary()``. Nothing is kept between scrapes otherwise (``max_age=0``): a scrape costs
-the store at most one summary, the last hour's audit and the rejections since the last scrape.
+the store at most one summary, the last hour's audit, and the rejections and history since the
+last scrape.
 
 =====================================  =======  ==============================================
 metric                                 type     meaning
 =====================================  =======  ==============================================
-``tenure_jobs{state}``                 gauge    jobs by state (pending, leased, expired,
-                                                completed, corrupt) by the store's clock
+``tenure_jobs{state}``                 gauge    jobs by state (pending, scheduled, leased,
+                                                expired, completed, parked, corrupt) by the
+                                                store's clock
 ``tenure_leases_expiring_soon``        gauge    live leases ending within ``--soon`` seconds
 ``tenure_rejections_total{op,kind,     counter  rejections audited since this exporter started;
 reason}``                                       every series of a known reason exported at 0 from
                                                 the start
 ``tenure_rejections_last_hour``        gauge    rejections the audit holds for the last hour
+``tenure_failures_total``              counter  jobs failed (``fail``, ``tenure run``'s failed
+                                                commands) since this exporter started, read from
+                                                the store's history; no label (one series per
+                                                store: a job id would be unbounded)
 ``tenure_store_up``                    gauge    1 if the store answered this scrape, else 0
 ``tenure_store_read_seconds``          gauge    how long this scrape's reads took
 =====================================  =======  ==============================================
@@ -36,13 +42,14 @@ from tenure.cli import exits, stores
 from tenure.cli.arguments import PORT, SOON
 from tenure.core.records import JobState, Op, Reason, RejectionKind
 from tenure.core.snapshot import Snapshot
-from tenure.core.watch import NewRejections
+from tenure.core.watch import NewEvents, NewRejections
 
 _REASONS = frozenset(r.value for r in Reason)
 # Every series known in advance, exported at 0 from the first scrape (Prometheus's convention,
 # so rate() and absent() alerts work before the first rejection): the store's refusals of a
 # holder's operation, and a destination's (its reason when tenure's own, else "other").
-_SERIES = [(op.value, RejectionKind.STORE.value, reason.value) for op in (Op.RENEW, Op.COMPLETE, Op.RELEASE)
+_SERIES = [(op.value, RejectionKind.STORE.value, reason.value)
+           for op in (Op.RENEW, Op.COMPLETE, Op.RELEASE, Op.FAIL)
            for reason in Reason if reason is not Reason.STALE_TOKEN] + [
     (Op.EFFECT.value, RejectionKind.DESTINATION.value, reason) for reason in (Reason.STALE_TOKEN.value, "other")]
 
@@ -62,7 +69,10 @@ class StoreCollector:
         self.soon = soon
         self._lock = threading.Lock()  # scrapes may overlap; the audit tally is one
         self._rejections: Counter[tuple[str, str, str]] = Counter(dict.fromkeys(_SERIES, 0))
-        self._new_rejections = NewRejections(store.backend, store.now())
+        started = store.now()
+        self._new_rejections = NewRejections(store.backend, started)
+        self._new_events = NewEvents(store.backend, started)
+        self._failures = 0
         self.snapshot = Snapshot(store, max_age=0.0)  # the dashboard's counts, read at each scrape
 
     def collect(self) -> Iterator[Any]:
@@ -77,10 +87,11 @@ class StoreCollector:
                 for r in self._new_rejections():
                     reason = r.reason if r.reason in _REASONS or r.kind is RejectionKind.STORE else "other"
                     self._rejections[(r.op.value, r.kind.value, reason)] += 1
+                self._failures += sum(e.op is Op.FAIL for e in self._new_events())
             except tenure.LeaseError as exc:
                 up = 0
                 print(f"tenure metrics: reading the store failed: {exc}", file=sys.stderr, flush=True)
-            tally = dict(self._rejections)
+            tally, failures = dict(self._rejections), self._failures
         if summary is not None:
             jobs = GaugeMetricFamily("tenure_jobs", "Jobs by state, judged by the store's clock", labels=["state"])
             for state in JobState:
@@ -95,6 +106,7 @@ class StoreCollector:
         for (op, kind, reason), count in sorted(tally.items()):
             rejections.add_metric([op, kind, reason], count)
         yield rejections
+        yield CounterMetricFamily("tenure_failures", "Jobs failed since this exporter started", value=failures)
         yield GaugeMetricFamily("tenure_store_up", "1 if the store answered this scrape", value=up)
         yield GaugeMetricFamily("tenure_store_read_seconds", "Time this scrape's store reads took",
                                 value=time.perf_counter() - started)

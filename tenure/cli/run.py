@@ -10,21 +10,31 @@ in ``/proc`` and reaps the dead. Stopping them means SIGTERM (and SIGCONT) to ea
 SIGKILL to each still alive ``--grace`` seconds later. Outcomes:
 
 - the command exits 0: the job is completed (its result records the exit status); exit 0;
-- it exits non-zero or is killed: the job is released; exit with its status (128 + signal
-  number when a signal ended it);
+- it exits non-zero or is killed: the job fails (``HeldLease.fail``, error ``exit status N``
+  or ``killed by signal NAME``): it is retried after the store's backoff (``--retry-in`` to
+  choose), or parked if that was its last attempt; exit with its status (128 + signal number
+  when a signal ended it);
 - it exits (0 or not) leaving processes running: they are stopped first, then the job is
-  completed or released as above;
+  completed or fails as above;
 - the job is already completed: the command does not run; exit 0, so a scheduler can rerun;
-- the job is held elsewhere: exit 75 at once, or after ``--wait`` seconds of waiting;
+- the job is held elsewhere, or scheduled (claimable later): exit 75 at once, or after
+  ``--wait`` seconds of waiting;
+- the job is parked (it used its ``max_attempts``): the command does not run; exit 65 (the
+  store refused: it is not claimed again until an operator requeues it);
 - the lease is lost while it runs (a renewal refused, or the safe deadline passed): the
-  command's processes are stopped; the job is left to expire; exit 75;
+  command's processes are stopped; the job is left to expire, its attempt counted; exit 75;
 - SIGINT, SIGTERM, SIGHUP or SIGQUIT to ``tenure run``: the command's processes are stopped,
   the signal itself going to each of them first (SIGQUIT as SIGTERM: its default action dumps
-  core); the job is released; exit 128 + that signal's number. One that arrives before the
+  core); the job is released (the attempt given back: the command was stopped, it did not
+  fail); exit 128 + that signal's number. One that arrives before the
   command started (while claiming or waiting) is not lost: the command does not run, a lease
   already claimed is released, exit 128 + its number.
 
-The job is neither completed nor released, and ``tenure run`` does not exit, while any of the
+``--max-attempts N`` is the limit of a job the claim creates (the store's ``max_attempts``
+option for this one claim, so the job is created with it atomically); a job submitted before
+keeps the limit its submit gave it (``tenure submit --max-attempts``).
+
+The job is neither completed, failed nor released, and ``tenure run`` does not exit, while any of the
 command's processes runs; the lease is renewed meanwhile. A process still alive ``KILL_WAIT``
 (5) seconds after SIGKILL (uninterruptible sleep, ``D``, say, or another user's) is named
 with its pid and command name; the job is then neither completed nor released (its lease runs
@@ -75,7 +85,7 @@ def cmd_run(store: tenure.Store, args: argparse.Namespace) -> int:
     if not argv:
         raise tenure.InvalidArgument("run needs a command after --: tenure run JOB --owner O --ttl S -- CMD ...")
     refuse_unknown(store, args)
-    supervisor = Supervisor(argv, args.grace, command_env(os.environ, args.url))
+    supervisor = Supervisor(argv, args.grace, command_env(os.environ, args.url), getattr(args, "retry_in", None))
     with supervisor.interrupts.catching():  # from before the claim: a signal while claiming is not lost
         if args.wait:  # said only if the job is held: a claim that needs no wait says nothing of one
             supervisor.interrupts.announce = f"tenure run: waiting up to {args.wait:g} s for {args.job_id!r}"
@@ -85,9 +95,12 @@ def cmd_run(store: tenure.Store, args: argparse.Namespace) -> int:
         except tenure.JobCompleted:
             print(f"tenure run: {args.job_id!r} is already completed; not running the command", file=sys.stderr)
             return exits.OK
-        except tenure.AlreadyClaimed as exc:
+        except tenure.AlreadyClaimed as exc:  # held elsewhere, or scheduled (JobScheduled): later
             print(f"tenure run: {exc}; not running the command", file=sys.stderr)
             return exits.TEMPFAIL
+        except tenure.JobParked as exc:  # not by waiting: an operator must requeue it
+            print(f"tenure run: {exc}; not running the command", file=sys.stderr)
+            return exits.REFUSED
         if held is None:
             return supervisor.interrupted()
         with held:
@@ -120,10 +133,11 @@ def _shows(value: str, secret: str) -> bool:
 class Supervisor:
     """Runs one command under one held lease and decides what becomes of the job."""
 
-    def __init__(self, argv: list[str], grace: float, env: dict[str, str]) -> None:
+    def __init__(self, argv: list[str], grace: float, env: dict[str, str], retry_in: float | None = None) -> None:
         self.argv = argv
         self.grace = grace
         self.env = env
+        self.retry_in = retry_in  # after the command failed; None: the store's backoff
         self.interrupts = Interrupts()
         self._lost_while_running = False
 
@@ -205,7 +219,7 @@ class Supervisor:
                   "stopping the command", file=sys.stderr, flush=True)
             return Stop(signal.SIGTERM, self.grace, group)
         if status is not None and (left := self._living(proc, tree)):
-            then = "completing" if status == 0 else "releasing"
+            then = "completing" if status == 0 else "failing"
             print(f"tenure run: the command {_ended(status)} and left {len(left)} process(es) running: "
                   f"{', '.join(map(str, left))}; stopping them before {then} the job", file=sys.stderr, flush=True)
             return Stop(signal.SIGTERM, self.grace, group)
@@ -219,41 +233,64 @@ class Supervisor:
             held.release()
             return 128 + self.signalled
         if status != 0:
-            held.release()
-            return status if status > 0 else 128 - status
+            return self._fail(held, status)
         if _lost(held):
             print(f"tenure run: the command finished, but the lease on {held.job_id!r} was lost "
                   "before it did; not completing", file=sys.stderr)
             return exits.TEMPFAIL
-        return self._complete(held)
+        return exits.OK if _finish(held, "completing", lambda: held.complete(json.dumps({"exit_status": 0}))) \
+            else exits.TEMPFAIL
 
-    @staticmethod
-    def _complete(held: tenure.HeldLease) -> int:
-        """Complete the job, retrying while the store cannot be reached and the lease lives:
-        the command succeeded, and a release on the way out would make it run again."""
-        while True:
-            try:
-                held.complete(json.dumps({"exit_status": 0}))
-                return exits.OK
-            except tenure.BackendUnavailable as exc:
-                if _lost(held):
-                    print(f"tenure run: completing {held.job_id!r} failed and the lease was lost: {exc}",
-                          file=sys.stderr)
-                    return exits.TEMPFAIL
-                print(f"tenure run: completing {held.job_id!r} failed, retrying: {exc}", file=sys.stderr, flush=True)
-                time.sleep(COMPLETE_RETRY)
-            except tenure.LeaseError as exc:
-                print(f"tenure run: completing {held.job_id!r} failed: {exc}", file=sys.stderr)
-                return exits.TEMPFAIL
+    def _fail(self, held: tenure.HeldLease, status: int) -> int:
+        """Record the command's failure: the job is retried after the backoff, or parked on its
+        last attempt. The command's status is the exit status whether or not it was recorded:
+        a failure that did not land leaves the lease to run out, which keeps the attempt too."""
+        error = failure(status)
+        if _lost(held):
+            print(f"tenure run: the command failed ({error}), but the lease on {held.job_id!r} was lost "
+                  "before it did; the job is left to expire (its attempt counts)", file=sys.stderr)
+            held.lost.set()  # not released: a release would give the attempt back
+        elif not _finish(held, "failing", lambda: held.fail(error, retry_in=self.retry_in)):
+            held.lost.set()  # likewise
+        return status if status > 0 else 128 - status
+
+
+def _finish(held: tenure.HeldLease, doing: str, call: Callable[[], None]) -> bool:
+    """Complete or fail the job, retrying while the store cannot be reached and the lease lives
+    (a release on the way out would make a succeeded command run again, and give a failed
+    one's attempt back); False, said on stderr, if it could not be done."""
+    while True:
+        try:
+            call()
+            return True
+        except tenure.BackendUnavailable as exc:
+            if _lost(held):
+                print(f"tenure run: {doing} {held.job_id!r} failed and the lease was lost: {exc}", file=sys.stderr)
+                return False
+            print(f"tenure run: {doing} {held.job_id!r} failed, retrying: {exc}", file=sys.stderr, flush=True)
+            time.sleep(COMPLETE_RETRY)
+        except tenure.LeaseError as exc:
+            print(f"tenure run: {doing} {held.job_id!r} failed: {exc}", file=sys.stderr)
+            return False
 
 
 def _ended(status: int) -> str:
     """How the command ended, in words: ``subprocess`` gives a signal's death as its negative."""
     if status >= 0:
         return f"exited with status {status}"
+    name = _signal_name(-status)
+    return f"was killed by {name}" if name.startswith("SIG") else f"was killed by signal {name}"
+
+
+def failure(status: int) -> str:
+    """The error a failed command's job records: ``exit status N`` or ``killed by signal NAME``."""
+    return f"exit status {status}" if status >= 0 else f"killed by signal {_signal_name(-status)}"
+
+
+def _signal_name(number: int) -> str:
     with contextlib.suppress(ValueError):
-        return f"was killed by {signal.Signals(-status).name}"
-    return f"was killed by signal {-status}"
+        return signal.Signals(number).name
+    return str(number)
 
 
 def _lost(held: tenure.HeldLease) -> bool:

@@ -50,10 +50,15 @@ def opened(args: argparse.Namespace) -> int | None:
 
 
 def connect_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``create=False`` for a command that creates no store, where the store's backend reads it."""
-    if _creates(args) or not backend_class(parse_url(args.url).scheme).characteristics.create_option:
-        return {}
-    return {"create": False}
+    """``create=False`` for a command that creates no store, where the store's backend reads it;
+    ``run --max-attempts``'s limit as the store's default, so the claim that creates the job
+    gives it that limit in the same atomic step."""
+    options: dict[str, Any] = {}
+    if args.command == "run" and getattr(args, "max_attempts", None) is not None:
+        options["max_attempts"] = args.max_attempts
+    if not _creates(args) and backend_class(parse_url(args.url).scheme).characteristics.create_option:
+        options["create"] = False
+    return options
 
 
 def _sqlite_opened(args: argparse.Namespace) -> int | None:

@@ -14,22 +14,18 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import enum
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from tenure.core import audit, contention, queries, steps, watch
-
-# corrupt_status (codec), history_event and state_at (transitions), fold (queries) live with
-# what they belong to; the "as" imports keep them importable from here (backends, dashboard).
-from tenure.core.codec import corrupt_status as corrupt_status
 from tenure.core.errors import (
     CorruptRecord,
     LeaseError,
 )
 from tenure.core.lifecycle import Retry
-from tenure.core.queries import fold as fold
 from tenure.core.records import (
     Change,
     HistoryEvent,
@@ -40,9 +36,7 @@ from tenure.core.records import (
     Rejection,
     Summary,
 )
-from tenure.core.transaction import Transaction as Transaction  # where backends have always found it
-from tenure.core.transitions import history_event as history_event
-from tenure.core.transitions import state_at as state_at
+from tenure.core.transaction import Transaction
 from tenure.core.validation import MAX_TTL
 
 if TYPE_CHECKING:
@@ -53,12 +47,25 @@ DEFAULT_MAX_RESULT_BYTES = 512 * 1024  # for third-party backends that do not sa
 R = TypeVar("R")
 
 
+class Durability(str, enum.Enum):
+    """What an acknowledged write survives: every backend declares one (``Characteristics``),
+    and the conformance suite fails one that does not. A claim the store forgets after
+    acknowledging it is handed out again with the same token, which fences admit: a backend
+    refuses (or warns about) a store configured to lose acknowledged writes."""
+
+    VOLATILE = "volatile"  # this process's memory: gone when the process ends (memory://)
+    FSYNC = "fsync"  # on one machine's disk before the answer: survives a crash of the process or machine
+    REPLICATED = "replicated"  # on the disks of a quorum of servers: survives losing a minority of them
+
+
 @dataclass(frozen=True)
 class Characteristics:
     """What a backend guarantees, for callers and for the conformance suite."""
 
     name: str
     store_clock: str  # whose clock decides expiry, in words
+    # What an acknowledged write survives; None (not declared) fails the conformance suite.
+    durability: Durability | None = None
     min_ttl: float = 0.0
     max_ttl: float = MAX_TTL
     # The smallest step of the store's clock (0: not declared). A holder's margin, its TTL
@@ -181,6 +188,13 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def now(self) -> float:
         """The store's clock, in seconds since the epoch."""
+
+    def next_due(self) -> float | None:
+        """Seconds of store time until a job becomes claimable by time alone (a scheduled
+        job's ``claimable_at``, a lease's end), for a blocking ``claim_next`` to wake then
+        rather than after its next poll (``tenure.core.waiting``); None: nothing is due, or
+        this store cannot tell cheaply (the default: no I/O)."""
+        return None
 
     def watch(self, stop: threading.Event, interval: float) -> Iterator[Change]:
         """Changes as they happen; this default polls, backends with a native watch override."""

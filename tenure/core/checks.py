@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from tenure.core import lifecycle, validation
 from tenure.core.backend import Characteristics
@@ -215,3 +215,11 @@ def error(value: object) -> str | None:
     except UnicodeEncodeError:
         raise InvalidArgument("error is not valid Unicode text (it holds a lone surrogate)") from None
     return value
+
+
+def health(facts: dict[str, Any], characteristics: Characteristics, warnings: tuple[str, ...]) -> dict[str, Any]:
+    """A store's health in both flavours: the backend's facts, the durability it declares (so
+    an operator sees a volatile store for what it is), and this connection's warnings."""
+    declared = characteristics.durability
+    found = {**facts, "durability": "not declared" if declared is None else declared.value}
+    return {**found, "warnings": "; ".join(warnings)} if warnings else found

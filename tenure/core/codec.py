@@ -294,45 +294,44 @@ def result_bytes(key: str, value: Any) -> bytes | None:
 
 
 # -- audit records: the same JSON field names on every store that writes JSON ----------------
-def rejection_fields(r: Rejection, complete: bool = True) -> dict[str, Any]:
-    """``complete`` False: a stub whose reason a later write fills in (etcd)."""
+# Each pair has one shape: ``x_fields(value)`` is the JSON object, ``x(key, fields)`` reads it
+# back (CorruptRecord naming ``key`` for anything else), and ``x(key, x_fields(v)) == v``.
+def rejection_fields(r: Rejection) -> dict[str, Any]:
     return {"job_id": r.job_id, "op": r.op.value, "owner": r.owner, "token": r.token,
             "current_owner": r.current_owner, "current_token": r.current_token, "at": r.at,
-            "reason": r.reason if complete else None, "kind": r.kind.value, "resource": r.resource}
+            "reason": r.reason, "kind": r.kind.value, "resource": r.resource}
 
 
-def rejection(key: str, d: dict[str, Any]) -> tuple[Rejection, bool]:
-    """The rejection in ``d`` and whether its reason was recorded. Reads the field names of
-    ``rejection_fields`` and etcd's before them ("job" for "job_id")."""
+def rejection(key: str, d: dict[str, Any]) -> Rejection:
+    """The rejection in ``d``. Also reads etcd's earlier shape ("job" for "job_id", and stubs
+    whose reason was to follow: ``UNKNOWN_REASON``)."""
     try:
         op, kind = Op(d.get("op")), RejectionKind(d.get("kind", RejectionKind.STORE.value))
     except ValueError:
         raise CorruptRecord(key, "unknown operation or kind") from None
     job_id = text(key, "job_id", d.get("job_id", d.get("job")), optional=False)
     reason = text(key, "reason", d.get("reason"))
-    found = Rejection(job_id or "", op, text(key, "owner", d.get("owner"), False) or "",
-                      integer(key, "token", d.get("token")) or 0, text(key, "current_owner", d.get("current_owner")),
-                      integer(key, "current_token", d.get("current_token"), True) or 0,
-                      number(key, "at", d.get("at"), False) or 0.0, reason or UNKNOWN_REASON, kind,
-                      text(key, "resource", d.get("resource")))
-    return found, reason is not None
+    return Rejection(job_id or "", op, text(key, "owner", d.get("owner"), False) or "",
+                     integer(key, "token", d.get("token")) or 0, text(key, "current_owner", d.get("current_owner")),
+                     integer(key, "current_token", d.get("current_token"), True) or 0,
+                     number(key, "at", d.get("at"), False) or 0.0, reason or UNKNOWN_REASON, kind,
+                     text(key, "resource", d.get("resource")))
 
 
-def event_fields(e: HistoryEvent, token: int | None) -> dict[str, Any]:
-    """``token`` None: the store fills it in from the write itself (an etcd claim's revision)."""
-    return {"op": e.op.value, "owner": e.owner, "token": token, "at": e.at, "expires_at": e.expires_at}
+def event_fields(e: HistoryEvent) -> dict[str, Any]:
+    """A store that keeps the job id or the token elsewhere (etcd: in the key, and a claim's
+    token is its write's revision) drops or replaces those fields, and puts them back before
+    ``event`` reads them."""
+    return {"job_id": e.job_id, "op": e.op.value, "owner": e.owner, "token": e.token, "at": e.at,
+            "expires_at": e.expires_at}
 
 
-def event(key: str, d: dict[str, Any], job_id: str, token: int | None = None) -> HistoryEvent:
-    """The history event in ``d`` for ``job_id``; ``token``: the one to use if ``d`` names none."""
+def event(key: str, d: dict[str, Any]) -> HistoryEvent:
+    """The history event in ``d``."""
     try:
         op = Op(d.get("op"))
     except ValueError:
         raise CorruptRecord(key, "unknown operation") from None
-    stored = integer(key, "token", d.get("token"), optional=True)
-    if stored is None:
-        if token is None:
-            raise CorruptRecord(key, "field 'token' is None")
-        stored = token
-    return HistoryEvent(job_id, op, text(key, "owner", d.get("owner")), stored,
-                        number(key, "at", d.get("at"), False) or 0.0, number(key, "expires_at", d.get("expires_at")))
+    return HistoryEvent(text(key, "job_id", d.get("job_id"), False) or "", op, text(key, "owner", d.get("owner")),
+                        integer(key, "token", d.get("token")) or 0, number(key, "at", d.get("at"), False) or 0.0,
+                        number(key, "expires_at", d.get("expires_at")))

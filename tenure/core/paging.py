@@ -20,7 +20,7 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from tenure.core.backend import fold
+from tenure.core.queries import fold
 from tenure.core.records import JobPage, JobState, JobStatus, Summary
 
 HELD_STATES = frozenset({JobState.LEASED, JobState.EXPIRED})

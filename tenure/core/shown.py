@@ -34,3 +34,15 @@ def when(at: float | None, now: float | None = None) -> str:
         clock = time.strftime("%Y-%m-%d ", time.gmtime(at)) + clock
     size = f"{abs(delta):.1f}s" if abs(delta) < _SECONDS_SHOWN else duration(delta)
     return f"{clock} ({'in ' if delta >= 0 else ''}{size}{'' if delta >= 0 else ' ago'})"
+
+
+def attempts(used: int, allowed: int | None) -> str:
+    """A job's attempts as tables show them: ``2/5`` (used of those allowed), ``2`` without a limit."""
+    return str(used) if allowed is None else f"{used}/{allowed}"
+
+
+def first_line(error: str | None) -> str:
+    """A last error in a table cell: its first line (" ..." after it when there are more); a
+    job's own page shows it whole."""
+    lines = (error or "").strip().splitlines()
+    return "" if not lines else lines[0] + (" ..." if len(lines) > 1 else "")

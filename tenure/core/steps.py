@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from tenure.core import contention, protocol, transitions
+from tenure.core import batches, contention, transitions
 from tenure.core.errors import BackendUnavailable, CorruptRecord, JobNotFound, StaleLease, TokenChanged
 from tenure.core.lifecycle import Retry
 from tenure.core.records import JobRecord, JobState, Lease, Op, Rejection, lease_over
@@ -161,14 +161,14 @@ def submit_many(job_ids: list[str], actor: str | None, size: int,
                 weight: Callable[[str], int] | None = None, budget: int = 0, max_attempts: int | None = None,
                 delay: float = 0.0) -> list[Batch]:
     """``size`` jobs per transaction (0: all in one, all of them or none), no more than
-    ``budget`` of ``weight`` each when given (``protocol.batches``)."""
+    ``budget`` of ``weight`` each when given (``batches.batches``)."""
     def one(ids: list[str]) -> Operation[None, None]:
         return submit(ids, actor, max_attempts, delay)
 
     if not size:
         return [Batch(one(job_ids), ())]
     return [Batch(one(chunk), tuple(one([job_id]) for job_id in chunk) if len(chunk) > 1 else ())
-            for chunk in protocol.batches(job_ids, size, weight, budget)]
+            for chunk in batches.batches(job_ids, size, weight, budget)]
 
 
 def _claim_in(tx: Transaction, job_id: str, owner: str, ttl: float, max_attempts: int | None) -> JobRecord:

@@ -113,6 +113,8 @@ class Store:
                 elif isinstance(step, waiting.Sleep):
                     time.sleep(step.seconds)
                     outcome = None
+                elif isinstance(step, waiting.NextDue):
+                    outcome = self.backend.next_due()
                 else:
                     outcome = self.backend.now()
                 step = steps.send(outcome)
@@ -267,9 +269,9 @@ class Store:
         return self.backend.now()
 
     def health(self) -> dict[str, Any]:
-        """The backend's facts, and ``warnings`` about this connection when there are any."""
-        facts = self.backend.health()
-        return {**facts, "warnings": "; ".join(self.warnings)} if self.warnings else facts
+        """The backend's facts, the ``durability`` it declares (a volatile store says so), and
+        ``warnings`` about this connection when there are any."""
+        return checks.health(self.backend.health(), self.backend.characteristics, self.warnings)
 
     # -- operators and destinations ------------------------------------------------------
     def force_expire(self, job_id: str, *, token: int | None = None, actor: str | None = None) -> None:

@@ -10,6 +10,7 @@ instrument                         kind       attributes besides ``tenure.backen
 ``tenure.claims``                  counter    leases granted by claim/claim_next
 ``tenure.renewals``                counter    leases renewed
 ``tenure.completions``             counter    jobs completed
+``tenure.failures``                counter    jobs failed (``fail``: retried later, or parked)
 ``tenure.rejections``              counter    ``tenure.operation``, ``tenure.reason`` (the audit's)
 ``tenure.leases.lost``             counter    held leases that could no longer be trusted
 ``tenure.operation.duration``      histogram  ``tenure.operation``, ``tenure.outcome``
@@ -33,6 +34,7 @@ _meter = metrics.get_meter("tenure")
 claims = _meter.create_counter("tenure.claims", unit="{lease}", description="Leases granted")
 renewals = _meter.create_counter("tenure.renewals", unit="{lease}", description="Leases renewed")
 completions = _meter.create_counter("tenure.completions", unit="{job}", description="Jobs completed")
+failures = _meter.create_counter("tenure.failures", unit="{job}", description="Jobs failed by their holder")
 rejections = _meter.create_counter("tenure.rejections", unit="{rejection}",
                                    description="Operations the store refused as stale, by reason")
 leases_lost = _meter.create_counter("tenure.leases.lost", unit="{lease}",
@@ -40,7 +42,7 @@ leases_lost = _meter.create_counter("tenure.leases.lost", unit="{lease}",
 duration = _meter.create_histogram("tenure.operation.duration", unit="s",
                                    description="Time of one store operation as the caller saw it")
 
-_COUNTED = {"claim": claims, "claim_next": claims, "renew": renewals, "complete": completions}
+_COUNTED = {"claim": claims, "claim_next": claims, "renew": renewals, "complete": completions, "fail": failures}
 
 
 def timed(backend: str, operation: str, call: Callable[[], T]) -> T:

@@ -1,11 +1,13 @@
 """The pauses of a blocking claim (``claim(..., wait=)``, ``claim_next(..., wait=)``).
 
 Between attempts a waiting claim sleeps until the store's watch reports a change (a release,
-a completion, a new job), the lease it ran into is due to end, or a backoff delay passes,
-whichever comes first. Backends with a native watch (etcd, ZooKeeper) wake it at once: one
-watch per store, started by the first claim that waits and shared by all later ones, so many
-waiting workers cost the store one watch. The others (memory, SQLite) are polled, starting at
-50 ms and doubling up to one second, so an idle waiter costs about one claim attempt a second.
+a completion, a new job), the lease it ran into is due to end (for claim_next: the store's
+next job to become claimable by time, a scheduled one or a lease's end, where the store can
+tell, ``Backend.next_due``), or a backoff delay passes, whichever comes first. Backends with a
+native watch (etcd, ZooKeeper) wake it at once: one watch per store, started by the first
+claim that waits and shared by all later ones, so many waiting workers cost the store one
+watch. The others (memory, SQLite) are polled, starting at 50 ms and doubling up to one
+second, so an idle waiter costs about one claim attempt a second.
 """
 
 from __future__ import annotations
@@ -166,7 +168,13 @@ class ReadNow:
     """Sent back the store's clock."""
 
 
-Step = Attempt | StartWaiting | Pause | Sleep | ReadNow
+@dataclass(frozen=True)
+class NextDue:
+    """Sent back the seconds until a job becomes claimable by time alone, if the store can tell
+    (``Backend.next_due``): a scheduled job or a lease's end wakes a waiting claim_next then."""
+
+
+Step = Attempt | StartWaiting | Pause | Sleep | ReadNow | NextDue
 Steps = Generator[Step, Any, T]
 
 
@@ -200,11 +208,11 @@ def claim_steps(blocking: bool) -> Steps[Lease]:
 
 def claim_next_steps(blocking: bool) -> Steps[Lease | None]:
     """``claim_next``: with a wait, try again after each pause until a job is claimed or the
-    wait is over."""
+    wait is over; a pause ends when the store says a job becomes claimable, if it can tell."""
     lease: Lease | None = yield Attempt()
     if lease is None and blocking:
         yield StartWaiting()
-        while lease is None and (yield Pause(None)):
+        while lease is None and (yield Pause((yield NextDue()))):
             lease = yield Attempt()
     return lease
 

@@ -7,10 +7,10 @@ What a poll decides (which jobs changed, which rejections are new) is ``Polled``
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
-from typing import Protocol
+from collections.abc import Hashable, Iterable, Iterator
+from typing import Generic, Protocol, TypeVar
 
-from tenure.core.records import Change, JobStatus, Rejection
+from tenure.core.records import Change, HistoryEvent, JobStatus, Rejection
 
 
 class Source(Protocol):
@@ -48,18 +48,28 @@ class Polled:
         return changes
 
 
-class RejectionFilter:
-    """Tells new rejections from those already returned, reading the audit again and again.
+class Stamped(Hashable, Protocol):
+    """An audit record: a rejection or a history event, at a store time."""
 
-    ``since``: store time to read from; None for every retained rejection on the first read.
+    @property
+    def at(self) -> float: ...
+
+
+S = TypeVar("S", bound=Stamped)
+
+
+class AuditFilter(Generic[S]):
+    """Tells new audit records from those already returned, reading the audit again and again.
+
+    ``since``: store time to read from; None for every retained record on the first read.
     """
 
     def __init__(self, since: float | None) -> None:
         self.since = since
-        self._seen: set[Rejection] = set()
+        self._seen: set[S] = set()
 
-    def fresh(self, read: list[Rejection]) -> list[Rejection] | None:
-        """The rejections of ``read`` (the audit since ``since``) not returned before, oldest
+    def fresh(self, read: list[S]) -> list[S] | None:
+        """The records of ``read`` (the audit since ``since``) not returned before, oldest
         first; None when there were none and no start time is known yet (call ``start_at``)."""
         fresh = [r for r in read if r not in self._seen]
         if fresh:
@@ -72,6 +82,10 @@ class RejectionFilter:
 
     def start_at(self, now: float) -> None:
         self.since = now
+
+
+class RejectionFilter(AuditFilter[Rejection]):
+    """``AuditFilter`` of the rejections audit."""
 
 
 class NewRejections:
@@ -91,3 +105,19 @@ class NewRejections:
             self._filter.start_at(self._backend.now())
             return []
         return fresh
+
+
+class HistorySource(Protocol):
+    def history(self, job_id: str | None, since: float | None, limit: int | None) -> list[HistoryEvent]: ...
+
+
+class NewEvents:
+    """Reads the history again and again from store time ``since``, returning each accepted
+    operation once (oldest first); what the history's retention dropped meanwhile is missed."""
+
+    def __init__(self, backend: HistorySource, since: float) -> None:
+        self._backend = backend
+        self._filter: AuditFilter[HistoryEvent] = AuditFilter(since)
+
+    def __call__(self) -> list[HistoryEvent]:
+        return self._filter.fresh(self._backend.history(None, self._filter.since, None)) or []

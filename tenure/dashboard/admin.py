@@ -4,7 +4,8 @@ Audited means recorded in the store, where operators look: the action's history 
 ``dashboard-admin`` as its owner. A log line is written as well, for the process's own log.
 The unlock is rate-limited per client address, under a server-wide ceiling (``unlock``). A
 force-expire sends the token the operator confirmed, so a job claimed again meanwhile is
-left to its new holder.
+left to its new holder; a requeue sends it too, so a job claimed (or failed, or requeued)
+again meanwhile is left as it is now.
 """
 
 from __future__ import annotations
@@ -69,19 +70,27 @@ def unlock_form(cfg: Config) -> None:
         st.error(refusal)
 
 
+# States a requeue takes: a live lease is ended first (force-expire), a completed job resubmitted.
+REQUEUABLE = (JobState.PARKED, JobState.SCHEDULED, JobState.PENDING, JobState.EXPIRED)
+
+
 def actions(store: Store, cfg: Config, status: JobStatus) -> None:
-    """Force-expire a live lease or resubmit a completed job, each after a confirmation."""
+    """Force-expire a live lease, resubmit a completed job, or requeue a parked (or scheduled,
+    pending, expired) one, each after a confirmation, with the token confirmed."""
     st.subheader("Admin actions")
     unlock_form(cfg)  # beside the actions it unlocks; the unlock lasts for the browser session
     if not st.session_state.get(_UNLOCKED):
         st.caption("Unlock admin actions with the admin secret.")
         return
     job = status.job_id
-    c1, c2 = st.columns(2)
+    c1, c2, c3 = st.columns(3)
     if c1.button("Force-expire lease", disabled=status.state is not JobState.LEASED):
         st.session_state[_PENDING] = ("force-expire", job, status.token)
     if c2.button("Resubmit job", disabled=status.state is not JobState.COMPLETED):
         st.session_state[_PENDING] = ("resubmit", job, status.token)
+    if c3.button("Requeue job", disabled=status.state not in REQUEUABLE,
+                 help="Attempts reset to 0, claimable now (a parked, scheduled, pending or expired job)"):
+        st.session_state[_PENDING] = ("requeue", job, status.token)
     pending = st.session_state.get(_PENDING)
     if not pending or pending[1] != job:
         return
@@ -97,6 +106,8 @@ def actions(store: Store, cfg: Config, status: JobStatus) -> None:
         try:
             if action == "force-expire":
                 store.force_expire(job, token=token, actor=ADMIN_ACTOR)
+            elif action == "requeue":
+                store.requeue(job, token=token, actor=ADMIN_ACTOR)
             else:
                 store.submit(job, actor=ADMIN_ACTOR)
         except TokenChanged as exc:

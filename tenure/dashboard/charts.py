@@ -9,7 +9,8 @@ import pandas as pd
 from tenure.dashboard.data import when
 
 OUTCOME_COLOURS = {"live": "#2e7d32", "expired": "#f9a825", "completed": "#1565c0",
-                   "released": "#78909c", "force-expired": "#6a1b9a"}
+                   "released": "#78909c", "force-expired": "#6a1b9a",
+                   "failed": "#d84315"}
 ROW = 40  # pixels per job: a bar with generation labels above (odd) and below (even) it
 
 

@@ -14,13 +14,15 @@ import pandas as pd
 from tenure.core.export import to_json
 from tenure.core.queries import fold
 from tenure.core.records import HistoryEvent, JobPage, JobState, JobStatus, Op, Rejection
-from tenure.core.shown import DAY, duration
+from tenure.core.shown import DAY, attempts, duration, first_line
 
-LEASE_COLUMNS = ["job", "owner", "token", "state", "expires in (s)", "lease left",
-                 "last renewal", "claimed at", "problem"]
+LEASE_COLUMNS = ["job", "owner", "token", "state", "attempts", "expires in (s)", "lease left",
+                 "last renewal", "claimed at", "claimable at", "last error", "problem"]
+PARKED_COLUMNS = ["job", "attempts", "last error", "parked at", "token", "runs"]
+SCHEDULED_COLUMNS = ["job", "claimable at", "claimable in (s)", "attempts", "last error", "token"]
 REJECTION_COLUMNS = ["at", "job", "op", "kind", "owner", "token", "current owner",
                      "current token", "reason", "resource"]
-TERMINAL = {Op.COMPLETE: "completed", Op.RELEASE: "released", Op.EXPIRE: "force-expired"}
+TERMINAL = {Op.COMPLETE: "completed", Op.RELEASE: "released", Op.EXPIRE: "force-expired", Op.FAIL: "failed"}
 
 
 def when(seconds: float | None) -> pd.Timestamp | None:
@@ -96,10 +98,29 @@ def leases_frame(jobs: Sequence[JobStatus], now: float, zone: str | None = None)
             fraction = min(1.0, max(0.0, left / ttl)) if ttl else 0.0
         problem = f"{j.key}: {j.problem}" if j.state is JobState.CORRUPT else ""
         rows.append({"job": j.job_id, "owner": j.owner or "", "token": j.token,
-                     "state": j.state.value, "expires in (s)": left, "lease left": fraction,
+                     "state": j.state.value, "attempts": attempts(j.attempts, j.max_attempts),
+                     "expires in (s)": left, "lease left": fraction,
                      "last renewal": stamp(j.renewed_at, now, zone), "claimed at": stamp(j.claimed_at, now, zone),
+                     "claimable at": stamp(j.claimable_at, now, zone), "last error": first_line(j.last_error),
                      "problem": problem})
     return pd.DataFrame(rows, columns=LEASE_COLUMNS)
+
+
+def parked_frame(jobs: Sequence[JobStatus], now: float, zone: str | None = None) -> pd.DataFrame:
+    """Parked jobs: what they used, what went wrong last, and since when they wait for an operator."""
+    rows = [{"job": j.job_id, "attempts": attempts(j.attempts, j.max_attempts), "last error": first_line(j.last_error),
+             "parked at": stamp(j.parked_at, now, zone), "token": j.token, "runs": j.runs} for j in jobs]
+    return pd.DataFrame(rows, columns=PARKED_COLUMNS)
+
+
+def scheduled_frame(jobs: Sequence[JobStatus], now: float, zone: str | None = None) -> pd.DataFrame:
+    """Scheduled jobs, soonest claimable first: a delayed submit or requeue, or a retry's backoff."""
+    shown = sorted(jobs, key=lambda j: (j.claimable_at or 0.0, j.job_id))
+    rows = [{"job": j.job_id, "claimable at": stamp(j.claimable_at, now, zone),
+             "claimable in (s)": None if j.claimable_at is None else max(0.0, j.claimable_at - now),
+             "attempts": attempts(j.attempts, j.max_attempts), "last error": first_line(j.last_error),
+             "token": j.token} for j in shown]
+    return pd.DataFrame(rows, columns=SCHEDULED_COLUMNS)
 
 
 PageFetch = Callable[[list[str], int, int], JobPage]  # (states, offset, limit) -> one page

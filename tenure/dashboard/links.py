@@ -27,6 +27,7 @@ ROUTES = [Route("overview", "Overview", ":material/dashboard:"),
           Route("activity", "Activity", ":material/monitoring:"),
           Route("timeline", "Expiry timeline", ":material/timeline:"),
           Route("rejections", "Rejections", ":material/block:"),
+          Route("parked", "Parked jobs", ":material/local_parking:"),
           Route("job", "Job detail", ":material/search:")]
 BY_NAME = {r.name: r for r in ROUTES}
 BY_TITLE = {r.title: r for r in ROUTES}

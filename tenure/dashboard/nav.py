@@ -19,7 +19,7 @@ log = logging.getLogger("tenure.dashboard")
 View = Callable[[Snapshot, config.Config], None]
 VIEWS: dict[str, View] = {"overview": views.overview, "leases": views.leases, "workers": ops.workers,
                           "stuck": ops.stuck, "activity": ops.activity, "timeline": views.timeline,
-                          "rejections": views.rejections, "job": views.job_detail}
+                          "rejections": views.rejections, "parked": views.parked, "job": views.job_detail}
 
 
 def render(name: str) -> None:

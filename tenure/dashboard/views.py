@@ -13,6 +13,7 @@ import streamlit as st
 
 from tenure.core.queries import fold
 from tenure.core.records import JobPage, JobState, Op, RejectionKind
+from tenure.core.shown import attempts
 from tenure.core.snapshot import Snapshot
 from tenure.dashboard import admin, charts, data, links
 from tenure.dashboard.config import Config
@@ -43,13 +44,15 @@ def jobs_table(frame: pd.DataFrame, key: str, columns: dict[str, Any] | None = N
 
 def overview(snap: Snapshot, cfg: Config) -> None:
     s = snap.summary(soon=SOON)
-    cols = st.columns(6)
+    cols = st.columns(8)
     cols[0].metric("Pending", s.pending)
-    cols[1].metric("Leased", s.leased)
-    cols[2].metric(f"Expiring < {SOON:g}s", s.expiring_soon)
-    cols[3].metric("Expired, unclaimed", s.expired)
-    cols[4].metric("Completed", s.completed)
-    cols[5].metric("Rejections (1h)", s.rejections_last_hour)
+    cols[1].metric("Scheduled", s.scheduled, help="Pending, but claimable only later: a delay, or a retry's backoff")
+    cols[2].metric("Leased", s.leased)
+    cols[3].metric(f"Expiring < {SOON:g}s", s.expiring_soon)
+    cols[4].metric("Expired, unclaimed", s.expired)
+    cols[5].metric("Completed", s.completed)
+    cols[6].metric("Parked", s.parked, help="Used every attempt allowed: claimed again only once requeued")
+    cols[7].metric("Rejections (1h)", s.rejections_last_hour)
     if s.corrupt:
         st.error(f"{s.corrupt} corrupt record(s) in the store: filter Live leases by state 'corrupt'.")
     st.subheader("Look first at")
@@ -59,6 +62,7 @@ def overview(snap: Snapshot, cfg: Config) -> None:
     st.page_link(links.page("stuck"), label="Stuck leases")
     st.page_link(links.page("activity"), label="Rejections and expiries per minute")
     st.page_link(links.page("rejections"), label=f"Rejections ({s.rejections_last_hour} in 1 h)")
+    st.page_link(links.page("parked"), label=f"Parked jobs ({s.parked}) and scheduled ({s.scheduled})")
     left, right = st.columns(2)
     with left:
         st.subheader("Store clock")
@@ -160,6 +164,40 @@ def rejections(snap: Snapshot, cfg: Config) -> None:
                        "application/json", on_click="ignore")
 
 
+PARKED_COLUMNS: dict[str, Any] = {"last error": st.column_config.TextColumn("last error", width=360)}
+SCHEDULED_COLUMNS: dict[str, Any] = {"claimable in (s)": st.column_config.NumberColumn(format="%.1f"),
+                                     "last error": st.column_config.TextColumn("last error", width=280)}
+
+
+def parked(snap: Snapshot, cfg: Config) -> None:
+    """Jobs that used their attempts and wait for an operator, then jobs claimable later."""
+    job = st.text_input("Job contains", key="parked_job").strip() or None
+    page_no = int(st.session_state.get("parked_page", 1))
+    found = snap.page(states=[JobState.PARKED], job=job, order="job", offset=(page_no - 1) * PAGE_SIZE,
+                      limit=PAGE_SIZE)
+    now, where = snap.now(), zone()
+    if found.total:
+        jobs_table(data.parked_frame(found.jobs, now, where), "parked_table", PARKED_COLUMNS)
+        pages = max(1, -(-found.total // PAGE_SIZE))
+        st.caption(f"{found.total} parked job(s): each used every attempt it was allowed (max_attempts) and is "
+                   f"not claimed again until an operator requeues it (the job's page, or `tenure requeue`); "
+                   f"page {min(page_no, pages)} of {pages}, by job id. Click a row for the job's detail.")
+        if pages > 1:
+            st.number_input("Page", 1, pages, key="parked_page")
+    else:
+        st.success("No parked jobs.")
+    st.subheader("Scheduled")
+    later = snap.page(states=[JobState.SCHEDULED], job=job, order="job", limit=PAGE_SIZE)
+    if not later.total:
+        st.caption("No scheduled jobs: every pending job can be claimed now.")
+        return
+    jobs_table(data.scheduled_frame(later.jobs, now, where), "scheduled_table", SCHEDULED_COLUMNS)
+    more = "" if later.total <= len(later.jobs) else f"; the first {len(later.jobs)} by job id shown"
+    st.caption(f"{later.total} scheduled job(s), pending but claimable only from the time shown (store time): "
+               f"submitted or requeued with a delay, or failed and waiting out their retry backoff; soonest "
+               f"first{more}.")
+
+
 _JOB_PARAM_SEEN = "detail_job_param"
 
 
@@ -188,16 +226,23 @@ def job_detail(snap: Snapshot, cfg: Config) -> None:
     if status.state is JobState.CORRUPT:
         st.error(f"Corrupt record {data.literal(repr(status.key))}: {data.literal(status.problem)}")
     now, where = snap.now(), zone()
-    cols = st.columns(5)
+    cols = st.columns(6)
     cols[0].metric("State", status.state.value)
     cols[1].metric("Owner", status.owner or "-")
     cols[2].metric("Token", status.token)
     cols[3].metric("Runs", status.runs)
-    cols[4].metric("Expires", "-" if status.expires_at is None else data.ago(status.expires_at - now))
+    cols[4].metric("Attempts", attempts(status.attempts, status.max_attempts),
+                   help="Claims in this run (a release gives its claim back; a lost lease keeps it), of those "
+                        "allowed (max_attempts) when there is a limit")
+    cols[5].metric("Expires", "-" if status.expires_at is None else data.ago(status.expires_at - now))
     times = [(name, t) for name, t in [("submitted", status.submitted_at), ("claimed", status.claimed_at),
-                                       ("renewed", status.renewed_at), ("completed", status.completed_at)]
+                                       ("renewed", status.renewed_at), ("completed", status.completed_at),
+                                       ("claimable", status.claimable_at), ("parked", status.parked_at)]
              if t is not None]
     st.caption(" · ".join(f"{name} {data.literal(data.stamp(t, now, where))}" for name, t in times))
+    if status.last_error is not None:
+        st.markdown("**Last error**")
+        st.code(status.last_error, language=None)  # whole, as the worker wrote it: not Markdown
     events = snap.history(job_id=job)
     rejected = snap.rejections(None, job_id=job)  # this job's, through the store's index
     if events:

@@ -14,9 +14,9 @@ it, so pytest stays a dependency of your tests, not of tenure. The optional hook
 ``tenure.testing.suite``; docs/backends/writing-a-backend.md walks through a backend from scratch.
 """
 
-from tenure.testing.kit import Kit, Pauser, Restartable, wait_out
+from tenure.testing.kit import Kit, Pauser, Restartable, Tampering, wait_out
 from tenure.testing.processes import adopt_registrations, child_environment
 from tenure.testing.suite import ConformanceSuite, Hooks
 
-__all__ = ["ConformanceSuite", "Hooks", "Kit", "Pauser", "Restartable", "adopt_registrations", "child_environment",
-           "wait_out"]
+__all__ = ["ConformanceSuite", "Hooks", "Kit", "Pauser", "Restartable", "Tampering", "adopt_registrations",
+           "child_environment", "wait_out"]

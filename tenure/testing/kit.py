@@ -99,10 +99,12 @@ class Kit:
     options: dict[str, Any] = field(default_factory=dict)
     ttl: float = 5.0  # for leases that must not run out during a test
     short_ttl: float = 0.5  # for leases a test waits out
+    unreachable_within: float = 30.0  # seconds an unreachable server may take to be reported
     expire_hook: ExpireHook = wait_out
     corrupt_hook: CorruptHook | None = None
     plant_hook: PlantHook | None = None
     restartable_factory: Callable[[], Restartable | None] = lambda: None
+    unreachable_factory: Callable[[], str | None] = lambda: None
     pauser: Pauser | None = None
     opener: Callable[..., tenure.Store] = tenure.connect  # how the tests open a store
 
@@ -136,10 +138,21 @@ class Kit:
             pytest.skip(f"{self.name}: cannot hold a record with {tampering}")
 
     def restart_target(self) -> Restartable:
-        """The store on a server the test may restart (skips without the hook)."""
+        """The store on a server the test may restart (skips without the hook, and for a
+        volatile store, saying so)."""
+        if self.durability is tenure.Durability.VOLATILE:
+            pytest.skip(f"{self.name}: a volatile store (Characteristics.durability): nothing it acknowledged "
+                        "survives a restart, and its health() says so")
         found = self.restartable_factory()
         if found is None:
             pytest.skip(f"{self.name}: no restartable_store hook (override the fixture with a server to restart)")
+        return found
+
+    def unreachable_url(self) -> str:
+        """The test's store at an address where nothing listens (skips without the hook)."""
+        found = self.unreachable_factory()
+        if found is None:
+            pytest.skip(f"{self.name}: no unreachable_url hook (a store with no server has none to miss)")
         return found
 
     def holder_pauser(self) -> Pauser:
@@ -149,10 +162,19 @@ class Kit:
         return self.pauser
 
     @property
+    def characteristics(self) -> tenure.Characteristics:
+        """What the backend of the test's URL declares."""
+        return backend_class(parse_url(self.url).scheme).characteristics
+
+    @property
     def shared_between_processes(self) -> bool:
         """Whether stores at one URL in different processes share their records."""
-        backend = backend_class(parse_url(self.url).scheme)
-        return backend.characteristics.shared_between_processes
+        return self.characteristics.shared_between_processes
+
+    @property
+    def durability(self) -> tenure.Durability | None:
+        """What an acknowledged write survives, as the backend declares it (None: undeclared)."""
+        return self.characteristics.durability
 
     def require_processes(self) -> None:
         if not self.shared_between_processes:

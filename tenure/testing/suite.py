@@ -14,7 +14,11 @@ fixtures are optional hooks with working or skipping defaults:
                        each ``Tampering`` the backend can hold; False where it cannot (the case
                        skips), None skips them all
 ``restartable_store``  a ``Restartable`` (url, restart) on a server the test may crash and start
-                       again; None skips. Requested only by the test that needs it.
+                       again; None skips (a volatile store skips saying so). Requested only by
+                       the test that needs it.
+``unreachable_url``    the test's store (``store_url``'s) at an address where nothing listens,
+                       with a password in it if the store takes one; None (the default) skips,
+                       for stores with no server (memory, SQLite). Requested only by its test.
 ``open_store``         ``(url, **options) -> Store`` that the tests open stores with;
                        ``tenure.connect`` by default (an adapter may run the cases through
                        another API of the same contract, as tenure's own tests do for tenure.aio)
@@ -23,6 +27,7 @@ fixtures are optional hooks with working or skipping defaults:
 
 ``ttl`` and ``short_ttl`` (class attributes) are the TTLs of leases that must outlive a test
 and of leases a test waits out; raise ``short_ttl`` for a store with a minimum lease.
+``unreachable_within`` (30 s) bounds how long an unreachable server may take to be reported.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from tenure.testing.suite_audit import AuditTests
 from tenure.testing.suite_blocking_claims import BlockingClaimTests
 from tenure.testing.suite_bounds import BoundsTests
 from tenure.testing.suite_competing import CompetingTests
+from tenure.testing.suite_durability import DurabilityTests
 from tenure.testing.suite_hold import HoldTests
 from tenure.testing.suite_input import InputTests
 from tenure.testing.suite_issued_tokens import IssuedTokenTests
@@ -54,6 +60,7 @@ class Hooks:
 
     ttl: ClassVar[float] = 5.0
     short_ttl: ClassVar[float] = 0.5
+    unreachable_within: ClassVar[float] = 30.0
 
     @pytest.fixture
     def store_url(self) -> str:
@@ -80,6 +87,10 @@ class Hooks:
         return None
 
     @pytest.fixture
+    def unreachable_url(self) -> str | None:
+        return None
+
+    @pytest.fixture
     def pause_holder(self) -> Pauser | None:
         return signal_pauser()
 
@@ -95,9 +106,14 @@ class Hooks:
             found: Restartable | None = request.getfixturevalue("restartable_store")
             return found
 
+        def unreachable() -> str | None:
+            found: str | None = request.getfixturevalue("unreachable_url")
+            return found
+
         return Kit(type(self).__name__, store_url, dict(connect_options), ttl=self.ttl, short_ttl=self.short_ttl,
+                   unreachable_within=self.unreachable_within,
                    expire_hook=expire_lease, corrupt_hook=corrupt_record, plant_hook=plant_raw_record,
-                   restartable_factory=restartable,
+                   restartable_factory=restartable, unreachable_factory=unreachable,
                    pauser=pause_holder, opener=open_store)
 
     @pytest.fixture
@@ -107,6 +123,6 @@ class Hooks:
 
 
 class ConformanceSuite(Hooks, ProtocolTests, AuditTests, HoldTests, BlockingClaimTests, BoundsTests,
-                       CompetingTests, InputTests, IssuedTokenTests, LifecycleTests, OrderTests, QueryTests,
-                       OutageTests, TamperedRecordTests):
+                       CompetingTests, DurabilityTests, InputTests, IssuedTokenTests, LifecycleTests, OrderTests,
+                       QueryTests, OutageTests, TamperedRecordTests):
     """Every conformance test; a backend's ``TestMyStore(ConformanceSuite)`` runs them all."""

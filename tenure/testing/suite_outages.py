@@ -1,18 +1,27 @@
-"""Outages the protocol must survive: a holder process frozen past its TTL, a server restart.
+"""Outages the protocol must survive: a holder process frozen past its TTL, a server restart,
+a server that is not there.
 
 The paused holder is a real process frozen by the ``pause_holder`` hook (SIGSTOP by default), so
 only the store's clock can end its lease; it needs a store shared between processes. The restart needs the
-``restartable_store`` hook: a server the test may crash and start again on the same data.
+``restartable_store`` hook: a server the test may crash and start again on the same data. The
+unreachable server needs the ``unreachable_url`` hook: the test's store at an address where
+nothing listens.
 """
 
 from __future__ import annotations
 
+import logging
 import subprocess
+import threading
 import time
+import warnings
 from collections.abc import Callable
 from typing import TypeVar
 
+import pytest
+
 import tenure
+from tenure.core.options import parse_url
 from tenure.testing.kit import Kit
 from tenure.testing.processes import child_environment, python_child
 
@@ -46,7 +55,60 @@ def eventually(call: Callable[[], T], timeout: float = 60.0) -> T:
             time.sleep(0.2)  # real time: waiting for a reconnection
 
 
+def _errors(exc: BaseException) -> list[BaseException]:
+    """``exc`` and every error it was raised from or during, as a reader of a traceback sees them."""
+    found: list[BaseException] = []
+    step: BaseException | None = exc
+    while step is not None and step not in found:
+        found.append(step)
+        step = step.__cause__ or step.__context__
+    return found
+
+
+def _first_answer(kit: Kit, url: str) -> tuple[BaseException | None, float]:
+    """What opening ``url`` and submitting a job ends in, and how long it took; in a thread, so
+    a store that never answers fails the test after ``kit.unreachable_within`` instead of hanging it."""
+    outcome: list[BaseException | None] = []
+
+    def attempt() -> None:
+        try:
+            with kit.connect(url) as store:
+                store.submit("unreachable")
+            outcome.append(None)
+        except BaseException as exc:  # judged by the test
+            outcome.append(exc)
+
+    started = time.monotonic()
+    worker = threading.Thread(target=attempt, name="tenure-unreachable", daemon=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tenure.InsecureTransportWarning)  # the hook's password, in clear text
+        worker.start()
+        worker.join(kit.unreachable_within)
+    if worker.is_alive():
+        pytest.fail(f"{kit.name}: nothing reported an unreachable server within {kit.unreachable_within:g} s")
+    return outcome[0], time.monotonic() - started
+
+
 class OutageTests:
+    def test_an_unreachable_server_is_backend_unavailable_promptly_writes_nothing_and_tells_no_secret(
+            self, kit: Kit, caplog: pytest.LogCaptureFixture) -> None:
+        url = kit.unreachable_url()
+        caplog.set_level(logging.DEBUG)
+        found, took = _first_answer(kit, url)
+        assert found is not None, "a store at an address where nothing listens took a job"
+        assert isinstance(found, tenure.BackendUnavailable), f"{type(found).__name__}: {found}"
+        # Nothing was sent, so nothing may have been applied: neither an uncertain write nor a
+        # refusal of credentials nobody checked.
+        assert not isinstance(found, (tenure.OutcomeUnknown, tenure.AuthenticationFailed, tenure.Outraced)), found
+        assert took <= kit.unreachable_within
+        secrets = parse_url(url).secrets()
+        for shown in [*(f"{e} {e!r}" for e in _errors(found)), caplog.text]:
+            for secret in secrets:
+                assert secret not in shown, "the error or a log line shows the URL's secret"
+        with kit.connect() as store:  # the same store, reached
+            assert store.get("unreachable") is None
+            assert store.history() == []
+
     def test_a_paused_holder_process_is_fenced_and_audited(self, kit: Kit) -> None:
         kit.require_processes()
         pauser = kit.holder_pauser()

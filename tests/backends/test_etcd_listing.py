@@ -1,4 +1,4 @@
-"""The etcd listing's quick way for pending jobs (``layout.listed_pending``, through
+"""The etcd listing's quick way for pending and parked jobs (``layout.listed_pending``, through
 ``codec.listed_status``) gives exactly what the general way gives, or leaves the key to it:
 checked over job values with every field damaged in turn."""
 
@@ -21,9 +21,16 @@ PENDING = [
     ("p", JobValue(JobState.PENDING, None, 0, None, NOW - 5, None, None, 0)),
     ("again", JobValue(JobState.PENDING, None, 7, None, NOW - 5, NOW - 9, None, 3)),  # released or resubmitted
     ("日本 /x", JobValue(JobState.PENDING, "w", 2, 10.0, NOW - 5, NOW - 9, NOW + 1, 1)),
+    # The life cycle's fields (issue 28): failed and retried at once, scheduled, parked.
+    ("tried", JobValue(JobState.PENDING, None, 4, None, NOW - 5, NOW - 9, None, 1,
+                       {"attempts": 2, "max_attempts": 3, "last_error": "boom", "failed_at": NOW - 3}, NOW - 3)),
+    ("later", JobValue(JobState.PENDING, None, 0, None, NOW - 5, None, None, 1,
+                       {"attempts": 1, "claimable_at": NOW + 60.0, "failed_at": NOW - 1})),
+    ("parked", JobValue(JobState.PARKED, None, 6, None, NOW - 5, NOW - 9, None, 2,
+                        {"attempts": 3, "max_attempts": 3, "last_error": "x\ny", "failed_at": NOW - 1})),
 ]
-VALUES: list[Any] = [None, 0, 1, -1, 2.5, -0.0, True, "x", "pending", "leased", "completed", [], {}, 1e400,
-                     10**20, "", "\x00"]
+VALUES: list[Any] = [None, 0, 1, -1, 2.5, -0.0, True, False, "x", "pending", "leased", "completed", "parked", [],
+                     {}, 1e400, 10**20, "", "\x00", NOW + 60.0]
 
 
 def _kv(job_id: str, value: bytes) -> Any:
@@ -61,12 +68,13 @@ def test_listed_pending_is_the_general_way_or_leaves_it() -> None:
     section = len(KEYS.section("job"))
     variants = _variants()
     wrong = [kv for kv in variants
-             if (fast := listed_pending(kv, kv.key[section:])) is not None and fast != _general(kv)]
+             if (fast := listed_pending(kv, kv.key[section:], NOW)) is not None and fast != _general(kv)]
     assert not wrong, wrong[:3]
-    assert sum(listed_pending(kv, kv.key[section:]) is not None for kv in variants) > len(PENDING)
+    assert sum(listed_pending(kv, kv.key[section:], NOW) is not None for kv in variants) > len(PENDING)
 
 
 def test_listed_pending_takes_what_tenure_writes() -> None:
     for job_id, value in PENDING:
         kv = _kv(job_id, job_value(job_id, value))
-        assert listed_pending(kv, kv.key[len(KEYS.section("job")):]) == _general(kv)
+        fast = listed_pending(kv, kv.key[len(KEYS.section("job")):], NOW)
+        assert fast is not None and fast == _general(kv), job_id

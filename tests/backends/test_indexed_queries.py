@@ -224,7 +224,7 @@ def _etcd_index_wanted(etcd_harness: Any, store: tenure.Store) -> tuple[set[byte
     for job in store.jobs():
         job_kv, end_kv = _raw(node, keys.job(job.job_id)), _raw(node, keys.end(job.job_id))
         if job.state is JobState.PENDING:
-            queue.add(keys.queue(job.job_id, etcd_layout.queued_since(job.job_id, job_kv, end_kv)))
+            queue.add(etcd_layout.index_key(keys, job.job_id, job_kv, end_kv))
         elif job.state in (JobState.LEASED, JobState.EXPIRED):
             held.add(keys.held(job.job_id))
     return queue, held

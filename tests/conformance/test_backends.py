@@ -60,6 +60,10 @@ class HarnessSuite(ConformanceSuite):
     def plant_raw_record(self, harness: Harness) -> PlantHook | None:
         return harness.plant
 
+    @pytest.fixture
+    def unreachable_url(self, harness: Harness, store_url: str) -> str | None:
+        return harness.unreachable(store_url)  # None for memory and SQLite: no server to miss
+
 
 class TestMemory(HarnessSuite):
     backend = "memory"

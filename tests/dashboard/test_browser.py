@@ -7,6 +7,7 @@ Playwright skips; in CI (``CI=true``) it fails.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -29,6 +30,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 # the store is seeded with seed_on_server() because a server's clock cannot be moved.
 BROWSER_BACKENDS = ["sqlite", "etcd", "zk", "postgres"]
 SCREENSHOT_DIR_ENV = "TENURE_SCREENSHOT_DIR"  # also save the screenshots there (docs/img)
+ADMIN_SECRET = "browser admin secret"
 
 
 def _missing(reason: str) -> None:
@@ -55,6 +57,20 @@ def browser() -> Iterator[object]:
 @pytest.fixture(params=BROWSER_BACKENDS)
 def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, tenure.Store]]:
     """The dashboard's address and a store (on the dashboard's clock) to write to."""
+    with _serving(request, tmp_path) as found:
+        yield found
+
+
+@pytest.fixture(params=BROWSER_BACKENDS)
+def served_admin(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, tenure.Store]]:
+    """As ``served``, started with ``--admin`` and ``ADMIN_SECRET``."""
+    with _serving(request, tmp_path, ADMIN_SECRET) as found:
+        yield found
+
+
+@contextlib.contextmanager
+def _serving(request: pytest.FixtureRequest, tmp_path: Path,
+             admin_secret: str | None = None) -> Iterator[tuple[str, tenure.Store]]:
     if request.param == "sqlite":
         seed = seeded("sqlite", tmp_path)
         seed.store.close()
@@ -65,7 +81,7 @@ def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
         writer = harness.connect(url)
         seed_on_server(writer, harness.ttl)
     port = free_port()
-    proc = launcher.start(url, port=port, refresh=1.0)
+    proc = launcher.start(url, port=port, refresh=1.0, admin_secret=admin_secret)
     try:
         yield launcher.wait_ready(proc, "127.0.0.1", port, timeout=90), writer
     finally:
@@ -212,3 +228,35 @@ def test_overview_loads_light_and_settings_open_on_demand(browser: object,
     page.wait_for_timeout(1500)  # a live refresh with the popover closed keeps the choice
     assert berlin.count() == 1
     context.close()
+
+
+def test_the_parked_view_and_a_requeue_by_an_unlocked_admin(browser: object, served_admin: tuple[str, tenure.Store],
+                                                            tmp_path: Path) -> None:
+    address, writer = served_admin
+    writer.submit("poison-7", max_attempts=1)
+    writer.fail(writer.claim("poison-7", "worker-f", 30), "OOM: killed by the kernel")
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})  # type: ignore[attr-defined]
+    page.goto(address)
+    page.get_by_text("Parked jobs (1)").wait_for(timeout=60_000)  # the Overview's link, with the count
+    sidebar = page.locator("[data-testid='stSidebar']")
+    sidebar.get_by_text("Parked jobs", exact=True).click()
+    page.wait_for_url("**/parked", timeout=60_000)
+    _html_has(page, "poison-7")
+    _html_has(page, "OOM: killed by the kernel")  # its last error, in the grid's accessibility table
+    _html_has(page, "1/1")  # its attempts, of those allowed
+    _save(page, tmp_path, "dashboard-parked.png")
+
+    _open_first_row(page)
+    page.wait_for_url("**/job?job=poison-7", timeout=60_000)
+    page.get_by_text("Attempts", exact=True).wait_for(timeout=60_000)
+    page.get_by_label("Admin secret").fill(ADMIN_SECRET)
+    page.get_by_label("Admin secret").press("Enter")
+    page.get_by_text("Admin actions unlocked").wait_for(timeout=60_000)
+    page.get_by_role("button", name="Requeue job").click()
+    page.get_by_role("button", name="Confirm requeue").click()
+    page.get_by_text("recorded in its history").wait_for(timeout=60_000)
+    job = writer.get("poison-7")
+    assert job is not None and (job.state, job.attempts) == (tenure.JobState.PENDING, 0)
+    last = writer.history("poison-7")[-1]
+    assert (last.op, last.owner) == (tenure.Op.REQUEUE, "dashboard-admin")
+    page.close()

@@ -37,8 +37,8 @@ def unescape(cells: list[str]) -> tuple[str, str]:
 
 def test_overview_counts_health_and_clock(seed: Seeded, open_app: OpenApp) -> None:
     at = open_app(seed.url)
-    assert metrics(at) == {"Pending": "1", "Leased": "2", "Expiring < 30s": "1",
-                           "Expired, unclaimed": "1", "Completed": "1", "Rejections (1h)": "2"}
+    assert metrics(at) == {"Pending": "1", "Scheduled": "0", "Leased": "2", "Expiring < 30s": "1",
+                           "Expired, unclaimed": "1", "Completed": "1", "Parked": "0", "Rejections (1h)": "2"}
     (health,) = [m.value for m in at.markdown if m.value.startswith("| fact | value |")]
     facts = dict(unescape(line.strip("| ").split(" | ")) for line in health.splitlines()[2:])
     assert facts["backend"] == seed.backend
@@ -215,7 +215,8 @@ def test_overview_links_to_each_ops_view(seed: Seeded, open_app: OpenApp) -> Non
     at = open_app(seed.url)
     labels = [p.proto.label for p in at.get("page_link")]
     assert labels == ["Live leases (2)", "Workers: who holds what", "Stuck leases",
-                      "Rejections and expiries per minute", "Rejections (2 in 1 h)"]
+                      "Rejections and expiries per minute", "Rejections (2 in 1 h)",
+                      "Parked jobs (0) and scheduled (0)"]
 
 
 def test_workers_shows_who_holds_what(seed: Seeded, open_app: OpenApp) -> None:

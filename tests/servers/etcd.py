@@ -235,7 +235,7 @@ class EtcdHarness(ServerHarness):
         """
         while (status := store.get(lease.job_id)) is not None and status.state is tenure.JobState.LEASED:
             time.sleep(0.05)  # polling for etcd's deletion of the key
-        if status is not None and status.state is tenure.JobState.EXPIRED:
+        if status is not None and status.state in (tenure.JobState.EXPIRED, tenure.JobState.PARKED):
             time.sleep(lease.ttl)  # the claimer's wait, in real time: etcd's leases are real time
         super().expire(store, lease)  # past expires_at by the store's clock too (by now it is)
 

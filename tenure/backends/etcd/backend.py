@@ -11,8 +11,9 @@ retention lease) are ``leases``'s, with the reasons there.
 
 Round trips: claim 1 for a new job when a pooled etcd lease can be reused, else 2; renew 1
 when this process made the claim with the same TTL, else 2 (a grant first); complete and
-release 1; submit 1 (the job guessed new); claim_next 3 (the indexes, the candidate's keys,
-the Txn). A wrong guess costs nothing extra: the Txn's
+release 1; fail 1 when this process made the claim, else 2 (the job's attempts are read
+first); submit 1 (the job guessed new); claim_next 3 (the indexes, the candidate's keys, the
+Txn). A wrong guess costs nothing extra: the Txn's
 failure branch reads the job's keys for the retry.
 
 ``now()`` is this machine's wall clock: etcd has no clock API. Expiry never depends on it;
@@ -39,12 +40,13 @@ from tenure.backends.etcd.layout import Keys, read_event, read_rejection
 from tenure.backends.etcd.leases import EtcdLeases, etcd_ttl
 from tenure.backends.etcd.transaction import Context, EtcdTransaction, Parts, Read, reads
 from tenure.core import audit, paging, steps, transitions
-from tenure.core.backend import Characteristics, RecordBackend, Transaction
+from tenure.core.backend import Characteristics, Durability, RecordBackend
 from tenure.core.clock import Clock
 from tenure.core.codec import corrupt_status
 from tenure.core.errors import CorruptRecord, InvalidArgument
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
+from tenure.core.transaction import Transaction
 
 DEFAULT_PORT = 2379
 
@@ -55,6 +57,7 @@ class EtcdBackend(RecordBackend):
     characteristics = Characteristics(
         name="etcd",
         store_clock="etcd's lease TTLs decide expiry; times shown are the client's wall clock",
+        durability=Durability.REPLICATED,  # raft: on a quorum's disks (--unsafe-no-fsync voids it)
         min_ttl=2.0,
         tokens_ordered_across_jobs=True,
         max_result_bytes=512 * 1024,  # base64, twice in a complete txn, under the 1.5 MiB request limit

@@ -1,9 +1,12 @@
 """claim_next's candidates on etcd, from the indexes (``layout``): expired leases first (their
 work is overdue), then pending jobs oldest first.
 
-The ``held/`` keys without a ``lease/`` key are leases etcd ended; the ``queue/`` keys are
-pending jobs in submission order (read through ``scan.QueueCursor``). These are proposals:
-the transaction reads each candidate's keys and passes over one that is no longer claimable.
+The ``held/`` keys without a ``lease/`` key are leases etcd ended, but for those with a
+``last/`` key (the last attempt: parked, never a candidate, ``transitions.candidate_at``); the
+``sched/`` keys up to the store's ``now`` are scheduled jobs whose time came (later ones are
+never read); the ``queue/`` keys are pending jobs in the order they became so (read through
+``scan.QueueCursor``). These are proposals: the transaction reads each candidate's keys and
+passes over one that is no longer claimable.
 """
 
 from __future__ import annotations
@@ -25,18 +28,21 @@ T = TypeVar("T")
 
 
 def first_claimable(k: Keys, leases: EtcdLeases, queue: QueueCursor,
-                    take: Callable[[str], Io[T | None]]) -> Io[T | None]:
+                    take: Callable[[str], Io[T | None]], now: float) -> Io[T | None]:
     """What ``take`` makes of the first candidate it takes (not None), best first: one read of
-    the indexes, then further queue pages while every one is passed over (all taken meanwhile:
-    read on). Its reads, and ``take``'s, are yielded (``client.Io``)."""
+    the indexes, then further pages while every one is passed over (all taken meanwhile: read
+    on). Its reads, and ``take``'s, are yielded (``client.Io``)."""
     window = queue.window()
+    due = (k.section("sched"), k.sched_cut(now))  # claimable by now: nothing later is read
     res = yield ec.call("txn", [], [ec.get(*k.span("held"), keys_only=True), ec.get(*k.span("lease"), keys_only=True),
-                                    ec.get(*window, keys_only=True, limit=QueueCursor.PAGE)], [], retry=True)
+                                    ec.get(*k.span("last"), keys_only=True),
+                                    ec.get(*window, keys_only=True, limit=QueueCursor.PAGE),
+                                    ec.get(*due, keys_only=True, limit=QueueCursor.PAGE)], [], retry=True)
     seen = boot_clock()  # after the answer that showed these leases ended
-    held, live, queued = res.ranges
-    alive = {kv.key[len(k.section("lease")):] for kv in live}
+    held, live, last, queued, scheduled = res.ranges
+    passed = {kv.key[len(k.section("lease")):] for kv in live} | {kv.key[len(k.section("last")):] for kv in last}
     for kv in sorted(held, key=lambda kv: kv.mod_revision):  # the oldest claims first
-        if kv.key[len(k.section("held")):] not in alive:
+        if kv.key[len(k.section("held")):] not in passed:
             try:
                 job_id = k.job_id(kv.key, "held")
             except CorruptRecord:  # listed as corrupt by jobs(), skipped here
@@ -45,17 +51,26 @@ def first_claimable(k: Keys, leases: EtcdLeases, queue: QueueCursor,
             if not leases.waiting_out(job_id, kv.mod_revision) and (taken := (yield from take(job_id))) is not None:
                 return taken
     queued = yield from queue.oldest(first=(window, queued))
-    while queued:
-        for job_id in _queued_ids(k, queued):
+    # Pending jobs and scheduled ones whose time came, a page of each merged by when they
+    # became claimable, oldest first.
+    while queued or scheduled:
+        for job_id in _queued_ids(k, queued, scheduled):
             if (taken := (yield from take(job_id))) is not None:
                 return taken
-        queued = yield from queue.oldest(after=queued[-1].key + b"\0")
+        if len(scheduled) == QueueCursor.PAGE:
+            scheduled, _, _ = yield ec.call("range", scheduled[-1].key + b"\0", due[1], limit=QueueCursor.PAGE)
+        else:
+            scheduled = []
+        queued = (yield from queue.oldest(after=queued[-1].key + b"\0")) if queued else []
     return None
 
 
-def _queued_ids(k: Keys, kvs: list[KV]) -> list[str]:
+def _queued_ids(k: Keys, queued: list[KV], scheduled: list[KV]) -> list[str]:
+    """The job ids of ``queue/`` and ``sched/`` keys, by their time."""
+    timed = [(kv.key[len(k.section(name)):], name, kv) for name, kvs in (("queue", queued), ("sched", scheduled))
+             for kv in kvs]
     ids = []
-    for kv in kvs:
+    for _, name, kv in sorted(timed, key=lambda found: found[0]):  # "<µs>/<id>": by time first
         with contextlib.suppress(CorruptRecord):  # not tenure's: never claimed through it
-            ids.append(k.queued_job_id(kv.key))
+            ids.append(k.queued_job_id(kv.key, name))
     return contention.spread(ids)

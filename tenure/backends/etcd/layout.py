@@ -6,7 +6,19 @@
 ``<prefix>/lease/<id>``      the live lease, on an etcd lease with the job's TTL
 ``<prefix>/end/<id>``        how the current claim ended (completed, released, expired)
 ``<prefix>/queue/<µs>/<id>`` index: a pending job, oldest first
+``<prefix>/sched/<µs>/<id>`` index: a pending job with a ``claimable_at`` (a delay, a retry's
+                             backoff), in its place instead, by that time
 ``<prefix>/held/<id>``       index: a leased job (its lease ended when no lease key is beside it)
+``<prefix>/last/<id>``       index: a job on its last attempt, leased (parked once its lease
+                             ends) or parked; a job neither held nor queued with it is
+                             parked, one without it completed
+
+The job life cycle's fields (``codec.LIFE_FIELDS``) are in the job key's value. A failed or
+requeued job's value is rewritten (state ``pending`` or ``parked``, its last token in it, as
+a submitted job's); a released job keeps the claim's value, its attempt given back when read
+(``record``). A pending job's queue key is at when it became pending (``queued``, else
+``submitted_at``), by its writer's clock; a scheduled one's ``sched/`` key is at its
+``claimable_at``, and claim_next reads those up to its own now only.
 
 Audit: ``<prefix>/history/<id>/<uuid>`` and ``<prefix>/rejection/<uuid>``, on a shared
 retention lease. Anything under the prefix that does not decode raises ``CorruptRecord``.
@@ -15,7 +27,7 @@ retention lease. Anything under the prefix that does not decode raises ``Corrupt
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tenure.backends.etcd.client import KV
@@ -72,8 +84,19 @@ class Keys:
     def held(self, job_id: str) -> bytes:
         return self._key("held", job_id)
 
-    def queued_job_id(self, key: bytes) -> str:
-        return self.job_id(self.section("queue") + key[len(self.section("queue")) + 21:], "queue")
+    def last(self, job_id: str) -> bytes:
+        return self._key("last", job_id)
+
+    def scheduled(self, job_id: str, at: float) -> bytes:
+        return self.section("sched") + b"%020d/" % round(at * 1e6) + _encoded(job_id)
+
+    def sched_cut(self, at: float) -> bytes:
+        """Where the ``sched/`` keys of jobs not yet claimable at ``at`` start."""
+        return self.section("sched") + b"%020d/" % round(at * 1e6) + b"\xff"
+
+    def queued_job_id(self, key: bytes, section: str = "queue") -> str:
+        """The job id in a ``queue/`` (or ``sched/``) key."""
+        return self.job_id(self.section(section) + key[len(self.section(section)) + 21:], section)
 
     def history(self, job_id: str, uid: str) -> bytes:
         return self._key("history", job_id) + b"/" + uid.encode()
@@ -143,20 +166,38 @@ _NUM = (int, float)
 
 @dataclass(frozen=True)
 class JobValue:
-    state: JobState  # PENDING or LEASED
+    state: JobState  # PENDING, LEASED or PARKED
     owner: str | None
-    token: int  # the last token, for a pending job (a leased one's is its mod revision)
+    token: int  # the last token, for a pending or parked job (a leased one's is its mod revision)
     ttl: float | None
     submitted_at: float | None
     claimed_at: float | None
     expires_at: float | None
     runs: int
+    life: dict[str, Any] = field(default_factory=dict)  # codec.life: those not at their defaults
+    queued: float | None = None  # when a failed or requeued job became pending (its queue key's time)
+
+    def index_key(self, k: Keys, job_id: str) -> bytes | None:
+        """A pending job's ``sched/`` or ``queue/`` key; None for another."""
+        if self.state is not JobState.PENDING:
+            return None
+        at: float | None = self.life.get("claimable_at")
+        if at is not None:
+            return k.scheduled(job_id, at)
+        since = self.queued if self.queued is not None else self.submitted_at
+        return None if since is None else k.queue(job_id, since)
 
 
 def job_value(job_id: str, v: JobValue) -> bytes:
-    return dump({"tenure": VERSION, "job": job_id, "state": v.state.value, "owner": v.owner,
-                 "token": v.token, "ttl": v.ttl, "submitted_at": v.submitted_at,
-                 "claimed_at": v.claimed_at, "expires_at": v.expires_at, "runs": v.runs})
+    value = {"tenure": VERSION, "job": job_id, "state": v.state.value, "owner": v.owner,
+             "token": v.token, "ttl": v.ttl, "submitted_at": v.submitted_at,
+             "claimed_at": v.claimed_at, "expires_at": v.expires_at, "runs": v.runs, **v.life}
+    if v.queued is not None:
+        value["queued"] = v.queued
+    return dump(value)
+
+
+_STATES = {"pending": JobState.PENDING, "leased": JobState.LEASED, "parked": JobState.PARKED}
 
 
 def read_job(kv: KV, job_id: str) -> JobValue:
@@ -164,29 +205,34 @@ def read_job(kv: KV, job_id: str) -> JobValue:
     key = kv.key.decode(errors="replace")
     if v.get("tenure") != VERSION or v.get("job") != job_id:
         raise CorruptRecord(key, "not a tenure job record for this key")
-    state = {"pending": JobState.PENDING, "leased": JobState.LEASED}.get(v.get("state"))  # type: ignore[arg-type]
+    state = _STATES.get(v.get("state"))  # type: ignore[arg-type]
     if state is None:
         raise CorruptRecord(key, f"unknown state {v.get('state')!r}")
-    owner = _field(kv, v, "owner", str, optional=state is JobState.PENDING)
+    owner = _field(kv, v, "owner", str, optional=state is not JobState.LEASED)
+    life = codec.life(key, **{name: v.get(name) for name in codec.LIFE_FIELDS})
     return JobValue(state, owner, codec.stored_token(key, v.get("token")), _field(kv, v, "ttl", _NUM),
                     _field(kv, v, "submitted_at", _NUM), _field(kv, v, "claimed_at", _NUM),
-                    _field(kv, v, "expires_at", _NUM), _field(kv, v, "runs", int, False))
+                    _field(kv, v, "expires_at", _NUM), _field(kv, v, "runs", int, False), life,
+                    _field(kv, v, "queued", _NUM))
 
 
-def listed_pending(kv: KV, encoded: bytes) -> JobStatus | None:
-    """For listings: the status of a pending job whose job key ends in ``encoded`` and that
-    has no lease or outcome key, the quick way (``codec.listed_status``) with the checks
-    ``read_job`` and ``Keys.job_id`` make; None for anything else, which the general path
-    then explains."""
+def listed_pending(kv: KV, encoded: bytes, now: float) -> JobStatus | None:
+    """For listings: the status at ``now`` of a pending or parked job whose job key ends in
+    ``encoded`` and that has no lease or outcome key, the quick way (``codec.listed_status``)
+    with the checks ``read_job`` and ``Keys.job_id`` make; None for anything else, which the
+    general path then explains."""
     try:
         v = codec.json_value(kv.value)
     except ValueError:
         return None
-    if type(v) is not dict or v.get("tenure") != VERSION or v.get("state") != "pending":
+    if type(v) is not dict or v.get("tenure") != VERSION or (state := v.get("state")) not in ("pending", "parked"):
         return None
-    fast = codec.listed_status(v.get("job"), "pending", v.get("owner"), v.get("token"), v.get("runs"), None, None,
-                               v.get("submitted_at"), v.get("claimed_at"), None, None, 0.0,
-                               v.get("ttl"), v.get("expires_at"))
+    get = v.get
+    fast = codec.listed_status(get("job"), state, get("owner"), get("token"), get("runs"), None, None,
+                               get("submitted_at"), get("claimed_at"), None, None, now,
+                               get("ttl"), get("expires_at"), get("queued"), attempts=get("attempts"),
+                               max_attempts=get("max_attempts"), last_error=get("last_error"),
+                               claimable_at=get("claimable_at"), failed_at=get("failed_at"))
     return None if fast is None or _encoded(fast.job_id) != encoded else fast
 
 
@@ -204,20 +250,20 @@ def end_value(how: str, token: int, at: float, result: bytes | None) -> bytes:
                  "result": codec.result_text(result)})
 
 
-def queued_since(job_id: str, job: KV | None, end: KV | None) -> float | None:
-    """When the job became pending (its queue key's time), or None if it is not pending.
+def index_key(k: Keys, job_id: str, job: KV | None, end: KV | None) -> bytes | None:
+    """The job's ``queue/`` or ``sched/`` key, or None if it has none (it is not pending).
 
     Call after ``record`` accepted the keys: they are known to decode and agree.
     """
     if job is None:
         return None
     v = read_job(job, job_id)
-    if v.state is JobState.PENDING:
-        return v.submitted_at
+    if v.state is not JobState.LEASED:
+        return v.index_key(k, job_id)
     if end is not None:
         o = _load(end)
         if o.get("how") == "released":
-            return float(_field(end, o, "at", _NUM, False))
+            return k.queue(job_id, float(_field(end, o, "at", _NUM, False)))
     return None
 
 
@@ -230,59 +276,60 @@ def record(job_id: str, job: KV | None, lease: KV | None, end: KV | None, now: f
         return None
     v = read_job(job, job_id)
     key = job.key.decode(errors="replace")
-    base = JobRecord(job_id, v.state, v.owner, v.token, None, v.ttl, v.submitted_at, v.claimed_at,
-                     runs=v.runs)
-    if v.state is JobState.PENDING:
+    if v.state is not JobState.LEASED:
         if lease is not None or end is not None:
-            raise CorruptRecord(key, "a pending job with a lease or outcome")
-        return base
+            raise CorruptRecord(key, f"a {v.state} job with a lease or outcome")
+        return JobRecord(job_id, v.state, v.owner, v.token, None, v.ttl, v.submitted_at, v.claimed_at,
+                         runs=v.runs, **v.life)
     token = job.mod_revision
     base = JobRecord(job_id, JobState.LEASED, v.owner, token, None, v.ttl, v.submitted_at,
-                     v.claimed_at, runs=v.runs)
+                     v.claimed_at, runs=v.runs, **v.life)
     if end is not None:
         o = _load(end)
         how = o.get("how")
         if o.get("token") != token or how not in ("completed", "released", "expired") or lease is not None:
             raise CorruptRecord(end.key.decode(errors="replace"), "an outcome that does not match the job")
         if how == "expired":  # an operator ended the lease (force_expire): claimable at once
-            until = min(_field(end, o, "at", _NUM, False), now)
-            return JobRecord(job_id, JobState.LEASED, v.owner, token, until, v.ttl, v.submitted_at,
-                             v.claimed_at, runs=v.runs)
-        if how == "released":
-            return JobRecord(job_id, JobState.PENDING, None, token, None, None, v.submitted_at, runs=v.runs)
+            return replace(base, lease_until=min(_field(end, o, "at", _NUM, False), now))
+        if how == "released":  # the claim's attempt given back (transitions.release)
+            return replace(base, state=JobState.PENDING, owner=None, ttl=None, claimed_at=None,
+                           attempts=max(base.attempts - 1, 0))
         result = codec.result_bytes(end.key.decode(errors="replace"), o.get("result"))
-        return JobRecord(job_id, JobState.COMPLETED, v.owner, token, None, None, v.submitted_at,
-                         v.claimed_at, None, _field(end, o, "at", _NUM), v.runs,
-                         result)
+        return replace(base, state=JobState.COMPLETED, ttl=None, completed_at=_field(end, o, "at", _NUM),
+                       result=result)
     if lease is None:  # etcd ended the lease, or an operator did
-        until = min(v.expires_at or now, now)
-        return JobRecord(job_id, JobState.LEASED, v.owner, token, until, v.ttl, v.submitted_at,
-                         v.claimed_at, runs=v.runs)
+        return replace(base, lease_until=min(v.expires_at or now, now))
     lv = _load(lease)
     # Created by the claim (create revision = token) or by a revival since (a later one).
     if lease.create_revision < token or not lease.value.startswith(owner_prefix(v.owner or "")):
         raise CorruptRecord(lease.key.decode(errors="replace"), "a lease that does not match the job")
     # While etcd keeps the key the lease is live, whatever our estimate of its end says.
     until = max(_field(lease, lv, "expires_at", _NUM, False), now + 1e-3)
-    return JobRecord(job_id, JobState.LEASED, v.owner, token, until, _field(lease, lv, "ttl", _NUM),
-                     v.submitted_at, v.claimed_at, _field(lease, lv, "renewed_at", _NUM), runs=v.runs)
+    return replace(base, lease_until=until, ttl=_field(lease, lv, "ttl", _NUM),
+                   renewed_at=_field(lease, lv, "renewed_at", _NUM))
 
 
 # -- audit records ---------------------------------------------------------------------------
 def event_value(op: Op, owner: str | None, token: int | None, at: float, expires_at: float | None) -> bytes:
-    """``token`` None: the token is the revision of the write itself (a claim's)."""
-    return dump(codec.event_fields(HistoryEvent("", op, owner, 0, at, expires_at), token))
+    """``token`` None: the token is the revision of the write itself (a claim's). The job id is
+    in the key, not the value."""
+    fields = codec.event_fields(HistoryEvent("", op, owner, 0, at, expires_at))
+    del fields["job_id"]
+    return dump({**fields, "token": token})
 
 
 def read_event(kv: KV, job_id: str) -> HistoryEvent:
-    return codec.event(kv.key.decode(errors="replace"), _load(kv), job_id, kv.create_revision)
+    d = _load(kv)
+    token = kv.create_revision if d.get("token") is None else d["token"]
+    return codec.event(kv.key.decode(errors="replace"), {**d, "job_id": job_id, "token": token})
 
 
 def rejection_value(r: Rejection) -> bytes:
-    return dump(codec.rejection_fields(r, True))
+    return dump(codec.rejection_fields(r))
 
 
 def read_rejection(kv: KV) -> tuple[Rejection, bool]:
     """The rejection and whether its reason was recorded (versions before the optimistic
     transaction wrote a stub first and its reason later)."""
-    return codec.rejection(kv.key.decode(errors="replace"), _load(kv))
+    d = _load(kv)
+    return codec.rejection(kv.key.decode(errors="replace"), d), d.get("reason") is not None

@@ -37,11 +37,13 @@ from tenure.core.errors import (
     BackendUnavailable,
     CorruptRecord,
     JobCompleted,
+    JobParked,
     Outraced,
     TokensExhausted,
 )
 
-_NOTHING_WRITTEN = (AlreadyClaimed, JobCompleted, CorruptRecord, Outraced, TokensExhausted)  # a claim's definite "no"
+# A claim's definite "no" (AlreadyClaimed includes JobScheduled and NotYetClaimable)
+_NOTHING_WRITTEN = (AlreadyClaimed, JobCompleted, JobParked, CorruptRecord, Outraced, TokensExhausted)
 
 SLACK = 1  # seconds a claim's etcd lease gets beyond its TTL, so later claims can reuse it
 _CACHE = 10_000  # etcd leases of claims made here, for one-round-trip renewals

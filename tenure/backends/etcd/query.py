@@ -1,12 +1,14 @@
 """Operators' queries on etcd from the indexes, not from a listing of every job
 (docs/backends/etcd.md, "Counts and pages for operators").
 
-Each job is in one place: a ``queue/`` key (pending), a ``held/`` key (leased; expired when no
-``lease/`` key lives beside it, by etcd's own clock) or neither (completed). So one read-only
-transaction at one revision counts them all (``count_only`` for ``job/`` and ``queue/``);
-nothing is written to keep the counts. Job ids in order are the ``job/`` keys' names, kept
-while etcd's count of them is unchanged (tenure never deletes a job), topped up with the keys
-created since (``created_after``).
+Each job is in one place: a ``queue/`` key (pending), a ``sched/`` key (scheduled; pending
+once its time, in the key, is not later than now), a ``held/`` key (leased; expired when no
+``lease/`` key lives beside it, by etcd's own clock, or parked when a ``last/`` key does: its
+last attempt ran out), a ``last/`` key alone (parked) or none (completed). So one read-only
+transaction at one revision counts them all (``count_only`` for ``job/``, ``queue/`` and each
+side of ``sched/``'s cut at now); nothing is written to keep the counts. Job ids in order are
+the ``job/`` keys' names, kept while etcd's count of them is unchanged (tenure never deletes a
+job), topped up with the keys created since (``created_after``).
 """
 
 from __future__ import annotations
@@ -34,7 +36,14 @@ class _Counts:
     revision: int
     jobs: int
     pending: int
-    held: list[tuple[str, str | None, KV | None]]  # job id, owner, lease key (None: expired)
+    scheduled: int
+    held: list[tuple[str, str | None, KV | None, bool]]  # job id, owner, lease key (None: ended), last attempt
+    parked: int  # jobs parked by a fail (a last/ key, not held)
+
+    @property
+    def ended(self) -> list[tuple[str, bool]]:
+        """The held jobs whose lease ended: (job id, whether that parked it)."""
+        return [(job_id, last) for job_id, _, lease, last in self.held if lease is None]
 
 
 def _owner(value: bytes) -> str | None:
@@ -60,35 +69,44 @@ class EtcdIndex:
         # (revision read at, count of job keys, ids, names): see _job_names
         self._names: tuple[int, int, list[str], list[bytes]] = (0, -1, [], [])
 
-    def _read(self, counted: bool) -> _Counts:
+    def _read(self, now: float, counted: bool) -> _Counts:
         """The indexes at one revision, one round trip; ``counted``: with etcd's counts of the
-        job and queue keys (each a walk of its whole range on etcd 3.4)."""
+        job, queue and sched keys (each a walk of its whole range on etcd 3.4), the scheduled
+        ones on either side of the cut at ``now``."""
         k = self._keys
-        reads = [ec.get(*k.span("held")), ec.get(*k.span("lease"))]
+        reads = [ec.get(*k.span("held")), ec.get(*k.span("lease")), ec.get(*k.span("last"), keys_only=True)]
         if counted:
-            reads += [ec.get(*k.span("job"), count_only=True), ec.get(*k.span("queue"), count_only=True)]
+            start, end = k.span("sched")
+            cut = k.sched_cut(now)
+            reads += [ec.get(*k.span("job"), count_only=True), ec.get(*k.span("queue"), count_only=True),
+                      ec.get(start, cut, count_only=True), ec.get(cut, end, count_only=True)]
         res = self._conn.txn([], reads, [], retry=True)
         leases = {kv.key[len(k.section("lease")):]: kv for kv in res.ranges[1]}
+        last = {kv.key[len(k.section("last")):] for kv in res.ranges[2]}
         held = []
         for kv in res.ranges[0]:
+            suffix = kv.key[len(k.section("held")):]
             try:
                 job_id = k.job_id(kv.key, "held")
             except CorruptRecord:
                 continue  # not a key tenure made: listed as corrupt by jobs(), never counted here
-            held.append((job_id, _owner(kv.value), leases.get(kv.key[len(k.section("held")):])))
-        jobs, pending = res.counts[2:4] if counted else (0, 0)
-        return _Counts(res.revision, jobs, pending, held)
+            held.append((job_id, _owner(kv.value), leases.get(suffix), suffix in last))
+            last.discard(suffix)
+        jobs, queued, due, scheduled = res.counts[3:7] if counted else (0, 0, 0, 0)
+        return _Counts(res.revision, jobs, queued + due, scheduled, held, len(last))
 
     def counts(self, now: float, soon: float = 0.0) -> Summary:
-        c = self._read(counted=True)
-        live = [lease for _, _, lease in c.held if lease is not None]
+        c = self._read(now, counted=True)
+        live = [lease for _, _, lease, _ in c.held if lease is not None]
+        ran_out = sum(1 for _, last in c.ended if last)  # the last attempt's lease ended: parked
         return Summary(now=now, pending=c.pending, leased=len(live),
                        expiring_soon=sum(1 for kv in live if _lease_end(kv, now) <= now + soon),
-                       expired=len(c.held) - len(live), completed=max(0, c.jobs - c.pending - len(c.held)))
+                       expired=len(c.ended) - ran_out, scheduled=c.scheduled, parked=c.parked + ran_out,
+                       completed=max(0, c.jobs - c.pending - c.scheduled - len(c.held) - c.parked))
 
     def held(self, now: float, expiry: bool) -> list[Held]:
-        c = self._read(counted=False)
-        ended = [job_id for job_id, _, lease in c.held if lease is None]
+        c = self._read(now, counted=False)
+        ended = [job_id for job_id, _ in c.ended]
         until: dict[str, float | None] = {}
         if expiry:  # an expired lease's end is in its job or end key: read the few there are
             for job_id, (job, lease, end) in self._snapshots(ended, c.revision):
@@ -98,8 +116,8 @@ class EtcdIndex:
                     rec = None
                 until[job_id] = rec.lease_until if rec is not None else None
         return [Held(job_id, owner, JobState.LEASED, _lease_end(lease, now)) if lease is not None
-                else Held(job_id, owner, JobState.EXPIRED, until.get(job_id))
-                for job_id, owner, lease in c.held]
+                else Held(job_id, owner, JobState.PARKED if last else JobState.EXPIRED, until.get(job_id))
+                for job_id, owner, lease, last in c.held]
 
     def job_ids(self, total: int | None = None) -> list[str]:
         if total is None:

@@ -68,8 +68,8 @@ def _statuses(keys: Keys, starts: dict[str, tuple[bytes, bytes]], ranges: list[l
     suffixes = sorted(set(jobs).union(leases, ends)) if leases or ends else list(jobs)
     for suffix in suffixes:
         job, lease, end = jobs.get(suffix), leases.get(suffix), ends.get(suffix)
-        if lease is None and end is None and job is not None:  # most jobs: pending
-            fast = listed_pending(job, suffix)
+        if lease is None and end is None and job is not None:  # most jobs: pending (or parked)
+            fast = listed_pending(job, suffix, now)
             if fast is not None:
                 yield fast
                 continue

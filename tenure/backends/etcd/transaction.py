@@ -10,7 +10,12 @@ compares verify (``guessed``), made in ``load_for``:
 - a job not known to exist is new (submit; a claim with a pooled etcd lease at hand), so a
   claim of a new job is one transaction;
 - a holder's lease implies its record (renew, complete, release): the job key was written by
-  the claim (its mod revision is the token) and the lease key lives with the owner's value.
+  the claim (its mod revision is the token) and the lease key lives with the owner's value. A
+  fail needs more than the lease says (the job's attempts and limit): it guesses only when
+  this process made the claim and kept what it wrote (``Parts.claimed``), else it reads.
+
+A change's writes depend on its operation, which the step's history event for the job names
+(``_plan``): a fail or requeue rewrites the job value, a release only writes its outcome.
 
 claim_next's candidate (``next_claimable``) is read, never guessed. A claim's token is the
 revision of its commit (``stored``). The etcd leases the keys hang on are ``leases``'s.
@@ -43,20 +48,21 @@ from tenure.backends.etcd.layout import (
     event_value,
     held_ttl,
     held_value,
+    index_key,
     job_value,
     lease_value,
     owner_prefix,
-    queued_since,
     record,
     rejection_value,
 )
 from tenure.backends.etcd.leases import SLACK, Claiming, ClaimKey, EtcdLease, EtcdLeases, etcd_ttl
 from tenure.backends.etcd.scan import QueueCursor
-from tenure.core import transitions
-from tenure.core.backend import Transaction
+from tenure.core import codec, transitions
+from tenure.core.bounded import Bounded
 from tenure.core.clock import Clock, boot_clock, deadline_runs
 from tenure.core.errors import BackendUnavailable, CorruptRecord, NotYetClaimable
 from tenure.core.records import HistoryEvent, JobRecord, JobState, Lease, Op, Rejection
+from tenure.core.transaction import Transaction
 
 EXPIRY_GRACE = 1.0  # etcd checks for expired leases every 500 ms, then deletes through raft
 # A line per lease etcd ended while its holder's deadline ran: the fault runs count them.
@@ -111,6 +117,9 @@ class _Plan:
     expires_at: float | None = None
 
 
+CLAIMED = 10_000  # records of claims made here, for one-transaction fails
+
+
 @dataclasses.dataclass(frozen=True)
 class Parts:
     """What every transaction of one backend shares."""
@@ -120,6 +129,9 @@ class Parts:
     leases: EtcdLeases
     queue: QueueCursor
     clock: Clock | None  # the clock given to connect (tests)
+    # The job value each claim made here wrote (a renewal does not change it), by claim: a
+    # fail's guess, which needs the job's attempts and limit, as the holder's lease cannot say.
+    claimed: Bounded[ClaimKey, JobRecord] = dataclasses.field(default_factory=lambda: Bounded(CLAIMED))
 
 
 @dataclasses.dataclass
@@ -215,7 +227,10 @@ class EtcdTransaction(Transaction):
         if self._fresh or job_id in self._reads or job_id in self._saved:
             return self._held_fresh(lease) if lease is not None else self.load(job_id)
         if lease is not None:
-            return self._held_guess(lease)
+            claimed = self._p.claimed.get((job_id, lease.token, lease.owner)) if op is Op.FAIL else None
+            if op is Op.FAIL and claimed is None:  # a fail needs the job's attempts and limit: read
+                return self._held_fresh(lease)
+            return self._held_guess(lease, claimed)
         if op is Op.SUBMIT or (op is Op.CLAIM and self._claiming is not None and self._claiming.lease is not None):
             self.guessed = True
             self._use(job_id, Read(job_id, None, self.now))  # compared as absent
@@ -236,7 +251,8 @@ class EtcdTransaction(Transaction):
         self._loaded[job_id] = rec
         return rec
 
-    def _held_guess(self, lease: Lease) -> JobRecord:
+    def _held_guess(self, lease: Lease, claimed: JobRecord | None = None) -> JobRecord:
+        """The record ``lease`` implies; ``claimed``: what its claim wrote, if made here."""
         job_id, k = lease.job_id, self._k
         self.guessed = True
         mine = owner_prefix(lease.owner)
@@ -245,8 +261,10 @@ class EtcdTransaction(Transaction):
                            ec.compare(k.lease(job_id), "value", ">", mine),  # starts with the owner
                            ec.compare(k.lease(job_id), "value", "<", mine + b"\x7f"),
                            ec.compare(k.job(job_id), "mod", "==", lease.token)]  # no claim since
+        # Attempts do not change while a lease is held: the claim's count (a renewal's lease keeps it).
         rec = self._loaded[job_id] = JobRecord(job_id, JobState.LEASED, lease.owner, lease.token,
-                                               lease.expires_at, lease.ttl)
+                                               lease.expires_at, lease.ttl, attempts=lease.attempt) \
+            if claimed is None else dataclasses.replace(claimed, lease_until=lease.expires_at, ttl=lease.ttl)
         return rec
 
     def next_claimable(self) -> str | None:
@@ -260,7 +278,7 @@ class EtcdTransaction(Transaction):
         return found.job_id
 
     def _finding(self) -> Io[Read | None]:
-        return (yield from claimable.first_claimable(self._k, self._leases, self._p.queue, self._take))
+        return (yield from claimable.first_claimable(self._k, self._leases, self._p.queue, self._take, self.now))
 
     def _take(self, job_id: str) -> Io[Read | None]:
         """The candidate's keys if it is claimable at ``now``, else None."""
@@ -284,20 +302,28 @@ class EtcdTransaction(Transaction):
     def stored(self, record: JobRecord) -> JobRecord:
         return self._stored.get(record.job_id, record)
 
-    def _plan(self, new: JobRecord, submits: int) -> Io[tuple[_Plan, list[Any]]]:
-        """The change from what was loaded to ``new``, and the writes that make it."""
+    def _plan(self, new: JobRecord, op: Op | None, submits: int) -> Io[tuple[_Plan, list[Any]]]:
+        """The change from what was loaded to ``new``, and the writes that make it; ``op``: the
+        operation, as the step's history event for the job names it."""
         job_id, k, now = new.job_id, self._k, self.now
         old = self._loaded.get(job_id)
         owner = new.owner or (old.owner if old is not None else None) or ""
         plan = _Plan(Op.SUBMIT, new, (job_id, new.token, owner))
         if new.state is JobState.PENDING and (old is None or old.state is JobState.COMPLETED):
-            at = now + submits * 1e-5  # the queue keeps the order given (1 µs apart could round together)
-            plan.new = dataclasses.replace(new, submitted_at=at)
-            value = JobValue(JobState.PENDING, None, new.token, None, at, None, None, new.runs)
+            shift = submits * 1e-5  # the queue keeps the order given (1 µs apart could round together)
+            at, due = now + shift, None if new.claimable_at is None else new.claimable_at + shift
+            plan.new = dataclasses.replace(new, submitted_at=at, claimable_at=due)
+            value = JobValue(JobState.PENDING, None, new.token, None, at, None, None, new.runs,
+                             codec.life_fields(plan.new))
+            queued = value.index_key(k, job_id)
+            assert queued is not None
             return plan, [ec.put(k.job(job_id), job_value(job_id, value)), ec.delete(k.end(job_id)),
-                          ec.put(k.queue(job_id, at), b"")]
+                          ec.put(queued, b"")]
         if new.state is JobState.LEASED and (old is None or old.state is not JobState.LEASED or old.token != new.token):
             return (yield from self._claim_writes(plan, self._reads[job_id]))
+        if op in (Op.FAIL, Op.REQUEUE) or new.state is JobState.PARKED:
+            plan.op = Op.REQUEUE if op is Op.REQUEUE else Op.FAIL
+            return plan, self._rerun_writes(new, self._reads[job_id])
         assert old is not None
         if new.state is JobState.LEASED and new.lease_until is not None and new.lease_until > now:
             return (yield from self._renew_writes(plan, old, self._reads[job_id]))
@@ -309,7 +335,23 @@ class EtcdTransaction(Transaction):
         how, plan.op = ("completed", Op.COMPLETE) if new.state is JobState.COMPLETED else ("released", Op.RELEASE)
         requeue = [ec.put(k.queue(job_id, now), b"")] if plan.op is Op.RELEASE else []
         return plan, [ec.put(k.end(job_id), end_value(how, new.token, now, new.result)),
-                      ec.delete(k.lease(job_id), prev_kv=True), ec.delete(k.held(job_id)), *requeue]
+                      ec.delete(k.lease(job_id), prev_kv=True), ec.delete(k.held(job_id)), ec.delete(k.last(job_id)),
+                      *requeue]
+
+    def _rerun_writes(self, new: JobRecord, read: Read) -> list[Any]:
+        """A fail's or requeue's writes: the job's value rewritten as pending (its last token
+        in it) or parked, no lease or outcome, indexed at ``claimable_at`` (or now) unless parked."""
+        k, job_id, now = self._k, new.job_id, self.now
+        since = now if new.state is JobState.PENDING and new.claimable_at is None else None
+        value = JobValue(new.state, None, new.token, None, new.submitted_at, new.claimed_at, None, new.runs,
+                         codec.life_fields(new), since)
+        was, queued = index_key(k, job_id, read.job, read.end), value.index_key(k, job_id)
+        writes = [ec.put(k.job(job_id), job_value(job_id, value)), ec.delete(k.end(job_id)),
+                  ec.delete(k.lease(job_id), prev_kv=True), ec.delete(k.held(job_id)),
+                  *([] if was is None or was == queued else [ec.delete(was)])]  # (a Txn names a key once)
+        if queued is not None:
+            return [*writes, ec.put(queued, b""), ec.delete(k.last(job_id))]
+        return [*writes, ec.put(k.last(job_id), b"")]
 
     def _claim_writes(self, plan: _Plan, read: Read) -> Io[tuple[_Plan, list[Any]]]:
         k, new, now, job_id = self._k, plan.new, self.now, plan.new.job_id
@@ -322,13 +364,15 @@ class EtcdTransaction(Transaction):
         plan.expires_at = now + plan.lease.granted + EXPIRY_GRACE
         # The job key keeps the nominal end, shown once etcd has ended the lease.
         value = JobValue(JobState.LEASED, new.owner, 0, new.ttl, new.submitted_at, now, now + plan.lease.granted,
-                         new.runs)
-        queued = queued_since(job_id, read.job, read.end)
+                         new.runs, codec.life_fields(new))
+        queued = index_key(k, job_id, read.job, read.end)
+        # On its last attempt the job is indexed so: parked, not a candidate, once the lease ends.
+        last = ec.put(k.last(job_id), b"") if new.out_of_attempts else ec.delete(k.last(job_id))
         return plan, [ec.put(k.job(job_id), job_value(job_id, value)),
                       ec.put(k.lease(job_id), lease_value(new.owner, new.ttl, None, plan.expires_at),
                              lease=plan.lease.id),
-                      ec.put(k.held(job_id), held_value(new.owner, new.ttl)), ec.delete(k.end(job_id)),
-                      *([] if queued is None else [ec.delete(k.queue(job_id, queued))])]
+                      ec.put(k.held(job_id), held_value(new.owner, new.ttl)), ec.delete(k.end(job_id)), last,
+                      *([] if queued is None else [ec.delete(queued)])]
 
     def _renew_writes(self, plan: _Plan, old: JobRecord, read: Read) -> Io[tuple[_Plan, list[Any]]]:
         k, new, job_id = self._k, plan.new, plan.new.job_id
@@ -365,8 +409,9 @@ class EtcdTransaction(Transaction):
     def committing(self) -> Io[None]:
         plans: dict[str, _Plan] = {}
         writes: list[Any] = []
+        said = {event.job_id: event.op for event in self._events}  # every change the core saves, it records
         for new in self._saved.values():
-            plan, ops = yield from self._plan(new, sum(p.op is Op.SUBMIT for p in plans.values()))
+            plan, ops = yield from self._plan(new, said.get(new.job_id), sum(p.op is Op.SUBMIT for p in plans.values()))
             plans[new.job_id] = plan
             writes += ops
         if self._events or self._rejections:
@@ -442,8 +487,10 @@ class EtcdTransaction(Transaction):
                 lease.confirmed, lease.granted = plan.sent, left
             assert self._claiming is not None
             self._claiming.lease = None  # in use now: the claim must not give it back
-            self._stored[new.job_id] = dataclasses.replace(new, token=res.revision, lease_until=plan.expires_at)
+            stored = self._stored[new.job_id] = dataclasses.replace(new, token=res.revision,
+                                                                    lease_until=plan.expires_at)
             self._leases.remember((new.job_id, res.revision, new.owner or ""), lease)
+            self._p.claimed.put((new.job_id, res.revision, new.owner or ""), stored)
         elif plan.op is Op.RENEW:
             assert lease is not None and plan.expires_at is not None
             self._stored[new.job_id] = dataclasses.replace(new, lease_until=plan.expires_at)
@@ -468,7 +515,8 @@ class EtcdTransaction(Transaction):
                 if kv.lease != lease.id:
                     self._leases.revoke_later(kv.lease)
             self._leases.remember(plan.key, lease)
-        else:  # complete, release, force_expire: the key left its etcd lease
+        else:  # complete, release, fail, force_expire, requeue: the key left its etcd lease
+            self._p.claimed.pop(plan.key)
             held = self._leases.forget(plan.key) if plan.op is not Op.EXPIRE else None
             for kv in prev:
                 if held is not None and held.alive and kv.lease == held.id:

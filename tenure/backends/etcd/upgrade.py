@@ -2,7 +2,7 @@
 (development versions before 2026-12-02; docs/backends/etcd.md, "Key layout").
 
 Each job gets the index key this version would have written with it (a pending job's queue
-key named by ``queued_since``), in a transaction that compares the job's keys with what was
+key named by ``index_key``), in a transaction that compares the job's keys with what was
 read and requires the index key to be absent: safe beside writers of this version, and a
 second run adds nothing. Writers of the older versions must be stopped first.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 from tenure.backends.etcd import client as ec
 from tenure.backends.etcd.client import KV, Connection
-from tenure.backends.etcd.layout import Keys, held_value, parse, queued_since, record
+from tenure.backends.etcd.layout import Keys, held_value, index_key, parse, record
 from tenure.core.errors import CorruptRecord
 from tenure.core.records import JobState
 
@@ -41,12 +41,10 @@ def _addition(keys: Keys, job: KV, lease: KV | None, end: KV | None, held: KV | 
     if rec is None:
         return None
     if rec.state is JobState.PENDING:
-        since = queued_since(job_id, job, end)
-        if since is None:
+        found = index_key(keys, job_id, job, end)
+        if found is None or found in queued:
             return None
-        key, value = keys.queue(job_id, since), b""
-        if key in queued:
-            return None
+        key, value = found, b""
     elif rec.state is JobState.LEASED and rec.owner is not None:
         if held is not None:
             return None
@@ -64,7 +62,8 @@ def build_indexes(conn: Connection, keys: Keys, now: float) -> int:
     """Add the missing ``queue/`` and ``held/`` keys; returns how many were added."""
     spans = {name: keys.span(name) for name in _SECTIONS}
     names, revision, _ = conn.range(*spans["job"], keys_only=True)
-    queued = {kv.key for kv in conn.range(*keys.span("queue"), keys_only=True, revision=revision)[0]}
+    queued = {kv.key for section in ("queue", "sched")
+              for kv in conn.range(*keys.span(section), keys_only=True, revision=revision)[0]}
     start = len(keys.section("job"))
     cuts: list[bytes | None] = [b"", *(kv.key[start:] for kv in names[PAGE::PAGE]), None]
     added = 0

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.security import ACL, Permissions
 
-from tenure.backends.zookeeper.config import mapped_errors
+from tenure.backends.zookeeper.errors import mapped_errors
 from tenure.backends.zookeeper.session import Session
 from tenure.core.errors import InvalidArgument
 

@@ -21,12 +21,13 @@ from kazoo.exceptions import NoAuthError, NodeExistsError
 from tenure.backends.zookeeper import query as zookeeper_query
 from tenure.backends.zookeeper.acl import Guard
 from tenure.backends.zookeeper.audit import Audit
-from tenure.backends.zookeeper.config import Config, mapped_errors
+from tenure.backends.zookeeper.config import Config
+from tenure.backends.zookeeper.errors import mapped_errors
 from tenure.backends.zookeeper.index import Index
 from tenure.backends.zookeeper.session import Session
 from tenure.backends.zookeeper.transaction import Parts, Written, ZkTransaction
 from tenure.core import paging, transitions
-from tenure.core.backend import Characteristics, Link, RecordBackend
+from tenure.core.backend import Characteristics, Durability, Link, RecordBackend
 from tenure.core.clock import Clock
 from tenure.core.codec import corrupt_status
 from tenure.core.errors import CorruptRecord, StoreNotFound
@@ -40,6 +41,7 @@ class ZooKeeperBackend(RecordBackend):
     characteristics = Characteristics(
         name="zookeeper",
         store_clock="the ZooKeeper leader's clock, as it stamps znode mtimes",
+        durability=Durability.REPLICATED,  # zab: on a quorum's logs (forceSync=no voids it)
         min_ttl=0.1,
         max_result_bytes=512 * 1024,  # base64 in a znode under jute.maxbuffer (1 MB), with the record
         tls_options=("tls",),

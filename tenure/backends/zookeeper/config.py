@@ -1,5 +1,5 @@
-"""Options of ``zk://`` URLs, the ACLs and kazoo arguments they turn into, and the one
-place where kazoo's errors become tenure's.
+"""Options of ``zk://`` URLs and the ACLs and kazoo arguments they turn into (kazoo's errors
+become tenure's in ``errors``).
 
 Credentials come from the URL (``zk://user:pass@host/root``) or the ``username``/``password``
 keyword arguments. With credentials, every znode tenure creates is writable by that identity
@@ -10,17 +10,13 @@ znodes are open to anyone, as ZooKeeper's own default.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from kazoo.exceptions import KazooException, NoAuthError
-from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.security import ACL, OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 
 from tenure.backends.zookeeper.layout import root_path
-from tenure.core.errors import AuthenticationFailed, BackendUnavailable, InvalidArgument
+from tenure.core.errors import InvalidArgument
 from tenure.core.options import Options, StoreURL
 
 DEFAULT_PORT = 2181
@@ -109,19 +105,3 @@ class Config:
         if self.auth is not None:
             kwargs["auth_data"] = [("digest", f"{self.auth[0]}:{self.auth[1]}")]
         return kwargs
-
-
-@contextlib.contextmanager
-def mapped_errors(what: str) -> Iterator[None]:
-    """The one place where kazoo's errors become tenure's."""
-    try:
-        yield
-    except NoAuthError as exc:
-        raise AuthenticationFailed(f"ZooKeeper refused {what}: not allowed by the znode's ACL "
-                                   "for these credentials") from exc
-    except KazooTimeoutError as exc:
-        raise BackendUnavailable(f"ZooKeeper timed out during {what}") from exc
-    except KazooException as exc:
-        raise BackendUnavailable(f"ZooKeeper failed during {what}: {type(exc).__name__} {exc}") from exc
-    except OSError as exc:  # kazoo's four-letter-word commands use a socket of their own
-        raise BackendUnavailable(f"ZooKeeper unreachable during {what}: {exc}") from exc

@@ -33,7 +33,7 @@ from kazoo.protocol.states import ZnodeStat
 
 from tenure.backends.zookeeper import layout as zl
 from tenure.backends.zookeeper.calls import Io
-from tenure.backends.zookeeper.config import mapped_errors
+from tenure.backends.zookeeper.errors import mapped_errors
 from tenure.backends.zookeeper.multiread import reading_many
 from tenure.backends.zookeeper.session import Session
 from tenure.core import contention, transitions

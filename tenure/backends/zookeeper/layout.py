@@ -265,14 +265,12 @@ def dump_rejection(r: Rejection) -> bytes:
 
 
 def load_rejection(data: bytes, key: str) -> Rejection:
-    return codec.rejection(key, _load(data, key))[0]
+    return codec.rejection(key, _load(data, key))
 
 
 def dump_event(e: HistoryEvent) -> bytes:
-    return json.dumps({"tenure": FORMAT, "job_id": e.job_id, **codec.event_fields(e, e.token)},
-                      separators=(",", ":")).encode()
+    return json.dumps({"tenure": FORMAT, **codec.event_fields(e)}, separators=(",", ":")).encode()
 
 
 def load_event(data: bytes, key: str) -> HistoryEvent:
-    d = _load(data, key)
-    return codec.event(key, d, codec.text(key, "job_id", d.get("job_id"), False) or "")
+    return codec.event(key, _load(data, key))

@@ -21,7 +21,7 @@ from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
 from tenure.backends.zookeeper import layout as zl
-from tenure.backends.zookeeper.config import mapped_errors
+from tenure.backends.zookeeper.errors import mapped_errors
 from tenure.backends.zookeeper.multiread import read_many, read_together
 from tenure.core import codec, transitions
 from tenure.core.paging import HELD_STATES, Held

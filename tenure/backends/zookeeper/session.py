@@ -19,7 +19,8 @@ from kazoo.protocol.states import ZnodeStat
 from tenure.backends.zookeeper import calls
 from tenure.backends.zookeeper import layout as zl
 from tenure.backends.zookeeper.calls import Io
-from tenure.backends.zookeeper.config import Config, mapped_errors
+from tenure.backends.zookeeper.config import Config
+from tenure.backends.zookeeper.errors import mapped_errors
 from tenure.core.backend import Link
 from tenure.core.clock import boot_clock
 from tenure.core.errors import BackendUnavailable

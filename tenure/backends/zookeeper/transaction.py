@@ -30,16 +30,16 @@ from kazoo.protocol.serialization import CheckVersion, SetData
 from tenure.backends.zookeeper import layout as zl
 from tenure.backends.zookeeper.audit import Audit
 from tenure.backends.zookeeper.calls import Io
-from tenure.backends.zookeeper.config import mapped_errors
+from tenure.backends.zookeeper.errors import mapped_errors
 from tenure.backends.zookeeper.index import Index, Placer
 from tenure.backends.zookeeper.multiread import reading_many
 from tenure.backends.zookeeper.session import Session
 from tenure.core import transitions
-from tenure.core.backend import Transaction
 from tenure.core.bounded import Bounded
 from tenure.core.clock import Clock, boot_clock, deadline_runs
 from tenure.core.errors import CorruptRecord
 from tenure.core.records import HistoryEvent, JobRecord, JobState, Lease, Op, Rejection
+from tenure.core.transaction import Transaction
 
 _LOST_RACE = (BadVersionError, NodeExistsError, NoNodeError)
 _OTHERS = (RolledBackError, RuntimeInconsistency)  # ops of a failed multi that did not fail it

@@ -17,7 +17,7 @@ from typing import Any
 from kazoo.exceptions import NodeExistsError, RolledBackError, RuntimeInconsistency
 
 from tenure.backends.zookeeper import layout as zl
-from tenure.backends.zookeeper.config import mapped_errors
+from tenure.backends.zookeeper.errors import mapped_errors
 from tenure.backends.zookeeper.index import ONE_EACH, QUEUED, Index, home
 from tenure.backends.zookeeper.multiread import read_together
 from tenure.backends.zookeeper.session import Session

@@ -18,7 +18,7 @@ from kazoo.exceptions import NoNodeError
 
 from tenure.backends.zookeeper import layout as zl
 from tenure.backends.zookeeper.audit import Key, Log
-from tenure.backends.zookeeper.config import mapped_errors
+from tenure.backends.zookeeper.errors import mapped_errors
 from tenure.backends.zookeeper.multiread import read_many
 from tenure.backends.zookeeper.session import Session
 from tenure.core import audit
