@@ -327,11 +327,14 @@ def _check_linearizable(ops: list[Operation], claims: list[Operation], completes
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
     for job, jops in per_job.items():
         v.counts["jobs checked"] += 1
-        result = linear.check(jops, ttl, SLACK * ttl, deadline_margin, lives.get(job, linear.Life()))
+        life = lives.get(job, linear.Life())
+        result = linear.check(jops, ttl, SLACK * ttl, deadline_margin, life)
         if result is None:
             v.unchecked_jobs += 1
         elif not result:
-            v.flag(f"{job}: its history is not linearizable as a mutex with tokens and a life cycle: "
+            rules = f"max_attempts {life.max_attempts}" + (
+                f", claimable from {life.due[0]:.3f} (its submit's delay)" if life.due[0] > -INF else "")
+            v.flag(f"{job} ({rules}): its history is not linearizable as a mutex with tokens and a life cycle: "
                    + "; ".join(_shown(o) for o in sorted(jops, key=lambda o: o.start)))
 
 
