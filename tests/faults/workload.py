@@ -187,6 +187,7 @@ class Worker:
         return None
 
     def run(self) -> None:
+        self.rec.note("started", skew=self.cfg.get("skew"), careless=self.careless)  # for reading it later
         if self.cfg.get("burst_mode"):
             self.run_burst(Path(self.cfg["burst"]))
             return
