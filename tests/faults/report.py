@@ -31,7 +31,7 @@ its fails a worker claims the job again by name at once, so the store must refus
 scheduled (or parked); the run's operator submits jobs as they are taken, three in five
 with `max_attempts` 1 to 3 and a quarter with a delay of 0.1 to 1 s, and now and then
 requeues a parked job, half the time with a delay. Half of
-them are careless, like the paused worker A of the README's story: they do not check their safe local
+the workers are careless, like the paused worker A of the README's story: they do not check their safe local
 deadline and, once a renewal is refused, still write once more and try to complete, so the
 store and the fence must refuse them. Every operation is recorded as invoked and then ok,
 fail or unknown (timeouts, lost connections) with the machine's monotonic time, read past
