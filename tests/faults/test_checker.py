@@ -447,3 +447,14 @@ def test_the_store_keeps_a_jobs_max_attempts() -> None:
     w.max_attempts = None
     w.finish(tenure.JobState.PENDING, 1)
     flagged(w, "submitted with max_attempts 3, the store has None")
+
+
+def test_a_delay_timed_by_client_clocks_is_judged_within_their_skew() -> None:
+    # A fail's retry_in of 10 s; another worker claims 1 s later. The store's clock forbids it;
+    # clocks an hour apart (etcd, whose clients' clocks time delays) allow it, but no earlier.
+    fail = linear.Op("fail", 1, 0.0, 0.1, wait=10.0)
+    early = linear.Op("claim", 2, 1.0, 1.1, attempt=2)
+    held = [linear.Op("claim", 1, -1.0, -0.9, attempt=1), fail, early]
+    assert linear.check(held, 5.0, 0.1) is False
+    assert linear.check(held, 5.0, 0.1, life=linear.Life(clock_error=3600.0)) is True
+    assert linear.check(held, 5.0, 0.1, life=linear.Life(clock_error=0.5)) is False
