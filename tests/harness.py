@@ -61,6 +61,9 @@ class Harness:
     # A store that may end a lease early and restores it only while the holder's safe deadline
     # runs: the drift margin that deadline keeps (the fault checker's ``deadline_margin``).
     early_end_margin: float | None = None
+    # Delays (submit, fail, requeue) are timed by the clients' wall clocks, not the store's:
+    # etcd has no clock to ask (docs/protocol.md, "Clocks").
+    delays_by_client_clocks: bool = False
     size = 1  # servers
 
     def __init__(self, query: str = "") -> None:

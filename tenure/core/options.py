@@ -29,6 +29,13 @@ _HOST = re.compile(r"^(?:\[(?P<v6>[0-9a-fA-F:.]+)\]|(?P<name>[A-Za-z0-9._-]+))(?
 
 @dataclass(frozen=True)
 class StoreURL:
+    """A parsed store URL: ``scheme://user:password@host:port,host2/path?name=value``.
+
+    ``hosts`` is a tuple of ``(host, port or None)``, empty for ``scheme:///path`` (three
+    slashes: a local path); ``path`` is percent-decoded; ``query`` the raw options (read them
+    through ``Options``). ``password`` never shows in a repr; ``redacted()`` is the URL for
+    display, ``secrets()`` what must never be shown."""
+
     scheme: str
     hosts: tuple[tuple[str, int | None], ...]
     path: str
@@ -112,6 +119,8 @@ class Options:
 
     def number(self, name: str, default: float | None, *, low: float = 0.0,
                high: float = math.inf, low_open: bool = False) -> float | None:
+        """Option ``name`` as a finite float from ``low`` (excluded with ``low_open``) to ``high``,
+        both included; ``default`` if not given. Taken: ``finish`` no longer sees it."""
         value = self._take(name)
         if value is None:
             return default
@@ -128,6 +137,8 @@ class Options:
         return number
 
     def integer(self, name: str, default: int, *, low: int = 0, high: int = 2**62) -> int:
+        """Option ``name`` as an int from ``low`` to ``high``, both included (a float or a bool is
+        refused); ``default`` if not given."""
         value = self._take(name)
         if value is None:
             return default
@@ -142,6 +153,8 @@ class Options:
         return number
 
     def boolean(self, name: str, default: bool) -> bool:
+        """Option ``name`` as a bool: 1/true/yes/on or 0/false/no/off (any case), or a bool
+        keyword; ``default`` if not given."""
         value = self._take(name)
         if value is None:
             return default
@@ -155,6 +168,7 @@ class Options:
         raise self._bad(name, value, "true or false")
 
     def text(self, name: str, default: str | None = None, *, choices: tuple[str, ...] = ()) -> str | None:
+        """Option ``name`` as text, one of ``choices`` when given; ``default`` if not given."""
         value = self._take(name)
         if value is None:
             return default
@@ -168,6 +182,8 @@ class Options:
         return default if value is None else value
 
     def finish(self) -> None:
+        """Call once every option was read: one left over is an ``InvalidArgument`` naming it
+        (never its value), so a misspelt option is an error, not ignored."""
         if self._values:
             names = ", ".join(sorted(option_name(name) for name in self._values))
             raise InvalidArgument(f"unknown option(s) for {self._where}: {names}")

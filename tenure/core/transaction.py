@@ -65,7 +65,11 @@ class Transaction(abc.ABC):
 
     @abc.abstractmethod
     def next_claimable(self) -> str | None:
-        """A pending job, or one whose lease expired by ``now``; oldest first."""
+        """The job ``claim_next`` should take at ``now``: an expired lease first (soonest expiry
+        first), then the pending job that became claimable first (a delayed or failed job
+        queues at its ``claimable_at``, a released one from its release); None if nothing.
+        Never a completed, parked, scheduled or corrupt record, nor one ``transitions.is_next``
+        refuses; ``transitions.candidate_at`` is what an index of candidates keeps."""
 
     @abc.abstractmethod
     def add_rejection(self, rejection: Rejection) -> None: ...

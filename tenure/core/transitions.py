@@ -53,10 +53,11 @@ def is_parked(rec: JobRecord, now: float) -> bool:
 
 
 def candidate_at(rec: JobRecord) -> float | None:
-    """When a record can next become claimable with no write: its lease's end, its
-    ``claimable_at``, or None (never by time alone: completed, parked, a lease on its last
-    attempt). What a store's claimable index keeps; ``None`` for an unscheduled pending job
-    is "now" for a record that is pending."""
+    """When a record becomes claimable with no write, what a store's claimable index keeps:
+    a lease's end (not on its last attempt), a scheduled job's ``claimable_at``. None means
+    two things by state: a pending job without a delay is claimable already (index it at the
+    time it became pending, for claim_next's order); any other record (completed, parked, a
+    lease on its last attempt) never becomes claimable by time alone (leave it out)."""
     if rec.state is JobState.LEASED:
         return None if rec.out_of_attempts else rec.lease_until
     if rec.state is JobState.PENDING:

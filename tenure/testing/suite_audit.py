@@ -10,6 +10,8 @@ import tenure
 from tenure import Op, RejectionKind
 from tenure.testing.kit import Kit
 
+WATCH_LIMIT = 60.0  # seconds a watch may take to report one change before the case fails
+
 
 def _stale_lease(kit: Kit, store: tenure.Store, job_id: str) -> tenure.Lease:
     lease = store.claim(job_id, owner="a", ttl=kit.ttl)
@@ -74,20 +76,25 @@ class AuditTests:
     def test_watch_reports_new_jobs_changes_and_rejections(self, kit: Kit, store: tenure.Store) -> None:
         stop = threading.Event()
         changes = store.watch(stop, interval=0.05)
+        limit = threading.Timer(WATCH_LIMIT, stop.set)  # a change never reported fails, not hangs
+        limit.daemon = True
+        limit.start()
         store.submit("w")
         seen: list[tenure.Change] = []
 
-        def until(predicate: object) -> None:
+        def until(what: str, predicate: object) -> None:
             for change in changes:
                 seen.append(change)
                 if predicate(change):  # type: ignore[operator]
                     return
+            pytest.fail(f"watch() did not report {what} within {WATCH_LIMIT:g} s; it reported {seen!r}")
 
-        until(lambda c: c.job is not None and c.job.job_id == "w")
+        until("the new job", lambda c: c.job is not None and c.job.job_id == "w")
         stale = _stale_lease(kit, store, "w")
-        until(lambda c: c.job is not None and c.job.owner == "b")
+        until("the new claim", lambda c: c.job is not None and c.job.owner == "b")
         with pytest.raises(tenure.StaleLease):
             store.complete(stale)
-        until(lambda c: c.rejection is not None)
+        until("the rejection (is it written to the audit?)", lambda c: c.rejection is not None)
         stop.set()
+        limit.cancel()
         assert seen[-1].rejection is not None and seen[-1].rejection.token == stale.token

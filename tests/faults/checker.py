@@ -12,11 +12,15 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 import tenure
+from tenure.core.lifecycle import DEFAULT as DEFAULT_LIFECYCLE
+from tenure.core.lifecycle import Lifecycle
 from tests.faults import linear
 from tests.faults.destination import DestRejection, Effect
 from tests.faults.history import INF, Operation
 
-SLACK = 0.02  # fraction of the TTL by which a store's clock may run ahead of real time
+SLACK = 0.02  # fraction of the TTL (or of a delay) by which a store's clock may run ahead of real time
+HOLDER_OPS = ("renew", "complete", "release", "fail")  # a lease's holder's, refused if it is stale
+CLAIM_REFUSALS = ("AlreadyClaimed", "JobCompleted", "JobParked", "JobScheduled")
 
 
 @dataclass
@@ -72,13 +76,20 @@ def _owner_op(owner: str | None) -> tuple[str, int] | None:
 
 
 def check(ops: list[Operation], final: Final, ttl: float, deadline_margin: float | None = None,
-          rates: dict[str, float] | None = None) -> Verdict:
+          rates: dict[str, float] | None = None, lifecycle: Lifecycle = DEFAULT_LIFECYCLE,
+          delay_clock_error: float = 0.0) -> Verdict:
     """``deadline_margin``: the store may refuse a holder from its safe deadline on
-    (``Harness.early_end_margin``); ``rates``: the workers' clock rates (``linear``)."""
+    (``Harness.early_end_margin``); ``rates``: the workers' clock rates (``linear``);
+    ``lifecycle``: the store's backoff options (its URL's); ``delay_clock_error``: how far the
+    clock that times delays may be off (``linear.Life.clock_error``)."""
     v = Verdict()
     for o in ops:
         v.counts[f"{o.op}:{o.outcome}"] += 1
         v.counts[o.outcome] += 1
+        if o.op == "claim" and o.error in ("JobParked", "JobScheduled"):
+            v.counts[o.error] += 1
+        elif o.op == "claim" and (o.extra.get("attempt") or 0) > 1:
+            v.counts["retried claims"] += 1
     v.counts["ops"] = len(ops)
     by_key = {o.key: o for o in ops}
     happened = _resolve_claims(ops, final, by_key, v)
@@ -87,8 +98,30 @@ def check(ops: list[Operation], final: Final, ttl: float, deadline_margin: float
     _check_effects(ops, final, happened, completes, by_key, v)
     _check_rejections(ops, final, v)
     _check_forgeries(ops, final, v)
-    _check_linearizable(ops, happened, completes, ttl, v, deadline_margin, rates or {})
+    lives = _lives(ops, final, ttl, lifecycle, v, delay_clock_error)
+    _check_linearizable(ops, happened, completes, ttl, v, deadline_margin, rates or {}, lives,
+                        linear.Life(clock_error=delay_clock_error))
     return v
+
+
+def _lives(ops: list[Operation], final: Final, ttl: float, lifecycle: Lifecycle, v: Verdict,
+           clock_error: float = 0.0) -> dict[str, linear.Life]:
+    """Each submitted job's life-cycle rules, from its submits (a submit with an unknown
+    outcome is tried again with the same options); the store must keep its max_attempts."""
+    submits: dict[str, list[Operation]] = defaultdict(list)
+    for o in ops:
+        if o.op == "submit" and o.job:
+            submits[o.job].append(o)
+    lives = {}
+    for job, tries in submits.items():
+        limit, delay = tries[0].extra.get("max_attempts"), float(tries[0].extra.get("delay") or 0.0)
+        window = linear.due(tries[0].start, tries[-1].end, delay, delay, SLACK, clock_error)
+        lives[job] = linear.Life(limit, lifecycle.retry_base, lifecycle.retry_factor, lifecycle.retry_max, window,
+                                 clock_error)
+        status = final.jobs.get(job)
+        if status is not None and status.max_attempts != limit:
+            v.flag(f"{job}: submitted with max_attempts {limit}, the store has {status.max_attempts}")
+    return lives
 
 
 def _resolve_claims(ops: list[Operation], final: Final, by_key: dict[tuple[str, int], Operation],
@@ -221,9 +254,9 @@ def _check_effects(ops: list[Operation], final: Final, claims: list[Operation],
 
 def _check_rejections(ops: list[Operation], final: Final, v: Verdict) -> None:
     seen = Counter((o.job, o.op, o.owner, o.token) for o in ops
-                   if o.op in ("renew", "complete") and o.outcome == "fail" and o.error == "StaleLease")
+                   if o.op in HOLDER_OPS and o.outcome == "fail" and o.error == "StaleLease")
     maybe = Counter((o.job, o.op, o.owner, o.token) for o in ops
-                    if o.op in ("renew", "complete") and o.outcome == "info")
+                    if o.op in HOLDER_OPS and o.outcome == "info")
     audited = Counter((r.job_id, r.op.value, r.owner, r.token) for r in final.rejections
                       if r.kind is tenure.RejectionKind.STORE)
     v.counts["store rejections seen"] = sum(seen.values())
@@ -272,32 +305,46 @@ def _check_forgeries(ops: list[Operation], final: Final, v: Verdict) -> None:
 
 
 def _check_linearizable(ops: list[Operation], claims: list[Operation], completes: dict[str, Operation],
-                        ttl: float, v: Verdict, deadline_margin: float | None, rates: dict[str, float]) -> None:
+                        ttl: float, v: Verdict, deadline_margin: float | None, rates: dict[str, float],
+                        lives: dict[str, linear.Life], unsubmitted: linear.Life) -> None:
     per_job: dict[str, list[linear.Op]] = defaultdict(list)
     for o in claims:
         per_job[o.job or ""].append(linear.Op("claim", o.token or 0, o.start, o.end, label=f"{o.process}#{o.id}",
-                                              rate=rates.get(o.process, 1.0)))
+                                              rate=rates.get(o.process, 1.0), attempt=o.extra.get("attempt")))
     for o in ops:
         label = f"{o.process}#{o.id}"
-        if o.op == "claim" and o.job and o.outcome == "fail" and o.error in ("AlreadyClaimed", "JobCompleted"):
+        if o.op == "claim" and o.job and o.outcome == "fail" and o.error in CLAIM_REFUSALS:
             per_job[o.job].append(linear.Op("claim-refused", 0, o.start, o.end, refused=o.error, label=label))
-        elif o.op in ("renew", "complete") and o.job:
+        elif o.op in HOLDER_OPS and o.job:
             if o.outcome == "fail" and o.error == "StaleLease":
                 per_job[o.job].append(linear.Op("stale", o.token or 0, o.start, o.end,
-                                                label=f"{label} ({o.reason})"))
-            elif o.outcome == "ok" or (o.outcome == "info" and o.op == "renew"):
+                                                label=f"{label} {o.op} ({o.reason})"))
+            elif o.outcome == "ok" or (o.outcome == "info" and o.op != "complete"):
                 per_job[o.job].append(linear.Op(o.op, o.token or 0, o.start, o.end, required=o.outcome == "ok",
-                                                label=label, rate=rates.get(o.process, 1.0)))
+                                                label=label, rate=rates.get(o.process, 1.0),
+                                                wait=o.extra.get("retry_in")))
+        elif o.op == "requeue" and o.job and o.outcome != "fail":
+            per_job[o.job].append(linear.Op("requeue", 0, o.start, o.end, required=o.outcome == "ok", label=label,
+                                            wait=o.extra.get("delay")))
     for job, o in completes.items():
         if o.outcome == "info":  # the store's result says it happened
             per_job[job].append(linear.Op("complete", o.token or 0, o.start, INF, label=f"{o.process}#{o.id}"))
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
     for job, jops in per_job.items():
         v.counts["jobs checked"] += 1
-        result = linear.check(jops, ttl, SLACK * ttl, deadline_margin)
+        life = lives.get(job, unsubmitted)
+        result = linear.check(jops, ttl, SLACK * ttl, deadline_margin, life)
         if result is None:
             v.unchecked_jobs += 1
         elif not result:
-            shown = "; ".join(f"{o.label} {o.kind} {o.token} [{o.start:.3f}, {o.end:.3f}]"
-                              for o in sorted(jops, key=lambda o: o.start))
-            v.flag(f"{job}: claim/renew/complete history is not linearizable as a mutex with tokens: {shown}")
+            rules = f"max_attempts {life.max_attempts}" + (
+                f", claimable from {life.due[0]:.3f} (its submit's delay)" if life.due[0] > -INF else "")
+            v.flag(f"{job} ({rules}): its history is not linearizable as a mutex with tokens and a life cycle: "
+                   + "; ".join(_shown(o) for o in sorted(jops, key=lambda o: o.start)))
+
+
+def _shown(o: linear.Op) -> str:
+    more = "" if o.attempt is None else f" attempt {o.attempt}"
+    more += f" {o.refused}" if o.refused else ""
+    more += f" wait {o.wait}" if o.wait is not None else ""
+    return f"{o.label} {o.kind} {o.token}{more} [{o.start:.3f}, {o.end:.3f}]"

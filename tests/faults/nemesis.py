@@ -60,7 +60,7 @@ class Workers:
 
     def launch(self, name: str, skew: str | None = None, **extra: Any) -> None:
         cfg = {**self.base, **extra, "name": name, "url": self.env.worker_url(name),
-               "seed": self.rng.randrange(2**32), "careless": int(name.split("-")[0][1:]) % 2 == 0}
+               "seed": self.rng.randrange(2**32), "careless": int(name.split("-")[0][1:]) % 2 == 0, "skew": skew}
         # Every worker's monotonic clock can be made to miss a pause (the suspend fault).
         cfg["hidden_clock"] = str(Path(self.base["history"]) / f"{name}.hidden")
         suspend.create(Path(cfg["hidden_clock"]))

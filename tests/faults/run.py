@@ -25,6 +25,7 @@ from pathlib import Path
 
 import tenure
 from tests.faults import checker, envs, history, report, run_term, workload
+from tests.faults.admin import Operator
 from tests.faults.destination import Destination
 from tests.faults.nemesis import BURST_WORKERS, SKEWS, Nemesis, Workers
 from tests.harness import Harness
@@ -100,19 +101,15 @@ def run_case(env: Harness, fault: str, seconds: float, seed: int, workers: int =
     started = time.monotonic()
     nemesis = Nemesis(env, pool, faults, url, rng, hist)
     nemesis.start()
-    submitted = 0
+    op_rec = history.Recorder(history.file_for(hist, "operator"), "operator")
+    operator = Operator(admin, op_rec, random.Random(rng.randrange(2**32)), 2 * workers)
     try:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
-            try:
-                pending = sum(1 for j in admin.jobs() if j.state is tenure.JobState.PENDING)
-                for _ in range(max(0, 2 * workers - pending)):
-                    admin.submit(f"job-{submitted:05d}")
-                    submitted += 1
-            except tenure.BackendUnavailable:
-                pass  # a server fault: the workers see it too
+            operator.look()
             time.sleep(0.3)
     finally:
+        op_rec.close()
         nemesis.stop()
         env.heal()
         pool.stop(grace=env.fault_ttl * (STEPS + 2) + 5)
@@ -121,13 +118,24 @@ def run_case(env: Harness, fault: str, seconds: float, seed: int, workers: int =
     final = _collect(admin, rundir / "dest.db")
     admin.close()
     ops = history.load(hist)
-    verdict = checker.check(ops, final, env.fault_ttl, env.early_end_margin, clock_rates(pool.clocks))
+    verdict = checker.check(ops, final, env.fault_ttl, env.early_end_margin, clock_rates(pool.clocks),
+                            envs.LIFECYCLE, delay_clock_error(env.delays_by_client_clocks, pool.clocks))
     checker.check_process_effects(run_term.load_effects(run_term.effects_dir(hist)), verdict)
     if nemesis.run_term is not None:
         verdict.violations += nemesis.run_term.problems
     return Result(env.name + ("3" if env.size > 1 else ""), fault, seed,
                   time.monotonic() - started, verdict.counts, verdict.violations, verdict.unchecked_jobs,
                   len(final.rejections), nemesis.done, str(rundir), workload.early_ends(hist))
+
+
+def delay_clock_error(by_client_clocks: bool, skews: dict[str, str]) -> float:
+    """How far apart the clocks that time delays may be: 0 where the store's clock times them;
+    on a store whose clients' clocks do (etcd), the widest gap between two workers' offsets."""
+    if not by_client_clocks:
+        return 0.0
+    offsets = [0.0] + [3600.0 * int(skew.split()[0].rstrip("h")) for skew in skews.values()
+                       if skew.split()[0].endswith("h")]
+    return max(offsets) - min(offsets)
 
 
 def clock_rates(skews: dict[str, str]) -> dict[str, float]:
@@ -187,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
                         print(report.row(report._plain(r)), flush=True)
                         for text in r.violations[:20]:
                             print("   VIOLATION:", text, flush=True)
+                        if r.unchecked:
+                            print(f"   {r.unchecked} jobs whose linearizability search ran out of budget", flush=True)
             finally:
                 env.close()
     finally:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import tenure
+from tenure.core.lifecycle import Lifecycle
 from tests.faults import linear
 from tests.faults.checker import Final, Verdict, check, check_process_effects
 from tests.faults.destination import DestRejection, Effect
@@ -17,6 +19,7 @@ from tests.faults.run_term import load_effects
 
 TTL = 10.0
 J = "job-1"
+BACKOFF = Lifecycle(retry_base=1.0, retry_factor=2.0, retry_max=8.0)  # the store's, for fails without retry_in
 
 
 @dataclass
@@ -29,11 +32,13 @@ class World:
     effects: list[Effect] = field(default_factory=list)
     dest_rejections: list[DestRejection] = field(default_factory=list)
     jobs: dict[str, tenure.JobStatus] = field(default_factory=dict)
+    max_attempts: int | None = None  # the job's, as submitted
 
     def op(self, p: str, n: int, op: str, start: float, end: float, outcome: str = "ok", *, token: int = 1,
-           job: str = J, error: str | None = None) -> Operation:
+           job: str = J, error: str | None = None, **extra: Any) -> Operation:
+        owner = f"{p}#{n}" if op == "claim" else f"{p}#{self.claim_of(p, token)}" if token else None
         o = Operation(p, n, op, job, token, start, end if outcome != "info" else INF, outcome, error,
-                      owner=f"{p}#{self.claim_of(p, token)}" if op != "claim" else f"{p}#{n}", ttl=TTL)
+                      owner=owner, ttl=TTL, extra=extra)
         self.ops.append(o)
         return o
 
@@ -41,8 +46,8 @@ class World:
         return next(o.id for o in self.ops if o.op == "claim" and o.process == p and o.token == token)
 
     def claim(self, p: str, n: int, start: float, end: float, token: int, *, in_store: bool = True,
-              outcome: str = "ok") -> Operation:
-        o = self.op(p, n, "claim", start, end, outcome, token=token)
+              outcome: str = "ok", attempt: int | None = None) -> Operation:
+        o = self.op(p, n, "claim", start, end, outcome, token=token, attempt=attempt)
         if in_store:
             self.events.append(tenure.HistoryEvent(J, tenure.Op.CLAIM, f"{p}#{n}", token, start))
         return o
@@ -53,16 +58,34 @@ class World:
             self.effects.append(Effect(len(self.effects) + 1, J, token, p, n, at))
 
     def stale(self, p: str, n: int, op: str, start: float, end: float, token: int, *, audited: bool = True) -> None:
+        """A renew, complete, release or fail that the store refused as stale."""
         o = self.op(p, n, op, start, end, "fail", token=token, error="StaleLease")
         if audited:
             self.rejections.append(tenure.Rejection(J, tenure.Op(op), o.owner or "", token, None, 0, end, "x"))
 
+    def refused(self, p: str, n: int, start: float, end: float, error: str) -> None:
+        """A claim of the job by name that the store refused with ``error``."""
+        self.op(p, n, "claim", start, end, "fail", token=0, error=error)
+
+    def fail(self, p: str, n: int, start: float, end: float, token: int, retry_in: float | None,
+             outcome: str = "ok") -> None:
+        self.op(p, n, "fail", start, end, outcome, token=token, retry_in=retry_in)
+
+    def submit(self, at: float, *, max_attempts: int | None = None, delay: float = 0.0) -> None:
+        self.op("operator", len(self.ops) + 1000, "submit", at, at + 0.01, token=0, max_attempts=max_attempts,
+                delay=delay)
+        self.max_attempts = max_attempts
+
+    def requeue(self, start: float, end: float, delay: float = 0.0) -> None:
+        self.op("operator", len(self.ops) + 1000, "requeue", start, end, token=0, delay=delay)
+
     def finish(self, state: tenure.JobState, token: int, result: str | None = None) -> None:
-        self.jobs[J] = tenure.JobStatus(J, state, token=token, result=result.encode() if result else None)
+        self.jobs[J] = tenure.JobStatus(J, state, token=token, result=result.encode() if result else None,
+                                        max_attempts=self.max_attempts)
 
     def verdict(self) -> Verdict:
         return check(self.ops, Final(self.jobs, self.events, self.rejections, self.effects,
-                                     self.dest_rejections), TTL)
+                                     self.dest_rejections), TTL, lifecycle=BACKOFF)
 
 
 def sound() -> World:
@@ -229,3 +252,209 @@ def test_a_process_of_an_earlier_token_acting_after_a_later_tokens_first_effect_
     assert v.violations == ["run-0001: effect of token 1 by process 11 (line 4) after the first effect of "
                             "token 2 (line 3, process 20)"]
     assert v.counts["process effects"] == 8
+
+
+# -- the job's life cycle: fail, release, attempts, parking, delays, requeue -----------------
+
+def failed_at_two(retry_in: float | None = 0.0, **submit: Any) -> World:
+    """A claims at 0 (attempt 1) and fails the job at 2 s."""
+    w = World()
+    w.submit(-1.0, **submit)
+    w.claim("A", 1, 0.0, 0.1, 1, attempt=1)
+    w.fail("A", 2, 2.0, 2.1, 1, retry_in)
+    return w
+
+
+def test_a_fail_ends_the_holders_lease_as_a_completion_would() -> None:
+    w = failed_at_two()
+    w.claim("B", 1, 3.0, 3.1, 2, attempt=2)  # 3 s into A's 10 s lease: free since A failed
+    w.finish(tenure.JobState.LEASED, 2)
+    assert w.verdict().violations == []
+    w.op("A", 3, "renew", 4.0, 4.1)  # but A's lease no longer exists
+    flagged(w, "not linearizable")
+
+
+def test_a_fail_with_an_unknown_outcome_may_or_may_not_have_ended_the_lease() -> None:
+    w = World()
+    w.submit(-1.0)
+    w.claim("A", 1, 0.0, 0.1, 1, attempt=1)
+    w.fail("A", 2, 2.0, INF, 1, 0.0, outcome="info")
+    w.claim("B", 1, 3.0, 3.1, 2, attempt=2)  # fits only if the fail happened
+    w.finish(tenure.JobState.LEASED, 2)
+    assert w.verdict().violations == []
+    w.ops = [o for o in w.ops if o.op != "fail"]
+    flagged(w, "not linearizable")
+
+
+def test_a_stale_fail_is_a_stale_completion() -> None:
+    w = failed_at_two()
+    w.stale("A", 3, "fail", 2.5, 2.6, 1)  # A tries again: the job is no longer its
+    w.finish(tenure.JobState.PENDING, 1)
+    assert w.verdict().violations == []
+    w = World()
+    w.submit(-1.0)
+    w.claim("A", 1, 0.0, 0.1, 1, attempt=1)
+    w.stale("A", 2, "fail", 2.0, 2.1, 1)  # refused 2 s into a live lease nobody took
+    w.finish(tenure.JobState.LEASED, 1)
+    flagged(w, "not linearizable")
+    w = failed_at_two()
+    w.stale("A", 3, "fail", 2.5, 2.6, 1, audited=False)
+    flagged(w, "audited 0")
+
+
+def test_no_claim_returns_before_the_fails_retry_in_has_passed_on_the_stores_clock() -> None:
+    w = failed_at_two(retry_in=5.0)
+    w.claim("B", 1, 6.0, 6.85, 2, attempt=2)  # returned 4.85 s after the fail began: 5 s less 2 %
+    w.finish(tenure.JobState.LEASED, 2)
+    flagged(w, "not linearizable")
+    w.ops[-1] = Operation("B", 1, "claim", J, 2, 6.0, 7.0, "ok", owner="B#1", ttl=TTL, extra={"attempt": 2})
+    assert w.verdict().violations == []
+
+
+def test_no_claim_returns_before_the_stores_backoff_for_the_attempt() -> None:
+    # Attempt 3 on a base of 1 s and factor 2: a backoff of 4 s jittered down to 2 to 4 s.
+    def third_fails(b_returns: float) -> World:
+        w = failed_at_two()
+        w.claim("B", 1, 3.0, 3.1, 2, attempt=2)
+        w.fail("B", 2, 4.0, 4.1, 2, 0.0)
+        w.claim("C", 1, 5.0, 5.1, 3, attempt=3)
+        w.fail("C", 2, 6.0, 6.1, 3, None)
+        w.claim("B", 3, b_returns - 0.1, b_returns, 4, attempt=4)
+        w.finish(tenure.JobState.LEASED, 4)
+        return w
+
+    assert third_fails(8.0).verdict().violations == []
+    flagged(third_fails(7.9), "not linearizable")  # 1.9 s: less than the least backoff, 2 s less 2 %
+
+
+def test_a_job_submitted_with_a_delay_is_not_claimed_before_it() -> None:
+    w = World()
+    w.submit(0.0, delay=5.0)
+    w.claim("A", 1, 3.0, 3.1, 1, attempt=1)
+    w.finish(tenure.JobState.LEASED, 1)
+    flagged(w, "not linearizable")
+    w = World()
+    w.submit(0.0, delay=5.0)
+    w.refused("A", 1, 3.0, 3.1, "JobScheduled")
+    w.claim("A", 2, 5.0, 5.1, 1, attempt=1)
+    w.finish(tenure.JobState.LEASED, 1)
+    assert w.verdict().violations == []
+
+
+def test_a_refusal_as_scheduled_only_while_the_job_may_still_wait() -> None:
+    w = failed_at_two(retry_in=1.0)
+    w.refused("B", 1, 2.5, 2.6, "JobScheduled")
+    w.finish(tenure.JobState.PENDING, 1)
+    assert w.verdict().violations == []
+    w.refused("B", 2, 3.2, 3.3, "JobScheduled")  # the second the fail asked for is over by 3.12 s
+    flagged(w, "not linearizable")
+    w = failed_at_two(retry_in=0.0)  # no wait: claimable at once
+    w.refused("B", 1, 2.05, 2.2, "JobScheduled")  # may come after the fail, which had not ended
+    w.finish(tenure.JobState.PENDING, 1)
+    flagged(w, "not linearizable")
+    w = World()
+    w.submit(0.0)
+    w.claim("A", 1, 1.0, 1.1, 1, attempt=1)
+    w.refused("B", 1, 2.0, 2.1, "JobScheduled")  # held, not scheduled
+    w.finish(tenure.JobState.LEASED, 1)
+    flagged(w, "not linearizable")
+
+
+def test_a_job_parked_by_a_fail_on_its_last_attempt_is_not_claimed_until_a_requeue() -> None:
+    w = failed_at_two(max_attempts=1)
+    w.refused("B", 1, 3.0, 3.1, "JobParked")
+    w.claim("B", 2, 4.0, 4.1, 2, attempt=2)
+    w.finish(tenure.JobState.LEASED, 2)
+    flagged(w, "not linearizable")
+    w = failed_at_two(max_attempts=1)
+    w.refused("B", 1, 3.0, 3.1, "JobParked")
+    w.requeue(3.5, 3.6)
+    w.claim("B", 2, 4.0, 4.1, 2, attempt=1)  # the requeue started the count again
+    w.finish(tenure.JobState.LEASED, 2)
+    assert w.verdict().violations == []
+    w = failed_at_two(max_attempts=2)  # one attempt left: not parked
+    w.refused("B", 1, 3.0, 3.1, "JobParked")
+    w.finish(tenure.JobState.PENDING, 1)
+    flagged(w, "not linearizable")
+
+
+def test_a_job_whose_last_lease_ran_out_is_parked() -> None:
+    def last_lease_runs_out(claimed: bool) -> World:
+        w = World()
+        w.submit(-1.0, max_attempts=1)
+        w.claim("A", 1, 0.0, 0.1, 1, attempt=1)
+        if claimed:
+            w.claim("B", 1, 11.0, 11.1, 2, attempt=2)
+        else:
+            w.refused("B", 1, 11.0, 11.1, "JobParked")
+        w.finish(tenure.JobState.LEASED, 2 if claimed else 1)
+        return w
+
+    assert last_lease_runs_out(claimed=False).verdict().violations == []
+    flagged(last_lease_runs_out(claimed=True), "not linearizable")
+    w = last_lease_runs_out(claimed=False)
+    w.refused("C", 1, 5.0, 5.1, "JobParked")  # A's lease is live at 5 s: AlreadyClaimed, not parked
+    flagged(w, "not linearizable")
+
+
+def test_a_claims_attempt_goes_up_by_one_and_down_only_by_release_or_requeue() -> None:
+    def second(attempt: int, between: str = "") -> World:
+        w = World()
+        w.submit(-1.0)
+        w.claim("A", 1, 0.0, 0.1, 1, attempt=1)
+        if between == "release":
+            w.op("A", 2, "release", 2.0, 2.1)
+        else:
+            w.fail("A", 2, 2.0, 2.1, 1, 0.0)
+        if between == "requeue":
+            w.requeue(2.5, 2.6)
+        w.claim("B", 1, 3.0, 3.1, 2, attempt=attempt)
+        w.finish(tenure.JobState.LEASED, 2)
+        return w
+
+    assert second(2).verdict().violations == []  # a fail keeps the attempt
+    flagged(second(1), "not linearizable")  # went down
+    flagged(second(3), "not linearizable")  # counted twice
+    assert second(1, "release").verdict().violations == []  # the release gave it back
+    flagged(second(2, "release"), "not linearizable")
+    assert second(1, "requeue").verdict().violations == []
+    w = World()  # a lease lost by expiry keeps its attempt
+    w.submit(-1.0)
+    w.claim("A", 1, 0.0, 0.1, 1, attempt=1)
+    w.claim("B", 1, 11.0, 11.1, 2, attempt=1)
+    w.finish(tenure.JobState.LEASED, 2)
+    flagged(w, "not linearizable")
+
+
+def test_a_requeue_with_a_delay_and_a_requeue_of_a_live_lease() -> None:
+    w = failed_at_two(max_attempts=1)
+    w.requeue(3.0, 3.1, delay=4.0)
+    w.claim("B", 1, 5.0, 5.1, 2, attempt=1)  # before the requeue's 4 s
+    w.finish(tenure.JobState.LEASED, 2)
+    flagged(w, "not linearizable")
+    w = World()
+    w.submit(-1.0)
+    w.claim("A", 1, 0.0, 0.1, 1, attempt=1)
+    w.requeue(3.0, 3.1)  # A's lease is live: the store refuses that requeue
+    w.finish(tenure.JobState.PENDING, 1)
+    flagged(w, "not linearizable")
+
+
+def test_the_store_keeps_a_jobs_max_attempts() -> None:
+    w = failed_at_two(max_attempts=3)
+    w.finish(tenure.JobState.PENDING, 1)
+    assert w.verdict().violations == []
+    w.max_attempts = None
+    w.finish(tenure.JobState.PENDING, 1)
+    flagged(w, "submitted with max_attempts 3, the store has None")
+
+
+def test_a_delay_timed_by_client_clocks_is_judged_within_their_skew() -> None:
+    # A fail's retry_in of 10 s; another worker claims 1 s later. The store's clock forbids it;
+    # clocks an hour apart (etcd, whose clients' clocks time delays) allow it, but no earlier.
+    fail = linear.Op("fail", 1, 0.0, 0.1, wait=10.0)
+    early = linear.Op("claim", 2, 1.0, 1.1, attempt=2)
+    held = [linear.Op("claim", 1, -1.0, -0.9, attempt=1), fail, early]
+    assert linear.check(held, 5.0, 0.1) is False
+    assert linear.check(held, 5.0, 0.1, life=linear.Life(clock_error=3600.0)) is True
+    assert linear.check(held, 5.0, 0.1, life=linear.Life(clock_error=0.5)) is False

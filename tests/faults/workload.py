@@ -1,10 +1,16 @@
-"""The worker process: claim a job, write fenced effects while renewing, complete it.
+"""The worker process: claim a job, write fenced effects while renewing, then complete it,
+or fail it, or release it.
 
 Run as ``python -m tests.faults.workload CONFIG_JSON``, possibly under ``faketime``. Every
 store and destination operation goes to the history as invoke, then ok, fail or info. Each
 claim uses a fresh owner name (``process#op``), so a claim whose answer was lost is found
 again in the store's own history. ``burst`` processes claim chosen jobs all at once when
 the run's burst file changes, to compete with the holders.
+
+Some leases end in ``fail`` (with a short ``retry_in``, or with the store's backoff, short
+by the fault store's options), a few in ``release``; after half of its fails a worker
+claims the job again by name at once, which the store must refuse as scheduled (or parked)
+unless the wait was none.
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ from tests.faults.destination import Destination
 from tests.faults.history import Recorder, file_for
 
 IDLE = 0.05  # seconds between looks for work when there is none
+# How a lease ends, by share: fail with retry_in, fail with the store's backoff, release; else complete.
+FAIL_RETRY_IN, FAIL_BACKOFF, RELEASE = 0.15, 0.10, 0.05
+RETRY_IN = (0.0, 0.3)  # seconds of the store's clock a fail with retry_in asks for
 EARLY_END_LOGGER = "tenure.etcd.early_end"  # a line per lease etcd ended that its holder restored
 
 
@@ -69,13 +78,14 @@ class Worker:
         except tenure.BackendUnavailable as exc:
             self.rec.end("info", op, error=type(exc).__name__)
             return None
-        except tenure.LeaseError as exc:  # AlreadyClaimed, JobCompleted
+        except tenure.LeaseError as exc:  # AlreadyClaimed, JobCompleted, JobParked, JobScheduled
             self.rec.end("fail", op, error=type(exc).__name__)
             return None
         if lease is None:
             self.rec.end("fail", op, error="nothing")
             return None
-        self.rec.end("ok", op, job=lease.job_id, token=lease.token, expires_at=lease.expires_at)
+        self.rec.end("ok", op, job=lease.job_id, token=lease.token, expires_at=lease.expires_at,
+                     attempt=lease.attempt)
         return lease
 
     def effect(self, lease: tenure.Lease) -> bool:
@@ -103,17 +113,23 @@ class Worker:
         self.rec.end("ok", op)
         return True
 
-    def holder_op(self, name: str, lease: tenure.Lease) -> tuple[str, tenure.Lease | None]:
-        """Renew or complete, retrying unknown outcomes until the safe deadline."""
+    def holder_op(self, name: str, lease: tenure.Lease, **args: Any) -> tuple[str, tenure.Lease | None]:
+        """Renew, complete, fail (``retry_in`` in ``args``) or release, retrying unknown
+        outcomes until the safe deadline."""
         attempts = 0
         while True:
-            op = self.rec.invoke(name, lease.job_id, lease.token, owner=lease.owner, ttl=self.ttl)
+            op = self.rec.invoke(name, lease.job_id, lease.token, owner=lease.owner, ttl=self.ttl, **args)
             try:
                 if name == "renew":
                     new = self.store.renew(lease)
                     self.rec.end("ok", op, expires_at=new.expires_at)
                     return "ok", new
-                self.store.complete(lease, f"{self.name}#{op}")
+                if name == "complete":
+                    self.store.complete(lease, f"{self.name}#{op}")
+                elif name == "fail":
+                    self.store.fail(lease, f"{self.name}#{op} failed", retry_in=args["retry_in"])
+                else:
+                    self.store.release(lease)
                 self.rec.end("ok", op)
                 return "ok", None
             except tenure.StaleLease as exc:
@@ -130,26 +146,48 @@ class Worker:
             time.sleep(self.ttl / 20)
 
     # -- what a worker does with a lease ---------------------------------------------------
-    def work(self, lease: tenure.Lease) -> None:
-        for _ in range(self.steps):
+    def ending(self) -> tuple[str, dict[str, Any], int]:
+        """How the next lease ends (the op and its arguments) and after how many steps."""
+        draw = self.rng.random()
+        if draw < FAIL_RETRY_IN:
+            return "fail", {"retry_in": round(self.rng.uniform(*RETRY_IN), 3)}, self.rng.randint(1, self.steps)
+        if draw < FAIL_RETRY_IN + FAIL_BACKOFF:
+            return "fail", {"retry_in": None}, self.rng.randint(1, self.steps)
+        if draw < FAIL_RETRY_IN + FAIL_BACKOFF + RELEASE:
+            return "release", {}, 1
+        return "complete", {}, self.steps
+
+    def work(self, lease: tenure.Lease | None) -> None:
+        while lease is not None and not self.stopping:
+            lease = self.work_once(lease)
+
+    def work_once(self, lease: tenure.Lease) -> tenure.Lease | None:
+        """Work on one lease and end it; a lease on the same job if the worker claims it
+        again at once after a fail (half the time)."""
+        end, args, steps = self.ending()
+        for _ in range(steps):
             if not self.careless and not self.local_ok(lease):
                 self.rec.note("deadline", job=lease.job_id, token=lease.token)
-                return
+                return None
             if not self.effect(lease):
                 if self.careless:
-                    self.holder_op("complete", lease)
-                return
+                    self.holder_op(end, lease, **args)
+                return None
             time.sleep(self.rng.uniform(0.1, 0.3) * self.ttl)
             outcome, renewed = self.holder_op("renew", lease)
             if renewed is None:
                 if self.careless and outcome == "stale":
                     self.effect(lease)  # refused by the fence, or by the deadline check in it
-                    self.holder_op("complete", lease)
-                return
+                    self.holder_op(end, lease, **args)
+                return None
             lease = renewed
-        self.holder_op("complete", lease)
+        outcome, _ = self.holder_op(end, lease, **args)
+        if end == "fail" and outcome == "ok" and self.rng.random() < 0.5:
+            return self.claim(lease.job_id)  # scheduled (or parked) unless it waits for nothing
+        return None
 
     def run(self) -> None:
+        self.rec.note("started", skew=self.cfg.get("skew"), careless=self.careless)  # for reading it later
         if self.cfg.get("burst_mode"):
             self.run_burst(Path(self.cfg["burst"]))
             return

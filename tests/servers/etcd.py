@@ -200,6 +200,7 @@ class EtcdHarness(ServerHarness):
     # etcd (3.5.16 too) may end a lease early (etcd-io/etcd#15247); the holder restores it
     # only while its safe deadline runs (docs/protocol.md), which the workers' default keeps.
     early_end_margin = DEFAULT_DRIFT_MARGIN
+    delays_by_client_clocks = True
 
     def __init__(self, cluster: EtcdCluster, query: str = "", owned: bool = False) -> None:
         super().__init__(query)
