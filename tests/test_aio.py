@@ -15,7 +15,7 @@ import contextlib
 import inspect
 import random
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -67,6 +67,11 @@ class SlowBackend(MemoryBackend):
     def renew(self, lease: tenure.Lease, ttl: float) -> tenure.Lease:
         self._maybe_wait(lease.job_id)
         return super().renew(lease, ttl)
+
+    def renew_many(self, renewals: Sequence[tuple[tenure.Lease, float]]) -> list[tenure.Lease | tenure.LeaseError]:
+        for lease, _ in renewals:  # one request: it waits for any of them
+            self._maybe_wait(lease.job_id)
+        return super().renew_many(renewals)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import contextlib
 import inspect
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -47,6 +47,13 @@ class HangingBackend(MemoryBackend):
             self.unblock.wait()
             raise tenure.BackendUnavailable("timed out")
         return super().renew(lease, ttl)
+
+    def renew_many(self, renewals: Sequence[tuple[tenure.Lease, float]]) -> list[tenure.Lease | tenure.LeaseError]:
+        if any(lease.job_id in self.hang for lease, _ in renewals):  # one request: it hangs as a whole
+            self.hanging.release()
+            self.unblock.wait()
+            raise tenure.BackendUnavailable("timed out")
+        return super().renew_many(renewals)
 
     def complete(self, lease: tenure.Lease, result: bytes | None) -> None:
         if self.fail_complete:
@@ -105,14 +112,13 @@ def test_hung_renewals_do_not_starve_the_other_leases(system: tuple[tenure.Store
     store, backend = system
     stuck = [f"stuck{i}" for i in range(RENEWAL_WORKERS + 1)]
     backend.hang.update(stuck)
-    for job in stuck:
-        store.hold(job, owner="a", ttl=3.0)  # renewed after 1 s: the first renewal hangs
+    for job in stuck:  # each in a request of its own: held once the one before hangs
+        store.hold(job, owner="a", ttl=0.6)  # renewed after 0.2 s: the first renewal hangs
+        assert backend.hanging.acquire(timeout=PATIENCE), "a stuck lease was never renewed"
+    # Every kept renewal thread now waits on a request that hangs.
     healthy = store.hold("healthy", owner="a", ttl=0.9)
     first = healthy.lease.expires_at
-    # The stuck leases' first renewals are due 1 s in; the healthy lease must go on being
-    # renewed after they hang.
-    for _ in stuck:
-        assert backend.hanging.acquire(timeout=PATIENCE), "a stuck lease was never renewed"
+    # The healthy lease must go on being renewed while they hang.
     renewed_at = healthy.lease.expires_at
     end = time.monotonic() + PATIENCE
     while healthy.lease.expires_at == renewed_at and not healthy.lost.is_set() and time.monotonic() < end:

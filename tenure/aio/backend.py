@@ -24,15 +24,16 @@ import functools
 import itertools
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from tenure.core import audit
 from tenure.core.backend import Backend, Characteristics, Link
-from tenure.core.errors import BackendUnavailable
+from tenure.core.errors import BackendUnavailable, LeaseError
 from tenure.core.holding import CLOSE_WAIT
 from tenure.core.lifecycle import Retry
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
+from tenure.core.steps import Renewal
 from tenure.core.watch import Polled, RejectionFilter
 
 T = TypeVar("T")
@@ -66,6 +67,22 @@ class AsyncBackend(abc.ABC):
 
     @abc.abstractmethod
     async def renew(self, lease: Lease, ttl: float) -> Lease: ...
+
+    @property
+    def renews_in_batches(self) -> bool:
+        """``tenure.Backend.RENEWS_IN_BATCHES``: whether ``renew_many`` is one round trip."""
+        return False
+
+    async def renew_many(self, renewals: Sequence[Renewal]) -> list[Lease | LeaseError]:
+        """``tenure.Backend.renew_many``: each lease's outcome in order; this default renews
+        one lease per request, a store that renews many in one round trip overrides it."""
+        found: list[Lease | LeaseError] = []
+        for lease, ttl in renewals:
+            try:
+                found.append(await self.renew(lease, ttl))
+            except LeaseError as exc:
+                found.append(exc)
+        return found
 
     @abc.abstractmethod
     async def complete(self, lease: Lease, result: bytes | None) -> None: ...
@@ -176,6 +193,13 @@ class ThreadedBackend(AsyncBackend):
 
     async def renew(self, lease: Lease, ttl: float) -> Lease:
         return await self._call(self.sync.renew, lease, ttl)
+
+    @property
+    def renews_in_batches(self) -> bool:
+        return self.sync.RENEWS_IN_BATCHES
+
+    async def renew_many(self, renewals: Sequence[Renewal]) -> list[Lease | LeaseError]:
+        return await self._call(self.sync.renew_many, renewals)  # one trip to the worker thread
 
     async def complete(self, lease: Lease, result: bytes | None) -> None:
         await self._call(self.sync.complete, lease, result)

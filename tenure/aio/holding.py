@@ -1,11 +1,12 @@
-"""``AsyncHeldLease``: a lease renewed by a task of the event loop, not by a thread.
+"""``AsyncHeldLease``: a lease renewed by the event loop, not by a thread.
 
-Its decisions are ``tenure.core.holding``'s, the same as ``tenure.HeldLease``'s. One task per
-held lease sleeps until a third of the TTL has passed, renews, and meanwhile watches the safe
-local deadline on the store's suspend-proof clock: ``lost`` is set at the deadline even while
-a renewal hangs, because the task waits for the renewal with a timeout instead of awaiting it.
-The loop's own timers stop while the machine is suspended, so the task wakes at least every
-``MAX_SLEEP`` seconds to read the suspend-proof clock.
+Its decisions are ``tenure.core.holding``'s, the same as ``tenure.HeldLease``'s. Every held
+lease of a store is renewed by ONE task (``AsyncRenewer``, with the sync renewer's
+``Schedule``): it sleeps until the next renewal or deadline, judges deadlines itself (so
+``lost`` is set at the deadline even while a renewal hangs) and sends each batch of renewals
+due as one ``renew_many``, in a task of its own. The loop's timers stop while the machine is
+suspended, so the task wakes at least every ``MAX_SLEEP`` seconds to read the suspend-proof
+clock.
 """
 
 from __future__ import annotations
@@ -16,17 +17,20 @@ from collections.abc import Callable, Coroutine, Iterable
 from types import TracebackType
 from typing import Any, Protocol
 
+from tenure.aio.backend import AsyncBackend
 from tenure.core.backend import Link
 from tenure.core.clock import Clock
 from tenure.core.errors import LeaseError, StaleLease
-from tenure.core.holding import MAX_SLEEP, RENEW_FRACTION, HeldState, log, next_attempt
+from tenure.core.holding import MAX_SLEEP, HeldState, log, next_attempt
 from tenure.core.records import Lease, Reason
+from tenure.core.schedule import Schedule
 
 
 class HoldingStore(Protocol):
     """What a held lease needs of its store (``AsyncStore``)."""
 
     clock: Clock
+    backend: AsyncBackend
 
     @property
     def name(self) -> str: ...
@@ -34,6 +38,8 @@ class HoldingStore(Protocol):
     def link(self) -> Link: ...
 
     async def renew(self, lease: Lease, ttl: float | None = None) -> Lease: ...
+
+    async def renew_many(self, leases: Iterable[Lease], ttl: float | None = None) -> list[Lease | LeaseError]: ...
 
     async def complete(self, lease: Lease, result: str | bytes | None = None) -> None: ...
 
@@ -61,9 +67,6 @@ class AsyncHeldLease(HeldState):
         self._store = store
         self._lock = asyncio.Lock()  # one of: renewal in flight, complete, release
         self.lost = asyncio.Event()
-        # From now, not from when the task first runs; never past the deadline.
-        first = min(self._monotonic() + lease.ttl * RENEW_FRACTION, lease.deadline)
-        self._keeper = store.background(self._keep(first), renewal=True)
 
     def _monotonic(self) -> float:
         return self._store.clock.monotonic()
@@ -85,13 +88,10 @@ class AsyncHeldLease(HeldState):
             self._ensure_open()
             try:
                 await self._store.complete(self._lease, result)
-                self._done = True
             except BaseException as exc:
                 if self._complete_failed(exc):
                     raise
-            finally:
-                if self._done:
-                    self._keeper.cancel()
+            self._done = True  # its renewals end: the renewer finds nothing more to renew
 
     async def fail(self, error: str | None = None, *, retry_in: float | None = None) -> None:
         """Give the job back as failed (``AsyncStore.fail``); what a failed call means is as
@@ -100,13 +100,10 @@ class AsyncHeldLease(HeldState):
             self._ensure_open()
             try:
                 await self._store.fail(self._lease, error, retry_in=retry_in)
-                self._done = True
             except BaseException as exc:
                 if self._complete_failed(exc, Reason.NOT_LEASED):
                     raise
-            finally:
-                if self._done:
-                    self._keeper.cancel()
+            self._done = True  # its renewals end: the renewer finds nothing more to renew
 
     async def release(self) -> None:
         """Give the job back; a lost lease is not ours to give back, so nothing is sent then
@@ -119,7 +116,6 @@ class AsyncHeldLease(HeldState):
                         await self._store.release(self._lease)
             finally:
                 self._done = True
-                self._keeper.cancel()
 
     async def __aenter__(self) -> AsyncHeldLease:
         return self
@@ -152,7 +148,7 @@ class AsyncHeldLease(HeldState):
             finally:
                 self._held_at_close = False
 
-    # What the renewal task does.
+    # What the renewer does.
     async def _renew_once(self) -> bool:
         """Renew if still held; False when there is nothing more to renew."""
         async with self._lock:
@@ -165,30 +161,85 @@ class AsyncHeldLease(HeldState):
                 return self._renewal_refused(exc)
             return self._renewed(renewed, link)
 
-    async def _attempt(self) -> bool | BaseException:
-        try:
-            return await self._renew_once()
-        except Exception as exc:  # judged by next_attempt: retried, or the lease lost
-            return exc
-
-    async def _keep(self, due: float) -> None:
-        while True:
-            while (left := due - self._monotonic()) > 0:
-                if not self._expire_if_due():
-                    return
-                await asyncio.sleep(min(left, max(self.remaining(), 0.0), MAX_SLEEP))
-            attempt = self._store.background(self._attempt())
-            while not attempt.done():
-                if not self._expire_if_due():
-                    return  # lost while the renewal hangs; it ends by itself, its answer too late
-                await asyncio.wait({attempt}, timeout=min(max(self.remaining(), 0.0), MAX_SLEEP))
-            delay = next_attempt(self, attempt.result())
-            if delay is None:
-                return
-            due = self._monotonic() + delay
-
 
 def end_on_close(held: Iterable[AsyncHeldLease]) -> list[Coroutine[Any, Any, None]]:
     """For a store that closes: lose every lease still held, now, and return the releases that
     give them back (the store runs them in the background and bounds how long it waits)."""
     return [h._give_back_on_close() for h in held if h._closing()]
+
+
+class AsyncRenewer:
+    """Renews every held lease of one ``AsyncStore``: one task, batches of ``renew_many``."""
+
+    def __init__(self, store: HoldingStore) -> None:
+        self._store = store
+        self._schedule: Schedule[AsyncHeldLease] = Schedule()
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, held: AsyncHeldLease) -> None:
+        """Renew ``held`` from now on, not from when the task next runs (called in the loop)."""
+        self._schedule.add(held, self._store.clock.monotonic())
+        if self._task is None or self._task.done():
+            self._task = self._store.background(self._run(), renewal=True)  # ends at the store's close()
+        self._changed.set()
+
+    async def _run(self) -> None:
+        while True:
+            at = self._schedule.next_at()
+            wait = None if at is None else min(at - self._store.clock.monotonic(), MAX_SLEEP)
+            if wait is None or wait > 0:
+                self._changed.clear()
+                # A timer, not wait_for: no task of its own per sleep (a store's tasks are its holds').
+                timer = None if wait is None else asyncio.get_running_loop().call_later(wait, self._changed.set)
+                try:
+                    await self._changed.wait()
+                finally:
+                    if timer is not None:
+                        timer.cancel()
+                continue
+            batch = self._schedule.take(self._store.clock.monotonic(), AsyncHeldLease._expire_if_due)
+            # Not awaited: deadlines are watched while renewals are on their way.
+            if batch and self._store.backend.renews_in_batches:
+                self._store.background(self._renew_batch(batch), renewal=True)
+            else:  # a request per lease anyway (etcd): side by side
+                for held in batch:
+                    self._store.background(self._renew(held), renewal=True)
+
+    async def _renew_batch(self, batch: list[AsyncHeldLease]) -> None:
+        """One ``renew_many`` for the leases of ``batch`` that are free; a lease whose lock a
+        complete() or release() holds renews alone once it is free, as it always did."""
+        free = [held for held in batch if not held._lock.locked()]
+        for held in set(batch).difference(free):
+            self._store.background(self._renew(held), renewal=True)
+        for held in free:
+            await held._lock.acquire()  # free: taken at once, with no await in between
+        outcomes: dict[AsyncHeldLease, bool | BaseException] = dict.fromkeys(free, False)
+        try:
+            due = [(held, link) for held in free if (link := held._renewal_due()) is not None]
+            if due:
+                try:
+                    found: list[Lease | BaseException] = list(await self._store.renew_many(h.lease for h, _ in due))
+                except Exception as exc:  # the whole request failed: each lease judges it
+                    found = [exc] * len(due)
+                for (held, link), one in zip(due, found, strict=True):
+                    outcomes[held] = held._renewal_answered(one, link)
+        finally:
+            for held in free:
+                held._lock.release()
+        for held, outcome in outcomes.items():
+            self._reschedule(held, outcome)
+
+    async def _renew(self, held: AsyncHeldLease) -> None:
+        outcome: bool | BaseException
+        try:
+            outcome = await held._renew_once()
+        except Exception as exc:  # judged by next_attempt: retried, or the lease lost
+            outcome = exc
+        self._reschedule(held, outcome)
+
+    def _reschedule(self, held: AsyncHeldLease, outcome: bool | BaseException) -> None:
+        delay = next_attempt(held, outcome)
+        if delay is not None:
+            self._schedule.renew_at(held, self._store.clock.monotonic() + delay)
+            self._changed.set()

@@ -21,13 +21,13 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Hashable
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Hashable, Sequence
 from typing import Any, TypeVar
 
-from tenure.aio.backend import ThreadedBackend
+from tenure.aio.backend import AsyncBackend, ThreadedBackend
 from tenure.core import contention, steps
 from tenure.core.backend import RecordBackend
-from tenure.core.errors import CorruptRecord, LeaseError
+from tenure.core.errors import BackendUnavailable, CorruptRecord, LeaseError, Outraced
 from tenure.core.lifecycle import Retry
 from tenure.core.records import Lease, Rejection
 from tenure.core.transaction import Transaction
@@ -113,6 +113,19 @@ class AsyncRecordBackend(ThreadedBackend):
 
     async def renew(self, lease: Lease, ttl: float) -> Lease:
         return await self._run(steps.renew(lease, ttl))
+
+    async def renew_many(self, renewals: Sequence[steps.Renewal]) -> list[Lease | LeaseError]:
+        """``RecordBackend.renew_many``, awaiting: one transaction per batch."""
+        found: list[Lease | LeaseError] = []
+        for batch in self.sync.renewal_batches(renewals):
+            try:
+                renewed = await self._run(steps.renew_many(batch))
+                found.extend(renewed)
+            except Outraced:
+                found.extend(await AsyncBackend.renew_many(self, batch))
+            except BackendUnavailable as exc:  # this batch's leases only: earlier ones are renewed
+                found.extend([exc] * len(batch))
+        return found
 
     async def complete(self, lease: Lease, result: bytes | None) -> None:
         await self._run(steps.complete(lease, result))

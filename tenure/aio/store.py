@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from tenure.aio.backend import AsyncBackend
-from tenure.aio.holding import AsyncHeldLease, end_on_close
+from tenure.aio.holding import AsyncHeldLease, AsyncRenewer, end_on_close
 from tenure.aio.waiting import AsyncChanges, AsyncWaiter
 from tenure.core import checks, telemetry, validation, waiting
 from tenure.core.backend import Characteristics, Link
@@ -68,6 +68,7 @@ class AsyncStore:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._renewals: set[asyncio.Task[Any]] = set()
         self._held: weakref.WeakSet[AsyncHeldLease] = weakref.WeakSet()  # close() ends those still held
+        self._renewer = AsyncRenewer(self)
         self._closed = False
 
     @property
@@ -193,6 +194,16 @@ class AsyncStore:
         renewed = await self._told_why(self._measured("renew", self.backend.renew(lease, seconds)))
         return self.checks.stamped(renewed, sent_at)
 
+    async def renew_many(self, leases: Iterable[Lease], ttl: float | None = None) -> list[Lease | LeaseError]:
+        """Renew several current leases in as few round trips as the store allows, each judged
+        alone; see ``tenure.Store.renew_many``."""
+        renewals = self.checks.renewals(leases, ttl)
+        sent_at = self.clock.monotonic()
+        found = await self._measured("renew_many", self.backend.renew_many(renewals))
+        telemetry.renewed_each(self.name, found)
+        return [await self._explained(one) if isinstance(one, StaleLease) else one
+                for one in self.checks.renewed(found, sent_at)]
+
     async def complete(self, lease: Lease, result: str | bytes | None = None) -> None:
         """Mark the job completed; raises StaleLease (audited) if the lease is not current."""
         checked, data = self.checks.lease(lease), self.checks.result(result)
@@ -217,13 +228,20 @@ class AsyncStore:
         try:
             return await call
         except StaleLease as exc:
-            if not checks.may_be_operator_ended(exc):
+            told = await self._explained(exc)
+            if told is exc:
                 raise
-            try:
-                latest = await self.backend.history(exc.rejection.job_id, None, 1)
-            except LeaseError:
-                raise exc from None
-            raise checks.explained(exc, latest) from None
+            raise told from None
+
+    async def _explained(self, refused: StaleLease) -> StaleLease:
+        """As ``Store._explained``: ``refused``, naming the operator who ended the lease."""
+        if not checks.may_be_operator_ended(refused):
+            return refused
+        try:
+            latest = await self.backend.history(refused.rejection.job_id, None, 1)
+        except LeaseError:
+            return refused
+        return checks.explained(refused, latest)
 
     def hold(self, job_id: str, owner: str, ttl: float, *, wait: float | None = None) -> Holding:
         """Claim a job and keep renewing it in a task: ``async with store.hold(...) as held``
@@ -255,6 +273,7 @@ class AsyncStore:
             raise LeaseError("the store is closed")
         held = AsyncHeldLease(self, self.checks.held_lease(lease), _link_epoch)
         self._held.add(held)
+        self._renewer.add(held)
         return held
 
     # -- reading -----------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -27,10 +27,11 @@ from tenure.backends.postgres_ops import ATTEMPTS, Plan, Plans, Query, Trims, ou
 from tenure.backends.postgres_schema import check_durability, check_schema_name, migrate
 from tenure.core.backend import Backend, Characteristics, Durability
 from tenure.core.clock import Clock
-from tenure.core.errors import BackendUnavailable, InvalidArgument
+from tenure.core.errors import BackendUnavailable, InvalidArgument, LeaseError
 from tenure.core.lifecycle import Retry
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
+from tenure.core.steps import Renewal
 
 log = logging.getLogger("tenure.postgres")
 
@@ -138,7 +139,7 @@ class PostgresBackend(Backend):
                     time.sleep(pause)
                     continue
                 raise outraced_by(query, exc) or self._error(exc, sent_write=query.write and sent) from exc
-        if query.write and self._trims.due():
+        if query.write and self._trims.due(query.rows):
             self._trim()
         return rows
 
@@ -182,6 +183,11 @@ class PostgresBackend(Backend):
 
     def renew(self, lease: Lease, ttl: float) -> Lease:
         return self._do(self.plans.renew(lease, ttl))
+
+    RENEWS_IN_BATCHES = True
+
+    def renew_many(self, renewals: Sequence[Renewal]) -> list[Lease | LeaseError]:
+        return self._do(self.plans.renew_many(renewals))  # one statement for all of them
 
     def complete(self, lease: Lease, result: bytes | None) -> None:
         self._do(self.plans.complete(lease, result))

@@ -11,7 +11,7 @@ pool opens: a one-time step, not a per-call one.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, TypeVar
 
 import psycopg
@@ -29,10 +29,11 @@ from tenure.backends.postgres_connection import (
 from tenure.backends.postgres_ops import ATTEMPTS, Plan, Plans, Query, Trims, outraced_by, rerun_after, run_async
 from tenure.backends.postgres_schema import check_schema_name
 from tenure.core.clock import Clock
-from tenure.core.errors import BackendUnavailable
+from tenure.core.errors import BackendUnavailable, LeaseError
 from tenure.core.lifecycle import Retry
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
+from tenure.core.steps import Renewal
 
 T = TypeVar("T")
 
@@ -103,7 +104,7 @@ class AsyncPostgresBackend(AsyncBackend):
                     await asyncio.sleep(pause)
                     continue
                 raise outraced_by(query, exc) or await self._error(exc, sent_write=query.write and sent) from exc
-        if query.write and self._trims.due():
+        if query.write and self._trims.due(query.rows):
             await self._trim()
         return rows
 
@@ -144,6 +145,13 @@ class AsyncPostgresBackend(AsyncBackend):
 
     async def renew(self, lease: Lease, ttl: float) -> Lease:
         return await self._do(self.plans.renew(lease, ttl))
+
+    @property
+    def renews_in_batches(self) -> bool:
+        return True
+
+    async def renew_many(self, renewals: Sequence[Renewal]) -> list[Lease | LeaseError]:
+        return await self._do(self.plans.renew_many(renewals))  # one statement for all of them
 
     async def complete(self, lease: Lease, result: bytes | None) -> None:
         await self._do(self.plans.complete(lease, result))

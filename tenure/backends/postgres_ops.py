@@ -10,7 +10,7 @@ parameters and the decoding of its rows are written once.
 from __future__ import annotations
 
 import threading
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -18,7 +18,7 @@ from tenure.backends import postgres_sql as q
 from tenure.backends.postgres_connection import retryable
 from tenure.core import codec, contention, transitions
 from tenure.core.codec import corrupt_status
-from tenure.core.errors import CorruptRecord, JobNotFound, Outraced, StaleLease, TokenChanged
+from tenure.core.errors import CorruptRecord, JobNotFound, LeaseError, Outraced, StaleLease, TokenChanged
 from tenure.core.lifecycle import Retry
 from tenure.core.queries import fold
 from tenure.core.records import (
@@ -34,6 +34,7 @@ from tenure.core.records import (
     RejectionKind,
     Summary,
 )
+from tenure.core.steps import Renewal
 from tenure.core.transitions import status
 
 T = TypeVar("T")
@@ -51,6 +52,7 @@ class Query:
     text: str
     params: dict[str, Any]
     write: bool  # a write whose answer is lost has an unknown outcome; it counts toward trims
+    rows: int = 1  # audit rows it may add (renew_many: one per lease), what trims count
 
 
 Plan = Generator[Query, Rows, T]
@@ -84,10 +86,13 @@ class Trims:
         self._writes = 0
         self._lock = threading.Lock()
 
-    def due(self) -> bool:
+    def due(self, rows: int = 1) -> bool:
+        """After a write that may add ``rows`` audit rows: whether a trim is due (one per
+        TRIM_EVERY rows, so a trim deletes about that many, however large the writes)."""
         with self._lock:
-            self._writes += 1
-            return self._writes % TRIM_EVERY == 0
+            before = self._writes
+            self._writes += rows
+            return self._writes // TRIM_EVERY > before // TRIM_EVERY
 
 
 def rerun_after(exc: Exception, attempt: int) -> float | None:
@@ -140,8 +145,8 @@ class Plans:
         self.statements = {name: text.format(s=quoted) for name, text in q.STATEMENTS.items()}
         self.trims = [q.TRIM.format(s=quoted, table=t) for t in ("events", "rejections")]
 
-    def query(self, name: str, params: dict[str, Any], *, write: bool) -> Query:
-        return Query(self.statements[name], {**params, "channel": self.channel}, write)
+    def query(self, name: str, params: dict[str, Any], *, write: bool, rows: int = 1) -> Query:
+        return Query(self.statements[name], {**params, "channel": self.channel}, write, rows)
 
     def decode(self, row: tuple[Any, ...] | list[Any]) -> JobRecord:
         return decode_row(self.schema, row)
@@ -188,12 +193,44 @@ class Plans:
                 return Lease(lease.job_id, lease.owner, lease.token, until, ttl, attempt=attempt)
             if outcome == "retry":
                 continue  # the row changed between the statement's judgement and its read
-            rec = None if record[0] is None else self.decode(record)  # raises for 'corrupt'
-            raise StaleLease(transitions.rejection(rec, op, lease, Reason(outcome), now))
+            raise self._refusal(op, lease, outcome, record, now)
         raise contention.outraced(lease.job_id, ATTEMPTS)
+
+    def _refusal(self, op: Op, lease: Lease, outcome: str, record: list[Any], now: float) -> StaleLease:
+        """The refusal a holder statement's row reports; raises CorruptRecord for 'corrupt'."""
+        rec = None if record[0] is None else self.decode(record)
+        return StaleLease(transitions.rejection(rec, op, lease, Reason(outcome), now))
 
     def renew(self, lease: Lease, ttl: float) -> Plan[Lease]:
         return (yield from self._holder_op("RENEW", Op.RENEW, lease, ttl=ttl))
+
+    def renew_many(self, renewals: Sequence[Renewal]) -> Plan[list[Lease | LeaseError]]:
+        """RENEW_MANY: every lease in one statement, each judged (and refused) alone; a lease
+        whose row changed between its judgement and its renewal is asked again."""
+        found: dict[int, Lease | LeaseError] = {}
+        left = list(range(len(renewals)))
+        for _ in range(ATTEMPTS):
+            if not left:
+                break
+            asked = [renewals[i] for i in left]
+            rows = yield self.query("RENEW_MANY", {
+                "jobs": [lease.job_id for lease, _ in asked], "owners": [lease.owner for lease, _ in asked],
+                "tokens": [lease.token for lease, _ in asked], "ttls": [ttl for _, ttl in asked]},
+                write=True, rows=len(asked))
+            for n, outcome, until, ttl, now, _, *record in rows:
+                i = left[n - 1]
+                lease = renewals[i][0]
+                if outcome == "done":
+                    found[i] = Lease(lease.job_id, lease.owner, lease.token, until, ttl)
+                else:
+                    try:
+                        found[i] = self._refusal(Op.RENEW, lease, outcome, record, now)
+                    except CorruptRecord as exc:
+                        found[i] = exc
+            left = [i for i in left if i not in found]  # judged current, changed before renewed
+        for i in left:
+            found[i] = contention.outraced(renewals[i][0].job_id, ATTEMPTS)
+        return [found[i] for i in range(len(renewals))]
 
     def complete(self, lease: Lease, result: bytes | None) -> Plan[None]:
         yield from self._holder_op("COMPLETE", Op.COMPLETE, lease, result=result)

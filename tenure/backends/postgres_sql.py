@@ -170,17 +170,22 @@ event AS ({_EVENT} SELECT job_id, '{Op.CLAIM}', owner, token, claimed_at, lease_
 SELECT w.job_id, w.owner, w.token, w.lease_until, w.ttl, w.attempts, {_touch('w.job_id')} FROM won w
 """
 
-# transitions.check, in its order; a corrupt row is reported before anything is judged.
-_REASON = f"""CASE
+def _reason(token: str, owner: str) -> str:
+    """transitions.check, in its order, of the row ``c`` for a lease of ``token`` and ``owner``;
+    a corrupt row is reported before anything is judged."""
+    return f"""CASE
     WHEN c.job_id IS NULL THEN {_lit(Reason.NOT_FOUND)}
     WHEN NOT {valid('c')} THEN 'corrupt'
-    WHEN c.token < %(token)s THEN {_lit(Reason.NEVER_ISSUED)}
-    WHEN c.token <> %(token)s THEN {_lit(Reason.SUPERSEDED)}
+    WHEN c.token < {token} THEN {_lit(Reason.NEVER_ISSUED)}
+    WHEN c.token <> {token} THEN {_lit(Reason.SUPERSEDED)}
     WHEN c.state NOT IN ('leased', 'completed') THEN {_lit(Reason.NOT_LEASED)}
-    WHEN c.owner IS DISTINCT FROM %(owner)s THEN {_lit(Reason.OWNER_MISMATCH)}
+    WHEN c.owner IS DISTINCT FROM {owner} THEN {_lit(Reason.OWNER_MISMATCH)}
     WHEN c.state = 'completed' THEN {_lit(Reason.COMPLETED)}
     WHEN c.lease_until IS NULL OR c.lease_until <= clock.now THEN {_lit(Reason.EXPIRED)}
   END"""
+
+
+_REASON = _reason("%(token)s", "%(owner)s")
 
 
 def _holder(op: Op, change: str) -> str:
@@ -234,6 +239,44 @@ FAIL = _holder(Op.FAIL, f"""state = CASE WHEN {_OUT} THEN '{JobState.PARKED}' EL
     owner = NULL, lease_until = NULL, ttl = NULL, last_error = %(error)s, failed_at = clock.now,
     claimable_at = CASE WHEN {attempt_left('j')} THEN {_after('clock.now', f'({WAIT})')} END,
     queued_at = clock.now + CASE WHEN {_OUT} THEN 0 ELSE {WAIT} END, queued = nextval('{{s}}.queue')""")
+
+# renew_many: RENEW for many (job, owner, token, ttl) rows in one statement, each row judged
+# as RENEW judges its one (transitions.check's order). Every asked row is locked first, in job
+# order, and judged once on the version locked, which nothing else can change before the UPDATE:
+# the current ones are renewed (the UPDATE matches them by key alone, so the planner, which
+# cannot know how many rows a CTE holds, has no filter to misjudge into a quadratic plan), each
+# other one audited alone.
+# Rows come back with their place in the arrays (``n``): 'done', or why it was refused; a row
+# judged current but not renewed (it changed in between) does not come back, and is asked again.
+RENEW_MANY = f"""
+WITH {_CLOCK},
+want AS MATERIALIZED (
+  SELECT * FROM unnest(%(jobs)s::text[], %(owners)s::text[], %(tokens)s::bigint[], %(ttls)s::float8[])
+    WITH ORDINALITY AS w(job_id, owner, token, ttl, n)),
+cur AS MATERIALIZED (
+  SELECT {_cols('j')} FROM {{s}}.jobs j WHERE j.job_id = ANY(%(jobs)s::text[]) ORDER BY j.job_id FOR UPDATE),
+verdict AS MATERIALIZED (
+  SELECT w.n, w.job_id AS asked_job, w.owner AS asked_owner, w.token AS asked_token, w.ttl AS asked_ttl,
+         {_reason('w.token', 'w.owner')} AS reason, {_cols('c')}, clock.now
+  FROM want w CROSS JOIN clock LEFT JOIN cur c ON c.job_id = w.job_id),
+done AS (
+  UPDATE {{s}}.jobs j SET lease_until = v.now + v.asked_ttl, ttl = v.asked_ttl, renewed_at = v.now FROM verdict v
+  WHERE v.reason IS NULL AND j.job_id = v.asked_job AND j.token = v.asked_token AND j.owner = v.asked_owner
+  RETURNING v.n, j.job_id, j.owner, j.token, j.lease_until, j.ttl, v.now),
+event AS ({_EVENT} SELECT job_id, '{Op.RENEW}', owner, token, now, lease_until FROM done),
+rejected AS (
+  INSERT INTO {{s}}.rejections (job_id, op, owner, token, current_owner, current_token, at, reason, kind)
+  SELECT v.asked_job, '{Op.RENEW}', v.asked_owner, v.asked_token, v.owner, coalesce(v.token, 0), v.now, v.reason,
+         'store'
+  FROM verdict v WHERE v.reason IS NOT NULL AND v.reason <> 'corrupt'
+  RETURNING id)
+SELECT d.n, 'done', d.lease_until, d.ttl, d.now, {_touch('d.job_id')}, {_NO_ROW}
+  FROM done d
+UNION ALL
+SELECT v.n, v.reason, NULL, NULL, v.now,
+       CASE WHEN EXISTS (SELECT 1 FROM rejected) THEN {notify("'r'")} END, {_cols('v')}
+  FROM verdict v WHERE v.reason IS NOT NULL
+"""
 
 # submit_many: new jobs pending, completed ones a new run with its attempts reset
 # (transitions.submit), the rest untouched; nothing at all is written if any of the jobs is
@@ -345,6 +388,7 @@ WATCH_STOP = "DELETE FROM {s}.watchers WHERE pid = pg_backend_pid()"
 
 # By name, for the backend to bind to its schema once.
 STATEMENTS = {"CLAIM": CLAIM, "CLAIM_NEXT": CLAIM_NEXT, "RENEW": RENEW, "COMPLETE": COMPLETE, "RELEASE": RELEASE,
+              "RENEW_MANY": RENEW_MANY,
               "FAIL": FAIL, "SUBMIT": SUBMIT, "REQUEUE": REQUEUE, "FORCE_EXPIRE": FORCE_EXPIRE,
               "RECORD_REJECTION": RECORD_REJECTION, "NOW": NOW,
               "GET": GET, "JOBS_PAGE": JOBS_PAGE, "REJECTIONS": REJECTIONS, "JOB_REJECTIONS": JOB_REJECTIONS,

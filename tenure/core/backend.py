@@ -16,14 +16,16 @@ import abc
 import contextlib
 import enum
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from tenure.core import audit, contention, queries, steps, watch
 from tenure.core.errors import (
+    BackendUnavailable,
     CorruptRecord,
     LeaseError,
+    Outraced,
 )
 from tenure.core.lifecycle import Retry
 from tenure.core.records import (
@@ -140,6 +142,17 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def renew(self, lease: Lease, ttl: float) -> Lease: ...
+
+    # Whether renew_many renews many leases in one round trip: if not (this default's loop),
+    # held leases are renewed one request each, side by side, as before batches.
+    RENEWS_IN_BATCHES: ClassVar[bool] = False
+
+    def renew_many(self, renewals: Sequence[steps.Renewal]) -> list[Lease | LeaseError]:
+        """Renew several leases (``(lease, ttl)`` pairs, one per job), each judged alone: in
+        order, each renewed lease or the ``LeaseError`` its renewal ended in (``StaleLease``,
+        refused and audited alone; ``BackendUnavailable`` ...). This default renews one lease per
+        request; a store that renews many in one round trip overrides it (and RENEWS_IN_BATCHES)."""
+        return [_outcome(self.renew, lease, ttl) for lease, ttl in renewals]
 
     @abc.abstractmethod
     def complete(self, lease: Lease, result: bytes | None) -> None: ...
@@ -298,6 +311,35 @@ class RecordBackend(Backend):
     def renew(self, lease: Lease, ttl: float) -> Lease:
         return self._run(steps.renew(lease, ttl))
 
+    # renew_many: leases per transaction, 0 for all in one; a store whose requests are bounded
+    # in bytes also sets RENEW_BYTES and ``renew_weight``.
+    RENEW_BATCH: ClassVar[int] = 0
+    RENEW_BYTES: ClassVar[int] = 0
+    RENEWS_IN_BATCHES = True
+
+    def renew_weight(self, lease: Lease) -> int:
+        """What renewing ``lease`` adds to one transaction's request, at most, in bytes."""
+        return 0
+
+    def renewal_batches(self, renewals: Sequence[steps.Renewal]) -> list[list[steps.Renewal]]:
+        """``renew_many``'s transactions, by this store's RENEW_BATCH and RENEW_BYTES."""
+        return steps.renewal_batches(renewals, self.RENEW_BATCH, self.renew_weight if self.RENEW_BYTES else None,
+                                     self.RENEW_BYTES)
+
+    def renew_many(self, renewals: Sequence[steps.Renewal]) -> list[Lease | LeaseError]:
+        """One transaction per batch (``renewal_batches``) running each lease's own renew
+        step; a batch that keeps losing races is renewed a lease at a time."""
+        found: list[Lease | LeaseError] = []
+        for batch in self.renewal_batches(renewals):
+            try:
+                renewed = self._run(steps.renew_many(batch))
+                found.extend(renewed)
+            except Outraced:
+                found.extend(Backend.renew_many(self, batch))
+            except BackendUnavailable as exc:  # this batch's leases only: earlier ones are renewed
+                found.extend([exc] * len(batch))
+        return found
+
     def complete(self, lease: Lease, result: bytes | None) -> None:
         self._run(steps.complete(lease, result))
 
@@ -315,3 +357,10 @@ class RecordBackend(Backend):
 
     def record_rejection(self, rejection: Rejection) -> None:
         self._run(steps.record_rejection(rejection))
+
+
+def _outcome(call: Callable[[Lease, float], Lease], lease: Lease, ttl: float) -> Lease | LeaseError:
+    try:
+        return call(lease, ttl)
+    except LeaseError as exc:
+        return exc

@@ -13,10 +13,11 @@ from typing import Any, NamedTuple
 
 from tenure.core import lifecycle, validation
 from tenure.core.backend import Characteristics
-from tenure.core.errors import InvalidArgument, StaleLease, quoted
+from tenure.core.errors import InvalidArgument, LeaseError, StaleLease, quoted
 from tenure.core.holding import MAX_DRIFT_MARGIN
 from tenure.core.records import HistoryEvent, JobState, Lease, Op, Reason, Rejection, RejectionKind
 from tenure.core.stamps import Stamps
+from tenure.core.steps import Renewal
 
 DEFAULT_DRIFT_MARGIN = 0.05
 PAGE_ORDERS = ("expiry", "job")
@@ -74,6 +75,27 @@ class Checks:
         given = validation.deadline(lease.deadline)
         trusted = self._stamps.trusted(lease.job_id, lease.token, given)  # see tenure.core.stamps
         return lease if trusted == given else dataclasses.replace(lease, deadline=trusted)
+
+    def renewals(self, leases: object, ttl: object) -> list[Renewal]:
+        """``renew_many``'s leases, each checked like ``renew``'s before anything is sent, with
+        the TTL each renews for (its own unless ``ttl`` is given); one job at most once."""
+        if isinstance(leases, Lease):
+            raise InvalidArgument("renew_many takes an iterable of leases, not one lease; use renew() for one")
+        try:
+            each = list(leases)  # type: ignore[call-overload]
+        except TypeError:
+            raise InvalidArgument(f"renew_many takes an iterable of leases, not {type(leases).__name__}") from None
+        checked = [self.lease(lease) for lease in each]
+        seconds = None if ttl is None else self.ttl(ttl)
+        jobs = {lease.job_id for lease in checked}
+        if len(jobs) < len(checked):
+            raise InvalidArgument("renew_many takes one lease per job: a job appears twice")
+        return [(lease, self.ttl(lease.ttl) if seconds is None else seconds) for lease in checked]
+
+    def renewed(self, found: list[Lease | LeaseError], sent_at: float) -> list[Lease | LeaseError]:
+        """``renew_many``'s answers, each renewed lease stamped with its safe deadline from
+        ``sent_at`` (when the batch was sent, so no later than its own renewal was)."""
+        return [self.stamped(one, sent_at) if isinstance(one, Lease) else one for one in found]
 
     def held_lease(self, lease: object) -> Lease:
         """A lease to hold: checked, and stamped with its safe deadline by this store."""

@@ -191,6 +191,15 @@ class HeldState(abc.ABC):
         self._verified = link.epoch
         return True
 
+    def _renewal_answered(self, found: Lease | BaseException, link: Link) -> bool | BaseException:
+        """This lease's answer in a batch of renewals (``renew_many``): what a single renewal
+        returns (True: renewed, False: nothing more to renew) or raised, for ``next_attempt``."""
+        if isinstance(found, StaleLease):
+            return self._renewal_refused(found)
+        if isinstance(found, BaseException):
+            return found
+        return self._renewed(found, link)
+
     def _renewal_refused(self, exc: StaleLease) -> bool:
         if self._own_completion(exc):
             self._done = True  # the failed complete() did land: nothing to lose

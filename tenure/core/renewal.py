@@ -12,11 +12,9 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import functools
-import heapq
-import itertools
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -33,6 +31,7 @@ from tenure.core.holding import (
     next_attempt,
 )
 from tenure.core.records import Lease, Reason
+from tenure.core.schedule import Schedule
 from tenure.core.threads import ElasticPool
 
 if TYPE_CHECKING:
@@ -42,9 +41,8 @@ if TYPE_CHECKING:
 __all__ = ["MAX_DRIFT_MARGIN", "MAX_SLEEP", "RENEWAL_WORKERS", "RENEW_FRACTION", "RETRY_FRACTION", "HeldLease",
            "LeaseStore", "Renewer"]
 
-RENEWAL_WORKERS = 4  # threads kept for renewals; more start while requests hang
+RENEWAL_WORKERS = 2  # threads kept for renewals (a batch each); more start while requests hang
 MAX_RENEWAL_THREADS = 64  # renewals in flight at once per store, at most
-_RENEW, _DEADLINE = 0, 1
 
 
 class LeaseStore(Protocol):
@@ -61,6 +59,8 @@ class LeaseStore(Protocol):
     def characteristics(self) -> Characteristics: ...
 
     def renew(self, lease: Lease, ttl: float | None = None) -> Lease: ...
+
+    def renew_many(self, leases: Iterable[Lease], ttl: float | None = None) -> list[Lease | LeaseError]: ...
 
     def complete(self, lease: Lease, result: str | bytes | None = None) -> None: ...
 
@@ -186,14 +186,14 @@ class HeldLease(HeldState):
 
 class Renewer:
     """Renews every held lease of a store and watches their deadlines: one scheduler thread
-    keeps a time-ordered heap of renewals and deadlines and hands due renewals to a pool that
-    starts another thread rather than queue one behind a request that hangs. A worker holding
-    1,000 leases on a healthy store runs a handful of threads, not 1,000."""
+    keeps the ``Schedule`` (renewals and deadlines by time) and hands each batch of renewals
+    due (one ``renew_many``, one round trip on most stores) to a pool that starts another
+    thread rather than queue one behind a request that hangs. A worker holding 10,000 leases on
+    a healthy store runs a handful of threads and a few requests a second, not 10,000."""
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
-        self._heap: list[tuple[float, int, int, HeldLease]] = []
-        self._order = itertools.count()
+        self._schedule: Schedule[HeldLease] = Schedule()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._pool = ElasticPool("tenure-renew", keep=RENEWAL_WORKERS, limit=MAX_RENEWAL_THREADS)
@@ -204,22 +204,18 @@ class Renewer:
             if self._closed:
                 raise LeaseError("the store is closed")
             held._dispatch = self._pool.submit
-            renew_at = self._clock.monotonic() + held.lease.ttl * RENEW_FRACTION
-            self._push(held, min(renew_at, held.deadline), _RENEW)  # never past the deadline
-            self._push(held, held.deadline, _DEADLINE)
+            self._schedule.add(held, self._clock.monotonic())
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="tenure-renewer", daemon=True)
                 self._thread.start()
             self._cond.notify()
 
-    def _push(self, held: HeldLease, at: float, kind: int) -> None:
-        heapq.heappush(self._heap, (at, next(self._order), kind, held))
-
     def _run(self) -> None:
         while True:
             with self._cond:
                 while not self._closed:
-                    wait = self._heap[0][0] - self._clock.monotonic() if self._heap else None
+                    at = self._schedule.next_at()
+                    wait = None if at is None else at - self._clock.monotonic()
                     if wait is not None and wait <= 0:
                         break
                     stalled = self._pool.unstall()  # renewals queued behind hung ones: one more thread
@@ -227,14 +223,35 @@ class Renewer:
                     self._cond.wait(min(*waits, MAX_SLEEP) if waits else None)
                 if self._closed:
                     return
-                _, _, kind, held = heapq.heappop(self._heap)
-                if kind == _DEADLINE:
-                    # Cheap and never blocks: done here, so no hung request can delay it.
-                    if held._expire_if_due():
-                        self._push(held, held.deadline, _DEADLINE)  # renewed since: watch the new one
-                    continue
-            # A held lease is back in the heap only after its renewal ends: never two at once.
+                batch = self._schedule.take(self._clock.monotonic(), HeldLease._expire_if_due)  # and deadlines due
+            # A held lease is back in the schedule only after its renewal ends: never two at once.
+            if batch and batch[0]._store.backend.RENEWS_IN_BATCHES:
+                self._pool.submit(functools.partial(self._renew_batch, batch))
+            else:  # a request per lease anyway (etcd): side by side, as the pool allows
+                for held in batch:
+                    self._pool.submit(functools.partial(self._renew, held))
+
+    def _renew_batch(self, batch: list[HeldLease]) -> None:
+        """One ``renew_many`` for the leases of ``batch`` that are free; a lease whose lock a
+        complete() or release() holds renews alone once it is free, as it always did."""
+        free = [held for held in batch if held._lock.acquire(blocking=False)]
+        for held in set(batch).difference(free):
             self._pool.submit(functools.partial(self._renew, held))
+        outcomes: dict[HeldLease, bool | BaseException] = dict.fromkeys(free, False)
+        try:
+            due = [(held, link) for held in free if (link := held._renewal_due()) is not None]
+            if due:
+                try:
+                    found: list[Lease | BaseException] = list(free[0]._store.renew_many([h.lease for h, _ in due]))
+                except Exception as exc:  # the whole request failed: each lease judges it
+                    found = [exc] * len(due)
+                for (held, link), one in zip(due, found, strict=True):
+                    outcomes[held] = held._renewal_answered(one, link)
+        finally:
+            for held in free:
+                held._lock.release()
+        for held, outcome in outcomes.items():
+            self._reschedule(held, outcome)
 
     def _renew(self, held: HeldLease) -> None:
         outcome: bool | BaseException
@@ -242,12 +259,15 @@ class Renewer:
             outcome = held._renew_once()
         except Exception as exc:
             outcome = exc
+        self._reschedule(held, outcome)
+
+    def _reschedule(self, held: HeldLease, outcome: bool | BaseException) -> None:
         delay = next_attempt(held, outcome)
         if delay is not None:
             with self._cond:
                 if self._closed:
                     return
-                self._push(held, self._clock.monotonic() + delay, _RENEW)
+                self._schedule.renew_at(held, self._clock.monotonic() + delay)
                 self._cond.notify()  # the scheduler may be asleep on an empty heap
 
     def close(self) -> None:
@@ -255,7 +275,7 @@ class Renewer:
         ``on_lost`` callbacks run), then given back, all at the same time, within CLOSE_WAIT."""
         with self._cond:
             self._closed = True
-            held = {entry[3] for entry in self._heap}  # every lease still held has its deadline here
+            held = set(self._schedule.held())
             self._cond.notify_all()
         self._pool.close()  # renewals not started are dropped; callbacks from now run on threads of their own
         ending = [h for h in held if h._closing()]

@@ -30,12 +30,12 @@ the same for both drivers, and a sync transaction, which reads as it is asked, n
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from tenure.core import batches, contention, transitions
-from tenure.core.errors import BackendUnavailable, CorruptRecord, JobNotFound, StaleLease, TokenChanged
+from tenure.core.errors import BackendUnavailable, CorruptRecord, JobNotFound, LeaseError, StaleLease, TokenChanged
 from tenure.core.lifecycle import Retry
 from tenure.core.records import JobRecord, JobState, Lease, Op, Rejection, lease_over
 from tenure.core.transaction import Transaction
@@ -127,8 +127,16 @@ class Attempts(Generic[S, R]):
         return True
 
     def result(self, tx: Transaction, found: S) -> R:
-        stored: Any = tx.stored(found) if isinstance(found, JobRecord) else found
-        return self.operation.finish(stored)
+        return self.operation.finish(_stored(tx, found))
+
+
+def _stored(tx: Transaction, found: Any) -> Any:
+    """What a step returned, its saved records as the store wrote them (``Transaction.stored``)."""
+    if isinstance(found, JobRecord):
+        return tx.stored(found)
+    if isinstance(found, Each):
+        return Each(tuple(_stored(tx, one) for one in found.outcomes))
+    return found
 
 
 def _nothing(found: None) -> None:
@@ -263,3 +271,54 @@ def force_expire(job_id: str, actor: str | None, token: int | None) -> Operation
 
 def record_rejection(rejection: Rejection) -> Operation[None, None]:
     return Operation(rejection.job_id, lambda tx: tx.add_rejection(rejection), _nothing)
+
+
+@dataclass(frozen=True)
+class Each:
+    """What a step over many leases decided for each, in order: the record it saved, the
+    rejection it audited, or the error that lease's record alone raised (a corrupt one)."""
+
+    outcomes: tuple[JobRecord | Rejection | LeaseError, ...]
+
+
+Renewal = tuple[Lease, float]  # a lease and the TTL to renew it for
+RENEW_MANY_ATTEMPTS = 3  # a batch that loses this many races is split (one busy job holds no other back)
+
+
+def renew_many(renewals: Sequence[Renewal]) -> Operation[Each, list[Lease | LeaseError]]:
+    """Several renewals in ONE transaction: each lease's own holder step (``renew``'s), so each
+    is judged, and a refusal audited, alone; a corrupt record fails its lease, not the batch. A
+    conflict, or a refusal decided on a guess, runs the whole batch again (``Attempts``); a
+    caller splits a batch that keeps losing races (``Outraced``) into single renewals."""
+    each = [renew(lease, ttl).step for lease, ttl in renewals]
+    rest = [lease.job_id for lease, _ in renewals[1:]]
+
+    def step(tx: Transaction) -> Each:
+        found: list[JobRecord | Rejection | LeaseError] = []
+        for n, one in enumerate(each):
+            if n == 1 and not tx.guessed:  # the first was read, not guessed: read the rest at once
+                tx.preload(rest)
+            try:
+                found.append(one(tx))
+            except CorruptRecord as exc:  # raised by the read, before anything was buffered
+                if tx.guessed:
+                    raise Reread from exc
+                found.append(exc)
+        return Each(tuple(found))
+
+    return Operation(renewals[0][0].job_id if renewals else "", step, _renewed_each, RENEW_MANY_ATTEMPTS)
+
+
+def _renewed_each(found: Each) -> list[Lease | LeaseError]:
+    return [f if isinstance(f, LeaseError) else StaleLease(f) if isinstance(f, Rejection) else transitions.lease_of(f)
+            for f in found.outcomes]
+
+
+def renewal_batches(renewals: Sequence[Renewal], size: int, weight: Callable[[Lease], int] | None = None,
+                    budget: int = 0) -> list[list[Renewal]]:
+    """``renew_many``'s transactions: ``size`` leases each (0: all in one), no more than
+    ``budget`` of ``weight`` each when given (``protocol.batches``; one lease per job)."""
+    by_job = {lease.job_id: (lease, ttl) for lease, ttl in renewals}
+    cost = None if weight is None else (lambda job_id: weight(by_job[job_id][0]))
+    return [[by_job[job_id] for job_id in chunk]
+            for chunk in batches.batches(list(by_job), size or len(by_job), cost, budget)]

@@ -151,6 +151,19 @@ class Store:
                                                          lambda: self.backend.renew(lease, seconds)))
         return self.checks.stamped(renewed, sent_at)
 
+    def renew_many(self, leases: Iterable[Lease], ttl: float | None = None) -> list[Lease | LeaseError]:
+        """Renew several current leases in as few round trips as the store allows (one on most
+        stores), each judged alone: in order, each renewed lease (its safe deadline counted from
+        when this call was sent) or the LeaseError its renewal alone ended in (``StaleLease``:
+        refused and audited). Every lease is checked before anything is sent; an error of the
+        whole call (the store unreachable) is raised."""
+        renewals = self.checks.renewals(leases, ttl)
+        sent_at = self.clock.monotonic()
+        found = telemetry.timed(self.characteristics.name, "renew_many", lambda: self.backend.renew_many(renewals))
+        telemetry.renewed_each(self.characteristics.name, found)
+        return [self._explained(one) if isinstance(one, StaleLease) else one
+                for one in self.checks.renewed(found, sent_at)]
+
     def complete(self, lease: Lease, result: str | bytes | None = None) -> None:
         """Mark the job completed; raises StaleLease (audited) if the lease is not current."""
         args = self.checks.lease(lease), self.checks.result(result)
@@ -183,13 +196,20 @@ class Store:
         try:
             return call()
         except StaleLease as exc:
-            if not checks.may_be_operator_ended(exc):
+            told = self._explained(exc)
+            if told is exc:
                 raise
-            try:
-                latest = self.backend.history(exc.rejection.job_id, None, 1)
-            except LeaseError:
-                raise exc from None  # the refusal is the answer; who ended the lease is a detail
-            raise checks.explained(exc, latest) from None
+            raise told from None
+
+    def _explained(self, refused: StaleLease) -> StaleLease:
+        """``refused``, naming the operator who ended the lease where one did."""
+        if not checks.may_be_operator_ended(refused):
+            return refused
+        try:
+            latest = self.backend.history(refused.rejection.job_id, None, 1)
+        except LeaseError:
+            return refused  # the refusal is the answer; who ended the lease is a detail
+        return checks.explained(refused, latest)
 
     def hold(self, job_id: str, owner: str, ttl: float, *, wait: float | None = None) -> HeldLease:
         """Claim a job and keep renewing it in the background; use it as a context manager."""

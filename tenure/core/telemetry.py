@@ -21,7 +21,7 @@ instrument                         kind       attributes besides ``tenure.backen
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from opentelemetry import metrics
@@ -79,6 +79,16 @@ class Measured:
             self._outcome = "refused"  # already claimed, completed, token changed, invalid ...
         duration.record(time.perf_counter() - self._started, {
             "tenure.backend": self._backend, "tenure.operation": self._operation, "tenure.outcome": self._outcome})
+
+
+def renewed_each(backend: str, found: Sequence[object]) -> None:
+    """Count what a renew_many renewed and refused, as single renewals count."""
+    done = sum(1 for one in found if not isinstance(one, LeaseError))
+    if done:
+        renewals.add(done, {"tenure.backend": backend})
+    for one in found:
+        if isinstance(one, StaleLease):
+            rejected(backend, "renew", one.rejection.reason)
 
 
 def rejected(backend: str, operation: str, reason: str) -> None:

@@ -52,6 +52,7 @@ from tenure.testing.suite_order import OrderTests
 from tenure.testing.suite_outages import OutageTests
 from tenure.testing.suite_protocol import ProtocolTests
 from tenure.testing.suite_queries import QueryTests
+from tenure.testing.suite_renewals import RenewalTests
 from tenure.testing.suite_tampered import TamperedRecordTests
 
 
@@ -122,7 +123,7 @@ class Hooks:
             yield opened
 
 
-class ConformanceSuite(Hooks, ProtocolTests, AuditTests, HoldTests, BlockingClaimTests, BoundsTests,
+class ConformanceSuite(Hooks, ProtocolTests, AuditTests, HoldTests, RenewalTests, BlockingClaimTests, BoundsTests,
                        CompetingTests, DurabilityTests, InputTests, IssuedTokenTests, LifecycleTests, OrderTests,
                        QueryTests, OutageTests, TamperedRecordTests):
     """Every conformance test; a backend's ``TestMyStore(ConformanceSuite)`` runs them all."""

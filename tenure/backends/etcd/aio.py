@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Callable, Hashable
+from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from typing import TypeVar
 
+from tenure.aio.backend import AsyncBackend
 from tenure.aio.records import AsyncRecordBackend, Fetched
 from tenure.backends.etcd.backend import EtcdBackend
 from tenure.backends.etcd.client import AioConnection, Io
@@ -29,7 +30,7 @@ from tenure.backends.etcd.leases import etcd_ttl
 from tenure.backends.etcd.transaction import Context, EtcdTransaction, Parts
 from tenure.core import steps
 from tenure.core.clock import Clock
-from tenure.core.errors import BackendUnavailable
+from tenure.core.errors import BackendUnavailable, LeaseError
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import Lease
 from tenure.core.transaction import Transaction
@@ -116,6 +117,10 @@ class AsyncEtcdBackend(AsyncRecordBackend):
         if context.moved:  # another connection had moved its key: move it again
             renewed = await self._run(steps.renew(renewed, ttl), self._within(Context()))
         return renewed
+
+    async def renew_many(self, renewals: Sequence[steps.Renewal]) -> list[Lease | LeaseError]:
+        """A renewal per lease, as the sync backend's ``renew_many``."""
+        return await AsyncBackend.renew_many(self, renewals)
 
     async def close(self) -> None:
         if self._aio is not None:

@@ -28,7 +28,7 @@ import dataclasses
 import functools
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -40,10 +40,10 @@ from tenure.backends.etcd.layout import Keys, read_event, read_rejection
 from tenure.backends.etcd.leases import EtcdLeases, etcd_ttl
 from tenure.backends.etcd.transaction import Context, EtcdTransaction, Parts, Read, reads
 from tenure.core import audit, paging, steps, transitions
-from tenure.core.backend import Characteristics, Durability, RecordBackend
+from tenure.core.backend import Backend, Characteristics, Durability, RecordBackend
 from tenure.core.clock import Clock
 from tenure.core.codec import corrupt_status
-from tenure.core.errors import CorruptRecord, InvalidArgument
+from tenure.core.errors import CorruptRecord, InvalidArgument, LeaseError
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
 from tenure.core.transaction import Transaction
@@ -151,6 +151,13 @@ class EtcdBackend(RecordBackend):
         if context.moved:  # another connection had moved its key: move it again
             renewed = self._run(steps.renew(renewed, ttl), self._within(Context()))
         return renewed
+
+    RENEWS_IN_BATCHES = False
+
+    def renew_many(self, renewals: Sequence[steps.Renewal]) -> list[Lease | LeaseError]:
+        """A renewal per lease, as ``renew``: each keeps its own claim's etcd lease alive beside
+        its transaction (or moves its key), which one transaction for many cannot do yet."""
+        return Backend.renew_many(self, renewals)
 
     # -- reading -------------------------------------------------------------------------
     def get(self, job_id: str) -> JobStatus | None:

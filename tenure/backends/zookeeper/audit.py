@@ -183,13 +183,18 @@ class Audit:
     def committed(self, results: list[Any]) -> Io[None]:
         """After a commit: rotate or trim the logs whose records it created. Tidying only: a
         failure here must not report the committed change as failed (the next record past
-        the limit rotates, the next period trims)."""
+        the limit rotates, the next period trims). A log is trimmed once per commit, however
+        many periods its records crossed (a batch of renewals writes hundreds of events)."""
+        due: list[Log] = []
         for path in results:
             if isinstance(path, str):
                 for log in (self.event_log, self.rejection_log):
                     with contextlib.suppress(BackendUnavailable):
-                        if (yield from log.added(path, self._every)):
-                            yield from log.trim(self._b.config.retention)
+                        if (yield from log.added(path, self._every)) and log not in due:
+                            due.append(log)
+        for log in due:
+            with contextlib.suppress(BackendUnavailable):
+                yield from log.trim(self._b.config.retention)
 
     def failed(self, operations: list[Any], results: list[Any]) -> Io[None]:
         for log in (self.event_log, self.rejection_log):

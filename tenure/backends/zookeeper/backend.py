@@ -32,7 +32,7 @@ from tenure.core.clock import Clock
 from tenure.core.codec import corrupt_status
 from tenure.core.errors import CorruptRecord, StoreNotFound
 from tenure.core.options import Options, StoreURL
-from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Rejection, Summary
+from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
 
 UNREADABLE = object()  # an exists() the server refused: the znode is there
 
@@ -53,6 +53,10 @@ class ZooKeeperBackend(RecordBackend):
     # Bytes of a submit_many multi at most, by submit_weight: a multi above the server's
     # jute.maxbuffer (1 MB by default) is not refused but drops the connection, every time.
     SUBMIT_BYTES = 512 * 1024
+    # renew_many: a record, a check and an event a lease, some 500 bytes with short ids: the
+    # byte budget (renew_weight) bounds a multi of long ids, as SUBMIT_BYTES does.
+    RENEW_BATCH = 1000
+    RENEW_BYTES = 512 * 1024
 
     def __init__(self, config: Config, injected: Clock | None = None) -> None:
         """``injected``: the clock given to ``connect`` (tests), which holders' deadlines are
@@ -124,6 +128,11 @@ class ZooKeeperBackend(RecordBackend):
         pending entry), two JSON texts that hold it (record, history event; a character outside
         ASCII takes up to 12 bytes there), and the rest of both."""
         return 3 * (len(self.layout.job(job_id)) + 48) + 2 * len(json.dumps(job_id)) + 512
+
+    def renew_weight(self, lease: Lease) -> int:
+        """What renewing ``lease`` adds to a multi, at most: what submitting its job does (paths,
+        record, event), and its owner in both JSON texts."""
+        return self.submit_weight(lease.job_id) + 2 * len(json.dumps(lease.owner))
 
     def now(self) -> float:
         return self.session.now()

@@ -120,7 +120,7 @@ class ZkTransaction(Transaction):
         self._stamp_due = False  # a guess's stamp is half used: the multi writes our clock znode first
         self._stamp_sent: float | None = None
         self._guessed_claim: str | None = None
-        self._guessed_lease: Lease | None = None
+        self._guessed_leases: list[Lease] = []  # a batch of renewals guesses several
         self._behind: tuple[str, Callable[[], Io[Found]], tuple[float, int]] | None = None
         self._odd: set[tuple[str, int]] = set()  # (job, version) whose generation znode disagreed
 
@@ -193,7 +193,8 @@ class ZkTransaction(Transaction):
         if op is Op.CLAIM:
             self._guessed_claim = job_id
         else:
-            self._guessed_lease = lease
+            assert lease is not None
+            self._guessed_leases.append(lease)
         return got
 
     def _followed(self, job_id: str) -> Found | None:
@@ -440,8 +441,7 @@ class ZkTransaction(Transaction):
         yield from self._p.audit.failed(operations, results)
         if self._guessed_claim is not None:
             self._p.written.claims_existing = True
-        if self._guessed_lease is not None:
-            lease = self._guessed_lease
+        for lease in self._guessed_leases:
             self._p.written.forget(lease.job_id, lease.token, lease.owner)
         self.conflict = True
 
