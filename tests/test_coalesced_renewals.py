@@ -10,9 +10,6 @@ etcd renews one lease per request for now (``EtcdBackend.renew_many``), so it is
 
 from __future__ import annotations
 
-import functools
-import inspect
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,6 +17,7 @@ from typing import Any
 import pytest
 
 import tenure
+from benchmarks.many_leases import count_requests
 from tests.aio_sync import SyncStore
 from tests.conftest import BACKENDS
 from tests.harness import Harness
@@ -30,45 +28,6 @@ WINDOW = 2 * TTL  # seconds counted: every lease renews at least twice
 MOST = 60  # requests in WINDOW: a few per tick, housekeeping (clock stamps, audit trims) included;
 # uncoalesced renewals alone would be some 1,200
 STORES = ("memory", "sqlite", "postgres", "zk")
-
-
-class Counter:
-    def __init__(self) -> None:
-        self.count = 0
-        self._lock = threading.Lock()
-
-    def add(self) -> None:
-        with self._lock:
-            self.count += 1
-
-    def wrap(self, target: Any, name: str) -> None:
-        """Count each call of ``target.name`` (a coroutine function stays one)."""
-        method = getattr(target, name)
-        if inspect.iscoroutinefunction(method):
-            async def awaited(*args: Any, **kwargs: Any) -> Any:
-                self.add()
-                return await method(*args, **kwargs)
-
-            setattr(target, name, functools.wraps(method)(awaited))
-            return
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.add()
-            return method(*args, **kwargs)
-
-        setattr(target, name, functools.wraps(method)(counted))
-
-
-def count_requests(store: Any, backend: str) -> Counter:
-    counter = Counter()
-    target = store.backend  # the sync backend a worker thread serves, or the native async one
-    if backend in ("memory", "sqlite"):
-        counter.wrap(target, "transaction")
-    elif backend == "postgres":
-        counter.wrap(target, "execute")
-    else:
-        counter.wrap(target.client, "_call")  # every request kazoo sends, the aio flavour's too
-    return counter
 
 
 @pytest.fixture(params=[(b, f) for b in STORES for f in ("sync", "aio")], ids=lambda p: f"{p[0]}-{p[1]}")
@@ -88,7 +47,7 @@ def opened(request: pytest.FixtureRequest) -> Iterator[tuple[Any, str]]:
 def test_many_held_leases_renew_in_a_few_requests_per_tick(opened: tuple[Any, str]) -> None:
     store, backend = opened
     held = [store.hold(f"j{i}", owner="a", ttl=TTL) for i in range(LEASES)]
-    counter = count_requests(store, backend)
+    counter = count_requests(store.backend, backend)  # the benchmark's count, at the client boundary
     first = {h.job_id: h.lease.expires_at for h in held}
     time.sleep(WINDOW)  # real time: the renewer works on its own schedule
     counted = counter.count

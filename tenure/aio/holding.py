@@ -21,7 +21,7 @@ from tenure.aio.backend import AsyncBackend
 from tenure.core.backend import Link
 from tenure.core.clock import Clock
 from tenure.core.errors import LeaseError, StaleLease
-from tenure.core.holding import MAX_SLEEP, HeldState, log, next_attempt
+from tenure.core.holding import MAX_SLEEP, HeldState, RenewalBatch, log, next_attempt
 from tenure.core.records import Lease, Reason
 from tenure.core.schedule import Schedule
 
@@ -214,16 +214,15 @@ class AsyncRenewer:
             self._store.background(self._renew(held), renewal=True)
         for held in free:
             await held._lock.acquire()  # free: taken at once, with no await in between
-        outcomes: dict[AsyncHeldLease, bool | BaseException] = dict.fromkeys(free, False)
         try:
-            due = [(held, link) for held in free if (link := held._renewal_due()) is not None]
-            if due:
+            renewals = RenewalBatch(free)
+            found: list[Lease | BaseException] | BaseException = []
+            if renewals.due:
                 try:
-                    found: list[Lease | BaseException] = list(await self._store.renew_many(h.lease for h, _ in due))
-                except Exception as exc:  # the whole request failed: each lease judges it
-                    found = [exc] * len(due)
-                for (held, link), one in zip(due, found, strict=True):
-                    outcomes[held] = held._renewal_answered(one, link)
+                    found = list(await self._store.renew_many(renewals.leases))
+                except Exception as exc:
+                    found = exc
+            outcomes = renewals.answered(found)
         finally:
             for held in free:
                 held._lock.release()

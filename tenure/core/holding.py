@@ -16,7 +16,7 @@ import abc
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from tenure.core import telemetry
 from tenure.core.backend import Link
@@ -320,3 +320,28 @@ def next_attempt(held: HeldState, outcome: bool | BaseException) -> float | None
     else:
         return None
     return max(0.0, min(delay, held.remaining()))
+
+
+H = TypeVar("H", bound=HeldState)
+
+
+class RenewalBatch(Generic[H]):
+    """The held leases of one ``renew_many`` (their locks taken), both flavours: which are due,
+    with the link each renewal verifies, and what each answer means."""
+
+    def __init__(self, free: list[H]) -> None:
+        self.free = free
+        self.due = [(held, link) for held in free if (link := held._renewal_due()) is not None]
+
+    @property
+    def leases(self) -> list[Lease]:
+        return [held.lease for held, _ in self.due]
+
+    def answered(self, found: list[Lease | BaseException] | BaseException) -> dict[H, bool | BaseException]:
+        """Each lease's outcome for ``next_attempt``: its own answer, or the error of a request
+        that failed whole (each lease judges it)."""
+        answers = [found] * len(self.due) if isinstance(found, BaseException) else found
+        outcomes: dict[H, bool | BaseException] = dict.fromkeys(self.free, False)
+        for (held, link), one in zip(self.due, answers, strict=True):
+            outcomes[held] = held._renewal_answered(one, link)
+        return outcomes

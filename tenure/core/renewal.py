@@ -27,6 +27,7 @@ from tenure.core.holding import (
     RENEW_FRACTION,
     RETRY_FRACTION,
     HeldState,
+    RenewalBatch,
     log,
     next_attempt,
 )
@@ -239,14 +240,12 @@ class Renewer:
             self._pool.submit(functools.partial(self._renew, held))
         outcomes: dict[HeldLease, bool | BaseException] = dict.fromkeys(free, False)
         try:
-            due = [(held, link) for held in free if (link := held._renewal_due()) is not None]
-            if due:
+            renewals = RenewalBatch(free)
+            if renewals.due:
                 try:
-                    found: list[Lease | BaseException] = list(free[0]._store.renew_many([h.lease for h, _ in due]))
-                except Exception as exc:  # the whole request failed: each lease judges it
-                    found = [exc] * len(due)
-                for (held, link), one in zip(due, found, strict=True):
-                    outcomes[held] = held._renewal_answered(one, link)
+                    outcomes = renewals.answered(list(free[0]._store.renew_many(renewals.leases)))
+                except Exception as exc:
+                    outcomes = renewals.answered(exc)
         finally:
             for held in free:
                 held._lock.release()
