@@ -246,6 +246,8 @@ class ServerHarness(Harness):
         netloc, slash, tail = rest.partition("/")
         user = netloc.rpartition("@")[0].partition(":")[0] or "tenure"
         hosts = ",".join(f"127.0.0.1:{free_port()}" for _ in range(2))
+        if "timeout=" not in tail:  # every server store takes it: the case need not sit out a 10 s default
+            tail += ("&" if "?" in tail else "?") + "timeout=2"
         return f"{scheme}://{user}:{UNREACHABLE_SECRET}@{hosts}{slash}{tail}"
 
     def side_url(self) -> str:

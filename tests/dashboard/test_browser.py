@@ -185,8 +185,8 @@ def test_dashboard_in_a_real_browser(browser: object, served: tuple[str, tenure.
     _open_first_row(page)  # the newest rejection: worker-late's, on JOB
     page.wait_for_url(f"**/job?job={JOB}", timeout=60_000)
     page.get_by_text("Token", exact=True).wait_for(timeout=60_000)  # the CLI's word, not "Generation"
-    _html_has(page, "worker-late")  # this job's rejections
-    _audit_fits(page, 1)  # under its history
+    _audit_fits(page, 1)  # under its history (scrolled into view: a grid below the fold draws nothing)
+    _html_has(page, "worker-late", 120_000)  # this job's rejections
 
     page.goto(f"{address}/job?job=pending-1")  # a deep link, opened in a new page load ...
     page.get_by_text("pending", exact=True).wait_for(timeout=60_000)
@@ -230,6 +230,7 @@ def test_overview_loads_light_and_settings_open_on_demand(browser: object,
     context.close()
 
 
+@pytest.mark.parametrize("served_admin", ["sqlite", "zk"], indirect=True)  # a file and a server store
 def test_the_parked_view_and_a_requeue_by_an_unlocked_admin(browser: object, served_admin: tuple[str, tenure.Store],
                                                             tmp_path: Path) -> None:
     address, writer = served_admin
