@@ -140,34 +140,44 @@ def _report(store_name: str, held: list[Any], before: tuple[int, int], claimed: 
             "smallest_margin_s": round(lowest, 2), "load_before": loads[0], "load_after": loads[1]}
 
 
+class _Watch:
+    """What both flavours measure while their leases are held: requests, threads, RSS, CPU and
+    the smallest safe-deadline margin; the caller sleeps between ``sample()``s its own way."""
+
+    def __init__(self, backend: Any, store_name: str, ttl: float, ttls: float) -> None:
+        self.requests = count_requests(backend, store_name)
+        self.load, self.cpu = os.getloadavg()[0], time.process_time()
+        self.threads, self.peak, self.lowest = threading.active_count(), rss(), ttl
+        self.end = time.monotonic() + ttl * ttls
+
+    def sample(self, held: list[Any]) -> bool:
+        """Record one sample; False once the watched time is over."""
+        self.lowest = min(self.lowest, _sample(held)[1])
+        self.threads, self.peak = max(self.threads, threading.active_count()), max(self.peak, rss())
+        return time.monotonic() < self.end
+
+    def report(self, store_name: str, held: list[Any], before: tuple[int, int], claimed: float, ttl: float,
+               ttls: float) -> dict[str, Any]:
+        return _report(store_name, held, before, claimed, ttl, ttls, self.requests.count, self.threads, self.peak,
+                       time.process_time() - self.cpu, self.lowest, (self.load, os.getloadavg()[0]))
+
+
 def _watch(backend: Any, store_name: str, held: list[Any], before: tuple[int, int], claimed: float, ttl: float,
            ttls: float) -> dict[str, Any]:
-    requests = count_requests(backend, store_name)
-    load = os.getloadavg()[0]
-    cpu = time.process_time()
-    threads, peak, lowest = threading.active_count(), rss(), ttl
-    end = time.monotonic() + ttl * ttls
-    while time.monotonic() < end:
+    watch = _Watch(backend, store_name, ttl, ttls)
+    while True:
         time.sleep(0.25)  # real time: the renewals happen meanwhile
-        lowest = min(lowest, _sample(held)[1])
-        threads, peak = max(threads, threading.active_count()), max(peak, rss())
-    return _report(store_name, held, before, claimed, ttl, ttls, requests.count, threads, peak,
-                   time.process_time() - cpu, lowest, (load, os.getloadavg()[0]))
+        if not watch.sample(held):
+            return watch.report(store_name, held, before, claimed, ttl, ttls)
 
 
 async def _watch_async(backend: Any, store_name: str, held: list[Any], before: tuple[int, int], claimed: float,
                        ttl: float, ttls: float) -> dict[str, Any]:
-    requests = count_requests(backend, store_name)
-    load = os.getloadavg()[0]
-    cpu = time.process_time()
-    threads, peak, lowest = threading.active_count(), rss(), ttl
-    end = time.monotonic() + ttl * ttls
-    while time.monotonic() < end:
+    watch = _Watch(backend, store_name, ttl, ttls)
+    while True:
         await asyncio.sleep(0.25)  # real time: the renewals happen meanwhile
-        lowest = min(lowest, _sample(held)[1])
-        threads, peak = max(threads, threading.active_count()), max(peak, rss())
-    return _report(store_name, held, before, claimed, ttl, ttls, requests.count, threads, peak,
-                   time.process_time() - cpu, lowest, (load, os.getloadavg()[0]))
+        if not watch.sample(held):
+            return watch.report(store_name, held, before, claimed, ttl, ttls)
 
 
 @contextlib.contextmanager
