@@ -31,7 +31,8 @@ from tenure.core.records import (
     fast_status,
     lease_over,
 )
-from tenure.core.transitions import status as _status
+from tenure.core.transitions import judge as _judge
+from tenure.core.transitions import shown_times as _shown_times
 
 # A rejection recorded before its reason was known (etcd writes the reason in a later step).
 UNKNOWN_REASON = "unknown (the rejecting client stopped before recording why)"
@@ -269,13 +270,16 @@ def listed_status(job_id: Any, state_value: Any, owner: Any, token: Any, runs: A
             stored = JobState.EXPIRED
         return fast_status(job_id, stored, owner, token, lease_until, submitted_at, claimed_at, renewed_at,
                            completed_at, runs)
-    try:  # a job with a life cycle: as transitions.status judges it
+    try:  # a job with a life cycle, judged as transitions.status judges it (without the record)
         found = life("", attempts, max_attempts, last_error, claimable_at, failed_at)
     except CorruptRecord:
         return None
-    rec = JobRecord(job_id, stored, owner, token, lease_until, ttl, submitted_at, claimed_at, renewed_at,
-                    completed_at, runs, None, **found)
-    return _status(rec, now)
+    spent = max_attempts is not None and found.get("attempts", 0) >= max_attempts  # None reads as 0
+    state = _judge(stored, lease_until, claimable_at, spent, now)
+    shown: dict[str, Any] = {name: found[name] for name in ("attempts", "max_attempts", "last_error") if name in found}
+    shown["claimable_at"], shown["parked_at"] = _shown_times(stored, state, lease_until, claimable_at, failed_at)
+    return fast_status(job_id, state, owner, token, lease_until, submitted_at, claimed_at, renewed_at,
+                       completed_at, runs, shown)
 
 
 def result_text(result: bytes | None) -> str | None:

@@ -70,24 +70,34 @@ def is_next(rec: JobRecord | None, now: float) -> bool:
     return rec is not None and rec.token < LAST_TOKEN and is_claimable(rec, now)
 
 
-def judged(rec: JobRecord, now: float) -> JobState:
-    """The record's state as a reader sees it at ``now`` (expired, scheduled, parked judged)."""
-    state = rec.state
-    if state is JobState.LEASED and rec.lease_until is not None and lease_over(rec.lease_until, now):
-        return JobState.PARKED if rec.out_of_attempts else JobState.EXPIRED
-    if state is JobState.PENDING and rec.claimable_at is not None and rec.claimable_at > now:
+def judge(stored: JobState, lease_until: float | None, claimable_at: float | None, spent: bool,
+          now: float) -> JobState:
+    """A stored state as a reader sees it at ``now`` (expired, scheduled, parked judged), from
+    the fields that decide it (``spent``: ``JobRecord.out_of_attempts``); listings call it
+    without building the record."""
+    if stored is JobState.LEASED and lease_until is not None and lease_over(lease_until, now):
+        return JobState.PARKED if spent else JobState.EXPIRED
+    if stored is JobState.PENDING and claimable_at is not None and claimable_at > now:
         return JobState.SCHEDULED
-    return state
+    return stored
 
 
-def parked_at(rec: JobRecord, state: JobState) -> float | None:
-    if state is not JobState.PARKED:
-        return None
-    return rec.failed_at if rec.state is JobState.PARKED else rec.lease_until
+def judged(rec: JobRecord, now: float) -> JobState:
+    """The record's state as a reader sees it at ``now``."""
+    return judge(rec.state, rec.lease_until, rec.claimable_at, rec.out_of_attempts, now)
+
+
+def shown_times(stored: JobState, state: JobState, lease_until: float | None, claimable_at: float | None,
+                failed_at: float | None) -> tuple[float | None, float | None]:
+    """A status's ``claimable_at`` (scheduled jobs) and ``parked_at`` (parked ones: the last
+    failure, or the end of the last lease allowed)."""
+    return (claimable_at if state is JobState.SCHEDULED else None,
+            None if state is not JobState.PARKED else failed_at if stored is JobState.PARKED else lease_until)
 
 
 def status(rec: JobRecord, now: float) -> JobStatus:
     state = judged(rec, now)
+    claimable_at, parked_at = shown_times(rec.state, state, rec.lease_until, rec.claimable_at, rec.failed_at)
     return JobStatus(
         job_id=rec.job_id,
         state=state,
@@ -103,8 +113,8 @@ def status(rec: JobRecord, now: float) -> JobStatus:
         attempts=rec.attempts,
         max_attempts=rec.max_attempts,
         last_error=rec.last_error,
-        claimable_at=rec.claimable_at if state is JobState.SCHEDULED else None,
-        parked_at=parked_at(rec, state),
+        claimable_at=claimable_at,
+        parked_at=parked_at,
     )
 
 
