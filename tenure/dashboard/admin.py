@@ -24,7 +24,7 @@ from tenure.dashboard.unlock import LIMITER
 log = logging.getLogger("tenure.dashboard.admin")
 _UNLOCKED = "admin_unlocked"
 _PENDING = "admin_pending"
-_DONE = "admin_done"  # (job, what was done): shown on that job's page until the next action
+_DONE = "admin_done"  # (job, what was done, why nothing was): shown on that job's page until the next action
 _SECRET_INPUT = "admin_secret_input"
 _REFUSAL = "admin_unlock_refusal"
 
@@ -86,15 +86,22 @@ def actions(store: Store, cfg: Config, status: JobStatus) -> None:
     job = status.job_id
     done = st.session_state.get(_DONE)
     if done and done[0] == job:  # kept across reruns: an auto-refresh must not hide the outcome
-        st.success(done[1])
+        _, success, refusal = done
+        if success:
+            st.success(success)
+        else:
+            st.error(refusal)
+    # Each click is handled in a callback: callbacks run before the page's body, so a click
+    # that lands while the page refreshes itself (a run the click's rerun interrupts before
+    # reaching its button) is not lost.
     c1, c2, c3 = st.columns(3)
-    if c1.button("Force-expire lease", disabled=status.state is not JobState.LEASED):
-        st.session_state[_PENDING] = ("force-expire", job, status.token)
-    if c2.button("Resubmit job", disabled=status.state is not JobState.COMPLETED):
-        st.session_state[_PENDING] = ("resubmit", job, status.token)
-    if c3.button("Requeue job", disabled=status.state not in REQUEUABLE,
-                 help="Attempts reset to 0, claimable now (a parked, scheduled, pending or expired job)"):
-        st.session_state[_PENDING] = ("requeue", job, status.token)
+    c1.button("Force-expire lease", disabled=status.state is not JobState.LEASED,
+              on_click=_ask, args=("force-expire", job, status.token))
+    c2.button("Resubmit job", disabled=status.state is not JobState.COMPLETED,
+              on_click=_ask, args=("resubmit", job, status.token))
+    c3.button("Requeue job", disabled=status.state not in REQUEUABLE,
+              on_click=_ask, args=("requeue", job, status.token),
+              help="Attempts reset to 0, claimable now (a parked, scheduled, pending or expired job)")
     pending = st.session_state.get(_PENDING)
     if not pending or pending[1] != job:
         return
@@ -102,27 +109,39 @@ def actions(store: Store, cfg: Config, status: JobStatus) -> None:
     st.warning(f"{action} job {literal(repr(job))} (token {token})? This is recorded in the store's "
                f"history as done by {literal(repr(ADMIN_ACTOR))}.")
     y, n = st.columns(2)
-    if n.button("Cancel"):
-        del st.session_state[_PENDING]
-        st.rerun()
-    if y.button(f"Confirm {action}", type="primary"):
-        del st.session_state[_PENDING]
-        st.session_state.pop(_DONE, None)
-        try:
-            if action == "force-expire":
-                store.force_expire(job, token=token, actor=ADMIN_ACTOR)
-            elif action == "requeue":
-                store.requeue(job, token=token, actor=ADMIN_ACTOR)
-            else:
-                store.submit(job, actor=ADMIN_ACTOR)
-        except TokenChanged as exc:
-            st.error(f"Nothing was changed: job {literal(repr(job))} is at token {exc.current} now, not the "
-                     f"token {token} you confirmed (claimed again or ended since you looked). "
-                     "Review it and try again.")
-            return
-        except LeaseError as exc:
-            st.error(literal(cfg.scrub(str(exc))))
-            return
-        log.warning("admin %s of job %r (token %d) by %s", action, job, token, ADMIN_ACTOR)
-        st.session_state[_DONE] = (job, f"{action} of {literal(repr(job))} done and recorded in its history.")
-        st.rerun()  # the page shows the job as it is now, and the outcome above its actions
+    n.button("Cancel", on_click=_cancel)
+    y.button(f"Confirm {action}", type="primary", on_click=_confirm, args=(store, cfg))
+
+
+def _ask(action: str, job: str, token: int) -> None:
+    st.session_state[_PENDING] = (action, job, token)
+
+
+def _cancel() -> None:
+    st.session_state.pop(_PENDING, None)
+
+
+def _confirm(store: Store, cfg: Config) -> None:
+    """Does the confirmed action once (a callback runs once per click, whatever reruns follow);
+    its outcome, or why nothing was changed, stays on that job's page until the next action."""
+    pending = st.session_state.pop(_PENDING, None)
+    if pending is None:  # confirmed twice before the page caught up: done once
+        return
+    action, job, token = pending
+    try:
+        if action == "force-expire":
+            store.force_expire(job, token=token, actor=ADMIN_ACTOR)
+        elif action == "requeue":
+            store.requeue(job, token=token, actor=ADMIN_ACTOR)
+        else:
+            store.submit(job, actor=ADMIN_ACTOR)
+    except TokenChanged as exc:
+        st.session_state[_DONE] = (job, None, (
+            f"Nothing was changed: job {literal(repr(job))} is at token {exc.current} now, not the "
+            f"token {token} you confirmed (claimed again or ended since you looked). Review it and try again."))
+        return
+    except LeaseError as exc:
+        st.session_state[_DONE] = (job, None, literal(cfg.scrub(str(exc))))
+        return
+    log.warning("admin %s of job %r (token %d) by %s", action, job, token, ADMIN_ACTOR)
+    st.session_state[_DONE] = (job, f"{action} of {literal(repr(job))} done and recorded in its history.", None)

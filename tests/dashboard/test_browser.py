@@ -11,6 +11,7 @@ import contextlib
 import os
 import re
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -122,13 +123,24 @@ def _link_labels_cut_off(page: object) -> list[str]:
 def _columns_in_view(page: object, grid: int) -> list[str]:
     """The headers of the columns a st.dataframe draws, wholly or in part, without scrolling:
     its accessibility table holds those alone (once the grid is drawn, which a grid below the
-    fold may never be: it is scrolled into view first, vertically only)."""
-    page.locator("[data-testid='stDataFrame']").nth(grid).scroll_into_view_if_needed(timeout=60_000)  # type: ignore[attr-defined]
-    page.wait_for_function(  # type: ignore[attr-defined]
-        "i => document.querySelectorAll('[data-testid=stDataFrame]')[i]?.querySelector('th')",
-        arg=grid, polling=250, timeout=60_000)
-    return page.locator("[data-testid='stDataFrame']").nth(grid).evaluate(  # type: ignore[attr-defined, no-any-return]
-        "g => [...g.querySelectorAll('th')].map(th => th.textContent)")
+    fold may never be: it is scrolled into view first, vertically only). A refresh may replace
+    the grid while it is being scrolled or read: then the new one is, until the deadline."""
+    from playwright.sync_api import Error
+
+    deadline = time.monotonic() + 60
+    while True:
+        located = page.locator("[data-testid='stDataFrame']").nth(grid)  # type: ignore[attr-defined]
+        try:
+            located.scroll_into_view_if_needed(timeout=10_000)
+            page.wait_for_function(  # type: ignore[attr-defined]
+                "i => document.querySelectorAll('[data-testid=stDataFrame]')[i]?.querySelector('th')",
+                arg=grid, polling=250, timeout=10_000)
+            return located.evaluate(  # type: ignore[no-any-return]
+                "g => [...g.querySelectorAll('th')].map(th => th.textContent)", timeout=10_000)
+        except Error as exc:
+            if time.monotonic() > deadline:
+                shown = page.inner_text("body")[:2000]  # type: ignore[attr-defined]
+                raise AssertionError(f"grid {grid} not drawn on {page.url}; it shows:\n{shown}") from exc  # type: ignore[attr-defined]
 
 
 # Who was refused with which token, and who holds which: in view, and a column beyond them
