@@ -27,9 +27,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``--dist loadgroup`` (pyproject's addopts) with each backend's fault cases on one worker."""
     if config.getvalue("dist") != "loadgroup":
         return None
-    from tests.scheduling import FaultGroups
+    from tests.scheduling import SuiteUnits
 
-    return FaultGroups(config, log)
+    return SuiteUnits(config, log)
 
 
 @pytest.fixture

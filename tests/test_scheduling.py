@@ -1,4 +1,4 @@
-"""The suite's pytest-xdist units (tests/scheduling.py): each backend's fault cases on one worker."""
+"""The suite's pytest-xdist units (tests/scheduling.py): fault cases by backend, the browser tests."""
 
 from __future__ import annotations
 
@@ -9,16 +9,19 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from tests.scheduling import fault_group
+from tests.scheduling import fault_group, unit
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_fault_cases_are_grouped_by_backend_and_nothing_else_is() -> None:
+def test_fault_cases_by_backend_and_the_browser_tests_are_units_nothing_else_is() -> None:
     case = "tests/faults/test_faults.py::test_no_violation_under_fault[{}]"
     assert fault_group(case.format("etcd3-leader-kill")) == "faults-etcd3"
     assert fault_group(case.format("postgres-server-kill") + "@faults") == "faults-postgres"  # pytest < 9.2's ids
     assert fault_group("tests/faults/test_checker.py::test_a_sound_history_passes") is None
+    assert unit(case.format("etcd3-leader-kill")) == "faults-etcd3"
+    assert unit("tests/dashboard/test_browser.py::test_dashboard_in_a_real_browser[zk]") == "browser"
+    assert unit("tests/dashboard/test_views.py::test_overview") is None
 
 
 def test_each_backends_fault_cases_run_on_one_worker() -> None:
