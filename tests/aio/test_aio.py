@@ -23,15 +23,15 @@ import pytest
 
 import tenure
 import tenure.aio
+from devservers.control import ServerProcess
+from devservers.etcd import EtcdCluster, start_or_fail
+from devservers.postgres import PostgresServer, admin
+from devservers.zookeeper import ZooKeeperServer
 from tenure.aio import AsyncStore, ThreadedBackend
 from tenure.backends.memory import MemoryBackend
 from tenure.testing.suite_hold import RENEWED_TTL
 from tests.conftest import BACKENDS
 from tests.harness import Harness
-from tests.servers.control import ServerProcess
-from tests.servers.etcd import EtcdCluster, start_or_fail
-from tests.servers.postgres import PostgresServer, admin
-from tests.servers.zookeeper import ZooKeeperServer
 
 T = TypeVar("T")
 PATIENCE = 20.0  # seconds: far beyond every wait below; reached only when something is broken

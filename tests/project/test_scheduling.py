@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tests.scheduling import fault_group, unit
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_fault_cases_by_backend_and_the_browser_tests_are_units_nothing_else_is() -> None:

@@ -1,5 +1,5 @@
 """tenure.aio's AsyncRecordBackend runs the protocol's steps (tenure.core.steps) as the sync
-RecordBackend does: the twin of tests/test_optimistic_backend.py on the same small optimistic
+RecordBackend does: the twin of tests/core/test_optimistic_backend.py on the same small optimistic
 store, whose transaction here answers reads only from what an awaited fetch brought
 (``steps.NotFetched``), as a networked store's would. Pauses are recorded, never slept."""
 
@@ -18,7 +18,7 @@ from tenure.aio import AsyncRecordBackend, AsyncStore
 from tenure.core import contention, steps, transitions
 from tenure.core.records import JobRecord, JobState
 from tenure.core.transaction import Transaction
-from tests.test_optimistic_backend import CasBackend, CasTransaction
+from tests.core.test_optimistic_backend import CasBackend, CasTransaction
 
 
 class FetchingTransaction(CasTransaction):

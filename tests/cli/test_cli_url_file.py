@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 import tenure
+from devservers.postgres import MACHINE_URL, admin, cannot_start
 from tenure.cli import main
-from tests.servers.postgres import MACHINE_URL, admin, cannot_start
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SECRET = "Pw-" + uuid.uuid4().hex  # trust auth on the local PostgreSQL: any password is let in
 # The command under the lease does what a curious command running as the same user can: read
 # its parent's (tenure run's) command line and environment, and its own environment.

@@ -13,7 +13,7 @@ import tenure
 import tenure.testing
 from tenure.backends.memory import MemoryBackend
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class ThirdPartyBackend(MemoryBackend):
@@ -25,8 +25,8 @@ def test_a_backend_registered_by_entry_point_is_found(tmp_path: Path, monkeypatc
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: tenure-thirdparty\nVersion: 1.0\n")
     (dist / "entry_points.txt").write_text(
-        "[tenure.backends]\nthirdparty = tests.test_registry:ThirdPartyBackend\n"
-        "notabackend = tests.test_registry:ROOT\n")
+        "[tenure.backends]\nthirdparty = tests.core.test_registry:ThirdPartyBackend\n"
+        "notabackend = tests.core.test_registry:ROOT\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     with tenure.connect("thirdparty://x") as store:
         assert isinstance(store.backend, ThirdPartyBackend)
@@ -40,7 +40,7 @@ def test_a_backend_registered_by_entry_point_is_found(tmp_path: Path, monkeypatc
 
 def test_a_backend_registered_at_run_time_is_found_and_repeated_in_children() -> None:
     tenure.register_backend("thirdparty-cls", ThirdPartyBackend)
-    tenure.register_backend("thirdparty-spec", "tests.test_registry:ThirdPartyBackend")  # imported on first use
+    tenure.register_backend("thirdparty-spec", "tests.core.test_registry:ThirdPartyBackend")  # imported on first use
     for scheme in ("thirdparty-cls", "thirdparty-spec"):
         with tenure.connect(f"{scheme}://x") as store:
             assert isinstance(store.backend, ThirdPartyBackend)
@@ -52,7 +52,7 @@ def test_a_backend_registered_at_run_time_is_found_and_repeated_in_children() ->
 
 
 def test_a_bad_registration_is_refused_and_a_spec_checked_when_used() -> None:
-    tenure.register_backend("thirdparty-root", "tests.test_registry:ROOT")
+    tenure.register_backend("thirdparty-root", "tests.core.test_registry:ROOT")
     with pytest.raises(tenure.InvalidArgument, match=r"is not a tenure\.Backend"):
         tenure.connect("thirdparty-root://x")
     for scheme, backend, why in (("sqlite", ThirdPartyBackend, "built-in"), ("Bad Scheme", ThirdPartyBackend, "scheme"),
@@ -84,9 +84,9 @@ class OtherBackend(MemoryBackend):
 
 def test_a_registered_scheme_is_replaced_only_when_asked() -> None:
     tenure.register_backend("thirdparty-taken", ThirdPartyBackend)
-    tenure.register_backend("thirdparty-taken", "tests.test_registry:ThirdPartyBackend")  # the same backend again
-    with pytest.raises(tenure.InvalidArgument, match=r"already registered to tests\.test_registry:ThirdPartyBackend; "
-                                                     r"pass replace=True"):
+    tenure.register_backend("thirdparty-taken", "tests.core.test_registry:ThirdPartyBackend")  # the same backend again
+    with pytest.raises(tenure.InvalidArgument,
+                       match=r"already registered to tests\.core\.test_registry:ThirdPartyBackend; pass replace=True"):
         tenure.register_backend("thirdparty-taken", OtherBackend)
     with tenure.connect("thirdparty-taken://x") as store:
         assert type(store.backend) is ThirdPartyBackend  # the refused registration changed nothing
@@ -96,7 +96,7 @@ def test_a_registered_scheme_is_replaced_only_when_asked() -> None:
 
 
 def _made_here(tag: int) -> type[MemoryBackend]:
-    class Made(MemoryBackend):  # every call: another class of one name, tests.test_registry:_made_here.<locals>.Made
+    class Made(MemoryBackend):  # each call: another class of the same name (_made_here.<locals>.Made)
         TAG = tag
     return Made
 

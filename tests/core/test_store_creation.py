@@ -12,8 +12,9 @@ import pytest
 
 import tenure
 import tenure.aio
+from devservers.postgres import admin
 from tenure.cli import main
-from tests.servers.postgres import PostgresHarness, admin
+from tests.servers.postgres import PostgresHarness
 from tests.servers.zookeeper import ZooKeeperHarness
 
 READ_ONLY = [["ls"], ["get", "j"], ["history"], ["rejections"], ["watch", "--count", "1"], ["health"],

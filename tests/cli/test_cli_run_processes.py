@@ -25,7 +25,7 @@ from tenure.cli import processes
 from tenure.cli.processes import running
 from tenure.cli.stopping import KILL_WAIT, Stop
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GRACE = "0.3"
 
 # A child that outlives SIGTERM: only SIGKILL ends it. It writes its pid where it is told.

@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import tenure
-from tests.servers.ports import free_port
+from devservers.ports import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 EARLIER_ROUND = ["report-1.0", "report-1.1", "report-1.2", "report-1.3", "invoice-1"]

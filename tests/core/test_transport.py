@@ -12,13 +12,13 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import tenure
+from devservers.zookeeper import ZooKeeperServer
 from tenure.backends.etcd import EtcdBackend
 from tenure.backends.postgres import PostgresBackend
 from tenure.backends.zookeeper import ZooKeeperBackend
 from tenure.core.options import parse_url
 from tenure.core.transport import cleartext_credentials
 from tests.dashboard.conftest import open_app, texts  # noqa: F401 - the fixture, shared
-from tests.servers.zookeeper import ZooKeeperServer
 
 SECRET = "s3cret-pw"
 PG = PostgresBackend.characteristics

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 import tenure
+from devservers.zookeeper import ZooKeeperServer
 from tenure.cli import main
 from tenure.cli.commands import cmd_claim
 from tenure.core.validation import LAST_TOKEN
-from tests.servers.zookeeper import ZooKeeperServer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

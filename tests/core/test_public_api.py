@@ -11,7 +11,7 @@ from pathlib import Path
 import tenure
 import tenure.backend
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_all_names_exist_and_every_public_class_is_exported() -> None:

@@ -22,7 +22,7 @@ import pytest
 import tenure
 from tenure.backends.memory import MemoryBackend
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # The command under test: records its environment, says it started, then does what it is told.
 COMMAND = r"""

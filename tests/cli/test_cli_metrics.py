@@ -17,7 +17,7 @@ from tests.harness import Harness
 from tests.reads import count_reads
 
 parser = pytest.importorskip("prometheus_client.parser")
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TEXT = " ".join((ROOT / "docs" / "architecture.md").read_text().split())
 _MODULE = re.compile(r"`((?:core|aio|backends|fencing|cli|dashboard)/[\w/]*?(?:\.py|/))`")
 

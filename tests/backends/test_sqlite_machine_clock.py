@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 import tenure
-from tests.harness import in_ci
+from devservers.availability import in_ci
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _faketime(offset: str, code: str) -> subprocess.CompletedProcess[str]:

@@ -4,7 +4,7 @@ shipped conformance suite.
 The page's ``python`` blocks, in order, are one file; this module runs them as its own code
 (``exec`` in its namespace), so the example has no copy to drift from. Lines outside the
 blocks are left blank: a traceback names the page and its line. The suite's child processes
-import this module by name (``register_backend`` records ``tests.test_third_party_backend``),
+import this module by name (``register_backend`` records ``tests.core.test_third_party_backend``),
 which runs the page's code again there.
 """
 
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import in_ci
+from devservers.availability import in_ci
 
-PAGE = Path(__file__).resolve().parents[1] / "docs" / "backends" / "writing-a-backend.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "backends" / "writing-a-backend.md"
 _FENCE = re.compile(r"^```(\w*)\s*$")
 # What a backend author may import of tenure: the page promises these three and nothing else.
 PUBLIC = {"tenure", "tenure.backend", "tenure.testing"}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 _DOTTED = re.compile(r"(?<![\w.\-/])tenure(?:\.[A-Za-z_]\w*)+")
 _IMPORT = re.compile(r"^\s*from (tenure(?:\.\w+)*) import \(?([\w, ]+)\)?\s*$", re.M)

@@ -10,7 +10,7 @@ from typing import Any
 
 from tests import matrix
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_server_runs_at_two_versions_single_and_clustered() -> None:
