@@ -39,7 +39,7 @@ from tenure.backends.etcd.client import KV, Connection
 from tenure.backends.etcd.layout import Keys, read_event, read_rejection
 from tenure.backends.etcd.leases import EtcdLeases, etcd_ttl
 from tenure.backends.etcd.transaction import Context, EtcdTransaction, Parts, Read, reads
-from tenure.core import audit, paging, steps, transitions
+from tenure.core import audit, steps, transitions
 from tenure.core.backend import Backend, Characteristics, Durability, RecordBackend
 from tenure.core.clock import Clock
 from tenure.core.codec import corrupt_status
@@ -47,6 +47,7 @@ from tenure.core.errors import CorruptRecord, InvalidArgument, LeaseError
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
 from tenure.core.transaction import Transaction
+from tenure.views import paging
 
 DEFAULT_PORT = 2379
 

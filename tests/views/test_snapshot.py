@@ -11,7 +11,7 @@ import threading
 import pytest
 
 import tenure
-from tenure.core.snapshot import Snapshot, has_native_watch
+from tenure.views.snapshot import Snapshot, has_native_watch
 from tests.harness import Harness
 from tests.reads import count_reads
 

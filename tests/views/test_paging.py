@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from tenure.core.paging import Thinned
+from tenure.views.paging import Thinned
 
 
 def test_slices_match_the_list_without_the_gone_names() -> None:
