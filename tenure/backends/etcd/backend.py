@@ -13,12 +13,15 @@ Round trips: claim 1 for a new job when a pooled etcd lease can be reused, else 
 when this process made the claim with the same TTL, else 2 (a grant first); complete and
 release 1; fail 1 when this process made the claim, else 2 (the job's attempts are read
 first); submit 1 (the job guessed new); claim_next 3 (the indexes, the candidate's keys, the
-Txn). A wrong guess costs nothing extra: the Txn's
+Txn). A write that delays a job (submit or requeue with a delay, a fail with a wait) grants
+its delay's etcd lease first: one more. A wrong guess costs nothing extra: the Txn's
 failure branch reads the job's keys for the retry.
 
-``now()`` is this machine's wall clock: etcd has no clock API. Expiry never depends on it;
+``now()`` is this machine's wall clock: etcd has no clock API. Neither expiry nor a delay
+depends on it (a delay is an etcd lease holding the job's ``delay/`` key: ``layout``);
 ``expires_at`` is an estimate (local time of the grant or keep-alive plus the TTL plus
-``EXPIRY_GRACE``) of when etcd will have deleted the lease key. Key layout: ``layout``.
+``EXPIRY_GRACE``) of when etcd will have deleted the lease key, ``claimable_at`` one of when
+etcd deletes the delay key. Key layout: ``layout``.
 """
 
 from __future__ import annotations
