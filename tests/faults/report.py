@@ -163,9 +163,9 @@ model, a fourth cause, again on etcd, was found and fixed (the fifth item):
   has no clock API, and the etcd backend wrote `claimable_at` (and its `sched/<µs>` key) by
   the writer's wall clock and compared it with the reader's, so a worker whose clock was
   ahead claimed a delayed job early, and a job that a worker whose clock was behind delayed
-  or failed was claimable by the others at once. In the skew run (seed 2800) job-00036 was submitted with a delay of 0.943 s
-  (invoked at 4438.740 s) and claimed by w5, whose clock was an hour ahead, with the claim
-  returning at 4439.399 s, 0.28 s early; job-00040 was failed by w6 (an hour behind) with
+  or failed was claimable by the others at once. In the skew run (seed 2800) job-00036 was
+  submitted with a delay of 0.943 s (invoked at 4438.740 s) and claimed by w5, whose clock
+  was an hour ahead, with the claim returning at 4439.399 s, 0.28 s early; job-00040 was failed by w6 (an hour behind) with
   `retry_in` 0.229 s at 4444.395 s and claimed by w7 with the claim returning 10 ms later,
   while w6's own claim of it was refused as scheduled. In the mixed run job-00105, failed by
   w2 (an hour behind) with `retry_in` 0.102 s, was claimed 98 ms after the fail was invoked;
