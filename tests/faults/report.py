@@ -161,34 +161,33 @@ model, a fourth cause, again on etcd, was found and fixed (the fifth item):
   rows of the first life-cycle runs below, seed 2800, carry it): a job's delay and a failed
   job's wait were kept by the wall clock of each client, not by one the clients share. etcd
   has no clock API, and the etcd backend wrote `claimable_at` (and its `sched/<µs>` key) by
-  the writer's wall clock and compared it with the reader's, so a worker whose clock was
-  ahead claimed a delayed job early, and a job that a worker whose clock was behind delayed
-  or failed was claimable by the others at once. In the skew run (seed 2800) job-00036 was
-  submitted with a delay of 0.943 s (invoked at 4438.740 s) and claimed by w5, whose clock
-  was an hour ahead, with the claim returning at 4439.399 s, 0.28 s early; job-00040 was failed by w6 (an hour behind) with
-  `retry_in` 0.229 s at 4444.395 s and claimed by w7 with the claim returning 10 ms later,
-  while w6's own claim of it was refused as scheduled. In the mixed run job-00105, failed by
-  w2 (an hour behind) with `retry_in` 0.102 s, was claimed 98 ms after the fail was invoked;
-  on the 3-node cluster's mixed run, job-00006, failed by w2 with `retry_in` 0.13 s, was
-  claimed by w1 (an hour ahead) 38 ms after.
-  Leases were not affected (etcd's TTLs decide them; no job had two holders), but the
-  delay was not what issue 28 promises ("claimable only after s seconds of the store's
-  clock"). The
-  histories are in `tests/faults/findings/`; `tests/faults/test_clock_skew.py` has the
-  fault as a small deterministic test (a process an hour off sets or claims a 30 s delay),
-  which passes on SQLite, ZooKeeper and PostgreSQL (the machine's boot clock, the leader's
-  clock, the server's) and failed on etcd. The model was not relaxed. The fix: a delay on etcd
-  is an etcd lease of the delay (rounded up to whole seconds) holding the job's `delay/` key,
-  and every claim's transaction commits only while that key is absent, so etcd's clock
-  decides (docs/backends/etcd.md, "Delays are etcd's"); `claimable_at` is the writer's
-  estimate, used for order and display only. The checker no longer grants etcd any clock
-  error: a delay may end late by the harness's `delay_late` (8 s on etcd: its minimum TTL of
-  2 s, its 0.5 s expiry tick, a leader paused or killed for up to 1.5 s, an election and the
-  new leader giving the lease its whole TTL again), never early. The skew test passes on etcd
-  with no exemption, and the reruns (`--backend etcd --fault skew,mixed` and `--backend etcd3
-  --fault leader-kill,leader-pause,mixed`, seed 2800, 25 s each) found 0 violations; a
-  refusal as scheduled came at most 0.1 s after a delay's window, since the workload claims
-  a failed job by name only at once.
+  the writer's wall clock and compared it with the reader's, so a worker whose clock was ahead
+  claimed a delayed job early, and a job that a worker whose clock was behind delayed or
+  failed was claimable by the others at once. In the skew run (seed 2800) job-00036 was
+  submitted with a delay of 0.943 s (invoked at 4438.740 s) and claimed by w5, whose clock was
+  an hour ahead, with the claim returning at 4439.399 s, 0.28 s early; job-00040 was failed by
+  w6 (an hour behind) with `retry_in` 0.229 s at 4444.395 s and claimed by w7 with the claim
+  returning 10 ms later, while w6's own claim of it was refused as scheduled. In the mixed run
+  job-00105, failed by w2 (an hour behind) with `retry_in` 0.102 s, was claimed 98 ms after
+  the fail was invoked; on the 3-node cluster's mixed run, job-00006, failed by w2 with
+  `retry_in` 0.13 s, was claimed by w1 (an hour ahead) 38 ms after. Leases were not affected
+  (etcd's TTLs decide them; no job had two holders), but the delay was not what issue 28
+  promises ("claimable only after s seconds of the store's clock"). The histories are in
+  `tests/faults/findings/`; `tests/faults/test_clock_skew.py` has the fault as a small
+  deterministic test (a process an hour off sets or claims a 30 s delay), which passes on
+  SQLite, ZooKeeper and PostgreSQL (the machine's boot clock, the leader's clock, the
+  server's) and failed on etcd. The model was not relaxed. The fix: a delay on etcd is an etcd
+  lease of the delay (rounded up to whole seconds) holding the job's `delay/` key, and every
+  claim's transaction commits only while that key is absent, so etcd's clock decides
+  (docs/backends/etcd.md, "Delays are etcd's"); `claimable_at` is the writer's estimate, used
+  for order and display only. The checker no longer grants etcd any clock error: a delay may
+  end late by the harness's `delay_late` (8 s on etcd: its minimum TTL of 2 s, its 0.5 s
+  expiry tick, a leader paused or killed for up to 1.5 s, an election and the new leader
+  giving the lease its whole TTL again), never early. The skew test passes on etcd with no
+  exemption, and the reruns (`--backend etcd --fault skew,mixed` and `--backend etcd3 --fault
+  leader-kill,leader-pause,mixed`, seed 2800, 25 s each) found 0 violations; a refusal as
+  scheduled came at most 0.1 s after a delay's window, since the workload claims a failed job
+  by name only at once.
 - **server-kill**, in the PostgreSQL backend before it was merged (not a violation: the run
   stopped): after the server was killed and restarted, a store kept handing out the same dead
   pooled connection. The pool's idle check raised without closing it, and psycopg_pool puts
