@@ -5,13 +5,12 @@ A harness hands out isolated stores (a new file, prefix, chroot or schema per ``
 knows how to make time pass for a lease and how to plant a corrupt record. For the fault
 suite it also gives each worker its own URL (through that worker's proxies on a server, so
 one worker can be cut off alone), injects server faults with the verbs of
-``tests/servers/control.py``, and undoes every fault (``heal``) before the final state is read.
+``devservers/control.py``, and undoes every fault (``heal``) before the final state is read.
 """
 
 from __future__ import annotations
 
 import base64
-import os
 import random
 import sqlite3
 import time
@@ -20,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import tenure
+from devservers.control import ServerProcess
+from devservers.ports import free_port
 from tenure.core.validation import LAST_TOKEN, MAX_TOKEN
 from tenure.testing.kit import Tampering, wait_out
 from tests.faults import catalog
 from tests.faults.proxy import Proxy
-from tests.servers.control import ServerProcess
-from tests.servers.ports import free_port
 
 WORKER_FAULTS = catalog.names(catalog.WORKER)
 UNREACHABLE_SECRET = "unreachable-pw-7q2"  # the password of unreachable_url: no error may show it
@@ -307,5 +306,3 @@ def pytest_skip(reason: str) -> None:
     pytest.skip(reason)
 
 
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")

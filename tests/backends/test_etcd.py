@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 
 import tenure
+from devservers.etcd import EtcdCluster, make_certificates, start_or_fail
+from devservers.ports import free_port
 from tenure.backends.etcd.transaction import KEYS_READ, Read, reads
 from tests.faults.workload import EARLY_END_LOGGER
-from tests.servers.etcd import EtcdCluster, EtcdHarness, make_certificates, start_or_fail
-from tests.servers.ports import free_port
+from tests.servers.etcd import EtcdHarness
 
 
 @pytest.fixture

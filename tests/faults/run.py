@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import tenure
+from devservers import versions
 from tests.faults import checker, envs, history, report, run_term, workload
 from tests.faults.admin import Operator
 from tests.faults.destination import Destination
 from tests.faults.nemesis import BURST_WORKERS, SKEWS, Nemesis, Workers
 from tests.harness import Harness
-from tests.servers import versions
 
 WORKERS = 8
 STEPS = 3  # effects (and renewals) per job

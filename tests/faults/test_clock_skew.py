@@ -22,8 +22,9 @@ from pathlib import Path
 import pytest
 
 import tenure
+from devservers.availability import in_ci
 from tests.faults.nemesis import faketime_library
-from tests.harness import Harness, in_ci
+from tests.harness import Harness
 
 ROOT = Path(__file__).resolve().parents[2]
 HOLDER = """
