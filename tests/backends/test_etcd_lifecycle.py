@@ -230,6 +230,23 @@ def test_records_written_before_the_life_cycle_read_as_a_first_attempt(
     assert store.get("old").attempts == 0  # type: ignore[union-attr]
 
 
+def test_a_scheduled_job_written_before_delays_were_etcd_leases_is_judged_by_its_claimable_at(
+        etcd_harness: EtcdHarness, store: tenure.Store, clock: tenure.ManualClock) -> None:
+    """A value without ``timed`` (written before this version) has no delay key: its claimable_at
+    decides, by the claimer's clock, as it did then."""
+    ttl, keys, now = etcd_harness.ttl, store.backend.keys, store.now()  # type: ignore[attr-defined]
+    _put(etcd_harness, keys.job("old"), {"tenure": 1, "job": "old", "state": "pending", "owner": None, "token": 0,
+                                         "ttl": None, "submitted_at": now, "claimed_at": None, "expires_at": None,
+                                         "runs": 1, "claimable_at": now + 60.0})
+    _put(etcd_harness, keys.scheduled("old", now + 60.0), b"")
+    with pytest.raises(tenure.JobScheduled):
+        store.claim("old", owner="w", ttl=ttl)
+    assert store.claim_next(owner="w", ttl=ttl) is None
+    clock.advance(60.0)
+    lease = store.claim_next(owner="w", ttl=ttl)
+    assert lease is not None and lease.job_id == "old"
+
+
 STATE_SETS: list[frozenset[JobState] | None] = [
     None, frozenset({JobState.PARKED}), frozenset({JobState.SCHEDULED}), frozenset({JobState.PENDING}),
     frozenset({JobState.EXPIRED, JobState.PARKED}), frozenset({JobState.PENDING, JobState.COMPLETED}),
