@@ -137,6 +137,8 @@ def operations(store: Any, tag: str) -> dict[str, Callable[[], object]]:
             "claim (to fail)": lambda: state.__setitem__("lease", store.claim(f"{tag}-f", owner="w", ttl=30)),
             "fail (holder)": lambda: store.fail(state["lease"], "boom", retry_in=60),
             "requeue": lambda: store.requeue(f"{tag}-f", actor="ops"),
+            "requeue (delayed)": lambda: store.requeue(f"{tag}-f", actor="ops", delay=60),
+            "submit (delayed new job)": lambda: store.submit(f"{tag}-d", delay=60),
         })
     return steps
 

@@ -60,9 +60,10 @@ class Harness:
     # A store that may end a lease early and restores it only while the holder's safe deadline
     # runs: the drift margin that deadline keeps (the fault checker's ``deadline_margin``).
     early_end_margin: float | None = None
-    # Delays (submit, fail, requeue) are timed by the clients' wall clocks, not the store's:
-    # etcd has no clock to ask (docs/protocol.md, "Clocks").
-    delays_by_client_clocks: bool = False
+    # Seconds a delayed job (submit, fail, requeue) may become claimable after its window under
+    # the fault suite's faults (the fault checker's ``delay_late``): 0 where the store's clock
+    # judges claimable_at; etcd times a delay by an etcd lease (below, EtcdHarness).
+    delay_late: float = 0.0
     size = 1  # servers
 
     def __init__(self, query: str = "") -> None:

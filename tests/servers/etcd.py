@@ -24,7 +24,11 @@ class EtcdHarness(ServerHarness):
     # etcd (3.5.16 too) may end a lease early (etcd-io/etcd#15247); the holder restores it
     # only while its safe deadline runs (docs/protocol.md), which the workers' default keeps.
     early_end_margin = DEFAULT_DRIFT_MARGIN
-    delays_by_client_clocks = True
+    # A delay's etcd lease under faults: the workload's waits (at most 1 s) get etcd's minimum
+    # TTL of 2 s and end on its 0.5 s tick (Characteristics.delay_late: 3 s); a leader paused
+    # or killed for up to 1.5 s, an election of about 1 s, and the new leader's lessor giving
+    # every lease its whole TTL again (2 s) add 4.5 s at most: 8 s.
+    delay_late = 8.0
 
     def __init__(self, cluster: EtcdCluster, query: str = "", owned: bool = False) -> None:
         super().__init__(query)
