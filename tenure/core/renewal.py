@@ -244,6 +244,7 @@ class Renewer:
         try:
             while parts:
                 self._renew_part(parts.pop(0))
+                self._pool.progress()  # a request answered: not a hung one to start threads for
         finally:
             for held in (held for part in parts for held in part):
                 held._lock.release()
