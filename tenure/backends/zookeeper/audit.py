@@ -182,8 +182,8 @@ def trim_period(retention: int) -> int:
     trim lists the whole log, so a trim every 256 records listed some 40 names per record
     written: with thousands of renewals a second, about half of a renewal's CPU and most of
     the requests. Every ``retention`` numbers instead (``TRIM_MOST`` at most), about half as
-    many records since deletes advance the numbers too: a log holds at most twice
-    ``retention`` records, and a trim deletes no more than ``TRIM_MOST``."""
+    many records since deletes advance the numbers too: a log holds from ``retention`` to
+    about twice as many records (``retention`` and some 5,000 when it is larger)."""
     return min(retention, TRIM_MOST)
 
 
