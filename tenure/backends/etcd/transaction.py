@@ -51,6 +51,7 @@ from tenure.backends.etcd.layout import (
     index_key,
     job_value,
     lease_value,
+    on_shared_lease,
     owner_prefix,
     record,
     rejection_value,
@@ -140,6 +141,7 @@ class Context:
 
     claiming: Claiming | None = None  # a claim's etcd lease (claim, claim_next), for all its attempts
     moved: bool = False  # a renewal found its key moved by another connection: it moves it again
+    batched: bool = False  # a renewal in a batch (``renewals``): onto the shared etcd lease, no keep-alive
 
 
 class EtcdTransaction(Transaction):
@@ -156,6 +158,7 @@ class EtcdTransaction(Transaction):
         self._events: list[HistoryEvent] = []
         self._rejections: list[Rejection] = []
         self._stored: dict[str, JobRecord] = {}
+        self._plans: dict[str, _Plan] = {}  # a nested commit's, between ``nested`` and ``settled``
         self.carry: dict[str, list[list[KV]]] = {}  # after a conflict: the failure branch's reads
 
     # -- reads ---------------------------------------------------------------------------
@@ -381,13 +384,16 @@ class EtcdTransaction(Transaction):
         revive = read.ended_by_etcd()
         cached = self._leases.of_claim(plan.key)
         plan.sent = boot_clock()
-        if cached is not None and cached.alive and cached.ttl == ttl and not revive:
+        if (self.context.batched or (cached is not None and cached.shared)) and not revive:
+            plan.lease = yield from self._leases.shared(ttl)  # renewed by moving onto it: no keep-alive
+        elif cached is not None and cached.alive and cached.ttl == ttl and not revive:
             plan.lease, plan.keepalive = cached, (yield ec.call("keepalive_started", cached.id))
         else:  # a claim made elsewhere, a new TTL or a revival: the key moves to a new etcd lease
             plan.lease, plan.granted_here = (yield from self._leases.granting(ttl)), True
-        plan.expires_at = self.now + plan.lease.granted + EXPIRY_GRACE
-        writes = [ec.put(k.lease(job_id), lease_value(new.owner, new.ttl, self.now, plan.expires_at),
-                         lease=plan.lease.id, prev_kv=True)]
+        lasts = plan.lease.confirmed + plan.lease.granted - plan.sent if plan.lease.shared else plan.lease.granted
+        plan.expires_at = self.now + lasts + EXPIRY_GRACE
+        writes = [ec.put(k.lease(job_id), lease_value(new.owner, new.ttl, self.now, plan.expires_at,
+                                                      plan.lease.shared), lease=plan.lease.id, prev_kv=True)]
         if new.ttl != old.ttl or revive:
             # The longer TTL goes to the held key (the holder may still act on the lease before
             # this one), where a claimer finds it once the lease key is gone; a revival bumps
@@ -407,6 +413,37 @@ class EtcdTransaction(Transaction):
         self._conn.run(self.committing())
 
     def committing(self) -> Io[None]:
+        planned = yield from self._planning()
+        if planned is None:
+            return  # decided on fresh reads and changes nothing: nothing to verify
+        writes, failure, plans = planned
+        if self._claiming is not None:
+            self._claiming.maybe_written = True
+        try:
+            res = yield from self._send(writes, failure, plans)
+        except BaseException:
+            for plan in plans.values():
+                if plan.keepalive is not None:
+                    plan.keepalive.cancel()
+            raise  # a renewal's new etcd lease may carry the key now: it runs out by itself
+        yield from self._settling(res, plans)
+
+    def nested(self) -> Io[Any | None]:
+        """This transaction's Txn as one operation of a larger one (``renewals``: a batch of them
+        in one request), its failure branch empty (no reads to carry); None if it writes nothing.
+        ``settled`` takes its answer."""
+        planned = yield from self._planning()
+        if planned is None:
+            return None
+        writes, _, self._plans = planned
+        return ec.txn(self._compares, writes, [])
+
+    def settled(self, res: TxnResult) -> Io[None]:
+        """After ``nested``'s Txn was answered (``res``, its own part of the larger answer)."""
+        yield from self._settling(res, self._plans)
+
+    def _planning(self) -> Io[tuple[list[Any], list[Any], dict[str, _Plan]] | None]:
+        """The commit's writes, failure reads and plans; None when there is nothing to send."""
         plans: dict[str, _Plan] = {}
         writes: list[Any] = []
         said = {event.job_id: event.op for event in self._events}  # every change the core saves, it records
@@ -420,17 +457,10 @@ class EtcdTransaction(Transaction):
             writes += [ec.put(self._k.rejection(uuid.uuid4().hex), rejection_value(r), lease=retention)
                        for r in self._rejections]
         if not writes and not self.guessed:
-            return  # decided on fresh reads and changes nothing: nothing to verify
-        failure = [op for job_id in self._reads for op in reads(self._k, job_id)]
-        if self._claiming is not None:
-            self._claiming.maybe_written = True
-        try:
-            res = yield from self._send(writes, failure, plans)
-        except BaseException:
-            for plan in plans.values():
-                if plan.keepalive is not None:
-                    plan.keepalive.cancel()
-            raise  # a renewal's new etcd lease may carry the key now: it runs out by itself
+            return None
+        return writes, [op for job_id in self._reads for op in reads(self._k, job_id)], plans
+
+    def _settling(self, res: TxnResult, plans: dict[str, _Plan]) -> Io[None]:
         if res.succeeded:
             for plan in plans.values():
                 yield from self._after(plan, res)
@@ -440,7 +470,7 @@ class EtcdTransaction(Transaction):
         if self._claiming is not None:
             self._claiming.maybe_written = False
         self.conflict = True
-        for i, job_id in enumerate(self._reads):
+        for i, job_id in enumerate(self._reads if res.ranges else ()):  # a nested Txn reads nothing
             self.carry[job_id] = res.ranges[4 * i:4 * i + 4]
         for plan in plans.values():
             if plan.keepalive is not None:
@@ -508,20 +538,32 @@ class EtcdTransaction(Transaction):
                     # ours right now: that revoke must not land on the key, so it moves again.
                     self._leases.forget(plan.key)
                     for kv in prev:
-                        self._leases.revoke_later(kv.lease)
+                        self._let_go(kv, None)
                     self.context.moved = True
                     return
+            own = self._leases.of_claim(plan.key)
             for kv in prev:
                 if kv.lease != lease.id:
-                    self._leases.revoke_later(kv.lease)
+                    self._let_go(kv, own)
             self._leases.remember(plan.key, lease)
         else:  # complete, release, fail, force_expire, requeue: the key left its etcd lease
             self._p.claimed.pop(plan.key)
             held = self._leases.forget(plan.key) if plan.op is not Op.EXPIRE else None
             for kv in prev:
-                if held is not None and held.alive and kv.lease == held.id:
+                if held is not None and held.alive and kv.lease == held.id and not held.shared:
                     self._leases.give_back(held)  # it carried only this key: the next claim takes it
                 else:
-                    self._leases.revoke_later(kv.lease)
+                    self._let_go(kv, None)
+
+    def _let_go(self, kv: KV, own: EtcdLease | None) -> None:
+        """The etcd lease a key just left (``kv``, its previous value): this claim's own goes to
+        the pool (or runs out: it carries nothing now); a shared one stays (other keys hang on
+        it); any other carried only this key, so it is revoked."""
+        if on_shared_lease(kv):
+            return
+        if own is not None and kv.lease == own.id and not own.shared:
+            self._leases.retire(own)
+        else:
+            self._leases.revoke_later(kv.lease)
 
 
