@@ -21,6 +21,7 @@ from typing import Any
 
 from tenure.backends.etcd import client as ec
 from tenure.backends.etcd.client import Io, TxnResult
+from tenure.backends.etcd.leases import EtcdLease
 from tenure.backends.etcd.transaction import Context, EtcdTransaction, Parts
 from tenure.core import steps
 from tenure.core.errors import BackendUnavailable, LeaseError
@@ -36,9 +37,9 @@ Outcome = Lease | LeaseError | None  # None: not renewed here, to renew alone
 class _One:
     """One renewal of the batch: its transaction, what its step decided, its nested Txn."""
 
-    def __init__(self, parts: Parts, now: float, lease: Lease, ttl: float) -> None:
+    def __init__(self, parts: Parts, now: float, shared: dict[int, EtcdLease], lease: Lease, ttl: float) -> None:
         self.operation = steps.renew(lease, ttl)
-        self.tx = EtcdTransaction(parts, now, False, Context(batched=True))
+        self.tx = EtcdTransaction(parts, now, False, Context(shared=shared))
         self.found: JobRecord | None = None
         self.op: Any = None
 
@@ -63,7 +64,8 @@ def renewing(parts: Parts, now: float, renewals: Sequence[steps.Renewal]) -> Io[
     carried it (``BackendUnavailable``: the caller's batch judges it), or None where the caller
     must renew it alone."""
     found: dict[int, Outcome] = {}
-    chunks = _requests((yield from _decided(parts, now, renewals, range(len(renewals)), found)))
+    shared: dict[int, EtcdLease] = {}  # the batch's shared etcd leases, by TTL
+    chunks = _requests((yield from _decided(parts, now, shared, renewals, range(len(renewals)), found)))
     for chunk in chunks:
         try:
             try:
@@ -73,7 +75,8 @@ def renewing(parts: Parts, now: float, renewals: Sequence[steps.Renewal]) -> Io[
                 # gone, and nothing was written: once more on fresh ones, each decided again.
                 yield from parts.leases.retention_lost()
                 parts.leases.shared_lost()
-                chunk = yield from _decided(parts, now, renewals, [n for n, _ in chunk], found)
+                shared.clear()
+                chunk = yield from _decided(parts, now, shared, renewals, [n for n, _ in chunk], found)
                 res = yield ec.call("txn", [], _grouped([one.op for _, one in chunk]), [])
         except BackendUnavailable as exc:  # these leases' only: earlier requests' stand
             found.update((n, exc) for n, _ in chunk)
@@ -84,13 +87,13 @@ def renewing(parts: Parts, now: float, renewals: Sequence[steps.Renewal]) -> Io[
     return [found.get(n) for n in range(len(renewals))]
 
 
-def _decided(parts: Parts, now: float, renewals: Sequence[steps.Renewal], which: Sequence[int],
-             found: dict[int, Outcome]) -> Io[list[tuple[int, _One]]]:
+def _decided(parts: Parts, now: float, shared: dict[int, EtcdLease], renewals: Sequence[steps.Renewal],
+             which: Sequence[int], found: dict[int, Outcome]) -> Io[list[tuple[int, _One]]]:
     """The renewals ``which`` decided on their guesses, those with a Txn to send; a grant that
     failed is its lease's outcome."""
     decided: list[tuple[int, _One]] = []
     for n in which:
-        one = _One(parts, now, *renewals[n])
+        one = _One(parts, now, shared, *renewals[n])
         try:
             yield from one.deciding()
         except BackendUnavailable as exc:

@@ -141,7 +141,9 @@ class Context:
 
     claiming: Claiming | None = None  # a claim's etcd lease (claim, claim_next), for all its attempts
     moved: bool = False  # a renewal found its key moved by another connection: it moves it again
-    batched: bool = False  # a renewal in a batch (``renewals``): onto the shared etcd lease, no keep-alive
+    # A renewal in a batch (``renewals``): onto the batch's shared etcd lease of its TTL, taken
+    # once per batch (fresh for every renewal in it: none was sent before the batch), no keep-alive.
+    shared: dict[int, EtcdLease] | None = None
 
 
 class EtcdTransaction(Transaction):
@@ -384,16 +386,24 @@ class EtcdTransaction(Transaction):
         revive = read.ended_by_etcd()
         cached = self._leases.of_claim(plan.key)
         plan.sent = boot_clock()
-        if (self.context.batched or (cached is not None and cached.shared)) and not revive:
-            plan.lease = yield from self._leases.shared(ttl)  # renewed by moving onto it: no keep-alive
+        batch = self.context.shared
+        if (batch is not None or (cached is not None and cached.shared)) and not revive:
+            plan.lease = batch.get(ttl) if batch is not None else None
+            if plan.lease is None:  # renewed by moving onto it: no keep-alive
+                plan.lease = yield from self._leases.shared(ttl)
+                if batch is not None:
+                    batch[ttl] = plan.lease
         elif cached is not None and cached.alive and cached.ttl == ttl and not revive:
             plan.lease, plan.keepalive = cached, (yield ec.call("keepalive_started", cached.id))
         else:  # a claim made elsewhere, a new TTL or a revival: the key moves to a new etcd lease
             plan.lease, plan.granted_here = (yield from self._leases.granting(ttl)), True
         lasts = plan.lease.confirmed + plan.lease.granted - plan.sent if plan.lease.shared else plan.lease.granted
         plan.expires_at = self.now + lasts + EXPIRY_GRACE
+        # Onto a shared lease no previous value is needed: the key left this claim's own etcd lease
+        # or a shared one, or another connection's, which runs out by itself (``_after``).
         writes = [ec.put(k.lease(job_id), lease_value(new.owner, new.ttl, self.now, plan.expires_at,
-                                                      plan.lease.shared), lease=plan.lease.id, prev_kv=True)]
+                                                      plan.lease.shared), lease=plan.lease.id,
+                         prev_kv=not plan.lease.shared)]
         if new.ttl != old.ttl or revive:
             # The longer TTL goes to the held key (the holder may still act on the lease before
             # this one), where a claimer finds it once the lease key is gone; a revival bumps
@@ -524,6 +534,12 @@ class EtcdTransaction(Transaction):
         elif plan.op is Op.RENEW:
             assert lease is not None and plan.expires_at is not None
             self._stored[new.job_id] = dataclasses.replace(new, lease_until=plan.expires_at)
+            if lease.shared:
+                own = self._leases.of_claim(plan.key)
+                if own is not None and own is not lease:
+                    self._leases.retire(own)  # pooled unless shared itself: it carries nothing now
+                self._leases.remember(plan.key, lease)
+                return
             if plan.keepalive is not None:
                 left = yield plan.keepalive
                 if left >= lease.ttl:
