@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Any
 
 from tenure.aio.backend import AsyncBackend, ThreadedBackend
-from tenure.aio.records import InlineRecordBackend
+from tenure.aio.record_backend import InlineRecordBackend
 from tenure.aio.store import AsyncStore
 from tenure.core.backend import Backend, RecordBackend
 from tenure.core.clock import Clock
@@ -31,8 +31,8 @@ from tenure.core.registry import open_backend
 
 # scheme -> (module, class) of a backend with native asyncio I/O
 NATIVE: dict[str, tuple[str, str]] = {
-    "postgresql": ("tenure.backends.postgres_aio", "AsyncPostgresBackend"),
-    "postgres": ("tenure.backends.postgres_aio", "AsyncPostgresBackend"),
+    "postgresql": ("tenure.backends.postgres.aio", "AsyncPostgresBackend"),
+    "postgres": ("tenure.backends.postgres.aio", "AsyncPostgresBackend"),
     "zk": ("tenure.backends.zookeeper.aio", "AsyncZooKeeperBackend"),
     "zookeeper": ("tenure.backends.zookeeper.aio", "AsyncZooKeeperBackend"),
     "etcd": ("tenure.backends.etcd.aio", "AsyncEtcdBackend"),

@@ -1,0 +1,356 @@
+"""The PostgreSQL backend's operations, free of I/O: one definition for the sync and async backends.
+
+Each operation is a generator (sans-I/O, as in h11 or hyper-h2): it yields the ``Query`` to
+run and is sent the rows it returned, decodes them and decides, and returns its answer. The
+sync backend (``backend``) runs the queries on a ``ConnectionPool``, the asyncio backend
+(``aio``) on an ``AsyncConnectionPool``; nothing else differs, so a statement, its
+parameters and the decoding of its rows are written once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from tenure.backends.postgres import sql as q
+from tenure.backends.postgres.connection import retryable
+from tenure.core import codec, contention, transitions
+from tenure.core.codec import corrupt_status
+from tenure.core.errors import CorruptRecord, JobNotFound, LeaseError, Outraced, StaleLease, TokenChanged
+from tenure.core.lifecycle import Retry
+from tenure.core.queries import fold
+from tenure.core.records import (
+    HistoryEvent,
+    JobPage,
+    JobRecord,
+    JobState,
+    JobStatus,
+    Lease,
+    Op,
+    Reason,
+    Rejection,
+    RejectionKind,
+    Summary,
+)
+from tenure.core.steps import Renewal
+from tenure.core.transitions import status
+
+T = TypeVar("T")
+Rows = list[tuple[Any, ...]]
+ATTEMPTS = 5  # a statement that lost a race (a row changed between two of its reads) is re-run
+JOBS_PAGE = 2000
+TRIM_EVERY = 256  # writes between two trims of the audit tables
+_UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+@dataclass(frozen=True)
+class Query:
+    """One statement to run on one pooled connection, in autocommit."""
+
+    text: str
+    params: dict[str, Any]
+    write: bool  # a write whose answer is lost has an unknown outcome; it counts toward trims
+    rows: int = 1  # audit rows it may add (renew_many: one per lease), what trims count
+
+
+Plan = Generator[Query, Rows, T]
+
+
+def run_sync(plan: Plan[T], execute: Any) -> T:
+    """Drive ``plan`` with ``execute(query) -> rows``."""
+    try:
+        query = next(plan)
+        while True:
+            query = plan.send(execute(query))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+async def run_async(plan: Plan[T], execute: Any) -> T:
+    """Drive ``plan`` with ``await execute(query) -> rows``."""
+    try:
+        query = next(plan)
+        while True:
+            query = plan.send(await execute(query))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+class Trims:
+    """Counts writes; every ``TRIM_EVERY``-th is followed by a trim of the audit tables, so
+    events and rejections keep bounded retention without a trim per write."""
+
+    def __init__(self) -> None:
+        self._writes = 0
+        self._lock = threading.Lock()
+
+    def due(self, rows: int = 1) -> bool:
+        """After a write that may add ``rows`` audit rows: whether a trim is due (one per
+        TRIM_EVERY rows, so a trim deletes about that many, however large the writes)."""
+        with self._lock:
+            before = self._writes
+            self._writes += rows
+            return self._writes // TRIM_EVERY > before // TRIM_EVERY
+
+
+def rerun_after(exc: Exception, attempt: int) -> float | None:
+    """The pause before a statement that failed with ``exc`` runs again, or None to give up.
+    The server rolled a serialization failure or a deadlock back, so it certainly did not
+    apply; it runs again after the jittered pause every backend takes (``contention``)."""
+    return contention.pause(attempt + 1) if retryable(exc) and attempt + 1 < ATTEMPTS else None
+
+
+def outraced_by(query: Query, exc: Exception) -> Outraced | None:
+    """``Outraced`` when ``exc`` is the last of a statement's lost races, as on every backend."""
+    return contention.outraced(str(query.params.get("job") or "(claim_next)"), ATTEMPTS) if retryable(exc) else None
+
+
+def decode_row(schema: str, row: tuple[Any, ...] | list[Any]) -> JobRecord:
+    """A job row (``q.JOB_COLUMNS``) as a record through the one codec; CorruptRecord for one
+    tenure did not write (the rule of ``q.valid``)."""
+    job_id, state, owner, token, lease_until, ttl, sub, cla, ren, com, runs, result, *life = row
+    return codec.job_record(codec.key_of(f"{schema}.jobs", job_id), job_id, state, owner, token, lease_until, ttl,
+                            sub, cla, ren, com, runs, None if result is None else bytes(result),
+                            **dict(zip(codec.LIFE_FIELDS, life, strict=True)))
+
+
+def listed_row(schema: str, row: tuple[Any, ...] | list[Any], now: float) -> JobStatus:
+    """A job row's status for a listing, as ``status_of`` gives it: the codec's quick way for a
+    row it takes as it is and that holds no result (which the quick way leaves out), else the
+    general way, which also says what is wrong with a corrupt one."""
+    job_id, state, owner, token, lease_until, ttl, sub, cla, ren, com, runs, result, *life = row
+    fast = None if result is not None else codec.listed_status(
+        job_id, state, owner, token, runs, lease_until, ttl, sub, cla, ren, com, now,
+        **dict(zip(codec.LIFE_FIELDS, life, strict=True)))
+    return fast if fast is not None else status_of(schema, row, now)
+
+
+def status_of(schema: str, row: tuple[Any, ...] | list[Any], now: float) -> JobStatus:
+    """A job row's status at ``now`` through the full codec (``codec.job_record``)."""
+    try:
+        return status(decode_row(schema, row), now)
+    except CorruptRecord as exc:
+        return corrupt_status(row[0], exc.key, exc)
+
+
+class Plans:
+    """The operations of one store: its schema, and the channel its writes notify."""
+
+    def __init__(self, schema: str, quoted: str, channel: str) -> None:
+        self.schema = schema
+        self.quoted = quoted
+        self.channel = channel  # "" when writes do not notify
+        self.statements = {name: text.format(s=quoted) for name, text in q.STATEMENTS.items()}
+        self.trims = [q.TRIM.format(s=quoted, table=t) for t in ("events", "rejections")]
+
+    def query(self, name: str, params: dict[str, Any], *, write: bool, rows: int = 1) -> Query:
+        return Query(self.statements[name], {**params, "channel": self.channel}, write, rows)
+
+    def decode(self, row: tuple[Any, ...] | list[Any]) -> JobRecord:
+        return decode_row(self.schema, row)
+
+    # -- the protocol ------------------------------------------------------------------------
+    def submit_many(self, job_ids: list[str], actor: str | None, max_attempts: int | None = None,
+                    delay: float = 0.0) -> Plan[None]:
+        if not job_ids:
+            return
+        params = {"ids": job_ids, "actor": actor, "max_attempts": max_attempts, "delay": delay}
+        ((*bad, _told),) = yield self.query("SUBMIT", params, write=True)
+        if bad[0] is not None:  # a corrupt row among them: nothing was written
+            self.decode(bad)
+            raise CorruptRecord(f"{self.schema}.jobs/{bad[0]}", "refused by the store's check")
+
+    def claim(self, job_id: str, owner: str, ttl: float, max_attempts: int | None = None) -> Plan[Lease]:
+        params = {"job": job_id, "owner": owner, "ttl": ttl, "max_attempts": max_attempts}
+        for _ in range(ATTEMPTS):
+            rows = yield self.query("CLAIM", params, write=True)
+            if not rows:
+                continue  # a first claim of the job by someone else, not yet visible to our read
+            outcome, *record, now, _ = rows[0]
+            if outcome == "won":
+                _, _, holder, token, until, seconds = record[:6]
+                return Lease(job_id, holder, token, until, seconds, attempt=record[q.ATTEMPTS_AT])
+            # AlreadyClaimed, JobCompleted, JobParked, JobScheduled, TokensExhausted:
+            transitions.refuse_claim(self.decode(record), job_id, now)
+            # Claimable after all: the row changed between the statement's judgement and its read.
+        raise contention.outraced(job_id, ATTEMPTS)  # nothing was written: as on every backend
+
+    def claim_next(self, owner: str, ttl: float) -> Plan[Lease | None]:
+        rows = yield self.query("CLAIM_NEXT", {"owner": owner, "ttl": ttl}, write=True)
+        if not rows:
+            return None
+        job_id, holder, token, until, seconds, attempt, _ = rows[0]
+        return Lease(job_id, holder, token, until, seconds, attempt=attempt)
+
+    def _holder_op(self, name: str, op: Op, lease: Lease, **extra: Any) -> Plan[Lease]:
+        """The lease as the change left it (renew's), or StaleLease for a refusal."""
+        params = {"job": lease.job_id, "owner": lease.owner, "token": lease.token, **extra}
+        for _ in range(ATTEMPTS):
+            ((outcome, until, ttl, attempt, now, _, *record),) = yield self.query(name, params, write=True)
+            if outcome == "done":
+                return Lease(lease.job_id, lease.owner, lease.token, until, ttl, attempt=attempt)
+            if outcome == "retry":
+                continue  # the row changed between the statement's judgement and its read
+            raise self._refusal(op, lease, outcome, record, now)
+        raise contention.outraced(lease.job_id, ATTEMPTS)
+
+    def _refusal(self, op: Op, lease: Lease, outcome: str, record: list[Any], now: float) -> StaleLease:
+        """The refusal a holder statement's row reports; raises CorruptRecord for 'corrupt'."""
+        rec = None if record[0] is None else self.decode(record)
+        return StaleLease(transitions.rejection(rec, op, lease, Reason(outcome), now))
+
+    def renew(self, lease: Lease, ttl: float) -> Plan[Lease]:
+        return (yield from self._holder_op("RENEW", Op.RENEW, lease, ttl=ttl))
+
+    def renew_many(self, renewals: Sequence[Renewal]) -> Plan[list[Lease | LeaseError]]:
+        """RENEW_MANY: every lease in one statement, each judged (and refused) alone; a lease
+        whose row changed between its judgement and its renewal is asked again."""
+        found: dict[int, Lease | LeaseError] = {}
+        left = list(range(len(renewals)))
+        for _ in range(ATTEMPTS):
+            if not left:
+                break
+            asked = [renewals[i] for i in left]
+            rows = yield self.query("RENEW_MANY", {
+                "jobs": [lease.job_id for lease, _ in asked], "owners": [lease.owner for lease, _ in asked],
+                "tokens": [lease.token for lease, _ in asked], "ttls": [ttl for _, ttl in asked]},
+                write=True, rows=len(asked))
+            for n, outcome, until, ttl, now, _, *record in rows:
+                i = left[n - 1]
+                lease = renewals[i][0]
+                if outcome == "done":
+                    found[i] = Lease(lease.job_id, lease.owner, lease.token, until, ttl)
+                else:
+                    try:
+                        found[i] = self._refusal(Op.RENEW, lease, outcome, record, now)
+                    except CorruptRecord as exc:
+                        found[i] = exc
+            left = [i for i in left if i not in found]  # judged current, changed before renewed
+        for i in left:
+            found[i] = contention.outraced(renewals[i][0].job_id, ATTEMPTS)
+        return [found[i] for i in range(len(renewals))]
+
+    def complete(self, lease: Lease, result: bytes | None) -> Plan[None]:
+        yield from self._holder_op("COMPLETE", Op.COMPLETE, lease, result=result)
+
+    def release(self, lease: Lease) -> Plan[None]:
+        yield from self._holder_op("RELEASE", Op.RELEASE, lease)
+
+    def fail(self, lease: Lease, error: str | None, retry: Retry) -> Plan[None]:
+        yield from self._holder_op("FAIL", Op.FAIL, lease, error=error, after=retry.after, base=retry.base,
+                                   factor=retry.factor, cap=retry.cap, draw=retry.draw)
+
+    def requeue(self, job_id: str, actor: str | None, delay: float, token: int | None) -> Plan[None]:
+        rows = yield self.query("REQUEUE", {"job": job_id, "actor": actor, "delay": delay, "expected": token},
+                                write=True)
+        if not rows:
+            raise JobNotFound(job_id)
+        *row, now, done = rows[0]
+        rec = self.decode(row)
+        if token is not None and rec.token != token:
+            raise TokenChanged(job_id, token, rec.token)  # the statement changed nothing
+        if not done:  # judged on the row it locked first: transitions refuses it too
+            transitions.requeue(rec, job_id, delay, now)  # raises JobCompleted, AlreadyClaimed
+
+    def force_expire(self, job_id: str, actor: str | None, token: int | None) -> Plan[None]:
+        rows = yield self.query("FORCE_EXPIRE", {"job": job_id, "actor": actor, "expected": token}, write=True)
+        if not rows:
+            raise JobNotFound(job_id)
+        rec = self.decode(rows[0][:q.WIDTH])
+        if token is not None and rec.token != token:
+            raise TokenChanged(job_id, token, rec.token)  # the statement changed nothing
+
+    def record_rejection(self, r: Rejection) -> Plan[None]:
+        yield self.query("RECORD_REJECTION", {
+            "job": r.job_id, "op": r.op.value, "owner": r.owner, "token": r.token,
+            "current_owner": r.current_owner, "current_token": r.current_token, "at": r.at,
+            "reason": r.reason, "kind": r.kind.value, "resource": r.resource}, write=True)
+
+    # -- reads -------------------------------------------------------------------------------
+    def get(self, job_id: str) -> Plan[JobStatus | None]:
+        rows = yield self.query("GET", {"job": job_id}, write=False)
+        return status_of(self.schema, rows[0][:q.WIDTH], rows[0][q.WIDTH]) if rows else None
+
+    def jobs_page(self, after: str) -> Plan[tuple[list[JobStatus], str | None]]:
+        """Jobs after ``after`` by id, and the id to read the next page after (None: no more).
+        ``""`` is below every job id: ids have at least one character."""
+        rows = yield self.query("JOBS_PAGE", {"after": after, "limit": JOBS_PAGE}, write=False)
+        found = [listed_row(self.schema, row[:q.WIDTH], row[q.WIDTH]) for row in rows]
+        return found, (rows[-1][0] if len(rows) == JOBS_PAGE else None)
+
+    def rejections_with_ids(self, since: float | None, limit: int | None,
+                            after: int = 0) -> Plan[list[tuple[Rejection, int]]]:
+        rows = yield self.query("REJECTIONS", {"since": -1e300 if since is None else since, "limit": limit,
+                                               "after": after}, write=False)
+        return [(_rejection(r), r[10]) for r in rows]
+
+    def job_rejections(self, job_id: str, since: float | None, limit: int | None) -> Plan[list[Rejection]]:
+        rows = yield self.query("JOB_REJECTIONS", {"job": job_id, "since": -1e300 if since is None else since,
+                                                   "limit": limit}, write=False)  # through rejections_job
+        return [_rejection(r) for r in rows]
+
+    def rejections(self, since: float | None, limit: int | None, after: int = 0) -> Plan[list[Rejection]]:
+        return [r for r, _ in (yield from self.rejections_with_ids(since, limit, after))]
+
+    def history(self, job_id: str | None, since: float | None, limit: int | None) -> Plan[list[HistoryEvent]]:
+        rows = yield self.query("HISTORY" if job_id is None else "JOB_HISTORY", {
+            "job": job_id, "since": -1e300 if since is None else since, "limit": limit}, write=False)
+        return [HistoryEvent(r[0], Op(r[1]), r[2], r[3], r[4], r[5]) for r in rows]
+
+    def now(self) -> Plan[float]:
+        ((now,),) = yield self.query("NOW", {}, write=False)
+        return float(now)
+
+    def state_counts(self) -> Plan[dict[str, int]]:
+        return dict((yield self.query("STATE_COUNTS", {}, write=False)))
+
+    # -- operator queries: aggregated in SQL, one page at a time ----------------------------
+    def summary(self, now: float, soon: float) -> Plan[Summary]:
+        params = {"now": now, "soon": now + soon, "hour": now - 3600.0}
+        counts: dict[str, int] = dict((yield self.query("SUMMARY", params, write=False)))
+        return Summary(now=now, pending=counts.get("pending", 0),
+                       leased=counts.get("leased", 0) + counts.get("soon", 0),
+                       expiring_soon=counts.get("soon", 0), expired=counts.get("expired", 0),
+                       completed=counts.get("completed", 0), corrupt=counts.get("corrupt", 0),
+                       rejections_last_hour=counts.get("rejections", 0), scheduled=counts.get("scheduled", 0),
+                       parked=counts.get("parked", 0))
+
+    def page(self, now: float, states: frozenset[JobState] | None, job: str | None,
+             owner: str | None, order: str, offset: int, limit: int) -> Plan[JobPage]:
+        where = ["true"]
+        if states is not None:
+            where.append("(" + (" OR ".join(_STATE_SQL[s] for s in sorted(states)) or "false") + ")")
+        if job is not None:
+            where.append(f"strpos(translate(j.job_id, '{_UPPER}', '{_UPPER.lower()}'), %(job)s) > 0")
+        if owner is not None:
+            where.append(f"strpos(translate(j.owner, '{_UPPER}', '{_UPPER.lower()}'), %(owner)s) > 0")
+        cond = " AND ".join(where)
+        by = "j.lease_until IS NULL, j.lease_until, j.job_id" if order == "expiry" else "j.job_id"
+        table = f"{self.quoted}.jobs"
+        args = {"now": now, "job": None if job is None else fold(job),
+                "owner": None if owner is None else fold(owner), "limit": limit, "offset": offset}
+        ((total,),) = yield Query(f"SELECT count(*) FROM {table} j WHERE {cond}", args, write=False)
+        rows = yield Query(f"SELECT {q.JOB_COLUMNS} FROM {table} j WHERE {cond} ORDER BY {by}"
+                           " LIMIT %(limit)s OFFSET %(offset)s", args, write=False)
+        return JobPage([listed_row(self.schema, r, now) for r in rows], int(total), offset, limit)
+
+
+# transitions.judged, state by state, at the page's now.
+_SPENT = f"NOT {q.attempt_left('j')}"
+_STATE_SQL = {
+    JobState.PENDING: f"(j.state = 'pending' AND (j.claimable_at IS NULL OR j.claimable_at <= %(now)s)"
+                      f" AND {q.valid('j')})",
+    JobState.SCHEDULED: f"(j.state = 'pending' AND j.claimable_at > %(now)s AND {q.valid('j')})",
+    JobState.LEASED: f"(j.state = 'leased' AND j.lease_until > %(now)s AND {q.valid('j')})",
+    JobState.EXPIRED: f"(j.state = 'leased' AND j.lease_until <= %(now)s AND {q.attempt_left('j')} AND {q.valid('j')})",
+    JobState.PARKED: f"((j.state = 'parked' OR (j.state = 'leased' AND j.lease_until <= %(now)s AND {_SPENT}))"
+                     f" AND {q.valid('j')})",
+    JobState.COMPLETED: f"(j.state = 'completed' AND {q.valid('j')})",
+    JobState.CORRUPT: f"(NOT {q.valid('j')})",
+}
+
+
+def _rejection(r: tuple[Any, ...]) -> Rejection:
+    return Rejection(r[0], Op(r[1]), r[2], r[3], r[4], r[5], r[6], r[7], RejectionKind(r[8]), r[9])
