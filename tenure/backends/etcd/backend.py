@@ -11,7 +11,8 @@ retention lease) are ``leases``'s, with the reasons there.
 
 Round trips: claim 1 for a new job when a pooled etcd lease can be reused, else 2; renew 1
 when this process made the claim with the same TTL, else 2 (a grant first); complete and
-release 1; fail 1 when this process made the claim, else 2 (the job's attempts are read
+release 1; renew_many (held leases) 1 per 1,300 leases or so, and a grant of the shared
+etcd lease (``renewals``); fail 1 when this process made the claim, else 2 (the job's attempts are read
 first); submit 1 (the job guessed new); claim_next 3 (the indexes, the candidate's keys, the
 Txn). A write that delays a job (submit or requeue with a delay, a fail with a wait) grants
 its delay's etcd lease first: one more. A wrong guess costs nothing extra: the Txn's
