@@ -4,8 +4,10 @@ renewal cases cannot see from outside."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -13,7 +15,10 @@ from typing import Any
 import pytest
 
 import tenure
+import tenure.aio
+from tenure.backends.etcd import client as ec
 from tenure.backends.etcd import renewals
+from tests.aio_sync import outside
 from tests.servers.etcd import EtcdHarness
 
 
@@ -128,3 +133,28 @@ def test_a_lease_renewed_no_more_ends_with_its_shared_etcd_lease(etcd_harness: E
     assert list(keys) == [store.backend.keys.lease("kept").decode()]  # type: ignore[attr-defined]
     assert keys[store.backend.keys.lease("kept").decode()][0] not in first  # type: ignore[attr-defined]
     assert store.get("dropped").state is tenure.JobState.EXPIRED  # type: ignore[union-attr]
+
+
+def test_tenure_aio_renews_a_batch_in_the_loop_in_one_txn(etcd_harness: EtcdHarness,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same ``renewals`` code awaited on grpc.aio: a grant and one Txn, no blocking request."""
+    loop = threading.current_thread()
+    awaited: list[str] = []
+    answer = ec.AioConnection._answer
+
+    async def counted(self: ec.AioConnection, step: Any) -> Any:
+        if isinstance(step, ec.Rpc):
+            awaited.append(step.method)
+        return await answer(self, step)
+
+    async def scenario() -> None:
+        async with tenure.aio.connect(f"{etcd_harness.url()}-aio") as store:
+            leases = [await store.claim(f"j{i}", owner="a", ttl=5.0) for i in range(70)]
+            monkeypatch.setattr(ec.Connection, "run", outside(loop, ec.Connection.run))  # every blocking request
+            monkeypatch.setattr(ec.AioConnection, "_answer", counted)
+            renewed = await store.renew_many(leases)
+            assert all(isinstance(r, tenure.Lease) for r in renewed), renewed
+            assert {e.job_id for e in await store.history() if e.op is tenure.Op.RENEW} == {f"j{i}" for i in range(70)}
+
+    asyncio.run(scenario())
+    assert awaited[:2] == ["LeaseGrant", "Txn"], awaited  # then the history read
