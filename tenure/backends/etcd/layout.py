@@ -28,6 +28,7 @@ retention lease. Anything under the prefix that does not decode raises ``Corrupt
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -46,6 +47,7 @@ def _next(key: bytes) -> bytes:
     return key[:-1] + bytes([key[-1] + 1])
 
 
+@functools.lru_cache(maxsize=16_384)  # a renewal names its job's keys a dozen times; a worker holds thousands
 def _encoded(job_id: str) -> bytes:
     return codec.encode_job_id(job_id).encode("ascii")
 

@@ -448,7 +448,8 @@ class EtcdTransaction(Transaction):
         planned = yield from self._planning()
         if planned is None:
             return  # decided on fresh reads and changes nothing: nothing to verify
-        writes, failure, plans = planned
+        writes, plans = planned
+        failure = [op for job_id in self._reads for op in reads(self._k, job_id)]
         if self._claiming is not None:
             self._claiming.maybe_written = True
         try:
@@ -467,15 +468,15 @@ class EtcdTransaction(Transaction):
         planned = yield from self._planning()
         if planned is None:
             return None
-        writes, _, self._plans = planned
+        writes, self._plans = planned
         return ec.txn(self._compares, writes, [])
 
     def settled(self, res: TxnResult) -> Io[None]:
         """After ``nested``'s Txn was answered (``res``, its own part of the larger answer)."""
         yield from self._settling(res, self._plans)
 
-    def _planning(self) -> Io[tuple[list[Any], list[Any], dict[str, _Plan]] | None]:
-        """The commit's writes, failure reads and plans; None when there is nothing to send."""
+    def _planning(self) -> Io[tuple[list[Any], dict[str, _Plan]] | None]:
+        """The commit's writes and plans; None when there is nothing to send."""
         plans: dict[str, _Plan] = {}
         writes: list[Any] = []
         self._delays = {}
@@ -491,7 +492,7 @@ class EtcdTransaction(Transaction):
                        for r in self._rejections]
         if not writes and not self.guessed:
             return None
-        return writes, [op for job_id in self._reads for op in reads(self._k, job_id)], plans
+        return writes, plans
 
     def _settling(self, res: TxnResult, plans: dict[str, _Plan]) -> Io[None]:
         if res.succeeded:
