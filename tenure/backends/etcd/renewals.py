@@ -62,29 +62,45 @@ class _One:
 def renewing(parts: Parts, now: float, renewals: Sequence[steps.Renewal]) -> Io[list[Outcome]]:
     """Each renewal's outcome in order: the renewed lease, the error of the request that
     carried it (``BackendUnavailable``: the caller's batch judges it), or None where the caller
-    must renew it alone."""
+    must renew it alone. Decided and sent a request at a time, so a batch of thousands holds
+    one request's transactions at once."""
     found: dict[int, Outcome] = {}
     shared: dict[int, EtcdLease] = {}  # the batch's shared etcd leases, by TTL
-    chunks = _requests((yield from _decided(parts, now, shared, renewals, range(len(renewals)), found)))
-    for chunk in chunks:
-        try:
-            try:
-                res = yield ec.call("txn", [], _grouped([one.op for _, one in chunk]), [])
-            except ec.LeaseNotFound:
-                # The shared etcd lease (ended early, revoked) or the audit's retention lease is
-                # gone, and nothing was written: once more on fresh ones, each decided again.
-                yield from parts.leases.retention_lost()
-                parts.leases.shared_lost()
-                shared.clear()
-                chunk = yield from _decided(parts, now, shared, renewals, [n for n, _ in chunk], found)
-                res = yield ec.call("txn", [], _grouped([one.op for _, one in chunk]), [])
-        except BackendUnavailable as exc:  # these leases' only: earlier requests' stand
-            found.update((n, exc) for n, _ in chunk)
-            continue
-        answers = [nested for group in res.nested for nested in group.nested]
-        for (n, one), answer in zip(chunk, answers, strict=True):
-            found[n] = yield from one.outcome(answer)
+    chunk: list[tuple[int, _One]] = []
+    size = 0
+    for n in range(len(renewals)):
+        for entry in (yield from _decided(parts, now, shared, renewals, [n], found)):
+            weight = entry[1].op.ByteSize() + 8  # and its nesting
+            if chunk and (len(chunk) == GROUP * GROUPS or size + weight > MAX_BYTES):
+                yield from _sending(parts, now, shared, renewals, chunk, found)
+                chunk, size = [], 0
+            chunk.append(entry)
+            size += weight
+    if chunk:
+        yield from _sending(parts, now, shared, renewals, chunk, found)
     return [found.get(n) for n in range(len(renewals))]
+
+
+def _sending(parts: Parts, now: float, shared: dict[int, EtcdLease], renewals: Sequence[steps.Renewal],
+             chunk: list[tuple[int, _One]], found: dict[int, Outcome]) -> Io[None]:
+    """One request of nested Txns, and each renewal's outcome from its answer."""
+    try:
+        try:
+            res = yield ec.call("txn", [], _grouped([one.op for _, one in chunk]), [])
+        except ec.LeaseNotFound:
+            # The shared etcd lease (ended early, revoked) or the audit's retention lease is
+            # gone, and nothing was written: once more on fresh ones, each decided again.
+            yield from parts.leases.retention_lost()
+            parts.leases.shared_lost()
+            shared.clear()
+            chunk = yield from _decided(parts, now, shared, renewals, [n for n, _ in chunk], found)
+            res = yield ec.call("txn", [], _grouped([one.op for _, one in chunk]), [])
+    except BackendUnavailable as exc:  # these leases' only: earlier requests' stand
+        found.update((n, exc) for n, _ in chunk)
+        return
+    answers = [nested for group in res.nested for nested in group.nested]
+    for (n, one), answer in zip(chunk, answers, strict=True):
+        found[n] = yield from one.outcome(answer)
 
 
 def _decided(parts: Parts, now: float, shared: dict[int, EtcdLease], renewals: Sequence[steps.Renewal],
@@ -108,20 +124,6 @@ def merged(found: list[Outcome], alone: list[Lease | LeaseError]) -> list[Lease 
     """``found`` with its Nones (in order) answered by ``alone``, the renewals made alone."""
     rest = iter(alone)
     return [next(rest) if one is None else one for one in found]
-
-
-def _requests(ones: list[tuple[int, _One]]) -> list[list[tuple[int, _One]]]:
-    """The renewals split into requests of at most ``GROUP * GROUPS`` and ``MAX_BYTES``."""
-    requests: list[list[tuple[int, _One]]] = []
-    size = 0
-    for entry in ones:
-        weight = entry[1].op.ByteSize() + 8  # and its nesting
-        if not requests or len(requests[-1]) == GROUP * GROUPS or size + weight > MAX_BYTES:
-            requests.append([])
-            size = 0
-        requests[-1].append(entry)
-        size += weight
-    return requests
 
 
 def _grouped(ops: list[Any]) -> list[Any]:
