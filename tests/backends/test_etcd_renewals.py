@@ -19,6 +19,7 @@ import tenure.aio
 from tenure.backends.etcd import client as ec
 from tenure.backends.etcd import renewals
 from tests.aio_sync import outside
+from tests.backends.test_etcd_aio import sent_rpcs
 from tests.servers.etcd import EtcdHarness
 
 
@@ -139,22 +140,16 @@ def test_tenure_aio_renews_a_batch_in_the_loop_in_one_txn(etcd_harness: EtcdHarn
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """The same ``renewals`` code awaited on grpc.aio: a grant and one Txn, no blocking request."""
     loop = threading.current_thread()
-    awaited: list[str] = []
-    answer = ec.AioConnection._answer
-
-    async def counted(self: ec.AioConnection, step: Any) -> Any:
-        if isinstance(step, ec.Rpc):
-            awaited.append(step.method)
-        return await answer(self, step)
+    awaited: list[list[str]] = []
 
     async def scenario() -> None:
         async with tenure.aio.connect(f"{etcd_harness.url()}-aio") as store:
             leases = [await store.claim(f"j{i}", owner="a", ttl=5.0) for i in range(70)]
             monkeypatch.setattr(ec.Connection, "run", outside(loop, ec.Connection.run))  # every blocking request
-            monkeypatch.setattr(ec.AioConnection, "_answer", counted)
+            awaited.append(sent_rpcs(monkeypatch))
             renewed = await store.renew_many(leases)
             assert all(isinstance(r, tenure.Lease) for r in renewed), renewed
             assert {e.job_id for e in await store.history() if e.op is tenure.Op.RENEW} == {f"j{i}" for i in range(70)}
 
     asyncio.run(scenario())
-    assert awaited[:2] == ["LeaseGrant", "Txn"], awaited  # then the history read
+    assert awaited[0][:2] == ["LeaseGrant", "Txn"], awaited  # then the history read
