@@ -154,14 +154,6 @@ class EtcdLeases:
                 return
         self.revoke_later(lease.id)
 
-    def retire(self, lease: EtcdLease) -> None:
-        """A claim's own etcd lease its key was moved off (onto a shared lease): pooled if there
-        is room, else left to run out by itself (it carries nothing): no revoke per renewal."""
-        with self._lock:
-            if lease.alive and not lease.shared and self._pooled < _POOL:
-                self._pool.setdefault(lease.ttl, []).append(lease)
-                self._pooled += 1
-
     # -- renewals' shared leases ---------------------------------------------------------
     def shared(self, ttl: int) -> Io[EtcdLease]:
         """The shared etcd lease for renewals sent now of etcd TTL ``ttl``: the current one while

@@ -564,9 +564,9 @@ class EtcdTransaction(Transaction):
             assert lease is not None and plan.expires_at is not None
             self._stored[new.job_id] = dataclasses.replace(new, lease_until=plan.expires_at)
             if lease.shared:
-                own = self._leases.of_claim(plan.key)
-                if own is not None and own is not lease:
-                    self._leases.retire(own)  # pooled unless shared itself: it carries nothing now
+                # The etcd lease the key left carries nothing now (the claim's own) or other keys
+                # (a shared one): either way it runs out by itself, unrevoked. Not pooled: with no
+                # previous value asked for, whether a revoke of it is on its way is not known.
                 self._leases.remember(plan.key, lease)
                 return
             if plan.keepalive is not None:
@@ -583,13 +583,12 @@ class EtcdTransaction(Transaction):
                     # ours right now: that revoke must not land on the key, so it moves again.
                     self._leases.forget(plan.key)
                     for kv in prev:
-                        self._let_go(kv, None)
+                        self._let_go(kv)
                     self.context.moved = True
                     return
-            own = self._leases.of_claim(plan.key)
             for kv in prev:
                 if kv.lease != lease.id:
-                    self._let_go(kv, own)
+                    self._let_go(kv)
             self._leases.remember(plan.key, lease)
         else:  # complete, release, fail, force_expire, requeue: the key left its etcd lease
             self._p.claimed.pop(plan.key)
@@ -598,17 +597,12 @@ class EtcdTransaction(Transaction):
                 if held is not None and held.alive and kv.lease == held.id and not held.shared:
                     self._leases.give_back(held)  # it carried only this key: the next claim takes it
                 else:
-                    self._let_go(kv, None)
+                    self._let_go(kv)
 
-    def _let_go(self, kv: KV, own: EtcdLease | None) -> None:
-        """The etcd lease a key just left (``kv``, its previous value): this claim's own goes to
-        the pool (or runs out: it carries nothing now); a shared one stays (other keys hang on
-        it); any other carried only this key, so it is revoked."""
-        if on_shared_lease(kv):
-            return
-        if own is not None and kv.lease == own.id and not own.shared:
-            self._leases.retire(own)
-        else:
+    def _let_go(self, kv: KV) -> None:
+        """The etcd lease a key just left (``kv``, its previous value): a shared one stays (other
+        keys hang on it, and it runs out by itself); any other carried only this key: revoked."""
+        if not on_shared_lease(kv):
             self._leases.revoke_later(kv.lease)
 
 
