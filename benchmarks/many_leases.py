@@ -87,9 +87,11 @@ def count_requests(backend: Any, store: str) -> Requests:
     else:
         from tenure.backends.etcd.client import AioConnection
 
-        for name in ("txn", "range", "grant", "time_to_live"):
+        # Requests waited for and those started beside them (a keep-alive, a grant, a read).
+        for name in ("txn", "range", "grant", "time_to_live", "txn_started", "grant_started", "keepalive_started"):
             requests.wrap(sync._conn, name)
-            requests.wrap(AioConnection, name)
+            if hasattr(AioConnection, name):
+                requests.wrap(AioConnection, name)
     return requests
 
 

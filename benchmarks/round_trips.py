@@ -140,6 +140,12 @@ def operations(store: Any, tag: str) -> dict[str, Callable[[], object]]:
             "requeue (delayed)": lambda: store.requeue(f"{tag}-f", actor="ops", delay=60),
             "submit (delayed new job)": lambda: store.submit(f"{tag}-d", delay=60),
         })
+    if hasattr(store, "renew_many"):  # issue 29's coalesced renewals: what a held lease's renewals cost
+        steps.update({
+            "claim (100 to renew)": lambda: state.__setitem__(
+                "many", [store.claim(f"{tag}-h{i}", owner="w", ttl=30) for i in range(100)]),
+            "renew_many (100 leases)": lambda: state.__setitem__("many", store.renew_many(state["many"])),
+        })
     return steps
 
 

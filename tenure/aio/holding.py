@@ -202,7 +202,7 @@ class AsyncRenewer:
             # Not awaited: deadlines are watched while renewals are on their way.
             if batch and self._store.backend.renews_in_batches:
                 self._store.background(self._renew_batch(batch), renewal=True)
-            else:  # a request per lease anyway (etcd): side by side
+            else:  # a request per lease anyway (a third-party backend's default loop): side by side
                 for held in batch:
                     self._store.background(self._renew(held), renewal=True)
 

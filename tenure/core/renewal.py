@@ -229,7 +229,7 @@ class Renewer:
             # A held lease is back in the schedule only after its renewal ends: never two at once.
             if batch and batch[0]._store.backend.RENEWS_IN_BATCHES:
                 self._pool.submit(functools.partial(self._renew_batch, batch))
-            else:  # a request per lease anyway (etcd): side by side, as the pool allows
+            else:  # a request per lease anyway (the default loop): side by side, as the pool allows
                 for held in batch:
                     self._pool.submit(functools.partial(self._renew, held))
 

@@ -25,6 +25,20 @@ from tests.aio_sync import every_operation, outside
 from tests.servers.etcd import EtcdHarness
 
 
+def sent_rpcs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The etcd methods tenure.aio sends from now on, by name (until ``monkeypatch.undo()``)."""
+    sent: list[str] = []
+    answer = ec.AioConnection._answer
+
+    async def sending(self: ec.AioConnection, step: Any) -> Any:
+        if isinstance(step, ec.Rpc):
+            sent.append(step.method)
+        return await answer(self, step)
+
+    monkeypatch.setattr(ec.AioConnection, "_answer", sending)
+    return sent
+
+
 def _url(harness: EtcdHarness) -> str:
     return f"etcd://{harness.cluster.endpoints}/aio-{uuid.uuid4().hex[:6]}"
 
@@ -185,13 +199,6 @@ def test_a_renewal_whose_etcd_lease_another_connection_revoked_moves_to_a_new_on
     revoking this one's): the Txn of this store's next renewal names a revoked etcd lease, and
     the same transaction goes once more on a new one, awaited like the first."""
     node = etcd_harness.cluster.nodes[0]
-    sent: list[str] = []
-    answer = ec.AioConnection._answer
-
-    async def sending(self: ec.AioConnection, step: Any) -> Any:
-        if isinstance(step, ec.Rpc):
-            sent.append(step.method)
-        return await answer(self, step)
 
     async def scenario() -> None:
         url = _url(etcd_harness)
@@ -208,7 +215,7 @@ def test_a_renewal_whose_etcd_lease_another_connection_revoked_moves_to_a_new_on
             with tenure.connect(url) as other:
                 lease = await asyncio.to_thread(other.renew, lease)  # no etcd lease cached there: a new one
             second = etcd_lease()
-            monkeypatch.setattr(ec.AioConnection, "_answer", sending)
+            sent = sent_rpcs(monkeypatch)
             lease = await store.renew(lease)  # the etcd lease cached here is gone
             monkeypatch.undo()
             # Refused; the audit's retention lease looked up again (it might have been the one

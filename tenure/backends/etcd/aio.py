@@ -24,6 +24,7 @@ from typing import TypeVar
 
 from tenure.aio.backend import AsyncBackend
 from tenure.aio.record_backend import AsyncRecordBackend, Fetched
+from tenure.backends.etcd import renewals as etcd_renewals
 from tenure.backends.etcd.backend import EtcdBackend
 from tenure.backends.etcd.client import AioConnection, Io
 from tenure.backends.etcd.leases import etcd_ttl
@@ -119,8 +120,10 @@ class AsyncEtcdBackend(AsyncRecordBackend):
         return renewed
 
     async def renew_many(self, renewals: Sequence[steps.Renewal]) -> list[Lease | LeaseError]:
-        """A renewal per lease, as the sync backend's ``renew_many``."""
-        return await AsyncBackend.renew_many(self, renewals)
+        """The sync backend's ``renew_many``, awaited: the same ``renewals`` code."""
+        found = await self.aio.run(etcd_renewals.renewing(self.sync.parts, self.sync.now(), renewals))
+        alone = [renewal for renewal, one in zip(renewals, found, strict=True) if one is None]
+        return etcd_renewals.merged(found, await AsyncBackend.renew_many(self, alone))
 
     async def close(self) -> None:
         if self._aio is not None:

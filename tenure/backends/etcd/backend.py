@@ -11,7 +11,8 @@ retention lease) are ``leases``'s, with the reasons there.
 
 Round trips: claim 1 for a new job when a pooled etcd lease can be reused, else 2; renew 1
 when this process made the claim with the same TTL, else 2 (a grant first); complete and
-release 1; fail 1 when this process made the claim, else 2 (the job's attempts are read
+release 1; renew_many (held leases) 1 per 1,300 leases or so, and a grant of the shared
+etcd lease (``renewals``); fail 1 when this process made the claim, else 2 (the job's attempts are read
 first); submit 1 (the job guessed new); claim_next 3 (the indexes, the candidate's keys, the
 Txn). A write that delays a job (submit or requeue with a delay, a fail with a wait) grants
 its delay's etcd lease first: one more. A wrong guess costs nothing extra: the Txn's
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tenure.backends.etcd import query as etcd_query
+from tenure.backends.etcd import renewals as etcd_renewals
 from tenure.backends.etcd import scan as etcd_scan
 from tenure.backends.etcd import upgrade as etcd_upgrade
 from tenure.backends.etcd.client import KV, Connection
@@ -160,12 +162,14 @@ class EtcdBackend(RecordBackend):
             renewed = self._run(steps.renew(renewed, ttl), self._within(Context()))
         return renewed
 
-    RENEWS_IN_BATCHES = False
+    RENEWS_IN_BATCHES = True
 
     def renew_many(self, renewals: Sequence[steps.Renewal]) -> list[Lease | LeaseError]:
-        """A renewal per lease, as ``renew``: each keeps its own claim's etcd lease alive beside
-        its transaction (or moves its key), which one transaction for many cannot do yet."""
-        return Backend.renew_many(self, renewals)
+        """One Txn for a thousand renewals or more, each lease judged alone (``renewals``); the ones
+        whose guess failed (refused, ended early, damaged) are renewed alone after it."""
+        found = self._conn.run(etcd_renewals.renewing(self.parts, self.now(), renewals))
+        alone = [renewal for renewal, one in zip(renewals, found, strict=True) if one is None]
+        return etcd_renewals.merged(found, Backend.renew_many(self, alone))
 
     # -- reading -------------------------------------------------------------------------
     def get(self, job_id: str) -> JobStatus | None:

@@ -28,6 +28,7 @@ retention lease. Anything under the prefix that does not decode raises ``Corrupt
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -46,6 +47,7 @@ def _next(key: bytes) -> bytes:
     return key[:-1] + bytes([key[-1] + 1])
 
 
+@functools.lru_cache(maxsize=16_384)  # a renewal names its job's keys a dozen times; a worker holds thousands
 def _encoded(job_id: str) -> bytes:
     return codec.encode_job_id(job_id).encode("ascii")
 
@@ -134,9 +136,18 @@ def owner_prefix(owner: str) -> bytes:
     return b'{"owner":' + json.dumps(owner, ensure_ascii=True).encode() + b","
 
 
-def lease_value(owner: str, ttl: float, renewed_at: float | None, expires_at: float) -> bytes:
-    rest = dump({"ttl": ttl, "renewed_at": renewed_at, "expires_at": expires_at})
-    return owner_prefix(owner) + rest[1:]
+def lease_value(owner: str, ttl: float, renewed_at: float | None, expires_at: float, shared: bool = False) -> bytes:
+    """``shared``: the key hangs on an etcd lease that carries other keys (renewals'), which
+    no process may revoke when the key leaves it (``on_shared_lease``)."""
+    fields: dict[str, Any] = {"ttl": ttl, "renewed_at": renewed_at, "expires_at": expires_at}
+    if shared:
+        fields["shared"] = True
+    return owner_prefix(owner) + dump(fields)[1:]
+
+
+def on_shared_lease(kv: KV) -> bool:
+    """Whether a lease key (a previous value a write returned) hung on a shared etcd lease."""
+    return parse(kv.value).get("shared") is True
 
 
 def held_value(owner: str, ttl: float) -> bytes:

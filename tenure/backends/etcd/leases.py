@@ -11,8 +11,14 @@ leases serve them, and why:
   claim's grant goes beside its read (``Claiming``, shared by the claim's attempts).
 - **Keep-alives.** A renewal keeps its claim's etcd lease alive beside its transaction (the
   lease id is cached per claim), or moves the key to a new etcd lease.
+- **Shared leases.** Renewals in a batch (``renewals``) move each key onto this process's
+  shared etcd lease of that TTL (``shared``), granted anew once it is too old to serve a
+  renewal sent now (``EtcdLease.fresh``): no keep-alive per lease, and a lease nobody renews
+  ends with the shared lease it was last moved to, at most a TTL and the slack later. A shared
+  lease is never kept alive, pooled or revoked (it carries other jobs' keys); a key on one
+  says so in its value (``layout.lease_value``), so no process revokes it either.
 - **Revokes.** Only a lease whose key this process just removed (or never attached) is
-  revoked: nothing may revoke a lease a later claim uses.
+  revoked: nothing may revoke a lease a later claim uses, nor one that carries other keys.
 - **Quarantine.** etcd (3.5.16 too) can end a lease before its TTL (etcd-io/etcd#15247), so a
   lease etcd ended is claimed only one TTL after this process first saw it gone
   (``Quarantine``); the holder may revive it while its deadline runs (``transaction``).
@@ -73,6 +79,7 @@ class EtcdLease:
     granted: int
     confirmed: float
     alive: bool = True  # False once a keep-alive found it gone: never kept alive or pooled again
+    shared: bool = False  # renewals' shared lease: carries many keys, never kept alive, pooled or revoked
 
     def fresh(self, now: float) -> bool:
         """Whether a claim sent at ``now`` may use it without a keep-alive.
@@ -107,6 +114,7 @@ class EtcdLeases:
         # (job, incarnation) of leases etcd ended: the quarantine before a claim
         self._ended: Bounded[tuple[str, int], Ended] = Bounded(_ENDED)
         self._retention_lease: tuple[int, float] | None = None  # (id, monotonic time to rotate)
+        self._shared: dict[int, EtcdLease] = {}  # renewals' shared lease, by the etcd TTL it serves
 
     # -- a claim's etcd lease ------------------------------------------------------------
     def of_claim(self, key: ClaimKey) -> EtcdLease | None:
@@ -137,12 +145,37 @@ class EtcdLeases:
 
     def give_back(self, lease: EtcdLease) -> None:
         """Pool a lease that carries no key (its claim ended, or never wrote)."""
+        if lease.shared:
+            return  # other keys hang on it
         with self._lock:
             if lease.alive and self._pooled < _POOL:
                 self._pool.setdefault(lease.ttl, []).append(lease)
                 self._pooled += 1
                 return
         self.revoke_later(lease.id)
+
+    # -- renewals' shared leases ---------------------------------------------------------
+    def shared(self, ttl: int) -> Io[EtcdLease]:
+        """The shared etcd lease for renewals sent now of etcd TTL ``ttl``: the current one while
+        it is fresh (it ends no earlier than now + ``ttl`` + half the slack, as a pooled lease
+        serves a claim), else a new grant of ``ttl`` + ``SLACK``. Side by side batches may each
+        grant one: both serve."""
+        with self._lock:
+            current = self._shared.get(ttl)
+        if current is not None and current.alive and current.fresh(boot_clock()):
+            return current
+        lease = yield from self.granting(ttl, SLACK)
+        lease.shared = True
+        with self._lock:
+            self._shared[ttl] = lease
+        return lease
+
+    def shared_lost(self) -> None:
+        """A write found an etcd lease gone (maybe a shared one): the next renewals get new ones."""
+        with self._lock:
+            for lease in self._shared.values():
+                lease.alive = False
+            self._shared.clear()
 
     def revoke_later(self, lease_id: int) -> None:
         if lease_id:  # nothing is attached to it any more; it would also run out by itself

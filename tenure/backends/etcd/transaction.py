@@ -51,6 +51,7 @@ from tenure.backends.etcd.layout import (
     index_key,
     job_value,
     lease_value,
+    on_shared_lease,
     owner_prefix,
     record,
     rejection_value,
@@ -146,6 +147,9 @@ class Context:
 
     claiming: Claiming | None = None  # a claim's etcd lease (claim, claim_next), for all its attempts
     moved: bool = False  # a renewal found its key moved by another connection: it moves it again
+    # A renewal in a batch (``renewals``): onto the batch's shared etcd lease of its TTL, taken
+    # once per batch (fresh for every renewal in it: none was sent before the batch), no keep-alive.
+    shared: dict[int, EtcdLease] | None = None
 
 
 class EtcdTransaction(Transaction):
@@ -162,6 +166,7 @@ class EtcdTransaction(Transaction):
         self._events: list[HistoryEvent] = []
         self._rejections: list[Rejection] = []
         self._stored: dict[str, JobRecord] = {}
+        self._plans: dict[str, _Plan] = {}  # a nested commit's, between ``nested`` and ``settled``
         self.carry: dict[str, list[list[KV]]] = {}  # after a conflict: the failure branch's reads
         self._delays: dict[int, int] = {}  # the etcd leases of this commit's delays, by TTL
 
@@ -403,13 +408,24 @@ class EtcdTransaction(Transaction):
         revive = read.ended_by_etcd()
         cached = self._leases.of_claim(plan.key)
         plan.sent = boot_clock()
-        if cached is not None and cached.alive and cached.ttl == ttl and not revive:
+        batch = self.context.shared
+        if (batch is not None or (cached is not None and cached.shared)) and not revive:
+            plan.lease = batch.get(ttl) if batch is not None else None
+            if plan.lease is None:  # renewed by moving onto it: no keep-alive
+                plan.lease = yield from self._leases.shared(ttl)
+                if batch is not None:
+                    batch[ttl] = plan.lease
+        elif cached is not None and cached.alive and cached.ttl == ttl and not revive:
             plan.lease, plan.keepalive = cached, (yield ec.call("keepalive_started", cached.id))
         else:  # a claim made elsewhere, a new TTL or a revival: the key moves to a new etcd lease
             plan.lease, plan.granted_here = (yield from self._leases.granting(ttl)), True
-        plan.expires_at = self.now + plan.lease.granted + EXPIRY_GRACE
-        writes = [ec.put(k.lease(job_id), lease_value(new.owner, new.ttl, self.now, plan.expires_at),
-                         lease=plan.lease.id, prev_kv=True)]
+        lasts = plan.lease.confirmed + plan.lease.granted - plan.sent if plan.lease.shared else plan.lease.granted
+        plan.expires_at = self.now + lasts + EXPIRY_GRACE
+        # Onto a shared lease no previous value is needed: the key left this claim's own etcd lease
+        # or a shared one, or another connection's, which runs out by itself (``_after``).
+        writes = [ec.put(k.lease(job_id), lease_value(new.owner, new.ttl, self.now, plan.expires_at,
+                                                      plan.lease.shared), lease=plan.lease.id,
+                         prev_kv=not plan.lease.shared)]
         if new.ttl != old.ttl or revive:
             # The longer TTL goes to the held key (the holder may still act on the lease before
             # this one), where a claimer finds it once the lease key is gone; a revival bumps
@@ -429,6 +445,38 @@ class EtcdTransaction(Transaction):
         self._conn.run(self.committing())
 
     def committing(self) -> Io[None]:
+        planned = yield from self._planning()
+        if planned is None:
+            return  # decided on fresh reads and changes nothing: nothing to verify
+        writes, plans = planned
+        failure = [op for job_id in self._reads for op in reads(self._k, job_id)]
+        if self._claiming is not None:
+            self._claiming.maybe_written = True
+        try:
+            res = yield from self._send(writes, failure, plans)
+        except BaseException:
+            for plan in plans.values():
+                if plan.keepalive is not None:
+                    plan.keepalive.cancel()
+            raise  # a renewal's new etcd lease may carry the key now: it runs out by itself
+        yield from self._settling(res, plans)
+
+    def nested(self) -> Io[Any | None]:
+        """This transaction's Txn as one operation of a larger one (``renewals``: a batch of them
+        in one request), its failure branch empty (no reads to carry); None if it writes nothing.
+        ``settled`` takes its answer."""
+        planned = yield from self._planning()
+        if planned is None:
+            return None
+        writes, self._plans = planned
+        return ec.txn(self._compares, writes, [])
+
+    def settled(self, res: TxnResult) -> Io[None]:
+        """After ``nested``'s Txn was answered (``res``, its own part of the larger answer)."""
+        yield from self._settling(res, self._plans)
+
+    def _planning(self) -> Io[tuple[list[Any], dict[str, _Plan]] | None]:
+        """The commit's writes and plans; None when there is nothing to send."""
         plans: dict[str, _Plan] = {}
         writes: list[Any] = []
         self._delays = {}
@@ -443,17 +491,10 @@ class EtcdTransaction(Transaction):
             writes += [ec.put(self._k.rejection(uuid.uuid4().hex), rejection_value(r), lease=retention)
                        for r in self._rejections]
         if not writes and not self.guessed:
-            return  # decided on fresh reads and changes nothing: nothing to verify
-        failure = [op for job_id in self._reads for op in reads(self._k, job_id)]
-        if self._claiming is not None:
-            self._claiming.maybe_written = True
-        try:
-            res = yield from self._send(writes, failure, plans)
-        except BaseException:
-            for plan in plans.values():
-                if plan.keepalive is not None:
-                    plan.keepalive.cancel()
-            raise  # a renewal's new etcd lease may carry the key now: it runs out by itself
+            return None
+        return writes, plans
+
+    def _settling(self, res: TxnResult, plans: dict[str, _Plan]) -> Io[None]:
         if res.succeeded:
             for plan in plans.values():
                 yield from self._after(plan, res)
@@ -463,7 +504,7 @@ class EtcdTransaction(Transaction):
         if self._claiming is not None:
             self._claiming.maybe_written = False
         self.conflict = True
-        for i, job_id in enumerate(self._reads):
+        for i, job_id in enumerate(self._reads if res.ranges else ()):  # a nested Txn reads nothing
             self.carry[job_id] = res.ranges[KEYS_READ * i:KEYS_READ * (i + 1)]
         for plan in plans.values():
             if plan.keepalive is not None:
@@ -522,6 +563,12 @@ class EtcdTransaction(Transaction):
         elif plan.op is Op.RENEW:
             assert lease is not None and plan.expires_at is not None
             self._stored[new.job_id] = dataclasses.replace(new, lease_until=plan.expires_at)
+            if lease.shared:
+                # The etcd lease the key left carries nothing now (the claim's own) or other keys
+                # (a shared one): either way it runs out by itself, unrevoked. Not pooled: with no
+                # previous value asked for, whether a revoke of it is on its way is not known.
+                self._leases.remember(plan.key, lease)
+                return
             if plan.keepalive is not None:
                 left = yield plan.keepalive
                 if left >= lease.ttl:
@@ -536,20 +583,26 @@ class EtcdTransaction(Transaction):
                     # ours right now: that revoke must not land on the key, so it moves again.
                     self._leases.forget(plan.key)
                     for kv in prev:
-                        self._leases.revoke_later(kv.lease)
+                        self._let_go(kv)
                     self.context.moved = True
                     return
             for kv in prev:
                 if kv.lease != lease.id:
-                    self._leases.revoke_later(kv.lease)
+                    self._let_go(kv)
             self._leases.remember(plan.key, lease)
         else:  # complete, release, fail, force_expire, requeue: the key left its etcd lease
             self._p.claimed.pop(plan.key)
             held = self._leases.forget(plan.key) if plan.op is not Op.EXPIRE else None
             for kv in prev:
-                if held is not None and held.alive and kv.lease == held.id:
+                if held is not None and held.alive and kv.lease == held.id and not held.shared:
                     self._leases.give_back(held)  # it carried only this key: the next claim takes it
                 else:
-                    self._leases.revoke_later(kv.lease)
+                    self._let_go(kv)
+
+    def _let_go(self, kv: KV) -> None:
+        """The etcd lease a key just left (``kv``, its previous value): a shared one stays (other
+        keys hang on it, and it runs out by itself); any other carried only this key: revoked."""
+        if not on_shared_lease(kv):
+            self._leases.revoke_later(kv.lease)
 
 
