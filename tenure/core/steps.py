@@ -282,16 +282,19 @@ class Each:
 
 
 Renewal = tuple[Lease, float]  # a lease and the TTL to renew it for
+Completion = tuple[Lease, bytes | None]  # a lease and the result to complete it with
 RENEW_MANY_ATTEMPTS = 3  # a batch that loses this many races is split (one busy job holds no other back)
+Held = Callable[[Transaction], JobRecord | Rejection]  # one lease's holder step
+T = TypeVar("T")
 
 
-def renew_many(renewals: Sequence[Renewal]) -> Operation[Each, list[Lease | LeaseError]]:
-    """Several renewals in ONE transaction: each lease's own holder step (``renew``'s), so each
-    is judged, and a refusal audited, alone; a corrupt record fails its lease, not the batch. A
-    conflict, or a refusal decided on a guess, runs the whole batch again (``Attempts``); a
-    caller splits a batch that keeps losing races (``Outraced``) into single renewals."""
-    each = [renew(lease, ttl).step for lease, ttl in renewals]
-    rest = [lease.job_id for lease, _ in renewals[1:]]
+def _holders(each: Sequence[Held], job_ids: Sequence[str],
+             finish: Callable[[Each], list[T]]) -> Operation[Each, list[T]]:
+    """Several leases' holder steps in ONE transaction, so each is judged, and a refusal
+    audited, alone; a corrupt record fails its lease, not the batch. A conflict, or a refusal
+    decided on a guess, runs the whole batch again (``Attempts``); a caller splits a batch that
+    keeps losing races (``Outraced``) into single requests."""
+    rest = list(job_ids[1:])
 
     def step(tx: Transaction) -> Each:
         found: list[JobRecord | Rejection | LeaseError] = []
@@ -306,19 +309,56 @@ def renew_many(renewals: Sequence[Renewal]) -> Operation[Each, list[Lease | Leas
                 found.append(exc)
         return Each(tuple(found))
 
-    return Operation(renewals[0][0].job_id if renewals else "", step, _renewed_each, RENEW_MANY_ATTEMPTS)
+    return Operation(job_ids[0] if job_ids else "", step, finish, RENEW_MANY_ATTEMPTS)
+
+
+def renew_many(renewals: Sequence[Renewal]) -> Operation[Each, list[Lease | LeaseError]]:
+    """Several renewals in one transaction, each lease's own ``renew`` step (``_holders``)."""
+    return _holders([renew(lease, ttl).step for lease, ttl in renewals], [lease.job_id for lease, _ in renewals],
+                    _renewed_each)
+
+
+def complete_many(completions: Sequence[Completion]) -> Operation[Each, list[LeaseError | None]]:
+    """Several completions in one transaction, each lease's own ``complete`` step (``_holders``)."""
+    return _holders([complete(lease, result).step for lease, result in completions],
+                    [lease.job_id for lease, _ in completions], _completed_each)
+
+
+def _error(found: Rejection | LeaseError) -> LeaseError:
+    """Why one lease's change in a batch was not written: refused (audited), or its record."""
+    return StaleLease(found) if isinstance(found, Rejection) else found
 
 
 def _renewed_each(found: Each) -> list[Lease | LeaseError]:
-    return [f if isinstance(f, LeaseError) else StaleLease(f) if isinstance(f, Rejection) else transitions.lease_of(f)
-            for f in found.outcomes]
+    return [transitions.lease_of(f) if isinstance(f, JobRecord) else _error(f) for f in found.outcomes]
 
 
-def renewal_batches(renewals: Sequence[Renewal], size: int, weight: Callable[[Lease], int] | None = None,
-                    budget: int = 0) -> list[list[Renewal]]:
-    """``renew_many``'s transactions: ``size`` leases each (0: all in one), no more than
-    ``budget`` of ``weight`` each when given (``protocol.batches``; one lease per job)."""
-    by_job = {lease.job_id: (lease, ttl) for lease, ttl in renewals}
-    cost = None if weight is None else (lambda job_id: weight(by_job[job_id][0]))
+def _completed_each(found: Each) -> list[LeaseError | None]:
+    return [None if isinstance(f, JobRecord) else _error(f) for f in found.outcomes]
+
+
+def claim_next_many(owner: str, ttl: float, n: int) -> Operation[Each, list[Lease]]:
+    """Up to ``n`` claims in ONE transaction, in claim_next's order (``next_claimables``), each
+    one its own claim with its own token; fewer only when fewer are claimable."""
+    def step(tx: Transaction) -> Each:
+        return Each(tuple(_claim_in(tx, job_id, owner, ttl, None) for job_id in tx.next_claimables(n)))
+
+    return Operation("(claim_next)", step, _claimed_each, contention.CLAIM_NEXT_ATTEMPTS)
+
+
+def _claimed_each(found: Each) -> list[Lease]:
+    return [transitions.lease_of(f) for f in found.outcomes if isinstance(f, JobRecord)]
+
+
+Item = TypeVar("Item", bound=tuple[Lease, Any])
+
+
+def lease_batches(items: Sequence[Item], size: int, weight: Callable[[Item], int] | None = None,
+                  budget: int = 0) -> list[list[Item]]:
+    """``renew_many``'s or ``complete_many``'s transactions: ``size`` leases each (0: all in
+    one), no more than ``budget`` of ``weight`` each when given (``batches.batches``; one
+    lease per job)."""
+    by_job = {item[0].job_id: item for item in items}
+    cost = None if weight is None else (lambda job_id: weight(by_job[job_id]))
     return [[by_job[job_id] for job_id in chunk]
             for chunk in batches.batches(list(by_job), size or len(by_job), cost, budget)]
