@@ -159,6 +159,11 @@ class EtcdBackend(RecordBackend):
         its transaction (or moves its key), which one transaction for many cannot do yet."""
         return Backend.renew_many(self, renewals)
 
+    # claim_next_many and complete_many: the core's loop, a request per lease. A claim's token
+    # is its transaction's revision and each lease's keys cost several ops of etcd's 128 per
+    # transaction: one transaction for many is left for later.
+    COMPLETES_IN_BATCHES = False
+
     # -- reading -------------------------------------------------------------------------
     def get(self, job_id: str) -> JobStatus | None:
         now = self.now()
