@@ -151,13 +151,13 @@ class AsyncRecordBackend(ThreadedBackend):
         while len(found) < n:
             asked = min(n - len(found), self.sync.CLAIM_BATCH or n)
             try:
-                claimed = await self._run(steps.claim_next_many(owner, ttl, asked))
+                claimed, more = await self._run(self.sync.claim_operation(owner, ttl, asked))
             except LeaseError:
                 if not found:
                     raise
                 break
             found.extend(claimed)
-            if len(claimed) < asked:
+            if not more:
                 break
         return found
 

@@ -408,24 +408,34 @@ class RecordBackend(Backend):
     # claim_next_many: claims per transaction at most (0: all ``n`` in one). CLAIMS_IN_BATCHES
     # only where the transaction proposes many jobs at once (``Transaction.next_claimables``).
     CLAIM_BATCH: ClassVar[int] = 0
+    CLAIM_BYTES: ClassVar[int] = 0  # and bytes per transaction at most, by claim_weight (0: no bound)
+
+    def claim_weight(self, job_id: str, owner: str) -> int:
+        """What claiming ``job_id`` for ``owner`` adds to one transaction's request, at most, in bytes."""
+        return 0
+
+    def claim_operation(self, owner: str, ttl: float, n: int) -> steps.Operation[steps.Each, steps.Claimed]:
+        """One transaction of ``claim_next_many``, by this store's CLAIM_BYTES."""
+        weight = (lambda job_id: self.claim_weight(job_id, owner)) if self.CLAIM_BYTES else None
+        return steps.claim_next_many(owner, ttl, n, weight, self.CLAIM_BYTES)
 
     def claim_next_many(self, owner: str, ttl: float, n: int) -> list[Lease]:
-        """Up to ``CLAIM_BATCH`` claims per transaction; a transaction that found fewer than it
-        asked for found the queue empty. An error after some were claimed ends the batch with
-        those, as the default loop does."""
+        """Up to ``CLAIM_BATCH`` claims per transaction (``claim_operation``), until one says
+        nothing more is claimable. An error after some were claimed ends the batch with those,
+        as the default loop does."""
         if not self.CLAIMS_IN_BATCHES:
             return Backend.claim_next_many(self, owner, ttl, n)
         found: list[Lease] = []
         while len(found) < n:
             asked = min(n - len(found), self.CLAIM_BATCH or n)
             try:
-                claimed = self._run(steps.claim_next_many(owner, ttl, asked))
+                claimed, more = self._run(self.claim_operation(owner, ttl, asked))
             except LeaseError:
                 if not found:
                     raise
                 break
             found.extend(claimed)
-            if len(claimed) < asked:
+            if not more:
                 break
         return found
 

@@ -135,7 +135,7 @@ def _stored(tx: Transaction, found: Any) -> Any:
     if isinstance(found, JobRecord):
         return tx.stored(found)
     if isinstance(found, Each):
-        return Each(tuple(_stored(tx, one) for one in found.outcomes))
+        return Each(tuple(_stored(tx, one) for one in found.outcomes), found.more)
     return found
 
 
@@ -279,6 +279,7 @@ class Each:
     rejection it audited, or the error that lease's record alone raised (a corrupt one)."""
 
     outcomes: tuple[JobRecord | Rejection | LeaseError, ...]
+    more: bool = False  # claim_next_many: more may be claimable than it took
 
 
 Renewal = tuple[Lease, float]  # a lease and the TTL to renew it for
@@ -337,17 +338,30 @@ def _completed_each(found: Each) -> list[LeaseError | None]:
     return [None if isinstance(f, JobRecord) else _error(f) for f in found.outcomes]
 
 
-def claim_next_many(owner: str, ttl: float, n: int) -> Operation[Each, list[Lease]]:
+Claimed = tuple[list[Lease], bool]  # the leases a claim_next_many won, and whether more may be claimable
+
+
+def claim_next_many(owner: str, ttl: float, n: int, weight: Callable[[str], int] | None = None,
+                    budget: int = 0) -> Operation[Each, Claimed]:
     """Up to ``n`` claims in ONE transaction, in claim_next's order (``next_claimables``), each
-    one its own claim with its own token; fewer only when fewer are claimable."""
+    one its own claim with its own token; with ``weight``, no more than ``budget`` of it (bytes
+    of a request), one claim at least. The caller learns whether more may be claimable: all
+    ``n`` were taken, or the budget left some behind."""
     def step(tx: Transaction) -> Each:
-        return Each(tuple(_claim_in(tx, job_id, owner, ttl, None) for job_id in tx.next_claimables(n)))
+        load = 0
+        found: list[JobRecord | Rejection | LeaseError] = []
+        for job_id in tx.next_claimables(n):
+            load += 0 if weight is None else weight(job_id)
+            if found and load > budget:
+                return Each(tuple(found), more=True)
+            found.append(_claim_in(tx, job_id, owner, ttl, None))
+        return Each(tuple(found), more=len(found) == n)
 
     return Operation("(claim_next)", step, _claimed_each, contention.CLAIM_NEXT_ATTEMPTS)
 
 
-def _claimed_each(found: Each) -> list[Lease]:
-    return [transitions.lease_of(f) for f in found.outcomes if isinstance(f, JobRecord)]
+def _claimed_each(found: Each) -> Claimed:
+    return [transitions.lease_of(f) for f in found.outcomes if isinstance(f, JobRecord)], found.more
 
 
 Item = TypeVar("Item", bound=tuple[Lease, Any])
