@@ -1,0 +1,95 @@
+"""``python -m benchmarks.drain --backends sqlite,postgres --jobs 100000 --workers 16 --n 1,32``
+
+Claims in batches (issue 29): ``--workers`` worker processes drain ``--jobs`` submitted jobs,
+each claiming and completing ``n`` at a time, for each ``n`` side by side in one run on the same
+server; jobs per second and each ``n``'s ratio to the first. ``n`` = 1 is today's worker loop
+(``claim_next``, ``complete``); a larger ``n`` is ``claim_next_many`` and ``complete_many``.
+Each store runs on a private server started like the tests start theirs (fsync on). A run
+checks that every job was completed once.
+
+Not a timed test: figures for docs/performance.md ("Claims in batches").
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import time
+import uuid
+from typing import Any
+
+import tenure
+from benchmarks.subjects import bare
+
+TTL = 60.0  # longer than any run: no lease runs out while the queue drains
+SUBMIT_BATCH = 2000
+
+
+def _worker(url: str, options: dict[str, Any], n: int, barrier: Any, out: Any) -> None:
+    owner = f"drain-{os.getpid()}"
+    done = 0
+    with tenure.connect(url, **options) as store:
+        barrier.wait()
+        while True:
+            if n == 1:
+                lease = store.claim_next(owner, TTL)
+                if lease is None:
+                    break
+                store.complete(lease)
+                done += 1
+                continue
+            leases = store.claim_next_many(owner, TTL, n)
+            if not leases:
+                break
+            refused = [one for one in store.complete_many(leases) if one is not None]
+            if refused:
+                raise RuntimeError(f"{owner}: completions refused: {refused[:3]}")
+            done += len(leases)
+    out.put(done)
+
+
+def drain(url: str, options: dict[str, Any], jobs: int, workers: int, n: int) -> float:
+    """Jobs per second for ``workers`` processes draining ``jobs`` fresh jobs ``n`` at a time."""
+    prefix = f"d{n}-{uuid.uuid4().hex[:6]}-"
+    with tenure.connect(url, **options) as store:
+        for start in range(0, jobs, SUBMIT_BATCH):
+            store.submit_many(f"{prefix}{i:07d}" for i in range(start, min(jobs, start + SUBMIT_BATCH)))
+    ctx = multiprocessing.get_context("spawn")
+    barrier, out = ctx.Barrier(workers + 1), ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(url, options, n, barrier, out)) for _ in range(workers)]
+    for p in procs:
+        p.start()
+    barrier.wait()
+    started = time.perf_counter()
+    completed = sum(out.get(timeout=3600) for _ in procs)
+    elapsed = time.perf_counter() - started
+    for p in procs:
+        p.join()
+    if completed != jobs:
+        raise RuntimeError(f"{completed} of {jobs} jobs completed")
+    return jobs / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[1] if __doc__ else None)
+    parser.add_argument("--backends", default="sqlite,postgres", help="of memory, sqlite, postgres, zk, etcd")
+    parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--n", default="1,32", help="batch sizes, side by side; the first is the baseline")
+    args = parser.parse_args()
+    sizes = [int(n) for n in args.n.split(",")]
+    print(f"# {args.workers} worker processes drain {args.jobs:,} jobs, n at a time; "
+          f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+    print("| store | " + " | ".join(f"n={n} jobs/s" for n in sizes) + " | "
+          + " | ".join(f"n={n} / n={sizes[0]}" for n in sizes[1:]) + " |")
+    print("|---" * (2 * len(sizes)) + "|")
+    for name in args.backends.split(","):
+        with bare(name) as subject:
+            rates = [drain(subject.url, subject.options, args.jobs, args.workers, n) for n in sizes]
+        print(f"| {name} | " + " | ".join(f"{rate:,.0f}" for rate in rates) + " | "
+              + " | ".join(f"{rate / rates[0]:.1f}x" for rate in rates[1:]) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
