@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import psycopg
 
-from tenure.backends.postgres_schema import migrate
+from tenure.backends.postgres.schema import migrate
 
 
 def _parallel(n: int, clients: int, work: Callable[[int, int], Callable[[], None]]) -> float:

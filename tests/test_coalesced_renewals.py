@@ -64,7 +64,7 @@ def test_a_batch_counts_every_audit_row_it_adds_toward_trims() -> None:
     """PostgreSQL trims the audit every TRIM_EVERY rows, not every TRIM_EVERY statements: a
     renew_many of thousands of leases would otherwise let the events grow by thousands of rows
     per statement between trims, and the next trim (run inline after a write) grow as long."""
-    from tenure.backends.postgres_ops import TRIM_EVERY, Trims
+    from tenure.backends.postgres.ops import TRIM_EVERY, Trims
 
     trims = Trims()
     assert not trims.due(TRIM_EVERY - 1)

@@ -3,7 +3,7 @@
 ``AsyncBackend`` is ``tenure.Backend`` with coroutines: the same atomic operations, called
 with arguments ``AsyncStore`` already checked (``tenure.core.checks``), deciding with the
 store's clock. A backend whose client library has asyncio I/O implements it natively
-(PostgreSQL: ``tenure.backends.postgres_aio``); ``ThreadedBackend`` serves a sync backend
+(PostgreSQL: ``tenure.backends.postgres.aio``); ``ThreadedBackend`` serves a sync backend
 from ONE worker thread per store, as aiosqlite does: SQLite answers from a local file in
 about a millisecond, so one thread is enough and never grows. The memory store, which never
 waits on I/O, is called in the loop itself.

@@ -31,8 +31,8 @@ from tenure.core.registry import open_backend
 
 # scheme -> (module, class) of a backend with native asyncio I/O
 NATIVE: dict[str, tuple[str, str]] = {
-    "postgresql": ("tenure.backends.postgres_aio", "AsyncPostgresBackend"),
-    "postgres": ("tenure.backends.postgres_aio", "AsyncPostgresBackend"),
+    "postgresql": ("tenure.backends.postgres.aio", "AsyncPostgresBackend"),
+    "postgres": ("tenure.backends.postgres.aio", "AsyncPostgresBackend"),
     "zk": ("tenure.backends.zookeeper.aio", "AsyncZooKeeperBackend"),
     "zookeeper": ("tenure.backends.zookeeper.aio", "AsyncZooKeeperBackend"),
     "etcd": ("tenure.backends.etcd.aio", "AsyncEtcdBackend"),

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import tenure
-from tenure.backends import postgres_schema
+from tenure.backends.postgres import schema as postgres_schema
 from tests.servers.ports import free_port
 from tests.servers.postgres import AUTH_PASSWORD, AUTH_USER, PostgresHarness, PostgresServer, admin
 

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 import tenure
-from tenure.backends import postgres_ops
-from tenure.backends import postgres_sql as q
+from tenure.backends.postgres import ops as postgres_ops
+from tenure.backends.postgres import sql as q
 from tenure.core import queries, transitions
 from tenure.core.errors import JobNotFound, StaleLease, TokenChanged
 from tenure.core.lifecycle import Retry

@@ -22,8 +22,8 @@ from typing import Any, Protocol
 import psycopg
 from psycopg import sql
 
-from tenure.backends.postgres_connection import Settings, connection_error
-from tenure.backends.postgres_ops import Plans, Query, Rows
+from tenure.backends.postgres.connection import Settings, connection_error
+from tenure.backends.postgres.ops import Plans, Query, Rows
 from tenure.core.records import Change, JobState, JobStatus
 from tenure.core.transitions import state_at
 

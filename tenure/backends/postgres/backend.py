@@ -1,7 +1,7 @@
 """``postgresql://user@host:5432/dbname?schema=tenure``: leases in PostgreSQL tables.
 
 Every claim, renew, complete, release, fail and requeue is ONE statement (one round trip) that reads the
-server's ``clock_timestamp()``, judges, writes and audits (see ``postgres_sql``). Store time
+server's ``clock_timestamp()``, judges, writes and audits (see ``sql``). Store time
 is the server's clock, never the worker's. Tokens live in the job's row, which is never
 deleted, so they grow across completion and resubmission, restarts and crashes, as long as
 an acknowledged commit is never lost: the backend refuses ``fsync=off``, makes its sessions
@@ -22,9 +22,9 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import sql
 
-from tenure.backends.postgres_connection import Settings, Watchdog, connection_error, open_pool, pool_only_waited
-from tenure.backends.postgres_ops import ATTEMPTS, Plan, Plans, Query, Trims, outraced_by, rerun_after, run_sync
-from tenure.backends.postgres_schema import check_durability, check_schema_name, migrate
+from tenure.backends.postgres.connection import Settings, Watchdog, connection_error, open_pool, pool_only_waited
+from tenure.backends.postgres.ops import ATTEMPTS, Plan, Plans, Query, Trims, outraced_by, rerun_after, run_sync
+from tenure.backends.postgres.schema import check_durability, check_schema_name, migrate
 from tenure.core.backend import Backend, Characteristics, Durability
 from tenure.core.clock import Clock
 from tenure.core.errors import BackendUnavailable, InvalidArgument, LeaseError
@@ -90,7 +90,7 @@ class PostgresBackend(Backend):
     characteristics = Characteristics(
         name="postgres",
         store_clock="the PostgreSQL server's clock (clock_timestamp(), read inside each deciding statement)",
-        durability=Durability.FSYNC,  # fsync=off refused, synchronous_commit=on (postgres_schema)
+        durability=Durability.FSYNC,  # fsync=off refused, synchronous_commit=on (schema.py)
         min_ttl=0.1,  # a held lease renews every TTL/3, each renewal a round trip and a commit
         # libpq's prefer (its default) and allow fall back to clear text: they do not count.
         tls_options=("sslmode=require", "sslmode=verify-ca", "sslmode=verify-full"),
@@ -238,7 +238,7 @@ class PostgresBackend(Backend):
     def watch(self, stop: threading.Event, interval: float) -> Iterator[Change]:
         if not self.notify:
             return super().watch(stop, interval)
-        from tenure.backends.postgres_watch import watch
+        from tenure.backends.postgres.watch import watch
 
         return watch(self, stop, interval)
 

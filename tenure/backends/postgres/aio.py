@@ -1,6 +1,6 @@
 """``postgresql://`` for ``tenure.aio``: psycopg's asyncio connections and ``AsyncConnectionPool``.
 
-The operations are ``postgres_ops``'s plans, the very ones the sync backend runs: the same
+The operations are ``ops``'s plans, the very ones the sync backend runs: the same
 statements, parameters and decoding; this module only runs their queries on the event loop.
 No thread per call: a statement is a socket write and read the loop waits on, its timeout a
 timer of the loop (``loop_watchdog``). Opening the store creates or migrates its schema and
@@ -18,16 +18,16 @@ import psycopg
 import psycopg_pool
 
 from tenure.aio.backend import AsyncBackend, poll
-from tenure.backends.postgres import PostgresBackend, health, log, prepare, settings_from_url
-from tenure.backends.postgres_connection import (
+from tenure.backends.postgres.backend import PostgresBackend, health, log, prepare, settings_from_url
+from tenure.backends.postgres.connection import (
     Settings,
     connection_error,
     idle_problem,
     loop_watchdog,
     pool_only_waited,
 )
-from tenure.backends.postgres_ops import ATTEMPTS, Plan, Plans, Query, Trims, outraced_by, rerun_after, run_async
-from tenure.backends.postgres_schema import check_schema_name
+from tenure.backends.postgres.ops import ATTEMPTS, Plan, Plans, Query, Trims, outraced_by, rerun_after, run_async
+from tenure.backends.postgres.schema import check_schema_name
 from tenure.core.clock import Clock
 from tenure.core.errors import BackendUnavailable, LeaseError
 from tenure.core.lifecycle import Retry
@@ -212,7 +212,7 @@ class AsyncPostgresBackend(AsyncBackend):
     def watch(self, interval: float) -> AsyncIterator[Change]:
         if not self.notify:  # writes do not notify: poll, as the sync backend does then
             return poll(self, interval)
-        from tenure.backends.postgres_watch import watch_async
+        from tenure.backends.postgres.watch import watch_async
 
         return watch_async(self, interval)
 

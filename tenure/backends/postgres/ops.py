@@ -2,8 +2,8 @@
 
 Each operation is a generator (sans-I/O, as in h11 or hyper-h2): it yields the ``Query`` to
 run and is sent the rows it returned, decodes them and decides, and returns its answer. The
-sync backend (``postgres``) runs the queries on a ``ConnectionPool``, the asyncio backend
-(``postgres_aio``) on an ``AsyncConnectionPool``; nothing else differs, so a statement, its
+sync backend (``backend``) runs the queries on a ``ConnectionPool``, the asyncio backend
+(``aio``) on an ``AsyncConnectionPool``; nothing else differs, so a statement, its
 parameters and the decoding of its rows are written once.
 """
 
@@ -14,8 +14,8 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from tenure.backends import postgres_sql as q
-from tenure.backends.postgres_connection import retryable
+from tenure.backends.postgres import sql as q
+from tenure.backends.postgres.connection import retryable
 from tenure.core import codec, contention, transitions
 from tenure.core.codec import corrupt_status
 from tenure.core.errors import CorruptRecord, JobNotFound, LeaseError, Outraced, StaleLease, TokenChanged
