@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import multiprocessing
 import os
 import time
 import uuid
@@ -23,6 +22,7 @@ from typing import Any, TypeVar
 
 import tenure
 from benchmarks.subjects import bare
+from benchmarks.workloads import in_processes
 
 TTL = 600.0  # longer than any run: no lease runs out while the queue drains
 SUBMIT_BATCH = 2000
@@ -96,17 +96,8 @@ def drain(url: str, options: dict[str, Any], jobs: int, workers: int, n: int) ->
     with tenure.connect(url, **options) as store:
         for start in range(0, jobs, SUBMIT_BATCH):
             store.submit_many(f"{prefix}{i:07d}" for i in range(start, min(jobs, start + SUBMIT_BATCH)))
-    ctx = multiprocessing.get_context("spawn")
-    barrier, out = ctx.Barrier(workers + 1), ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(url, options, n, barrier, out)) for _ in range(workers)]
-    for p in procs:
-        p.start()
-    barrier.wait()
-    started = time.perf_counter()
-    completed = sum(out.get(timeout=3600) for _ in procs)
-    elapsed = time.perf_counter() - started
-    for p in procs:
-        p.join()
+    elapsed, done = in_processes(_worker, (url, options, n), workers, timeout=3600.0)
+    completed = sum(done)
     if completed != jobs:
         raise RuntimeError(f"{completed} of {jobs} jobs completed")
     return jobs / elapsed

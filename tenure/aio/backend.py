@@ -33,7 +33,7 @@ from tenure.core.errors import BackendUnavailable, LeaseError
 from tenure.core.holding import CLOSE_WAIT
 from tenure.core.lifecycle import Retry
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
-from tenure.core.steps import Completion, Renewal
+from tenure.core.steps import Claims, Completion, Renewal
 from tenure.core.watch import Polled, RejectionFilter
 
 T = TypeVar("T")
@@ -100,18 +100,15 @@ class AsyncBackend(abc.ABC):
     async def claim_next_many(self, owner: str, ttl: float, n: int) -> list[Lease]:
         """``tenure.Backend.claim_next_many``: this default claims one per request, and an
         error after some were claimed ends the batch with those."""
-        found: list[Lease] = []
-        while len(found) < n:
+        claims = Claims(n, 1)
+        while claims.next():
             try:
                 lease = await self.claim_next(owner, ttl)
-            except LeaseError:
-                if not found:
-                    raise
-                break
-            if lease is None:
-                break
-            found.append(lease)
-        return found
+            except LeaseError as exc:
+                claims.failed(exc)
+                continue
+            claims.took([] if lease is None else [lease], more=lease is not None)
+        return claims.found
 
     async def complete_many(self, completions: Sequence[Completion]) -> list[LeaseError | None]:
         """``tenure.Backend.complete_many``: this default completes one lease per request."""

@@ -147,19 +147,13 @@ class AsyncRecordBackend(ThreadedBackend):
         """``RecordBackend.claim_next_many``, awaiting."""
         if not self.sync.CLAIMS_IN_BATCHES:
             return await AsyncBackend.claim_next_many(self, owner, ttl, n)
-        found: list[Lease] = []
-        while len(found) < n:
-            asked = min(n - len(found), self.sync.CLAIM_BATCH or n)
+        claims = steps.Claims(n, self.sync.CLAIM_BATCH)
+        while asked := claims.next():
             try:
-                claimed, more = await self._run(self.sync.claim_operation(owner, ttl, asked))
-            except LeaseError:
-                if not found:
-                    raise
-                break
-            found.extend(claimed)
-            if not more:
-                break
-        return found
+                claims.took(*await self._run(self.sync.claim_operation(owner, ttl, asked)))
+            except LeaseError as exc:
+                claims.failed(exc)
+        return claims.found
 
     async def complete(self, lease: Lease, result: bytes | None) -> None:
         await self._run(steps.complete(lease, result))

@@ -170,18 +170,15 @@ class Backend(abc.ABC):
         after some were claimed ends the batch with those (the next call meets it again), so
         no lease won is lost. A store that claims many in one round trip overrides it (and
         CLAIMS_IN_BATCHES)."""
-        found: list[Lease] = []
-        while len(found) < n:
+        claims = steps.Claims(n, 1)
+        while claims.next():
             try:
                 lease = self.claim_next(owner, ttl)
-            except LeaseError:
-                if not found:
-                    raise
-                break
-            if lease is None:
-                break
-            found.append(lease)
-        return found
+            except LeaseError as exc:
+                claims.failed(exc)
+                continue
+            claims.took([] if lease is None else [lease], more=lease is not None)
+        return claims.found
 
     def complete_many(self, completions: Sequence[steps.Completion]) -> list[LeaseError | None]:
         """Complete several leases (``(lease, result)`` pairs, one per job), each judged alone:
@@ -425,19 +422,13 @@ class RecordBackend(Backend):
         as the default loop does."""
         if not self.CLAIMS_IN_BATCHES:
             return Backend.claim_next_many(self, owner, ttl, n)
-        found: list[Lease] = []
-        while len(found) < n:
-            asked = min(n - len(found), self.CLAIM_BATCH or n)
+        claims = steps.Claims(n, self.CLAIM_BATCH)
+        while asked := claims.next():
             try:
-                claimed, more = self._run(self.claim_operation(owner, ttl, asked))
-            except LeaseError:
-                if not found:
-                    raise
-                break
-            found.extend(claimed)
-            if not more:
-                break
-        return found
+                claims.took(*self._run(self.claim_operation(owner, ttl, asked)))
+            except LeaseError as exc:
+                claims.failed(exc)
+        return claims.found
 
     def complete(self, lease: Lease, result: bytes | None) -> None:
         self._run(steps.complete(lease, result))

@@ -364,6 +364,32 @@ def _claimed_each(found: Each) -> Claimed:
     return [transitions.lease_of(f) for f in found.outcomes if isinstance(f, JobRecord)], found.more
 
 
+class Claims:
+    """A ``claim_next_many``'s requests, free of I/O (both flavours, batched or one lease per
+    request): how many the next asks for (None: done), and what an answer or error means."""
+
+    def __init__(self, n: int, per_request: int) -> None:
+        self.n = n
+        self.per_request = per_request or n
+        self.found: list[Lease] = []
+        self._done = False
+
+    def next(self) -> int | None:
+        return None if self._done or len(self.found) >= self.n else min(self.n - len(self.found), self.per_request)
+
+    def took(self, leases: list[Lease], more: bool) -> None:
+        """A request's leases; ``more``: more may be claimable."""
+        self.found += leases
+        self._done = not more
+
+    def failed(self, error: LeaseError) -> None:
+        """A request raised: raised again if nothing was claimed yet, else the batch ends
+        with what was (the next call meets the error), so no lease won is lost."""
+        if not self.found:
+            raise error
+        self._done = True
+
+
 Item = TypeVar("Item", bound=tuple[Lease, Any])
 
 
