@@ -108,9 +108,9 @@ def trace_claims(url: str, rounds: int, package: Path) -> Trace:
 @contextlib.contextmanager
 def store_urls(wanted: list[str]) -> Iterator[dict[str, str]]:
     """A URL per wanted store, on private servers that live as long as the block."""
-    from tests.servers.etcd import EtcdCluster
-    from tests.servers.postgres import MACHINE_URL, admin
-    from tests.servers.zookeeper import ZooKeeperServer
+    from devservers.etcd import EtcdCluster
+    from devservers.postgres import MACHINE_URL, admin
+    from devservers.zookeeper import ZooKeeperServer
 
     urls: dict[str, str] = {}
     schema = f"trace_{uuid.uuid4().hex[:8]}"
@@ -147,7 +147,7 @@ def main() -> int:
     parser.add_argument("--stores", default="memory,sqlite,postgres,etcd,zk")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    sys.path.insert(0, str(HERE))  # tests.servers from this tree
+    sys.path.insert(0, str(HERE))  # devservers from this tree
     tree = args.tree.resolve()
     sys.path.insert(0, str(tree))
     for name in [m for m in sys.modules if m == "tenure" or m.startswith("tenure.")]:

@@ -36,8 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import tenure  # noqa: E402
+from devservers.ports import free_port  # noqa: E402
 from tenure.dashboard import launcher, links  # noqa: E402
-from tests.servers.ports import free_port  # noqa: E402
 
 FIRST_RENDER, REFRESH = 2.0, 0.5
 PAGES = ["overview", "leases", "workers", "stuck", "activity", "timeline", "rejections", "job"]
@@ -54,7 +54,7 @@ def served_store(backend: str, tmp: Path) -> Iterator[str]:
     if backend == "sqlite":
         yield f"sqlite:///{tmp / 'scale.db'}"
     elif backend == "etcd":
-        from tests.servers.etcd import EtcdCluster
+        from devservers.etcd import EtcdCluster
 
         cluster = EtcdCluster(tmp / "etcd", size=1)
         cluster.start()
@@ -63,12 +63,12 @@ def served_store(backend: str, tmp: Path) -> Iterator[str]:
         finally:
             cluster.close()
     elif backend == "zk":
-        from tests.servers.zookeeper import running
+        from devservers.zookeeper import running
 
         with running(tmp / "zk", heap="1g") as server:  # 100,000 jobs are ~300,000 znodes
             yield f"zk://{server.hosts}/dash-{uuid.uuid4().hex[:8]}"
     elif backend == "postgres":
-        from tests.servers.postgres import running as pg_running
+        from devservers.postgres import running as pg_running
 
         with pg_running() as pg:
             yield f"{pg.url}?schema=dash_{uuid.uuid4().hex[:8]}"

@@ -3,9 +3,9 @@
     python -m benchmarks.failover [--rounds 5] [--backends etcd,zk] [--faults kill,pause]
 
 Starts a 3-node etcd cluster and a 3-node ZooKeeper ensemble on loopback as the tests do
-(tests/servers/), and for each round: a holder claims a job and dies, the leader is killed
+(devservers/), and for each round: a holder claims a job and dies, the leader is killed
 (SIGKILL) or paused (SIGSTOP), and a rescuer polls the claim until the store lets it in
-(tests/servers/failover.py, the scenario the cluster tests assert on). The leader is then
+(devservers/failover.py, the scenario the cluster tests assert on). The leader is then
 brought back and the next round uses a fresh prefix. Prints the reclaim times, from the fault
 and from the dead holder's claim, as a Markdown table; docs/performance.md has the figures.
 """
@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import tenure
-from tests.servers.control import ServerProcess
-from tests.servers.etcd import EtcdCluster
-from tests.servers.failover import Reclaim, reclaim_after
-from tests.servers.zookeeper import Ensemble
+from devservers.control import ServerProcess
+from devservers.etcd import EtcdCluster
+from devservers.failover import Reclaim, reclaim_after
+from devservers.zookeeper import Ensemble
 
 TTL = {"etcd": 2.0, "zk": 3.0}  # etcd's minimum lease; the ZooKeeper test's TTL
 FAULTS: dict[str, tuple[Callable[[ServerProcess], None], Callable[[ServerProcess], None]]] = {

@@ -43,7 +43,7 @@ def store_url(name: str) -> Iterator[str]:
         if name == "sqlite":
             yield f"sqlite:///{tmp}/bench.db"
         elif name == "etcd":
-            from tests.servers.etcd import EtcdCluster
+            from devservers.etcd import EtcdCluster
 
             cluster = EtcdCluster(Path(tmp), size=1)
             cluster.start()
@@ -52,12 +52,12 @@ def store_url(name: str) -> Iterator[str]:
             finally:
                 cluster.close()
         elif name == "postgres":
-            from tests.servers.postgres import running as pg_running
+            from devservers.postgres import running as pg_running
 
             with pg_running() as pg:
                 yield f"{pg.url}?schema=bench_{uuid.uuid4().hex[:8]}"
         elif name == "zk":
-            from tests.servers.zookeeper import running
+            from devservers.zookeeper import running
 
             with running(Path(tmp) / "zk", heap="1g") as server:
                 yield f"zk://{server.hosts}/bench-{uuid.uuid4().hex[:8]}"

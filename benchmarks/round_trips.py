@@ -4,7 +4,7 @@
     python benchmarks/round_trips.py --tree DIR       # another checkout (e.g. the commit before)
 
 Starts a private single-node etcd and a standalone ZooKeeper like the tests do (their servers
-come from this tree's tests/servers; PostgreSQL is the machine's, ``TENURE_TEST_PG_URL``, a
+come from this tree's devservers/; PostgreSQL is the machine's, ``TENURE_TEST_PG_URL``, a
 fresh schema dropped afterwards), imports tenure from ``--tree``, and counts:
 
 - etcd: requests the caller waits for on the backend's connection (``txn``, ``range``,
@@ -137,6 +137,8 @@ def operations(store: Any, tag: str) -> dict[str, Callable[[], object]]:
             "claim (to fail)": lambda: state.__setitem__("lease", store.claim(f"{tag}-f", owner="w", ttl=30)),
             "fail (holder)": lambda: store.fail(state["lease"], "boom", retry_in=60),
             "requeue": lambda: store.requeue(f"{tag}-f", actor="ops"),
+            "requeue (delayed)": lambda: store.requeue(f"{tag}-f", actor="ops", delay=60),
+            "submit (delayed new job)": lambda: store.submit(f"{tag}-d", delay=60),
         })
     return steps
 
@@ -180,10 +182,10 @@ def main() -> int:
     parser.add_argument("--backends", default="etcd,zk,postgres",
                         help="comma-separated: etcd, etcd-aio, zk, zk-aio, postgres, postgres-aio")
     args = parser.parse_args()
-    sys.path.insert(0, str(HERE))  # tests.servers from this tree
-    from tests.servers.etcd import EtcdCluster
-    from tests.servers.postgres import MACHINE_URL, admin
-    from tests.servers.zookeeper import ZooKeeperServer
+    sys.path.insert(0, str(HERE))  # devservers from this tree
+    from devservers.etcd import EtcdCluster
+    from devservers.postgres import MACHINE_URL, admin
+    from devservers.zookeeper import ZooKeeperServer
 
     sys.path.insert(0, str(args.tree.resolve()))
     for name in [m for m in sys.modules if m == "tenure" or m.startswith("tenure.")]:

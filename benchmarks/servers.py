@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tests.servers.etcd import EtcdCluster
+    from devservers.etcd import EtcdCluster
 
 
 @contextlib.contextmanager
 def private_etcd(prefix: str) -> Iterator[EtcdCluster]:
     """A single-node etcd in a temporary directory, stopped and removed when the block ends."""
-    from tests.servers.etcd import EtcdCluster
+    from devservers.etcd import EtcdCluster
 
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         cluster = EtcdCluster(Path(tmp), size=1)

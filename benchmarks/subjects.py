@@ -47,7 +47,7 @@ def sqlite(net: Route = DIRECT) -> Iterator[Subject]:
 def zookeeper(net: Route = DIRECT) -> Iterator[Subject]:
     """A private standalone server started like the tests start theirs (fsync on)."""
     from benchmarks import zk_peers
-    from tests.servers.zookeeper import running
+    from devservers.zookeeper import running
 
     # ZooKeeper keeps every znode in memory: 100,000 jobs are about 300,000 znodes (record,
     # generation, index entry), more than the tests' 128 MB heap holds; 1 GB is zkEnv.sh's default.
@@ -64,7 +64,7 @@ def zookeeper(net: Route = DIRECT) -> Iterator[Subject]:
 def etcd(net: Route = DIRECT) -> Iterator[Subject]:
     """A private single-node etcd started like the tests start theirs (fsync on)."""
     from benchmarks import etcd_peers
-    from tests.servers.etcd import EtcdCluster
+    from devservers.etcd import EtcdCluster
 
     with tempfile.TemporaryDirectory(prefix="tenure-bench-etcd-") as tmp:
         cluster = EtcdCluster(Path(tmp), size=1)
@@ -86,7 +86,7 @@ def etcd(net: Route = DIRECT) -> Iterator[Subject]:
 def postgres(net: Route = DIRECT) -> Iterator[Subject]:
     """A private PostgreSQL started like the fault tests start theirs (fsync on, defaults)."""
     from benchmarks import pg_peers
-    from tests.servers.postgres import running
+    from devservers.postgres import running
 
     with running() as server:
         address = net.route(f"127.0.0.1:{server.port}")

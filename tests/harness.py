@@ -5,13 +5,12 @@ A harness hands out isolated stores (a new file, prefix, chroot or schema per ``
 knows how to make time pass for a lease and how to plant a corrupt record. For the fault
 suite it also gives each worker its own URL (through that worker's proxies on a server, so
 one worker can be cut off alone), injects server faults with the verbs of
-``tests/servers/control.py``, and undoes every fault (``heal``) before the final state is read.
+``devservers/control.py``, and undoes every fault (``heal``) before the final state is read.
 """
 
 from __future__ import annotations
 
 import base64
-import os
 import random
 import sqlite3
 import time
@@ -20,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import tenure
+from devservers.control import ServerProcess
+from devservers.ports import free_port
 from tenure.core.validation import LAST_TOKEN, MAX_TOKEN
 from tenure.testing.kit import Tampering, wait_out
 from tests.faults import catalog
 from tests.faults.proxy import Proxy
-from tests.servers.control import ServerProcess
-from tests.servers.ports import free_port
 
 WORKER_FAULTS = catalog.names(catalog.WORKER)
 UNREACHABLE_SECRET = "unreachable-pw-7q2"  # the password of unreachable_url: no error may show it
@@ -61,9 +60,10 @@ class Harness:
     # A store that may end a lease early and restores it only while the holder's safe deadline
     # runs: the drift margin that deadline keeps (the fault checker's ``deadline_margin``).
     early_end_margin: float | None = None
-    # Delays (submit, fail, requeue) are timed by the clients' wall clocks, not the store's:
-    # etcd has no clock to ask (docs/protocol.md, "Clocks").
-    delays_by_client_clocks: bool = False
+    # Seconds a delayed job (submit, fail, requeue) may become claimable after its window under
+    # the fault suite's faults (the fault checker's ``delay_late``): 0 where the store's clock
+    # judges claimable_at; etcd times a delay by an etcd lease (below, EtcdHarness).
+    delay_late: float = 0.0
     size = 1  # servers
 
     def __init__(self, query: str = "") -> None:
@@ -306,5 +306,3 @@ def pytest_skip(reason: str) -> None:
     pytest.skip(reason)
 
 
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")

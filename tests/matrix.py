@@ -4,7 +4,7 @@
 
 For each cell (a server at one version) it runs, with ``CI=true`` (a server that cannot start
 fails, never skips) and the cell's ``TENURE_ETCD``, ``TENURE_ZOOKEEPER`` or ``TENURE_POSTGRES``:
-the conformance suite and the asyncio suite (``tests/conformance``, ``tests/test_aio.py``) on
+the conformance suite and the asyncio suite (``tests/conformance``, ``tests/aio/test_aio.py``) on
 that backend alone, the cell's backend tests (``Cell.backend_tests``: a 3-node etcd cluster's,
 ZooKeeper's own and its ensemble's, PostgreSQL's own) and the version checks
 (``tests/servers/test_versions.py``); then a short fault run of every fault, one run per
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devservers import versions
 from tests.faults import report
-from tests.servers import versions
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -63,7 +63,7 @@ CELLS = (
     Cell(versions.POSTGRES, "15", "postgres", "postgres", PG_BACKEND),
     Cell(versions.POSTGRES, "18", "postgres", "postgres", PG_BACKEND),
 )
-SUITES = ("tests/conformance", "tests/test_aio.py", "tests/servers/test_versions.py")
+SUITES = ("tests/conformance", "tests/aio/test_aio.py", "tests/servers/test_versions.py")
 
 
 def cell_env(cell: Cell) -> dict[str, str]:
@@ -157,7 +157,7 @@ all with `CI=true` so a server that cannot start fails; then a short fault run o
 (`--fault all`: each fault alone, then mixed, 10 s each), one run on a single node and one on
 3 nodes; the tables are in [reliability.md](reliability.md) under the commands below.
 A version is chosen with `TENURE_ETCD`, `TENURE_ZOOKEEPER` or `TENURE_POSTGRES` (a version or a
-directory of the server's files; `tests/servers/versions.py`).
+directory of the server's files; `devservers/versions.py`).
 
 *tests* counts passed / failed / skipped (the suites' tests of the other backends are skipped);
 *fault cases* counts the cases run of those `--fault all` runs; *early ends* counts the leases

@@ -34,8 +34,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.dashboard_scale import BARE_APP, CHROMIUM_ARGS, seeded_store  # noqa: E402
+from devservers.ports import free_port  # noqa: E402
 from tenure.dashboard import launcher  # noqa: E402
-from tests.servers.ports import free_port  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 # Records in window.__counts the time (ms since navigation start) at which the

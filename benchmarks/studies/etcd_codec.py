@@ -69,7 +69,7 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=1000, help="claim+complete cycles per run")
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
-    from tests.servers.etcd import EtcdCluster
+    from devservers.etcd import EtcdCluster
 
     with tempfile.TemporaryDirectory(prefix="tenure-codec-") as tmp:
         baseline = archived(args.baseline, Path(tmp) / "baseline")

@@ -31,7 +31,7 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=200, help="cycles per slice")
     parser.add_argument("--runs", type=int, default=5, help="slices of each side")
     args = parser.parse_args()
-    from tests.servers.etcd import EtcdCluster
+    from devservers.etcd import EtcdCluster
 
     with tempfile.TemporaryDirectory(prefix="tenure-etcd-cpu-") as tmp:
         cluster = EtcdCluster(Path(tmp), size=1)

@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import tenure
-from tests.servers.zookeeper import ZooKeeperServer
+from devservers.zookeeper import ZooKeeperServer
 
 
 def main(rounds: int) -> None:

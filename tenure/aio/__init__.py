@@ -13,7 +13,7 @@ Values (``Lease``, ``JobStatus`` ...) and errors are ``tenure``'s own.
 
 from tenure.aio.backend import AsyncBackend, ThreadedBackend
 from tenure.aio.holding import AsyncHeldLease
-from tenure.aio.records import AsyncRecordBackend, InlineRecordBackend
+from tenure.aio.record_backend import AsyncRecordBackend, InlineRecordBackend
 from tenure.aio.registry import Connecting, connect
 from tenure.aio.store import AsyncStore, Holding
 

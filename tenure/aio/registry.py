@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Any
 
 from tenure.aio.backend import AsyncBackend, ThreadedBackend
-from tenure.aio.records import InlineRecordBackend
+from tenure.aio.record_backend import InlineRecordBackend
 from tenure.aio.store import AsyncStore
 from tenure.core.backend import Backend, RecordBackend
 from tenure.core.clock import Clock

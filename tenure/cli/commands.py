@@ -14,9 +14,9 @@ import tenure
 from tenure.cli import exits
 from tenure.cli.format import render, table, when
 from tenure.cli.signals import Interrupts
-from tenure.core.export import plain, to_jsonl
 from tenure.core.records import Change, JobState
 from tenure.core.shown import attempts, first_line
+from tenure.views.export import plain, to_jsonl
 
 # States whose job holds no lease to end (a scheduled job was given back, failed or delayed; a
 # parked one failed, or its last lease ran out).

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from tenure.core.export import to_json, to_jsonl
 from tenure.core.shown import when
+from tenure.views.export import to_json, to_jsonl
 
 OUTPUTS = ("table", "json", "jsonl")
 __all__ = ["OUTPUTS", "render", "table", "when"]

@@ -1,6 +1,6 @@
 """``tenure metrics``: Prometheus metrics of a store at ``/metrics``, for alerting.
 
-Each scrape counts jobs through ``tenure.core.snapshot.Snapshot``, the dashboard's code: where
+Each scrape counts jobs through ``tenure.views.snapshot.Snapshot``, the dashboard's code: where
 the store has a native watch (etcd, ZooKeeper, PostgreSQL) the counts come from a mirror of
 every job kept by that watch, so a scrape does not list the store; elsewhere from the store's
 indexed ``summary()``. Nothing is kept between scrapes otherwise (``max_age=0``): a scrape costs
@@ -41,8 +41,8 @@ import tenure
 from tenure.cli import exits, stores
 from tenure.cli.arguments import PORT, SOON
 from tenure.core.records import JobState, Op, Reason, RejectionKind
-from tenure.core.snapshot import Snapshot
 from tenure.core.watch import NewEvents, NewRejections
+from tenure.views.snapshot import Snapshot
 
 _REASONS = frozenset(r.value for r in Reason)
 # Every series known in advance, exported at 0 from the first scrape (Prometheus's convention,

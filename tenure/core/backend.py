@@ -89,6 +89,10 @@ class Characteristics:
     # ZooKeeper): a record damaged behind tenure's back is counted where its index puts it,
     # and found as corrupt only by a listing (jobs(), or a page() that asks for corrupt jobs).
     counts_from_indexes: bool = False
+    # Seconds a delayed job (a submit's or requeue's delay, a fail's wait) may become claimable
+    # after its claimable_at: 0 where the store's clock judges claimable_at itself. etcd times a
+    # delay by an etcd lease of whole seconds (its minimum TTL at least), ended on a 500 ms tick.
+    delay_late: float = 0.0
     # (environment variable, option) pairs the client library reads when the URL does not give
     # the option (libpq: PGSSLMODE, PGPASSWORD): they count when judging what is sent in clear text.
     environment: tuple[tuple[str, str], ...] = ()

@@ -25,7 +25,7 @@ MAX_REASON = 512
 # what an operator reads; Zl, Zp: line and paragraph separators, which break log lines and
 # tables. As Unicode 14.0 assigns them (Python 3.11's unicodedata), written out rather than
 # asked of unicodedata: every Python reads an id alike (3.10 knows Unicode 13, 3.12 Unicode 15),
-# and the SQL stores check the same ranges (tests/test_codec.py checks them against 14.0).
+# and the SQL stores check the same ranges (tests/core/test_codec.py checks them against 14.0).
 REFUSED_RANGES = (
     (0x0, 0x1F, "control"), (0x7F, 0x9F, "control"), (0xAD, 0xAD, "format"), (0x600, 0x605, "format"),
     (0x61C, 0x61C, "format"), (0x6DD, 0x6DD, "format"), (0x70F, 0x70F, "format"), (0x890, 0x891, "format"),

@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterable, Sequence
 
 import pandas as pd
 
-from tenure.core.export import to_json
 from tenure.core.queries import fold
 from tenure.core.records import HistoryEvent, JobPage, JobState, JobStatus, Op, Rejection
 from tenure.core.shown import DAY, attempts, duration, first_line
+from tenure.views.export import to_json
 
 LEASE_COLUMNS = ["job", "owner", "token", "state", "attempts", "expires in (s)", "lease left",
                  "last renewal", "claimed at", "claimable at", "last error", "problem"]

@@ -11,9 +11,9 @@ from collections.abc import Callable
 import streamlit as st
 
 from tenure.core.errors import LeaseError
-from tenure.core.snapshot import Snapshot
 from tenure.dashboard import config, data, links, ops, shared, views
 from tenure.dashboard.links import BY_NAME
+from tenure.views.snapshot import Snapshot
 
 log = logging.getLogger("tenure.dashboard")
 View = Callable[[Snapshot, config.Config], None]

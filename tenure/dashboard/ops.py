@@ -6,11 +6,11 @@ from __future__ import annotations
 import streamlit as st
 
 from tenure.core.shown import duration
-from tenure.core.snapshot import HELD_CAP, Snapshot
 from tenure.dashboard import data, ops_data
 from tenure.dashboard.config import Config
 from tenure.dashboard.shared import zone
 from tenure.dashboard.views import LEASE_COLUMNS, SOON, jobs_table
+from tenure.views.snapshot import HELD_CAP, Snapshot
 
 ACTIVITY_HOURS = [1, 3, 6, 12, 24]
 STUCK_WINDOWS = {"15 minutes": 900.0, "1 hour": 3600.0, "6 hours": 21600.0}

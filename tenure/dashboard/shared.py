@@ -1,7 +1,7 @@
 """What every browser session of one dashboard server shares: its settings and one snapshot.
 
 ``st.cache_resource`` keeps one ``Snapshot`` per store URL and refresh interval for the
-server process, so N sessions cost the store the reads of one (see ``tenure.core.snapshot``).
+server process, so N sessions cost the store the reads of one (see ``tenure.views.snapshot``).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import streamlit as st
 
 import tenure
 from tenure.core.errors import LeaseError
-from tenure.core.snapshot import Snapshot
 from tenure.dashboard import config, data
+from tenure.views.snapshot import Snapshot
 
 TIMES_KEY = "times"
 LOCAL, UTC = "local", "UTC"

@@ -14,10 +14,10 @@ import streamlit as st
 from tenure.core.queries import fold
 from tenure.core.records import JobPage, JobState, Op, RejectionKind
 from tenure.core.shown import attempts
-from tenure.core.snapshot import Snapshot
 from tenure.dashboard import admin, charts, data, links
 from tenure.dashboard.config import Config
 from tenure.dashboard.shared import zone
+from tenure.views.snapshot import Snapshot
 
 PAGE_SIZE = 50
 SOON = 30.0  # seconds: a live lease ending within this is "expiring soon"

@@ -4,7 +4,10 @@ without ``retry_in``, the backoff's bounds, parking by a failure and by a lease 
 on the last attempt, ``requeue``, delays judged by the store's clock.
 
 Waits are for the store's clock: an injected ManualClock is advanced, a server's clock is
-waited for in real time (the shorter of ``kit.short_ttl`` and 1 s: a delay times no lease).
+waited for in real time (the shorter of ``kit.short_ttl`` and 1 s). A store that times delays
+by its own means (etcd: a lease) may make a job claimable up to its
+``Characteristics.delay_late`` after ``claimable_at``: ``wait_claimable`` waits that out in
+real time, and no longer.
 """
 
 from __future__ import annotations
@@ -27,9 +30,20 @@ def wait_until(store: tenure.Store, at: float) -> None:
         time.sleep(min(0.05, max(at - store.now(), 0.005)))
 
 
+def wait_claimable(store: tenure.Store, job_id: str, at: float) -> None:
+    """Return once the scheduled job ``job_id``, claimable from ``at``, is claimable: past ``at``
+    by the store's clock, then within the store's ``delay_late`` in real time (a store that
+    times delays apart from its clock, etcd, ends them that late at most)."""
+    wait_until(store, at)
+    late = time.monotonic() + store.characteristics.delay_late
+    while _status(store, job_id).state is tenure.JobState.SCHEDULED:
+        assert time.monotonic() < late, f"{job_id} still scheduled {store.characteristics.delay_late} s after {at}"
+        time.sleep(0.05)  # polling the store, whose delay ends on its own clock
+
+
 def _delay(kit: Kit) -> float:
-    """A delay the tests wait out: no lease is timed by it, so a store's minimum TTL (etcd's
-    2 s) does not bound it; long enough for the checks made before it passes."""
+    """A delay the tests wait out: long enough for the checks made before it passes, short
+    (a store that rounds it up, etcd, declares how late it may end: ``delay_late``)."""
     return min(kit.short_ttl, 1.0)
 
 
@@ -80,7 +94,7 @@ class LifecycleTests:
         with pytest.raises(tenure.JobScheduled):
             store.claim("j", owner="b", ttl=kit.ttl)
         assert store.claim_next(owner="b", ttl=kit.ttl) is None
-        wait_until(store, job.claimable_at)
+        wait_claimable(store, "j", job.claimable_at)
         again = store.claim_next(owner="b", ttl=kit.ttl)
         assert again is not None and again.job_id == "j" and again.attempt == 2 and again.token > lease.token
         assert [e.op for e in store.history("j")][-2:] == [tenure.Op.FAIL, tenure.Op.CLAIM]
@@ -158,7 +172,7 @@ class LifecycleTests:
         job = _status(store, "j")
         assert job.state is tenure.JobState.SCHEDULED and job.claimable_at is not None
         assert store.claim_next(owner="b", ttl=kit.ttl) is None
-        wait_until(store, job.claimable_at)
+        wait_claimable(store, "j", job.claimable_at)
         assert store.claim("j", owner="b", ttl=kit.ttl).attempt == 1
 
     def test_requeue_refuses_a_missing_completed_or_held_job_and_a_changed_token(
@@ -204,7 +218,7 @@ class LifecycleTests:
         with pytest.raises(tenure.JobScheduled) as refused:
             store.claim("later", owner="a", ttl=kit.ttl)
         assert refused.value.claimable_at == job.claimable_at
-        wait_until(store, job.claimable_at)
+        wait_claimable(store, "later", job.claimable_at)
         assert _status(store, "later").state is tenure.JobState.PENDING
         lease = store.claim_next(owner="a", ttl=kit.ttl)
         assert lease is not None and lease.job_id == "later"

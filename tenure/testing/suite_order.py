@@ -11,7 +11,7 @@ import tenure
 from tenure.core import contention
 from tenure.core.contention import SPREAD
 from tenure.testing.kit import Kit
-from tenure.testing.suite_lifecycle import wait_until
+from tenure.testing.suite_lifecycle import wait_claimable
 
 ORDER_TOLERANCE = SPREAD  # etcd and ZooKeeper start claimers up to 4 queue places apart
 
@@ -52,7 +52,7 @@ class OrderTests:
         queue(store, ["ready"])
         claimable_at = store.get("delayed")
         assert claimable_at is not None and claimable_at.claimable_at is not None
-        wait_until(store, claimable_at.claimable_at)
+        wait_claimable(store, "delayed", claimable_at.claimable_at)
         queue(store, [f"later{i}" for i in range(ORDER_TOLERANCE)])
         first = store.claim_next(owner="b", ttl=kit.ttl * 20)
         second = store.claim_next(owner="b", ttl=kit.ttl * 20)

@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 
 import tenure
-from tenure.backends.etcd.transaction import Read, reads
+from devservers.etcd import EtcdCluster, make_certificates, start_or_fail
+from devservers.ports import free_port
+from tenure.backends.etcd.transaction import KEYS_READ, Read, reads
 from tests.faults.workload import EARLY_END_LOGGER
-from tests.servers.etcd import EtcdCluster, EtcdHarness, make_certificates, start_or_fail
-from tests.servers.ports import free_port
+from tests.servers.etcd import EtcdHarness
 
 
 @pytest.fixture
@@ -226,7 +227,7 @@ def test_claim_next_retries_a_candidate_claimed_between_its_read_and_the_txn(
         def txn(compares: Any, success: Any, failure: Any, **kwargs: Any) -> Any:
             res = real(compares, success, failure, **kwargs)
             key = success[0].request_range.key if success and success[0].HasField("request_range") else b""
-            if not compares and not taken and key.startswith(jobs) and len(success) == 4:  # a candidate's keys
+            if not compares and not taken and key.startswith(jobs) and len(success) == KEYS_READ:  # a candidate's keys
                 taken.append(other.claim(backend.keys.job_id(key, "job"), owner="other", ttl=ttl))
             return res
 

@@ -16,12 +16,13 @@ import pytest
 
 import tenure
 import tenure.aio
+from devservers.etcd import EtcdCluster
+from devservers.ports import free_port
 from tenure.backends.etcd import client as ec
 from tenure.backends.etcd.aio import AsyncEtcdBackend
 from tenure.backends.etcd.backend import EtcdBackend
 from tests.aio_sync import every_operation, outside
-from tests.servers.etcd import EtcdCluster, EtcdHarness
-from tests.servers.ports import free_port
+from tests.servers.etcd import EtcdHarness
 
 
 def _url(harness: EtcdHarness) -> str:

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import in_ci
-from tests.servers.etcd import EtcdCluster, EtcdHarness, make_certificates, start_or_fail
+from devservers.availability import in_ci
+from devservers.etcd import EtcdCluster, make_certificates, start_or_fail
+from tests.servers.etcd import EtcdHarness
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 import tenure
+from devservers.etcd import EtcdCluster, EtcdNode, start_or_fail
+from devservers.failover import Reclaim, reclaim_after
 from tenure.backends.etcd import client as etcd_client
-from tests.servers.etcd import EtcdCluster, EtcdNode, start_or_fail
-from tests.servers.failover import Reclaim, reclaim_after
 
 pytestmark = pytest.mark.cluster
 

@@ -1,13 +1,14 @@
 """The job life cycle (issue 28) in etcd's keys: the claimable index (a scheduled job's
 ``sched/`` key at its claimable_at, a parked job in no queue, the ``last/`` index of jobs on
-their last attempt), counts and pages from the indexes, and records written before the life
-cycle."""
+their last attempt), delays timed by etcd leases (a delayed job's ``delay/`` key), counts and
+pages from the indexes, and records written before the life cycle."""
 
 from __future__ import annotations
 
 import base64
 import itertools
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -59,6 +60,14 @@ def _queued_at(etcd_harness: EtcdHarness, store: tenure.Store, job_id: str, sect
     return int(name[:20]) / 1e6
 
 
+def _end_delay(etcd_harness: EtcdHarness, store: tenure.Store, job_id: str) -> None:
+    """End the etcd lease of the job's delay now (revoked), as etcd ends it when it runs out."""
+    node = etcd_harness.cluster.nodes[0]
+    key = store.backend.keys.delay(job_id)  # type: ignore[attr-defined]
+    [kv] = node.api("/v3/kv/range", {"key": base64.b64encode(key).decode()})["kvs"]
+    node.api("/v3/lease/revoke", {"ID": kv["lease"]})
+
+
 def _requests(store: tenure.Store) -> list[str]:
     """The requests the store's connection sends from now on, by name (reads and Txns)."""
     conn: Any = store.backend._conn  # type: ignore[attr-defined]  # the test watches the wire
@@ -98,7 +107,13 @@ def test_a_scheduled_job_is_not_a_candidate_before_its_time(
     second = store.claim_next(owner="w", ttl=ttl)
     assert second is not None and second.job_id == "also-ready"
     assert store.claim_next(owner="w", ttl=ttl) is None
-    clock.advance(30.0)
+    clock.advance(30.0)  # due by the clock, but its delay is etcd's lease, 60 s of etcd's time
+    assert _ids(etcd_harness, store, "delay") == ["later"]
+    assert store.claim_next(owner="w", ttl=ttl) is None
+    with pytest.raises(tenure.JobScheduled):
+        store.claim("later", owner="w", ttl=ttl)
+    assert store.get("later").state is JobState.SCHEDULED  # type: ignore[union-attr]
+    _end_delay(etcd_harness, store, "later")  # as etcd does when the lease runs out
     third = store.claim_next(owner="w", ttl=ttl)
     assert third is not None and third.job_id == "later"
     assert _ids(etcd_harness, store, "queue") == [] and _ids(etcd_harness, store, "sched") == []
@@ -111,17 +126,19 @@ def test_a_failed_job_is_queued_at_its_retry_and_a_parked_one_only_in_the_last_i
     store.submit("j", max_attempts=2)
     first = store.claim("j", owner="w", ttl=ttl)
     assert _ids(etcd_harness, store, "last") == []  # one attempt left
-    store.fail(first, "once", retry_in=5.0)
-    assert _queued_at(etcd_harness, store, "j", "sched") == pytest.approx(store.now() + 5.0, abs=1e-6)
-    assert _ids(etcd_harness, store, "queue") == []
+    store.fail(first, "once", retry_in=1.0)
+    assert _queued_at(etcd_harness, store, "j", "sched") == pytest.approx(store.now() + 1.0, abs=1e-6)
+    assert _ids(etcd_harness, store, "queue") == [] and _ids(etcd_harness, store, "delay") == ["j"]
     assert _ids(etcd_harness, store, "held") == [] and _ids(etcd_harness, store, "lease") == []
     value = _value(etcd_harness, keys.job("j"))
-    assert (value["state"], value["token"], value["attempts"], value["last_error"]) == (
-        "pending", first.token, 1, "once")
-    clock.advance(5.0)
-    last = store.claim("j", owner="w", ttl=ttl)
+    assert (value["state"], value["token"], value["attempts"], value["last_error"], value["timed"]) == (
+        "pending", first.token, 1, "once", True)
+    clock.advance(1.0)  # the clock says claimable; etcd's lease (2 s, its minimum TTL) decides
+    started = time.monotonic()
+    last = store.claim("j", owner="w", ttl=ttl, wait=30)  # waits for etcd to delete the delay key
+    assert time.monotonic() - started <= store.characteristics.delay_late
     assert _ids(etcd_harness, store, "last") == ["j"] and _ids(etcd_harness, store, "held") == ["j"]
-    assert _ids(etcd_harness, store, "sched") == []
+    assert _ids(etcd_harness, store, "sched") == [] and _ids(etcd_harness, store, "delay") == []
     store.fail(last, "twice")
     value = _value(etcd_harness, keys.job("j"))
     assert (value["state"], value["token"], value["attempts"], value["max_attempts"]) == (
@@ -211,6 +228,23 @@ def test_records_written_before_the_life_cycle_read_as_a_first_attempt(
     assert store.get("given-back").attempts == 1  # type: ignore[union-attr]
     store.release(first)
     assert store.get("old").attempts == 0  # type: ignore[union-attr]
+
+
+def test_a_scheduled_job_written_before_delays_were_etcd_leases_is_judged_by_its_claimable_at(
+        etcd_harness: EtcdHarness, store: tenure.Store, clock: tenure.ManualClock) -> None:
+    """A value without ``timed`` (written before this version) has no delay key: its claimable_at
+    decides, by the claimer's clock, as it did then."""
+    ttl, keys, now = etcd_harness.ttl, store.backend.keys, store.now()  # type: ignore[attr-defined]
+    _put(etcd_harness, keys.job("old"), {"tenure": 1, "job": "old", "state": "pending", "owner": None, "token": 0,
+                                         "ttl": None, "submitted_at": now, "claimed_at": None, "expires_at": None,
+                                         "runs": 1, "claimable_at": now + 60.0})
+    _put(etcd_harness, keys.scheduled("old", now + 60.0), b"")
+    with pytest.raises(tenure.JobScheduled):
+        store.claim("old", owner="w", ttl=ttl)
+    assert store.claim_next(owner="w", ttl=ttl) is None
+    clock.advance(60.0)
+    lease = store.claim_next(owner="w", ttl=ttl)
+    assert lease is not None and lease.job_id == "old"
 
 
 STATE_SETS: list[frozenset[JobState] | None] = [

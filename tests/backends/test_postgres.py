@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 import tenure
+from devservers.ports import free_port
+from devservers.postgres import AUTH_PASSWORD, AUTH_USER, PostgresServer, admin
 from tenure.backends.postgres import schema as postgres_schema
-from tests.servers.ports import free_port
-from tests.servers.postgres import AUTH_PASSWORD, AUTH_USER, PostgresHarness, PostgresServer, admin
+from tests.servers.postgres import PostgresHarness
 
 pytest.importorskip("psycopg_pool")
 

@@ -19,13 +19,14 @@ from typing import Any
 import pytest
 
 import tenure
+from devservers.postgres import admin
 from tenure.backends.postgres import ops as postgres_ops
 from tenure.backends.postgres import sql as q
 from tenure.core import queries, transitions
 from tenure.core.errors import JobNotFound, StaleLease, TokenChanged
 from tenure.core.lifecycle import Retry
 from tenure.core.records import JobRecord, JobState, Lease, Op
-from tests.servers.postgres import PostgresHarness, admin
+from tests.servers.postgres import PostgresHarness
 
 pytest.importorskip("psycopg_pool")
 

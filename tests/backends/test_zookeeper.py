@@ -13,8 +13,9 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
 import tenure
+from devservers.zookeeper import ZooKeeperServer
 from tenure.backends.zookeeper import layout as zl
-from tests.servers.zookeeper import ZooKeeperHarness, ZooKeeperServer
+from tests.servers.zookeeper import ZooKeeperHarness
 
 
 def _kazoo(server: ZooKeeperServer, auth: str | None = None) -> KazooClient:
@@ -59,7 +60,7 @@ def test_keyword_arguments_override_the_url(zk_server: ZooKeeperServer) -> None:
 
 
 def test_unreachable_server_is_backend_unavailable() -> None:
-    from tests.servers.ports import free_port
+    from devservers.ports import free_port
 
     with pytest.raises(tenure.BackendUnavailable, match="cannot connect"):
         tenure.connect(f"zk://127.0.0.1:{free_port()}/x", timeout=0.5)

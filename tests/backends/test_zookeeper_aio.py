@@ -18,12 +18,12 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 import tenure
 import tenure.aio
+from devservers.zookeeper import ZooKeeperServer
 from tenure.backends.zookeeper import calls
 from tenure.backends.zookeeper import session as zk_session
 from tenure.backends.zookeeper.aio import AsyncZooKeeperBackend
 from tenure.backends.zookeeper.backend import ZooKeeperBackend
 from tests.aio_sync import every_operation, outside
-from tests.servers.zookeeper import ZooKeeperServer
 
 
 def test_the_protocol_awaits_kazoo_in_the_loop_without_the_sync_transaction(

@@ -15,10 +15,11 @@ import pytest
 from kazoo.exceptions import NodeExistsError
 
 import tenure
+from devservers.zookeeper import ZooKeeperServer
 from tenure import Op
 from tenure.backends.zookeeper import layout as zl
 from tenure.backends.zookeeper.audit import SEGMENT_LIMIT
-from tests.servers.zookeeper import ZooKeeperHarness, ZooKeeperServer
+from tests.servers.zookeeper import ZooKeeperHarness
 
 NEAR_THE_END = 2**31 - 3  # three numbers left: 2147483645, 2147483646, 2147483647
 

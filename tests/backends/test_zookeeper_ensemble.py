@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import tenure
+from devservers.zookeeper import Ensemble
 from tenure import Op
-from tests.servers.zookeeper import Ensemble
 
 pytestmark = pytest.mark.cluster
 TTL = 3.0

@@ -9,8 +9,9 @@ from collections.abc import Callable
 import pytest
 
 import tenure
+from devservers.zookeeper import ZooKeeperServer
 from tenure import JobState, Op
-from tests.servers.zookeeper import ZooKeeperHarness, ZooKeeperServer, expire_session
+from tests.servers.zookeeper import ZooKeeperHarness, expire_session
 
 
 def _until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:

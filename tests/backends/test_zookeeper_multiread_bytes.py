@@ -13,8 +13,8 @@ import pytest
 
 serialization = pytest.importorskip("kazoo.protocol.serialization")
 exceptions = pytest.importorskip("kazoo.exceptions")
+from devservers.zookeeper import ZooKeeperServer  # noqa: E402
 from tenure.backends.zookeeper.multiread import MultiRead  # noqa: E402
-from tests.servers.zookeeper import ZooKeeperServer  # noqa: E402
 
 PATHS = ["/tenure/jobs/a", "/tenure/jobs/ünï", "/x"]
 

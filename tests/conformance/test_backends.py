@@ -1,7 +1,7 @@
 """tenure's own backends run the shipped conformance suite, exactly as a third party's would.
 
 Each class maps the suite's hooks to the backend's test harness (``tests/harness.py`` and
-``tests/servers/``). ``TENURE_TEST_BACKENDS=memory,sqlite`` limits the run to some backends.
+``devservers/fixtures.py``). ``TENURE_TEST_BACKENDS=memory,sqlite`` limits the run to some backends.
 Memory, SQLite, PostgreSQL and ZooKeeper run the suite a second time through ``tenure.aio`` (an
 event loop behind the sync shape, ``tests/aio_sync.py``); ``TENURE_TEST_FLAVOURS=sync`` (or
 ``aio``) keeps one flavour. tenure.aio does not serve etcd yet.
@@ -18,18 +18,20 @@ from typing import Any, ClassVar
 import pytest
 
 import tenure
+from devservers.etcd import start_or_fail
+from devservers.zookeeper import running
 from tenure.testing import ConformanceSuite, Restartable
 from tenure.testing.kit import CorruptHook, ExpireHook, PlantHook
 from tests.aio_sync import SyncStore
 from tests.conftest import ALL_BACKENDS, BACKENDS
 from tests.harness import Harness, MemoryHarness, SQLiteHarness
-from tests.servers.etcd import EtcdHarness, start_or_fail
+from tests.servers.etcd import EtcdHarness
 from tests.servers.postgres import PostgresHarness
-from tests.servers.zookeeper import ZooKeeperHarness, running
+from tests.servers.zookeeper import ZooKeeperHarness
 
 
 class HarnessSuite(ConformanceSuite):
-    """The suite's hooks from a harness: the ``<backend>_harness`` fixture of ``tests/servers``."""
+    """The suite's hooks from a harness: the ``<backend>_harness`` fixture of ``devservers/fixtures.py``."""
 
     backend: ClassVar[str] = ""
 

@@ -18,16 +18,17 @@ from pathlib import Path
 import pytest
 
 import tenure
+from devservers.availability import in_ci
+from devservers.ports import free_port
 from tenure.dashboard import launcher
 from tests.dashboard.seeding import JOB, seed_on_server, seeded
 from tests.dashboard.settled import wait_settled
-from tests.harness import Harness, in_ci
-from tests.servers.ports import free_port
+from tests.harness import Harness
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
-# HOOK for server backends: each name here is a ``<name>_harness`` fixture (tests/servers/);
+# HOOK for server backends: each name here is a ``<name>_harness`` fixture (devservers/fixtures.py);
 # the store is seeded with seed_on_server() because a server's clock cannot be moved.
 BROWSER_BACKENDS = ["sqlite", "etcd", "zk", "postgres"]
 SCREENSHOT_DIR_ENV = "TENURE_SCREENSHOT_DIR"  # also save the screenshots there (docs/img)

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 import tenure
+from devservers.ports import free_port
 from tenure.cli import processes
 from tenure.dashboard import config, data, launcher
 from tests.dashboard.seeding import JOB, seed_example, seed_on_server
-from tests.servers.ports import free_port
 
 ROOT = Path(__file__).parents[2]
 

@@ -78,11 +78,11 @@ def _owner_op(owner: str | None) -> tuple[str, int] | None:
 
 def check(ops: list[Operation], final: Final, ttl: float, deadline_margin: float | None = None,
           rates: dict[str, float] | None = None, lifecycle: Lifecycle = DEFAULT_LIFECYCLE,
-          delay_clock_error: float = 0.0) -> Verdict:
+          delay_late: float = 0.0) -> Verdict:
     """``deadline_margin``: the store may refuse a holder from its safe deadline on
     (``Harness.early_end_margin``); ``rates``: the workers' clock rates (``linear``);
-    ``lifecycle``: the store's backoff options (its URL's); ``delay_clock_error``: how far the
-    clock that times delays may be off (``linear.Life.clock_error``)."""
+    ``lifecycle``: the store's backoff options (its URL's); ``delay_late``: how late a delay
+    may end (``linear.Life.late``)."""
     v = Verdict()
     ops, members = expand_batches(ops, final)
     for o in ops:
@@ -100,14 +100,14 @@ def check(ops: list[Operation], final: Final, ttl: float, deadline_margin: float
     _check_effects(ops, final, happened, completes, by_key, v)
     _check_rejections(ops, final, v)
     _check_forgeries(ops, final, v)
-    lives = _lives(ops, final, ttl, lifecycle, v, delay_clock_error)
+    lives = _lives(ops, final, ttl, lifecycle, v, delay_late)
     _check_linearizable(ops, happened, completes, ttl, v, deadline_margin, rates or {}, lives,
-                        linear.Life(clock_error=delay_clock_error))
+                        linear.Life(late=delay_late))
     return v
 
 
 def _lives(ops: list[Operation], final: Final, ttl: float, lifecycle: Lifecycle, v: Verdict,
-           clock_error: float = 0.0) -> dict[str, linear.Life]:
+           late: float = 0.0) -> dict[str, linear.Life]:
     """Each submitted job's life-cycle rules, from its submits (a submit with an unknown
     outcome is tried again with the same options); the store must keep its max_attempts."""
     submits: dict[str, list[Operation]] = defaultdict(list)
@@ -117,9 +117,9 @@ def _lives(ops: list[Operation], final: Final, ttl: float, lifecycle: Lifecycle,
     lives = {}
     for job, tries in submits.items():
         limit, delay = tries[0].extra.get("max_attempts"), float(tries[0].extra.get("delay") or 0.0)
-        window = linear.due(tries[0].start, tries[-1].end, delay, delay, SLACK, clock_error)
+        window = linear.due(tries[0].start, tries[-1].end, delay, delay, SLACK, late)
         lives[job] = linear.Life(limit, lifecycle.retry_base, lifecycle.retry_factor, lifecycle.retry_max, window,
-                                 clock_error)
+                                 late)
         status = final.jobs.get(job)
         if status is not None and status.max_attempts != limit:
             v.flag(f"{job}: submitted with max_attempts {limit}, the store has {status.max_attempts}")

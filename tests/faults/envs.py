@@ -33,18 +33,21 @@ def _make(backend: str, workdir: Path) -> Harness:
         # long, then they see BackendUnavailable (unknown outcomes), as docs/protocol.md says.
         return SQLiteHarness(workdir, f"?timeout=1.5&retention=100000000{LIFE}")
     if backend == "postgres":
-        from tests.servers.postgres import PostgresHarness, PostgresServer
+        from devservers.postgres import PostgresServer
+        from tests.servers.postgres import PostgresHarness
 
         server = PostgresServer()  # its own directory in /tmp: the postgres user must reach it
         return PostgresHarness(server.url, f"&timeout=1&pool_size=4&retention=100000000{LIFE}", server=server)
     if backend.startswith("etcd"):
-        from tests.servers.etcd import EtcdCluster, EtcdHarness
+        from devservers.etcd import EtcdCluster
+        from tests.servers.etcd import EtcdHarness
 
         # A short election timeout, so a paused leader is replaced well within a lease's TTL.
         timing = ("--heartbeat-interval", "25", "--election-timeout", "250") if size > 1 else ()
         return EtcdHarness(EtcdCluster(workdir / "etcd", size, extra=timing), f"?timeout=2{LIFE}", owned=True)
     if backend.startswith("zk"):
-        from tests.servers.zookeeper import Ensemble, ZooKeeperHarness, ZooKeeperServer
+        from devservers.zookeeper import Ensemble, ZooKeeperServer
+        from tests.servers.zookeeper import ZooKeeperHarness
 
         servers = Ensemble(workdir / "zk", size) if size > 1 else ZooKeeperServer(workdir / "zk")
         return ZooKeeperHarness(servers, f"?timeout=2&session_timeout=4&retention=1000000{LIFE}", owned=True)

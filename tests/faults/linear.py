@@ -57,10 +57,9 @@ class Life:
     retry_factor: float = 2.0
     retry_max: float = 600.0
     due: tuple[float, float] = (-INF, -INF)  # the submit's delay: the claimable window (below)
-    # How far the clock that times delays may be off real time: 0 where the store's own clock
-    # does; on etcd, which has none, the writer's and the claimer's wall clocks do
-    # (docs/protocol.md), so the skew between workers (the fault runs' +-1 h).
-    clock_error: float = 0.0
+    # How late after its wait a delayed job may become claimable (never early): 0 where the
+    # store's clock judges claimable_at; etcd's delays are etcd leases (``Harness.delay_late``).
+    late: float = 0.0
 
     def backoff(self, attempts: int) -> tuple[float, float]:
         """The least and most a fail without retry_in on attempt ``attempts`` waits (jitter
@@ -89,13 +88,13 @@ def _refusable(op: Op, expiry_lb: float, ttl: float, deadline_margin: float | No
 
 
 def due(start: float, end: float, low: float, high: float, rate_slack: float,
-        clock_error: float = 0.0) -> tuple[float, float]:
+        late: float = 0.0) -> tuple[float, float]:
     """The real-time window in which a job that an operation invoked at ``start`` and ended
     at ``end`` made wait ``low`` to ``high`` seconds of the store's clock becomes claimable;
-    a wait of 0 is none (claimable at once). ``clock_error``: ``Life.clock_error``."""
+    a wait of 0 is none (claimable at once). ``late``: ``Life.late``, for the window's end only."""
     if high <= 0:
         return -INF, -INF
-    return start + low * (1 - rate_slack) - clock_error, end + high * (1 + rate_slack) + clock_error
+    return start + low * (1 - rate_slack), end + high * (1 + rate_slack) + late
 
 
 def _spent(s: State, life: Life) -> bool:
@@ -147,7 +146,7 @@ def step(s: State, op: Op, ttl: float, slack: float, deadline_margin: float | No
     if op.kind == "requeue":
         if s.done or (s.holder is not None and op.end < s.expiry_lb):
             return None  # a live lease is not requeued
-        lb, ub = due(op.start, op.end, op.wait or 0.0, op.wait or 0.0, rate_slack, life.clock_error)
+        lb, ub = due(op.start, op.end, op.wait or 0.0, op.wait or 0.0, rate_slack, life.late)
         return _freed(s, attempts=0, due_lb=lb, due_ub=ub)
     if s.done or s.holder != op.token:  # renew, complete, release, fail: the holder's
         return None
@@ -163,7 +162,7 @@ def step(s: State, op: Op, ttl: float, slack: float, deadline_margin: float | No
         if _spent(s, life):
             return _freed(s, parked=True)
         low, high = life.backoff(s.attempts) if op.wait is None else (op.wait, op.wait)
-        lb, ub = due(op.start, op.end, low, high, rate_slack, life.clock_error)
+        lb, ub = due(op.start, op.end, low, high, rate_slack, life.late)
         return _freed(s, due_lb=lb, due_ub=ub)
     raise ValueError(op.kind)
 

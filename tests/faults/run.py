@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import tenure
+from devservers import versions
 from tests.faults import checker, envs, history, report, run_term, workload
 from tests.faults.admin import Operator
 from tests.faults.destination import Destination
 from tests.faults.nemesis import BURST_WORKERS, SKEWS, Nemesis, Workers
 from tests.harness import Harness
-from tests.servers import versions
 
 WORKERS = 8
 STEPS = 3  # effects (and renewals) per job
@@ -120,23 +120,13 @@ def run_case(env: Harness, fault: str, seconds: float, seed: int, workers: int =
     admin.close()
     ops = history.load(hist)
     verdict = checker.check(ops, final, env.fault_ttl, env.early_end_margin, clock_rates(pool.clocks),
-                            envs.LIFECYCLE, delay_clock_error(env.delays_by_client_clocks, pool.clocks))
+                            envs.LIFECYCLE, env.delay_late)
     checker.check_process_effects(run_term.load_effects(run_term.effects_dir(hist)), verdict)
     if nemesis.run_term is not None:
         verdict.violations += nemesis.run_term.problems
     return Result(env.name + ("3" if env.size > 1 else ""), fault, seed,
                   time.monotonic() - started, verdict.counts, verdict.violations, verdict.unchecked_jobs,
                   len(final.rejections), nemesis.done, str(rundir), workload.early_ends(hist))
-
-
-def delay_clock_error(by_client_clocks: bool, skews: dict[str, str]) -> float:
-    """How far apart the clocks that time delays may be: 0 where the store's clock times them;
-    on a store whose clients' clocks do (etcd), the widest gap between two workers' offsets."""
-    if not by_client_clocks:
-        return 0.0
-    offsets = [0.0] + [3600.0 * int(skew.split()[0].rstrip("h")) for skew in skews.values()
-                       if skew.split()[0].endswith("h")]
-    return max(offsets) - min(offsets)
 
 
 def clock_rates(skews: dict[str, str]) -> dict[str, float]:

@@ -449,15 +449,18 @@ def test_the_store_keeps_a_jobs_max_attempts() -> None:
     flagged(w, "submitted with max_attempts 3, the store has None")
 
 
-def test_a_delay_timed_by_client_clocks_is_judged_within_their_skew() -> None:
-    # A fail's retry_in of 10 s; another worker claims 1 s later. The store's clock forbids it;
-    # clocks an hour apart (etcd, whose clients' clocks time delays) allow it, but no earlier.
+def test_a_delay_may_end_late_by_the_stores_delay_late_and_never_early() -> None:
+    # A fail's retry_in of 10 s. A claim refused as scheduled 12 s later is allowed only where
+    # the store may end a delay that late (etcd's leases: Harness.delay_late), and no more
+    # than that; a claim 1 s after the fail is early whatever the allowance.
     fail = linear.Op("fail", 1, 0.0, 0.1, wait=10.0)
+    held = [linear.Op("claim", 1, -1.0, -0.9, attempt=1), fail]
+    refused = linear.Op("claim-refused", 0, 12.0, 12.1, refused="JobScheduled")
+    assert linear.check([*held, refused], 5.0, 0.1) is False
+    assert linear.check([*held, refused], 5.0, 0.1, life=linear.Life(late=3.0)) is True
+    assert linear.check([*held, refused], 5.0, 0.1, life=linear.Life(late=1.0)) is False
     early = linear.Op("claim", 2, 1.0, 1.1, attempt=2)
-    held = [linear.Op("claim", 1, -1.0, -0.9, attempt=1), fail, early]
-    assert linear.check(held, 5.0, 0.1) is False
-    assert linear.check(held, 5.0, 0.1, life=linear.Life(clock_error=3600.0)) is True
-    assert linear.check(held, 5.0, 0.1, life=linear.Life(clock_error=0.5)) is False
+    assert linear.check([*held, early], 5.0, 0.1, life=linear.Life(late=3600.0)) is False
 
 
 def batch_claim(w: World, p: str, n: int, start: float, end: float, won: list[tuple[str, int]],

@@ -22,8 +22,9 @@ from pathlib import Path
 import pytest
 
 import tenure
+from devservers.availability import in_ci
 from tests.faults.nemesis import faketime_library
-from tests.harness import Harness, in_ci
+from tests.harness import Harness
 
 ROOT = Path(__file__).resolve().parents[2]
 HOLDER = """
@@ -100,13 +101,9 @@ def test_a_lease_held_under_a_skewed_clock_cannot_be_taken(harness: Harness, ske
 
 
 @pytest.mark.parametrize("skew", ["-1h", "+1h"])
-def test_a_delay_is_kept_by_the_stores_clock_whoever_set_it_and_whoever_claims(harness: Harness, skew: str,
-                                                                              request: pytest.FixtureRequest) -> None:
+def test_a_delay_is_kept_by_the_stores_clock_whoever_set_it_and_whoever_claims(harness: Harness, skew: str) -> None:
     if not harness.shared_between_processes:
         pytest.skip("a store of one process")
-    if harness.delays_by_client_clocks:  # strict: the day etcd keeps delays by its own clock, this must pass
-        request.applymarker(pytest.mark.xfail(strict=True, reason="etcd has no clock: its delays are timed by "
-                                              "the clients' wall clocks (docs/protocol.md, issue 28's note)"))
     url = harness.url()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LD_PRELOAD": _library(), "FAKETIME": skew}
 

@@ -13,18 +13,19 @@ from pathlib import Path
 
 import pytest
 
+from devservers.availability import in_ci
 from tests.conftest import BACKENDS
 from tests.faults import envs
 from tests.faults.run import run_case
-from tests.harness import Harness, in_ci
+from tests.harness import Harness
 
 # The cases of one backend run on one pytest-xdist worker, one after another, on servers it
 # starts once (tests/scheduling.py hands them out as one unit, first).
 
 SECONDS = float(os.environ.get("TENURE_FAULT_SECONDS", "6"))
 ROOT = Path(__file__).resolve().parents[2]
-SERVER_MODULES = {"etcd": "tests/servers/etcd.py", "zk": "tests/servers/zookeeper.py",
-                  "postgres": "tests/servers/postgres.py"}
+SERVER_MODULES = {"etcd": "devservers/etcd.py", "zk": "devservers/zookeeper.py",
+                  "postgres": "devservers/postgres.py"}
 
 SINGLE = ("pause", "suspend", "burst", "skew", "kill-worker", "forge", "net", "server-kill", "mixed")
 CASES = [

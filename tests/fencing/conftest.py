@@ -13,8 +13,8 @@ from typing import Any, NoReturn
 
 import pytest
 
+from devservers.availability import in_ci
 from tests.fencing.databases import PG_CONNINFO, Database
-from tests.harness import in_ci
 
 KINDS = ("sqlite", "postgres")
 

@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 
 import tenure
+from devservers import versions
+from devservers.etcd import EtcdCluster
+from devservers.postgres import admin
+from devservers.zookeeper import ZooKeeperServer, four_letter
 from tests.conftest import BACKENDS
-from tests.servers import versions
-from tests.servers.etcd import EtcdCluster
-from tests.servers.postgres import PostgresHarness, admin
-from tests.servers.zookeeper import ZooKeeperServer, four_letter
+from tests.servers.postgres import PostgresHarness
 
 
 def test_unset_or_the_machines_version_is_the_machines_server(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from typing import TypeVar
 
 from tenure.aio.backend import AsyncBackend
-from tenure.aio.records import AsyncRecordBackend, Fetched
+from tenure.aio.record_backend import AsyncRecordBackend, Fetched
 from tenure.backends.etcd.backend import EtcdBackend
 from tenure.backends.etcd.client import AioConnection, Io
 from tenure.backends.etcd.leases import etcd_ttl

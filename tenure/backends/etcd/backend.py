@@ -13,12 +13,15 @@ Round trips: claim 1 for a new job when a pooled etcd lease can be reused, else 
 when this process made the claim with the same TTL, else 2 (a grant first); complete and
 release 1; fail 1 when this process made the claim, else 2 (the job's attempts are read
 first); submit 1 (the job guessed new); claim_next 3 (the indexes, the candidate's keys, the
-Txn). A wrong guess costs nothing extra: the Txn's
+Txn). A write that delays a job (submit or requeue with a delay, a fail with a wait) grants
+its delay's etcd lease first: one more. A wrong guess costs nothing extra: the Txn's
 failure branch reads the job's keys for the retry.
 
-``now()`` is this machine's wall clock: etcd has no clock API. Expiry never depends on it;
+``now()`` is this machine's wall clock: etcd has no clock API. Neither expiry nor a delay
+depends on it (a delay is an etcd lease holding the job's ``delay/`` key: ``layout``);
 ``expires_at`` is an estimate (local time of the grant or keep-alive plus the TTL plus
-``EXPIRY_GRACE``) of when etcd will have deleted the lease key. Key layout: ``layout``.
+``EXPIRY_GRACE``) of when etcd will have deleted the lease key, ``claimable_at`` one of when
+etcd deletes the delay key. Key layout: ``layout``.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from tenure.backends.etcd.client import KV, Connection
 from tenure.backends.etcd.layout import Keys, read_event, read_rejection
 from tenure.backends.etcd.leases import EtcdLeases, etcd_ttl
 from tenure.backends.etcd.transaction import Context, EtcdTransaction, Parts, Read, reads
-from tenure.core import audit, paging, steps, transitions
+from tenure.core import audit, steps, transitions
 from tenure.core.backend import Backend, Characteristics, Durability, RecordBackend
 from tenure.core.clock import Clock
 from tenure.core.codec import corrupt_status
@@ -47,6 +50,7 @@ from tenure.core.errors import CorruptRecord, InvalidArgument, LeaseError
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
 from tenure.core.transaction import Transaction
+from tenure.views import paging
 
 DEFAULT_PORT = 2379
 
@@ -56,13 +60,16 @@ _Stamped = TypeVar("_Stamped", Rejection, HistoryEvent)  # an audit record with 
 class EtcdBackend(RecordBackend):
     characteristics = Characteristics(
         name="etcd",
-        store_clock="etcd's lease TTLs decide expiry; times shown are the client's wall clock",
+        store_clock="etcd's lease TTLs decide expiry and delays; times shown are the client's wall clock",
         durability=Durability.REPLICATED,  # raft: on a quorum's disks (--unsafe-no-fsync voids it)
         min_ttl=2.0,
         tokens_ordered_across_jobs=True,
         max_result_bytes=512 * 1024,  # base64, twice in a complete txn, under the 1.5 MiB request limit
         tls_options=("ca_cert",),
         counts_from_indexes=True,
+        # A delay's lease: up to 1 s of rounding up (2 s under etcd's minimum TTL, 1.5 election
+        # timeouts: 2 s by default), 0.5 s to etcd's expiry tick, the deletion through raft.
+        delay_late=3.0,
     )
 
     def __init__(self, hosts: list[tuple[str, int]], prefix: str, *, clock: Clock | None = None,
@@ -118,10 +125,11 @@ class EtcdBackend(RecordBackend):
         """The transactions of one operation, sharing ``context``."""
         return functools.partial(self.transaction, context=context)
 
-    # submit_many: 30 new jobs per Txn, each guessed new: 4 compares, 4 writes and 4 failure
-    # reads a job, within etcd's 128 operations a side. At most some 6 KB a job (ids of 256
-    # characters in 4 keys and 2 values), far under etcd's 1.5 MiB request: no byte budget.
-    SUBMIT_BATCH = 30
+    # submit_many: 25 new jobs per Txn, each guessed new: 5 compares, 5 writes (job, end,
+    # queue, history, a delay's key) and 5 failure reads a job, within etcd's 128 operations a
+    # side. At most some 7 KB a job (ids of 256 characters in 5 keys and 2 values), far under
+    # etcd's 1.5 MiB request: no byte budget.
+    SUBMIT_BATCH = 25
 
     @contextlib.contextmanager
     def _claiming(self, ttl: float) -> Iterator[Context]:

@@ -12,6 +12,8 @@
 ``<prefix>/last/<id>``       index: a job on its last attempt, leased (parked once its lease
                              ends) or parked; a job neither held nor queued with it is
                              parked, one without it completed
+``<prefix>/delay/<id>``      a delayed pending job's wait, on an etcd lease of that many
+                             seconds (rounded up): claimable once etcd has deleted it
 
 The job life cycle's fields (``codec.LIFE_FIELDS``) are in the job key's value. A failed or
 requeued job's value is rewritten (state ``pending`` or ``parked``, its last token in it, as
@@ -86,6 +88,9 @@ class Keys:
 
     def last(self, job_id: str) -> bytes:
         return self._key("last", job_id)
+
+    def delay(self, job_id: str) -> bytes:
+        return self._key("delay", job_id)
 
     def scheduled(self, job_id: str, at: float) -> bytes:
         return self.section("sched") + b"%020d/" % round(at * 1e6) + _encoded(job_id)
@@ -176,6 +181,7 @@ class JobValue:
     runs: int
     life: dict[str, Any] = field(default_factory=dict)  # codec.life: those not at their defaults
     queued: float | None = None  # when a failed or requeued job became pending (its queue key's time)
+    timed: bool = False  # its delay is its ``delay/`` key's, timed by etcd (``claimable_at``: an estimate)
 
     def index_key(self, k: Keys, job_id: str) -> bytes | None:
         """A pending job's ``sched/`` or ``queue/`` key; None for another."""
@@ -194,6 +200,8 @@ def job_value(job_id: str, v: JobValue) -> bytes:
              "claimed_at": v.claimed_at, "expires_at": v.expires_at, "runs": v.runs, **v.life}
     if v.queued is not None:
         value["queued"] = v.queued
+    if v.timed:
+        value["timed"] = True
     return dump(value)
 
 
@@ -213,7 +221,7 @@ def read_job(kv: KV, job_id: str) -> JobValue:
     return JobValue(state, owner, codec.stored_token(key, v.get("token")), _field(kv, v, "ttl", _NUM),
                     _field(kv, v, "submitted_at", _NUM), _field(kv, v, "claimed_at", _NUM),
                     _field(kv, v, "expires_at", _NUM), _field(kv, v, "runs", int, False), life,
-                    _field(kv, v, "queued", _NUM))
+                    _field(kv, v, "queued", _NUM), v.get("timed") is True)
 
 
 def listed_pending(kv: KV, encoded: bytes, now: float) -> JobStatus | None:
@@ -267,8 +275,27 @@ def index_key(k: Keys, job_id: str, job: KV | None, end: KV | None) -> bytes | N
     return None
 
 
-def record(job_id: str, job: KV | None, lease: KV | None, end: KV | None, now: float) -> JobRecord | None:
-    """The job's record as the core's state machine sees it; CorruptRecord if keys disagree."""
+# How far ahead of now a job whose delay key etcd still keeps after its claimable_at is put:
+# etcd ends leases on a 500 ms tick; a claim waiting on it tries again then (a watch wakes it sooner).
+DELAY_TICK = 0.5
+
+
+def _delayed(v: JobValue, delay_kept: bool | None, now: float) -> dict[str, Any]:
+    """A pending job's life fields with its ``claimable_at`` as etcd has it: not yet while etcd
+    keeps its delay key, at the latest now once it is gone. ``delay_kept`` None: not read (listings
+    go by the writer's estimate), as for a value without ``timed``."""
+    at: float | None = v.life.get("claimable_at")
+    if not v.timed or delay_kept is None or v.state is not JobState.PENDING:
+        return v.life
+    if delay_kept:
+        return {**v.life, "claimable_at": now + DELAY_TICK if at is None or at <= now else at}
+    return {**v.life, "claimable_at": None if at is None else min(at, now)}
+
+
+def record(job_id: str, job: KV | None, lease: KV | None, end: KV | None, now: float,
+           delay_kept: bool | None = None) -> JobRecord | None:
+    """The job's record as the core's state machine sees it; CorruptRecord if keys disagree.
+    ``delay_kept``: whether etcd keeps the job's ``delay/`` key (None: not read)."""
     if job is None:
         orphan = lease or end
         if orphan is not None:
@@ -280,7 +307,7 @@ def record(job_id: str, job: KV | None, lease: KV | None, end: KV | None, now: f
         if lease is not None or end is not None:
             raise CorruptRecord(key, f"a {v.state} job with a lease or outcome")
         return JobRecord(job_id, v.state, v.owner, v.token, None, v.ttl, v.submitted_at, v.claimed_at,
-                         runs=v.runs, **v.life)
+                         runs=v.runs, **_delayed(v, delay_kept, now))
     token = job.mod_revision
     base = JobRecord(job_id, JobState.LEASED, v.owner, token, None, v.ttl, v.submitted_at,
                      v.claimed_at, runs=v.runs, **v.life)

@@ -24,8 +24,8 @@ from tenure.backends.etcd.layout import Keys, parse, record
 from tenure.core import transitions
 from tenure.core.codec import corrupt_status
 from tenure.core.errors import CorruptRecord
-from tenure.core.paging import Held
 from tenure.core.records import JobState, JobStatus, Summary
+from tenure.views.paging import Held
 
 _JOBS_PER_TXN = 40  # 3 reads each: within etcd's default of 128 operations per transaction
 _IN_FLIGHT = 25  # transactions of reads sent at once: a page of up to 1,000 jobs
@@ -60,7 +60,7 @@ def _lease_end(kv: KV, now: float) -> float:
 
 
 class EtcdIndex:
-    """``tenure.core.paging.IndexedJobs`` on etcd."""
+    """``tenure.views.paging.IndexedJobs`` on etcd."""
 
     def __init__(self, conn: Connection, keys: Keys) -> None:
         self._conn = conn

@@ -193,7 +193,9 @@ def _follow(keys: Keys, get: Getter, stream: WatchStream, seen: dict[str, JobSta
             batches.put(exc)
 
     threading.Thread(target=pump, name="tenure-etcd-watch", daemon=True).start()
-    sections = {name: keys.section(name) for name in (*_JOB_SECTIONS, "rejection")}
+    # A delay key's deletion (its etcd lease ran out) makes its job claimable: reported even
+    # where the status reads the same (a listing may have judged it by its claimable_at).
+    sections = {name: keys.section(name) for name in (*_JOB_SECTIONS, "delay", "rejection")}
     while not stop.is_set():
         try:
             batch = batches.get(timeout=interval)
@@ -201,7 +203,7 @@ def _follow(keys: Keys, get: Getter, stream: WatchStream, seen: dict[str, JobSta
             continue
         if isinstance(batch, BaseException):
             raise batch
-        changed: dict[str, None] = {}
+        changed: dict[str, bool] = {}  # job id: whether a delay of it ended
         for event in batch:
             kv = event.kv  # type: ignore[attr-defined]
             for name, start in sections.items():
@@ -217,13 +219,15 @@ def _follow(keys: Keys, get: Getter, stream: WatchStream, seen: dict[str, JobSta
                             yield Change(rejection=rejection)
                 else:
                     with contextlib.suppress(CorruptRecord):  # listed as corrupt, not followed
-                        changed[keys.job_id(kv.key, name)] = None
+                        job_id = keys.job_id(kv.key, name)
+                        ended = name == "delay" and event.deleted  # type: ignore[attr-defined]
+                        changed[job_id] = changed.get(job_id, False) or ended
                 break
-        for job_id in changed:
+        for job_id, delay_ended in changed.items():
             status = get(job_id)
             if status is None:
                 if seen.pop(job_id, None) is not None:
                     yield Change(removed=job_id)
-            elif seen.get(job_id) != status:
+            elif delay_ended or seen.get(job_id) != status:
                 seen[job_id] = status
                 yield Change(job=status)

@@ -74,14 +74,14 @@ class Read:
     """A job's keys read at one revision (none: guessed absent), and the record they make."""
 
     def __init__(self, job_id: str, kvs: list[list[KV]] | None, now: float) -> None:
-        job, lease, end, held = (r[0] if r else None for r in kvs or [[], [], [], []])
+        job, lease, end, held, delay = (r[0] if r else None for r in kvs or [[]] * KEYS_READ)
         self.job_id = job_id
-        self.job, self.lease, self.end, self.held = job, lease, end, held
+        self.job, self.lease, self.end, self.held, self.delay = job, lease, end, held, delay
         # The lease's incarnation (the held key's mod revision): what a claim's wait was for.
         self.incarnation = held.mod_revision if held is not None else 0
         self.seen = boot_clock()  # no earlier than etcd's answer (the quarantine's start)
         try:
-            self.record = record(job_id, job, lease, end, now)
+            self.record = record(job_id, job, lease, end, now, delay_kept=delay is not None)
         except CorruptRecord as exc:  # keys show the id in base64url: name it
             raise exc.naming(job_id) from exc.__cause__
 
@@ -96,11 +96,17 @@ class Read:
         return [ec.compare(k.job(job_id), "mod", "==", rev(self.job)),
                 ec.compare(k.lease(job_id), "create", "==", rev(self.lease, True)),
                 ec.compare(k.end(job_id), "mod", "==", rev(self.end)),
-                ec.compare(k.held(job_id), "mod", "==", rev(self.held))]
+                ec.compare(k.held(job_id), "mod", "==", rev(self.held)),
+                # A claim decided on a timed job's delay key gone commits only while it is (0).
+                ec.compare(k.delay(job_id), "mod", "==", rev(self.delay))]
+
+
+KEYS_READ = 5  # a job's keys: job, lease, end, held, delay
 
 
 def reads(k: Keys, job_id: str, revision: int = 0) -> list[Any]:
-    return [ec.get(key, revision=revision) for key in (k.job(job_id), k.lease(job_id), k.end(job_id), k.held(job_id))]
+    return [ec.get(key, revision=revision)
+            for key in (k.job(job_id), k.lease(job_id), k.end(job_id), k.held(job_id), k.delay(job_id))]
 
 
 @dataclasses.dataclass
@@ -157,6 +163,7 @@ class EtcdTransaction(Transaction):
         self._rejections: list[Rejection] = []
         self._stored: dict[str, JobRecord] = {}
         self.carry: dict[str, list[list[KV]]] = {}  # after a conflict: the failure branch's reads
+        self._delays: dict[int, int] = {}  # the etcd leases of this commit's delays, by TTL
 
     # -- reads ---------------------------------------------------------------------------
     def follow(self, previous: Transaction) -> None:
@@ -314,16 +321,18 @@ class EtcdTransaction(Transaction):
             at, due = now + shift, None if new.claimable_at is None else new.claimable_at + shift
             plan.new = dataclasses.replace(new, submitted_at=at, claimable_at=due)
             value = JobValue(JobState.PENDING, None, new.token, None, at, None, None, new.runs,
-                             codec.life_fields(plan.new))
+                             codec.life_fields(plan.new), timed=due is not None)
             queued = value.index_key(k, job_id)
             assert queued is not None
+            # A new job or run has no delay key: only a delay writes one.
+            delay = [] if due is None else [(yield from self._delay_write(new))]
             return plan, [ec.put(k.job(job_id), job_value(job_id, value)), ec.delete(k.end(job_id)),
-                          ec.put(queued, b"")]
+                          ec.put(queued, b""), *delay]
         if new.state is JobState.LEASED and (old is None or old.state is not JobState.LEASED or old.token != new.token):
             return (yield from self._claim_writes(plan, self._reads[job_id]))
         if op in (Op.FAIL, Op.REQUEUE) or new.state is JobState.PARKED:
             plan.op = Op.REQUEUE if op is Op.REQUEUE else Op.FAIL
-            return plan, self._rerun_writes(new, self._reads[job_id])
+            return plan, [*self._rerun_writes(new, self._reads[job_id]), (yield from self._delay_write(new))]
         assert old is not None
         if new.state is JobState.LEASED and new.lease_until is not None and new.lease_until > now:
             return (yield from self._renew_writes(plan, old, self._reads[job_id]))
@@ -342,9 +351,10 @@ class EtcdTransaction(Transaction):
         """A fail's or requeue's writes: the job's value rewritten as pending (its last token
         in it) or parked, no lease or outcome, indexed at ``claimable_at`` (or now) unless parked."""
         k, job_id, now = self._k, new.job_id, self.now
-        since = now if new.state is JobState.PENDING and new.claimable_at is None else None
+        pending = new.state is JobState.PENDING
+        since = now if pending and new.claimable_at is None else None
         value = JobValue(new.state, None, new.token, None, new.submitted_at, new.claimed_at, None, new.runs,
-                         codec.life_fields(new), since)
+                         codec.life_fields(new), since, timed=pending and new.claimable_at is not None)
         was, queued = index_key(k, job_id, read.job, read.end), value.index_key(k, job_id)
         writes = [ec.put(k.job(job_id), job_value(job_id, value)), ec.delete(k.end(job_id)),
                   ec.delete(k.lease(job_id), prev_kv=True), ec.delete(k.held(job_id)),
@@ -352,6 +362,18 @@ class EtcdTransaction(Transaction):
         if queued is not None:
             return [*writes, ec.put(queued, b""), ec.delete(k.last(job_id))]
         return [*writes, ec.put(k.last(job_id), b"")]
+
+    def _delay_write(self, new: JobRecord) -> Io[Any]:
+        """The write of a job's ``delay/`` key: for a pending job with a delay, on an etcd lease of
+        the wait (whole seconds, rounded up: etcd ends it no sooner), which a grant sent first
+        makes (one per TTL a commit); otherwise its deletion. Claims commit only without it."""
+        key = self._k.delay(new.job_id)
+        if new.state is not JobState.PENDING or new.claimable_at is None:
+            return ec.delete(key)  # any earlier wait ends (a requeue without delay); its lease runs out
+        ttl = etcd_ttl(new.claimable_at - self.now)
+        if ttl not in self._delays:
+            self._delays[ttl], _ = yield ec.call("grant", ttl)
+        return ec.put(key, b"", lease=self._delays[ttl])
 
     def _claim_writes(self, plan: _Plan, read: Read) -> Io[tuple[_Plan, list[Any]]]:
         k, new, now, job_id = self._k, plan.new, self.now, plan.new.job_id
@@ -409,6 +431,7 @@ class EtcdTransaction(Transaction):
     def committing(self) -> Io[None]:
         plans: dict[str, _Plan] = {}
         writes: list[Any] = []
+        self._delays = {}
         said = {event.job_id: event.op for event in self._events}  # every change the core saves, it records
         for new in self._saved.values():
             plan, ops = yield from self._plan(new, said.get(new.job_id), sum(p.op is Op.SUBMIT for p in plans.values()))
@@ -441,12 +464,14 @@ class EtcdTransaction(Transaction):
             self._claiming.maybe_written = False
         self.conflict = True
         for i, job_id in enumerate(self._reads):
-            self.carry[job_id] = res.ranges[4 * i:4 * i + 4]
+            self.carry[job_id] = res.ranges[KEYS_READ * i:KEYS_READ * (i + 1)]
         for plan in plans.values():
             if plan.keepalive is not None:
                 plan.keepalive.cancel()
             if plan.granted_here and plan.lease is not None:
                 self._leases.revoke_later(plan.lease.id)  # nothing was attached to it
+        for lease_id in self._delays.values():
+            self._leases.revoke_later(lease_id)  # nor to these
 
     def _send(self, writes: list[Any], failure: list[Any], plans: dict[str, _Plan]) -> Io[TxnResult]:
         try:
@@ -458,6 +483,9 @@ class EtcdTransaction(Transaction):
             retention = yield from self._leases.retention_lost()
             if retention is not None:
                 ec.relet(writes, *retention)
+            for ttl, old_id in self._delays.items():  # a delay's lease etcd ended at once: a new one
+                self._delays[ttl], _ = yield ec.call("grant", ttl)
+                ec.relet(writes, old_id, self._delays[ttl])
             for plan in plans.values():
                 if plan.lease is not None and plan.op in (Op.CLAIM, Op.RENEW):
                     old = plan.lease

@@ -12,7 +12,7 @@ import functools
 from collections.abc import AsyncIterator, Callable, Hashable
 from typing import TypeVar
 
-from tenure.aio.records import AsyncRecordBackend, Fetched
+from tenure.aio.record_backend import AsyncRecordBackend, Fetched
 from tenure.backends.zookeeper import calls
 from tenure.backends.zookeeper.backend import ZooKeeperBackend
 from tenure.backends.zookeeper.calls import Io

@@ -26,7 +26,7 @@ from tenure.backends.zookeeper.errors import mapped_errors
 from tenure.backends.zookeeper.index import Index
 from tenure.backends.zookeeper.session import Session
 from tenure.backends.zookeeper.transaction import Parts, Written, ZkTransaction
-from tenure.core import paging, transitions
+from tenure.core import transitions
 from tenure.core.backend import Characteristics, Durability, Link, RecordBackend
 from tenure.core.clock import Clock
 from tenure.core.codec import corrupt_status
@@ -34,6 +34,7 @@ from tenure.core.errors import CorruptRecord, StoreNotFound
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
 from tenure.core.steps import Completion
+from tenure.views import paging
 
 UNREADABLE = object()  # an exists() the server refused: the znode is there
 

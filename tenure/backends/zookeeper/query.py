@@ -24,8 +24,8 @@ from tenure.backends.zookeeper import layout as zl
 from tenure.backends.zookeeper.errors import mapped_errors
 from tenure.backends.zookeeper.multiread import read_many, read_together
 from tenure.core import codec, transitions
-from tenure.core.paging import HELD_STATES, Held
 from tenure.core.records import JobRecord, JobState, JobStatus, Summary
+from tenure.views.paging import HELD_STATES, Held
 
 ROUNDS = 5  # multis tried before the counts settle for names that moved meanwhile
 TOGETHER = 2000  # leased records read inside the counting multi (about 700 KB); more are read after it
@@ -89,7 +89,7 @@ def _scheduled(buckets: list[str], stats: list[ZnodeStat | None], names: dict[st
 
 
 class ZooKeeperIndex:
-    """``tenure.core.paging.IndexedJobs`` on ZooKeeper's claimable index."""
+    """``tenure.views.paging.IndexedJobs`` on ZooKeeper's claimable index."""
 
     def __init__(self, client: KazooClient, layout: zl.Layout, timeout: float) -> None:
         self._client = client
