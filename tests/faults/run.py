@@ -103,7 +103,7 @@ def run_case(env: Harness, fault: str, seconds: float, seed: int, workers: int =
     nemesis = Nemesis(env, pool, faults, url, rng, hist)
     nemesis.start()
     op_rec = history.Recorder(history.file_for(hist, "operator"), "operator")
-    operator = Operator(admin, op_rec, random.Random(rng.randrange(2**32)), 2 * workers)
+    operator = Operator(admin, op_rec, random.Random(rng.randrange(2**32)), max(2, batch) * workers)  # batches filled
     try:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
