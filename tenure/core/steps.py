@@ -372,14 +372,19 @@ class Claims:
         self.n = n
         self.per_request = per_request or n
         self.found: list[Lease] = []
+        self._taken = 0  # claims made, a job claimed twice counted twice: n at most, however it goes
         self._done = False
 
     def next(self) -> int | None:
-        return None if self._done or len(self.found) >= self.n else min(self.n - len(self.found), self.per_request)
+        return None if self._done or self._taken >= self.n else min(self.n - self._taken, self.per_request)
 
     def took(self, leases: list[Lease], more: bool) -> None:
-        """A request's leases; ``more``: more may be claimable."""
-        self.found += leases
+        """A request's leases; ``more``: more may be claimable. A job claimed again by a later
+        request (its lease ran out while the batch went on: a TTL shorter than the batch takes)
+        keeps its newest lease only, the earlier one being stale."""
+        again = {lease.job_id for lease in leases}
+        self.found = [lease for lease in self.found if lease.job_id not in again] + leases
+        self._taken += len(leases)
         self._done = not more
 
     def failed(self, error: LeaseError) -> None:

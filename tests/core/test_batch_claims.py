@@ -92,6 +92,23 @@ def test_an_error_after_some_claims_returns_those_won(monkeypatch: pytest.Monkey
         store.claim_next_many("a", TTL, 5)  # the next call meets it first: raised
 
 
+def test_a_job_claimed_again_within_one_loop_comes_back_once_with_its_newest_lease() -> None:
+    clock = tenure.ManualClock()
+    store = tenure.Store(Unbatched(clock), clock=clock)
+    store.submit_many(["j0", "j1"])
+    claim_next = store.backend.claim_next
+
+    def slow(owner: str, ttl: float) -> tenure.Lease | None:
+        lease = claim_next(owner, ttl)
+        if lease is not None and lease.token == 1 and lease.job_id == "j0":
+            clock.advance(ttl + 1)  # the first request outlasts the TTL: its lease runs out
+        return lease
+
+    store.backend.claim_next = slow  # type: ignore[method-assign]
+    leases = store.claim_next_many("a", 1.0, 3)  # j0, j0 again (expired: first in line), then j1
+    assert [(lease.job_id, lease.token) for lease in leases] == [("j0", 2), ("j1", 1)]  # three claims made
+
+
 def test_a_batch_larger_than_a_transaction_is_claimed_in_several(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(MemoryBackend, "CLAIM_BATCH", 2)
     with tenure.connect("memory://") as store:

@@ -127,13 +127,16 @@ def _lives(ops: list[Operation], final: Final, ttl: float, lifecycle: Lifecycle,
 
 
 BATCH_KEYS = 1_000_000  # a batch claim's leases are keyed (process, its id * BATCH_KEYS + place)
-Members = dict[tuple[str, int], dict[str, Operation]]  # a batch claim's key: its leases' claims, by job
+Members = dict[tuple[str, int], dict[tuple[str, int], Operation]]  # a batch claim's key: its claims by (job, token)
 
 
 def expand_batches(ops: list[Operation], final: Final) -> tuple[list[Operation], Members]:
     """A batch claim (``claim_next_many``: one owner for all its leases) as one claim per lease:
-    those it acknowledged, or, if its outcome is unknown, those the store's history shows by
-    its owner (none: it stays one unknown claim of no job). Each keeps the batch's times."""
+    those it acknowledged, and those the store's history shows by its owner that it did not
+    acknowledge (its answer lost, or a job claimed twice in one batch of single requests whose
+    first lease ran out meanwhile: the batch hands out the newest) as claims of unknown outcome.
+    A batch the store shows nothing of stays one unknown claim of no job. Each keeps the
+    batch's start."""
     by_owner: dict[str, list[tenure.HistoryEvent]] = defaultdict(list)
     for event in final.history:
         if event.op is tenure.Op.CLAIM and event.owner:
@@ -144,15 +147,18 @@ def expand_batches(ops: list[Operation], final: Final) -> tuple[list[Operation],
         if o.op != "claim" or "batch" not in o.extra or o.outcome == "fail":
             found.append(o)
             continue
-        won = ([(job, token, {"expires_at": until, "attempt": attempt})
-                for job, token, until, attempt in o.extra.get("leases", [])] if o.outcome == "ok"
-               else [(e.job_id, e.token, {}) for e in by_owner.get(o.owner or "", [])])
-        if not won:
+        acked = {(job, token): {"expires_at": until, "attempt": attempt}
+                 for job, token, until, attempt in (o.extra.get("leases") or []) if o.outcome == "ok"}
+        stored = [(e.job_id, e.token) for e in by_owner.get(o.owner or "", []) if (e.job_id, e.token) not in acked]
+        if not acked and not stored:
             found.append(o)
             continue
-        each = {job: dataclasses.replace(o, id=o.id * BATCH_KEYS + place, job=job, token=token,
-                                         extra={**o.extra, **more, "leases": None})
-                for place, (job, token, more) in enumerate(won, 1)}
+        each = {}
+        for place, (job, token) in enumerate([*acked, *stored], 1):
+            more = acked.get((job, token))
+            extra = {**o.extra, **(more or {}), "leases": None}
+            each[job, token] = dataclasses.replace(o, id=o.id * BATCH_KEYS + place, job=job, token=token, extra=extra,
+                                                   **({} if more else {"outcome": "info", "end": INF}))
         members[o.key] = each
         found += each.values()
     return found, members
@@ -167,7 +173,7 @@ def _resolve_claims(ops: list[Operation], final: Final, by_key: dict[tuple[str, 
             continue
         key = _owner_op(event.owner)
         batch = (members or {}).get(key) if key else None
-        o = batch.get(event.job_id) if batch is not None else by_key.get(key) if key else None
+        o = batch.get((event.job_id, event.token)) if batch is not None else by_key.get(key) if key else None
         if o is None or o.op != "claim":
             v.flag(f"store history has a claim of {event.job_id} (token {event.token}) by {event.owner},"
                    " which no worker invoked")

@@ -497,3 +497,15 @@ def test_a_batch_claim_acknowledging_a_job_the_store_does_not_show_is_flagged() 
     batch_claim(w, "A", 1, 0.0, 0.1, [(J, 1)])
     w.ops[-1].extra["leases"].append(["job-2", 1, TTL, 1])  # acknowledged, but no claim in the store
     flagged(w, "acknowledged claim of job-2")
+
+
+def test_a_job_a_batch_claimed_twice_counts_both_claims() -> None:
+    """A batch of single requests (etcd) whose first lease on J ran out while it went on claims J
+    again and hands out the newer lease only: the older claim happened, unacknowledged."""
+    w = World()
+    batch_claim(w, "A", 1, 0.0, 12.0, [(J, 2)])
+    w.ops[-1].extra["leases"] = [[J, 2, 11.0 + TTL, 2]]  # its second attempt: the first lease ran out
+    w.events.insert(0, tenure.HistoryEvent(J, tenure.Op.CLAIM, "A#1", 1, 0.0))
+    w.finish(tenure.JobState.LEASED, 2)
+    v = w.verdict()
+    assert v.violations == [] and v.counts["claim:ok"] == 1 and v.counts["claim:info"] == 1
