@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import functools
 import inspect
 import json
@@ -34,8 +33,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
+
+from benchmarks.subjects import bare
 
 TARGETS = {"lost": 0, "threads_added": 4, "round_trips_per_s": 10.0, "rss_mb": 250.0}
 
@@ -182,22 +182,6 @@ async def _watch_async(backend: Any, store_name: str, held: list[Any], before: t
             return watch.report(store_name, held, before, claimed, ttl, ttls)
 
 
-@contextlib.contextmanager
-def _subject(name: str) -> Iterator[Any]:
-    """The store, on a private server: etcd's without the peers the comparisons install."""
-    from benchmarks.network import Direct
-    from benchmarks.subjects import SUBJECTS, Subject
-
-    if name != "etcd":
-        with SUBJECTS[name](Direct()) as subject:
-            yield subject
-        return
-    from benchmarks.servers import private_etcd
-
-    with private_etcd("tenure-bench-etcd-") as cluster:
-        yield Subject("etcd", f"etcd://{cluster.endpoints}/bench")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[1] if __doc__ else None)
     parser.add_argument("--stores", default="sqlite,postgres", help="of memory, sqlite, postgres, zk, etcd")
@@ -218,7 +202,7 @@ def main() -> None:
     print(f"# {args.leases:,} leases held by one process, TTL {args.ttl:g} s, watched {args.ttls:g} TTLs")
     print(f"# targets: {json.dumps(TARGETS)}; machine: {os.cpu_count()} cores")
     for name in args.stores.split(","):
-        with _subject(name) as subject:
+        with bare(name) as subject:
             for flavour in args.flavours.split(","):
                 task = {"url": subject.url, "options": subject.options, "store_name": name, "flavour": flavour,
                         "leases": args.leases, "ttl": args.ttl, "ttls": args.ttls}

@@ -109,3 +109,17 @@ SUBJECTS: dict[str, Callable[[Route], contextlib.AbstractContextManager[Subject]
     "zk": zookeeper,
     "postgres": postgres,
 }
+
+
+@contextlib.contextmanager
+def bare(name: str) -> Iterator[Subject]:
+    """The store alone on a private server, reached directly: etcd's without the peers the
+    comparisons install (their virtualenvs), the others as ``SUBJECTS`` starts them."""
+    if name != "etcd":
+        with SUBJECTS[name](DIRECT) as subject:
+            yield subject
+        return
+    from benchmarks.servers import private_etcd
+
+    with private_etcd("tenure-bench-etcd-") as cluster:
+        yield Subject("etcd", f"etcd://{cluster.endpoints}/bench-{uuid.uuid4().hex[:8]}")

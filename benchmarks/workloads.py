@@ -7,6 +7,7 @@ import resource
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import tenure
@@ -74,19 +75,26 @@ def _process_client(url: str, n: int, options: dict[str, Any], barrier: Any, out
 
 def process_cycles(url: str, clients: int, n: int, options: dict[str, Any]) -> float:
     """Cycles per second with ``clients`` processes, each with its own connection."""
+    elapsed, _ = in_processes(_process_client, (url, n, options), clients)
+    return clients * n / elapsed
+
+
+def in_processes(target: Callable[..., None], args: tuple[Any, ...], count: int,
+                 timeout: float = 600.0) -> tuple[float, list[Any]]:
+    """``count`` processes each running ``target(*args, barrier, out)``: the seconds from the
+    barrier they all pass once ready to the last one's ``out.put(...)``, and what each put."""
     ctx = multiprocessing.get_context("spawn")
-    barrier, out = ctx.Barrier(clients + 1), ctx.Queue()
-    procs = [ctx.Process(target=_process_client, args=(url, n, options, barrier, out)) for _ in range(clients)]
+    barrier, out = ctx.Barrier(count + 1), ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*args, barrier, out)) for _ in range(count)]
     for p in procs:
         p.start()
     barrier.wait()
     start = time.perf_counter()
-    for _ in procs:
-        out.get(timeout=600)
+    found = [out.get(timeout=timeout) for _ in procs]
     elapsed = time.perf_counter() - start
     for p in procs:
         p.join()
-    return clients * n / elapsed
+    return elapsed, found
 
 
 def seed(store: tenure.Store, have: int, total: int, batch: int = 2000) -> None:

@@ -46,6 +46,8 @@ class LoopThread:
     def sync(self, value: Any) -> Any:
         if isinstance(value, tenure.aio.AsyncHeldLease):
             return SyncHeld(value, self)
+        if isinstance(value, list) and value and isinstance(value[0], tenure.aio.AsyncHeldLease):
+            return [SyncHeld(one, self) for one in value]  # hold_next_many's
         if isinstance(value, AsyncIterator):
             return self._iterate(value)
         return value

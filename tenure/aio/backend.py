@@ -33,7 +33,7 @@ from tenure.core.errors import BackendUnavailable, LeaseError
 from tenure.core.holding import CLOSE_WAIT
 from tenure.core.lifecycle import Retry
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
-from tenure.core.steps import Renewal
+from tenure.core.steps import Claims, Completion, Renewal
 from tenure.core.watch import Polled, RejectionFilter
 
 T = TypeVar("T")
@@ -91,6 +91,40 @@ class AsyncBackend(abc.ABC):
 
     @abc.abstractmethod
     async def complete(self, lease: Lease, result: bytes | None) -> None: ...
+
+    @property
+    def claims_in_batches(self) -> bool:
+        """``tenure.Backend.CLAIMS_IN_BATCHES``: whether ``claim_next_many`` is one round trip."""
+        return False
+
+    @property
+    def completes_in_batches(self) -> bool:
+        """``tenure.Backend.COMPLETES_IN_BATCHES``: whether ``complete_many`` is one round trip."""
+        return False
+
+    async def claim_next_many(self, owner: str, ttl: float, n: int) -> list[Lease]:
+        """``tenure.Backend.claim_next_many``: this default claims one per request, and an
+        error after some were claimed ends the batch with those."""
+        claims = Claims(n, 1)
+        while claims.next():
+            try:
+                lease = await self.claim_next(owner, ttl)
+            except LeaseError as exc:
+                claims.failed(exc)
+                continue
+            claims.took([] if lease is None else [lease], more=lease is not None)
+        return claims.found
+
+    async def complete_many(self, completions: Sequence[Completion]) -> list[LeaseError | None]:
+        """``tenure.Backend.complete_many``: this default completes one lease per request."""
+        found: list[LeaseError | None] = []
+        for lease, result in completions:
+            try:
+                await self.complete(lease, result)
+                found.append(None)
+            except LeaseError as exc:
+                found.append(exc)
+        return found
 
     @abc.abstractmethod
     async def release(self, lease: Lease) -> None: ...
@@ -212,6 +246,20 @@ class ThreadedBackend(AsyncBackend):
 
     async def complete(self, lease: Lease, result: bytes | None) -> None:
         await self._call(self.sync.complete, lease, result)
+
+    @property
+    def claims_in_batches(self) -> bool:
+        return self.sync.CLAIMS_IN_BATCHES
+
+    @property
+    def completes_in_batches(self) -> bool:
+        return self.sync.COMPLETES_IN_BATCHES
+
+    async def claim_next_many(self, owner: str, ttl: float, n: int) -> list[Lease]:
+        return await self._call(self.sync.claim_next_many, owner, ttl, n)  # one trip to the worker thread
+
+    async def complete_many(self, completions: Sequence[Completion]) -> list[LeaseError | None]:
+        return await self._call(self.sync.complete_many, completions)
 
     async def release(self, lease: Lease) -> None:
         await self._call(self.sync.release, lease)

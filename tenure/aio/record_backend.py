@@ -34,6 +34,8 @@ from tenure.core.transaction import Transaction
 
 R = TypeVar("R")
 S = TypeVar("S")
+P = TypeVar("P")  # one lease's part of a batch
+A = TypeVar("A")  # one lease's answer
 
 
 class Fetched:
@@ -116,16 +118,42 @@ class AsyncRecordBackend(ThreadedBackend):
 
     async def renew_many(self, renewals: Sequence[steps.Renewal]) -> list[Lease | LeaseError]:
         """``RecordBackend.renew_many``, awaiting: one transaction per batch."""
-        found: list[Lease | LeaseError] = []
-        for batch in self.sync.renewal_batches(renewals):
+        return await self._each_batch(self.sync.renewal_batches(renewals), steps.renew_many,
+                                      lambda batch: AsyncBackend.renew_many(self, batch))
+
+    async def complete_many(self, completions: Sequence[steps.Completion]) -> list[LeaseError | None]:
+        """``RecordBackend.complete_many``, awaiting: one transaction per batch."""
+        if not self.sync.COMPLETES_IN_BATCHES:
+            return await AsyncBackend.complete_many(self, completions)
+        return await self._each_batch(self.sync.completion_batches(completions), steps.complete_many,
+                                      lambda batch: AsyncBackend.complete_many(self, batch))
+
+    async def _each_batch(self, batches: list[list[P]],
+                          operation: Callable[[list[P]], steps.Operation[Any, list[A]]],
+                          alone: Callable[[list[P]], Awaitable[list[A]]]) -> list[A | LeaseError]:
+        """``RecordBackend._each_batch``, awaiting."""
+        found: list[A | LeaseError] = []
+        for batch in batches:
             try:
-                renewed = await self._run(steps.renew_many(batch))
-                found.extend(renewed)
+                done: list[A] = await self._run(operation(batch))
+                found.extend(done)
             except Outraced:
-                found.extend(await AsyncBackend.renew_many(self, batch))
-            except BackendUnavailable as exc:  # this batch's leases only: earlier ones are renewed
+                found.extend(await alone(batch))
+            except BackendUnavailable as exc:  # this batch's leases only: earlier ones are written
                 found.extend([exc] * len(batch))
         return found
+
+    async def claim_next_many(self, owner: str, ttl: float, n: int) -> list[Lease]:
+        """``RecordBackend.claim_next_many``, awaiting."""
+        if not self.sync.CLAIMS_IN_BATCHES:
+            return await AsyncBackend.claim_next_many(self, owner, ttl, n)
+        claims = steps.Claims(n, self.sync.CLAIM_BATCH)
+        while asked := claims.next():
+            try:
+                claims.took(*await self._run(self.sync.claim_operation(owner, ttl, asked)))
+            except LeaseError as exc:
+                claims.failed(exc)
+        return claims.found
 
     async def complete(self, lease: Lease, result: bytes | None) -> None:
         await self._run(steps.complete(lease, result))

@@ -156,13 +156,28 @@ class AsyncStore:
         """Claim some pending or expired job (never a completed one), or return None."""
         args = validation.owner(owner), self.checks.ttl(ttl)
         blocking = waiting.seconds(wait)
-        steps = waiting.claim_next_steps(blocking > 0)
+        steps: waiting.Steps[Lease | None] = waiting.claim_next_steps(blocking > 0)
         return await self._attempts(steps, lambda: self._claim_next_once(*args), blocking)
 
     async def _claim_next_once(self, owner: str, ttl: float) -> Lease | None:
         sent_at = self.clock.monotonic()
         lease = await self._not_left_behind(self._measured("claim_next", self.backend.claim_next(owner, ttl)))
         return None if lease is None else self.checks.stamped(lease, sent_at)
+
+    async def claim_next_many(self, owner: str, ttl: float, n: int, *, wait: float | None = None) -> list[Lease]:
+        """Claim up to ``n`` (1 to 1,000) jobs in as few round trips as the store allows (see
+        ``tenure.Store.claim_next_many``; cancellation: every lease won is released)."""
+        args = validation.owner(owner), self.checks.ttl(ttl), checks.batch(n)
+        blocking = waiting.seconds(wait)
+        steps: waiting.Steps[list[Lease]] = waiting.claim_next_steps(blocking > 0)
+        return await self._attempts(steps, lambda: self._claim_next_many_once(*args), blocking)
+
+    async def _claim_next_many_once(self, owner: str, ttl: float, n: int) -> list[Lease]:
+        sent_at = self.clock.monotonic()
+        found = await self._not_left_behind(self._measured("claim_next_many",
+                                                           self.backend.claim_next_many(owner, ttl, n)))
+        telemetry.claimed_many(self.name, found)
+        return [self.checks.stamped(lease, sent_at) for lease in found]
 
     async def _not_left_behind(self, claim: Coroutine[Any, Any, T]) -> T:
         """Await a claim; if the caller is cancelled meanwhile, release what it wins."""
@@ -176,9 +191,10 @@ class AsyncStore:
     def _release_orphan(self, sent: asyncio.Task[Any]) -> None:
         if sent.cancelled() or sent.exception() is not None or sent.result() is None:
             return  # nothing was won
-        lease: Lease = sent.result()
-        log.info("a cancelled claim won %r (token %d): releasing it", lease.job_id, lease.token)
-        self.background(self._release_quietly(lease))
+        won: Lease | list[Lease] = sent.result()
+        for lease in won if isinstance(won, list) else [won]:
+            log.info("a cancelled claim won %r (token %d): releasing it", lease.job_id, lease.token)
+            self.background(self._release_quietly(lease))
 
     async def _release_quietly(self, lease: Lease) -> None:
         try:
@@ -209,6 +225,17 @@ class AsyncStore:
         checked, data = self.checks.lease(lease), self.checks.result(result)
         await self._told_why(self._measured("complete", self.backend.complete(checked, data)))
         self.checks.forget(checked)
+
+    async def complete_many(self, leases: Iterable[Lease], results: Iterable[str | bytes | None] | None = None,
+                            ) -> list[LeaseError | None]:
+        """Complete several leases, each judged alone (see ``tenure.Store.complete_many``)."""
+        completions = self.checks.completions(leases, results)
+        found = await self._measured("complete_many", self.backend.complete_many(completions))
+        telemetry.completed_each(self.name, found)
+        for (lease, _), one in zip(completions, found, strict=True):
+            if one is None:
+                self.checks.forget(lease)
+        return [await self._explained(one) if isinstance(one, StaleLease) else one for one in found]
 
     async def release(self, lease: Lease) -> None:
         """Give the job back unfinished, so it can be claimed at once."""
@@ -255,6 +282,22 @@ class AsyncStore:
         epoch = self.link().epoch
         lease = await self.claim_next(owner, ttl, wait=wait)
         return None if lease is None else await self._hold_claimed(lease, epoch)
+
+    async def hold_next_many(self, owner: str, ttl: float, n: int, *,
+                             wait: float | None = None) -> list[AsyncHeldLease]:
+        """``claim_next_many`` and hold every lease it gives (renewed by this store's one
+        renewal task, in batches), ``[]`` when nothing is claimable."""
+        epoch = self.link().epoch
+        leases = await self.claim_next_many(owner, ttl, n, wait=wait)
+        held: list[AsyncHeldLease] = []
+        for i, lease in enumerate(leases):
+            try:
+                held.append(await self._hold_claimed(lease, epoch))
+            except LeaseError:  # the store closed meanwhile: the rest go back too
+                for rest in leases[i + 1:]:
+                    await self._release_quietly(rest)
+                raise
+        return held
 
     async def _hold_claimed(self, lease: Lease, epoch: int) -> AsyncHeldLease:
         """Hold a lease just claimed; if it cannot be held (the store was closed meanwhile),

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import itertools
 import threading
 from collections import deque
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from tenure.core import audit
 from tenure.core.backend import Characteristics, Durability, RecordBackend
@@ -20,6 +21,8 @@ from tenure.core.options import Options, StoreURL
 from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Rejection
 from tenure.core.transaction import Transaction
 from tenure.core.transitions import candidate_at, status
+
+T = TypeVar("T")
 
 
 class _State:
@@ -60,10 +63,39 @@ class _State:
             return queue[0]
         return None
 
+    def candidates(self, now: float) -> Iterator[str]:
+        """claim_next's jobs at ``now``, best first, each once: the heaps walked in order
+        without popping (a batch of claims reads past their heads; the lock is held)."""
+        self.lease_head(), self.queue_head(self.ready), self.queue_head(self.scheduled)  # stale heads dropped
+        seen: set[str] = set()
+        for until, job_id in _in_order(self.expiries):
+            if until > now:
+                break
+            rec = self.records.get(job_id)
+            if job_id not in seen and rec is not None and rec.state is JobState.LEASED and candidate_at(rec) == until:
+                seen.add(job_id)
+                yield job_id
+        due = itertools.takewhile(lambda entry: entry[0] <= now, _in_order(self.scheduled))
+        for _, order, job_id in heapq.merge(_in_order(self.ready), due):
+            if self.queued.get(job_id) == order:
+                yield job_id
+
     def enqueue(self, job_id: str, at: float, scheduled: bool) -> None:
         self.queueings += 1
         self.queued[job_id] = self.queueings
         heapq.heappush(self.scheduled if scheduled else self.ready, (at, self.queueings, job_id))
+
+
+def _in_order(heap: list[T]) -> Iterator[T]:
+    """A heap's entries, smallest first, read without changing it: each step pops the least
+    of a small frontier heap of the places under those already given."""
+    frontier = [(heap[0], 0)] if heap else []
+    while frontier:
+        entry, place = heapq.heappop(frontier)
+        yield entry
+        for child in (2 * place + 1, 2 * place + 2):
+            if child < len(heap):
+                heapq.heappush(frontier, (heap[child], child))
 
 
 _NAMED: dict[str, _State] = {}
@@ -85,14 +117,12 @@ class _MemoryTransaction(Transaction):
         self._writes[record.job_id] = record
 
     def next_claimable(self) -> str | None:
+        return next(iter(self.next_claimables(1)), None)
+
+    def next_claimables(self, n: int) -> list[str]:
         # Expired leases first, soonest expiry first, then pending jobs in the order they became
         # claimable (a scheduled job joins the queue when its time comes).
-        lease = self._s.lease_head()
-        if lease is not None and lease[0] <= self.now:
-            return lease[1]
-        due = self._s.queue_head(self._s.scheduled)
-        heads = [h for h in (self._s.queue_head(self._s.ready), due if due and due[0] <= self.now else None) if h]
-        return min(heads)[2] if heads else None
+        return list(itertools.islice(self._s.candidates(self.now), n))
 
     def add_rejection(self, rejection: Rejection) -> None:
         self._rejections.append(rejection)
@@ -123,6 +153,8 @@ class MemoryBackend(RecordBackend):
         max_result_bytes=64 * 1024 * 1024,  # bounded by memory alone; this keeps one result sane
         tls_options=None,
     )
+
+    CLAIMS_IN_BATCHES = True  # next_claimables: n jobs from the indexes, claimed in one transaction
 
     def __init__(self, clock: Clock, *, name: str = "", retention: int = 10_000) -> None:
         if name:

@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 
 DEFAULT_MAX_RESULT_BYTES = 512 * 1024  # for third-party backends that do not say
 R = TypeVar("R")
+P = TypeVar("P")  # one lease's part of a batch
+A = TypeVar("A")  # one lease's answer
 
 
 class Durability(str, enum.Enum):
@@ -163,6 +165,35 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def complete(self, lease: Lease, result: bytes | None) -> None: ...
+
+    # Whether claim_next_many and complete_many take many leases in one round trip: if not
+    # (these defaults' loops), a request per lease, one after another.
+    CLAIMS_IN_BATCHES: ClassVar[bool] = False
+    COMPLETES_IN_BATCHES: ClassVar[bool] = False
+
+    def claim_next_many(self, owner: str, ttl: float, n: int) -> list[Lease]:
+        """Up to ``n`` claims (``n`` >= 1), each its own lease and token, in claim_next's order;
+        fewer only when fewer are claimable. This default claims one per request; an error
+        after some were claimed ends the batch with those (the next call meets it again), so
+        no lease won is lost. A store that claims many in one round trip overrides it (and
+        CLAIMS_IN_BATCHES)."""
+        claims = steps.Claims(n, 1)
+        while claims.next():
+            try:
+                lease = self.claim_next(owner, ttl)
+            except LeaseError as exc:
+                claims.failed(exc)
+                continue
+            claims.took([] if lease is None else [lease], more=lease is not None)
+        return claims.found
+
+    def complete_many(self, completions: Sequence[steps.Completion]) -> list[LeaseError | None]:
+        """Complete several leases (``(lease, result)`` pairs, one per job), each judged alone:
+        in order, None for each completed, or the ``LeaseError`` its completion alone ended in
+        (``StaleLease``, refused and audited alone ...). This default completes one lease per
+        request; a store that completes many in one round trip overrides it (and
+        COMPLETES_IN_BATCHES)."""
+        return [_failure(self.complete, lease, result) for lease, result in completions]
 
     @abc.abstractmethod
     def release(self, lease: Lease) -> None: ...
@@ -329,22 +360,81 @@ class RecordBackend(Backend):
 
     def renewal_batches(self, renewals: Sequence[steps.Renewal]) -> list[list[steps.Renewal]]:
         """``renew_many``'s transactions, by this store's RENEW_BATCH and RENEW_BYTES."""
-        return steps.renewal_batches(renewals, self.RENEW_BATCH, self.renew_weight if self.RENEW_BYTES else None,
-                                     self.RENEW_BYTES)
+        return steps.lease_batches(renewals, self.RENEW_BATCH,
+                                   (lambda one: self.renew_weight(one[0])) if self.RENEW_BYTES else None,
+                                   self.RENEW_BYTES)
 
     def renew_many(self, renewals: Sequence[steps.Renewal]) -> list[Lease | LeaseError]:
         """One transaction per batch (``renewal_batches``) running each lease's own renew
         step; a batch that keeps losing races is renewed a lease at a time."""
-        found: list[Lease | LeaseError] = []
-        for batch in self.renewal_batches(renewals):
+        return self._each_batch(self.renewal_batches(renewals), steps.renew_many,
+                                lambda batch: Backend.renew_many(self, batch))
+
+    # complete_many: leases per transaction (0: all in one) and bytes, as renew_many's.
+    COMPLETE_BATCH: ClassVar[int] = 0
+    COMPLETE_BYTES: ClassVar[int] = 0
+    COMPLETES_IN_BATCHES = True
+
+    def complete_weight(self, completion: steps.Completion) -> int:
+        """What completing a lease with its result adds to one transaction's request, in bytes."""
+        return 0
+
+    def completion_batches(self, completions: Sequence[steps.Completion]) -> list[list[steps.Completion]]:
+        """``complete_many``'s transactions, by this store's COMPLETE_BATCH and COMPLETE_BYTES."""
+        return steps.lease_batches(completions, self.COMPLETE_BATCH,
+                                   self.complete_weight if self.COMPLETE_BYTES else None, self.COMPLETE_BYTES)
+
+    def complete_many(self, completions: Sequence[steps.Completion]) -> list[LeaseError | None]:
+        """One transaction per batch (``completion_batches``) running each lease's own
+        complete step; a batch that keeps losing races is completed a lease at a time."""
+        if not self.COMPLETES_IN_BATCHES:
+            return Backend.complete_many(self, completions)
+        return self._each_batch(self.completion_batches(completions), steps.complete_many,
+                                lambda batch: Backend.complete_many(self, batch))
+
+    def _each_batch(self, batches: list[list[P]], operation: Callable[[list[P]], steps.Operation[Any, list[A]]],
+                    alone: Callable[[list[P]], list[A]]) -> list[A | LeaseError]:
+        """``operation`` of each batch in a transaction of its own; a batch that keeps losing
+        races goes ``alone`` (a request per lease); one the store did not answer fails its
+        own leases only (earlier batches were written)."""
+        found: list[A | LeaseError] = []
+        for batch in batches:
             try:
-                renewed = self._run(steps.renew_many(batch))
-                found.extend(renewed)
+                done: list[A] = self._run(operation(batch))
+                found.extend(done)
             except Outraced:
-                found.extend(Backend.renew_many(self, batch))
-            except BackendUnavailable as exc:  # this batch's leases only: earlier ones are renewed
+                found.extend(alone(batch))
+            except BackendUnavailable as exc:
                 found.extend([exc] * len(batch))
         return found
+
+    # claim_next_many: claims per transaction at most (0: all ``n`` in one). CLAIMS_IN_BATCHES
+    # only where the transaction proposes many jobs at once (``Transaction.next_claimables``).
+    CLAIM_BATCH: ClassVar[int] = 0
+    CLAIM_BYTES: ClassVar[int] = 0  # and bytes per transaction at most, by claim_weight (0: no bound)
+
+    def claim_weight(self, job_id: str, owner: str) -> int:
+        """What claiming ``job_id`` for ``owner`` adds to one transaction's request, at most, in bytes."""
+        return 0
+
+    def claim_operation(self, owner: str, ttl: float, n: int) -> steps.Operation[steps.Each, steps.Claimed]:
+        """One transaction of ``claim_next_many``, by this store's CLAIM_BYTES."""
+        weight = (lambda job_id: self.claim_weight(job_id, owner)) if self.CLAIM_BYTES else None
+        return steps.claim_next_many(owner, ttl, n, weight, self.CLAIM_BYTES)
+
+    def claim_next_many(self, owner: str, ttl: float, n: int) -> list[Lease]:
+        """Up to ``CLAIM_BATCH`` claims per transaction (``claim_operation``), until one says
+        nothing more is claimable. An error after some were claimed ends the batch with those,
+        as the default loop does."""
+        if not self.CLAIMS_IN_BATCHES:
+            return Backend.claim_next_many(self, owner, ttl, n)
+        claims = steps.Claims(n, self.CLAIM_BATCH)
+        while asked := claims.next():
+            try:
+                claims.took(*self._run(self.claim_operation(owner, ttl, asked)))
+            except LeaseError as exc:
+                claims.failed(exc)
+        return claims.found
 
     def complete(self, lease: Lease, result: bytes | None) -> None:
         self._run(steps.complete(lease, result))
@@ -363,6 +453,14 @@ class RecordBackend(Backend):
 
     def record_rejection(self, rejection: Rejection) -> None:
         self._run(steps.record_rejection(rejection))
+
+
+def _failure(call: Callable[[Lease, bytes | None], None], lease: Lease, result: bytes | None) -> LeaseError | None:
+    try:
+        call(lease, result)
+    except LeaseError as exc:
+        return exc
+    return None
 
 
 def _outcome(call: Callable[[Lease, float], Lease], lease: Lease, ttl: float) -> Lease | LeaseError:

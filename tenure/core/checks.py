@@ -6,6 +6,7 @@ validate arguments and stamp leases here, so the two flavours accept, refuse and
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections.abc import Iterable
@@ -17,11 +18,12 @@ from tenure.core.errors import InvalidArgument, LeaseError, StaleLease, quoted
 from tenure.core.holding import MAX_DRIFT_MARGIN
 from tenure.core.records import HistoryEvent, JobState, Lease, Op, Reason, Rejection, RejectionKind
 from tenure.core.stamps import Stamps
-from tenure.core.steps import Renewal
+from tenure.core.steps import Completion, Renewal
 
 DEFAULT_DRIFT_MARGIN = 0.05
 PAGE_ORDERS = ("expiry", "job")
 MAX_PAGE = 1000
+MAX_BATCH = 1000  # leases one claim_next_many or complete_many call takes at most
 
 
 class PageQuery(NamedTuple):
@@ -79,18 +81,32 @@ class Checks:
     def renewals(self, leases: object, ttl: object) -> list[Renewal]:
         """``renew_many``'s leases, each checked like ``renew``'s before anything is sent, with
         the TTL each renews for (its own unless ``ttl`` is given); one job at most once."""
-        if isinstance(leases, Lease):
-            raise InvalidArgument("renew_many takes an iterable of leases, not one lease; use renew() for one")
-        try:
-            each = list(leases)  # type: ignore[call-overload]
-        except TypeError:
-            raise InvalidArgument(f"renew_many takes an iterable of leases, not {type(leases).__name__}") from None
-        checked = [self.lease(lease) for lease in each]
+        checked = self._leases("renew_many", leases, "renew", None)  # the renewer's batches are larger
         seconds = None if ttl is None else self.ttl(ttl)
-        jobs = {lease.job_id for lease in checked}
-        if len(jobs) < len(checked):
-            raise InvalidArgument("renew_many takes one lease per job: a job appears twice")
         return [(lease, self.ttl(lease.ttl) if seconds is None else seconds) for lease in checked]
+
+    def completions(self, leases: object, results: object) -> list[Completion]:
+        """``complete_many``'s leases and results, each checked like ``complete``'s before
+        anything is sent; ``results`` None, or one result per lease (None for none)."""
+        checked = self._leases("complete_many", leases, "complete", MAX_BATCH)
+        if results is None:
+            return [(lease, None) for lease in checked]
+        each = _listed("complete_many", "results", results)
+        if len(each) != len(checked):
+            raise InvalidArgument(f"complete_many takes one result per lease: {len(checked)} leases, "
+                                  f"{len(each)} results")
+        return [(lease, self.result(result)) for lease, result in zip(checked, each, strict=True)]
+
+    def _leases(self, call: str, leases: object, single: str, most: int | None) -> list[Lease]:
+        """A batch's leases, each checked (``lease``), one per job, ``most`` at most."""
+        if isinstance(leases, Lease):
+            raise InvalidArgument(f"{call} takes an iterable of leases, not one lease; use {single}() for one")
+        checked = [self.lease(lease) for lease in _listed(call, "leases", leases)]
+        if most is not None and len(checked) > most:
+            raise InvalidArgument(f"{call} takes at most {most} leases, got {len(checked)}")
+        if len({lease.job_id for lease in checked}) < len(checked):
+            raise InvalidArgument(f"{call} takes one lease per job: a job appears twice")
+        return checked
 
     def renewed(self, found: list[Lease | LeaseError], sent_at: float) -> list[Lease | LeaseError]:
         """``renew_many``'s answers, each renewed lease stamped with its safe deadline from
@@ -123,6 +139,18 @@ class Checks:
         deadline = sent_at + lease.ttl * (1 - self.drift_margin)
         self._stamps.stamp(lease.job_id, lease.token, deadline)
         return dataclasses.replace(lease, deadline=deadline)
+
+
+def batch(n: object) -> int:
+    """How many leases one ``claim_next_many`` may claim: 1 to MAX_BATCH."""
+    return validation.whole("n", n, 1, MAX_BATCH)
+
+
+def _listed(call: str, what: str, values: object) -> list[Any]:
+    if not isinstance(values, (str, bytes)):
+        with contextlib.suppress(TypeError):
+            return list(values)  # type: ignore[call-overload,no-any-return]
+    raise InvalidArgument(f"{call} takes an iterable of {what}, not {type(values).__name__}")
 
 
 def actor(value: object) -> str | None:

@@ -135,7 +135,7 @@ def _stored(tx: Transaction, found: Any) -> Any:
     if isinstance(found, JobRecord):
         return tx.stored(found)
     if isinstance(found, Each):
-        return Each(tuple(_stored(tx, one) for one in found.outcomes))
+        return Each(tuple(_stored(tx, one) for one in found.outcomes), found.more)
     return found
 
 
@@ -279,19 +279,23 @@ class Each:
     rejection it audited, or the error that lease's record alone raised (a corrupt one)."""
 
     outcomes: tuple[JobRecord | Rejection | LeaseError, ...]
+    more: bool = False  # claim_next_many: more may be claimable than it took
 
 
 Renewal = tuple[Lease, float]  # a lease and the TTL to renew it for
+Completion = tuple[Lease, bytes | None]  # a lease and the result to complete it with
 RENEW_MANY_ATTEMPTS = 3  # a batch that loses this many races is split (one busy job holds no other back)
+Held = Callable[[Transaction], JobRecord | Rejection]  # one lease's holder step
+T = TypeVar("T")
 
 
-def renew_many(renewals: Sequence[Renewal]) -> Operation[Each, list[Lease | LeaseError]]:
-    """Several renewals in ONE transaction: each lease's own holder step (``renew``'s), so each
-    is judged, and a refusal audited, alone; a corrupt record fails its lease, not the batch. A
-    conflict, or a refusal decided on a guess, runs the whole batch again (``Attempts``); a
-    caller splits a batch that keeps losing races (``Outraced``) into single renewals."""
-    each = [renew(lease, ttl).step for lease, ttl in renewals]
-    rest = [lease.job_id for lease, _ in renewals[1:]]
+def _holders(each: Sequence[Held], job_ids: Sequence[str],
+             finish: Callable[[Each], list[T]]) -> Operation[Each, list[T]]:
+    """Several leases' holder steps in ONE transaction, so each is judged, and a refusal
+    audited, alone; a corrupt record fails its lease, not the batch. A conflict, or a refusal
+    decided on a guess, runs the whole batch again (``Attempts``); a caller splits a batch that
+    keeps losing races (``Outraced``) into single requests."""
+    rest = list(job_ids[1:])
 
     def step(tx: Transaction) -> Each:
         found: list[JobRecord | Rejection | LeaseError] = []
@@ -306,19 +310,100 @@ def renew_many(renewals: Sequence[Renewal]) -> Operation[Each, list[Lease | Leas
                 found.append(exc)
         return Each(tuple(found))
 
-    return Operation(renewals[0][0].job_id if renewals else "", step, _renewed_each, RENEW_MANY_ATTEMPTS)
+    return Operation(job_ids[0] if job_ids else "", step, finish, RENEW_MANY_ATTEMPTS)
+
+
+def renew_many(renewals: Sequence[Renewal]) -> Operation[Each, list[Lease | LeaseError]]:
+    """Several renewals in one transaction, each lease's own ``renew`` step (``_holders``)."""
+    return _holders([renew(lease, ttl).step for lease, ttl in renewals], [lease.job_id for lease, _ in renewals],
+                    _renewed_each)
+
+
+def complete_many(completions: Sequence[Completion]) -> Operation[Each, list[LeaseError | None]]:
+    """Several completions in one transaction, each lease's own ``complete`` step (``_holders``)."""
+    return _holders([complete(lease, result).step for lease, result in completions],
+                    [lease.job_id for lease, _ in completions], _completed_each)
+
+
+def _error(found: Rejection | LeaseError) -> LeaseError:
+    """Why one lease's change in a batch was not written: refused (audited), or its record."""
+    return StaleLease(found) if isinstance(found, Rejection) else found
 
 
 def _renewed_each(found: Each) -> list[Lease | LeaseError]:
-    return [f if isinstance(f, LeaseError) else StaleLease(f) if isinstance(f, Rejection) else transitions.lease_of(f)
-            for f in found.outcomes]
+    return [transitions.lease_of(f) if isinstance(f, JobRecord) else _error(f) for f in found.outcomes]
 
 
-def renewal_batches(renewals: Sequence[Renewal], size: int, weight: Callable[[Lease], int] | None = None,
-                    budget: int = 0) -> list[list[Renewal]]:
-    """``renew_many``'s transactions: ``size`` leases each (0: all in one), no more than
-    ``budget`` of ``weight`` each when given (``protocol.batches``; one lease per job)."""
-    by_job = {lease.job_id: (lease, ttl) for lease, ttl in renewals}
-    cost = None if weight is None else (lambda job_id: weight(by_job[job_id][0]))
+def _completed_each(found: Each) -> list[LeaseError | None]:
+    return [None if isinstance(f, JobRecord) else _error(f) for f in found.outcomes]
+
+
+Claimed = tuple[list[Lease], bool]  # the leases a claim_next_many won, and whether more may be claimable
+
+
+def claim_next_many(owner: str, ttl: float, n: int, weight: Callable[[str], int] | None = None,
+                    budget: int = 0) -> Operation[Each, Claimed]:
+    """Up to ``n`` claims in ONE transaction, in claim_next's order (``next_claimables``), each
+    one its own claim with its own token; with ``weight``, no more than ``budget`` of it (bytes
+    of a request), one claim at least. The caller learns whether more may be claimable: all
+    ``n`` were taken, or the budget left some behind."""
+    def step(tx: Transaction) -> Each:
+        load = 0
+        found: list[JobRecord | Rejection | LeaseError] = []
+        for job_id in tx.next_claimables(n):
+            load += 0 if weight is None else weight(job_id)
+            if found and load > budget:
+                return Each(tuple(found), more=True)
+            found.append(_claim_in(tx, job_id, owner, ttl, None))
+        return Each(tuple(found), more=len(found) == n)
+
+    return Operation("(claim_next)", step, _claimed_each, contention.CLAIM_NEXT_ATTEMPTS)
+
+
+def _claimed_each(found: Each) -> Claimed:
+    return [transitions.lease_of(f) for f in found.outcomes if isinstance(f, JobRecord)], found.more
+
+
+class Claims:
+    """A ``claim_next_many``'s requests, free of I/O (both flavours, batched or one lease per
+    request): how many the next asks for (None: done), and what an answer or error means."""
+
+    def __init__(self, n: int, per_request: int) -> None:
+        self.n = n
+        self.per_request = per_request or n
+        self.found: list[Lease] = []
+        self._taken = 0  # claims made, a job claimed twice counted twice: n at most, however it goes
+        self._done = False
+
+    def next(self) -> int | None:
+        return None if self._done or self._taken >= self.n else min(self.n - self._taken, self.per_request)
+
+    def took(self, leases: list[Lease], more: bool) -> None:
+        """A request's leases; ``more``: more may be claimable. A job claimed again by a later
+        request (its lease ran out while the batch went on: a TTL shorter than the batch takes)
+        keeps its newest lease only, the earlier one being stale."""
+        again = {lease.job_id for lease in leases}
+        self.found = [lease for lease in self.found if lease.job_id not in again] + leases
+        self._taken += len(leases)
+        self._done = not more
+
+    def failed(self, error: LeaseError) -> None:
+        """A request raised: raised again if nothing was claimed yet, else the batch ends
+        with what was (the next call meets the error), so no lease won is lost."""
+        if not self.found:
+            raise error
+        self._done = True
+
+
+Item = TypeVar("Item", bound=tuple[Lease, Any])
+
+
+def lease_batches(items: Sequence[Item], size: int, weight: Callable[[Item], int] | None = None,
+                  budget: int = 0) -> list[list[Item]]:
+    """``renew_many``'s or ``complete_many``'s transactions: ``size`` leases each (0: all in
+    one), no more than ``budget`` of ``weight`` each when given (``batches.batches``; one
+    lease per job)."""
+    by_job = {item[0].job_id: item for item in items}
+    cost = None if weight is None else (lambda job_id: weight(by_job[job_id]))
     return [[by_job[job_id] for job_id in chunk]
             for chunk in batches.batches(list(by_job), size or len(by_job), cost, budget)]

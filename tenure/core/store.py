@@ -135,12 +135,34 @@ class Store:
         """
         args = validation.owner(owner), self.checks.ttl(ttl)
         blocking = waiting.seconds(wait)
-        return self._attempts(waiting.claim_next_steps(blocking > 0), lambda: self._claim_next_once(*args), blocking)
+        steps: waiting.Steps[Lease | None] = waiting.claim_next_steps(blocking > 0)
+        return self._attempts(steps, lambda: self._claim_next_once(*args), blocking)
 
     def _claim_next_once(self, owner: str, ttl: float) -> Lease | None:
         sent_at = self.clock.monotonic()
         lease = telemetry.timed(self.characteristics.name, "claim_next", lambda: self.backend.claim_next(owner, ttl))
         return None if lease is None else self.checks.stamped(lease, sent_at)
+
+    def claim_next_many(self, owner: str, ttl: float, n: int, *, wait: float | None = None) -> list[Lease]:
+        """Claim up to ``n`` (1 to 1,000) jobs as ``claim_next`` would, one after another, in
+        as few round trips as the store allows (one on most stores: ``characteristics`` and the
+        backend's CLAIMS_IN_BATCHES say). Each lease has its own token and safe deadline (from
+        when this call was sent); fewer than ``n`` only when fewer are claimable.
+
+        ``wait``: seconds to block while nothing is claimable (see ``claim``); returns as soon
+        as at least one lease is won, or ``[]`` once the wait is over.
+        """
+        args = validation.owner(owner), self.checks.ttl(ttl), checks.batch(n)
+        blocking = waiting.seconds(wait)
+        steps: waiting.Steps[list[Lease]] = waiting.claim_next_steps(blocking > 0)
+        return self._attempts(steps, lambda: self._claim_next_many_once(*args), blocking)
+
+    def _claim_next_many_once(self, owner: str, ttl: float, n: int) -> list[Lease]:
+        sent_at = self.clock.monotonic()
+        found = telemetry.timed(self.characteristics.name, "claim_next_many",
+                                lambda: self.backend.claim_next_many(owner, ttl, n))
+        telemetry.claimed_many(self.characteristics.name, found)
+        return [self.checks.stamped(lease, sent_at) for lease in found]
 
     def renew(self, lease: Lease, ttl: float | None = None) -> Lease:
         """Extend a current lease; raises StaleLease (audited) if it is no longer current."""
@@ -170,6 +192,22 @@ class Store:
         self._told_why(lambda: telemetry.timed(self.characteristics.name, "complete",
                                                lambda: self.backend.complete(*args)))
         self.checks.forget(args[0])
+
+    def complete_many(self, leases: Iterable[Lease], results: Iterable[str | bytes | None] | None = None,
+                      ) -> list[LeaseError | None]:
+        """Complete several leases (up to 1,000, one per job) in as few round trips as the store
+        allows, each judged alone: in order, None for each job completed, or the LeaseError its
+        completion alone ended in (``StaleLease``: refused and audited alone). ``results``: one
+        per lease, or None. Every lease and result is checked before anything is sent; an error
+        of the whole call (the store unreachable) is raised."""
+        completions = self.checks.completions(leases, results)
+        found = telemetry.timed(self.characteristics.name, "complete_many",
+                                lambda: self.backend.complete_many(completions))
+        telemetry.completed_each(self.characteristics.name, found)
+        for (lease, _), one in zip(completions, found, strict=True):
+            if one is None:
+                self.checks.forget(lease)
+        return [self._explained(one) if isinstance(one, StaleLease) else one for one in found]
 
     def release(self, lease: Lease) -> None:
         """Give the job back unfinished, so it can be claimed at once; the claim's attempt is
@@ -221,6 +259,22 @@ class Store:
         epoch = self.backend.link().epoch
         lease = self.claim_next(owner, ttl, wait=wait)
         return None if lease is None else self._hold_claimed(lease, epoch)
+
+    def hold_next_many(self, owner: str, ttl: float, n: int, *, wait: float | None = None) -> list[HeldLease]:
+        """``claim_next_many`` and hold every lease it gives (renewed by this store's one
+        renewer, in batches), ``[]`` when nothing is claimable."""
+        epoch = self.backend.link().epoch
+        leases = self.claim_next_many(owner, ttl, n, wait=wait)
+        held: list[HeldLease] = []
+        for i, lease in enumerate(leases):
+            try:
+                held.append(self._hold_claimed(lease, epoch))
+            except LeaseError:  # the store closed meanwhile: the rest go back too
+                for rest in leases[i + 1:]:
+                    with contextlib.suppress(LeaseError):
+                        self.release(rest)
+                raise
+        return held
 
     def _hold_claimed(self, lease: Lease, epoch: int) -> HeldLease:
         """Hold a lease just claimed; if it cannot be held (the store was closed meanwhile),

@@ -83,12 +83,26 @@ class Measured:
 
 def renewed_each(backend: str, found: Sequence[object]) -> None:
     """Count what a renew_many renewed and refused, as single renewals count."""
-    done = sum(1 for one in found if not isinstance(one, LeaseError))
+    _each(backend, "renew", renewals, sum(1 for one in found if not isinstance(one, LeaseError)), found)
+
+
+def completed_each(backend: str, found: Sequence[object]) -> None:
+    """Count what a complete_many completed and refused, as single completions count."""
+    _each(backend, "complete", completions, sum(1 for one in found if one is None), found)
+
+
+def claimed_many(backend: str, found: Sequence[object]) -> None:
+    """Count the leases a claim_next_many won, as single claims count."""
+    if found:
+        claims.add(len(found), {"tenure.backend": backend})
+
+
+def _each(backend: str, operation: str, counter: metrics.Counter, done: int, found: Sequence[object]) -> None:
     if done:
-        renewals.add(done, {"tenure.backend": backend})
+        counter.add(done, {"tenure.backend": backend})
     for one in found:
         if isinstance(one, StaleLease):
-            rejected(backend, "renew", one.rejection.reason)
+            rejected(backend, operation, one.rejection.reason)
 
 
 def rejected(backend: str, operation: str, reason: str) -> None:

@@ -71,6 +71,13 @@ class Transaction(abc.ABC):
         Never a completed, parked, scheduled or corrupt record, nor one ``transitions.is_next``
         refuses; ``transitions.candidate_at`` is what an index of candidates keeps."""
 
+    def next_claimables(self, n: int) -> list[str]:
+        """Up to ``n`` different jobs ``claim_next_many`` should take at ``now``, best first, by
+        ``next_claimable``'s rule. This default gives one: a store whose backend declares
+        ``CLAIMS_IN_BATCHES`` overrides it."""
+        found = self.next_claimable()
+        return [] if found is None else [found]
+
     @abc.abstractmethod
     def add_rejection(self, rejection: Rejection) -> None: ...
 

@@ -206,15 +206,16 @@ def claim_steps(blocking: bool) -> Steps[Lease]:
                 raise
 
 
-def claim_next_steps(blocking: bool) -> Steps[Lease | None]:
-    """``claim_next``: with a wait, try again after each pause until a job is claimed or the
-    wait is over; a pause ends when the store says a job becomes claimable, if it can tell."""
-    lease: Lease | None = yield Attempt()
-    if lease is None and blocking:
+def claim_next_steps(blocking: bool) -> Steps[Any]:
+    """``claim_next`` (and ``claim_next_many``): with a wait, try again after each pause until
+    something is claimed (a lease, a non-empty list) or the wait is over; a pause ends when the
+    store says a job becomes claimable, if it can tell."""
+    claimed = yield Attempt()
+    if not claimed and blocking:
         yield StartWaiting()
-        while lease is None and (yield Pause((yield NextDue()))):
-            lease = yield Attempt()
-    return lease
+        while not claimed and (yield Pause((yield NextDue()))):
+            claimed = yield Attempt()
+    return claimed
 
 
 class Waiter:

@@ -40,6 +40,7 @@ import pytest
 import tenure
 from tenure.testing.kit import CorruptHook, ExpireHook, Kit, Pauser, PlantHook, Restartable, signal_pauser, wait_out
 from tenure.testing.suite_audit import AuditTests
+from tenure.testing.suite_batches import BatchTests
 from tenure.testing.suite_blocking_claims import BlockingClaimTests
 from tenure.testing.suite_bounds import BoundsTests
 from tenure.testing.suite_competing import CompetingTests
@@ -123,7 +124,7 @@ class Hooks:
             yield opened
 
 
-class ConformanceSuite(Hooks, ProtocolTests, AuditTests, HoldTests, RenewalTests, BlockingClaimTests, BoundsTests,
-                       CompetingTests, DurabilityTests, InputTests, IssuedTokenTests, LifecycleTests, OrderTests,
-                       QueryTests, OutageTests, TamperedRecordTests):
+class ConformanceSuite(Hooks, ProtocolTests, AuditTests, HoldTests, RenewalTests, BatchTests, BlockingClaimTests,
+                       BoundsTests, CompetingTests, DurabilityTests, InputTests, IssuedTokenTests, LifecycleTests,
+                       OrderTests, QueryTests, OutageTests, TamperedRecordTests):
     """Every conformance test; a backend's ``TestMyStore(ConformanceSuite)`` runs them all."""

@@ -16,7 +16,7 @@ from tenure.testing.suite_lifecycle import wait_claimable
 ORDER_TOLERANCE = SPREAD  # etcd and ZooKeeper start claimers up to 4 queue places apart
 
 
-def _queue(store: tenure.Store, job_ids: list[str]) -> None:
+def queue(store: tenure.Store, job_ids: list[str]) -> None:
     for job_id in job_ids:
         if isinstance(store.clock, tenure.ManualClock):
             store.clock.advance(0.001)  # one store time each, as jobs submitted one after another
@@ -27,7 +27,7 @@ class OrderTests:
     def test_claim_next_takes_an_expired_lease_then_pending_jobs_oldest_first(
             self, kit: Kit, store: tenure.Store) -> None:
         waiting = [f"q{i:02d}" for i in range(12)]
-        _queue(store, waiting)
+        queue(store, waiting)
         store.claim("overdue", owner="a", ttl=kit.ttl * 20)
         store.force_expire("overdue")
         first = store.claim_next(owner="b", ttl=kit.ttl * 20)
@@ -49,11 +49,11 @@ class OrderTests:
         # in the order is what is checked.
         monkeypatch.setattr(contention, "SPREAD", 1)
         store.submit("delayed", delay=min(kit.short_ttl, 1.0))  # waited out: kept short
-        _queue(store, ["ready"])
+        queue(store, ["ready"])
         claimable_at = store.get("delayed")
         assert claimable_at is not None and claimable_at.claimable_at is not None
         wait_claimable(store, "delayed", claimable_at.claimable_at)
-        _queue(store, [f"later{i}" for i in range(ORDER_TOLERANCE)])
+        queue(store, [f"later{i}" for i in range(ORDER_TOLERANCE)])
         first = store.claim_next(owner="b", ttl=kit.ttl * 20)
         second = store.claim_next(owner="b", ttl=kit.ttl * 20)
         taken = {lease.job_id for lease in (first, second) if lease is not None}

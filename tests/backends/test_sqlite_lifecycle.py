@@ -163,7 +163,7 @@ def _instructions(path: Path, now: float) -> tuple[str | None, int]:
     db = _connection(path)
     try:
         db.set_progress_handler(count, 1)
-        row = db.execute(CLAIM_NEXT_SQL, {"now": now}).fetchone()
+        row = db.execute(CLAIM_NEXT_SQL, {"now": now, "n": 1}).fetchone()
     finally:
         db.close()
     return (None if row is None else row[0]), counted[0]
@@ -190,7 +190,7 @@ def test_claim_next_reads_its_candidates_through_the_indexes(tmp_path: Path) -> 
     path = tmp_path / "plan.db"
     tenure.connect(f"sqlite:///{path}").close()
     with _connection(path) as db:
-        plan = [str(row[3]) for row in db.execute(f"EXPLAIN QUERY PLAN {CLAIM_NEXT_SQL}", {"now": 0.0})]
+        plan = [str(row[3]) for row in db.execute(f"EXPLAIN QUERY PLAN {CLAIM_NEXT_SQL}", {"now": 0.0, "n": 1})]
     assert "SEARCH tenure_jobs USING INDEX tenure_jobs_expiring (lease_until<?)" in plan
     assert "SCAN tenure_jobs USING INDEX tenure_jobs_ready" in plan  # in queue order: the first valid row ends it
     assert any(p.startswith("SEARCH tenure_jobs USING INDEX tenure_jobs_scheduled (claimable_at") for p in plan)

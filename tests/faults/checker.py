@@ -7,6 +7,7 @@ no violation at all.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -83,6 +84,7 @@ def check(ops: list[Operation], final: Final, ttl: float, deadline_margin: float
     ``lifecycle``: the store's backoff options (its URL's); ``delay_late``: how late a delay
     may end (``linear.Life.late``)."""
     v = Verdict()
+    ops, members = expand_batches(ops, final)
     for o in ops:
         v.counts[f"{o.op}:{o.outcome}"] += 1
         v.counts[o.outcome] += 1
@@ -92,7 +94,7 @@ def check(ops: list[Operation], final: Final, ttl: float, deadline_margin: float
             v.counts["retried claims"] += 1
     v.counts["ops"] = len(ops)
     by_key = {o.key: o for o in ops}
-    happened = _resolve_claims(ops, final, by_key, v)
+    happened = _resolve_claims(ops, final, by_key, v, members)
     _check_tokens(happened, final, v)
     completes = _resolve_completions(ops, final, by_key, v)
     _check_effects(ops, final, happened, completes, by_key, v)
@@ -124,15 +126,54 @@ def _lives(ops: list[Operation], final: Final, ttl: float, lifecycle: Lifecycle,
     return lives
 
 
+BATCH_KEYS = 1_000_000  # a batch claim's leases are keyed (process, its id * BATCH_KEYS + place)
+Members = dict[tuple[str, int], dict[tuple[str, int], Operation]]  # a batch claim's key: its claims by (job, token)
+
+
+def expand_batches(ops: list[Operation], final: Final) -> tuple[list[Operation], Members]:
+    """A batch claim (``claim_next_many``: one owner for all its leases) as one claim per lease:
+    those it acknowledged, and those the store's history shows by its owner that it did not
+    acknowledge (its answer lost, or a job claimed twice in one batch of single requests whose
+    first lease ran out meanwhile: the batch hands out the newest) as claims of unknown outcome.
+    A batch the store shows nothing of stays one unknown claim of no job. Each keeps the
+    batch's start."""
+    by_owner: dict[str, list[tenure.HistoryEvent]] = defaultdict(list)
+    for event in final.history:
+        if event.op is tenure.Op.CLAIM and event.owner:
+            by_owner[event.owner].append(event)
+    found: list[Operation] = []
+    members: Members = {}
+    for o in ops:
+        if o.op != "claim" or "batch" not in o.extra or o.outcome == "fail":
+            found.append(o)
+            continue
+        acked = {(job, token): {"expires_at": until, "attempt": attempt}
+                 for job, token, until, attempt in (o.extra.get("leases") or []) if o.outcome == "ok"}
+        stored = [(e.job_id, e.token) for e in by_owner.get(o.owner or "", []) if (e.job_id, e.token) not in acked]
+        if not acked and not stored:
+            found.append(o)
+            continue
+        each = {}
+        for place, (job, token) in enumerate([*acked, *stored], 1):
+            more = acked.get((job, token))
+            extra = {**o.extra, **(more or {}), "leases": None}
+            each[job, token] = dataclasses.replace(o, id=o.id * BATCH_KEYS + place, job=job, token=token, extra=extra,
+                                                   **({} if more else {"outcome": "info", "end": INF}))
+        members[o.key] = each
+        found += each.values()
+    return found, members
+
+
 def _resolve_claims(ops: list[Operation], final: Final, by_key: dict[tuple[str, int], Operation],
-                    v: Verdict) -> list[Operation]:
+                    v: Verdict, members: Members | None = None) -> list[Operation]:
     """Claims that happened: acknowledged ones, and unknown ones the store's history shows."""
     seen: set[tuple[str, int]] = set()
     for event in final.history:
         if event.op is not tenure.Op.CLAIM:
             continue
         key = _owner_op(event.owner)
-        o = by_key.get(key) if key else None
+        batch = (members or {}).get(key) if key else None
+        o = batch.get((event.job_id, event.token)) if batch is not None else by_key.get(key) if key else None
         if o is None or o.op != "claim":
             v.flag(f"store history has a claim of {event.job_id} (token {event.token}) by {event.owner},"
                    " which no worker invoked")

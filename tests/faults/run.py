@@ -76,8 +76,9 @@ def _wait_started(hist: Path, names: list[str], timeout: float = 120.0) -> None:
         time.sleep(0.1)  # polling files the workers write
 
 
-def run_case(env: Harness, fault: str, seconds: float, seed: int, workers: int = WORKERS) -> Result:
-    """One workload of ``seconds`` under ``fault`` (or ``mixed``, or ``none``) on a fresh store."""
+def run_case(env: Harness, fault: str, seconds: float, seed: int, workers: int = WORKERS, batch: int = 1) -> Result:
+    """One workload of ``seconds`` under ``fault`` (or ``mixed``, or ``none``) on a fresh store;
+    ``batch`` > 1: the workers claim, renew and complete that many leases at a time."""
     rng = random.Random(seed)
     url = env.new_store()
     faults = list(env.faults) if fault == "mixed" else ([] if fault == "none" else [fault])
@@ -85,7 +86,7 @@ def run_case(env: Harness, fault: str, seconds: float, seed: int, workers: int =
     hist = rundir / "history"
     hist.mkdir()
     base = {"ttl": env.fault_ttl, "steps": STEPS, "history": str(hist), "destination": str(rundir / "dest.db"),
-            "burst": str(rundir / "burst.json")}
+            "burst": str(rundir / "burst.json"), "batch": batch}
     Destination(rundir / "dest.db").close()  # tables exist before workers race to make them
     admin: tenure.Store = _retry(lambda: tenure.connect(url))  # type: ignore[assignment]
     pool = Workers(env, base, rng)
@@ -102,7 +103,7 @@ def run_case(env: Harness, fault: str, seconds: float, seed: int, workers: int =
     nemesis = Nemesis(env, pool, faults, url, rng, hist)
     nemesis.start()
     op_rec = history.Recorder(history.file_for(hist, "operator"), "operator")
-    operator = Operator(admin, op_rec, random.Random(rng.randrange(2**32)), 2 * workers)
+    operator = Operator(admin, op_rec, random.Random(rng.randrange(2**32)), max(2, batch) * workers)  # batches filled
     try:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
@@ -154,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", type=Path, help="add the results to this page (and the .json beside it)")
     parser.add_argument("--note", default="", help="a sentence about this run for the report")
     parser.add_argument("--keep", action="store_true", help="keep the run directories")
+    parser.add_argument("--batch", type=int, default=1, help="leases a worker claims and completes at once")
     args = parser.parse_args(argv)
     # Stopped by a signal, still stop the workers and servers (a background shell ignores SIGINT).
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -176,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                 for fault in wanted:
                     for k in range(args.repeat):
                         try:
-                            r = run_case(env, fault, args.seconds, args.seed + k)
+                            r = run_case(env, fault, args.seconds, args.seed + k, batch=args.batch)
                         except Exception as exc:
                             # The cases that ran are still reported, with where the run stopped.
                             note = f"{note} Stopped at {backend} {fault} (seed {args.seed + k}): {exc}".strip()

@@ -461,3 +461,51 @@ def test_a_delay_may_end_late_by_the_stores_delay_late_and_never_early() -> None
     assert linear.check([*held, refused], 5.0, 0.1, life=linear.Life(late=1.0)) is False
     early = linear.Op("claim", 2, 1.0, 1.1, attempt=2)
     assert linear.check([*held, early], 5.0, 0.1, life=linear.Life(late=3600.0)) is False
+
+
+def batch_claim(w: World, p: str, n: int, start: float, end: float, won: list[tuple[str, int]],
+                outcome: str = "ok") -> None:
+    """A claim_next_many by ``p`` (one owner for all its leases) that won ``won`` (job, token)."""
+    leases = [[job, token, start + TTL, 1] for job, token in won] if outcome == "ok" else None
+    w.ops.append(Operation(p, n, "claim", None, None, start, end if outcome == "ok" else INF, outcome,
+                           owner=f"{p}#{n}", ttl=TTL, extra={"batch": 32, **({"leases": leases} if leases else {})}))
+    w.events += [tenure.HistoryEvent(job, tenure.Op.CLAIM, f"{p}#{n}", token, start) for job, token in won]
+
+
+def test_a_batch_claim_is_one_claim_per_lease() -> None:
+    w = World()
+    batch_claim(w, "A", 1, 0.0, 0.1, [(J, 1), ("job-2", 1)])
+    w.ops += [Operation("A", n, "complete", job, 1, 1.0, 1.1, "ok", owner="A#1", ttl=TTL)
+              for n, job in ((2, J), (3, "job-2"))]
+    w.finish(tenure.JobState.COMPLETED, 1, "A#2")
+    w.jobs["job-2"] = tenure.JobStatus("job-2", tenure.JobState.COMPLETED, token=1, result=b"A#3")
+    v = w.verdict()
+    assert v.violations == [] and v.counts["claim:ok"] == 2
+
+
+def test_a_batch_claim_whose_answer_was_lost_is_resolved_from_the_store_per_lease() -> None:
+    w = World()
+    batch_claim(w, "A", 1, 0.0, 0.1, [(J, 1), ("job-2", 1)], outcome="info")
+    w.claim("B", 1, 2.0, 2.1, 2)  # J's lease from A's lost batch is still live
+    v = w.verdict()
+    assert v.counts["claims resolved from store"] == 2
+    assert any("not linearizable" in text for text in v.violations), v.violations
+
+
+def test_a_batch_claim_acknowledging_a_job_the_store_does_not_show_is_flagged() -> None:
+    w = World()
+    batch_claim(w, "A", 1, 0.0, 0.1, [(J, 1)])
+    w.ops[-1].extra["leases"].append(["job-2", 1, TTL, 1])  # acknowledged, but no claim in the store
+    flagged(w, "acknowledged claim of job-2")
+
+
+def test_a_job_a_batch_claimed_twice_counts_both_claims() -> None:
+    """A batch of single requests (etcd) whose first lease on J ran out while it went on claims J
+    again and hands out the newer lease only: the older claim happened, unacknowledged."""
+    w = World()
+    batch_claim(w, "A", 1, 0.0, 12.0, [(J, 2)])
+    w.ops[-1].extra["leases"] = [[J, 2, 11.0 + TTL, 2]]  # its second attempt: the first lease ran out
+    w.events.insert(0, tenure.HistoryEvent(J, tenure.Op.CLAIM, "A#1", 1, 0.0))
+    w.finish(tenure.JobState.LEASED, 2)
+    v = w.verdict()
+    assert v.violations == [] and v.counts["claim:ok"] == 1 and v.counts["claim:info"] == 1

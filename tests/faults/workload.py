@@ -15,6 +15,7 @@ unless the wait was none.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import random
@@ -201,12 +202,20 @@ class Worker:
         if self.cfg.get("burst_mode"):
             self.run_burst(Path(self.cfg["burst"]))
             return
+        batch = self.cfg.get("batch", 1)
+        batches = Batches(self)
         while not self.stopping:
-            lease = self.claim_next()
-            if lease is None:
-                time.sleep(IDLE)
+            if batch > 1:
+                leases = batches.claim(batch)
+                if leases:
+                    batches.work(leases)
+                    continue
             else:
-                self.work(lease)
+                lease = self.claim_next()
+                if lease is not None:
+                    self.work(lease)
+                    continue
+            time.sleep(IDLE)
 
     def run_burst(self, trigger: Path) -> None:
         """Wait for each burst the coordinator announces, then claim its jobs at its time."""
@@ -229,6 +238,113 @@ class Worker:
 
     def stop(self, *_: Any) -> None:
         self.stopping = True
+
+
+class Batches:
+    """A worker that claims ``--batch`` leases at once (``claim_next_many``), works on them side
+    by side (an effect each, then one ``renew_many`` a step) and completes those that end so in
+    one ``complete_many``; fails and releases go one by one. Every lease is its own operation in
+    the history but the claim: one operation for the batch, which the checker splits."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.w = worker
+        self.rec = worker.rec
+
+    def claim(self, n: int) -> list[tenure.Lease]:
+        op = self.rec.invoke("claim", owner=f"{self.w.name}#{self.rec.next_id}", ttl=self.w.ttl, batch=n)
+        try:
+            leases = self.w.store.claim_next_many(f"{self.w.name}#{op}", self.w.ttl, n)
+        except tenure.BackendUnavailable as exc:
+            self.rec.end("info", op, error=type(exc).__name__)
+            return []
+        except tenure.LeaseError as exc:
+            self.rec.end("fail", op, error=type(exc).__name__)
+            return []
+        if not leases:
+            self.rec.end("fail", op, error="nothing")
+        else:
+            self.rec.end("ok", op, leases=[[lease.job_id, lease.token, lease.expires_at, lease.attempt]
+                                           for lease in leases])
+        return leases
+
+    def work(self, leases: list[tenure.Lease]) -> None:
+        w = self.w
+        plans = {lease.job_id: w.ending() for lease in leases}
+        held = {lease.job_id: lease for lease in leases}
+        step = 0
+        while held and not w.stopping:
+            step += 1
+            for job, lease in list(held.items()):
+                end, args, _ = plans[job]
+                if not w.careless and not w.local_ok(lease):
+                    self.rec.note("deadline", job=job, token=lease.token)
+                    del held[job]
+                elif not w.effect(lease):
+                    if w.careless:
+                        w.holder_op(end, lease, **args)
+                    del held[job]
+            time.sleep(w.rng.uniform(0.1, 0.3) * w.ttl)
+            ending = {job: lease for job, lease in held.items() if plans[job][2] <= step}
+            for job, lease in ending.items():
+                del held[job]
+                if plans[job][0] != "complete":
+                    w.holder_op(plans[job][0], lease, **plans[job][1])
+            self.complete([lease for job, lease in ending.items() if plans[job][0] == "complete"])
+            held = self.renew(held)
+
+    def renew(self, held: dict[str, tenure.Lease]) -> dict[str, tenure.Lease]:
+        """One renew_many of the leases still worked on: those renewed, and those whose answer
+        was lost while their deadline runs (the next step's renewal tells)."""
+        if not held:
+            return held
+        ops = {job: self.rec.invoke("renew", job, lease.token, owner=lease.owner, ttl=self.w.ttl)
+               for job, lease in held.items()}
+        found = self._many(functools.partial(self.w.store.renew_many, list(held.values())), len(held))
+        kept = {}
+        for (job, lease), one in zip(held.items(), found, strict=True):
+            if isinstance(one, tenure.Lease):
+                self.rec.end("ok", ops[job], expires_at=one.expires_at)
+                kept[job] = one
+            elif self._ended(ops[job], one) and self.w.local_ok(lease):
+                kept[job] = lease
+        return kept
+
+    def complete(self, leases: list[tenure.Lease]) -> None:
+        """One complete_many; those whose answer was lost are sent again (new operations, new
+        results) while their deadline runs, as ``holder_op`` does."""
+        for _ in range(3):
+            if not leases or self.w.stopping:
+                return
+            ops = [self.rec.invoke("complete", lease.job_id, lease.token, owner=lease.owner, ttl=self.w.ttl)
+                   for lease in leases]
+            results = [f"{self.w.name}#{op}" for op in ops]
+            found = self._many(functools.partial(self.w.store.complete_many, leases, results), len(leases))
+            unknown = []
+            for lease, op, one in zip(leases, ops, found, strict=True):
+                if one is None:
+                    self.rec.end("ok", op)
+                elif self._ended(op, one):
+                    unknown.append(lease)
+            leases = [lease for lease in unknown if self.w.careless or self.w.local_ok(lease)]
+            time.sleep(self.w.ttl / 20)
+
+    def _many(self, call: Any, n: int) -> list[Any]:
+        try:
+            found: list[Any] = call()
+        except tenure.LeaseError as exc:  # the whole call: the store unreachable
+            return [exc] * n
+        return found
+
+    def _ended(self, op: int, error: tenure.LeaseError) -> bool:
+        """Record one lease's refusal; True when its outcome is unknown."""
+        if isinstance(error, tenure.StaleLease):
+            self.rec.end("fail", op, error="StaleLease", reason=error.rejection.reason)
+            return False
+        if isinstance(error, tenure.BackendUnavailable):
+            self.rec.end("info", op, error=type(error).__name__)
+            return True
+        self.rec.end("fail", op, error=type(error).__name__)
+        return False
 
 
 def main() -> None:

@@ -33,7 +33,7 @@ from tenure.core.errors import BackendUnavailable, LeaseError
 from tenure.core.lifecycle import Retry
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
-from tenure.core.steps import Renewal
+from tenure.core.steps import Completion, Renewal
 
 T = TypeVar("T")
 
@@ -149,6 +149,20 @@ class AsyncPostgresBackend(AsyncBackend):
     @property
     def renews_in_batches(self) -> bool:
         return True
+
+    @property
+    def claims_in_batches(self) -> bool:
+        return True
+
+    @property
+    def completes_in_batches(self) -> bool:
+        return True
+
+    async def claim_next_many(self, owner: str, ttl: float, n: int) -> list[Lease]:
+        return await self._do(self.plans.claim_next_many(owner, ttl, n))  # one statement for all of them
+
+    async def complete_many(self, completions: Sequence[Completion]) -> list[LeaseError | None]:
+        return await self._do(self.plans.complete_many(completions))  # one statement for all of them
 
     async def renew_many(self, renewals: Sequence[Renewal]) -> list[Lease | LeaseError]:
         return await self._do(self.plans.renew_many(renewals))  # one statement for all of them

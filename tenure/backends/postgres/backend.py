@@ -31,7 +31,7 @@ from tenure.core.errors import BackendUnavailable, InvalidArgument, LeaseError
 from tenure.core.lifecycle import Retry
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
-from tenure.core.steps import Renewal
+from tenure.core.steps import Completion, Renewal
 
 log = logging.getLogger("tenure.postgres")
 
@@ -185,6 +185,14 @@ class PostgresBackend(Backend):
         return self._do(self.plans.renew(lease, ttl))
 
     RENEWS_IN_BATCHES = True
+    CLAIMS_IN_BATCHES = True
+    COMPLETES_IN_BATCHES = True
+
+    def claim_next_many(self, owner: str, ttl: float, n: int) -> list[Lease]:
+        return self._do(self.plans.claim_next_many(owner, ttl, n))  # one statement for all of them
+
+    def complete_many(self, completions: Sequence[Completion]) -> list[LeaseError | None]:
+        return self._do(self.plans.complete_many(completions))  # one statement for all of them
 
     def renew_many(self, renewals: Sequence[Renewal]) -> list[Lease | LeaseError]:
         return self._do(self.plans.renew_many(renewals))  # one statement for all of them

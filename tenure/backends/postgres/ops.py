@@ -34,7 +34,7 @@ from tenure.core.records import (
     RejectionKind,
     Summary,
 )
-from tenure.core.steps import Renewal
+from tenure.core.steps import Completion, Renewal
 from tenure.core.transitions import status
 
 T = TypeVar("T")
@@ -179,10 +179,12 @@ class Plans:
 
     def claim_next(self, owner: str, ttl: float) -> Plan[Lease | None]:
         rows = yield self.query("CLAIM_NEXT", {"owner": owner, "ttl": ttl}, write=True)
-        if not rows:
-            return None
-        job_id, holder, token, until, seconds, attempt, _ = rows[0]
-        return Lease(job_id, holder, token, until, seconds, attempt=attempt)
+        return _leases(rows)[0] if rows else None
+
+    def claim_next_many(self, owner: str, ttl: float, n: int) -> Plan[list[Lease]]:
+        """CLAIM_NEXT_MANY: up to ``n`` claims in one statement, in claim_next's order."""
+        rows = yield self.query("CLAIM_NEXT_MANY", {"owner": owner, "ttl": ttl, "n": n}, write=True, rows=n)
+        return _leases(rows)
 
     def _holder_op(self, name: str, op: Op, lease: Lease, **extra: Any) -> Plan[Lease]:
         """The lease as the change left it (renew's), or StaleLease for a refusal."""
@@ -205,32 +207,44 @@ class Plans:
         return (yield from self._holder_op("RENEW", Op.RENEW, lease, ttl=ttl))
 
     def renew_many(self, renewals: Sequence[Renewal]) -> Plan[list[Lease | LeaseError]]:
-        """RENEW_MANY: every lease in one statement, each judged (and refused) alone; a lease
-        whose row changed between its judgement and its renewal is asked again."""
-        found: dict[int, Lease | LeaseError] = {}
-        left = list(range(len(renewals)))
+        """RENEW_MANY: every lease in one statement, each judged (and refused) alone."""
+        found = yield from self._holders("RENEW_MANY", Op.RENEW, renewals, "ttls")
+        return [Lease(lease.job_id, lease.owner, lease.token, *done) if isinstance(done, tuple) else done
+                for (lease, _), done in zip(renewals, found, strict=True)]
+
+    def complete_many(self, completions: Sequence[Completion]) -> Plan[list[LeaseError | None]]:
+        """COMPLETE_MANY: every lease in one statement, each judged (and refused) alone."""
+        found = yield from self._holders("COMPLETE_MANY", Op.COMPLETE, completions, "results")
+        return [None if isinstance(done, tuple) else done for done in found]
+
+    def _holders(self, name: str, op: Op, asked: Sequence[tuple[Lease, Any]],
+                 argument: str) -> Plan[list[tuple[float, float] | LeaseError]]:
+        """One of the holder statements over many leases (``q._holders``): for each, its new
+        (lease end, TTL), or why it was refused; a lease whose row changed between its
+        judgement and its change is asked again."""
+        found: dict[int, tuple[float, float] | LeaseError] = {}
+        left = list(range(len(asked)))
         for _ in range(ATTEMPTS):
             if not left:
                 break
-            asked = [renewals[i] for i in left]
-            rows = yield self.query("RENEW_MANY", {
-                "jobs": [lease.job_id for lease, _ in asked], "owners": [lease.owner for lease, _ in asked],
-                "tokens": [lease.token for lease, _ in asked], "ttls": [ttl for _, ttl in asked]},
-                write=True, rows=len(asked))
+            these = [asked[i] for i in left]
+            rows = yield self.query(name, {
+                "jobs": [lease.job_id for lease, _ in these], "owners": [lease.owner for lease, _ in these],
+                "tokens": [lease.token for lease, _ in these], argument: [arg for _, arg in these]},
+                write=True, rows=len(these))
             for n, outcome, until, ttl, now, _, *record in rows:
                 i = left[n - 1]
-                lease = renewals[i][0]
                 if outcome == "done":
-                    found[i] = Lease(lease.job_id, lease.owner, lease.token, until, ttl)
+                    found[i] = (until, ttl)
                 else:
                     try:
-                        found[i] = self._refusal(Op.RENEW, lease, outcome, record, now)
+                        found[i] = self._refusal(op, asked[i][0], outcome, record, now)
                     except CorruptRecord as exc:
                         found[i] = exc
-            left = [i for i in left if i not in found]  # judged current, changed before renewed
+            left = [i for i in left if i not in found]  # judged current, changed before written
         for i in left:
-            found[i] = contention.outraced(renewals[i][0].job_id, ATTEMPTS)
-        return [found[i] for i in range(len(renewals))]
+            found[i] = contention.outraced(asked[i][0].job_id, ATTEMPTS)
+        return [found[i] for i in range(len(asked))]
 
     def complete(self, lease: Lease, result: bytes | None) -> Plan[None]:
         yield from self._holder_op("COMPLETE", Op.COMPLETE, lease, result=result)
@@ -350,6 +364,12 @@ _STATE_SQL = {
     JobState.COMPLETED: f"(j.state = 'completed' AND {q.valid('j')})",
     JobState.CORRUPT: f"(NOT {q.valid('j')})",
 }
+
+
+def _leases(rows: Rows) -> list[Lease]:
+    """The leases CLAIM_NEXT and CLAIM_NEXT_MANY won, in their rows' order."""
+    return [Lease(job_id, holder, token, until, seconds, attempt=attempt)
+            for job_id, holder, token, until, seconds, attempt, _ in rows]
 
 
 def _rejection(r: tuple[Any, ...]) -> Rejection:

@@ -147,19 +147,26 @@ SELECT 'refused', c.*, NULL FROM (
 # taking, and FOR UPDATE re-checks the row it locks against its latest version. A pending
 # job's queued_at is the server's time of the write that queued it: only a server clock
 # stepped back since delays it (by the step), as it lengthens leases.
-CLAIM_NEXT = f"""
+# claim_next_many: the same for up to %(n)s jobs, overdue leases first and pending jobs after
+# them (as many as the overdue left room for), each its own claim: its own token, attempt and
+# history event; the rows come back in that order. claim_next keeps LIMIT 1 and NOT EXISTS:
+# a plan for one row, whatever the table's size.
+def _claim_next(many: bool) -> str:
+    n, room = ("%(n)s", "%(n)s - (SELECT count(*) FROM overdue)") if many else ("1", "1")
+    return f"""
 WITH {_CLOCK},
 overdue AS MATERIALIZED (
-  SELECT j.job_id FROM {{s}}.jobs j, clock
+  SELECT j.job_id, j.lease_until FROM {{s}}.jobs j, clock
   WHERE j.state = 'leased' AND {attempt_left('j')} AND j.lease_until <= clock.now AND {_next('j')}
-  ORDER BY j.lease_until LIMIT 1 FOR UPDATE OF j SKIP LOCKED),
+  ORDER BY j.lease_until LIMIT {n} FOR UPDATE OF j SKIP LOCKED),
 waiting AS MATERIALIZED (
-  SELECT j.job_id FROM {{s}}.jobs j
+  SELECT j.job_id, j.queued_at, j.queued FROM {{s}}.jobs j
   WHERE j.state = 'pending' AND j.queued_at <= (SELECT now FROM clock)
     AND (j.claimable_at IS NULL OR j.claimable_at <= (SELECT now FROM clock)) AND {_next('j')}
-    AND NOT EXISTS (SELECT 1 FROM overdue)
-  ORDER BY j.queued_at, j.queued LIMIT 1 FOR UPDATE OF j SKIP LOCKED),
-pick AS (SELECT job_id FROM overdue UNION ALL SELECT job_id FROM waiting),
+    {"" if many else "AND NOT EXISTS (SELECT 1 FROM overdue)"}
+  ORDER BY j.queued_at, j.queued LIMIT {room} FOR UPDATE OF j SKIP LOCKED),
+pick AS (SELECT job_id, 0 AS part, lease_until AS at, 0::bigint AS queued FROM overdue
+         UNION ALL SELECT job_id, 1, queued_at, queued FROM waiting),
 won AS (
   UPDATE {{s}}.jobs j SET state = 'leased', owner = %(owner)s, token = j.token + 1,
     lease_until = clock.now + %(ttl)s, ttl = %(ttl)s, claimed_at = clock.now, renewed_at = NULL,
@@ -167,8 +174,14 @@ won AS (
   FROM pick, clock WHERE j.job_id = pick.job_id
   RETURNING j.job_id, j.owner, j.token, j.lease_until, j.ttl, j.claimed_at, j.attempts),
 event AS ({_EVENT} SELECT job_id, '{Op.CLAIM}', owner, token, claimed_at, lease_until FROM won)
-SELECT w.job_id, w.owner, w.token, w.lease_until, w.ttl, w.attempts, {_touch('w.job_id')} FROM won w
+SELECT w.job_id, w.owner, w.token, w.lease_until, w.ttl, w.attempts, {_touch('w.job_id')}
+FROM won w JOIN pick p ON p.job_id = w.job_id ORDER BY p.part, p.at, p.queued
 """
+
+
+CLAIM_NEXT = _claim_next(many=False)
+CLAIM_NEXT_MANY = _claim_next(many=True)
+
 
 def _reason(token: str, owner: str) -> str:
     """transitions.check, in its order, of the row ``c`` for a lease of ``token`` and ``owner``;
@@ -240,33 +253,35 @@ FAIL = _holder(Op.FAIL, f"""state = CASE WHEN {_OUT} THEN '{JobState.PARKED}' EL
     claimable_at = CASE WHEN {attempt_left('j')} THEN {_after('clock.now', f'({WAIT})')} END,
     queued_at = clock.now + CASE WHEN {_OUT} THEN 0 ELSE {WAIT} END, queued = nextval('{{s}}.queue')""")
 
-# renew_many: RENEW for many (job, owner, token, ttl) rows in one statement, each row judged
-# as RENEW judges its one (transitions.check's order). Every asked row is locked first, in job
-# order, and judged once on the version locked, which nothing else can change before the UPDATE:
-# the current ones are renewed (the UPDATE matches them by key alone, so the planner, which
-# cannot know how many rows a CTE holds, has no filter to misjudge into a quadratic plan), each
-# other one audited alone.
+# renew_many and complete_many: RENEW or COMPLETE for many (job, owner, token, argument) rows
+# in one statement, each row judged as RENEW judges its one (transitions.check's order). Every
+# asked row is locked first, in job order, and judged once on the version locked, which nothing
+# else can change before the UPDATE: the current ones are changed (the UPDATE matches them by
+# key alone, so the planner, which cannot know how many rows a CTE holds, has no filter to
+# misjudge into a quadratic plan), each other one audited alone.
 # Rows come back with their place in the arrays (``n``): 'done', or why it was refused; a row
-# judged current but not renewed (it changed in between) does not come back, and is asked again.
-RENEW_MANY = f"""
+# judged current but not changed (it changed in between) does not come back, and is asked again.
+def _holders(op: Op, argument: str, change: str) -> str:
+    """``argument``: the array of each lease's own value (``v.arg`` in ``change``)."""
+    return f"""
 WITH {_CLOCK},
 want AS MATERIALIZED (
-  SELECT * FROM unnest(%(jobs)s::text[], %(owners)s::text[], %(tokens)s::bigint[], %(ttls)s::float8[])
-    WITH ORDINALITY AS w(job_id, owner, token, ttl, n)),
+  SELECT * FROM unnest(%(jobs)s::text[], %(owners)s::text[], %(tokens)s::bigint[], {argument})
+    WITH ORDINALITY AS w(job_id, owner, token, arg, n)),
 cur AS MATERIALIZED (
   SELECT {_cols('j')} FROM {{s}}.jobs j WHERE j.job_id = ANY(%(jobs)s::text[]) ORDER BY j.job_id FOR UPDATE),
 verdict AS MATERIALIZED (
-  SELECT w.n, w.job_id AS asked_job, w.owner AS asked_owner, w.token AS asked_token, w.ttl AS asked_ttl,
+  SELECT w.n, w.job_id AS asked_job, w.owner AS asked_owner, w.token AS asked_token, w.arg,
          {_reason('w.token', 'w.owner')} AS reason, {_cols('c')}, clock.now
   FROM want w CROSS JOIN clock LEFT JOIN cur c ON c.job_id = w.job_id),
 done AS (
-  UPDATE {{s}}.jobs j SET lease_until = v.now + v.asked_ttl, ttl = v.asked_ttl, renewed_at = v.now FROM verdict v
+  UPDATE {{s}}.jobs j SET {change} FROM verdict v
   WHERE v.reason IS NULL AND j.job_id = v.asked_job AND j.token = v.asked_token AND j.owner = v.asked_owner
   RETURNING v.n, j.job_id, j.owner, j.token, j.lease_until, j.ttl, v.now),
-event AS ({_EVENT} SELECT job_id, '{Op.RENEW}', owner, token, now, lease_until FROM done),
+event AS ({_EVENT} SELECT job_id, '{op}', owner, token, now, lease_until FROM done),
 rejected AS (
   INSERT INTO {{s}}.rejections (job_id, op, owner, token, current_owner, current_token, at, reason, kind)
-  SELECT v.asked_job, '{Op.RENEW}', v.asked_owner, v.asked_token, v.owner, coalesce(v.token, 0), v.now, v.reason,
+  SELECT v.asked_job, '{op}', v.asked_owner, v.asked_token, v.owner, coalesce(v.token, 0), v.now, v.reason,
          'store'
   FROM verdict v WHERE v.reason IS NOT NULL AND v.reason <> 'corrupt'
   RETURNING id)
@@ -277,6 +292,11 @@ SELECT v.n, v.reason, NULL, NULL, v.now,
        CASE WHEN EXISTS (SELECT 1 FROM rejected) THEN {notify("'r'")} END, {_cols('v')}
   FROM verdict v WHERE v.reason IS NOT NULL
 """
+
+
+RENEW_MANY = _holders(Op.RENEW, "%(ttls)s::float8[]", "lease_until = v.now + v.arg, ttl = v.arg, renewed_at = v.now")
+COMPLETE_MANY = _holders(Op.COMPLETE, "%(results)s::bytea[]",
+                         f"state = '{JobState.COMPLETED}', lease_until = NULL, completed_at = v.now, result = v.arg")
 
 # submit_many: new jobs pending, completed ones a new run with its attempts reset
 # (transitions.submit), the rest untouched; nothing at all is written if any of the jobs is
@@ -388,7 +408,7 @@ WATCH_STOP = "DELETE FROM {s}.watchers WHERE pid = pg_backend_pid()"
 
 # By name, for the backend to bind to its schema once.
 STATEMENTS = {"CLAIM": CLAIM, "CLAIM_NEXT": CLAIM_NEXT, "RENEW": RENEW, "COMPLETE": COMPLETE, "RELEASE": RELEASE,
-              "RENEW_MANY": RENEW_MANY,
+              "RENEW_MANY": RENEW_MANY, "CLAIM_NEXT_MANY": CLAIM_NEXT_MANY, "COMPLETE_MANY": COMPLETE_MANY,
               "FAIL": FAIL, "SUBMIT": SUBMIT, "REQUEUE": REQUEUE, "FORCE_EXPIRE": FORCE_EXPIRE,
               "RECORD_REJECTION": RECORD_REJECTION, "NOW": NOW,
               "GET": GET, "JOBS_PAGE": JOBS_PAGE, "REJECTIONS": REJECTIONS, "JOB_REJECTIONS": JOB_REJECTIONS,

@@ -33,6 +33,7 @@ from tenure.core.codec import corrupt_status
 from tenure.core.errors import CorruptRecord, StoreNotFound
 from tenure.core.options import Options, StoreURL
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
+from tenure.core.steps import Completion
 from tenure.views import paging
 
 UNREADABLE = object()  # an exists() the server refused: the znode is there
@@ -61,6 +62,14 @@ class ZooKeeperBackend(RecordBackend):
     # the first could be lost waiting for the last (docs/performance.md).
     RENEW_BATCH = 500
     RENEW_BYTES = 512 * 1024
+    # claim_next_many: the jobs the index proposes, claimed in one multi (a record, its
+    # generation, two index entries and an event each), as many as fit SUBMIT_BYTES.
+    CLAIMS_IN_BATCHES = True
+    CLAIM_BATCH = 250
+    CLAIM_BYTES = 512 * 1024
+    # complete_many: a record with its result (base64) and an event each.
+    COMPLETE_BATCH = 1000
+    COMPLETE_BYTES = 512 * 1024
 
     def __init__(self, config: Config, injected: Clock | None = None) -> None:
         """``injected``: the clock given to ``connect`` (tests), which holders' deadlines are
@@ -136,7 +145,17 @@ class ZooKeeperBackend(RecordBackend):
     def renew_weight(self, lease: Lease) -> int:
         """What renewing ``lease`` adds to a multi, at most: what submitting its job does (paths,
         record, event), and its owner in both JSON texts."""
-        return self.submit_weight(lease.job_id) + 2 * len(json.dumps(lease.owner))
+        return self.claim_weight(lease.job_id, lease.owner)
+
+    def claim_weight(self, job_id: str, owner: str) -> int:
+        """What claiming a job adds to a multi, at most: as renewing its lease does."""
+        return self.submit_weight(job_id) + 2 * len(json.dumps(owner))
+
+    def complete_weight(self, completion: Completion) -> int:
+        """What completing a lease adds to a multi, at most: as renewing it does, and its
+        result in base64 (4 bytes for 3)."""
+        lease, result = completion
+        return self.claim_weight(lease.job_id, lease.owner) + 4 * ((len(result or b"") + 2) // 3)
 
     def now(self) -> float:
         return self.session.now()

@@ -200,8 +200,8 @@ class Index:
             tx.commit_async()
 
     # -- reading: claim_next's candidates ------------------------------------------------------
-    def claimable(self, at: Callable[[float, int], None], take: Take) -> Io[str | None]:
-        """The first job ``take`` accepts, of (job id, record, version) proposed in order:
+    def claimable(self, at: Callable[[float, int], None], take: Take, n: int = 1) -> Io[list[str]]:
+        """The first ``n`` jobs ``take`` accepts, of (job id, record, version) proposed in order:
         expired leases first (earliest expiry first), then queued jobs by when they became
         claimable (pending and due scheduled buckets in the order of their names), records
         read after the store's time, which ``at`` gets first (with its epoch). Each is a
@@ -235,10 +235,13 @@ class Index:
         for name in due[:2]:  # those not read early: sent with the leased jobs' records
             if ("scheduled", name) not in early:
                 early[("scheduled", name)] = client.get_children_async(f"{self.layout.scheduled}/{name}")
+        taken: list[str] = []
         for job_id, data, version in (yield from self._expired(names, now)):
             if (yield from take(job_id, data, version)):
-                return job_id
-        return (yield from self._queued(now, early, due, take))
+                taken.append(job_id)
+                if len(taken) == n:
+                    return taken
+        return taken + (yield from self._queued(now, early, due, take, n - len(taken)))
 
     def _expired(self, names: list[str], now: float) -> Io[list[tuple[str, bytes, int]]]:
         found: list[tuple[float, str, bytes, int]] = []
@@ -252,7 +255,8 @@ class Index:
         # An entry without a job znode (deleted by hand) is skipped, never tidied here.
         return [(job_id, data, version) for _, job_id, data, version in sorted(found)]
 
-    def _queued(self, now: float, early: dict[tuple[str, str], Any], due: list[str], take: Take) -> Io[str | None]:
+    def _queued(self, now: float, early: dict[tuple[str, str], Any], due: list[str], take: Take,
+                n: int) -> Io[list[str]]:
         """Queued entries by when they became claimable: the oldest bucket (by name, of the
         cached pending buckets and the due scheduled ones), with up to BESIDE of the other
         kind opened before its newest entry (their entries interleave with its own), merged
@@ -261,7 +265,8 @@ class Index:
         scheduled jobs: FIFO to within BUCKET_SPAN between them."""
         seen: set[tuple[str, str]] = set()
         relisted = False
-        while True:
+        taken: list[str] = []
+        while len(taken) < n:
             with self._lock:
                 later = [("pending", n) for n in self._front if ("pending", n) not in seen]
             if not later and not relisted:
@@ -275,7 +280,7 @@ class Index:
             later = sorted(later + [("scheduled", n) for n in due if ("scheduled", n) not in seen],
                            key=lambda found: found[1])  # names sort by when opened
             if not later:
-                return None
+                break
             seen.add(later[0])
             entries = yield from self._entries([later[0]], now, early)
             newest = max((zl.entry_millis(name) or 0 for _, name in entries), default=-1)
@@ -283,9 +288,8 @@ class Index:
                       and zl.millis(zl.bucket_opened(b[1]) or 0.0) <= newest][:BESIDE]
             seen.update(beside)
             entries += yield from self._entries(beside, now, early)
-            taken = yield from self._take_first(sorted(entries, key=lambda found: found[1]), take)
-            if taken is not None:
-                return taken
+            taken += yield from self._take_first(sorted(entries, key=lambda found: found[1]), take, n - len(taken))
+        return taken
 
     def _entries(self, buckets: list[tuple[str, str]], now: float,
                  early: dict[tuple[str, str], Any]) -> Io[list[tuple[str, str]]]:
@@ -313,13 +317,16 @@ class Index:
                 found += [(f"{kind}/{bucket}", n) for n in children]
         return found
 
-    def _take_first(self, found: list[tuple[str, str]], take: Take) -> Io[str | None]:
-        """The first of the entries ``found`` (in order) whose job ``take`` accepts; each
+    def _take_first(self, found: list[tuple[str, str]], take: Take, n: int) -> Io[list[str]]:
+        """The first ``n`` of the entries ``found`` (in order) whose jobs ``take`` accepts; each
         claimer starts a few places in at random (``contention.spread``)."""
         entries = contention.spread([(job_id, f"{where}/{name}")
                                      for where, name in found for _, job_id in zl.named([name], zl.entry_job)])
-        for start in range(0, len(entries), PENDING_READS):
-            chunk = entries[start:start + PENDING_READS]
+        taken: list[str] = []
+        start = 0
+        while start < len(entries) and len(taken) < n:
+            chunk = entries[start:start + max(PENDING_READS, n - len(taken))]  # a batch reads as many at once
+            start += len(chunk)
             paths = [self.layout.job(job_id) for job_id, _ in chunk]
             with mapped_errors("reading pending jobs"):
                 read = {p: (d, v) for p, d, v in (yield from reading_many(self._b.client, paths))}
@@ -330,9 +337,9 @@ class Index:
                     self.tidy(entry, None, -1)
                 elif zl.entry_slot(data) != slot:
                     self.tidy(entry, path, version)  # claimed, completed or queued elsewhere
-                elif (yield from take(job_id, data, version)):
-                    return job_id
-        return None
+                elif len(taken) < n and (yield from take(job_id, data, version)):
+                    taken.append(job_id)
+        return taken
 
     def _forget(self, kind: str, bucket: str, path: str, now: float, *, gone: bool) -> Io[None]:
         """An empty bucket: delete it once nobody fills it any more (opened more than

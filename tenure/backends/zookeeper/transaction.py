@@ -286,15 +286,21 @@ class ZkTransaction(Transaction):
         return answer()
 
     def next_claimable(self) -> str | None:
-        return self.answer(("claimable",), self._finding)
+        return next(iter(self.next_claimables(1)), None)
 
-    def _finding(self) -> Io[str | None]:
+    def next_claimables(self, n: int) -> list[str]:
+        return self.answer(("claimable", n), lambda: self._finding(n))
+
+    def _finding(self, n: int) -> Io[list[str]]:
         if self._p.index.enabled:
-            return (yield from self._p.index.claimable(self._at, self._take))
+            return (yield from self._p.index.claimable(self._at, self._take, n))
+        taken: list[str] = []
         for job_id, data, version in (yield from self._scanned()):
+            if len(taken) == n:
+                break
             if (yield from self._take(job_id, data, version)):
-                return job_id
-        return None
+                taken.append(job_id)
+        return taken
 
     def _take(self, job_id: str, data: bytes, version: int) -> Io[bool]:
         """Whether claim_next tries ``job_id``, proposed at ``version``: claimable by the
