@@ -73,6 +73,11 @@ class AsyncBackend(abc.ABC):
         """``tenure.Backend.RENEWS_IN_BATCHES``: whether ``renew_many`` is one round trip."""
         return False
 
+    @property
+    def renew_batch(self) -> int:
+        """``tenure.Backend.RENEW_BATCH``: leases per request of ``renew_many`` (0: all)."""
+        return 0
+
     async def renew_many(self, renewals: Sequence[Renewal]) -> list[Lease | LeaseError]:
         """``tenure.Backend.renew_many``: each lease's outcome in order; this default renews
         one lease per request, a store that renews many in one round trip overrides it."""
@@ -231,6 +236,10 @@ class ThreadedBackend(AsyncBackend):
     @property
     def renews_in_batches(self) -> bool:
         return self.sync.RENEWS_IN_BATCHES
+
+    @property
+    def renew_batch(self) -> int:
+        return self.sync.RENEW_BATCH
 
     async def renew_many(self, renewals: Sequence[Renewal]) -> list[Lease | LeaseError]:
         return await self._call(self.sync.renew_many, renewals)  # one trip to the worker thread

@@ -21,7 +21,7 @@ from tenure.aio.backend import AsyncBackend
 from tenure.core.backend import Link
 from tenure.core.clock import Clock
 from tenure.core.errors import LeaseError, StaleLease
-from tenure.core.holding import MAX_SLEEP, HeldState, RenewalBatch, log, next_attempt
+from tenure.core.holding import MAX_SLEEP, HeldState, RenewalBatch, in_parts, log, next_attempt
 from tenure.core.records import Lease, Reason
 from tenure.core.schedule import Schedule
 
@@ -207,15 +207,26 @@ class AsyncRenewer:
                     self._store.background(self._renew(held), renewal=True)
 
     async def _renew_batch(self, batch: list[AsyncHeldLease]) -> None:
-        """One ``renew_many`` for the leases of ``batch`` that are free; a lease whose lock a
-        complete() or release() holds renews alone once it is free, as it always did."""
+        """``renew_many`` for the leases of ``batch`` that are free, a request's worth at a time
+        (``in_parts``); a lease whose lock a complete() or release() holds renews alone once it
+        is free, as it always did."""
         free = [held for held in batch if not held._lock.locked()]
         for held in set(batch).difference(free):
             self._store.background(self._renew(held), renewal=True)
         for held in free:
             await held._lock.acquire()  # free: taken at once, with no await in between
+        parts = in_parts(free, self._store.backend.renew_batch)
         try:
-            renewals = RenewalBatch(free)
+            while parts:
+                await self._renew_part(parts.pop(0))
+        finally:  # cancelled (the store closes): the parts not renewed are let go too
+            for held in (held for part in parts for held in part):
+                held._lock.release()
+
+    async def _renew_part(self, part: list[AsyncHeldLease]) -> None:
+        """One ``renew_many`` for ``part`` (their locks taken, released here)."""
+        try:
+            renewals = RenewalBatch(part)
             found: list[Lease | BaseException] | BaseException = []
             if renewals.due:
                 try:
@@ -224,7 +235,7 @@ class AsyncRenewer:
                     found = exc
             outcomes = renewals.answered(found)
         finally:
-            for held in free:
+            for held in part:
                 held._lock.release()
         for held, outcome in outcomes.items():
             self._reschedule(held, outcome)

@@ -152,6 +152,9 @@ class Backend(abc.ABC):
     # Whether renew_many renews many leases in one round trip: if not (this default's loop),
     # held leases are renewed one request each, side by side, as before batches.
     RENEWS_IN_BATCHES: ClassVar[bool] = False
+    # Leases per request of renew_many, 0 for all in one. Held leases are renewed that many at
+    # a time, so each renewal's deadline counts from when its own request was sent.
+    RENEW_BATCH: ClassVar[int] = 0
 
     def renew_many(self, renewals: Sequence[steps.Renewal]) -> list[Lease | LeaseError]:
         """Renew several leases (``(lease, ttl)`` pairs, one per job), each judged alone: in
@@ -346,9 +349,8 @@ class RecordBackend(Backend):
     def renew(self, lease: Lease, ttl: float) -> Lease:
         return self._run(steps.renew(lease, ttl))
 
-    # renew_many: leases per transaction, 0 for all in one; a store whose requests are bounded
-    # in bytes also sets RENEW_BYTES and ``renew_weight``.
-    RENEW_BATCH: ClassVar[int] = 0
+    # renew_many: a transaction per RENEW_BATCH leases; a store whose requests are bounded in
+    # bytes also sets RENEW_BYTES and ``renew_weight``.
     RENEW_BYTES: ClassVar[int] = 0
     RENEWS_IN_BATCHES = True
 

@@ -345,3 +345,12 @@ class RenewalBatch(Generic[H]):
         for (held, link), one in zip(self.due, answers, strict=True):
             outcomes[held] = held._renewal_answered(one, link)
         return outcomes
+
+
+def in_parts(held: list[H], size: int) -> list[list[H]]:
+    """A batch of held leases in parts of ``size`` (0: one part), renewed one after another,
+    a request each (``Backend.RENEW_BATCH``): each part's leases are renewed, their deadlines
+    counted from when the part was sent, as soon as its answer is in, not when the last part's is
+    (a batch of 5,000 leases on ZooKeeper is nine multis)."""
+    step = size or len(held) or 1
+    return [held[i:i + step] for i in range(0, len(held), step)]

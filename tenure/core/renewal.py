@@ -28,6 +28,7 @@ from tenure.core.holding import (
     RETRY_FRACTION,
     HeldState,
     RenewalBatch,
+    in_parts,
     log,
     next_attempt,
 )
@@ -233,21 +234,33 @@ class Renewer:
                     self._pool.submit(functools.partial(self._renew, held))
 
     def _renew_batch(self, batch: list[HeldLease]) -> None:
-        """One ``renew_many`` for the leases of ``batch`` that are free; a lease whose lock a
-        complete() or release() holds renews alone once it is free, as it always did."""
+        """``renew_many`` for the leases of ``batch`` that are free, a request's worth at a time
+        (``in_parts``); a lease whose lock a complete() or release() holds renews alone once it
+        is free, as it always did."""
         free = [held for held in batch if held._lock.acquire(blocking=False)]
         for held in set(batch).difference(free):
             self._pool.submit(functools.partial(self._renew, held))
-        outcomes: dict[HeldLease, bool | BaseException] = dict.fromkeys(free, False)
+        parts = in_parts(free, free[0]._store.backend.RENEW_BATCH) if free else []
         try:
-            renewals = RenewalBatch(free)
+            while parts:
+                self._renew_part(parts.pop(0))
+                self._pool.progress()  # a request answered: not a hung one to start threads for
+        finally:
+            for held in (held for part in parts for held in part):
+                held._lock.release()
+
+    def _renew_part(self, part: list[HeldLease]) -> None:
+        """One ``renew_many`` for ``part`` (their locks taken, released here)."""
+        outcomes: dict[HeldLease, bool | BaseException] = dict.fromkeys(part, False)
+        try:
+            renewals = RenewalBatch(part)
             if renewals.due:
                 try:
-                    outcomes = renewals.answered(list(free[0]._store.renew_many(renewals.leases)))
+                    outcomes = renewals.answered(list(part[0]._store.renew_many(renewals.leases)))
                 except Exception as exc:
                     outcomes = renewals.answered(exc)
         finally:
-            for held in free:
+            for held in part:
                 held._lock.release()
         for held, outcome in outcomes.items():
             self._reschedule(held, outcome)

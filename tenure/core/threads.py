@@ -3,8 +3,8 @@
 ``concurrent.futures.ThreadPoolExecutor`` with four workers lets four requests that hang
 (a store that stopped answering, up to the backend's timeout) hold up every other task. This
 pool runs ``keep`` threads that are not stuck: while tasks wait, ``unstall()`` starts one
-more thread for each that has been running one task for ``patience`` seconds, up to
-``limit``. A burst of quick tasks is absorbed by the threads it has, however long it queues;
+more thread for each that has been running one task for ``patience`` seconds (without
+``progress()``), up to ``limit``. A burst of quick tasks is absorbed by the threads it has, however long it queues;
 threads beyond ``keep`` exit after ``idle_for`` seconds without work.
 """
 
@@ -69,6 +69,13 @@ class ElasticPool:
                     self._warned = True
                     log.warning("%s: all %d threads are stuck; tasks wait for one", self._name, self._limit)
             return self._patience
+
+    def progress(self) -> None:
+        """Called by a task of many requests (a batch of renewals, a request per part) after
+        each: it is not stuck, so tasks waiting behind it start no thread yet."""
+        with self._cond:
+            if threading.get_ident() in self._running:
+                self._running[threading.get_ident()] = time.monotonic()
 
     def _start(self) -> None:
         self._threads += 1

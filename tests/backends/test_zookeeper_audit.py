@@ -107,3 +107,28 @@ def test_records_from_before_segments_are_read_as_the_oldest(zk_harness: ZooKeep
 ])
 def test_sequence_numbers_are_read_as_signed_32_bit_counters(name: str, number: int | None) -> None:
     assert zl.sequence(name, "e-") == number
+
+
+def test_a_log_is_listed_to_trim_it_once_per_retention_numbers(zk_harness: ZooKeeperHarness) -> None:
+    """Each trim lists the whole log: every 256 records, batches of thousands of renewals spent
+    most of their CPU and requests listing it. Now once per ``retention`` record numbers (deletes
+    advance them too), so a log keeps from ``retention`` to twice as many records."""
+    retention = 1000
+    with zk_harness.connect(f"{zk_harness.url()}?retention={retention}") as store:
+        client: Any = store.backend.client  # type: ignore[attr-defined]
+        events = store.backend.layout.events  # type: ignore[attr-defined]
+        listed = []
+        call = client._call
+
+        def counted(request: Any, async_object: Any) -> Any:
+            if type(request).__name__ == "GetChildren" and request.path.startswith(events + "/"):
+                listed.append(request.path)
+            return call(request, async_object)
+
+        for n in range(12):  # 3,000 records in multis of 250 (submit_many's), 12 commits
+            client._call = counted
+            store.submit_many([f"j{n}-{i}" for i in range(250)])
+            client._call = call  # our own listing below is not the store's
+            kept = sum(len(client.get_children(f"{events}/{s}")) for s in client.get_children(events))
+            assert retention <= kept <= 2 * retention or kept == 250 * (n + 1)
+        assert 2 <= len(listed) <= 5  # about 5,000 numbers: every 1,000 (every 256: 12 or more)

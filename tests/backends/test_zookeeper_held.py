@@ -143,14 +143,18 @@ def test_no_shortcut_once_the_holders_deadline_has_passed(zk_harness: ZooKeeperH
     assert reads == 1  # the store's clock decides (here: still live, so renewed)
 
 
-def test_no_shortcut_with_a_stale_stamp_or_an_injected_clock(zk_harness: ZooKeeperHarness,
-                                                             store: tenure.Store,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    lease = store.claim("j", owner="a", ttl=zk_harness.ttl)
+def test_a_stale_stamp_is_renewed_first_and_an_injected_clock_takes_no_shortcut(
+        zk_harness: ZooKeeperHarness, store: tenure.Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stamp too old to bound the leader's clock is taken again (a clock write, no read of
+    the job): a batch of renewals would otherwise read every record it renews."""
+    leases = [store.claim(f"j{i}", owner="a", ttl=zk_harness.ttl) for i in range(3)]
     counts = _counted(store, monkeypatch)
-    time.sleep(1.1)  # real time: the bound on the leader's clock serves one second (_FRESH)
-    lease, reads, _ = _sent(counts, lambda: store.renew(lease))
-    assert reads == 1
+    time.sleep(1.1)  # real time: the bound on the leader's clock serves one second (session.FRESH)
+    before = store.backend.session.bound_now()  # type: ignore[attr-defined]
+    assert before is None
+    renewed, reads, multis, trips = _trips(counts, lambda: store.renew_many(leases))
+    assert (reads, multis, trips) == (0, 1, 2)  # the clock write, then the multi
+    assert all(isinstance(lease, tenure.Lease) for lease in renewed)
     with zk_harness.connect(clock=tenure.ManualClock()) as manual:  # deadlines not on our clock
         counts = _counted(manual, monkeypatch)
         held = manual.claim("m", owner="a", ttl=zk_harness.ttl)

@@ -403,3 +403,30 @@ def test_a_lease_that_cannot_be_held_is_given_back() -> None:
         store.hold("j", "a", 10.0)
     status = store.get("j")
     assert status is not None and status.state is tenure.JobState.PENDING
+
+
+class PartedBackend(HangingBackend):
+    RENEW_BATCH = 2  # leases per request of renew_many, as ZooKeeper's multis are bounded
+
+
+@pytest.mark.parametrize("flavour", ["sync", "aio"])
+def test_a_batch_renews_a_request_at_a_time_each_part_counted_from_its_own(flavour: str) -> None:
+    """A batch of held leases is renewed ``RENEW_BATCH`` at a time, and each part's leases
+    are renewed as soon as its answer is in: a later part that hangs past the deadline loses
+    only its own. (One ``renew_many`` of the whole batch lost them all: a lease counted as
+    renewed only once the last request was answered.)"""
+    backend = PartedBackend(tenure.SystemClock())
+    store: Any = tenure.Store(backend, clock=tenure.SystemClock()) if flavour == "sync" else \
+        SyncStore.around(lambda: AsyncStore(ThreadedBackend(backend), clock=tenure.SystemClock()))
+    try:
+        backend.hang.add("j5")  # in the last part: [j0, j1], [j2, j3], [j4, j5]
+        held = [store.hold(f"j{i}", owner="a", ttl=2.0) for i in range(6)]  # due together
+        first = [h.lease.expires_at for h in held]
+        assert held[5].lost.wait(PATIENCE), "the part that hangs was never lost"
+        assert held[4].lost.is_set()  # the same request
+        for h, expired in zip(held[:4], first, strict=False):
+            assert not h.lost.is_set(), f"{h.job_id} was lost behind a later part that hung"
+            assert h.lease.expires_at > expired
+    finally:
+        backend.unblock.set()
+        store.close()

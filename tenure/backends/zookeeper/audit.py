@@ -7,7 +7,8 @@ named by a 10-digit index): a record numbered ``SEGMENT_LIMIT`` or more makes it
 the next segment and close its own in one multi, and every multi that adds a record checks
 its segment is still open (version 0), so records are ordered by (segment, number). Records
 of a store made before segments lie in the directory itself: the oldest segment. Logs are
-trimmed to ``retention`` every ``min(TRIM_EVERY, retention)`` records.
+trimmed to ``retention`` by the commit of a record whose number is a multiple of
+``trim_period(retention)``.
 """
 
 from __future__ import annotations
@@ -22,18 +23,23 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.serialization import CheckVersion, Create
 
 from tenure.backends.zookeeper import layout as zl
+from tenure.backends.zookeeper import multi
 from tenure.backends.zookeeper.calls import Io
 from tenure.backends.zookeeper.errors import mapped_errors
 from tenure.backends.zookeeper.multiread import read_many
 from tenure.backends.zookeeper.session import Session
 from tenure.core import audit
+from tenure.core.batches import batches
 from tenure.core.errors import AuthenticationFailed, BackendUnavailable
 from tenure.core.records import HistoryEvent, Rejection
 
 SEGMENT_LIMIT = 2**31 - 2**20  # a record numbered this or higher opens the next segment
-TRIM_EVERY = 256
+TRIM_MOST = 10_000
 _BATCH = 200
-_TRIM_MULTI = 1000  # deletes per multi when trimming
+# Deletes per multi when trimming, and their bytes at most (a path and 16 bytes of framing
+# each): under jute.maxbuffer as submit_many's and renew_many's multis are.
+_TRIM_MULTI = 5000
+_TRIM_BYTES = 512 * 1024
 _LEGACY = -1  # the rank of records written straight into the directory, before segments
 Key = tuple[int, int]  # (segment rank, number): the order records were written in
 
@@ -93,12 +99,16 @@ class Log:
         yield from self.refresh()
 
     # -- writing -----------------------------------------------------------------------------------
-    def add(self, tx: Any, data: bytes) -> None:
+    def add(self, tx: Any, data: bytes, checked: set[str]) -> None:
+        """A record created in ``tx``, whose multi checks the segments in ``checked`` (a set the
+        caller keeps per multi: looking through a batch's thousands of operations for the check
+        made adding records quadratic)."""
         with self._lock:
             segment = self.segment
-        if not any(isinstance(op, CheckVersion) and op.path == segment for op in tx.operations):
-            tx.check(segment, 0)  # still open: a closed segment takes no more records
-        tx.create(f"{segment}/{self._prefix}", data, sequence=True)
+        if segment not in checked:
+            multi.check(tx, segment, 0)  # still open: a closed segment takes no more records
+            checked.add(segment)
+        multi.create(tx, f"{segment}/{self._prefix}", data, sequence=True)
 
     def added(self, path: str, every: int) -> Io[bool]:
         """After a commit that created ``path``: open the next segment when the number is
@@ -153,18 +163,28 @@ class Log:
         doomed = paths[:max(0, len(paths) - retention)]
         client = self._b.client
         with mapped_errors("trimming the audit"):
-            for start in range(0, len(doomed), _TRIM_MULTI):
+            for chunk in batches(doomed, _TRIM_MULTI, lambda path: len(path) + 16, _TRIM_BYTES):
                 # One multi per batch: one transaction (and fsync) instead of one per znode.
                 tx = client.transaction()
-                for path in doomed[start:start + _TRIM_MULTI]:
-                    tx.delete(path)
+                for path in chunk:
+                    multi.delete(tx, path)
                 if not any(isinstance(r, NoNodeError) for r in (yield tx.commit_async())):
                     continue
                 # Another client trimmed some first: the multi did nothing; delete one by one.
-                pending = [client.delete_async(p) for p in doomed[start:start + _TRIM_MULTI]]
+                pending = [client.delete_async(p) for p in chunk]
                 for result in pending:
                     with contextlib.suppress(NoNodeError):
                         yield result
+
+
+def trim_period(retention: int) -> int:
+    """How far apart (in record numbers) the records are whose commit trims their log. Each
+    trim lists the whole log, so a trim every 256 records listed some 40 names per record
+    written: with thousands of renewals a second, about half of a renewal's CPU and most of
+    the requests. Every ``retention`` numbers instead (``TRIM_MOST`` at most), about half as
+    many records since deletes advance the numbers too: a log holds from ``retention`` to
+    about twice as many records (``retention`` and some 5,000 when it is larger)."""
+    return min(retention, TRIM_MOST)
 
 
 class Audit:
@@ -172,13 +192,13 @@ class Audit:
         self._b = session
         self.event_log = Log(session, session.layout.events, "e-")
         self.rejection_log = Log(session, session.layout.rejections, "r-")
-        self._every = min(TRIM_EVERY, session.config.retention)
+        self._every = trim_period(session.config.retention)
 
-    def add_event(self, tx: Any, event: HistoryEvent) -> None:
-        self.event_log.add(tx, zl.dump_event(event))
+    def add_event(self, tx: Any, event: HistoryEvent, checked: set[str]) -> None:
+        self.event_log.add(tx, zl.dump_event(event), checked)
 
-    def add_rejection(self, tx: Any, rejection: Rejection) -> None:
-        self.rejection_log.add(tx, zl.dump_rejection(rejection))
+    def add_rejection(self, tx: Any, rejection: Rejection, checked: set[str]) -> None:
+        self.rejection_log.add(tx, zl.dump_rejection(rejection), checked)
 
     def committed(self, results: list[Any]) -> Io[None]:
         """After a commit: rotate or trim the logs whose records it created. Tidying only: a

@@ -55,9 +55,12 @@ class ZooKeeperBackend(RecordBackend):
     # Bytes of a submit_many multi at most, by submit_weight: a multi above the server's
     # jute.maxbuffer (1 MB by default) is not refused but drops the connection, every time.
     SUBMIT_BYTES = 512 * 1024
-    # renew_many: a record, a check and an event a lease, some 500 bytes with short ids: the
-    # byte budget (renew_weight) bounds a multi of long ids, as SUBMIT_BYTES does.
-    RENEW_BATCH = 1000
+    # renew_many: a record, a check and an event a lease, some 600 bytes with short ids (up to
+    # 900 by renew_weight): the byte budget bounds a multi of long ids, as SUBMIT_BYTES does.
+    # Held leases renew a multi's worth at a time, each multi's deadlines counted from its own
+    # send: 5,000 leases in one renew_many were nine multis one after another, and a lease of
+    # the first could be lost waiting for the last (docs/performance.md).
+    RENEW_BATCH = 500
     RENEW_BYTES = 512 * 1024
     # claim_next_many: the jobs the index proposes, claimed in one multi (a record, its
     # generation, two index entries and an event each), as many as fit SUBMIT_BYTES.

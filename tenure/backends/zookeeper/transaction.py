@@ -28,6 +28,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, Roll
 from kazoo.protocol.serialization import CheckVersion, SetData
 
 from tenure.backends.zookeeper import layout as zl
+from tenure.backends.zookeeper import multi
 from tenure.backends.zookeeper.audit import Audit
 from tenure.backends.zookeeper.calls import Io
 from tenure.backends.zookeeper.errors import mapped_errors
@@ -44,7 +45,9 @@ from tenure.core.transaction import Transaction
 _LOST_RACE = (BadVersionError, NodeExistsError, NoNodeError)
 _OTHERS = (RolledBackError, RuntimeInconsistency)  # ops of a failed multi that did not fail it
 _QUEUING = (Op.SUBMIT, Op.RELEASE, Op.FAIL, Op.REQUEUE)  # may queue the job: the read probes the bucket
-_CACHE = 10_000  # leases this process wrote, kept for the holder's guess
+# Leases this process wrote, kept for the holder's guess: one it misses is read, a round trip
+# of its own in a batch of renewals (10,000, the size of the benchmark, left no room).
+_CACHE = 100_000
 T = TypeVar("T")
 
 
@@ -115,6 +118,7 @@ class ZkTransaction(Transaction):
         self._loaded: set[str] = set()  # jobs the step read: checked at their versions if not written
         self._saved: dict[str, tuple[JobRecord, Found]] = {}
         self._multi: Any = None
+        self._checked: set[str] = set()  # the audit segments the multi checks
         self._placer: Placer | None = None
         self._placer_read: Placer | None = None  # as the read made it, for ``forget``
         self._stamp_due = False  # a guess's stamp is half used: the multi writes our clock znode first
@@ -184,7 +188,14 @@ class ZkTransaction(Transaction):
             got = Found(None, -1, None)
         elif op in (Op.RENEW, Op.COMPLETE) and lease is not None and deadline_runs(lease.deadline, self._p.injected):
             got = self._p.written.get(lease)
-        bound = self._p.session.bound_now() if got is not None else None
+        session = self._p.session
+        bound = session.bound_now() if got is not None else None
+        if bound is None and got is not None and op is not Op.CLAIM:
+            # The stamp is too old to bound the leader's clock: write our clock znode (one round
+            # trip, as reading the job would be) and guess, rather than read the job and, in a
+            # batch of renewals, every job after it.
+            self.answer(("stamp",), session.stamping)
+            bound = session.bound_now()
         if got is None or bound is None:
             return None
         self._at(*bound[:2])
@@ -342,6 +353,7 @@ class ZkTransaction(Transaction):
         """Drop what this run of the step buffered for the commit (before a rerun of the step
         in the same transaction: ``steps.NotFetched``). Reads stay: they are the point."""
         self._multi = None
+        self._checked = set()
         self._saved.clear()
         if self._placer_read is not None:
             self._placer = self._placer_read.copy()
@@ -362,31 +374,31 @@ class ZkTransaction(Transaction):
         slot, index_ops = self._p.index.change(got.rec, got.slot, record, self._placer)
         key, gen = self._layout.job(job_id), self._layout.gen(job_id)
         if got.version < 0:
-            tx.create(key, zl.dump_record(record, self.epoch, slot))
+            multi.create(tx, key, zl.dump_record(record, self.epoch, slot))
             base = got.gen  # a job znode deleted by hand: the token goes on from its generation znode
             if base is None:
-                tx.create(gen, b"")
+                multi.create(tx, gen, b"")
                 base = 0
         else:
-            tx.set_data(key, zl.dump_record(record, self.epoch, slot), version=got.version)
+            multi.set_data(tx, key, zl.dump_record(record, self.epoch, slot), got.version)
             assert got.rec is not None
             base = got.rec.token
         if record.token != base:  # a claim, or a re-created job's first run: the counter moves
-            tx.set_data(gen, b"", version=base)
+            multi.set_data(tx, gen, b"", base)
         elif got.version >= 0:
-            tx.check(gen, base)
+            multi.check(tx, gen, base)
         for kind, path in index_ops:  # after the record's write: it fails first on a lost race
             if kind == "create":
-                tx.create(path, b"")
+                multi.create(tx, path, b"")
             else:
-                tx.delete(path)
+                multi.delete(tx, path)
         self._saved[job_id] = (record, got)
 
     def add_event(self, event: HistoryEvent) -> None:
-        self._p.audit.add_event(self._tx(), event)
+        self._p.audit.add_event(self._tx(), event, self._checked)
 
     def add_rejection(self, rejection: Rejection) -> None:
-        self._p.audit.add_rejection(self._tx(), rejection)
+        self._p.audit.add_rejection(self._tx(), rejection, self._checked)
         self._p.written.forget(rejection.job_id, rejection.token, rejection.owner)
 
     def commit(self) -> None:
@@ -398,7 +410,7 @@ class ZkTransaction(Transaction):
         tx = self._multi
         for job_id in self._loaded - self._saved.keys():
             if self._found[job_id].version >= 0:
-                tx.check(self._layout.job(job_id), self._found[job_id].version)
+                multi.check(tx, self._layout.job(job_id), self._found[job_id].version)
         what = f"writing job {next(iter(self._loaded), '')!r}" if self._loaded else "recording a rejection"
         while True:
             with mapped_errors(what):
