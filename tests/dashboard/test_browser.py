@@ -33,6 +33,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 BROWSER_BACKENDS = ["sqlite", "etcd", "zk", "postgres"]
 SCREENSHOT_DIR_ENV = "TENURE_SCREENSHOT_DIR"  # also save the screenshots there (docs/img)
 ADMIN_SECRET = "browser admin secret"
+PAGE_ERRORS: dict[int, list[str]] = {}  # id(page) -> its scripts' uncaught errors and console errors
 
 
 def _missing(reason: str) -> None:
@@ -101,7 +102,7 @@ def _html_has(page: object, text: str, timeout: float = 60_000) -> None:
     except Exception as exc:  # say what the page showed instead (an error box, another page)
         shown = page.inner_text("body")[:2000]  # type: ignore[attr-defined]
         raise AssertionError(f"{text!r} not on {page.url} within {timeout / 1000:g} s; "  # type: ignore[attr-defined]
-                             f"it shows:\n{shown}") from exc
+                             f"errors in the page: {_crashed(page)}; it shows:\n{shown}") from exc
 
 
 def _save(page: object, tmp_path: Path, name: str) -> Path:
@@ -121,6 +122,20 @@ def _link_labels_cut_off(page: object) -> list[str]:
         "spans => spans.filter(s => s.scrollWidth > s.clientWidth).map(s => s.textContent)")
 
 
+def _new_page(browser: object, **options: object) -> object:
+    """A page that keeps its scripts' uncaught errors and console errors (``_crashed``)."""
+    page = browser.new_page(**options)  # type: ignore[attr-defined]
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)[:300]))
+    page.on("console", lambda message: errors.append(message.text[:300]) if message.type == "error" else None)
+    PAGE_ERRORS[id(page)] = errors
+    return page
+
+
+def _crashed(page: object) -> list[str]:
+    return PAGE_ERRORS.get(id(page), [])
+
+
 def _columns_in_view(page: object, grid: int) -> list[str]:
     """The headers of the columns a st.dataframe draws, wholly or in part, without scrolling:
     its accessibility table holds those alone (once the grid is drawn, which a grid below the
@@ -128,7 +143,7 @@ def _columns_in_view(page: object, grid: int) -> list[str]:
     the grid while it is being scrolled or read: then the new one is, until the deadline."""
     from playwright.sync_api import Error
 
-    deadline = time.monotonic() + 60
+    deadline, reloaded = time.monotonic() + 60, False
     while True:
         located = page.locator("[data-testid='stDataFrame']").nth(grid)  # type: ignore[attr-defined]
         try:
@@ -139,9 +154,17 @@ def _columns_in_view(page: object, grid: int) -> list[str]:
             return located.evaluate(  # type: ignore[no-any-return]
                 "g => [...g.querySelectorAll('th')].map(th => th.textContent)", timeout=10_000)
         except Error as exc:
+            shown = page.inner_text("body").strip()  # type: ignore[attr-defined]
+            if not shown and _crashed(page) and not reloaded:
+                # The whole app went blank after an uncaught error in the page: the data grid's
+                # "Maximum update depth exceeded" (streamlit/streamlit#7949, glide-data-grid#941)
+                # unmounts Streamlit's React tree now and then; a reader reloads, so do we, once.
+                reloaded = True
+                page.reload()  # type: ignore[attr-defined]
+                continue
             if time.monotonic() > deadline:
-                shown = page.inner_text("body")[:2000]  # type: ignore[attr-defined]
-                raise AssertionError(f"grid {grid} not drawn on {page.url}; it shows:\n{shown}") from exc  # type: ignore[attr-defined]
+                raise AssertionError(f"grid {grid} not drawn on {page.url}; errors in the page: "  # type: ignore[attr-defined]
+                                     f"{_crashed(page)}; it shows:\n{shown[:2000]}") from exc
 
 
 # Who was refused with which token, and who holds which: in view, and a column beyond them
@@ -166,7 +189,7 @@ def _open_first_row(page: object) -> None:
 def test_dashboard_in_a_real_browser(browser: object, served: tuple[str, tenure.Store],
                                      tmp_path: Path) -> None:
     address, writer = served
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})  # type: ignore[attr-defined]
+    page = _new_page(browser, viewport={"width": 1400, "height": 1000})
     page.goto(address)
     page.get_by_text("Rejections (1h)").wait_for(timeout=60_000)
     page.get_by_text("Workers: who holds what").wait_for(timeout=60_000)
@@ -249,7 +272,7 @@ def test_the_parked_view_and_a_requeue_by_an_unlocked_admin(browser: object, ser
     address, writer = served_admin
     writer.submit("poison-7", max_attempts=1)
     writer.fail(writer.claim("poison-7", "worker-f", 30), "OOM: killed by the kernel")
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})  # type: ignore[attr-defined]
+    page = _new_page(browser, viewport={"width": 1400, "height": 1000})
     page.goto(address)
     page.get_by_text("Parked jobs (1)").wait_for(timeout=60_000)  # the Overview's link, with the count
     sidebar = page.locator("[data-testid='stSidebar']")
