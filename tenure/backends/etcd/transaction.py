@@ -421,6 +421,11 @@ class EtcdTransaction(Transaction):
             plan.lease, plan.granted_here = (yield from self._leases.granting(ttl)), True
         lasts = plan.lease.confirmed + plan.lease.granted - plan.sent if plan.lease.shared else plan.lease.granted
         plan.expires_at = self.now + lasts + EXPIRY_GRACE
+        if plan.lease.shared and new.ttl == old.ttl and old.lease_until is not None:
+            # A claim's estimate counts its pooled etcd lease's whole grant from the claim, so it
+            # may run up to half the slack past the lease's end, as a shared lease's estimate
+            # (its end, exactly) may not: a renewal does not step the estimate back for that.
+            plan.expires_at = max(plan.expires_at, old.lease_until)
         # Onto a shared lease no previous value is needed: the key left this claim's own etcd lease
         # or a shared one, or another connection's, which runs out by itself (``_after``).
         writes = [ec.put(k.lease(job_id), lease_value(new.owner, new.ttl, self.now, plan.expires_at,
