@@ -129,13 +129,13 @@ def store_urls(wanted: list[str]) -> Iterator[dict[str, str]]:
             stack.callback(drop)
         if "etcd" in wanted:
             cluster = EtcdCluster(Path(tmp) / "etcd", size=1)
+            stack.callback(cluster.close)  # before start: a start that fails half-way stops what it began
             cluster.start()
-            stack.callback(cluster.close)
             urls["etcd"] = f"etcd://{cluster.endpoints}/trace-{uuid.uuid4().hex[:6]}"
         if "zk" in wanted:
             server = ZooKeeperServer(Path(tmp) / "zk")
-            server.start()
             stack.callback(server.kill)
+            server.start()
             server.wait_serving()
             urls["zk"] = f"zk://{server.hosts}/trace-{uuid.uuid4().hex[:6]}"
         yield urls

@@ -1,7 +1,7 @@
 """Fixtures shared by every test: one harness per backend, chosen by a parameter.
 
 ``TENURE_TEST_BACKENDS=memory,sqlite`` limits the run to some backends (all by default).
-Server backends add their ``<name>_harness`` fixtures in ``devservers/fixtures.py``; in CI
+Server backends add their ``<name>_harness`` fixtures in ``tests/servers/fixtures.py``; in CI
 (``CI=true``) a server that cannot start fails the run instead of skipping it.
 """
 

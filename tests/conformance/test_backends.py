@@ -1,10 +1,9 @@
 """tenure's own backends run the shipped conformance suite, exactly as a third party's would.
 
 Each class maps the suite's hooks to the backend's test harness (``tests/harness.py`` and
-``devservers/fixtures.py``). ``TENURE_TEST_BACKENDS=memory,sqlite`` limits the run to some backends.
-Memory, SQLite, PostgreSQL and ZooKeeper run the suite a second time through ``tenure.aio`` (an
-event loop behind the sync shape, ``tests/aio_sync.py``); ``TENURE_TEST_FLAVOURS=sync`` (or
-``aio``) keeps one flavour. tenure.aio does not serve etcd yet.
+``tests/servers/fixtures.py``). ``TENURE_TEST_BACKENDS=memory,sqlite`` limits the run to some backends.
+Every backend runs the suite a second time through ``tenure.aio`` (an event loop behind the
+sync shape, ``tests/aio_sync.py``); ``TENURE_TEST_FLAVOURS=sync`` (or ``aio``) keeps one flavour.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from tests.servers.zookeeper import ZooKeeperHarness
 
 
 class HarnessSuite(ConformanceSuite):
-    """The suite's hooks from a harness: the ``<backend>_harness`` fixture of ``devservers/fixtures.py``."""
+    """The suite's hooks from a harness: the ``<backend>_harness`` fixture of ``tests/servers/fixtures.py``."""
 
     backend: ClassVar[str] = ""
 

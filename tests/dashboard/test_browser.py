@@ -28,7 +28,7 @@ from tests.harness import Harness
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
-# HOOK for server backends: each name here is a ``<name>_harness`` fixture (devservers/fixtures.py);
+# HOOK for server backends: each name here is a ``<name>_harness`` fixture (tests/servers/fixtures.py);
 # the store is seeded with seed_on_server() because a server's clock cannot be moved.
 BROWSER_BACKENDS = ["sqlite", "etcd", "zk", "postgres"]
 SCREENSHOT_DIR_ENV = "TENURE_SCREENSHOT_DIR"  # also save the screenshots there (docs/img)
