@@ -89,6 +89,10 @@ class EtcdLease:
         """
         return now - self.confirmed <= (self.granted - self.ttl) / 2
 
+    def ends(self) -> float:
+        """No earlier than this, by the local boot clock (revocation aside)."""
+        return self.confirmed + self.granted
+
 
 @dataclasses.dataclass
 class Ended:
@@ -155,14 +159,15 @@ class EtcdLeases:
         self.revoke_later(lease.id)
 
     # -- renewals' shared leases ---------------------------------------------------------
-    def shared(self, ttl: int) -> Io[EtcdLease]:
+    def shared(self, ttl: int, ending_after: float = 0.0) -> Io[EtcdLease]:
         """The shared etcd lease for renewals sent now of etcd TTL ``ttl``: the current one while
         it is fresh (it ends no earlier than now + ``ttl`` + half the slack, as a pooled lease
-        serves a claim), else a new grant of ``ttl`` + ``SLACK``. Side by side batches may each
-        grant one: both serve."""
+        serves a claim) and ends after ``ending_after`` (boot clock: a renewal never moves a key
+        onto a lease that ends before the one it is on), else a new grant of ``ttl`` +
+        ``SLACK``. Side by side batches may each grant one: both serve."""
         with self._lock:
             current = self._shared.get(ttl)
-        if current is not None and current.alive and current.fresh(boot_clock()):
+        if current is not None and current.alive and current.fresh(boot_clock()) and current.ends() >= ending_after:
             return current
         lease = yield from self.granting(ttl, SLACK)
         lease.shared = True

@@ -71,6 +71,9 @@ early_end_log = logging.getLogger("tenure.etcd.early_end")
 T = TypeVar("T")
 
 
+SHORTER_OK = 0.05  # seconds a renewal onto a shared etcd lease may end before the lease it leaves
+
+
 class Read:
     """A job's keys read at one revision (none: guessed absent), and the record they make."""
 
@@ -388,7 +391,9 @@ class EtcdTransaction(Transaction):
         plan.sent = boot_clock()
         if not plan.lease.fresh(plan.sent):
             plan.keepalive = yield ec.call("keepalive_started", plan.lease.id)  # answered alongside the txn
-        plan.expires_at = now + plan.lease.granted + EXPIRY_GRACE
+        # A pooled lease used without a keep-alive ends when its last grant or keep-alive said.
+        lasts = plan.lease.granted if plan.keepalive is not None else plan.lease.ends() - plan.sent
+        plan.expires_at = now + lasts + EXPIRY_GRACE
         # The job key keeps the nominal end, shown once etcd has ended the lease.
         value = JobValue(JobState.LEASED, new.owner, 0, new.ttl, new.submitted_at, now, now + plan.lease.granted,
                          new.runs, codec.life_fields(new))
@@ -408,24 +413,26 @@ class EtcdTransaction(Transaction):
         revive = read.ended_by_etcd()
         cached = self._leases.of_claim(plan.key)
         plan.sent = boot_clock()
-        batch = self.context.shared
+        batch, now_on = self.context.shared, 0.0
         if (batch is not None or (cached is not None and cached.shared)) and not revive:
+            # Renewed by moving onto a shared lease (no keep-alive) that ends no earlier than the
+            # lease the key is on, as this process estimated it (within SHORTER_OK, what reading
+            # the store's and the boot clock at different moments may be off by).
+            now_on = 0.0 if new.ttl != old.ttl or old.lease_until is None else \
+                plan.sent + old.lease_until - self.now - EXPIRY_GRACE - SHORTER_OK
             plan.lease = batch.get(ttl) if batch is not None else None
-            if plan.lease is None:  # renewed by moving onto it: no keep-alive
-                plan.lease = yield from self._leases.shared(ttl)
+            if plan.lease is None or plan.lease.ends() < now_on:
+                plan.lease = yield from self._leases.shared(ttl, now_on)
                 if batch is not None:
                     batch[ttl] = plan.lease
         elif cached is not None and cached.alive and cached.ttl == ttl and not revive:
             plan.lease, plan.keepalive = cached, (yield ec.call("keepalive_started", cached.id))
         else:  # a claim made elsewhere, a new TTL or a revival: the key moves to a new etcd lease
             plan.lease, plan.granted_here = (yield from self._leases.granting(ttl)), True
-        lasts = plan.lease.confirmed + plan.lease.granted - plan.sent if plan.lease.shared else plan.lease.granted
+        lasts = plan.lease.ends() - plan.sent if plan.lease.shared else plan.lease.granted
         plan.expires_at = self.now + lasts + EXPIRY_GRACE
-        if plan.lease.shared and new.ttl == old.ttl and old.lease_until is not None:
-            # A claim's estimate counts its pooled etcd lease's whole grant from the claim, so it
-            # may run up to half the slack past the lease's end, as a shared lease's estimate
-            # (its end, exactly) may not: a renewal does not step the estimate back for that.
-            plan.expires_at = max(plan.expires_at, old.lease_until)
+        if plan.lease.shared and now_on:
+            plan.expires_at = max(plan.expires_at, old.lease_until or 0.0)  # not back by that margin
         # Onto a shared lease no previous value is needed: the key left this claim's own etcd lease
         # or a shared one, or another connection's, which runs out by itself (``_after``).
         writes = [ec.put(k.lease(job_id), lease_value(new.owner, new.ttl, self.now, plan.expires_at,
