@@ -111,11 +111,11 @@ class Log:
         multi.create(tx, f"{segment}/{self._prefix}", data, sequence=True)
 
     def added(self, path: str, every: int) -> Io[bool]:
-        """After a commit that created ``path``: open the next segment when the number is
-        near the limit; True if it is time to trim."""
+        """After a commit that created ``path``, a record in one of this log's segments: open
+        the next segment when the number is near the limit; True if it is time to trim."""
         segment, _, name = path.rpartition("/")
         number = zl.sequence(name, self._prefix)
-        if segment.rpartition("/")[0] != self.directory or number is None:
+        if number is None:
             return False
         if number >= SEGMENT_LIMIT:
             yield from self._rotate(segment)
@@ -193,6 +193,7 @@ class Audit:
         self.event_log = Log(session, session.layout.events, "e-")
         self.rejection_log = Log(session, session.layout.rejections, "r-")
         self._every = trim_period(session.config.retention)
+        self._logs = {log.directory: log for log in (self.event_log, self.rejection_log)}
 
     def add_event(self, tx: Any, event: HistoryEvent, checked: set[str]) -> None:
         self.event_log.add(tx, zl.dump_event(event), checked)
@@ -207,11 +208,13 @@ class Audit:
         many periods its records crossed (a batch of renewals writes hundreds of events)."""
         due: list[Log] = []
         for path in results:
-            if isinstance(path, str):
-                for log in (self.event_log, self.rejection_log):
-                    with contextlib.suppress(BackendUnavailable):
-                        if (yield from log.added(path, self._every)) and log not in due:
-                            due.append(log)
+            # A record's path is <log>/<segment>/<name>: one look-up passes over the multi's
+            # other created znodes (the job's, its generation's, index entries).
+            log = self._logs.get(path.rsplit("/", 2)[0]) if isinstance(path, str) else None
+            if log is not None:
+                with contextlib.suppress(BackendUnavailable):
+                    if (yield from log.added(path, self._every)) and log not in due:
+                        due.append(log)
         for log in due:
             with contextlib.suppress(BackendUnavailable):
                 yield from log.trim(self._b.config.retention)
