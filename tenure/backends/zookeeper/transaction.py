@@ -127,6 +127,8 @@ class ZkTransaction(Transaction):
         self._guessed_leases: list[Lease] = []  # a batch of renewals guesses several
         self._behind: tuple[str, Callable[[], Io[Found]], tuple[float, int]] | None = None
         self._odd: set[tuple[str, int]] = set()  # (job, version) whose generation znode disagreed
+        self._proposed: list[str] | None = None  # what next_claimables found
+        self._skip: frozenset[str] = frozenset()  # index entries a resend leaves out (``_resending``)
 
     # -- the store's time --------------------------------------------------------------------------
     @property
@@ -177,8 +179,16 @@ class ZkTransaction(Transaction):
         self._read([j for j in job_ids if j not in self._found], queue=True)
 
     def follow(self, previous: Transaction) -> None:
-        if isinstance(previous, ZkTransaction):
-            self._behind, self._odd = previous._behind, previous._odd
+        if not isinstance(previous, ZkTransaction):
+            return
+        self._behind, self._odd = previous._behind, previous._odd
+        if previous.resend:  # its multi vouched for what it read, up to an index entry to leave out
+            self._found, self._now, self.epoch = previous._found, previous._now, previous.epoch
+            self.guessed, self._stamp_due = previous.guessed, previous._stamp_due
+            self._guessed_claim, self._guessed_leases = previous._guessed_claim, previous._guessed_leases
+            self._proposed, self._skip = previous._proposed, previous._skip
+            self._placer_read = previous._placer_read
+            self._placer = None if self._placer_read is None else self._placer_read.copy()
 
     def _guess(self, job_id: str, op: Op, lease: Lease | None) -> Found | None:
         if self._fresh:
@@ -289,7 +299,9 @@ class ZkTransaction(Transaction):
         return next(iter(self.next_claimables(1)), None)
 
     def next_claimables(self, n: int) -> list[str]:
-        return self.answer(("claimable", n), lambda: self._finding(n))
+        if self._proposed is None:
+            self._proposed = self.answer(("claimable", n), lambda: self._finding(n))
+        return self._proposed
 
     def _finding(self, n: int) -> Io[list[str]]:
         if self._p.index.enabled:
@@ -388,6 +400,8 @@ class ZkTransaction(Transaction):
         elif got.version >= 0:
             multi.check(tx, gen, base)
         for kind, path in index_ops:  # after the record's write: it fails first on a lost race
+            if path in self._skip:
+                continue
             if kind == "create":
                 multi.create(tx, path, b"")
             else:
@@ -405,32 +419,37 @@ class ZkTransaction(Transaction):
         self._p.session.run(self.committing())
 
     def committing(self) -> Io[None]:
-        if self._multi is None:
-            return  # nothing to write
+        """The multi, sent once: what a failed one means is judged here, whether and when to
+        try again is the core's (``steps.Attempts``: ``conflict``, ``resend``)."""
         tx = self._multi
+        if tx is None:
+            return  # nothing to write
         for job_id in self._loaded - self._saved.keys():
             if self._found[job_id].version >= 0:
                 multi.check(tx, self._layout.job(job_id), self._found[job_id].version)
         what = f"writing job {next(iter(self._loaded), '')!r}" if self._loaded else "recording a rejection"
-        while True:
-            with mapped_errors(what):
-                pending = tx.commit_async()
-                if self._guessed_claim is not None and self._p.written.claims_existing:
-                    self._behind = (self._guessed_claim, self._send_read(self._guessed_claim), (self.now, self.epoch))
-                results: list[Any] = yield pending
+        with mapped_errors(what):
+            pending = tx.commit_async()
+            if self._guessed_claim is not None and self._p.written.claims_existing:
+                self._behind = (self._guessed_claim, self._send_read(self._guessed_claim), (self.now, self.epoch))
+            results: list[Any] = yield pending
             culprit = next(((op, r) for op, r in zip(tx.operations, results, strict=True)
                             if isinstance(r, Exception) and not isinstance(r, _OTHERS)), None)
-            if culprit is None:
-                return (yield from self._committed(results))
-            op, error = culprit
-            if not isinstance(error, _LOST_RACE):
-                with mapped_errors(what):
-                    raise error
-            if not self._p.index.redundant(op, error):
-                return (yield from self._lost(op, tx.operations, results))
-            again = self._client.transaction()
-            again.operations = [o for o in tx.operations if o is not op]
-            tx = again
+            if culprit is not None and not isinstance(culprit[1], _LOST_RACE):
+                raise culprit[1]
+        if culprit is None:
+            yield from self._committed(results)
+        elif self._p.index.redundant(*culprit):
+            self._resending(culprit[0].path)
+        else:
+            yield from self._lost(culprit[0], tx.operations, results)
+
+    def _resending(self, entry: str) -> None:
+        """The multi failed only on index entry ``entry``, already as the op would leave it
+        (``Index.redundant``): nothing was written, and every record before it was as read. The
+        next attempt (``follow``) sends the same multi without it, from these reads."""
+        self._skip = self._skip | {entry}
+        self.conflict = self.resend = True
 
     def _committed(self, results: list[Any]) -> Io[None]:
         if self._stamp_sent is not None:
