@@ -19,6 +19,7 @@ code that entry is a *slot*, its path below the root (``pending/<bucket>/<entry>
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 import secrets
@@ -55,7 +56,9 @@ def root_path(path: str) -> str:
     return "/" + "/".join(parts)
 
 
-encode = codec.encode_job_id
+# A claim and its completion name the job in six paths (job, generation, index entry each):
+# the few ids in hand are encoded once.
+encode = functools.lru_cache(maxsize=256)(codec.encode_job_id)
 decode = codec.decode_job_id  # ValueError for a name tenure did not make
 
 
