@@ -86,7 +86,7 @@ class Log:
         with self._lock:
             self.segment = newest
 
-    def _rotate(self, segment: str) -> Io[None]:
+    def rotate(self, segment: str) -> Io[None]:
         """Open the segment after ``segment`` and close ``segment``, in one multi."""
         rank = zl.segment_rank(segment.rsplit("/", 1)[1])
         if rank is None:
@@ -110,16 +110,9 @@ class Log:
             checked.add(segment)
         multi.create(tx, f"{segment}/{self._prefix}", data, sequence=True)
 
-    def added(self, path: str, every: int) -> Io[bool]:
-        """After a commit that created ``path``, a record in one of this log's segments: open
-        the next segment when the number is near the limit; True if it is time to trim."""
-        segment, _, name = path.rpartition("/")
-        number = zl.sequence(name, self._prefix)
-        if number is None:
-            return False
-        if number >= SEGMENT_LIMIT:
-            yield from self._rotate(segment)
-        return number % every == 0
+    def number(self, path: str) -> int | None:
+        """The number of the record a commit created at ``path``, in one of this log's segments."""
+        return zl.sequence(path.rpartition("/")[2], self._prefix)
 
     def learn(self, operations: list[Any], results: list[Any]) -> Io[None]:
         """After a failed multi: a closed (or vanished) segment means take the newest."""
@@ -201,23 +194,32 @@ class Audit:
     def add_rejection(self, tx: Any, rejection: Rejection, checked: set[str]) -> None:
         self.rejection_log.add(tx, zl.dump_rejection(rejection), checked)
 
-    def committed(self, results: list[Any]) -> Io[None]:
-        """After a commit: rotate or trim the logs whose records it created. Tidying only: a
-        failure here must not report the committed change as failed (the next record past
-        the limit rotates, the next period trims). A log is trimmed once per commit, however
-        many periods its records crossed (a batch of renewals writes hundreds of events)."""
-        due: list[Log] = []
+    def committed(self, results: list[Any]) -> Io[None] | None:
+        """After a commit: the tidying its records call for, None for none (most commits). A
+        record numbered past ``SEGMENT_LIMIT`` opens the next segment; one whose number is a
+        multiple of the trim period trims its log, once per commit however many periods its
+        records crossed (a batch of renewals writes hundreds of events)."""
+        due: list[tuple[Log, str, int]] = []
         for path in results:
             # A record's path is <log>/<segment>/<name>: one look-up passes over the multi's
             # other created znodes (the job's, its generation's, index entries).
             log = self._logs.get(path.rsplit("/", 2)[0]) if isinstance(path, str) else None
-            if log is not None:
-                with contextlib.suppress(BackendUnavailable):
-                    if (yield from log.added(path, self._every)) and log not in due:
-                        due.append(log)
-        for log in due:
+            number = None if log is None else log.number(path)
+            if log is not None and number is not None and (number >= SEGMENT_LIMIT or number % self._every == 0):
+                due.append((log, path, number))
+        return self._tidying(due) if due else None
+
+    def _tidying(self, due: list[tuple[Log, str, int]]) -> Io[None]:
+        """Tidying only: a failure here must not report the committed change as failed (the
+        next record past the limit rotates, the next period trims)."""
+        trimmed: list[Log] = []
+        for log, path, number in due:
             with contextlib.suppress(BackendUnavailable):
-                yield from log.trim(self._b.config.retention)
+                if number >= SEGMENT_LIMIT:
+                    yield from log.rotate(path.rpartition("/")[0])
+                if number % self._every == 0 and log not in trimmed:
+                    trimmed.append(log)
+                    yield from log.trim(self._b.config.retention)
 
     def failed(self, operations: list[Any], results: list[Any]) -> Io[None]:
         for log in (self.event_log, self.rejection_log):

@@ -438,7 +438,9 @@ class ZkTransaction(Transaction):
             if culprit is not None and not isinstance(culprit[1], _LOST_RACE):
                 raise culprit[1]
         if culprit is None:
-            yield from self._committed(results)
+            tidying = self._committed(results)
+            if tidying is not None:
+                yield from tidying
         elif self._p.index.redundant(*culprit):
             self._resending(culprit[0].path)
         else:
@@ -451,10 +453,10 @@ class ZkTransaction(Transaction):
         self._skip = self._skip | {entry}
         self.conflict = self.resend = True
 
-    def _committed(self, results: list[Any]) -> Io[None]:
+    def _committed(self, results: list[Any]) -> Io[None] | None:
+        """What this process keeps of a commit; the audit's tidying it calls for, if any."""
         if self._stamp_sent is not None:
             self._p.session.stamp(results[0], self._stamp_sent)  # the clock znode, written first
-        yield from self._p.audit.committed(results)
         if self._placer is not None:
             self._p.index.committed(self._placer)
         for rec, got in self._saved.values():
@@ -462,6 +464,7 @@ class ZkTransaction(Transaction):
         if self._guessed_claim is not None:
             self._p.written.claims_existing = False
         self._behind = None
+        return self._p.audit.committed(results)
 
     def _lost(self, op: Any, operations: list[Any], results: list[Any]) -> Io[None]:
         """Nothing was written: a conflict, unless the generation znode disagrees with a
