@@ -1,0 +1,110 @@
+"""claim_next's order, written once: what a store's claimable index keeps, how its streams merge,
+and how far a store may depart from the rule (its ``Characteristics.claim_order``).
+
+The rule (docs/protocol.md, "claim_next"):
+
+1. Expired leases first (their work is overdue), soonest end first; leases that ended at the
+   same store time by job id (``Expired``).
+2. Then pending jobs in the order they became claimable (``Queued``): a job submitted,
+   released or requeued without a delay from that write; a delayed or failed one from its
+   ``claimable_at``; jobs that became claimable at the same store time in the order of the
+   writes that queued them (the jobs of one write in the order given).
+3. Never a completed, parked or corrupt job, a scheduled one whose time has not come, nor one
+   ``transitions.is_next`` refuses (no token left). ``transitions.candidate_at`` says which
+   records an index keeps and from when.
+
+A store reads its index as plain keys, each stream already in its order (a heap walked, an
+index range read, a listing sorted), and ``ordered`` merges them. PostgreSQL keeps the same
+rule in its one SQL statement (``backends/postgres/sql.py``); the conformance suite
+(``tenure/testing/suite_order.py``) runs the same cases on every store against this module.
+
+Where a store departs from the rule, it says so in ``Tolerance`` and nowhere else, and the
+suite checks exactly that:
+
+- ``spread``: an optimistic store (etcd, ZooKeeper) starts each call at one of the first
+  ``contention.SPREAD`` queued jobs at random, the places passed over taken last, so that
+  concurrent callers do not all race for one job (``ordered(..., spread=True)``). Expired
+  leases are not spread.
+- ``expired_by_claim``: etcd sees that a lease ended (its key is gone), not when, unless it
+  reads every held job's value; it takes expired leases in the order of their claims (the
+  revision of the held key, which only a claim or a renewal with another TTL writes).
+- ``ties_by_name``: a store that names queue entries by time (etcd: by the µs, then the
+  job's key) orders jobs queued at one store time by their names, not by the order of the
+  writes; ZooKeeper keeps a write's order (its entries' sequence) but orders separate writes
+  in one millisecond by name too.
+- Not declared, as it cannot be checked from one client: between clients, ZooKeeper queues
+  pending jobs in buckets each client fills for ``BUCKET_SPAN`` (10 s), so a job can be passed
+  by one queued up to 10 s later through another client; etcd orders its queue by the
+  queuing client's clock (a client whose clock is behind queues that much earlier).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from tenure.core import contention
+
+
+class Expired(NamedTuple):
+    """An expired lease as an index keeps it: sorts by its end, then by job id."""
+
+    until: float
+    job_id: str
+
+
+class Queued(NamedTuple):
+    """A pending job as a queue keeps it: sorts by when it became claimable, then by ``place``,
+    the order of queueing at one time (a counter, a rowid, a sequence, or a name that sorts
+    as one). All entries of one merge carry places of one kind."""
+
+    at: float
+    place: int | str
+    job_id: str
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How a store's claim_next may depart from the rule (this module's docstring)."""
+
+    spread: bool = False
+    expired_by_claim: bool = False
+    ties_by_name: bool = False
+
+
+EXACT = Tolerance()
+OPTIMISTIC = Tolerance(spread=True)
+
+
+def ordered(expired: Iterable[Expired], *queues: Iterable[Queued], spread: bool = False,
+            rand: Callable[[int], int] = random.randrange) -> Iterator[str]:
+    """claim_next's candidates, best first, each job once: ``expired`` (in order) first, then
+    the ``queues`` (each in order) merged; with ``spread``, the queued part starts at one of
+    its first ``contention.SPREAD`` places. Lazy: a store reads only as far as its claims go."""
+    seen: set[str] = set()
+    yield from _once((entry.job_id for entry in expired), seen)
+    queued = _once((entry.job_id for entry in heapq.merge(*queues)), seen)
+    yield from spread_start(queued, rand) if spread else queued
+
+
+def _once(job_ids: Iterable[str], seen: set[str]) -> Iterator[str]:
+    for job_id in job_ids:
+        if job_id not in seen:
+            seen.add(job_id)
+            yield job_id
+
+
+def spread_start(queued: Iterable[str], rand: Callable[[int], int] = random.randrange) -> Iterator[str]:
+    """``queued`` (oldest first) from one of its first ``contention.SPREAD`` places on, the
+    places passed over last: concurrent claimers that all tried the oldest job first would win
+    one race a round between them; started a few places apart, several win."""
+    it = iter(queued)
+    head = list(itertools.islice(it, contention.SPREAD))
+    shift = rand(len(head)) if head else 0
+    yield from head[shift:]
+    yield from it
+    yield from head[:shift]
