@@ -76,7 +76,7 @@ class _State:
         due = itertools.takewhile(lambda entry: entry[0] <= now, _in_order(self.scheduled))
         ready, scheduled = ((Queued(*entry) for entry in stream if queued.get(entry[2]) == entry[1])
                             for stream in (_in_order(self.ready), due))
-        return order.ordered(expired, ready, scheduled)
+        return order.job_ids(order.ordered(expired, ready, scheduled))
 
     def enqueue(self, job_id: str, at: float, scheduled: bool) -> None:
         self.queueings += 1

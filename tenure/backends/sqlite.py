@@ -527,7 +527,7 @@ def claimable(rows: Iterable[tuple[int, float, int, str]], n: int) -> list[str]:
     parts: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
     for part, at, place, job_id in rows:
         parts[part].append(Expired(at, str(job_id)) if part == 0 else Queued(at, place, str(job_id)))
-    return list(itertools.islice(order.ordered(*(sorted(found) for found in parts)), n))
+    return list(itertools.islice(order.job_ids(order.ordered(*(sorted(found) for found in parts))), n))
 
 
 # When the next candidate comes after :now (Backend.next_due): two index seeks.

@@ -45,7 +45,7 @@ import itertools
 import random
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from tenure.core import contention
 
@@ -60,11 +60,13 @@ class Expired(NamedTuple):
 class Queued(NamedTuple):
     """A pending job as a queue keeps it: sorts by when it became claimable, then by ``place``,
     the order of queueing at one time (a counter, a rowid, a sequence, or a name that sorts
-    as one). All entries of one merge carry places of one kind."""
+    as one; all entries of one merge carry places of one kind). ``found``: where the store
+    found the entry, for its own use (ZooKeeper: the entry's slot), compared last."""
 
     at: float
     place: int | str
     job_id: str
+    found: str = ""
 
 
 @dataclass(frozen=True)
@@ -80,25 +82,39 @@ EXACT = Tolerance()
 OPTIMISTIC = Tolerance(spread=True)
 
 
+Candidate = TypeVar("Candidate", Expired, Queued)
+
+
 def ordered(expired: Iterable[Expired], *queues: Iterable[Queued], spread: bool = False,
-            rand: Callable[[int], int] = random.randrange) -> Iterator[str]:
-    """claim_next's candidates, best first, each job once: ``expired`` (in order) first, then
-    the ``queues`` (each in order) merged; with ``spread``, the queued part starts at one of
-    its first ``contention.SPREAD`` places. Lazy: a store reads only as far as its claims go."""
-    seen: set[str] = set()
-    yield from _once((entry.job_id for entry in expired), seen)
-    queued = _once((entry.job_id for entry in heapq.merge(*queues)), seen)
-    yield from spread_start(queued, rand) if spread else queued
+            rand: Callable[[int], int] = random.randrange) -> Iterator[Expired | Queued]:
+    """claim_next's candidates, best first: ``expired`` (in order) first, then the ``queues``
+    (each in order) merged, an entry met twice in a row (pushed again unchanged) given once;
+    with ``spread``, the queued part starts at one of its first ``contention.SPREAD`` places.
+    Lazy: a store reads only as far as its claims go."""
+    yield from _distinct(expired)
+    yield from queue_order(*queues, spread=spread, rand=rand)
 
 
-def _once(job_ids: Iterable[str], seen: set[str]) -> Iterator[str]:
-    for job_id in job_ids:
-        if job_id not in seen:
-            seen.add(job_id)
-            yield job_id
+def queue_order(*queues: Iterable[Queued], spread: bool = False,
+                rand: Callable[[int], int] = random.randrange) -> Iterator[Queued]:
+    """``ordered``'s queued part alone, for a store that reads it after the expired leases."""
+    queued = _distinct(heapq.merge(*queues))
+    return spread_start(queued, rand) if spread else queued
 
 
-def spread_start(queued: Iterable[str], rand: Callable[[int], int] = random.randrange) -> Iterator[str]:
+def job_ids(candidates: Iterable[Expired | Queued]) -> Iterator[str]:
+    return (candidate.job_id for candidate in candidates)
+
+
+def _distinct(entries: Iterable[Candidate]) -> Iterator[Candidate]:
+    last = None
+    for entry in entries:
+        if entry != last:
+            last = entry
+            yield entry
+
+
+def spread_start(queued: Iterable[Candidate], rand: Callable[[int], int] = random.randrange) -> Iterator[Candidate]:
     """``queued`` (oldest first) from one of its first ``contention.SPREAD`` places on, the
     places passed over last: concurrent claimers that all tried the oldest job first would win
     one race a round between them; started a few places apart, several win."""
