@@ -101,8 +101,8 @@ class Characteristics:
     # StoreNotFound instead of creating it (the CLI's read-only commands pass it where read).
     create_option: bool = False
     # How claim_next departs from its order (``tenure.core.order``'s rule): EXACT, or what the
-    # store cannot do (spread claimers, expired leases by claim, ties by key name). The
-    # conformance suite checks exactly this.
+    # store cannot do (spread claimers, expired leases by claim). The conformance suite
+    # checks exactly this.
     claim_order: Tolerance = EXACT
 
 

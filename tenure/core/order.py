@@ -27,15 +27,13 @@ suite checks exactly that:
   leases are not spread.
 - ``expired_by_claim``: etcd sees that a lease ended (its key is gone), not when, unless it
   reads every held job's value; it takes expired leases in the order of their claims (the
-  revision of the held key, which only a claim or a renewal with another TTL writes).
-- ``ties_by_name``: a store that names queue entries by time (etcd: by the µs, then the
-  job's key) orders jobs queued at one store time by their names, not by the order of the
-  writes; ZooKeeper keeps a write's order (its entries' sequence) but orders separate writes
-  in one millisecond by name too.
-- Not declared, as it cannot be checked from one client: between clients, ZooKeeper queues
-  pending jobs in buckets each client fills for ``BUCKET_SPAN`` (10 s), so a job can be passed
-  by one queued up to 10 s later through another client; etcd orders its queue by the
-  queuing client's clock (a client whose clock is behind queues that much earlier).
+  revision of the held key, which only a claim or a renewal with another TTL writes; the
+  revision is the token, ``tokens_ordered_across_jobs``), leases claimed in one write by key.
+- Not declared, as one client cannot see it: between clients, ZooKeeper queues pending jobs
+  in buckets each client fills for ``BUCKET_SPAN`` (10 s), so a job can be passed by one
+  queued up to 10 s later through another client, and orders separate writes in one
+  millisecond by entry name; etcd orders its queue by the queuing client's clock (a client
+  whose clock is behind queues that much earlier), and separate writes in one µs by key.
 """
 
 from __future__ import annotations
@@ -75,7 +73,6 @@ class Tolerance:
 
     spread: bool = False
     expired_by_claim: bool = False
-    ties_by_name: bool = False
 
 
 EXACT = Tolerance()
