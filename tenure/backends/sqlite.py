@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import os
 import sqlite3
 import threading
@@ -522,10 +523,11 @@ CLAIM_NEXT_SQL = (
     f" AND {_NEXT} ORDER BY claimable_at, rowid LIMIT :n)")
 
 
-def claimable(rows: Iterable[tuple[int, float, int, str]], n: int) -> list[str]:
+def claimable(rows: Iterable[tuple[int, float | None, int, str]], n: int) -> list[str]:
     """The first ``n`` job ids of CLAIM_NEXT_SQL's rows in claim_next's order (``order.ordered``)."""
     parts: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
     for part, at, place, job_id in rows:
+        at = -math.inf if at is None else at  # a row with no time (not tenure's): first, as SQL sorts NULL
         parts[part].append(Expired(at, str(job_id)) if part == 0 else Queued(at, place, str(job_id)))
     return list(itertools.islice(order.job_ids(order.ordered(*(sorted(found) for found in parts))), n))
 

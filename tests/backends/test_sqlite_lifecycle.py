@@ -320,3 +320,17 @@ def test_summary_and_pages_judge_scheduled_and_parked_jobs_as_a_listing_does(tmp
                     assert (got.total, got.jobs) == (want.total, want.jobs), (states, order, offset, limit)
         parked = store.get("ran-out")
         assert parked is not None and parked.parked_at == 105.0 and parked.attempts == 1
+
+
+def test_a_pending_row_with_no_time_queues_first_as_sql_sorts_it(tmp_path: Path) -> None:
+    # Written by something else (no submitted_at, no queued_at): readable, so claimable, and
+    # ordered where SQL puts NULL, first, rather than breaking the core's merge.
+    clock = tenure.ManualClock(start=100.0)
+    path = tmp_path / "untimed.db"
+    with _open(path, clock) as store:
+        store.submit("a")
+        store.submit("untimed")
+        with _connection(path) as db:
+            db.execute("UPDATE tenure_jobs SET submitted_at = NULL, queued_at = NULL WHERE job_id = 'untimed'")
+        taken = [lease.job_id for lease in iter(lambda: store.claim_next(owner="b", ttl=10), None)]
+    assert taken == ["untimed", "a"]
