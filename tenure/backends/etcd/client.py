@@ -102,12 +102,13 @@ def delete(key: bytes, prev_kv: bool = False) -> OpSpec:
 
 
 def range_request(key: bytes, end: bytes = b"", *, limit: int = 0, revision: int = 0, newest_first: bool = False,
-                  by_create: bool = False, keys_only: bool = False) -> Any:
-    """A ``RangeRequest``, sorted by key (or by create revision), oldest or newest first."""
+                  by_create: bool = False, keys_only: bool = False, by_mod: bool = False) -> Any:
+    """A ``RangeRequest``, sorted by key (or by create or mod revision), oldest or newest first."""
     return rpc_pb2.RangeRequest(
         key=key, range_end=end, limit=limit, revision=revision, keys_only=keys_only,
         sort_order=rpc_pb2.RangeRequest.DESCEND if newest_first else rpc_pb2.RangeRequest.ASCEND,
-        sort_target=rpc_pb2.RangeRequest.CREATE if by_create else rpc_pb2.RangeRequest.KEY)
+        sort_target=rpc_pb2.RangeRequest.CREATE if by_create else rpc_pb2.RangeRequest.MOD if by_mod
+        else rpc_pb2.RangeRequest.KEY)
 
 
 def get(key: bytes, end: bytes = b"", *, keys_only: bool = False, revision: int = 0, limit: int = 0,
@@ -378,16 +379,16 @@ class Connection:
 
     def range(self, key: bytes, end: bytes = b"", *, revision: int = 0, limit: int = 0,
               newest_first: bool = False, by_create: bool = False,
-              keys_only: bool = False) -> tuple[list[KV], int, bool]:
+              keys_only: bool = False, by_mod: bool = False) -> tuple[list[KV], int, bool]:
         """Keys in ``[key, end)`` as ``(kvs, revision read at, more)``."""
         return self.run(self.range_io(key, end, revision=revision, limit=limit, newest_first=newest_first,
-                                      by_create=by_create, keys_only=keys_only))
+                                      by_create=by_create, keys_only=keys_only, by_mod=by_mod))
 
     def range_io(self, key: bytes, end: bytes = b"", *, revision: int = 0, limit: int = 0,
                  newest_first: bool = False, by_create: bool = False,
-                 keys_only: bool = False) -> Io[tuple[list[KV], int, bool]]:
+                 keys_only: bool = False, by_mod: bool = False) -> Io[tuple[list[KV], int, bool]]:
         req = range_request(key, end, limit=limit, revision=revision, newest_first=newest_first,
-                            by_create=by_create, keys_only=keys_only)
+                            by_create=by_create, keys_only=keys_only, by_mod=by_mod)
         return self._request("kv", "Range", req, _ranged, retry=True)
 
     # -- leases ----------------------------------------------------------------------------
