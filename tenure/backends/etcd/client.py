@@ -65,6 +65,13 @@ def mapped_error(exc: BaseException, endpoint: str, timeout: float) -> LeaseErro
             return AuthenticationFailed(f"etcd at {endpoint} refused the credentials: {details}")
         if "requested lease not found" in lowered:
             return LeaseNotFound(f"etcd at {endpoint}: {details}")
+        if "database space exceeded" in lowered:  # RESOURCE_EXHAUSTED: etcd's NOSPACE alarm
+            return BackendUnavailable(
+                f"etcd at {endpoint} is out of space ({details}): it refuses every write until its alarm "
+                "is disarmed, so nothing was written and no lease can be claimed or renewed. Compact "
+                "and defragment it, then disarm the alarm (etcdctl compact, defrag, alarm disarm), and "
+                "run it with --auto-compaction-mode and --auto-compaction-retention and a "
+                "--quota-backend-bytes sized for the workload (docs/backends/etcd.md, \"Space\")")
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return BackendUnavailable(f"etcd at {endpoint} did not answer within {timeout:g}s")
         if code == grpc.StatusCode.UNAVAILABLE:
