@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -204,7 +205,7 @@ def _renewals_replaced(store: tenure.Store, ttl: float, monkeypatch: pytest.Monk
     lease = store.claim("j", owner="a", ttl=ttl)
     counts = _counted(store, monkeypatch)
     for _ in range(3):
-        lease, reads, multis, trips = _trips(counts, lambda: store.renew(lease))
+        lease, reads, multis, trips = _trips(counts, functools.partial(store.renew, lease))
         assert (reads, multis, trips) == (0, 1, 1)  # the delete rides in the renewal's multi
     renewals = [e for e in store.history("j") if e.op is tenure.Op.RENEW]
     assert [(e.token, e.expires_at) for e in renewals] == [(lease.token, lease.expires_at)]

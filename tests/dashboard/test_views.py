@@ -305,4 +305,5 @@ def test_a_lease_bar_runs_from_its_claim_to_the_end_its_latest_renewal_gave() ->
               tenure.HistoryEvent("new", done, "b", 1, 193.0, None)]
     spans = data.intervals([e for e in events if e.at >= 150.0], now=195.0, start=150.0).set_index("job")
     seconds = {job: (row["begin"].timestamp(), row["end"].timestamp(), row["outcome"]) for job, row in spans.iterrows()}
-    assert seconds == {"gone": (150.0, 210.0, "live"), "old": (150.0, 200.0, "live"), "new": (160.0, 193.0, "completed")}
+    assert seconds == {"gone": (150.0, 210.0, "live"), "old": (150.0, 200.0, "live"),
+                       "new": (160.0, 193.0, "completed")}
