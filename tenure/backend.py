@@ -69,7 +69,7 @@ from tenure.core.records import (
     Summary,
 )
 from tenure.core.transaction import Transaction
-from tenure.core.transitions import candidate_at, is_next, status
+from tenure.core.transitions import candidate_at, is_next, replaced, status
 
 __all__ = [
     "LIFE_FIELDS",
@@ -115,6 +115,7 @@ __all__ = [
     "readable",
     "rejection",
     "rejection_fields",
+    "replaced",
     "result_bytes",
     "result_text",
     "select",

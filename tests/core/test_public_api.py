@@ -34,7 +34,7 @@ BACKEND_CONTRACT = {
     "rejection", "rejection_fields", "event", "event_fields", "corrupt_status", "key_of",
     "encode_job_id", "decode_job_id", "json_object",
     # judging a record, the audit
-    "status", "is_next", "candidate_at", "select", "readable", "of_job",
+    "status", "is_next", "candidate_at", "select", "readable", "of_job", "replaced",
     # the types of the interface's signatures
     "Lease", "JobStatus", "JobState", "Rejection", "HistoryEvent", "Change", "Summary", "JobPage", "Op", "Retry",
     # the errors a backend raises or maps its client library's errors to
