@@ -119,6 +119,7 @@ class ZkTransaction(Transaction):
         self._saved: dict[str, tuple[JobRecord, Found]] = {}
         self._multi: Any = None
         self._checked: set[str] = set()  # the audit segments the multi checks
+        self._renewals: dict[int, tuple[str, int]] = {}  # the multi's renewal events (``Audit.add_event``)
         self._placer: Placer | None = None
         self._placer_read: Placer | None = None  # as the read made it, for ``forget``
         self._stamp_due = False  # a guess's stamp is half used: the multi writes our clock znode first
@@ -129,6 +130,7 @@ class ZkTransaction(Transaction):
         self._odd: set[tuple[str, int]] = set()  # (job, version) whose generation znode disagreed
         self._proposed: list[str] | None = None  # what next_claimables found
         self._skip: frozenset[str] = frozenset()  # index entries a resend leaves out (``_resending``)
+        self._unreplaced = False  # a resend leaves out the deletes of earlier renewal events
 
     # -- the store's time --------------------------------------------------------------------------
     @property
@@ -186,7 +188,7 @@ class ZkTransaction(Transaction):
             self._found, self._now, self.epoch = previous._found, previous._now, previous.epoch
             self.guessed, self._stamp_due = previous.guessed, previous._stamp_due
             self._guessed_claim, self._guessed_leases = previous._guessed_claim, previous._guessed_leases
-            self._proposed, self._skip = previous._proposed, previous._skip
+            self._proposed, self._skip, self._unreplaced = previous._proposed, previous._skip, previous._unreplaced
             self._placer_read = previous._placer_read
             self._placer = None if self._placer_read is None else self._placer_read.copy()
 
@@ -366,6 +368,7 @@ class ZkTransaction(Transaction):
         in the same transaction: ``steps.NotFetched``). Reads stay: they are the point."""
         self._multi = None
         self._checked = set()
+        self._renewals = {}
         self._saved.clear()
         if self._placer_read is not None:
             self._placer = self._placer_read.copy()
@@ -409,7 +412,7 @@ class ZkTransaction(Transaction):
         self._saved[job_id] = (record, got)
 
     def add_event(self, event: HistoryEvent) -> None:
-        self._p.audit.add_event(self._tx(), event, self._checked)
+        self._p.audit.add_event(self._tx(), event, self._checked, self._renewals, replace=not self._unreplaced)
 
     def add_rejection(self, rejection: Rejection) -> None:
         self._p.audit.add_rejection(self._tx(), rejection, self._checked)
@@ -438,22 +441,28 @@ class ZkTransaction(Transaction):
             if culprit is not None and not isinstance(culprit[1], _LOST_RACE):
                 raise culprit[1]
         if culprit is None:
-            tidying = self._committed(results)
+            tidying = self._committed(results, tx.operations)
             if tidying is not None:
                 yield from tidying
         elif self._p.index.redundant(*culprit):
-            self._resending(culprit[0].path)
+            self._resending(skip=culprit[0].path)
+        elif self._p.audit.unreplaced(*culprit):
+            self._resending(unreplaced=True)
         else:
             yield from self._lost(culprit[0], tx.operations, results)
 
-    def _resending(self, entry: str) -> None:
-        """The multi failed only on index entry ``entry``, already as the op would leave it
-        (``Index.redundant``): nothing was written, and every record before it was as read. The
-        next attempt (``follow``) sends the same multi without it, from these reads."""
-        self._skip = self._skip | {entry}
+    def _resending(self, skip: str | None = None, unreplaced: bool = False) -> None:
+        """The multi failed only on a write already done: index entry ``skip`` already as the
+        op would leave it (``Index.redundant``), or an earlier renewal event gone before its
+        delete (``Audit.unreplaced``). Nothing was written, and every record before it was as
+        read. The next attempt (``follow``) sends the same multi without that entry, or
+        without any such delete, from these reads."""
+        if skip is not None:
+            self._skip = self._skip | {skip}
+        self._unreplaced = self._unreplaced or unreplaced
         self.conflict = self.resend = True
 
-    def _committed(self, results: list[Any]) -> Io[None] | None:
+    def _committed(self, results: list[Any], operations: list[Any]) -> Io[None] | None:
         """What this process keeps of a commit; the audit's tidying it calls for, if any."""
         if self._stamp_sent is not None:
             self._p.session.stamp(results[0], self._stamp_sent)  # the clock znode, written first
@@ -464,7 +473,7 @@ class ZkTransaction(Transaction):
         if self._guessed_claim is not None:
             self._p.written.claims_existing = False
         self._behind = None
-        return self._p.audit.committed(results)
+        return self._p.audit.committed(results, operations, self._renewals)
 
     def _lost(self, op: Any, operations: list[Any], results: list[Any]) -> Io[None]:
         """Nothing was written: a conflict, unless the generation znode disagrees with a
