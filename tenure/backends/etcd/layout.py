@@ -39,7 +39,7 @@ from tenure.core.errors import CorruptRecord, InvalidArgument
 from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Op, Rejection
 
 VERSION = 1
-_DUMP = {"ensure_ascii": True, "separators": (",", ":"), "allow_nan": False}
+_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)  # made once
 
 
 def _next(key: bytes) -> bytes:
@@ -52,6 +52,9 @@ def _encoded(job_id: str) -> bytes:
     return codec.encode_job_id(job_id).encode("ascii")
 
 
+_SECTIONS = ("job", "lease", "end", "queue", "sched", "held", "last", "delay", "history", "rejection")
+
+
 class Keys:
     def __init__(self, prefix: str) -> None:
         text = "/" + prefix.strip("/")
@@ -62,16 +65,17 @@ class Keys:
         self.prefix = text
         self.root = text.encode() + b"/"
         self.retention = self.root + b"meta/retention"
+        self._sections = {name: self.root + name.encode() + b"/" for name in _SECTIONS}  # built once
 
     def section(self, name: str) -> bytes:
-        return self.root + name.encode() + b"/"
+        return self._sections[name]
 
     def span(self, name: str) -> tuple[bytes, bytes]:
         start = self.section(name)
         return start, _next(start)
 
     def _key(self, name: str, job_id: str) -> bytes:
-        return self.section(name) + _encoded(job_id)
+        return self._sections[name] + _encoded(job_id)
 
     def job(self, job_id: str) -> bytes:
         return self._key("job", job_id)
@@ -128,9 +132,10 @@ class Keys:
 
 # -- values ------------------------------------------------------------------------------------
 def dump(value: dict[str, Any]) -> bytes:
-    return json.dumps(value, **_DUMP).encode()  # type: ignore[arg-type]
+    return _ENCODER.encode(value).encode()
 
 
+@functools.lru_cache(maxsize=1024)  # a process has few owners; each operation names its owner's twice
 def owner_prefix(owner: str) -> bytes:
     """Lease values start with this, so a transaction can check the owner by a byte range."""
     return b'{"owner":' + json.dumps(owner, ensure_ascii=True).encode() + b","

@@ -557,7 +557,6 @@ class EtcdTransaction(Transaction):
     def _after(self, plan: _Plan, res: TxnResult) -> Io[None]:
         """etcd lease bookkeeping once the commit applied ``plan``."""
         lease, new = plan.lease, plan.new
-        prev = [kv for kv in res.prev if kv.key == self._k.lease(new.job_id)]
         if plan.op is Op.CLAIM:
             assert lease is not None and plan.expires_at is not None
             if plan.keepalive is not None:
@@ -572,7 +571,9 @@ class EtcdTransaction(Transaction):
                                                                     lease_until=plan.expires_at)
             self._leases.remember((new.job_id, res.revision, new.owner or ""), lease)
             self._p.claimed.put((new.job_id, res.revision, new.owner or ""), stored)
-        elif plan.op is Op.RENEW:
+            return
+        prev = [kv for kv in res.prev if kv.key == self._k.lease(new.job_id)]  # where the key was
+        if plan.op is Op.RENEW:
             assert lease is not None and plan.expires_at is not None
             self._stored[new.job_id] = dataclasses.replace(new, lease_until=plan.expires_at)
             if lease.shared:
