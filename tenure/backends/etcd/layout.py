@@ -31,12 +31,12 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from tenure.backends.etcd.client import KV
 from tenure.core import codec
 from tenure.core.errors import CorruptRecord, InvalidArgument
-from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Op, Rejection
+from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Rejection
 
 VERSION = 1
 _ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)  # made once
@@ -53,6 +53,17 @@ def _encoded(job_id: str) -> bytes:
 
 
 _SECTIONS = ("job", "lease", "end", "queue", "sched", "held", "last", "delay", "history", "rejection")
+
+
+class JobKeys(NamedTuple):
+    """One job's keys (``Keys.of``); the first five are those a transaction reads (``KEYS_READ``)."""
+
+    job: bytes
+    lease: bytes
+    end: bytes
+    held: bytes
+    delay: bytes
+    last: bytes
 
 
 class Keys:
@@ -76,6 +87,11 @@ class Keys:
 
     def _key(self, name: str, job_id: str) -> bytes:
         return self._sections[name] + _encoded(job_id)
+
+    def of(self, job_id: str) -> JobKeys:
+        """The job's own keys at once (one operation names each of them several times)."""
+        e, s = _encoded(job_id), self._sections
+        return JobKeys(s["job"] + e, s["lease"] + e, s["end"] + e, s["held"] + e, s["delay"] + e, s["last"] + e)
 
     def job(self, job_id: str) -> bytes:
         return self._key("job", job_id)
@@ -353,12 +369,13 @@ def record(job_id: str, job: KV | None, lease: KV | None, end: KV | None, now: f
 
 
 # -- audit records ---------------------------------------------------------------------------
-def event_value(op: Op, owner: str | None, token: int | None, at: float, expires_at: float | None) -> bytes:
-    """``token`` None: the token is the revision of the write itself (a claim's). The job id is
-    in the key, not the value."""
-    fields = codec.event_fields(HistoryEvent("", op, owner, 0, at, expires_at))
+def event_value(event: HistoryEvent, token: int | None, expires_at: float | None) -> bytes:
+    """``event`` with ``token`` (None: the token is the revision of the write itself, a claim's)
+    and ``expires_at`` as the commit made them. The job id is in the key, not the value."""
+    fields = codec.event_fields(event)
     del fields["job_id"]
-    return dump({**fields, "token": token})
+    fields["token"], fields["expires_at"] = token, expires_at
+    return dump(fields)
 
 
 def read_event(kv: KV, job_id: str) -> HistoryEvent:
