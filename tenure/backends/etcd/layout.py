@@ -79,7 +79,8 @@ class Keys:
         self._sections = {name: self.root + name.encode() + b"/" for name in _SECTIONS}  # built once
 
     def section(self, name: str) -> bytes:
-        return self._sections[name]
+        found = self._sections.get(name)
+        return found if found is not None else self.root + name.encode() + b"/"
 
     def span(self, name: str) -> tuple[bytes, bytes]:
         start = self.section(name)
