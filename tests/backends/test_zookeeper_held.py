@@ -95,6 +95,24 @@ def test_a_job_that_exists_is_claimed_through_a_read(zk_harness: ZooKeeperHarnes
         store.claim("old", owner="b", ttl=zk_harness.ttl)
 
 
+def test_an_index_entry_already_gone_costs_the_multi_again_never_a_read(
+        zk_harness: ZooKeeperHarness, store: tenure.Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    client: Any = store.backend.client  # type: ignore[attr-defined]
+    layout: Any = store.backend.layout  # type: ignore[attr-defined]
+    store.submit("warm-up")  # the root's first audit record lists it for a trim: not the claim's cost
+    client.create(layout.leased_entry("new"), b"")  # left over by someone
+    counts = _counted(store, monkeypatch)
+    store.now()  # a fresh stamp: the claim guesses
+    lease, reads, multis, trips = _trips(counts, lambda: store.claim("new", owner="a", ttl=zk_harness.ttl))
+    # The multi fails on creating the entry, which is there: sent again without it, from the same guess.
+    assert (reads, multis, trips, lease.token) == (0, 2, 2, 1)
+    client.delete(layout.leased_entry("new"))  # an operator's slip
+    _, reads, multis, trips = _trips(counts, lambda: store.complete(lease))
+    assert (reads, multis, trips) == (0, 2, 2)
+    assert store.get("new").state is tenure.JobState.COMPLETED  # type: ignore[union-attr]
+    assert [e.op for e in store.history("new")] == [tenure.Op.CLAIM, tenure.Op.COMPLETE]
+
+
 def test_whether_a_lease_expired_is_judged_on_a_fresh_read_of_the_leaders_clock(
         zk_harness: ZooKeeperHarness, store: tenure.Store,
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -91,7 +91,7 @@ class Log:
         with self._lock:
             self.segment = newest
 
-    def _rotate(self, segment: str) -> Io[None]:
+    def rotate(self, segment: str) -> Io[None]:
         """Open the segment after ``segment`` and close ``segment``, in one multi."""
         rank = zl.segment_rank(segment.rsplit("/", 1)[1])
         if rank is None:
@@ -115,16 +115,9 @@ class Log:
             checked.add(segment)
         multi.create(tx, f"{segment}/{self._prefix}", data, sequence=True)
 
-    def added(self, path: str, every: int) -> Io[bool]:
-        """After a commit that created ``path``: open the next segment when the number is
-        near the limit; True if it is time to trim."""
-        segment, _, name = path.rpartition("/")
-        number = zl.sequence(name, self._prefix)
-        if segment.rpartition("/")[0] != self.directory or number is None:
-            return False
-        if number >= SEGMENT_LIMIT:
-            yield from self._rotate(segment)
-        return number % every == 0
+    def number(self, path: str) -> int | None:
+        """The number of the record a commit created at ``path``, in one of this log's segments."""
+        return zl.sequence(path.rpartition("/")[2], self._prefix)
 
     def learn(self, operations: list[Any], results: list[Any]) -> Io[None]:
         """After a failed multi: a closed (or vanished) segment means take the newest."""
@@ -198,54 +191,66 @@ class Audit:
         self.event_log = Log(session, session.layout.events, "e-")
         self.rejection_log = Log(session, session.layout.rejections, "r-")
         self._every = trim_period(session.config.retention)
+        self._logs = {log.directory: log for log in (self.event_log, self.rejection_log)}
         self._renewals: Bounded[tuple[str, int], str] = Bounded(_RENEWALS)
 
-    def add_event(self, tx: Any, event: HistoryEvent, checked: set[str], renewals: dict[int, tuple[str, int]]) -> None:
-        """``renewals``: the caller's, per multi: the renewal events it creates, for ``committed``."""
+    def add_event(self, tx: Any, event: HistoryEvent, checked: set[str], renewals: dict[int, tuple[str, int]],
+                  replace: bool = True) -> None:
+        """``renewals``: the caller's, per multi: the renewal events it creates, for ``committed``.
+        ``replace``: delete the claim's earlier renewal event (not in a multi sent again after
+        one such delete found its event gone: ``unreplaced``)."""
         claim = transitions.replaced(event)
         if claim is None:
             self._renewals.pop((event.job_id, event.token))  # the claim ended (or never renewed here)
-        elif (earlier := self._renewals.get(claim)) is not None:
+        elif replace and (earlier := self._renewals.get(claim)) is not None:
             multi.delete(tx, earlier)  # in the same multi: no read, no request of its own
         self.event_log.add(tx, zl.dump_event(event), checked)
         if claim is not None:
             renewals[id(tx.operations[-1])] = claim
 
-    def unreplaced(self, op: Any, error: Exception, operations: list[Any]) -> list[Any] | None:
-        """If a multi failed on the delete of an earlier renewal event that is gone (trimmed,
-        here or by another process): its operations without any such delete, to send again
-        (one round trip more, not one per event gone; an earlier event still there stays
-        until trimmed). Else None."""
-        if not (isinstance(op, Delete) and isinstance(error, NoNodeError) and self._replacing(op)):
-            return None
-        return [o for o in operations if not (isinstance(o, Delete) and self._replacing(o))]
-
-    def _replacing(self, op: Any) -> bool:
-        return str(op.path).startswith(self.event_log.directory + "/")
+    def unreplaced(self, op: Any, error: Exception) -> bool:
+        """Whether a multi failed on the delete of an earlier renewal event that is gone
+        (trimmed, here or by another process): sent again without any such delete
+        (``add_event``'s ``replace``: one round trip more, not one per event gone; an earlier
+        event still there stays until trimmed)."""
+        return (isinstance(op, Delete) and isinstance(error, NoNodeError)
+                and str(op.path).startswith(self.event_log.directory + "/"))
 
     def add_rejection(self, tx: Any, rejection: Rejection, checked: set[str]) -> None:
         self.rejection_log.add(tx, zl.dump_rejection(rejection), checked)
 
-    def committed(self, results: list[Any], operations: list[Any], renewals: dict[int, tuple[str, int]]) -> Io[None]:
-        """After a commit: remember the renewal events it created (``add_event``); rotate or
-        trim the logs whose records it created. Tidying only: a
-        failure here must not report the committed change as failed (the next record past
-        the limit rotates, the next period trims). A log is trimmed once per commit, however
-        many periods its records crossed (a batch of renewals writes hundreds of events)."""
+    def committed(self, results: list[Any], operations: list[Any],
+                  renewals: dict[int, tuple[str, int]]) -> Io[None] | None:
+        """After a commit: remember the renewal events it created (``add_event``); return the
+        tidying its records call for, None for none (most commits). A record numbered past
+        ``SEGMENT_LIMIT`` opens the next segment; one whose number is a multiple of the trim
+        period trims its log, once per commit however many periods its records crossed (a
+        batch of renewals writes hundreds of events)."""
         if renewals:
             for op, path in zip(operations, results, strict=False):
                 if isinstance(path, str) and (claim := renewals.get(id(op))) is not None:
                     self._renewals.put(claim, path, refresh=True)
-        due: list[Log] = []
+        due: list[tuple[Log, str, int]] = []
         for path in results:
-            if isinstance(path, str):
-                for log in (self.event_log, self.rejection_log):
-                    with contextlib.suppress(BackendUnavailable):
-                        if (yield from log.added(path, self._every)) and log not in due:
-                            due.append(log)
-        for log in due:
+            # A record's path is <log>/<segment>/<name>: one look-up passes over the multi's
+            # other created znodes (the job's, its generation's, index entries).
+            log = self._logs.get(path.rsplit("/", 2)[0]) if isinstance(path, str) else None
+            number = None if log is None else log.number(path)
+            if log is not None and number is not None and (number >= SEGMENT_LIMIT or number % self._every == 0):
+                due.append((log, path, number))
+        return self._tidying(due) if due else None
+
+    def _tidying(self, due: list[tuple[Log, str, int]]) -> Io[None]:
+        """Tidying only: a failure here must not report the committed change as failed (the
+        next record past the limit rotates, the next period trims)."""
+        trimmed: list[Log] = []
+        for log, path, number in due:
             with contextlib.suppress(BackendUnavailable):
-                yield from log.trim(self._b.config.retention)
+                if number >= SEGMENT_LIMIT:
+                    yield from log.rotate(path.rpartition("/")[0])
+                if number % self._every == 0 and log not in trimmed:
+                    trimmed.append(log)
+                    yield from log.trim(self._b.config.retention)
 
     def failed(self, operations: list[Any], results: list[Any]) -> Io[None]:
         for log in (self.event_log, self.rejection_log):
