@@ -431,10 +431,15 @@ class RecordBackend(Backend):
         claims = steps.Claims(n, self.CLAIM_BATCH)
         while asked := claims.next():
             try:
-                claims.took(*self._run(self.claim_operation(owner, ttl, asked)))
+                claims.took(*self.claim_batch(owner, ttl, asked))
             except LeaseError as exc:
                 claims.failed(exc)
         return claims.found
+
+    def claim_batch(self, owner: str, ttl: float, n: int) -> steps.Claimed:
+        """One request of ``claim_next_many``: up to ``n`` claims, and whether more may be
+        claimable. This default: ``claim_operation`` in one transaction."""
+        return self._run(self.claim_operation(owner, ttl, n))
 
     def complete(self, lease: Lease, result: bytes | None) -> None:
         self._run(steps.complete(lease, result))
