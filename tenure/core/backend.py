@@ -77,7 +77,8 @@ class Characteristics:
     # that much early.
     clock_resolution: float = 0.0
     shared_between_processes: bool = True
-    tokens_ordered_across_jobs: bool = False  # true where tokens come from one global counter
+    # True where tokens come from one global counter; claims of one batch request may share one.
+    tokens_ordered_across_jobs: bool = False
     # The largest job result the backend can write in one request, with room left for the rest
     # of the record and the audit (etcd's request limit, ZooKeeper's znode limit ...).
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
