@@ -138,3 +138,29 @@ def test_tenure_aio_claims_a_batch_in_three_requests_without_running_a_step_agai
     asyncio.run(scenario())
     assert awaited[0].count("Txn") == 3 + 1, awaited  # the claims' three requests, the completions' one
     assert replays == []
+
+
+def test_batch_claimers_racing_for_one_queue_claim_each_job_once(etcd_harness: EtcdHarness) -> None:
+    url = etcd_harness.url()
+    jobs = [f"j{i:03d}" for i in range(200)]
+    with etcd_harness.connect(url) as store:
+        store.submit_many(jobs)
+    won: list[list[tenure.Lease]] = [[] for _ in range(6)]
+
+    def claimer(mine: list[tenure.Lease]) -> None:
+        with etcd_harness.connect(url) as store:  # a connection, and its etcd leases, each
+            while batch := store.claim_next_many(f"w{id(mine)}", 30.0, 16):
+                mine.extend(batch)
+
+    threads = [threading.Thread(target=claimer, args=(mine,)) for mine in won]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    leases = [lease for mine in won for lease in mine]
+    assert sorted(lease.job_id for lease in leases) == jobs  # each job once, none left
+    with etcd_harness.connect(url) as store:
+        claims_made = sorted((e.job_id, e.token) for e in store.history() if e.op is tenure.Op.CLAIM)
+        assert claims_made == sorted((lease.job_id, lease.token) for lease in leases)  # no claim unreported
+        for lease in leases:
+            store.complete(lease)  # each is the job's current lease
