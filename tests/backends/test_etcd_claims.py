@@ -90,7 +90,8 @@ def test_complete_many_is_one_txn_and_gives_each_etcd_lease_back_to_the_pool(sto
     sent = _counting(store)
     assert store.complete_many(leases) == [None] * 20
     assert sent == ["txn"], sent
-    assert sorted(e.job_id for e in store.history() if e.op is tenure.Op.COMPLETE) == sorted(l.job_id for l in leases)
+    completed = sorted(e.job_id for e in store.history() if e.op is tenure.Op.COMPLETE)
+    assert completed == sorted(lease.job_id for lease in leases)
     sent.clear()
     again = store.claim_next_many("b", 5.0, 20)
     assert len(again) == 20 and "grant_started" not in sent and "grant" not in sent, sent  # pooled leases
