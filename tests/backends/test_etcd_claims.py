@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -135,9 +136,16 @@ def test_tenure_aio_claims_a_batch_in_three_requests_without_running_a_step_agai
             leases = await store.claim_next_many("b", 5.0, 8)
             assert len(leases) == 8 and len({lease.token for lease in leases}) == 1
             assert await store.complete_many(leases) == [None] * 8
+            for pooled in store.backend.sync._leases._pool.values():  # type: ignore[attr-defined]
+                for lease in pooled:
+                    lease.confirmed -= 1.0  # too old to serve a claim alone
+            assert len(await store.claim_next_many("b", 5.0, 4)) == 4
 
     asyncio.run(scenario())
-    assert awaited[0].count("Txn") == 3 + 1, awaited  # the claims' three requests, the completions' one
+    # The claims' three requests, the completions' one, then three more with one keep-alive
+    # stream for the four pooled etcd leases beside the read.
+    assert awaited[0].count("Txn") == 3 + 1 + 3 and awaited[0].count("LeaseKeepAlive") == 1, awaited
+    assert awaited[0].count("LeaseGrant") == 8, awaited  # the first batch's, none for the second
     assert replays == []
 
 
@@ -165,3 +173,27 @@ def test_batch_claimers_racing_for_one_queue_claim_each_job_once(etcd_harness: E
         assert claims_made == sorted((lease.job_id, lease.token) for lease in leases)  # no claim unreported
         for lease in leases:
             store.complete(lease)  # each is the job's current lease
+
+
+def test_stale_pooled_etcd_leases_are_kept_alive_on_one_stream_beside_the_read(
+        etcd_harness: EtcdHarness, store: tenure.Store) -> None:
+    store.submit_many([f"j{i}" for i in range(20)])
+    store.complete_many(store.claim_next_many("b", 5.0, 8))  # eight etcd leases back in the pool
+    pool: Any = store.backend._leases._pool  # type: ignore[attr-defined]
+    pooled = [lease for leases in pool.values() for lease in leases]
+    assert len(pooled) == 8
+    for lease in pooled:
+        lease.confirmed -= 1.0  # half the slack ago and more: a claim may not use it alone
+    gone = pooled[-1]  # taken first
+    store.backend._conn.revoke_later(gone.id)  # type: ignore[attr-defined]
+    time.sleep(0.5)  # real time: a revoke is sent without waiting for its answer
+    sent = _counting(store)
+    leases = store.claim_next_many("b", 5.0, 8)
+    assert len(leases) == 8
+    # One keep-alive stream for the eight, a grant for the one etcd no longer has; no keep-alive each.
+    assert sent.count("keepalives_started") == 1 and "keepalive_started" not in sent, sent
+    assert sent.count("grant_started") == 1 and sent.count("txn") == 3, sent
+    keys = _lease_keys(etcd_harness, store)
+    assert len({etcd_id for etcd_id, _ in keys.values()}) == 8 and gone.id not in {i for i, _ in keys.values()}
+    for lease in leases:
+        store.renew(lease)

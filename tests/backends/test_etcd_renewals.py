@@ -47,7 +47,7 @@ def _counting(store: tenure.Store) -> list[str]:
     """The requests the store's connection sends from now on, by name."""
     conn: Any = store.backend._conn  # type: ignore[attr-defined]
     sent: list[str] = []
-    for name in ("txn", "range", "grant", "time_to_live", "grant_started", "keepalive_started"):
+    for name in ("txn", "range", "grant", "time_to_live", "grant_started", "keepalive_started", "keepalives_started"):
         method = getattr(conn, name)
 
         def counted(*args: Any, _m: Any = method, _n: str = name, **kwargs: Any) -> Any:

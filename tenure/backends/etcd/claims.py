@@ -33,6 +33,7 @@ from tenure.backends.etcd.client import Io, TxnResult
 from tenure.backends.etcd.leases import Claiming, etcd_ttl
 from tenure.backends.etcd.transaction import KEYS_READ, Context, EtcdTransaction, Parts, Read, reads
 from tenure.core import contention, steps, transitions
+from tenure.core.clock import boot_clock
 from tenure.core.errors import BackendUnavailable, CorruptRecord, LeaseError
 from tenure.core.records import JobRecord, Lease
 
@@ -166,12 +167,21 @@ class Request:
         one request, each with an etcd lease of its own asked for beside the read."""
         while len(self._claimings) < len(self._ones) + len(job_ids):
             self._claimings.append(self._p.leases.claiming(etcd_ttl(self.ttl)))
-        for claiming in self._claimings[len(self._ones):]:
+        asked = self._claimings[len(self._ones):]
+        for claiming in asked:
             yield from claiming.granting_beside()
+        # Pooled etcd leases too old to serve a claim alone are kept alive on one stream beside
+        # the read (not each beside the commit, as a single claim's is): then they are fresh.
+        sent = boot_clock()
+        stale = [claiming for claiming in asked if claiming.lease is not None and not claiming.lease.fresh(sent)]
+        ids = [claiming.lease.id for claiming in stale if claiming.lease is not None]
+        kept = (yield ec.call("keepalives_started", ids)) if ids else None
         k = self._p.keys
         groups = [ec.txn([], [op for job_id in job_ids[i:i + READ_GROUP] for op in reads(k, job_id)], [])
                   for i in range(0, len(job_ids), READ_GROUP)]
         res = yield ec.call("txn", [], groups, [], retry=True)
+        if kept is not None:
+            yield from _kept_alive(stale, sent, (yield kept))
         ranges = [kvs for group in res.nested for kvs in group.ranges]
         taken: list[_One] = []
         for i, job_id in enumerate(job_ids):
@@ -212,3 +222,16 @@ class Request:
         revoked where a claim may have been written and is withdrawn."""
         for place, claiming in enumerate(self._claimings):
             yield from self._p.leases.claimed(claiming, self._failed.get(place, failed))
+
+
+def _kept_alive(claimings: list[Claiming], sent: float, left: list[int]) -> Io[None]:
+    """Each pooled etcd lease's keep-alive answer (sent at ``sent``): fresh from then, or gone
+    (etcd ended it: never pooled again), a grant asked for in its place."""
+    for claiming, ttl in zip(claimings, left, strict=True):
+        lease = claiming.lease
+        assert lease is not None
+        if ttl >= lease.ttl:
+            lease.confirmed, lease.granted = sent, ttl
+        else:
+            lease.alive, claiming.lease = False, None
+            yield from claiming.granting_beside()
