@@ -16,7 +16,7 @@ import tenure
 import tenure.aio
 from tenure.backends.etcd import claims
 from tenure.backends.etcd import client as ec
-from tenure.core import steps
+from tenure.core import contention, steps
 from tests.aio_sync import outside
 from tests.backends.test_etcd_aio import sent_rpcs
 from tests.backends.test_etcd_renewals import _counting, _lease_keys
@@ -197,3 +197,28 @@ def test_stale_pooled_etcd_leases_are_kept_alive_on_one_stream_beside_the_read(
     assert len({etcd_id for etcd_id, _ in keys.values()}) == 8 and gone.id not in {i for i, _ in keys.values()}
     for lease in leases:
         store.renew(lease)
+
+
+def test_a_request_whose_claims_all_lost_is_made_again_from_the_indexes_read_beside_them(
+        etcd_harness: EtcdHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = etcd_harness.url()
+    store, other = etcd_harness.connect(url), etcd_harness.connect(url)
+    store.submit_many([f"j{i}" for i in range(8)])
+    taking = claims.Request._taking
+    stolen: list[str] = []
+
+    def beaten(self: claims.Request, job_ids: list[str]) -> Any:
+        taken = yield from taking(self, job_ids)
+        if not stolen:  # every candidate, between the read and the commit, once
+            stolen.extend(one.read.job_id for one in taken)
+            assert len(other.claim_next_many("other", 5.0, 4)) == 4
+        return taken
+
+    monkeypatch.setattr(claims.Request, "_taking", beaten)
+    monkeypatch.setattr(contention, "spread", list)  # both claimers after the same four
+    sent = _counting(store)
+    leases = store.claim_next_many("b", 5.0, 4)
+    assert sorted(lease.job_id for lease in leases) == sorted({f"j{i}" for i in range(8)} - set(stolen))
+    assert sent.count("txn") == 3 + 2, sent  # the second request starts from the first one's index read
+    store.close()
+    other.close()

@@ -132,11 +132,12 @@ class AsyncEtcdBackend(AsyncRecordBackend):
         run again for a read: every read is the request's own)."""
         self._check_open()
         rounds = etcd_claims.Rounds()
+        index = None
         while True:
             if pause := rounds.pause():
                 await self._sleep(pause)
             aio = self.aio  # the connection even if closed meanwhile
-            request = etcd_claims.Request(self.sync.parts, self.sync.now(), owner, ttl)
+            request = etcd_claims.Request(self.sync.parts, self.sync.now(), owner, ttl, index)
             try:
                 found = await aio.run(request.claiming(n))
             except BaseException as exc:
@@ -145,6 +146,7 @@ class AsyncEtcdBackend(AsyncRecordBackend):
             await aio.run(request.finish(None))
             if not found.again:
                 return found.leases, found.more
+            index = found.index
 
     async def complete_many(self, completions: Sequence[steps.Completion]) -> list[LeaseError | None]:
         """The sync backend's ``complete_many``, awaited: the same ``holders`` code."""

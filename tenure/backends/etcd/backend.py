@@ -183,10 +183,11 @@ class EtcdBackend(RecordBackend):
         """Up to ``n`` claims in one Txn, each won or lost alone (``claims``); again on fresh
         reads while every one lost a race, as claim_next's attempts go."""
         rounds = etcd_claims.Rounds()
+        index = None
         while True:
             if pause := rounds.pause():
                 time.sleep(pause)
-            request = etcd_claims.Request(self.parts, self.now(), owner, ttl)
+            request = etcd_claims.Request(self.parts, self.now(), owner, ttl, index)
             try:
                 found = self._conn.run(request.claiming(n))
             except BaseException as exc:
@@ -195,6 +196,7 @@ class EtcdBackend(RecordBackend):
             self._conn.run(request.finish(None))
             if not found.again:
                 return found.leases, found.more
+            index = found.index
 
     # complete_many: a thousand completions or more a Txn, each judged alone (``holders``).
     COMPLETES_IN_BATCHES = True

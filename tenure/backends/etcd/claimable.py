@@ -12,8 +12,9 @@ passes over one that is no longer claimable.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tenure.backends.etcd import client as ec
 from tenure.backends.etcd.client import KV, Io
@@ -44,12 +45,35 @@ def _each(take: Callable[[str], Io[T | None]], job_ids: list[str]) -> Io[list[T]
     return found
 
 
+@dataclasses.dataclass(frozen=True)
+class Index:
+    """A read of the indexes: its ranges (``reads``), and the spans of the queue and of the
+    scheduled jobs due that it reads."""
+
+    window: tuple[bytes, bytes]
+    due: tuple[bytes, bytes]
+    reads: list[Any]
+
+
+def index(k: Keys, queue: QueueCursor, now: float) -> Index:
+    """The read of the indexes claim_next starts from (a Txn of ranges, or a part of one)."""
+    window = queue.window()
+    due = (k.section("sched"), k.sched_cut(now))  # claimable by now: nothing later is read
+    return Index(window, due, [ec.get(*k.span("held"), keys_only=True), ec.get(*k.span("lease"), keys_only=True),
+                               ec.get(*k.span("last"), keys_only=True),
+                               ec.get(*window, keys_only=True, limit=QueueCursor.PAGE),
+                               ec.get(*due, keys_only=True, limit=QueueCursor.PAGE)])
+
+
+Read = tuple[Index, list[list[KV]]]  # an index read, and its answer
+
+
 def claimables(k: Keys, leases: EtcdLeases, queue: QueueCursor,
-               take: Callable[[list[str]], Io[list[T]]], now: float, n: int) -> Io[list[T]]:
+               take: Callable[[list[str]], Io[list[T]]], now: float, n: int, read: Read | None = None) -> Io[list[T]]:
     """What ``take`` makes of up to ``n`` different candidates, best first: ``take`` is handed
     the candidates ``n`` at most at a time (as many as are still wanted) and gives back those
-    it takes (claim_next_many reads a handful's keys in one request). One read of the indexes,
-    then further pages while too few were taken."""
+    it takes (claim_next_many reads a handful's keys in one request). One read of the indexes
+    (or ``read``, one already made), then further pages while too few were taken."""
     taken: list[T] = []
     offered: set[str] = set()
     chunk: list[str] = []
@@ -64,14 +88,12 @@ def claimables(k: Keys, leases: EtcdLeases, queue: QueueCursor,
                 chunk.clear()
         return len(taken) >= n
 
-    window = queue.window()
-    due = (k.section("sched"), k.sched_cut(now))  # claimable by now: nothing later is read
-    res = yield ec.call("txn", [], [ec.get(*k.span("held"), keys_only=True), ec.get(*k.span("lease"), keys_only=True),
-                                    ec.get(*k.span("last"), keys_only=True),
-                                    ec.get(*window, keys_only=True, limit=QueueCursor.PAGE),
-                                    ec.get(*due, keys_only=True, limit=QueueCursor.PAGE)], [], retry=True)
+    if read is None:
+        first = index(k, queue, now)
+        read = first, (yield ec.call("txn", [], first.reads, [], retry=True)).ranges
     seen = boot_clock()  # after the answer that showed these leases ended
-    held, live, last, queued, scheduled = res.ranges
+    window, due = read[0].window, read[0].due
+    held, live, last, queued, scheduled = read[1]
     passed = {kv.key[len(k.section("lease")):] for kv in live} | {kv.key[len(k.section("last")):] for kv in last}
     for kv in sorted(held, key=lambda kv: kv.mod_revision):  # the oldest claims first
         if kv.key[len(k.section("held")):] not in passed:

@@ -18,8 +18,10 @@ A request (``Request.claiming``) takes three round trips however many it claims:
 Every claim of a request is applied at the request's revision, which is each one's token: a
 token still grows strictly per job, while the claims of one request share theirs across jobs
 (docs/backends/etcd.md). A request whose claims all lost races is made again on fresh reads
-after claim_next's pause, up to claim_next's attempts (``Rounds``); one that won some returns
-those, and ``steps.Claims`` asks again for the rest.
+after claim_next's pause, up to claim_next's attempts (``Rounds``), starting from the indexes
+read in the same Txn as its claims (after them: two round trips, not three); one that won some
+returns those, and ``steps.Claims`` asks again for the rest. The pooled etcd leases too old to
+serve a claim alone are kept alive on one stream beside the candidates' read, not one each.
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ class Round:
     leases: list[Lease]
     more: bool  # more may be claimable: n were proposed, or some were lost to other claimers
     raced: bool  # some were lost to other claimers
+    index: claimable.Read | None = None  # the indexes as the claims left them, read beside them
 
     @property
     def again(self) -> bool:
@@ -112,8 +115,9 @@ class Request:
     """One request of claim_next_many, in either flavour: ``claiming``, then ``finish``
     whatever happened."""
 
-    def __init__(self, parts: Parts, now: float, owner: str, ttl: float) -> None:
-        self._p, self.now, self.owner, self.ttl = parts, now, owner, ttl
+    def __init__(self, parts: Parts, now: float, owner: str, ttl: float, index: claimable.Read | None = None) -> None:
+        """``index``: the indexes read beside the claims of the request before, which all lost."""
+        self._p, self.now, self.owner, self.ttl, self._index = parts, now, owner, ttl, index
         self._claimings: list[Claiming] = []  # the etcd leases asked for, one per candidate read
         self._ones: list[_One] = []  # the candidates taken, in order, each on the claiming of its place
         self._failed: dict[int, BaseException] = {}  # by place: a claim withdrawn after it was written
@@ -121,7 +125,7 @@ class Request:
     def claiming(self, n: int) -> Io[Round]:
         """Up to ``n`` claims in one Txn, each won or lost alone."""
         p = self._p
-        ones = yield from claimable.claimables(p.keys, p.leases, p.queue, self._taking, self.now, n)
+        ones = yield from claimable.claimables(p.keys, p.leases, p.queue, self._taking, self.now, n, self._index)
         more = len(ones) == n
         decided: list[_One] = []
         size = 0
@@ -140,8 +144,11 @@ class Request:
             return Round([], more, False)
         for one in decided:
             one.claiming.maybe_written = True
+        # The indexes are read after the claims, in the same request: if every claim lost, the
+        # next request starts from them (a round trip less; the claimers that won moved the queue).
+        index = claimable.index(p.keys, p.queue, self.now)
         try:
-            res = yield from self._sending(decided)
+            res = yield from self._sending(decided, index.reads)
         except BaseException:
             for one in decided:
                 one.tx.dropped()
@@ -160,7 +167,7 @@ class Request:
                 leases.append(lease)
         if error is not None and not leases and not raced:
             raise error
-        return Round(leases, more or raced, raced)
+        return Round(leases, more or raced, raced, (index, res.ranges))
 
     def _taking(self, job_ids: list[str]) -> Io[list[_One]]:
         """Those of the candidates ``job_ids`` claim_next would claim now, their keys read in
@@ -195,12 +202,12 @@ class Request:
                 taken.append(one)
         return taken
 
-    def _sending(self, decided: list[_One]) -> Io[TxnResult]:
+    def _sending(self, decided: list[_One], reads: list[Any]) -> Io[TxnResult]:
         """The claims' Txn. An etcd lease one names that is gone (a pooled one etcd ended or
         someone revoked, the audit's retention lease): nothing was written, so once more, each
         decided again on a new grant, as a single claim does (``EtcdTransaction._send``)."""
         try:
-            return (yield ec.call("txn", [], nesting.grouped([one.op for one in decided]), []))  # type: ignore[no-any-return]
+            return (yield ec.call("txn", [], [*nesting.grouped([one.op for one in decided]), *reads], []))  # type: ignore[no-any-return]
         except ec.LeaseNotFound:
             yield from self._p.leases.retention_lost()
         for place, one in enumerate(decided):
@@ -214,7 +221,7 @@ class Request:
             yield from again.deciding()
             again.claiming.maybe_written = True
         decided[:] = [one for one in decided if one.op is not None]  # (decided as before, on the same read)
-        return (yield ec.call("txn", [], nesting.grouped([one.op for one in decided]), []))  # type: ignore[no-any-return]
+        return (yield ec.call("txn", [], [*nesting.grouped([one.op for one in decided]), *reads], []))  # type: ignore[no-any-return]
 
     def finish(self, failed: BaseException | None) -> Io[None]:
         """After ``claiming`` (``failed``: what it raised): each etcd lease asked for, as a single
