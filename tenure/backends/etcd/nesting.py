@@ -12,7 +12,6 @@ so one whose compares fail writes nothing and fails alone, its neighbours apply.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from tenure.backends.etcd import client as ec
@@ -42,4 +41,7 @@ def grouped(ops: list[Any]) -> list[Any]:
 def answers(res: TxnResult) -> list[TxnResult]:
     """Each part's answer to ``grouped``'s request, in order, with the request's revision (etcd
     numbers only the outer answer: every part was applied at that revision)."""
-    return [dataclasses.replace(part, revision=res.revision) for group in res.nested for part in group.nested]
+    parts = [part for group in res.nested for part in group.nested]
+    for part in parts:
+        object.__setattr__(part, "revision", res.revision)  # (a frozen answer, numbered in place)
+    return parts
