@@ -215,7 +215,7 @@ def test_a_request_whose_claims_all_lost_is_made_again_from_the_indexes_read_bes
         return taken
 
     monkeypatch.setattr(claims.Request, "_taking", beaten)
-    monkeypatch.setattr(contention, "spread", list)  # both claimers after the same four
+    monkeypatch.setattr(contention, "SPREAD", 1)  # no spread: both claimers after the same four
     sent = _counting(store)
     leases = store.claim_next_many("b", 5.0, 4)
     assert sorted(lease.job_id for lease in leases) == sorted({f"j{i}" for i in range(8)} - set(stolen))
