@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -179,3 +180,49 @@ def test_a_job_znode_deleted_and_submitted_again_is_not_overwritten_by_the_old_h
         assert status is not None and status.state is tenure.JobState.PENDING and status.owner is None
         b = other.claim("j", owner="b", ttl=zk_harness.ttl)
         assert b.token > a.token
+
+
+def test_a_renewal_deletes_the_claims_earlier_renewal_event_in_its_own_multi(
+        zk_harness: ZooKeeperHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    ttl, url = zk_harness.ttl, zk_harness.url()
+    with zk_harness.connect(url) as store:
+        _renewals_replaced(store, ttl, monkeypatch)
+        with zk_harness.connect(url) as other:  # another process, which knows no earlier event
+            lease = other.renew(_held(store, "j"))
+        # The event this process wrote stays, until trimmed.
+        assert [e.op for e in store.history("j")] == [tenure.Op.CLAIM, tenure.Op.RENEW, tenure.Op.RENEW]
+        assert store.history("j")[-1].expires_at == lease.expires_at
+
+
+def _held(store: tenure.Store, job_id: str) -> tenure.Lease:
+    status = store.get(job_id)
+    assert status is not None and status.owner is not None and status.expires_at is not None
+    return tenure.Lease(job_id, status.owner, status.token, status.expires_at, status.expires_at - store.now())
+
+
+def _renewals_replaced(store: tenure.Store, ttl: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    store.submit("warm-up")
+    lease = store.claim("j", owner="a", ttl=ttl)
+    counts = _counted(store, monkeypatch)
+    for _ in range(3):
+        lease, reads, multis, trips = _trips(counts, functools.partial(store.renew, lease))
+        assert (reads, multis, trips) == (0, 1, 1)  # the delete rides in the renewal's multi
+    renewals = [e for e in store.history("j") if e.op is tenure.Op.RENEW]
+    assert [(e.token, e.expires_at) for e in renewals] == [(lease.token, lease.expires_at)]
+    # The event this process remembers is gone (a trim, here or elsewhere): the multi fails on
+    # its delete and goes once more without it, one round trip more; the renewal stands.
+    client: Any = store.backend.client  # type: ignore[attr-defined]
+    events = store.backend.layout.events  # type: ignore[attr-defined]
+    paths = [f"{events}/{segment}/{name}" for segment in client.get_children(events)
+             for name in client.get_children(f"{events}/{segment}")]
+    gone = [p for p in paths if b'"renew"' in client.get(p)[0]]
+    assert len(gone) == 1
+    client.delete(gone[0])
+    lease, reads, multis, trips = _trips(counts, lambda: store.renew(lease))
+    assert (reads, multis, trips) == (0, 2, 2)
+    lease, reads, multis, trips = _trips(counts, lambda: store.renew(lease))  # the next replaces that one
+    assert (reads, multis, trips) == (0, 1, 1)
+    events = store.history("j")
+    assert [e.op for e in events] == [tenure.Op.CLAIM, tenure.Op.RENEW]
+    assert events[-1].expires_at == lease.expires_at
+    monkeypatch.undo()

@@ -66,6 +66,13 @@ def mapped_error(exc: BaseException, endpoint: str, timeout: float) -> LeaseErro
             return AuthenticationFailed(f"etcd at {endpoint} refused the credentials: {details}")
         if "requested lease not found" in lowered:
             return LeaseNotFound(f"etcd at {endpoint}: {details}")
+        if "database space exceeded" in lowered:  # RESOURCE_EXHAUSTED: etcd's NOSPACE alarm
+            return BackendUnavailable(
+                f"etcd at {endpoint} is out of space ({details}): it refuses every write until its alarm "
+                "is disarmed, so nothing was written and no lease can be claimed or renewed. Compact "
+                "and defragment it, then disarm the alarm (etcdctl compact, defrag, alarm disarm), and "
+                "run it with --auto-compaction-mode and --auto-compaction-retention and a "
+                "--quota-backend-bytes sized for the workload (docs/backends/etcd.md, \"Space\")")
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return BackendUnavailable(f"etcd at {endpoint} did not answer within {timeout:g}s")
         if code == grpc.StatusCode.UNAVAILABLE:
@@ -103,12 +110,13 @@ def delete(key: bytes, prev_kv: bool = False) -> OpSpec:
 
 
 def range_request(key: bytes, end: bytes = b"", *, limit: int = 0, revision: int = 0, newest_first: bool = False,
-                  by_create: bool = False, keys_only: bool = False) -> Any:
-    """A ``RangeRequest``, sorted by key (or by create revision), oldest or newest first."""
+                  by_create: bool = False, keys_only: bool = False, by_mod: bool = False) -> Any:
+    """A ``RangeRequest``, sorted by key (or by create or mod revision), oldest or newest first."""
     return rpc_pb2.RangeRequest(
         key=key, range_end=end, limit=limit, revision=revision, keys_only=keys_only,
         sort_order=rpc_pb2.RangeRequest.DESCEND if newest_first else rpc_pb2.RangeRequest.ASCEND,
-        sort_target=rpc_pb2.RangeRequest.CREATE if by_create else rpc_pb2.RangeRequest.KEY)
+        sort_target=rpc_pb2.RangeRequest.CREATE if by_create else rpc_pb2.RangeRequest.MOD if by_mod
+        else rpc_pb2.RangeRequest.KEY)
 
 
 def get(key: bytes, end: bytes = b"", *, keys_only: bool = False, revision: int = 0, limit: int = 0,
@@ -386,16 +394,16 @@ class Connection:
 
     def range(self, key: bytes, end: bytes = b"", *, revision: int = 0, limit: int = 0,
               newest_first: bool = False, by_create: bool = False,
-              keys_only: bool = False) -> tuple[list[KV], int, bool]:
+              keys_only: bool = False, by_mod: bool = False) -> tuple[list[KV], int, bool]:
         """Keys in ``[key, end)`` as ``(kvs, revision read at, more)``."""
         return self.run(self.range_io(key, end, revision=revision, limit=limit, newest_first=newest_first,
-                                      by_create=by_create, keys_only=keys_only))
+                                      by_create=by_create, keys_only=keys_only, by_mod=by_mod))
 
     def range_io(self, key: bytes, end: bytes = b"", *, revision: int = 0, limit: int = 0,
                  newest_first: bool = False, by_create: bool = False,
-                 keys_only: bool = False) -> Io[tuple[list[KV], int, bool]]:
+                 keys_only: bool = False, by_mod: bool = False) -> Io[tuple[list[KV], int, bool]]:
         req = range_request(key, end, limit=limit, revision=revision, newest_first=newest_first,
-                            by_create=by_create, keys_only=keys_only)
+                            by_create=by_create, keys_only=keys_only, by_mod=by_mod)
         return self._request("kv", "Range", req, _ranged, retry=True)
 
     # -- leases ----------------------------------------------------------------------------

@@ -22,8 +22,9 @@ a submitted job's); a released job keeps the claim's value, its attempt given ba
 ``submitted_at``), by its writer's clock; a scheduled one's ``sched/`` key is at its
 ``claimable_at``, and claim_next reads those up to its own now only.
 
-Audit: ``<prefix>/history/<id>/<uuid>`` and ``<prefix>/rejection/<uuid>``, on a shared
-retention lease. Anything under the prefix that does not decode raises ``CorruptRecord``.
+Audit: ``<prefix>/history/<id>/<uuid>`` (a claim's renewal event: ``renew-<token>``,
+overwritten by each renewal) and ``<prefix>/rejection/<uuid>``, on a shared retention lease.
+Anything under the prefix that does not decode raises ``CorruptRecord``.
 """
 
 from __future__ import annotations

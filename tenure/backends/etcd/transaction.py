@@ -450,7 +450,11 @@ class EtcdTransaction(Transaction):
         claim = plan is not None and plan.op is Op.CLAIM
         expires_at = plan.expires_at if plan is not None and plan.expires_at is not None else event.expires_at
         value = event_value(event.op, event.owner, None if claim else event.token, event.at, expires_at)
-        return ec.put(self._k.history(event.job_id, uuid.uuid4().hex), value, lease=retention)
+        # A claim's renewal event is one key, named by its token and overwritten by the next
+        # (``transitions.replaced``): etcd keeps one live key per claim, not one per renewal.
+        renewed = transitions.replaced(event)
+        uid = uuid.uuid4().hex if renewed is None else f"{event.op}-{renewed[1]}"
+        return ec.put(self._k.history(event.job_id, uid), value, lease=retention)
 
     # -- the commit ----------------------------------------------------------------------
     def commit(self) -> None:

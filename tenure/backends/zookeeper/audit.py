@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
-from kazoo.protocol.serialization import CheckVersion, Create
+from kazoo.protocol.serialization import CheckVersion, Create, Delete
 
 from tenure.backends.zookeeper import layout as zl
 from tenure.backends.zookeeper import multi
@@ -28,8 +28,9 @@ from tenure.backends.zookeeper.calls import Io
 from tenure.backends.zookeeper.errors import mapped_errors
 from tenure.backends.zookeeper.multiread import read_many
 from tenure.backends.zookeeper.session import Session
-from tenure.core import audit
+from tenure.core import audit, transitions
 from tenure.core.batches import batches
+from tenure.core.bounded import Bounded
 from tenure.core.errors import AuthenticationFailed, BackendUnavailable
 from tenure.core.records import HistoryEvent, Rejection
 
@@ -41,6 +42,10 @@ _BATCH = 200
 _TRIM_MULTI = 5000
 _TRIM_BYTES = 512 * 1024
 _LEGACY = -1  # the rank of records written straight into the directory, before segments
+# Claims whose latest renewal event this process wrote, with its path: the next renewal's multi
+# deletes it (``transitions.replaced``). A claim renewed by another process, or forgotten here,
+# keeps its earlier renewal event until the log is trimmed.
+_RENEWALS = 100_000
 Key = tuple[int, int]  # (segment rank, number): the order records were written in
 
 
@@ -193,18 +198,44 @@ class Audit:
         self.event_log = Log(session, session.layout.events, "e-")
         self.rejection_log = Log(session, session.layout.rejections, "r-")
         self._every = trim_period(session.config.retention)
+        self._renewals: Bounded[tuple[str, int], str] = Bounded(_RENEWALS)
 
-    def add_event(self, tx: Any, event: HistoryEvent, checked: set[str]) -> None:
+    def add_event(self, tx: Any, event: HistoryEvent, checked: set[str], renewals: dict[int, tuple[str, int]]) -> None:
+        """``renewals``: the caller's, per multi: the renewal events it creates, for ``committed``."""
+        claim = transitions.replaced(event)
+        if claim is None:
+            self._renewals.pop((event.job_id, event.token))  # the claim ended (or never renewed here)
+        elif (earlier := self._renewals.get(claim)) is not None:
+            multi.delete(tx, earlier)  # in the same multi: no read, no request of its own
         self.event_log.add(tx, zl.dump_event(event), checked)
+        if claim is not None:
+            renewals[id(tx.operations[-1])] = claim
+
+    def unreplaced(self, op: Any, error: Exception, operations: list[Any]) -> list[Any] | None:
+        """If a multi failed on the delete of an earlier renewal event that is gone (trimmed,
+        here or by another process): its operations without any such delete, to send again
+        (one round trip more, not one per event gone; an earlier event still there stays
+        until trimmed). Else None."""
+        if not (isinstance(op, Delete) and isinstance(error, NoNodeError) and self._replacing(op)):
+            return None
+        return [o for o in operations if not (isinstance(o, Delete) and self._replacing(o))]
+
+    def _replacing(self, op: Any) -> bool:
+        return str(op.path).startswith(self.event_log.directory + "/")
 
     def add_rejection(self, tx: Any, rejection: Rejection, checked: set[str]) -> None:
         self.rejection_log.add(tx, zl.dump_rejection(rejection), checked)
 
-    def committed(self, results: list[Any]) -> Io[None]:
-        """After a commit: rotate or trim the logs whose records it created. Tidying only: a
+    def committed(self, results: list[Any], operations: list[Any], renewals: dict[int, tuple[str, int]]) -> Io[None]:
+        """After a commit: remember the renewal events it created (``add_event``); rotate or
+        trim the logs whose records it created. Tidying only: a
         failure here must not report the committed change as failed (the next record past
         the limit rotates, the next period trims). A log is trimmed once per commit, however
         many periods its records crossed (a batch of renewals writes hundreds of events)."""
+        if renewals:
+            for op, path in zip(operations, results, strict=False):
+                if isinstance(path, str) and (claim := renewals.get(id(op))) is not None:
+                    self._renewals.put(claim, path, refresh=True)
         due: list[Log] = []
         for path in results:
             if isinstance(path, str):

@@ -119,6 +119,7 @@ class ZkTransaction(Transaction):
         self._saved: dict[str, tuple[JobRecord, Found]] = {}
         self._multi: Any = None
         self._checked: set[str] = set()  # the audit segments the multi checks
+        self._renewals: dict[int, tuple[str, int]] = {}  # the multi's renewal events (``Audit.add_event``)
         self._placer: Placer | None = None
         self._placer_read: Placer | None = None  # as the read made it, for ``forget``
         self._stamp_due = False  # a guess's stamp is half used: the multi writes our clock znode first
@@ -354,6 +355,7 @@ class ZkTransaction(Transaction):
         in the same transaction: ``steps.NotFetched``). Reads stay: they are the point."""
         self._multi = None
         self._checked = set()
+        self._renewals = {}
         self._saved.clear()
         if self._placer_read is not None:
             self._placer = self._placer_read.copy()
@@ -395,7 +397,7 @@ class ZkTransaction(Transaction):
         self._saved[job_id] = (record, got)
 
     def add_event(self, event: HistoryEvent) -> None:
-        self._p.audit.add_event(self._tx(), event, self._checked)
+        self._p.audit.add_event(self._tx(), event, self._checked, self._renewals)
 
     def add_rejection(self, rejection: Rejection) -> None:
         self._p.audit.add_rejection(self._tx(), rejection, self._checked)
@@ -421,21 +423,23 @@ class ZkTransaction(Transaction):
             culprit = next(((op, r) for op, r in zip(tx.operations, results, strict=True)
                             if isinstance(r, Exception) and not isinstance(r, _OTHERS)), None)
             if culprit is None:
-                return (yield from self._committed(results))
+                return (yield from self._committed(results, tx.operations))
             op, error = culprit
             if not isinstance(error, _LOST_RACE):
                 with mapped_errors(what):
                     raise error
-            if not self._p.index.redundant(op, error):
+            kept = [o for o in tx.operations if o is not op] if self._p.index.redundant(op, error) \
+                else self._p.audit.unreplaced(op, error, tx.operations)
+            if kept is None:
                 return (yield from self._lost(op, tx.operations, results))
             again = self._client.transaction()
-            again.operations = [o for o in tx.operations if o is not op]
+            again.operations = kept
             tx = again
 
-    def _committed(self, results: list[Any]) -> Io[None]:
+    def _committed(self, results: list[Any], operations: list[Any]) -> Io[None]:
         if self._stamp_sent is not None:
             self._p.session.stamp(results[0], self._stamp_sent)  # the clock znode, written first
-        yield from self._p.audit.committed(results)
+        yield from self._p.audit.committed(results, operations, self._renewals)
         if self._placer is not None:
             self._p.index.committed(self._placer)
         for rec, got in self._saved.values():
