@@ -146,6 +146,11 @@ def operations(store: Any, tag: str) -> dict[str, Callable[[], object]]:
                 "many", [store.claim(f"{tag}-h{i}", owner="w", ttl=30) for i in range(100)]),
             "renew_many (100 leases)": lambda: state.__setitem__("many", store.renew_many(state["many"])),
         })
+    if hasattr(store, "claim_next_many"):  # issue 29's claims in batches (32 of the 100 submitted above)
+        steps.update({
+            "claim_next_many (32)": lambda: state.__setitem__("batch", store.claim_next_many("w", 30, 32)),
+            "complete_many (32)": lambda: store.complete_many(state["batch"]),
+        })
     return steps
 
 

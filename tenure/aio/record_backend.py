@@ -150,10 +150,14 @@ class AsyncRecordBackend(ThreadedBackend):
         claims = steps.Claims(n, self.sync.CLAIM_BATCH)
         while asked := claims.next():
             try:
-                claims.took(*await self._run(self.sync.claim_operation(owner, ttl, asked)))
+                claims.took(*await self.claim_batch(owner, ttl, asked))
             except LeaseError as exc:
                 claims.failed(exc)
         return claims.found
+
+    async def claim_batch(self, owner: str, ttl: float, n: int) -> steps.Claimed:
+        """``RecordBackend.claim_batch``, awaiting."""
+        return await self._run(self.sync.claim_operation(owner, ttl, n))
 
     async def complete(self, lease: Lease, result: bytes | None) -> None:
         await self._run(steps.complete(lease, result))

@@ -78,7 +78,8 @@ class Characteristics:
     # that much early.
     clock_resolution: float = 0.0
     shared_between_processes: bool = True
-    tokens_ordered_across_jobs: bool = False  # true where tokens come from one global counter
+    # True where tokens come from one global counter; claims of one batch request may share one.
+    tokens_ordered_across_jobs: bool = False
     # The largest job result the backend can write in one request, with room left for the rest
     # of the record and the audit (etcd's request limit, ZooKeeper's znode limit ...).
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
@@ -436,10 +437,15 @@ class RecordBackend(Backend):
         claims = steps.Claims(n, self.CLAIM_BATCH)
         while asked := claims.next():
             try:
-                claims.took(*self._run(self.claim_operation(owner, ttl, asked)))
+                claims.took(*self.claim_batch(owner, ttl, asked))
             except LeaseError as exc:
                 claims.failed(exc)
         return claims.found
+
+    def claim_batch(self, owner: str, ttl: float, n: int) -> steps.Claimed:
+        """One request of ``claim_next_many``: up to ``n`` claims, and whether more may be
+        claimable. This default: ``claim_operation`` in one transaction."""
+        return self._run(self.claim_operation(owner, ttl, n))
 
     def complete(self, lease: Lease, result: bytes | None) -> None:
         self._run(steps.complete(lease, result))

@@ -35,7 +35,8 @@ class FenceClaim:
 
     ``shared`` fences the resource across jobs with one token; that is only sound where the
     store's tokens are globally ordered (``store.characteristics.tokens_ordered_across_jobs``,
-    as etcd revisions are). Otherwise each job has its own fence on the resource.
+    as etcd revisions are; the leases of one etcd ``claim_next_many`` request share one, and
+    the fence admits each). Otherwise each job has its own fence on the resource.
     """
 
     resource: str

@@ -1,4 +1,4 @@
-"""etcd's renewals in batches (``tenure.backends.etcd.renewals``): one Txn for many leases, keys
+"""etcd's renewals in batches (``tenure.backends.etcd.holders``): one Txn for many leases, keys
 moved onto a shared etcd lease, which no later write revokes; what the conformance suite's
 renewal cases cannot see from outside."""
 
@@ -17,7 +17,7 @@ import pytest
 import tenure
 import tenure.aio
 from tenure.backends.etcd import client as ec
-from tenure.backends.etcd import renewals
+from tenure.backends.etcd import nesting
 from tests.aio_sync import outside
 from tests.backends.test_etcd_aio import sent_rpcs
 from tests.servers.etcd import EtcdHarness
@@ -47,7 +47,7 @@ def _counting(store: tenure.Store) -> list[str]:
     """The requests the store's connection sends from now on, by name."""
     conn: Any = store.backend._conn  # type: ignore[attr-defined]
     sent: list[str] = []
-    for name in ("txn", "range", "grant", "time_to_live", "grant_started", "keepalive_started"):
+    for name in ("txn", "range", "grant", "time_to_live", "grant_started", "keepalive_started", "keepalives_started"):
         method = getattr(conn, name)
 
         def counted(*args: Any, _m: Any = method, _n: str = name, **kwargs: Any) -> Any:
@@ -88,8 +88,8 @@ def test_a_batch_is_one_txn_that_moves_every_key_onto_one_shared_etcd_lease(
 
 def test_requests_are_split_under_etcds_limits(etcd_harness: EtcdHarness, store: tenure.Store,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(renewals, "GROUP", 3)
-    monkeypatch.setattr(renewals, "GROUPS", 2)
+    monkeypatch.setattr(nesting, "GROUP", 3)
+    monkeypatch.setattr(nesting, "GROUPS", 2)
     leases = [store.claim(f"j{i}", owner="a", ttl=5.0) for i in range(14)]
     store.force_expire("j5", token=leases[5].token)
     sent = _counting(store)
@@ -138,7 +138,7 @@ def test_a_lease_renewed_no_more_ends_with_its_shared_etcd_lease(etcd_harness: E
 
 def test_tenure_aio_renews_a_batch_in_the_loop_in_one_txn(etcd_harness: EtcdHarness,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same ``renewals`` code awaited on grpc.aio: a grant and one Txn, no blocking request."""
+    """The same ``holders`` code awaited on grpc.aio: a grant and one Txn, no blocking request."""
     loop = threading.current_thread()
     awaited: list[list[str]] = []
 

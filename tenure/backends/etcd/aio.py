@@ -24,7 +24,8 @@ from typing import TypeVar
 
 from tenure.aio.backend import AsyncBackend
 from tenure.aio.record_backend import AsyncRecordBackend, Fetched
-from tenure.backends.etcd import renewals as etcd_renewals
+from tenure.backends.etcd import claims as etcd_claims
+from tenure.backends.etcd import holders as etcd_holders
 from tenure.backends.etcd.backend import EtcdBackend
 from tenure.backends.etcd.client import AioConnection, Io
 from tenure.backends.etcd.leases import etcd_ttl
@@ -34,7 +35,7 @@ from tenure.core.clock import Clock
 from tenure.core.errors import BackendUnavailable, LeaseError
 from tenure.core.options import Options, StoreURL
 from tenure.core.record_transaction import Transaction
-from tenure.core.records import Lease
+from tenure.core.records import JobRecord, Lease
 
 T = TypeVar("T")
 
@@ -120,10 +121,40 @@ class AsyncEtcdBackend(AsyncRecordBackend):
         return renewed
 
     async def renew_many(self, renewals: Sequence[steps.Renewal]) -> list[Lease | LeaseError]:
-        """The sync backend's ``renew_many``, awaited: the same ``renewals`` code."""
-        found = await self.aio.run(etcd_renewals.renewing(self.sync.parts, self.sync.now(), renewals))
+        """The sync backend's ``renew_many``, awaited: the same ``holders`` code."""
+        found = await self.aio.run(etcd_holders.changing(self.sync.parts, self.sync.now(),
+                                                         [steps.renew(lease, ttl) for lease, ttl in renewals], {}))
         alone = [renewal for renewal, one in zip(renewals, found, strict=True) if one is None]
-        return etcd_renewals.merged(found, await AsyncBackend.renew_many(self, alone))
+        return etcd_holders.merged(found, await AsyncBackend.renew_many(self, alone))
+
+    async def claim_batch(self, owner: str, ttl: float, n: int) -> steps.Claimed:
+        """The sync backend's ``claim_batch``, awaited: the same ``claims`` code (no step is
+        run again for a read: every read is the request's own)."""
+        self._check_open()
+        rounds = etcd_claims.Rounds()
+        index = None
+        while True:
+            if pause := rounds.pause():
+                await self._sleep(pause)
+            aio = self.aio  # the connection even if closed meanwhile
+            request = etcd_claims.Request(self.sync.parts, self.sync.now(), owner, ttl, index)
+            try:
+                found = await aio.run(request.claiming(n))
+            except BaseException as exc:
+                await aio.run(request.finish(exc))
+                raise
+            await aio.run(request.finish(None))
+            if not found.again:
+                return found.leases, found.more
+            index = found.index
+
+    async def complete_many(self, completions: Sequence[steps.Completion]) -> list[LeaseError | None]:
+        """The sync backend's ``complete_many``, awaited: the same ``holders`` code."""
+        found = await self.aio.run(etcd_holders.changing(
+            self.sync.parts, self.sync.now(), [steps.complete(lease, result) for lease, result in completions], None))
+        alone = [completion for completion, one in zip(completions, found, strict=True) if one is None]
+        return [None if isinstance(one, JobRecord) else one
+                for one in etcd_holders.merged(found, await AsyncBackend.complete_many(self, alone))]
 
     async def close(self) -> None:
         if self._aio is not None:

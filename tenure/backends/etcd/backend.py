@@ -11,10 +11,12 @@ retention lease) are ``leases``'s, with the reasons there.
 
 Round trips: claim 1 for a new job when a pooled etcd lease can be reused, else 2; renew 1
 when this process made the claim with the same TTL, else 2 (a grant first); complete and
-release 1; renew_many (held leases) 1 per 1,300 leases or so, and a grant of the shared
-etcd lease (``renewals``); fail 1 when this process made the claim, else 2 (the job's attempts are read
-first); submit 1 (the job guessed new); claim_next 3 (the indexes, the candidate's keys, the
-Txn). A write that delays a job (submit or requeue with a delay, a fail with a wait) grants
+release 1; renew_many (held leases) and complete_many 1 per 1,300 leases or so, and for
+renewals a grant of the shared etcd lease (``holders``); fail 1 when this process made the
+claim, else 2 (the job's attempts are read first); submit 1 (the job guessed new); claim_next
+3 (the indexes, the candidate's keys, the Txn), and claim_next_many 3 for up to 250 claims
+(the indexes, every candidate's keys in one Txn, the claims in one: ``claims``), more while
+candidates are taken meanwhile. A write that delays a job (submit or requeue with a delay, a fail with a wait) grants
 its delay's etcd lease first: one more. A wrong guess costs nothing extra: the Txn's
 failure branch reads the job's keys for the retry.
 
@@ -36,8 +38,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tenure.backends.etcd import claims as etcd_claims
+from tenure.backends.etcd import holders as etcd_holders
 from tenure.backends.etcd import query as etcd_query
-from tenure.backends.etcd import renewals as etcd_renewals
 from tenure.backends.etcd import scan as etcd_scan
 from tenure.backends.etcd import upgrade as etcd_upgrade
 from tenure.backends.etcd.client import KV, Connection
@@ -52,7 +55,7 @@ from tenure.core.errors import CorruptRecord, InvalidArgument, LeaseError
 from tenure.core.options import Options, StoreURL
 from tenure.core.order import Tolerance
 from tenure.core.record_transaction import Transaction
-from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
+from tenure.core.records import Change, HistoryEvent, JobPage, JobRecord, JobState, JobStatus, Lease, Rejection, Summary
 from tenure.views import paging
 
 DEFAULT_PORT = 2379
@@ -168,16 +171,47 @@ class EtcdBackend(RecordBackend):
     RENEWS_IN_BATCHES = True
 
     def renew_many(self, renewals: Sequence[steps.Renewal]) -> list[Lease | LeaseError]:
-        """One Txn for a thousand renewals or more, each lease judged alone (``renewals``); the ones
+        """One Txn for a thousand renewals or more, each lease judged alone (``holders``); the ones
         whose guess failed (refused, ended early, damaged) are renewed alone after it."""
-        found = self._conn.run(etcd_renewals.renewing(self.parts, self.now(), renewals))
+        found = self._conn.run(etcd_holders.changing(self.parts, self.now(),
+                                                     [steps.renew(lease, ttl) for lease, ttl in renewals], {}))
         alone = [renewal for renewal, one in zip(renewals, found, strict=True) if one is None]
-        return etcd_renewals.merged(found, Backend.renew_many(self, alone))
+        return etcd_holders.merged(found, Backend.renew_many(self, alone))
 
-    # claim_next_many and complete_many: the core's loop, a request per lease. A claim's token
-    # is its transaction's revision and each lease's keys cost several ops of etcd's 128 per
-    # transaction: one transaction for many is left for later.
-    COMPLETES_IN_BATCHES = False
+    # claim_next_many: up to CLAIM_BATCH claims a request, each its own nested Txn (``claims``).
+    CLAIMS_IN_BATCHES = True
+    CLAIM_BATCH = etcd_claims.CLAIM_BATCH
+
+    def claim_batch(self, owner: str, ttl: float, n: int) -> steps.Claimed:
+        """Up to ``n`` claims in one Txn, each won or lost alone (``claims``); again on fresh
+        reads while every one lost a race, as claim_next's attempts go."""
+        rounds = etcd_claims.Rounds()
+        index = None
+        while True:
+            if pause := rounds.pause():
+                time.sleep(pause)
+            request = etcd_claims.Request(self.parts, self.now(), owner, ttl, index)
+            try:
+                found = self._conn.run(request.claiming(n))
+            except BaseException as exc:
+                self._conn.run(request.finish(exc))
+                raise
+            self._conn.run(request.finish(None))
+            if not found.again:
+                return found.leases, found.more
+            index = found.index
+
+    # complete_many: a thousand completions or more a Txn, each judged alone (``holders``).
+    COMPLETES_IN_BATCHES = True
+
+    def complete_many(self, completions: Sequence[steps.Completion]) -> list[LeaseError | None]:
+        """As renew_many: one Txn for many, each completion guessed from its lease and judged
+        alone; the ones whose guess failed are completed alone after it (refusals audited)."""
+        found = self._conn.run(etcd_holders.changing(
+            self.parts, self.now(), [steps.complete(lease, result) for lease, result in completions], None))
+        alone = [completion for completion, one in zip(completions, found, strict=True) if one is None]
+        return [None if isinstance(one, JobRecord) else one
+                for one in etcd_holders.merged(found, Backend.complete_many(self, alone))]
 
     # -- reading -------------------------------------------------------------------------
     def get(self, job_id: str) -> JobStatus | None:

@@ -13,8 +13,9 @@ passes over one that is no longer claimable.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tenure.backends.etcd import client as ec
 from tenure.backends.etcd.client import KV, Io
@@ -33,14 +34,67 @@ def first_claimable(k: Keys, leases: EtcdLeases, queue: QueueCursor,
     """What ``take`` makes of the first candidate it takes (not None), best first: one read of
     the indexes, then further pages while every one is passed over (all taken meanwhile: read
     on). Its reads, and ``take``'s, are yielded (``client.Io``)."""
+    found = yield from claimables(k, leases, queue, lambda job_ids: _each(take, job_ids), now, 1)
+    return found[0] if found else None
+
+
+def _each(take: Callable[[str], Io[T | None]], job_ids: list[str]) -> Io[list[T]]:
+    found = []
+    for job_id in job_ids:
+        if (taken := (yield from take(job_id))) is not None:
+            found.append(taken)
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class Index:
+    """A read of the indexes: its ranges (``reads``), and the spans of the queue and of the
+    scheduled jobs due that it reads."""
+
+    window: tuple[bytes, bytes]
+    due: tuple[bytes, bytes]
+    reads: list[Any]
+
+
+def index(k: Keys, queue: QueueCursor, now: float) -> Index:
+    """The read of the indexes claim_next starts from (a Txn of ranges, or a part of one)."""
     window = queue.window()
     due = (k.section("sched"), k.sched_cut(now))  # claimable by now: nothing later is read
-    res = yield ec.call("txn", [], [ec.get(*k.span("held"), keys_only=True), ec.get(*k.span("lease"), keys_only=True),
-                                    ec.get(*k.span("last"), keys_only=True),
-                                    ec.get(*window, keys_only=True, limit=QueueCursor.PAGE),
-                                    ec.get(*due, keys_only=True, limit=QueueCursor.PAGE)], [], retry=True)
+    return Index(window, due, [ec.get(*k.span("held"), keys_only=True), ec.get(*k.span("lease"), keys_only=True),
+                               ec.get(*k.span("last"), keys_only=True),
+                               ec.get(*window, keys_only=True, limit=QueueCursor.PAGE),
+                               ec.get(*due, keys_only=True, limit=QueueCursor.PAGE)])
+
+
+Read = tuple[Index, list[list[KV]]]  # an index read, and its answer
+
+
+def claimables(k: Keys, leases: EtcdLeases, queue: QueueCursor,
+               take: Callable[[list[str]], Io[list[T]]], now: float, n: int, read: Read | None = None) -> Io[list[T]]:
+    """What ``take`` makes of up to ``n`` different candidates, best first: ``take`` is handed
+    the candidates ``n`` at most at a time (as many as are still wanted) and gives back those
+    it takes (claim_next_many reads a handful's keys in one request). One read of the indexes
+    (or ``read``, one already made), then further pages while too few were taken."""
+    taken: list[T] = []
+    offered: set[str] = set()
+    chunk: list[str] = []
+
+    def offer(job_id: str) -> Io[bool]:
+        """Whether ``n`` are taken, with ``job_id`` offered (a job read twice is offered once)."""
+        if job_id not in offered:
+            offered.add(job_id)
+            chunk.append(job_id)
+            if len(taken) + len(chunk) >= n:
+                taken.extend((yield from take(chunk[:])))
+                chunk.clear()
+        return len(taken) >= n
+
+    if read is None:
+        first = index(k, queue, now)
+        read = first, (yield ec.call("txn", [], first.reads, [], retry=True)).ranges
     seen = boot_clock()  # after the answer that showed these leases ended
-    held, live, last, queued, scheduled = res.ranges
+    window, due = read[0].window, read[0].due
+    held, live, last, queued, scheduled = read[1]
     passed = {kv.key[len(k.section("lease")):] for kv in live} | {kv.key[len(k.section("last")):] for kv in last}
     # The oldest claims first: the held key's revision, not the lease's end, which etcd does
     # not say without reading every held job's value (order.Tolerance.expired_by_claim).
@@ -51,21 +105,23 @@ def first_claimable(k: Keys, leases: EtcdLeases, queue: QueueCursor,
             except CorruptRecord:  # listed as corrupt by jobs(), skipped here
                 continue
             leases.ended(job_id, kv.mod_revision, seen)  # a sighting starts the quarantine
-            if not leases.waiting_out(job_id, kv.mod_revision) and (taken := (yield from take(job_id))) is not None:
+            if not leases.waiting_out(job_id, kv.mod_revision) and (yield from offer(job_id)):
                 return taken
     queued = yield from queue.oldest(first=(window, queued))
     # Pending jobs and scheduled ones whose time came, a page of each merged by when they
     # became claimable, oldest first.
     while queued or scheduled:
         for job_id in _queued_ids(k, queued, scheduled):
-            if (taken := (yield from take(job_id))) is not None:
+            if (yield from offer(job_id)):
                 return taken
         if len(scheduled) == QueueCursor.PAGE:
             scheduled, _, _ = yield ec.call("range", scheduled[-1].key + b"\0", due[1], limit=QueueCursor.PAGE)
         else:
             scheduled = []
         queued = (yield from queue.oldest(after=queued[-1].key + b"\0")) if queued else []
-    return None
+    if chunk:
+        taken.extend((yield from take(chunk)))
+    return taken
 
 
 def _queued_ids(k: Keys, queued: list[KV], scheduled: list[KV]) -> list[str]:

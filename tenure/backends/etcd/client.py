@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import logging
 import threading
 import time
@@ -227,6 +228,12 @@ def _kept(resp: Any) -> int:
     return 0 if resp is None else int(resp.TTL)
 
 
+def _kept_each(lease_ids: list[int], responses: Any) -> list[int]:
+    """Keep-alives' answers by lease, in ``lease_ids``' order: 0 for a lease gone or not answered."""
+    kept = {int(resp.ID): int(resp.TTL) for resp in responses}
+    return [kept.get(lease_id, 0) for lease_id in lease_ids]
+
+
 def _lived(resp: Any) -> tuple[int, int]:
     return int(resp.TTL), int(resp.grantedTTL)
 
@@ -275,7 +282,8 @@ class Rpc(NamedTuple):  # a tuple: made per request, cheaper than a frozen datac
 
 class Call(NamedTuple):
     """One of ``Connection``'s requests by name (``txn``, ``range``, ``grant``, ``time_to_live``,
-    ``grant_started``, ``keepalive_started``): called on ``Connection``, awaited on ``AioConnection``."""
+    ``grant_started``, ``keepalive_started``, ``keepalives_started``): called on ``Connection``,
+    awaited on ``AioConnection``."""
 
     name: str
     args: tuple[Any, ...]
@@ -465,6 +473,18 @@ class Connection:
         return self._request("lease", "LeaseKeepAlive", rpc_pb2.LeaseKeepAliveRequest(ID=lease_id), _kept,
                              retry=False, stream=True)
 
+    def keepalives_started(self, lease_ids: list[int]) -> Pending[list[int]]:
+        """``keepalive_started`` of many leases on one stream (a thread for all, not one each):
+        each one's TTL restarted, in order, 0 for one that no longer exists."""
+        requests = [rpc_pb2.LeaseKeepAliveRequest(ID=lease_id) for lease_id in lease_ids]
+        return self._started(lambda ep, md: ep.lease.LeaseKeepAlive(iter(requests), timeout=self.timeout, metadata=md),
+                             lambda responses: _kept_each(lease_ids, itertools.islice(responses, len(requests))), None)
+
+    def keepalives_io(self, lease_ids: list[int]) -> Io[list[int]]:
+        requests = [rpc_pb2.LeaseKeepAliveRequest(ID=lease_id) for lease_id in lease_ids]
+        return self._request("lease", "LeaseKeepAlive", requests, lambda answers: _kept_each(lease_ids, answers),
+                             retry=False, stream=True)
+
     def time_to_live(self, lease_id: int) -> tuple[int, int]:
         """``(remaining, granted)`` seconds of a lease; remaining is -1 if it does not exist."""
 
@@ -584,10 +604,17 @@ class AioConnection:
             timeout = self.conn.timeout
             if not step.stream:
                 return await stub(step.request, timeout=timeout, metadata=step.metadata)
-            stream = stub(iter([step.request]), timeout=timeout, metadata=step.metadata)
+            many = isinstance(step.request, list)  # keepalives_io: an answer each
+            requests = step.request if many else [step.request]
+            stream = stub(iter(requests), timeout=timeout, metadata=step.metadata)
             try:
-                resp = await stream.read()  # the first answer; an ended stream's error is raised here
-                return None if resp is grpc.aio.EOF else resp
+                answers = []
+                for _ in requests:
+                    resp = await stream.read()  # an ended stream's error is raised here
+                    if resp is grpc.aio.EOF:
+                        break
+                    answers.append(resp)
+                return answers if many else next(iter(answers), None)
             finally:
                 stream.cancel()  # answered: the rest of the stream is nothing we wait for
         if isinstance(step, Call):
@@ -624,6 +651,9 @@ class AioConnection:
 
     async def keepalive_started(self, lease_id: int) -> AioPending[int]:
         return self._start(self.conn.keepalive_io(lease_id))  # not retried elsewhere, as in Connection
+
+    async def keepalives_started(self, lease_ids: list[int]) -> AioPending[list[int]]:
+        return self._start(self.conn.keepalives_io(lease_ids))
 
     async def close(self) -> None:
         self._closed = True

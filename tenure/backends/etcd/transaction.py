@@ -488,6 +488,16 @@ class EtcdTransaction(Transaction):
         """After ``nested``'s Txn was answered (``res``, its own part of the larger answer)."""
         yield from self._settling(res, self._plans)
 
+    def dropped(self) -> None:
+        """``nested``'s Txn was not sent, or not answered: the keep-alives started beside it end."""
+        for plan in self._plans.values():
+            if plan.keepalive is not None:
+                plan.keepalive.cancel()
+
+    def given(self, read: Read) -> None:
+        """``read`` answers the job's load (claim_next_many reads its candidates together)."""
+        self._carried[read.job_id] = read
+
     def _planning(self) -> Io[tuple[list[Any], dict[str, _Plan]] | None]:
         """The commit's writes and plans; None when there is nothing to send."""
         plans: dict[str, _Plan] = {}
