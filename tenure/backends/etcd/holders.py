@@ -15,7 +15,7 @@ operations a side (``nesting.PART_OPS``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Generic, TypeAlias, TypeVar
+from typing import Any, Generic, NamedTuple, TypeAlias, TypeVar
 
 from tenure.backends.etcd import client as ec
 from tenure.backends.etcd import nesting
@@ -23,6 +23,7 @@ from tenure.backends.etcd.client import Io, TxnResult
 from tenure.backends.etcd.leases import EtcdLease
 from tenure.backends.etcd.transaction import Context, EtcdTransaction, Parts
 from tenure.core import steps
+from tenure.core.clock import boot_clock
 from tenure.core.errors import BackendUnavailable, LeaseError
 from tenure.core.records import JobRecord, Rejection
 
@@ -33,12 +34,19 @@ Outcome: TypeAlias = "T | LeaseError | None"  # None: not changed here, to chang
 Shared = dict[int, EtcdLease]  # renewals: the batch's shared etcd leases, by TTL
 
 
+class Moment(NamedTuple):
+    """The store's time a batch is decided at, and the boot clock read with it."""
+
+    now: float
+    boot: float
+
+
 class _One(Generic[T]):
     """One change of the batch: its transaction, what its step decided, its nested Txn."""
 
-    def __init__(self, parts: Parts, now: float, shared: Shared | None, operation: Change[T]) -> None:
+    def __init__(self, parts: Parts, at: Moment, shared: Shared | None, operation: Change[T]) -> None:
         self.operation = operation
-        self.tx = EtcdTransaction(parts, now, False, Context(shared=shared))
+        self.tx = EtcdTransaction(parts, at.now, False, Context(shared=shared), boot=at.boot)
         self.found: JobRecord | None = None
         self.op: Any = None
 
@@ -64,23 +72,24 @@ def changing(parts: Parts, now: float, operations: Sequence[Change[T]], shared: 
     must make it alone. ``shared``: a renewal batch's shared etcd leases (empty at first).
     Decided and sent a request at a time, so a batch of thousands holds one request's
     transactions at once."""
+    at = Moment(now, boot_clock())  # read together: a later request's leases are estimated alike
     found: dict[int, Outcome[T]] = {}
     chunk: list[tuple[int, _One[T]]] = []
     size = 0
     for n in range(len(operations)):
-        for entry in (yield from _decided(parts, now, shared, operations, [n], found)):
+        for entry in (yield from _decided(parts, at, shared, operations, [n], found)):
             weight = nesting.weight(entry[1].op)
             if nesting.full(len(chunk), size, weight):
-                yield from _sending(parts, now, shared, operations, chunk, found)
+                yield from _sending(parts, at, shared, operations, chunk, found)
                 chunk, size = [], 0
             chunk.append(entry)
             size += weight
     if chunk:
-        yield from _sending(parts, now, shared, operations, chunk, found)
+        yield from _sending(parts, at, shared, operations, chunk, found)
     return [found.get(n) for n in range(len(operations))]
 
 
-def _sending(parts: Parts, now: float, shared: Shared | None, operations: Sequence[Change[T]],
+def _sending(parts: Parts, at: Moment, shared: Shared | None, operations: Sequence[Change[T]],
              chunk: list[tuple[int, _One[T]]], found: dict[int, Outcome[T]]) -> Io[None]:
     """One request of nested Txns, and each change's outcome from its answer."""
     try:
@@ -93,7 +102,7 @@ def _sending(parts: Parts, now: float, shared: Shared | None, operations: Sequen
             if shared is not None:
                 parts.leases.shared_lost()
                 shared.clear()
-            chunk = yield from _decided(parts, now, shared, operations, [n for n, _ in chunk], found)
+            chunk = yield from _decided(parts, at, shared, operations, [n for n, _ in chunk], found)
             res = yield ec.call("txn", [], nesting.grouped([one.op for _, one in chunk]), [])
     except BackendUnavailable as exc:  # these leases' only: earlier requests' stand
         found.update((n, exc) for n, _ in chunk)
@@ -102,13 +111,13 @@ def _sending(parts: Parts, now: float, shared: Shared | None, operations: Sequen
         found[n] = yield from one.outcome(answer)
 
 
-def _decided(parts: Parts, now: float, shared: Shared | None, operations: Sequence[Change[T]],
+def _decided(parts: Parts, at: Moment, shared: Shared | None, operations: Sequence[Change[T]],
              which: Sequence[int], found: dict[int, Outcome[T]]) -> Io[list[tuple[int, _One[T]]]]:
     """The changes ``which`` decided on their guesses, those with a Txn to send; a grant that
     failed is its lease's outcome."""
     decided: list[tuple[int, _One[T]]] = []
     for n in which:
-        one = _One(parts, now, shared, operations[n])
+        one = _One(parts, at, shared, operations[n])
         try:
             yield from one.deciding()
         except BackendUnavailable as exc:

@@ -153,9 +153,14 @@ class Context:
 
 
 class EtcdTransaction(Transaction):
-    def __init__(self, parts: Parts, now: float, fresh: bool, context: Context | None = None) -> None:
+    def __init__(self, parts: Parts, now: float, fresh: bool, context: Context | None = None,
+                 boot: float | None = None) -> None:
         self._p, self._conn, self._k, self._leases = parts, parts.conn, parts.keys, parts.leases
         self.now, self._fresh = now, fresh
+        # The boot clock when ``now`` was read (at once, when not given): a lease estimate
+        # turns boot time into store time through this pair, never through a later reading,
+        # so that two estimates of one etcd lease agree however long each step took.
+        self._boot = boot_clock() if boot is None else boot
         self.context = context or Context()
         self._claiming = self.context.claiming
         self._carried: dict[str, Read] = {}  # a retry's reads: the last failure branch's
@@ -416,7 +421,7 @@ class EtcdTransaction(Transaction):
             # lease the key is on, as this process estimated it (within SHORTER_OK, what reading
             # the store's and the boot clock at different moments may be off by).
             now_on = 0.0 if new.ttl != old.ttl or old.lease_until is None else \
-                plan.sent + old.lease_until - self.now - EXPIRY_GRACE - SHORTER_OK
+                self._boot + old.lease_until - self.now - EXPIRY_GRACE - SHORTER_OK
             plan.lease = batch.get(ttl) if batch is not None else None
             if plan.lease is None or plan.lease.ends() < now_on:
                 plan.lease = yield from self._leases.shared(ttl, now_on)
@@ -426,7 +431,7 @@ class EtcdTransaction(Transaction):
             plan.lease, plan.keepalive = cached, (yield ec.call("keepalive_started", cached.id))
         else:  # a claim made elsewhere, a new TTL or a revival: the key moves to a new etcd lease
             plan.lease, plan.granted_here = (yield from self._leases.granting(ttl)), True
-        lasts = plan.lease.ends() - plan.sent if plan.lease.shared else plan.lease.granted
+        lasts = plan.lease.ends() - self._boot if plan.lease.shared else plan.lease.granted
         plan.expires_at = self.now + lasts + EXPIRY_GRACE
         if plan.lease.shared and now_on:
             plan.expires_at = max(plan.expires_at, old.lease_until or 0.0)  # not back by that margin
