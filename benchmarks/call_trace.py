@@ -39,6 +39,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from benchmarks.trees import use_tree
+
 HERE = Path(__file__).resolve().parents[1]
 
 
@@ -149,9 +151,7 @@ def main() -> int:
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))  # devservers from this tree
     tree = args.tree.resolve()
-    sys.path.insert(0, str(tree))
-    for name in [m for m in sys.modules if m == "tenure" or m.startswith("tenure.")]:
-        del sys.modules[name]
+    use_tree(tree)
     import tenure
 
     package = Path(tenure.__file__).resolve().parent

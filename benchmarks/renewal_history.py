@@ -35,6 +35,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from benchmarks.trees import use_tree
+
 HERE = Path(__file__).resolve().parents[1]
 COUNTED = "retention=100000"  # stores whose retention is a number of records
 
@@ -139,9 +141,7 @@ def main() -> int:
     parser.add_argument("--cycles", type=int, default=1000)
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))  # devservers from this tree
-    sys.path.insert(0, str(args.tree.resolve()))
-    for name in [m for m in sys.modules if m == "tenure" or m.startswith("tenure.")]:
-        del sys.modules[name]
+    use_tree(args.tree)
     import tenure
 
     print(f"tenure from {Path(tenure.__file__).parent.parent}")

@@ -1,7 +1,7 @@
 """Round trips per operation on etcd, ZooKeeper and PostgreSQL: what each call makes the caller wait for.
 
-    python benchmarks/round_trips.py                  # this tree
-    python benchmarks/round_trips.py --tree DIR       # another checkout (e.g. the commit before)
+    python -m benchmarks.round_trips                 # this tree
+    python -m benchmarks.round_trips --tree DIR      # another checkout (e.g. the commit before)
 
 Starts a private single-node etcd and a standalone ZooKeeper like the tests do (their servers
 come from this tree's devservers/; PostgreSQL is the machine's, ``TENURE_TEST_PG_URL``, a
@@ -31,6 +31,8 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from benchmarks.trees import use_tree
 
 HERE = Path(__file__).resolve().parents[1]
 
@@ -198,9 +200,7 @@ def main() -> int:
     from devservers.postgres import MACHINE_URL, admin
     from devservers.zookeeper import ZooKeeperServer
 
-    sys.path.insert(0, str(args.tree.resolve()))
-    for name in [m for m in sys.modules if m == "tenure" or m.startswith("tenure.")]:
-        del sys.modules[name]
+    use_tree(args.tree)
     import tenure
 
     print(f"tenure from {Path(tenure.__file__).parent.parent}")

@@ -26,6 +26,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from benchmarks.trees import use_tree
+
 HERE = Path(__file__).resolve().parents[2]
 
 
@@ -66,9 +68,7 @@ def main() -> int:
     parser.add_argument("--slices", type=int, default=5)
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))  # devservers from this tree
-    sys.path.insert(0, str(args.tree.resolve()))
-    for name in [m for m in sys.modules if m == "tenure" or m.startswith("tenure.")]:
-        del sys.modules[name]
+    use_tree(args.tree)
     from kazoo.client import TransactionRequest
 
     import tenure
