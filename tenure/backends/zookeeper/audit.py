@@ -14,6 +14,7 @@ trimmed to ``retention`` by the commit of a record whose number is a multiple of
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import threading
 from collections.abc import Callable, Iterator
@@ -204,7 +205,8 @@ class Audit:
         """After a commit: rotate or trim the logs whose records it created. Tidying only: a
         failure here must not report the committed change as failed (the next record past
         the limit rotates, the next period trims). A log is trimmed once per commit, however
-        many periods its records crossed (a batch of renewals writes hundreds of events)."""
+        many periods its records crossed (a batch of renewals writes hundreds of events), and
+        in the background (``Session.tidy``)."""
         due: list[Log] = []
         for path in results:
             if isinstance(path, str):
@@ -212,9 +214,8 @@ class Audit:
                     with contextlib.suppress(BackendUnavailable):
                         if (yield from log.added(path, self._every)) and log not in due:
                             due.append(log)
-        for log in due:
-            with contextlib.suppress(BackendUnavailable):
-                yield from log.trim(self._b.config.retention)
+        for log in due:  # in the background: the commit's answer (a renewal's) never waits for it
+            self._b.tidy(log.directory, functools.partial(log.trim, self._b.config.retention))
 
     def failed(self, operations: list[Any], results: list[Any]) -> Io[None]:
         for log in (self.event_log, self.rejection_log):
