@@ -35,6 +35,7 @@ from tenure.core.errors import (
     TokenChanged,
     TokensExhausted,
 )
+from tenure.core.record_transaction import Transaction
 from tenure.core.records import (
     Change,
     HistoryEvent,
@@ -51,7 +52,6 @@ from tenure.core.records import (
 from tenure.core.registry import connect, register_backend
 from tenure.core.renewal import HeldLease
 from tenure.core.store import Store
-from tenure.core.transaction import Transaction
 from tenure.core.transport import InsecureTransportWarning
 
 

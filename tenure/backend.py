@@ -56,6 +56,7 @@ from tenure.core.errors import (
 )
 from tenure.core.lifecycle import Retry
 from tenure.core.options import Options, StoreURL
+from tenure.core.record_transaction import Transaction
 from tenure.core.records import (
     Change,
     HistoryEvent,
@@ -68,7 +69,6 @@ from tenure.core.records import (
     Rejection,
     Summary,
 )
-from tenure.core.transaction import Transaction
 from tenure.core.transitions import candidate_at, is_next, status
 
 __all__ = [

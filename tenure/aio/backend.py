@@ -1,7 +1,7 @@
 """The asyncio backend interface, and the worker-thread backend that serves memory and SQLite.
 
 ``AsyncBackend`` is ``tenure.Backend`` with coroutines: the same atomic operations, called
-with arguments ``AsyncStore`` already checked (``tenure.core.checks``), deciding with the
+with arguments ``AsyncStore`` already checked (``tenure.core.store_rules``), deciding with the
 store's clock. A backend whose client library has asyncio I/O implements it natively
 (PostgreSQL: ``tenure.backends.postgres.aio``); ``ThreadedBackend`` serves a sync backend
 from ONE worker thread per store, as aiosqlite does: SQLite answers from a local file in

@@ -29,8 +29,8 @@ from tenure.core import contention, steps
 from tenure.core.backend import RecordBackend
 from tenure.core.errors import BackendUnavailable, CorruptRecord, LeaseError, Outraced
 from tenure.core.lifecycle import Retry
+from tenure.core.record_transaction import Transaction
 from tenure.core.records import Lease, Rejection
-from tenure.core.transaction import Transaction
 
 R = TypeVar("R")
 S = TypeVar("S")
@@ -40,7 +40,7 @@ A = TypeVar("A")  # one lease's answer
 
 class Fetched:
     """The reads of one async transaction of a store whose I/O is written as generators
-    (``tenure.core.calls``): its ``answer(what, io)`` hook returns what was fetched for
+    (``tenure.core.io_drivers``): its ``answer(what, io)`` hook returns what was fetched for
     ``what``, or forgets the step's buffered writes and raises ``steps.NotFetched`` with the
     coroutine that runs ``io()`` through ``run`` (how the store awaits its requests)."""
 

@@ -1,6 +1,6 @@
 """``AsyncStore``: ``tenure.Store`` for asyncio programs, the same values, errors and checks.
 
-Every argument is checked by ``tenure.core.checks`` and every lease stamped there, as in the
+Every argument is checked by ``tenure.core.store_rules`` and every lease stamped there, as in the
 sync store; what differs is only that backend calls are awaited.
 
 Cancellation. A claim (``claim``, ``claim_next``, ``hold``) cancelled while its request is on
@@ -26,9 +26,8 @@ from typing import Any, TypeVar
 from tenure.aio.backend import AsyncBackend
 from tenure.aio.holding import AsyncHeldLease, AsyncRenewer, end_on_close
 from tenure.aio.waiting import AsyncChanges, AsyncWaiter
-from tenure.core import checks, telemetry, validation, waiting
+from tenure.core import store_rules, telemetry, validation, waiting
 from tenure.core.backend import Characteristics, Link
-from tenure.core.checks import DEFAULT_DRIFT_MARGIN, Checks
 from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.errors import LeaseError, StaleLease
 from tenure.core.holding import CLOSE_WAIT
@@ -46,6 +45,7 @@ from tenure.core.records import (
     Rejection,
     Summary,
 )
+from tenure.core.store_rules import DEFAULT_DRIFT_MARGIN, Checks
 
 log = logging.getLogger("tenure.aio")
 T = TypeVar("T")
@@ -100,16 +100,16 @@ class AsyncStore:
                      delay: float = 0.0) -> None:
         """Make a job pending; a no-op on a pending, leased or parked job; a new run of a
         completed one (see ``tenure.Store.submit``)."""
-        await self.backend.submit_many([validation.job_id(job_id)], checks.actor(actor),
+        await self.backend.submit_many([validation.job_id(job_id)], store_rules.actor(actor),
                                        **self._new_run(max_attempts, delay))
 
     async def submit_many(self, job_ids: Iterable[str], *, max_attempts: int | None = None,
                           delay: float = 0.0) -> None:
         """Submit several jobs at once; all are validated before any is written."""
-        await self.backend.submit_many(checks.job_ids(job_ids), **self._new_run(max_attempts, delay))
+        await self.backend.submit_many(store_rules.job_ids(job_ids), **self._new_run(max_attempts, delay))
 
     def _new_run(self, max_attempts: object, delay: object) -> dict[str, Any]:
-        return self.lifecycle.run(checks.max_attempts(max_attempts), checks.delay("delay", delay))
+        return self.lifecycle.run(store_rules.max_attempts(max_attempts), store_rules.delay("delay", delay))
 
     async def claim(self, job_id: str, owner: str, ttl: float, *, wait: float | None = None) -> Lease:
         """Claim a job that is unowned or whose lease expired by the store's clock (see
@@ -168,7 +168,7 @@ class AsyncStore:
     async def claim_next_many(self, owner: str, ttl: float, n: int, *, wait: float | None = None) -> list[Lease]:
         """Claim up to ``n`` (1 to 1,000) jobs in as few round trips as the store allows (see
         ``tenure.Store.claim_next_many``; cancellation: every lease won is released)."""
-        args = validation.owner(owner), self.checks.ttl(ttl), checks.batch(n)
+        args = validation.owner(owner), self.checks.ttl(ttl), store_rules.batch(n)
         blocking = waiting.seconds(wait)
         steps: waiting.Steps[list[Lease]] = waiting.claim_next_steps(blocking > 0)
         return await self._attempts(steps, lambda: self._claim_next_many_once(*args), blocking)
@@ -246,8 +246,8 @@ class AsyncStore:
 
     async def fail(self, lease: Lease, error: str | None = None, *, retry_in: float | None = None) -> None:
         """Give the job back as failed (see ``tenure.Store.fail``)."""
-        checked, text = self.checks.lease(lease), checks.error(error)
-        retry = self.lifecycle.retry(None if retry_in is None else checks.delay("retry_in", retry_in))
+        checked, text = self.checks.lease(lease), store_rules.error(error)
+        retry = self.lifecycle.retry(None if retry_in is None else store_rules.delay("retry_in", retry_in))
         await self._told_why(self._measured("fail", self.backend.fail(checked, text, retry)))
         self.checks.forget(checked)
 
@@ -263,13 +263,13 @@ class AsyncStore:
 
     async def _explained(self, refused: StaleLease) -> StaleLease:
         """As ``Store._explained``: ``refused``, naming the operator who ended the lease."""
-        if not checks.may_be_operator_ended(refused):
+        if not store_rules.may_be_operator_ended(refused):
             return refused
         try:
             latest = await self.backend.history(refused.rejection.job_id, None, 1)
         except LeaseError:
             return refused
-        return checks.explained(refused, latest)
+        return store_rules.explained(refused, latest)
 
     def hold(self, job_id: str, owner: str, ttl: float, *, wait: float | None = None) -> Holding:
         """Claim a job and keep renewing it in a task: ``async with store.hold(...) as held``
@@ -332,7 +332,7 @@ class AsyncStore:
                          job_id: str | None = None) -> list[Rejection]:
         """Audited rejections, oldest first; with ``limit``, the most recent ones; with
         ``job_id``, that job's alone (read through an index where the store has one)."""
-        args = checks.since(since), validation.limit(limit)
+        args = store_rules.since(since), validation.limit(limit)
         if job_id is None:
             return await self.backend.rejections(*args)
         return await self.backend.job_rejections(validation.job_id(job_id), *args)
@@ -341,47 +341,48 @@ class AsyncStore:
                       limit: int | None = None) -> list[HistoryEvent]:
         """Accepted claims, renewals, completions ... oldest first, with bounded retention."""
         job = None if job_id is None else validation.job_id(job_id)
-        return await self.backend.history(job, checks.since(since), validation.limit(limit))
+        return await self.backend.history(job, store_rules.since(since), validation.limit(limit))
 
     async def summary(self, soon: float = 30.0) -> Summary:
         """Jobs counted by state now (store time); see ``tenure.Store.summary``."""
-        seconds = checks.soon(soon)
+        seconds = store_rules.soon(soon)
         return await self.backend.summary(await self.backend.now(), seconds)
 
     async def page(self, *, states: Iterable[JobState | str] | None = None, job: str | None = None,
                    owner: str | None = None, order: str = "expiry", offset: int = 0,
                    limit: int = 50) -> JobPage:
         """One page of jobs; see ``tenure.Store.page``."""
-        query = checks.page(states, job, owner, order, offset, limit)
+        query = store_rules.page(states, job, owner, order, offset, limit)
         return await self.backend.page(await self.backend.now(), *query)
 
     def watch(self, interval: float = 1.0) -> AsyncIterator[Change]:
         """Changes to jobs and new rejections, until the ``async for`` is left."""
-        return self.backend.watch(checks.interval(interval))
+        return self.backend.watch(store_rules.interval(interval))
 
     async def now(self) -> float:
         """The store's clock, seconds since the epoch."""
         return await self.backend.now()
 
     async def health(self) -> dict[str, Any]:
-        return checks.health(await self.backend.health(), self.backend.characteristics, self.warnings)
+        return store_rules.health(await self.backend.health(), self.backend.characteristics, self.warnings)
 
     # -- operators and destinations ------------------------------------------------------
     async def force_expire(self, job_id: str, *, token: int | None = None, actor: str | None = None) -> None:
         """End a job's current lease now (an operator action); see ``tenure.Store.force_expire``."""
-        await self.backend.force_expire(validation.job_id(job_id), checks.actor(actor),
+        await self.backend.force_expire(validation.job_id(job_id), store_rules.actor(actor),
                                         None if token is None else validation.token(token))
 
     async def requeue(self, job_id: str, *, actor: str | None = None, delay: float = 0.0,
                       token: int | None = None) -> None:
         """Make a job that is not held pending again, attempts reset (see ``tenure.Store.requeue``)."""
-        await self.backend.requeue(validation.job_id(job_id), checks.actor(actor), checks.delay("delay", delay),
+        await self.backend.requeue(validation.job_id(job_id), store_rules.actor(actor),
+                                   store_rules.delay("delay", delay),
                                    None if token is None else validation.token(token))
 
     async def report_rejection(self, job_id: str, owner: str, token: int, *, resource: str,
                                highest: int, reason: str = "") -> Rejection:
         """Add a rejection seen at a fenced destination to this store's audit."""
-        checked = checks.destination_rejection(job_id, owner, token, resource, highest, reason)
+        checked = store_rules.destination_rejection(job_id, owner, token, resource, highest, reason)
         rejection = dataclasses.replace(checked, at=await self.now())
         await self.backend.record_rejection(rejection)
         telemetry.rejected(self.name, Op.EFFECT.value, Reason.STALE_TOKEN.value)  # bounded labels

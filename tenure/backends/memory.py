@@ -18,8 +18,8 @@ from tenure.core import audit
 from tenure.core.backend import Characteristics, Durability, RecordBackend
 from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.options import Options, StoreURL
+from tenure.core.record_transaction import Transaction
 from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Rejection
-from tenure.core.transaction import Transaction
 from tenure.core.transitions import candidate_at, status
 
 T = TypeVar("T")

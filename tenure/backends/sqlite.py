@@ -36,6 +36,7 @@ from tenure.core.clock import Clock
 from tenure.core.codec import corrupt_status
 from tenure.core.errors import BackendUnavailable, CorruptRecord, InvalidArgument, StoreNotFound
 from tenure.core.options import Options, StoreURL
+from tenure.core.record_transaction import Transaction
 from tenure.core.records import (
     HistoryEvent,
     JobPage,
@@ -47,7 +48,6 @@ from tenure.core.records import (
     RejectionKind,
     Summary,
 )
-from tenure.core.transaction import Transaction
 from tenure.core.transitions import status
 from tenure.core.validation import LAST_TOKEN, MAX_JOB_ID, refused_class
 

@@ -12,9 +12,9 @@ import stat
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tenure.core import checks, validation
-from tenure.core.checks import MAX_PAGE
+from tenure.core import store_rules, validation
 from tenure.core.errors import InvalidArgument, quoted
+from tenure.core.store_rules import MAX_PAGE
 
 URL_ENV = "TENURE_URL"
 URL_FILE_ENV = "TENURE_URL_FILE"
@@ -56,10 +56,10 @@ WAIT = _checked(lambda v: validation.seconds("wait", v, maximum=validation.MAX_W
 GRACE = _checked(lambda v: validation.seconds("grace", v, maximum=validation.MAX_WAIT))
 INTERVAL = _checked(lambda v: validation.seconds("interval", v, maximum=validation.MAX_WAIT, positive=True))
 SINCE = _checked(lambda v: validation.store_time("since", v))
-MAX_ATTEMPTS = _checked(checks.max_attempts, int, "a whole number")
-DELAY = _checked(lambda v: checks.delay("delay", v))
-RETRY_IN = _checked(lambda v: checks.delay("retry_in", v))
-ERROR = _checked(checks.error, str, "text")
+MAX_ATTEMPTS = _checked(store_rules.max_attempts, int, "a whole number")
+DELAY = _checked(lambda v: store_rules.delay("delay", v))
+RETRY_IN = _checked(lambda v: store_rules.delay("retry_in", v))
+ERROR = _checked(store_rules.error, str, "text")
 
 
 def _port(value: int) -> int:

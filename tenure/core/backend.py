@@ -6,7 +6,7 @@ ownership with the *store's* clock, and records every rejected renew/complete/re
 ``Rejection`` in the same atomic step where the store allows it, then raises ``StaleLease``.
 
 ``RecordBackend`` serves stores with one record per job (memory, SQLite, etcd, ZooKeeper): they
-provide the transaction (``tenure.core.transaction``) and the protocol comes from
+provide the transaction (``tenure.core.record_transaction``) and the protocol comes from
 ``tenure.core.steps``, which tenure.aio's ``AsyncRecordBackend`` runs too.
 """
 
@@ -28,6 +28,7 @@ from tenure.core.errors import (
     Outraced,
 )
 from tenure.core.lifecycle import Retry
+from tenure.core.record_transaction import Transaction
 from tenure.core.records import (
     Change,
     HistoryEvent,
@@ -38,7 +39,6 @@ from tenure.core.records import (
     Rejection,
     Summary,
 )
-from tenure.core.transaction import Transaction
 from tenure.core.validation import MAX_TTL
 
 if TYPE_CHECKING:

@@ -37,8 +37,8 @@ from typing import Any, Generic, TypeVar
 from tenure.core import batches, contention, transitions
 from tenure.core.errors import BackendUnavailable, CorruptRecord, JobNotFound, LeaseError, StaleLease, TokenChanged
 from tenure.core.lifecycle import Retry
+from tenure.core.record_transaction import Transaction
 from tenure.core.records import JobRecord, JobState, Lease, Op, Rejection, lease_over
-from tenure.core.transaction import Transaction
 
 S = TypeVar("S")  # what a step returns
 R = TypeVar("R")  # what the operation's caller gets

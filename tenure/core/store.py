@@ -14,9 +14,8 @@ from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any, TypeVar
 
-from tenure.core import checks, telemetry, validation, waiting
+from tenure.core import store_rules, telemetry, validation, waiting
 from tenure.core.backend import Backend, Characteristics
-from tenure.core.checks import DEFAULT_DRIFT_MARGIN, MAX_PAGE, PAGE_ORDERS, Checks
 from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.errors import LeaseError, StaleLease
 from tenure.core.lifecycle import DEFAULT as DEFAULT_LIFECYCLE
@@ -34,6 +33,7 @@ from tenure.core.records import (
     Summary,
 )
 from tenure.core.renewal import HeldLease, Renewer
+from tenure.core.store_rules import DEFAULT_DRIFT_MARGIN, MAX_PAGE, PAGE_ORDERS, Checks
 
 __all__ = ["DEFAULT_DRIFT_MARGIN", "MAX_PAGE", "PAGE_ORDERS", "Store"]
 T = TypeVar("T")
@@ -70,16 +70,16 @@ class Store:
         ``max_attempts`` option, else unlimited). ``delay``: seconds of the store's clock
         before a claim may take it.
         """
-        self.backend.submit(validation.job_id(job_id), checks.actor(actor), **self._new_run(max_attempts, delay))
+        self.backend.submit(validation.job_id(job_id), store_rules.actor(actor), **self._new_run(max_attempts, delay))
 
     def submit_many(self, job_ids: Iterable[str], *, max_attempts: int | None = None, delay: float = 0.0) -> None:
         """Submit several jobs at once; all are validated before any is written."""
-        self.backend.submit_many(checks.job_ids(job_ids), **self._new_run(max_attempts, delay))
+        self.backend.submit_many(store_rules.job_ids(job_ids), **self._new_run(max_attempts, delay))
 
     def _new_run(self, max_attempts: object, delay: object) -> dict[str, Any]:
         """A new run's keywords, checked; none at their defaults (a backend written before
         them still takes the call)."""
-        return self.lifecycle.run(checks.max_attempts(max_attempts), checks.delay("delay", delay))
+        return self.lifecycle.run(store_rules.max_attempts(max_attempts), store_rules.delay("delay", delay))
 
     def claim(self, job_id: str, owner: str, ttl: float, *, wait: float | None = None) -> Lease:
         """Claim a job that is unowned or whose lease expired by the store's clock.
@@ -153,7 +153,7 @@ class Store:
         ``wait``: seconds to block while nothing is claimable (see ``claim``); returns as soon
         as at least one lease is won, or ``[]`` once the wait is over.
         """
-        args = validation.owner(owner), self.checks.ttl(ttl), checks.batch(n)
+        args = validation.owner(owner), self.checks.ttl(ttl), store_rules.batch(n)
         blocking = waiting.seconds(wait)
         steps: waiting.Steps[list[Lease]] = waiting.claim_next_steps(blocking > 0)
         return self._attempts(steps, lambda: self._claim_next_many_once(*args), blocking)
@@ -224,8 +224,8 @@ class Store:
         (attempts - 1)``, at most ``retry_max``, jittered to between half and all of it); parked
         if it was the job's last attempt. ``error`` is kept with the job (``last_error``).
         Raises StaleLease (audited, op ``fail``) if the lease is not current."""
-        args = self.checks.lease(lease), checks.error(error), self.lifecycle.retry(
-            None if retry_in is None else checks.delay("retry_in", retry_in))
+        args = self.checks.lease(lease), store_rules.error(error), self.lifecycle.retry(
+            None if retry_in is None else store_rules.delay("retry_in", retry_in))
         self._told_why(lambda: telemetry.timed(self.characteristics.name, "fail", lambda: self.backend.fail(*args)))
         self.checks.forget(args[0])
 
@@ -242,13 +242,13 @@ class Store:
 
     def _explained(self, refused: StaleLease) -> StaleLease:
         """``refused``, naming the operator who ended the lease where one did."""
-        if not checks.may_be_operator_ended(refused):
+        if not store_rules.may_be_operator_ended(refused):
             return refused
         try:
             latest = self.backend.history(refused.rejection.job_id, None, 1)
         except LeaseError:
             return refused  # the refusal is the answer; who ended the lease is a detail
-        return checks.explained(refused, latest)
+        return store_rules.explained(refused, latest)
 
     def hold(self, job_id: str, owner: str, ttl: float, *, wait: float | None = None) -> HeldLease:
         """Claim a job and keep renewing it in the background; use it as a context manager."""
@@ -304,7 +304,7 @@ class Store:
                    job_id: str | None = None) -> list[Rejection]:
         """Audited rejections, oldest first; with ``limit``, the most recent ones; with
         ``job_id``, that job's alone (read through an index where the store has one)."""
-        args = checks.since(since), validation.limit(limit)
+        args = store_rules.since(since), validation.limit(limit)
         if job_id is None:
             return self.backend.rejections(*args)
         return self.backend.job_rejections(validation.job_id(job_id), *args)
@@ -313,12 +313,12 @@ class Store:
                 limit: int | None = None) -> list[HistoryEvent]:
         """Accepted claims, renewals, completions ... oldest first, with bounded retention."""
         job = None if job_id is None else validation.job_id(job_id)
-        return self.backend.history(job, checks.since(since), validation.limit(limit))
+        return self.backend.history(job, store_rules.since(since), validation.limit(limit))
 
     def summary(self, soon: float = 30.0) -> Summary:
         """Jobs counted by state now (store time), leases ending within ``soon`` seconds, and
         rejections in the last hour."""
-        seconds = checks.soon(soon)
+        seconds = store_rules.soon(soon)
         return self.backend.summary(self.backend.now(), seconds)
 
     def page(self, *, states: Iterable[JobState | str] | None = None, job: str | None = None,
@@ -331,12 +331,12 @@ class Store:
         ``order`` is ``"expiry"`` (soonest lease end first, jobs without a lease last, then by
         id) or ``"job"`` (by id).
         """
-        query = checks.page(states, job, owner, order, offset, limit)
+        query = store_rules.page(states, job, owner, order, offset, limit)
         return self.backend.page(self.backend.now(), *query)
 
     def watch(self, stop: threading.Event | None = None, interval: float = 1.0) -> Iterator[Change]:
         """Changes to jobs and new rejections until ``stop`` is set."""
-        seconds = checks.interval(interval)
+        seconds = store_rules.interval(interval)
         return self.backend.watch(stop or threading.Event(), seconds)
 
     def now(self) -> float:
@@ -346,7 +346,7 @@ class Store:
     def health(self) -> dict[str, Any]:
         """The backend's facts, the ``durability`` it declares (a volatile store says so), and
         ``warnings`` about this connection when there are any."""
-        return checks.health(self.backend.health(), self.backend.characteristics, self.warnings)
+        return store_rules.health(self.backend.health(), self.backend.characteristics, self.warnings)
 
     # -- operators and destinations ------------------------------------------------------
     def force_expire(self, job_id: str, *, token: int | None = None, actor: str | None = None) -> None:
@@ -358,7 +358,7 @@ class Store:
         event. A holder whose lease is ended this way can still act until its next renewal or
         its safe deadline: fencing at the destination is what protects the effects then.
         """
-        self.backend.force_expire(validation.job_id(job_id), checks.actor(actor),
+        self.backend.force_expire(validation.job_id(job_id), store_rules.actor(actor),
                                   None if token is None else validation.token(token))
 
     def requeue(self, job_id: str, *, actor: str | None = None, delay: float = 0.0, token: int | None = None) -> None:
@@ -367,7 +367,7 @@ class Store:
         history with ``actor``). A completed job is submitted again instead (JobCompleted); a
         live lease is ended first with ``force_expire`` (AlreadyClaimed). ``token``: as
         ``force_expire``'s."""
-        self.backend.requeue(validation.job_id(job_id), checks.actor(actor), checks.delay("delay", delay),
+        self.backend.requeue(validation.job_id(job_id), store_rules.actor(actor), store_rules.delay("delay", delay),
                              None if token is None else validation.token(token))
 
     def report_rejection(self, job_id: str, owner: str, token: int, *, resource: str,
@@ -377,7 +377,7 @@ class Store:
         Every field is checked like a claim's arguments and bounded (``reason`` to 512
         characters), so the record fits every backend's largest write.
         """
-        checked = checks.destination_rejection(job_id, owner, token, resource, highest, reason)
+        checked = store_rules.destination_rejection(job_id, owner, token, resource, highest, reason)
         rejection = dataclasses.replace(checked, at=self.now())
         self.backend.record_rejection(rejection)
         telemetry.rejected(self.characteristics.name, Op.EFFECT.value, Reason.STALE_TOKEN.value)  # bounded labels

@@ -20,13 +20,13 @@ import threading
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, TypeVar
 
-from tenure.core import checks, queries
+from tenure.core import queries, store_rules
 from tenure.core.backend import Backend
-from tenure.core.checks import MAX_PAGE
 from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.errors import InvalidArgument, LeaseError, quoted
 from tenure.core.records import HistoryEvent, JobPage, JobState, JobStatus, Rejection, Summary
 from tenure.core.store import Store
+from tenure.core.store_rules import MAX_PAGE
 
 log = logging.getLogger("tenure.snapshot")
 T = TypeVar("T")
@@ -145,7 +145,7 @@ class Snapshot:
     def page(self, *, states: Iterable[JobState | str] | None = None, job: str | None = None,
              owner: str | None = None, order: str = "expiry", offset: int = 0, limit: int = 50) -> JobPage:
         """``Store.page``, validated alike."""
-        args = checks.page(states, job, owner, order, offset, limit)
+        args = store_rules.page(states, job, owner, order, offset, limit)
         mirror = self._mirrored()
         if mirror is None:
             return self._cached(("page", args), lambda: self.store.page(

@@ -16,8 +16,8 @@ import pytest
 import tenure
 from tenure.aio import AsyncRecordBackend, AsyncStore
 from tenure.core import contention, steps, transitions
+from tenure.core.record_transaction import Transaction
 from tenure.core.records import JobRecord, JobState
-from tenure.core.transaction import Transaction
 from tests.core.test_optimistic_backend import CasBackend, CasTransaction
 
 

@@ -19,7 +19,7 @@ import tenure
 import tenure.aio
 from benchmarks.many_leases import count_requests
 from tenure.backends.memory import MemoryBackend
-from tenure.core.checks import MAX_BATCH
+from tenure.core.store_rules import MAX_BATCH
 from tests.conftest import BACKENDS
 from tests.harness import Harness
 

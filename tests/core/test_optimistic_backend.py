@@ -18,8 +18,8 @@ import pytest
 import tenure
 from tenure.core import contention, transitions
 from tenure.core.backend import Characteristics, RecordBackend
+from tenure.core.record_transaction import Transaction
 from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Rejection
-from tenure.core.transaction import Transaction
 
 
 class CasTransaction(Transaction):

@@ -13,7 +13,7 @@ import tenure
 from devservers.control import ServerProcess
 from devservers.etcd import EtcdCluster, start_or_fail
 from tenure.backends.etcd import layout
-from tenure.core.checks import DEFAULT_DRIFT_MARGIN
+from tenure.core.store_rules import DEFAULT_DRIFT_MARGIN
 from tenure.testing.kit import Tampering
 from tests.harness import ServerHarness, undecodable_name
 

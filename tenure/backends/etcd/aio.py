@@ -33,8 +33,8 @@ from tenure.core import steps
 from tenure.core.clock import Clock
 from tenure.core.errors import BackendUnavailable, LeaseError
 from tenure.core.options import Options, StoreURL
+from tenure.core.record_transaction import Transaction
 from tenure.core.records import Lease
-from tenure.core.transaction import Transaction
 
 T = TypeVar("T")
 

@@ -50,8 +50,8 @@ from tenure.core.clock import Clock
 from tenure.core.codec import corrupt_status
 from tenure.core.errors import CorruptRecord, InvalidArgument, LeaseError
 from tenure.core.options import Options, StoreURL
+from tenure.core.record_transaction import Transaction
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
-from tenure.core.transaction import Transaction
 from tenure.views import paging
 
 DEFAULT_PORT = 2379

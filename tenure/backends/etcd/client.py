@@ -16,7 +16,7 @@ calls it always made; ``AioConnection`` (tenure.aio) sends them on ``grpc.aio`` 
 same endpoints, awaited in the event loop. The protocol's own I/O (``transaction``, ``leases``,
 ``claimable``) is written as generators too (``Io``), yielding ``Call``s of ``Connection``'s
 requests and the ``Pending`` answers of requests started beside others; ``Connection.run`` and
-``AioConnection.run`` carry them out with the core's drivers (``tenure.core.calls``).
+``AioConnection.run`` carry them out with the core's drivers (``tenure.core.io_drivers``).
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from typing import Any, Generic, TypeVar
 import grpc
 from google.protobuf.runtime_version import VersionError
 
-from tenure.core import calls
-from tenure.core.calls import Io as Io  # here it yields an Rpc, a Call or a started request's answer
+from tenure.core import io_drivers
 from tenure.core.errors import AuthenticationFailed, BackendUnavailable, LeaseError
+from tenure.core.io_drivers import Io as Io  # here it yields an Rpc, a Call or a started request's answer
 
 try:
     from tenure.backends.etcd.api import kv_pb2, rpc_pb2, rpc_pb2_grpc
@@ -341,7 +341,7 @@ class Connection:
 
     def run(self, io: Io[T]) -> T:
         """``io``'s requests, each sent and waited for in this thread (the core's driver)."""
-        return calls.run(io, self._answer)
+        return io_drivers.run(io, self._answer)
 
     def _answer(self, step: Any) -> Any:
         if isinstance(step, Rpc):
@@ -544,7 +544,7 @@ class AioConnection:
         that ``close`` cut off is BackendUnavailable: only a caller that was itself cancelled
         gets the CancelledError."""
         try:
-            return await calls.run_async(io, self._answer)
+            return await io_drivers.run_async(io, self._answer)
         except asyncio.CancelledError:
             if self._closed and not _cancelling():
                 raise BackendUnavailable("the store was closed before etcd answered") from None

@@ -62,8 +62,8 @@ from tenure.core import codec, transitions
 from tenure.core.bounded import Bounded
 from tenure.core.clock import Clock, boot_clock, deadline_runs
 from tenure.core.errors import BackendUnavailable, CorruptRecord, NotYetClaimable
+from tenure.core.record_transaction import Transaction
 from tenure.core.records import HistoryEvent, JobRecord, JobState, Lease, Op, Rejection
-from tenure.core.transaction import Transaction
 
 EXPIRY_GRACE = 1.0  # etcd checks for expired leases every 500 ms, then deletes through raft
 # A line per lease etcd ended while its holder's deadline ran: the fault runs count them.

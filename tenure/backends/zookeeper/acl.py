@@ -38,7 +38,7 @@ def _letters(perms: int) -> str:
 
 class Guard:
     def __init__(self, session: Session) -> None:
-        self._b = session
+        self._session = session
         self._layout = session.layout
         self._config = session.config
 
@@ -50,14 +50,14 @@ class Guard:
         credentials, whose znodes are open by design."""
         if self._config.auth is None:
             return
-        client = self._b.client
+        client = self._session.client
         with mapped_errors("reading the root's ACLs"):
             pending = [(path, client.get_acls_async(path)) for path in paths]
             found: dict[str, list[str]] = {}
             existing = []
             for path, result in pending:
                 try:
-                    acl, _ = self._b.wait(result)
+                    acl, _ = self._session.wait(result)
                 except NoNodeError:
                     continue
                 except NoAuthError:
@@ -78,7 +78,7 @@ class Guard:
                     self._layout.root, count)
 
     def _repair(self, directories: list[str]) -> int:
-        client = self._b.client
+        client = self._session.client
         count = 0
         with mapped_errors("repairing the root's ACLs"):
             paths = self._below(directories)
@@ -86,7 +86,7 @@ class Guard:
                 pending = [client.set_acls_async(path, self.expected(path)) for path in batch]
                 for result in pending:
                     try:
-                        self._b.wait(result)
+                        self._session.wait(result)
                         count += 1
                     except NoNodeError:
                         continue  # deleted meanwhile
@@ -95,7 +95,7 @@ class Guard:
     def _below(self, directories: list[str]) -> Iterator[str]:
         """The directories and every znode under them, level by level, except the clock
         znodes (ephemeral, other clients' own)."""
-        client = self._b.client
+        client = self._session.client
         level = directories
         while level:
             yield from level
@@ -104,6 +104,6 @@ class Guard:
             level = []
             for parent, result in pending:
                 try:
-                    level.extend(f"{parent}/{name}" for name in self._b.wait(result))
+                    level.extend(f"{parent}/{name}" for name in self._session.wait(result))
                 except NoNodeError:
                     continue

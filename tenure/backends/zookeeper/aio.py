@@ -19,7 +19,7 @@ from tenure.backends.zookeeper.calls import Io
 from tenure.backends.zookeeper.transaction import Parts, ZkTransaction
 from tenure.core.clock import Clock
 from tenure.core.options import Options, StoreURL
-from tenure.core.transaction import Transaction
+from tenure.core.record_transaction import Transaction
 
 T = TypeVar("T")
 

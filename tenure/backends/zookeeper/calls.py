@@ -1,4 +1,4 @@
-"""ZooKeeper I/O written once for the sync backend and for tenure.aio (``tenure.core.calls``):
+"""ZooKeeper I/O written once for the sync backend and for tenure.aio (``tenure.core.io_drivers``):
 an ``Io`` yields kazoo ``IAsyncResult``\\ s sent with kazoo's ``*_async`` calls.
 
 ``run`` waits with ``IAsyncResult.get(timeout)``: the sync backend's calls, unchanged.
@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 
 from kazoo.handlers.threading import KazooTimeoutError
 
-from tenure.core import calls
-from tenure.core.calls import Io
+from tenure.core import io_drivers
+from tenure.core.io_drivers import Io
 
 T = TypeVar("T")
 __all__ = ["Io", "awaited", "detached", "run", "run_async"]
@@ -27,12 +27,12 @@ __all__ = ["Io", "awaited", "detached", "run", "run_async"]
 
 def run(io: Io[T], timeout: float) -> T:
     """``io``, each result waited for in this thread."""
-    return calls.run(io, lambda result: result.get(timeout=timeout))
+    return io_drivers.run(io, lambda result: result.get(timeout=timeout))
 
 
 async def run_async(io: Io[T], timeout: float) -> T:
     """``io``, each result awaited in the running loop."""
-    return await calls.run_async(io, lambda result: awaited(result, timeout))
+    return await io_drivers.run_async(io, lambda result: awaited(result, timeout))
 
 
 def detached(io: Io[None], ended: Callable[[BaseException | None], None]) -> None:

@@ -109,7 +109,7 @@ class Placer:
 
 class Index:
     def __init__(self, session: Session, enabled: bool) -> None:
-        self._b = session
+        self._session = session
         self.enabled = enabled
         self.layout = session.layout
         self.filling: str | None = None  # the bucket this client puts new entries in
@@ -128,12 +128,12 @@ class Index:
         if not self._looked:  # once per client: join the newest bucket rather than open one
             self._looked = True
             with mapped_errors("reading the pending index"):
-                names = [n for n in (yield self._b.client.get_children_async(self.layout.pending))
+                names = [n for n in (yield self._session.client.get_children_async(self.layout.pending))
                          if zl.bucket_opened(n) is not None]
             if names and self.filling is None:
                 self.filling = max(names)
         name = self.filling
-        return name, None if name is None else self._b.client.exists_async(f"{self.layout.pending}/{name}")
+        return name, None if name is None else self._session.client.exists_async(f"{self.layout.pending}/{name}")
 
     def placer(self, now: float, name: str | None, stat: ZnodeStat | None) -> Placer:
         with self._lock:  # scheduled buckets nobody fills any more are forgotten
@@ -192,7 +192,7 @@ class Index:
         """Delete an index entry that no longer describes its job, provided the job znode
         ``job`` is still at ``version`` (None: there is no job znode). Sent, not waited for:
         tidying only, a failure changes nothing."""
-        tx = self._b.client.transaction()
+        tx = self._session.client.transaction()
         if job is not None:
             tx.check(job, version)
         tx.delete(entry)
@@ -206,7 +206,7 @@ class Index:
         claimable (pending and due scheduled buckets in the order of their names), records
         read after the store's time, which ``at`` gets first (with its epoch). Each is a
         proposal; the claim's multi checks the version."""
-        b, client = self._b, self._b.client
+        b, client = self._session, self._session.client
         guess = b.estimated_now()  # only chooses what to read early; the store's time decides
         with self._lock:
             front = self._front[:2]
@@ -246,7 +246,7 @@ class Index:
     def _expired(self, names: list[str], now: float) -> Io[list[tuple[str, bytes, int]]]:
         found: list[tuple[float, str, bytes, int]] = []
         with mapped_errors("reading leased jobs"):
-            read = yield from reading_many(self._b.client, [f"{self.layout.jobs}/{n}" for n in names])
+            read = yield from reading_many(self._session.client, [f"{self.layout.jobs}/{n}" for n in names])
             for job_id, rec, data, version in zl.readable(self.layout.jobs, read):  # never proposes the rest
                 if home(rec) != "leased":
                     self.tidy(self.layout.leased_entry(job_id), self.layout.job(job_id), version)
@@ -272,7 +272,7 @@ class Index:
             if not later and not relisted:
                 relisted = True
                 with mapped_errors("reading the pending index"):
-                    names = sorted(n for n in (yield self._b.client.get_children_async(self.layout.pending))
+                    names = sorted(n for n in (yield self._session.client.get_children_async(self.layout.pending))
                                    if zl.bucket_opened(n) is not None)
                 with self._lock:
                     self._front = names
@@ -295,7 +295,7 @@ class Index:
                  early: dict[tuple[str, str], Any]) -> Io[list[tuple[str, str]]]:
         """(bucket's path below the root, entry name) of the entries of ``buckets`` that are
         due (all of a pending bucket's), read together; an empty bucket is ``_forget``-ten."""
-        client = self._b.client
+        client = self._session.client
         sent = []
         for kind, bucket in buckets:  # all sent before any is waited for
             result = early.pop((kind, bucket), None)
@@ -329,7 +329,7 @@ class Index:
             start += len(chunk)
             paths = [self.layout.job(job_id) for job_id, _ in chunk]
             with mapped_errors("reading pending jobs"):
-                read = {p: (d, v) for p, d, v in (yield from reading_many(self._b.client, paths))}
+                read = {p: (d, v) for p, d, v in (yield from reading_many(self._session.client, paths))}
             for (job_id, slot), path in zip(chunk, paths, strict=True):
                 data, version = read.get(path, (None, -1))
                 entry = self.layout.slot_path(slot)
@@ -353,4 +353,4 @@ class Index:
         if not gone:
             with mapped_errors("tidying the pending index"), \
                     contextlib.suppress(NoNodeError, NotEmptyError):
-                yield self._b.client.delete_async(path)
+                yield self._session.client.delete_async(path)

@@ -39,8 +39,8 @@ from tenure.core import transitions
 from tenure.core.bounded import Bounded
 from tenure.core.clock import Clock, boot_clock, deadline_runs
 from tenure.core.errors import CorruptRecord
+from tenure.core.record_transaction import Transaction
 from tenure.core.records import HistoryEvent, JobRecord, JobState, Lease, Op, Rejection
-from tenure.core.transaction import Transaction
 
 _LOST_RACE = (BadVersionError, NodeExistsError, NoNodeError)
 _OTHERS = (RolledBackError, RuntimeInconsistency)  # ops of a failed multi that did not fail it
