@@ -29,6 +29,7 @@ class Subject:
     floor_clients: Callable[[int, int], float] | None = None
     query_target: float | None = None  # seconds summary() and a page() may take at the largest size
     peers_clients: list[tuple[str, Callable[[int, int], float]]] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # peers not measured here, and why
 
 
 @contextlib.contextmanager
@@ -98,14 +99,14 @@ def postgres(net: Route = DIRECT) -> Iterator[Subject]:
         if pg_peers.tooz_installed():
             peers.append(("tooz PostgreSQL lock", lambda n: pg_peers.tooz_lock(tooz_url, n)))
             peers_clients.append(("tooz PostgreSQL lock", lambda n, c: pg_peers.tooz_lock(tooz_url, n, c)))
-        else:  # the floor and tenure's own figures still count
-            print("  postgres: tooz's lock not measured: tooz or psycopg2 is not installed (pip install --group bench)")
+        missing = [] if peers else ["tooz PostgreSQL lock: tooz or psycopg2 is not installed "
+                                    "(pip install --group bench)"]
         yield Subject("postgres", f"postgresql://postgres@{address}/postgres?schema=bench_{uuid.uuid4().hex[:8]}",
                       options={"pool_size": 16},
                       floor=lambda n: pg_peers.floor(conninfo, n),
                       peers=peers,
                       floor_clients=lambda n, c: pg_peers.floor(conninfo, n, c),
-                      peers_clients=peers_clients,
+                      peers_clients=peers_clients, missing=missing,
                       query_target=0.25)  # issue 16
 
 
