@@ -194,12 +194,10 @@ class AsyncRenewer:
             left = until - loop.time()
             if left <= 0:
                 return
-            answered = self._answered
-            timer = loop.call_later(left, answered.set)
-            try:
-                await answered.wait()
-            finally:
-                timer.cancel()
+            try:  # only _wake_claims sets it, replacing it: a set one is never waited on again
+                await asyncio.wait_for(self._answered.wait(), left)
+            except asyncio.TimeoutError:
+                return
 
     async def _run(self) -> None:
         while True:
