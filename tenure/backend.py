@@ -21,6 +21,9 @@ What is here, by use:
   ``encode_job_id``/``decode_job_id``, ``json_object``);
 - judging: ``status`` (a record as callers see it at the store's ``now``), ``is_next`` (whether
   ``claim_next`` may take it), ``candidate_at`` (when it can next become claimable by time);
+- claim_next's order (``tenure.core.order``): the keys an index of candidates keeps
+  (``Expired``, ``Queued``), ``ordered`` (their merge, spread for an optimistic store), and
+  what a store declares it cannot keep (``Tolerance``, ``EXACT``, ``OPTIMISTIC``);
 - the audit: ``select``, ``readable``, ``of_job``;
 - the types in the interface's signatures (``Lease``, ``JobStatus``, ``Rejection``, ...) and the
   errors a backend raises or maps its client library's errors to.
@@ -56,6 +59,7 @@ from tenure.core.errors import (
 )
 from tenure.core.lifecycle import Retry
 from tenure.core.options import Options, StoreURL
+from tenure.core.order import EXACT, OPTIMISTIC, Expired, Queued, Tolerance, ordered
 from tenure.core.record_transaction import Transaction
 from tenure.core.records import (
     Change,
@@ -72,7 +76,9 @@ from tenure.core.records import (
 from tenure.core.transitions import candidate_at, is_next, status
 
 __all__ = [
+    "EXACT",
     "LIFE_FIELDS",
+    "OPTIMISTIC",
     "AuthenticationFailed",
     "Backend",
     "BackendUnavailable",
@@ -81,6 +87,7 @@ __all__ = [
     "Clock",
     "CorruptRecord",
     "Durability",
+    "Expired",
     "HistoryEvent",
     "InvalidArgument",
     "JobPage",
@@ -92,12 +99,14 @@ __all__ = [
     "Op",
     "Options",
     "OutcomeUnknown",
+    "Queued",
     "RecordBackend",
     "Rejection",
     "Retry",
     "StoreNotFound",
     "StoreURL",
     "Summary",
+    "Tolerance",
     "Transaction",
     "candidate_at",
     "corrupt_status",
@@ -112,6 +121,7 @@ __all__ = [
     "life",
     "life_fields",
     "of_job",
+    "ordered",
     "readable",
     "rejection",
     "rejection_fields",

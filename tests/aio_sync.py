@@ -223,7 +223,7 @@ async def every_operation(store: tenure.aio.AsyncStore, ttl: float) -> None:
     lease = await store.renew(lease)
     await store.complete(lease, result=b"done")
     nxt = await store.claim_next(owner="w", ttl=ttl)
-    assert nxt is not None and nxt.job_id in ("b", "c")  # one of the oldest (contention.spread)
+    assert nxt is not None and nxt.job_id in ("b", "c")  # one of the oldest (order.spread_start)
     with pytest.raises(tenure.StaleLease):
         await store.renew(lease)  # completed: refused, and audited
     await store.release(nxt)

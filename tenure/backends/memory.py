@@ -14,10 +14,11 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
-from tenure.core import audit
+from tenure.core import audit, order
 from tenure.core.backend import Characteristics, Durability, RecordBackend
 from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.options import Options, StoreURL
+from tenure.core.order import Expired, Queued
 from tenure.core.record_transaction import Transaction
 from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Rejection
 from tenure.core.transitions import candidate_at, status
@@ -64,21 +65,18 @@ class _State:
         return None
 
     def candidates(self, now: float) -> Iterator[str]:
-        """claim_next's jobs at ``now``, best first, each once: the heaps walked in order
-        without popping (a batch of claims reads past their heads; the lock is held)."""
+        """claim_next's jobs at ``now``, best first (``order.ordered``): the heaps walked in
+        order without popping (a batch of claims reads past their heads; the lock is held)."""
         self.lease_head(), self.queue_head(self.ready), self.queue_head(self.scheduled)  # stale heads dropped
-        seen: set[str] = set()
-        for until, job_id in _in_order(self.expiries):
-            if until > now:
-                break
-            rec = self.records.get(job_id)
-            if job_id not in seen and rec is not None and rec.state is JobState.LEASED and candidate_at(rec) == until:
-                seen.add(job_id)
-                yield job_id
+        records, queued = self.records, self.queued
+        expired = (Expired(until, job_id) for until, job_id in
+                   itertools.takewhile(lambda entry: entry[0] <= now, _in_order(self.expiries))
+                   if (rec := records.get(job_id)) is not None and rec.state is JobState.LEASED
+                   and candidate_at(rec) == until)
         due = itertools.takewhile(lambda entry: entry[0] <= now, _in_order(self.scheduled))
-        for _, order, job_id in heapq.merge(_in_order(self.ready), due):
-            if self.queued.get(job_id) == order:
-                yield job_id
+        ready, scheduled = ((Queued(*entry) for entry in stream if queued.get(entry[2]) == entry[1])
+                            for stream in (_in_order(self.ready), due))
+        return order.job_ids(order.ordered(expired, ready, scheduled))
 
     def enqueue(self, job_id: str, at: float, scheduled: bool) -> None:
         self.queueings += 1
@@ -120,8 +118,6 @@ class _MemoryTransaction(Transaction):
         return next(iter(self.next_claimables(1)), None)
 
     def next_claimables(self, n: int) -> list[str]:
-        # Expired leases first, soonest expiry first, then pending jobs in the order they became
-        # claimable (a scheduled job joins the queue when its time comes).
         return list(itertools.islice(self._s.candidates(self.now), n))
 
     def add_rejection(self, rejection: Rejection) -> None:

@@ -22,20 +22,23 @@ absolute.
 from __future__ import annotations
 
 import contextlib
+import itertools
+import math
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from tenure.backends.sqlite_clock import RESOLUTION, MachineClock, refuse_network_filesystem
-from tenure.core import codec
+from tenure.core import codec, order
 from tenure.core.backend import Characteristics, Durability, RecordBackend
 from tenure.core.clock import Clock
 from tenure.core.codec import corrupt_status
 from tenure.core.errors import BackendUnavailable, CorruptRecord, InvalidArgument, StoreNotFound
 from tenure.core.options import Options, StoreURL
+from tenure.core.order import Expired, Queued
 from tenure.core.record_transaction import Transaction
 from tenure.core.records import (
     HistoryEvent,
@@ -88,17 +91,20 @@ _ADDED_COLUMNS = (("queued_at", "REAL"), ("attempts", "INTEGER NOT NULL DEFAULT 
 # by every claim_next.
 _NOT_SPENT = "(max_attempts IS NULL OR attempts < max_attempts)"
 # claim_next's candidates (transitions.candidate_at), each through a partial index, so that it
-# costs the same with 100,000 jobs as with 10, whatever their states: leases by their end;
+# costs the same with 100,000 jobs as with 10, whatever their states: leases by their end
+# (then job id: ``order.Expired``);
 # pending jobs claimable now by the time they became so (``queued_at``); scheduled ones by
 # their ``claimable_at``, the time they join the queue. Those that replaced older indexes are
 # dropped.
 _QUEUE = f"""
-CREATE INDEX IF NOT EXISTS tenure_jobs_expiring ON tenure_jobs (lease_until) WHERE state = 'leased' AND {_NOT_SPENT};
+CREATE INDEX IF NOT EXISTS tenure_jobs_ending ON tenure_jobs (lease_until, job_id)
+    WHERE state = 'leased' AND {_NOT_SPENT};
 CREATE INDEX IF NOT EXISTS tenure_jobs_ready ON tenure_jobs (coalesce(queued_at, submitted_at))
     WHERE state = 'pending' AND claimable_at IS NULL;
 CREATE INDEX IF NOT EXISTS tenure_jobs_scheduled ON tenure_jobs (claimable_at)
     WHERE state = 'pending' AND claimable_at IS NOT NULL;
 DROP INDEX IF EXISTS tenure_jobs_pending;
+DROP INDEX IF EXISTS tenure_jobs_expiring;
 DROP INDEX IF EXISTS tenure_jobs_queued;
 """
 _JOB_COLUMNS = ("job_id, state, owner, token, lease_until, ttl, submitted_at, claimed_at, "
@@ -170,17 +176,15 @@ class _SQLiteTransaction(Transaction):
              r.claimable_at, r.failed_at, queued))
 
     def next_claimable(self) -> str | None:
-        # transitions.candidate_at's rule in one statement of three index probes (_QUEUE),
-        # the best of each: expired leases first (their work is overdue), soonest expiry
-        # first; then pending jobs in the order they became claimable. A row that is not
-        # tenure's (_VALID), or whose token no claim can follow, is passed over, as the other
-        # stores pass over one they cannot read: it never blocks the queue behind it.
         return next(iter(self.next_claimables(1)), None)
 
     def next_claimables(self, n: int) -> list[str]:
-        # The same statement, n of each index's best and n of them all: claims this
-        # transaction makes are written as they are made, so a later read skips them.
-        return [str(row[0]) for row in self._db.execute(CLAIM_NEXT_SQL, {"now": self.now, "n": n})]
+        # One statement of three index probes (_QUEUE), n of each one's best, merged by the
+        # core. A row that is not tenure's (_VALID), or whose token no claim can follow, is
+        # passed over, as the other stores pass over one they cannot read: it never blocks
+        # the queue behind it. Claims this transaction makes are written as they are made,
+        # so a later read skips them.
+        return claimable(self._db.execute(CLAIM_NEXT_SQL, {"now": self.now, "n": n}), n)
 
     def add_rejection(self, r: Rejection) -> None:
         cur = self._db.execute(
@@ -502,23 +506,35 @@ _VALID = (f"(typeof(token) = 'integer' AND token BETWEEN 0 AND {LAST_TOKEN}"
           " AND lease_until IS NOT NULL AND ttl IS NOT NULL)))")
 # What claim_next may take (transitions.is_next): a valid row whose token a claim can follow.
 _NEXT = f"token < {LAST_TOKEN} AND {_VALID}"
-# claim_next's one statement (public: tests read its plan): the first candidate of each index
-# of _QUEUE (each probe's WHERE repeats its index's, and INDEXED BY makes a plan without it an
-# error rather than a scan), then the best of those three rows.
+# claim_next's one statement (public: tests read its plan): the first :n candidates of each
+# index of _QUEUE as keys (``order.Expired``, ``order.Queued`` with the rowid as the place:
+# INSERT OR REPLACE gives a row written later a higher one, so it is the order of queueing),
+# merged by ``claimable``. Each probe's WHERE repeats its index's, and INDEXED BY makes a plan
+# without it an error rather than a scan.
 CLAIM_NEXT_SQL = (
-    "SELECT job_id FROM ("
-    "SELECT * FROM (SELECT job_id, 0 AS overdue, lease_until AS since FROM tenure_jobs INDEXED BY tenure_jobs_expiring"
-    f" WHERE state = 'leased' AND {_NOT_SPENT} AND lease_until <= :now AND {_NEXT} ORDER BY lease_until LIMIT :n)"
-    " UNION ALL SELECT * FROM (SELECT job_id, 1, coalesce(queued_at, submitted_at) FROM tenure_jobs"
+    "SELECT * FROM (SELECT 0, lease_until, 0, job_id FROM tenure_jobs INDEXED BY tenure_jobs_ending"
+    f" WHERE state = 'leased' AND {_NOT_SPENT} AND lease_until <= :now AND {_NEXT} ORDER BY lease_until, job_id"
+    " LIMIT :n)"
+    " UNION ALL SELECT * FROM (SELECT 1, coalesce(queued_at, submitted_at), rowid, job_id FROM tenure_jobs"
     " INDEXED BY tenure_jobs_ready WHERE state = 'pending' AND claimable_at IS NULL"
-    f" AND {_NEXT} ORDER BY coalesce(queued_at, submitted_at) LIMIT :n)"
-    " UNION ALL SELECT * FROM (SELECT job_id, 1, claimable_at FROM tenure_jobs INDEXED BY tenure_jobs_scheduled"
+    f" AND {_NEXT} ORDER BY coalesce(queued_at, submitted_at), rowid LIMIT :n)"
+    " UNION ALL SELECT * FROM (SELECT 2, claimable_at, rowid, job_id FROM tenure_jobs INDEXED BY tenure_jobs_scheduled"
     " WHERE state = 'pending' AND claimable_at IS NOT NULL AND claimable_at <= :now"
-    f" AND {_NEXT} ORDER BY claimable_at LIMIT :n)"
-    ") ORDER BY overdue, since LIMIT :n")
+    f" AND {_NEXT} ORDER BY claimable_at, rowid LIMIT :n)")
+
+
+def claimable(rows: Iterable[tuple[int, float | None, int, str]], n: int) -> list[str]:
+    """The first ``n`` job ids of CLAIM_NEXT_SQL's rows in claim_next's order (``order.ordered``)."""
+    parts: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
+    for part, at, place, job_id in rows:
+        at = -math.inf if at is None else at  # a row with no time (not tenure's): first, as SQL sorts NULL
+        parts[part].append(Expired(at, str(job_id)) if part == 0 else Queued(at, place, str(job_id)))
+    return list(itertools.islice(order.job_ids(order.ordered(*(sorted(found) for found in parts))), n))
+
+
 # When the next candidate comes after :now (Backend.next_due): two index seeks.
 _DUE_SQL = (
-    "SELECT min(at) FROM (SELECT min(lease_until) AS at FROM tenure_jobs INDEXED BY tenure_jobs_expiring"
+    "SELECT min(at) FROM (SELECT min(lease_until) AS at FROM tenure_jobs INDEXED BY tenure_jobs_ending"
     f" WHERE state = 'leased' AND {_NOT_SPENT} AND lease_until > :now"
     " UNION ALL SELECT min(claimable_at) FROM tenure_jobs INDEXED BY tenure_jobs_scheduled"
     " WHERE state = 'pending' AND claimable_at IS NOT NULL AND claimable_at > :now)")

@@ -28,6 +28,7 @@ from tenure.core.errors import (
     Outraced,
 )
 from tenure.core.lifecycle import Retry
+from tenure.core.order import EXACT, Tolerance
 from tenure.core.record_transaction import Transaction
 from tenure.core.records import (
     Change,
@@ -99,6 +100,10 @@ class Characteristics:
     # from_url reads ``create=`` (default true): false refuses a store that is not there with
     # StoreNotFound instead of creating it (the CLI's read-only commands pass it where read).
     create_option: bool = False
+    # How claim_next departs from its order (``tenure.core.order``'s rule): EXACT, or what the
+    # store cannot do (spread claimers, expired leases by claim). The conformance suite
+    # checks exactly this.
+    claim_order: Tolerance = EXACT
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,9 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Iterator
 
 from tenure.core.errors import Outraced
-
-T = TypeVar("T")
 
 ATTEMPTS = 20  # reads of one operation before it gives up
 # claim_next's: a race it lost is another claimer's win, so the queue moved on. With N
@@ -31,7 +28,8 @@ ATTEMPTS = 20  # reads of one operation before it gives up
 # keeps refusing, not for a busy queue.
 CLAIM_NEXT_ATTEMPTS = 200
 # claim_next's concurrent callers start up to this many queue places apart (protocol.md's
-# promise: each call takes one of the SPREAD oldest claimable pending jobs queued by a client).
+# promise: each call takes one of the SPREAD oldest claimable pending jobs queued by a client;
+# tenure.core.order.spread_start applies it).
 SPREAD = 4
 FIRST_PAUSE = 0.002  # seconds, at most, before the first retry; doubles per retry
 LONGEST_PAUSE = 0.1  # seconds, at most, of any one pause
@@ -59,10 +57,3 @@ def outraced(job_id: str, count: int = ATTEMPTS) -> Outraced:
     """The one error of an operation that lost the race on every attempt."""
     return Outraced(job_id, count)
 
-
-def spread(queued: Sequence[T], rand: Callable[[int], int] = random.randrange) -> list[T]:
-    """``queued`` (oldest first) from one of its first ``SPREAD`` places on, the places passed
-    over moved to the end: concurrent claimers that all tried the oldest job first would win
-    one race a round between them; started a few places apart, several win."""
-    shift = rand(min(len(queued), SPREAD)) if queued else 0
-    return [*queued[shift:], *queued[:shift]]

@@ -65,11 +65,16 @@ class Transaction(abc.ABC):
 
     @abc.abstractmethod
     def next_claimable(self) -> str | None:
-        """The job ``claim_next`` should take at ``now``: an expired lease first (soonest expiry
-        first), then the pending job that became claimable first (a delayed or failed job
-        queues at its ``claimable_at``, a released one from its release); None if nothing.
-        Never a completed, parked, scheduled or corrupt record, nor one ``transitions.is_next``
-        refuses; ``transitions.candidate_at`` is what an index of candidates keeps."""
+        """The job ``claim_next`` should take at ``now``, by ``tenure.core.order``'s rule (written
+        there once): an expired lease first (soonest end first, then job id), then the pending
+        job that became claimable first (a delayed or failed job queues at its
+        ``claimable_at``, a released one from its release; at one time, in the order queued);
+        None if nothing. Never a completed, parked, scheduled or corrupt record, nor one
+        ``transitions.is_next`` refuses; ``transitions.candidate_at`` is what an index of
+        candidates keeps. A store reads its index as keys (``order.Expired``, ``order.Queued``)
+        and takes its candidates from ``order.ordered``, which also spreads an optimistic
+        store's claimers; where it cannot keep the rule it declares how
+        (``Characteristics.claim_order``)."""
 
     def next_claimables(self, n: int) -> list[str]:
         """Up to ``n`` different jobs ``claim_next_many`` should take at ``now``, best first, by

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import tenure
-from tenure.backends.sqlite import CLAIM_NEXT_SQL
+from tenure.backends.sqlite import CLAIM_NEXT_SQL, claimable
 from tenure.core.backend import Backend
 
 # The schema tenure wrote before the life cycle (schema 1, with queued_at), and jobs in it as
@@ -101,7 +101,7 @@ def test_a_store_from_before_the_life_cycle_is_upgraded_in_place_and_keeps_worki
     version, columns, indexes = _schema(path)
     assert version == "2"
     assert {"attempts", "max_attempts", "last_error", "claimable_at", "failed_at"} <= columns
-    assert {"tenure_jobs_expiring", "tenure_jobs_ready", "tenure_jobs_scheduled"} <= indexes
+    assert {"tenure_jobs_ending", "tenure_jobs_ready", "tenure_jobs_scheduled"} <= indexes
     assert "tenure_jobs_queued" not in indexes  # replaced by tenure_jobs_ready
 
 
@@ -163,10 +163,10 @@ def _instructions(path: Path, now: float) -> tuple[str | None, int]:
     db = _connection(path)
     try:
         db.set_progress_handler(count, 1)
-        row = db.execute(CLAIM_NEXT_SQL, {"now": now, "n": 1}).fetchone()
+        found = claimable(db.execute(CLAIM_NEXT_SQL, {"now": now, "n": 1}), 1)
     finally:
         db.close()
-    return (None if row is None else row[0]), counted[0]
+    return (found[0] if found else None), counted[0]
 
 
 def test_claim_next_costs_the_same_whatever_the_jobs_it_passes_over(tmp_path: Path) -> None:
@@ -191,7 +191,7 @@ def test_claim_next_reads_its_candidates_through_the_indexes(tmp_path: Path) -> 
     tenure.connect(f"sqlite:///{path}").close()
     with _connection(path) as db:
         plan = [str(row[3]) for row in db.execute(f"EXPLAIN QUERY PLAN {CLAIM_NEXT_SQL}", {"now": 0.0, "n": 1})]
-    assert "SEARCH tenure_jobs USING INDEX tenure_jobs_expiring (lease_until<?)" in plan
+    assert "SEARCH tenure_jobs USING INDEX tenure_jobs_ending (lease_until<?)" in plan
     assert "SCAN tenure_jobs USING INDEX tenure_jobs_ready" in plan  # in queue order: the first valid row ends it
     assert any(p.startswith("SEARCH tenure_jobs USING INDEX tenure_jobs_scheduled (claimable_at") for p in plan)
     assert "SCAN tenure_jobs" not in plan  # no probe reads the table in its own order
@@ -320,3 +320,17 @@ def test_summary_and_pages_judge_scheduled_and_parked_jobs_as_a_listing_does(tmp
                     assert (got.total, got.jobs) == (want.total, want.jobs), (states, order, offset, limit)
         parked = store.get("ran-out")
         assert parked is not None and parked.parked_at == 105.0 and parked.attempts == 1
+
+
+def test_a_pending_row_with_no_time_queues_first_as_sql_sorts_it(tmp_path: Path) -> None:
+    # Written by something else (no submitted_at, no queued_at): readable, so claimable, and
+    # ordered where SQL puts NULL, first, rather than breaking the core's merge.
+    clock = tenure.ManualClock(start=100.0)
+    path = tmp_path / "untimed.db"
+    with _open(path, clock) as store:
+        store.submit("a")
+        store.submit("untimed")
+        with _connection(path) as db:
+            db.execute("UPDATE tenure_jobs SET submitted_at = NULL, queued_at = NULL WHERE job_id = 'untimed'")
+        taken = [lease.job_id for lease in iter(lambda: store.claim_next(owner="b", ttl=10), None)]
+    assert taken == ["untimed", "a"]

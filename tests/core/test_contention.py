@@ -27,12 +27,3 @@ def test_giving_up_is_one_transient_error_that_names_the_job() -> None:
     assert isinstance(error, tenure.BackendUnavailable)  # transient: callers retry it like one
     assert error.job_id == "job-7" and error.attempts == contention.ATTEMPTS
     assert "job-7" in str(error) and "nothing was written" in str(error)
-
-
-def test_spread_starts_one_of_the_first_places_and_keeps_every_item() -> None:
-    queued = list(range(10))
-    starts = {contention.spread(queued, rand=lambda n, shift=shift: min(shift, n - 1))[0] for shift in range(10)}
-    assert starts == set(range(contention.SPREAD))  # never further in than SPREAD places
-    assert contention.spread(queued, rand=lambda n: 2) == [2, 3, 4, 5, 6, 7, 8, 9, 0, 1]
-    assert contention.spread([7], rand=lambda n: n - 1) == [7]
-    assert contention.spread([]) == []

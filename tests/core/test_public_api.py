@@ -35,6 +35,8 @@ BACKEND_CONTRACT = {
     "encode_job_id", "decode_job_id", "json_object",
     # judging a record, the audit
     "status", "is_next", "candidate_at", "select", "readable", "of_job",
+    # claim_next's order: an index's keys, their merge, what a store declares it cannot keep
+    "Expired", "Queued", "ordered", "Tolerance", "EXACT", "OPTIMISTIC",
     # the types of the interface's signatures
     "Lease", "JobStatus", "JobState", "Rejection", "HistoryEvent", "Change", "Summary", "JobPage", "Op", "Retry",
     # the errors a backend raises or maps its client library's errors to

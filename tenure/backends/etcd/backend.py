@@ -50,6 +50,7 @@ from tenure.core.clock import Clock
 from tenure.core.codec import corrupt_status
 from tenure.core.errors import CorruptRecord, InvalidArgument, LeaseError
 from tenure.core.options import Options, StoreURL
+from tenure.core.order import Tolerance
 from tenure.core.record_transaction import Transaction
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
 from tenure.views import paging
@@ -69,6 +70,8 @@ class EtcdBackend(RecordBackend):
         max_result_bytes=512 * 1024,  # base64, twice in a complete txn, under the 1.5 MiB request limit
         tls_options=("ca_cert",),
         counts_from_indexes=True,
+        # Spread claimers; a lease etcd ended is seen ended, not when: by claim (tenure.core.order).
+        claim_order=Tolerance(spread=True, expired_by_claim=True),
         # A delay's lease: up to 1 s of rounding up (2 s under etcd's minimum TTL, 1.5 election
         # timeouts: 2 s by default), 0.5 s to etcd's expiry tick, the deletion through raft.
         delay_late=3.0,

@@ -1,5 +1,6 @@
-"""claim_next's candidates on etcd, from the indexes (``layout``): expired leases first (their
-work is overdue), then pending jobs oldest first.
+"""claim_next's candidates on etcd, from the indexes (``layout``), in ``tenure.core.order``'s
+order within the tolerance etcd declares (``EtcdBackend.characteristics.claim_order``):
+expired leases first (their work is overdue) by claim, then pending jobs oldest first.
 
 The ``held/`` keys without a ``lease/`` key are leases etcd ended, but for those with a
 ``last/`` key (the last attempt: parked, never a candidate, ``transitions.candidate_at``); the
@@ -20,7 +21,7 @@ from tenure.backends.etcd.client import KV, Io
 from tenure.backends.etcd.layout import Keys
 from tenure.backends.etcd.leases import EtcdLeases
 from tenure.backends.etcd.scan import QueueCursor
-from tenure.core import contention
+from tenure.core import order
 from tenure.core.clock import boot_clock
 from tenure.core.errors import CorruptRecord
 
@@ -41,7 +42,9 @@ def first_claimable(k: Keys, leases: EtcdLeases, queue: QueueCursor,
     seen = boot_clock()  # after the answer that showed these leases ended
     held, live, last, queued, scheduled = res.ranges
     passed = {kv.key[len(k.section("lease")):] for kv in live} | {kv.key[len(k.section("last")):] for kv in last}
-    for kv in sorted(held, key=lambda kv: kv.mod_revision):  # the oldest claims first
+    # The oldest claims first: the held key's revision, not the lease's end, which etcd does
+    # not say without reading every held job's value (order.Tolerance.expired_by_claim).
+    for kv in sorted(held, key=lambda kv: kv.mod_revision):
         if kv.key[len(k.section("held")):] not in passed:
             try:
                 job_id = k.job_id(kv.key, "held")
@@ -66,11 +69,14 @@ def first_claimable(k: Keys, leases: EtcdLeases, queue: QueueCursor,
 
 
 def _queued_ids(k: Keys, queued: list[KV], scheduled: list[KV]) -> list[str]:
-    """The job ids of ``queue/`` and ``sched/`` keys, by their time."""
-    timed = [(kv.key[len(k.section(name)):], name, kv) for name, kvs in (("queue", queued), ("sched", scheduled))
-             for kv in kvs]
-    ids = []
-    for _, name, kv in sorted(timed, key=lambda found: found[0]):  # "<µs>/<id>": by time first
-        with contextlib.suppress(CorruptRecord):  # not tenure's: never claimed through it
-            ids.append(k.queued_job_id(kv.key, name))
-    return contention.spread(ids)
+    """The job ids of ``queue/`` and ``sched/`` keys in claim_next's order (``order.queue_order``):
+    by name, "<µs>/<id>" (the jobs of one write a µs apart), so by time; spread."""
+    found: list[list[order.Queued]] = []
+    for name, kvs in (("queue", queued), ("sched", scheduled)):
+        entries = []
+        for kv in kvs:
+            with contextlib.suppress(CorruptRecord, ValueError):  # not tenure's: never claimed through it
+                at = kv.key[len(k.section(name)):]
+                entries.append(order.Queued(int(at[:20]) / 1e6, at.decode(), k.queued_job_id(kv.key, name)))
+        found.append(sorted(entries))
+    return [entry.job_id for entry in order.queue_order(*found, spread=True)]

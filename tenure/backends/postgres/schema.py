@@ -17,7 +17,7 @@ from tenure.core.errors import BackendUnavailable, InvalidArgument, StoreNotFoun
 log = logging.getLogger("tenure.postgres")
 
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-VERSION = 4
+VERSION = 5
 
 # Migration N takes a store from version N-1 to N. Job ids sort in code-point order (C
 # collation), as every other backend sorts them. Times are the server's epoch seconds.
@@ -62,6 +62,11 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE INDEX jobs_pending ON {s}.jobs (queued_at, queued) WHERE state = 'pending'",
         "DROP INDEX IF EXISTS {s}.jobs_leased",
         "CREATE INDEX jobs_leased ON {s}.jobs (lease_until)"
+        " WHERE state = 'leased' AND (max_attempts IS NULL OR attempts < max_attempts)"),
+    # claim_next's order (tenure.core.order): leases that end at the same time by job id, read
+    # in that order from the index rather than sorted.
+    5: ("DROP INDEX IF EXISTS {s}.jobs_leased",
+        "CREATE INDEX jobs_leased ON {s}.jobs (lease_until, job_id)"
         " WHERE state = 'leased' AND (max_attempts IS NULL OR attempts < max_attempts)"),
 }
 

@@ -140,9 +140,11 @@ SELECT 'refused', c.*, NULL FROM (
   WHERE j.job_id = %(job)s AND NOT EXISTS (SELECT 1 FROM won) FOR UPDATE OF j) c
 """
 
-# claim_next: an overdue lease with an attempt left first (by expiry), else the pending job
-# that became claimable first (by queue place: queued_at, a scheduled job's claimable_at, up
-# to now, so the scan of jobs_pending stops at the first job not due), each through its
+# claim_next (tenure.core.order's rule, kept here so that it stays one statement; the
+# conformance suite's suite_order checks it against the core): an overdue lease with an
+# attempt left first (by expiry, then job id), else the pending job that became claimable
+# first (by queue place: queued_at, a scheduled job's claimable_at, up to now, so the scan of
+# jobs_pending stops at the first job not due; then the queue sequence), each through its
 # partial index (transitions.candidate_at); SKIP LOCKED passes over rows another claimer is
 # taking, and FOR UPDATE re-checks the row it locks against its latest version. A pending
 # job's queued_at is the server's time of the write that queued it: only a server clock
@@ -158,7 +160,7 @@ WITH {_CLOCK},
 overdue AS MATERIALIZED (
   SELECT j.job_id, j.lease_until FROM {{s}}.jobs j, clock
   WHERE j.state = 'leased' AND {attempt_left('j')} AND j.lease_until <= clock.now AND {_next('j')}
-  ORDER BY j.lease_until LIMIT {n} FOR UPDATE OF j SKIP LOCKED),
+  ORDER BY j.lease_until, j.job_id LIMIT {n} FOR UPDATE OF j SKIP LOCKED),
 waiting AS MATERIALIZED (
   SELECT j.job_id, j.queued_at, j.queued FROM {{s}}.jobs j
   WHERE j.state = 'pending' AND j.queued_at <= (SELECT now FROM clock)
@@ -175,7 +177,7 @@ won AS (
   RETURNING j.job_id, j.owner, j.token, j.lease_until, j.ttl, j.claimed_at, j.attempts),
 event AS ({_EVENT} SELECT job_id, '{Op.CLAIM}', owner, token, claimed_at, lease_until FROM won)
 SELECT w.job_id, w.owner, w.token, w.lease_until, w.ttl, w.attempts, {_touch('w.job_id')}
-FROM won w JOIN pick p ON p.job_id = w.job_id ORDER BY p.part, p.at, p.queued
+FROM won w JOIN pick p ON p.job_id = w.job_id ORDER BY p.part, p.at, p.queued, p.job_id
 """
 
 
@@ -242,9 +244,10 @@ RENEW = _holder(Op.RENEW, "lease_until = clock.now + %(ttl)s, ttl = %(ttl)s, ren
 COMPLETE = _holder(Op.COMPLETE, f"state = '{JobState.COMPLETED}', lease_until = NULL, "
                                 "completed_at = clock.now, result = %(result)s")
 # transitions.release: the token stays, so the next claim gets a higher one; the attempt is
-# given back; the job keeps its queue place.
+# given back; the job queues from its release (tenure.core.order), behind those waiting.
 RELEASE = _holder(Op.RELEASE, f"state = '{JobState.PENDING}', owner = NULL, lease_until = NULL, ttl = NULL, "
-                              "attempts = greatest(j.attempts - 1, 0)")
+                              "attempts = greatest(j.attempts - 1, 0), queued_at = clock.now, "
+                              "queued = nextval('{s}.queue')")
 # transitions.fail: parked on the last attempt, else pending once the Retry's wait for the
 # row's attempts has passed, queued at that time (SET reads the row as it was).
 _OUT = f"NOT {attempt_left('j')}"

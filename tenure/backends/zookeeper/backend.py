@@ -26,7 +26,7 @@ from tenure.backends.zookeeper.errors import mapped_errors
 from tenure.backends.zookeeper.index import Index
 from tenure.backends.zookeeper.session import Session
 from tenure.backends.zookeeper.transaction import Parts, Written, ZkTransaction
-from tenure.core import transitions
+from tenure.core import order, transitions
 from tenure.core.backend import Characteristics, Durability, Link, RecordBackend
 from tenure.core.clock import Clock
 from tenure.core.codec import corrupt_status
@@ -49,6 +49,7 @@ class ZooKeeperBackend(RecordBackend):
         tls_options=("tls",),
         clock_resolution=0.001,  # znode mtimes are whole milliseconds
         counts_from_indexes=True,  # where the store has the claimable index (zookeeper.query)
+        claim_order=order.OPTIMISTIC,  # claimers spread (tenure.core.order)
         create_option=True,
     )
     SUBMIT_BATCH = 250  # jobs per multi in submit_many: about 200 KB, well under jute.maxbuffer (1 MB)

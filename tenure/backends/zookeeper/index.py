@@ -36,7 +36,7 @@ from tenure.backends.zookeeper.calls import Io
 from tenure.backends.zookeeper.errors import mapped_errors
 from tenure.backends.zookeeper.multiread import reading_many
 from tenure.backends.zookeeper.session import Session
-from tenure.core import contention, transitions
+from tenure.core import order, transitions
 from tenure.core.records import JobRecord, JobState
 
 PENDING_READS = 8  # pending entries whose records one request reads
@@ -244,16 +244,18 @@ class Index:
         return taken + (yield from self._queued(now, early, due, take, n - len(taken)))
 
     def _expired(self, names: list[str], now: float) -> Io[list[tuple[str, bytes, int]]]:
-        found: list[tuple[float, str, bytes, int]] = []
+        found: dict[str, tuple[bytes, int]] = {}
+        ends: list[order.Expired] = []
         with mapped_errors("reading leased jobs"):
             read = yield from reading_many(self._session.client, [f"{self.layout.jobs}/{n}" for n in names])
             for job_id, rec, data, version in zl.readable(self.layout.jobs, read):  # never proposes the rest
                 if home(rec) != "leased":
                     self.tidy(self.layout.leased_entry(job_id), self.layout.job(job_id), version)
                 elif transitions.is_claimable(rec, now):
-                    found.append((rec.lease_until or 0.0, job_id, data, version))
+                    found[job_id] = data, version
+                    ends.append(order.Expired(rec.lease_until or 0.0, job_id))
         # An entry without a job znode (deleted by hand) is skipped, never tidied here.
-        return [(job_id, data, version) for _, job_id, data, version in sorted(found)]
+        return [(job_id, *found[job_id]) for job_id in order.job_ids(order.ordered(sorted(ends)))]
 
     def _queued(self, now: float, early: dict[tuple[str, str], Any], due: list[str], take: Take,
                 n: int) -> Io[list[str]]:
@@ -318,10 +320,12 @@ class Index:
         return found
 
     def _take_first(self, found: list[tuple[str, str]], take: Take, n: int) -> Io[list[str]]:
-        """The first ``n`` of the entries ``found`` (in order) whose jobs ``take`` accepts; each
-        claimer starts a few places in at random (``contention.spread``)."""
-        entries = contention.spread([(job_id, f"{where}/{name}")
-                                     for where, name in found for _, job_id in zl.named([name], zl.entry_job)])
+        """The first ``n`` of the entries ``found`` whose jobs ``take`` accepts, in claim_next's
+        order (``order.ordered``: by name, which sorts by time, then by place in its multi),
+        each claimer starting a few places in at random (``spread``)."""
+        queued = sorted(order.Queued((zl.entry_millis(name) or 0) / 1000, name, job_id, f"{where}/{name}")
+                        for where, name in found for _, job_id in zl.named([name], zl.entry_job))
+        entries = [(entry.job_id, entry.found) for entry in order.queue_order(queued, spread=True)]
         taken: list[str] = []
         start = 0
         while start < len(entries) and len(taken) < n:
