@@ -57,7 +57,8 @@ def zookeeper(net: Route = DIRECT) -> Iterator[Subject]:
         hosts = net.route(server.hosts)
         yield Subject("zk", f"zk://{hosts}/bench-{uuid.uuid4().hex[:8]}",
                       floor=lambda n: zk_peers.floor(hosts, n),
-                      peers=[("kazoo Lock", lambda n: zk_peers.kazoo_lock(hosts, n)),
+                      peers=[("bare multis with tenure's operations", lambda n: zk_peers.same_operations(hosts, n)),
+                             ("kazoo Lock", lambda n: zk_peers.kazoo_lock(hosts, n)),
                              ("kazoo NonBlockingLease", lambda n: zk_peers.kazoo_lease(hosts, n))])
 
 

@@ -63,6 +63,39 @@ def floor(hosts: str, n: int) -> float:
         return time.perf_counter() - start
 
 
+def same_operations(hosts: str, n: int) -> float:
+    """Two multis per cycle with the operations of tenure's own claim of a new job and its
+    completion (what ``floor`` leaves out: the generation znode created and moved, the index
+    entry, the checks of the generation and of the audit segment). What tenure's cycle costs
+    beyond it is its client's own work; what this costs beyond the floor, its operations'."""
+    with _client(hosts) as client:
+        root = f"/same-{uuid.uuid4().hex[:8]}"
+        segment = f"{root}/events/0000000000"
+        for path in (f"{root}/jobs", f"{root}/gen", f"{root}/leased", segment):
+            client.ensure_path(path)
+        record = json.dumps({"state": "leased", "owner": "bench", "ttl": 30, "padding": "x" * 200}).encode()
+        event = json.dumps({"op": "claim", "owner": "bench", "padding": "x" * 60}).encode()
+        start = time.perf_counter()
+        for i in range(n):
+            job, gen, entry = f"{root}/jobs/j{i}", f"{root}/gen/j{i}", f"{root}/leased/j{i}"
+            tx = client.transaction()
+            tx.create(job, record)
+            tx.create(gen, b"")
+            tx.set_data(gen, b"", version=0)
+            tx.create(entry, b"")
+            tx.check(segment, 0)
+            tx.create(f"{segment}/e-", event, sequence=True)
+            tx.commit()
+            tx = client.transaction()
+            tx.set_data(job, record, version=0)
+            tx.check(gen, 1)
+            tx.delete(entry)
+            tx.check(segment, 0)
+            tx.create(f"{segment}/e-", event, sequence=True)
+            tx.commit()
+        return time.perf_counter() - start
+
+
 def _lock_cycle(client: KazooClient, root: str, i: int) -> None:
     lock = client.Lock(f"{root}/l{i}", "bench")
     lock.acquire()

@@ -73,7 +73,7 @@ from tenure.core.records import (
     Rejection,
     Summary,
 )
-from tenure.core.transitions import candidate_at, is_next, status
+from tenure.core.transitions import candidate_at, is_next, replaced, status
 
 __all__ = [
     "EXACT",
@@ -125,6 +125,7 @@ __all__ = [
     "readable",
     "rejection",
     "rejection_fields",
+    "replaced",
     "result_bytes",
     "result_text",
     "select",

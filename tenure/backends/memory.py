@@ -10,7 +10,7 @@ import contextlib
 import heapq
 import itertools
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
@@ -21,7 +21,7 @@ from tenure.core.options import Options, StoreURL
 from tenure.core.order import Expired, Queued
 from tenure.core.record_transaction import Transaction
 from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Rejection
-from tenure.core.transitions import candidate_at, status
+from tenure.core.transitions import candidate_at, replaced, status
 
 T = TypeVar("T")
 
@@ -42,7 +42,22 @@ class _State:
         self.queued: dict[str, int] = {}  # a pending job's current entry, by its order of queueing
         self.queueings = 0
         self.rejections: deque[Rejection] = deque(maxlen=retention)
-        self.events: deque[HistoryEvent] = deque(maxlen=retention)
+        # The history, oldest first: a claim's renewal event under its claim (``replaced``), so
+        # the next one takes its place at the newest end; any other under its own number.
+        self.events: OrderedDict[tuple[str, int] | int, HistoryEvent] = OrderedDict()
+        self.retention = retention
+        self.recorded = 0
+
+    def record(self, event: HistoryEvent) -> None:
+        claim = replaced(event)
+        if claim is None:
+            self.recorded += 1
+            self.events[self.recorded] = event
+        else:
+            self.events.pop(claim, None)
+            self.events[claim] = event
+        if len(self.events) > self.retention:
+            self.events.popitem(last=False)
 
     # The heads of the heaps, once the stale entries there are dropped; the lock is held.
     def lease_head(self) -> tuple[float, str] | None:
@@ -137,7 +152,8 @@ class _MemoryTransaction(Transaction):
             if at is not None:
                 heapq.heappush(self._s.expiries, (at, job_id))
         self._s.rejections.extend(self._rejections)
-        self._s.events.extend(self._events)
+        for event in self._events:
+            self._s.record(event)
 
 
 class MemoryBackend(RecordBackend):
@@ -197,7 +213,7 @@ class MemoryBackend(RecordBackend):
 
     def history(self, job_id: str | None, since: float | None, limit: int | None) -> list[HistoryEvent]:
         with self._state.lock:
-            events = list(self._state.events)
+            events = list(self._state.events.values())
         return audit.select(reversed(events), since, limit, None if job_id is None else lambda e: e.job_id == job_id)
 
     def now(self) -> float:

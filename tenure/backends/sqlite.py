@@ -51,7 +51,7 @@ from tenure.core.records import (
     RejectionKind,
     Summary,
 )
-from tenure.core.transitions import status
+from tenure.core.transitions import replaced, status
 from tenure.core.validation import LAST_TOKEN, MAX_JOB_ID, refused_class
 
 # 2: the job life cycle's columns (issue 28) and the state 'parked'. A store of schema 1 is
@@ -195,6 +195,10 @@ class _SQLiteTransaction(Transaction):
         self._b._trim("tenure_rejections", cur.lastrowid)
 
     def add_event(self, e: HistoryEvent) -> None:
+        claim = replaced(e)
+        if claim is not None:  # its claim's earlier renewal event goes (tenure_events_job)
+            self._db.execute("DELETE FROM tenure_events WHERE job_id = ? AND token = ? AND op = ?",
+                             (*claim, e.op.value))
         cur = self._db.execute(
             "INSERT INTO tenure_events (job_id, op, owner, token, at, expires_at) VALUES (?,?,?,?,?,?)",
             (e.job_id, e.op.value, e.owner, e.token, e.at, e.expires_at))
@@ -332,8 +336,11 @@ class SQLiteBackend(RecordBackend):
         return None if row is None else str(row[0])
 
     def _trim(self, table: str, last_id: int | None) -> None:
+        # The newest ``retention`` rows by count, not by id: a renewal's event replaces a row,
+        # so ids run ahead of the rows kept.
         if last_id is not None and last_id % _TRIM_EVERY == 0:
-            self._db.execute(f"DELETE FROM {table} WHERE id <= ?", (last_id - self.retention,))
+            self._db.execute(f"DELETE FROM {table} WHERE id <= (SELECT id FROM {table} ORDER BY id DESC"
+                             " LIMIT 1 OFFSET ?)", (self.retention,))
 
     @classmethod
     def from_url(cls, url: StoreURL, options: Options, clock: Clock | None) -> SQLiteBackend:

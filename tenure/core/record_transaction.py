@@ -30,6 +30,12 @@ class Transaction(abc.ABC):
     now: float
     conflict: bool = False  # set by the commit: lost a race, nothing was written
     guessed: bool = False  # set by load: answered from a cache, not a fresh read
+    # Set by the commit with ``conflict`` when nothing collided: the store refused a write it
+    # found already done (ZooKeeper: an index entry already as the multi would leave it). The
+    # core attempts again at once, uncounted; ``follow`` hands the next transaction this one's
+    # reads and what to leave out, so it sends the rest without reading. Each resend must
+    # leave out more than the one before (so they end).
+    resend: bool = False
 
     @abc.abstractmethod
     def load(self, job_id: str) -> JobRecord | None:
@@ -52,7 +58,7 @@ class Transaction(abc.ABC):
         """Called on a retry's transaction with the attempt before it (its commit conflicted or
         its guess was refuted), before the step runs: a store whose failed commit brought back
         what it now holds (etcd's failure branch, a read ZooKeeper sent behind its multi) may
-        answer ``load`` from that."""
+        answer ``load`` from that; after a ``resend``, from the reads the failed commit vouched for."""
 
     def stored(self, record: JobRecord) -> JobRecord:
         """After the commit, ``record`` (what a claim or holder step saved) as the store wrote

@@ -87,7 +87,8 @@ class Attempts(Generic[S, R]):
     """An operation's attempt rules: the first reads as the store likes (it may guess); a retry
     reads fresh and follows the attempt before it; a retry after a refuted guess goes at once,
     one after a conflict of fresh reads pauses (so colliders fall out of step); a refusal decided
-    on a guess is decided again; ``Outraced`` after ``operation.attempts`` (``contention``)."""
+    on a guess is decided again; ``Outraced`` after ``operation.attempts`` (``contention``). A
+    ``resend`` (a write the store found already done, left out) goes at once and is not counted."""
 
     def __init__(self, operation: Operation[S, R]) -> None:
         self.operation = operation
@@ -96,6 +97,8 @@ class Attempts(Generic[S, R]):
         self._retries = 0
 
     def next(self) -> Attempt:
+        if self._previous is not None and self._previous.resend:
+            return Attempt(fresh=True, retry=0)  # no collision: the same step, less to write
         if self._count == self.operation.attempts:
             raise contention.outraced(self.operation.job_id, self.operation.attempts)
         self._count += 1

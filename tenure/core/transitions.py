@@ -297,3 +297,15 @@ def state_at(job: JobStatus, now: float) -> JobState:
 def history_event(rec: JobRecord, op: Op, now: float, actor: str | None = None) -> HistoryEvent:
     """The history entry of an accepted change; an operator's ``actor`` stands in for the owner."""
     return HistoryEvent(rec.job_id, op, actor or rec.owner, rec.token, now, rec.lease_until)
+
+
+def replaced(event: HistoryEvent) -> tuple[str, int] | None:
+    """The claim (job id, token) whose earlier renewal event ``event`` replaces, in the same
+    atomic step, or None: it replaces nothing. A claim keeps one renewal event, its latest
+    (with the lease's new ``expires_at``), so thousands of renewals a second do not push
+    claims, completions, failures and requeues out of a history of bounded retention; every
+    other event is kept (docs/protocol.md, "History")."""
+    return (event.job_id, event.token) if event.op is REPLACING else None
+
+
+REPLACING = Op.RENEW  # the operation whose event replaces its claim's earlier one (``replaced``)

@@ -212,17 +212,21 @@ def history_frame(events: Iterable[HistoryEvent], now: float, zone: str | None =
 def intervals(events: Iterable[HistoryEvent], now: float, start: float) -> pd.DataFrame:
     """One row per (job, generation): when the lease began and ended (or will end).
 
-    A generation claimed before ``start`` begins at ``start``; one whose last event is a
-    claim or renewal ends at its expiry, which may be in the future.
+    A generation claimed before ``start``, or whose claim is not among ``events``, begins at
+    ``start``: any other event of a token follows its claim, and a claim keeps only its latest
+    renewal event (``transitions.replaced``), so the first event seen may be far from the
+    claim. One whose last event is a claim or renewal ends at its expiry, which may be in the
+    future (a renewal event carries the end the renewal gave the lease).
     """
     spans: dict[tuple[str, int], dict[str, object]] = {}
     for e in events:
         if e.token == 0 or e.op is Op.SUBMIT:
             continue
         span = spans.setdefault((e.job_id, e.token), {"job": e.job_id, "token": e.token,
-                                                      "owner": e.owner or "", "begin": max(e.at, start)})
+                                                      "owner": e.owner or "", "begin": start})
         if e.op is Op.CLAIM:
             span["owner"] = e.owner or ""
+            span["begin"] = max(e.at, start)
         if e.op in TERMINAL:
             span["end"], span["outcome"] = (e.expires_at if e.op is Op.EXPIRE and e.expires_at
                                             else e.at), TERMINAL[e.op]

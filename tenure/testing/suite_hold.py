@@ -97,5 +97,6 @@ class HoldTests:
             for h in held:
                 h.check()
                 h.complete()
-            renewed = {e.job_id for e in store.history() if e.op is tenure.Op.RENEW}
-            assert renewed == {f"j{i}" for i in range(50)}
+            # Every lease renewed a few times, each claim keeps one renewal event: its latest.
+            renewed = sorted(e.job_id for e in store.history() if e.op is tenure.Op.RENEW)
+            assert renewed == sorted(f"j{i}" for i in range(50))

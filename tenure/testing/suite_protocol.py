@@ -222,6 +222,28 @@ class ProtocolTests:
         assert [e.op for e in events] == [Op.SUBMIT, Op.CLAIM, Op.RENEW, Op.COMPLETE]
         assert {(e.owner, e.token) for e in events[1:]} == {("a", lease.token)}
 
+    def test_a_claim_keeps_one_renewal_event_its_latest(self, kit: Kit, store: tenure.Store) -> None:
+        # A renewal's event replaces the claim's earlier one, where it happened: the newest.
+        first = store.claim("j", owner="a", ttl=kit.ttl)
+        store.renew(first)
+        store.submit("other")
+        latest = store.renew(first, ttl=kit.ttl * 2)
+        events = store.history()
+        assert [(e.job_id, e.op) for e in events] == [("j", Op.CLAIM), ("other", Op.SUBMIT), ("j", Op.RENEW)]
+        renewal = events[-1]
+        assert (renewal.owner, renewal.token, renewal.expires_at) == ("a", first.token, latest.expires_at)
+        assert renewal.at >= events[1].at
+        store.complete(latest)
+        # A new claim's renewal leaves its own event; the earlier claim's stays.
+        store.submit("j")
+        second = store.claim("j", owner="b", ttl=kit.ttl)
+        store.renew(second)
+        store.renew(second)
+        renewals = [(e.owner, e.token) for e in store.history("j") if e.op is Op.RENEW]
+        assert renewals == [("a", first.token), ("b", second.token)]
+        assert [e.op for e in store.history("j")] == [Op.CLAIM, Op.RENEW, Op.COMPLETE, Op.SUBMIT, Op.CLAIM, Op.RENEW]
+        assert [e.op for e in store.history("j", limit=1)] == [Op.RENEW]
+
     def test_submit_many_validates_everything_before_writing(self, store: tenure.Store) -> None:
         with pytest.raises(tenure.InvalidArgument):
             store.submit_many(["a", "b", ""])

@@ -31,7 +31,10 @@ class RenewalTests:
             assert (after.job_id, after.owner, after.token) == (before.job_id, before.owner, before.token)
             assert after.expires_at >= before.expires_at
             store.renew(after)  # still current: it may go on
-        assert {e.job_id for e in store.history() if e.op is Op.RENEW} == {"j1", "j2", "j3"}
+        again = store.renew_many(renewed)  # type: ignore[arg-type]  # all leases, checked above
+        # Each claim keeps one renewal event, its latest (the third renewal's).
+        renewals = sorted((e.job_id, e.token, e.expires_at) for e in store.history() if e.op is Op.RENEW)
+        assert renewals == [(r.job_id, r.token, r.expires_at) for r in again]  # type: ignore[union-attr]
         assert store.rejections() == []
         assert store.renew_many([]) == []
 
@@ -101,4 +104,6 @@ class RenewalTests:
                     one.check()
                     one.release()
             assert [(r.job_id, r.op) for r in store.rejections()] == [("j2", Op.RENEW)]
-            assert {e.job_id for e in store.history() if e.op is Op.RENEW} >= {"j0", "j1", "j3", "j4"}
+            # Renewed more than once each (a third of a TTL apart), each claim keeps one event.
+            renewals = sorted(e.job_id for e in store.history() if e.op is Op.RENEW)
+            assert renewals == ["j0", "j1", "j3", "j4"] or renewals == ["j0", "j1", "j2", "j3", "j4"], renewals

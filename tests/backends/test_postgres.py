@@ -228,6 +228,18 @@ def test_the_audit_is_trimmed_to_its_retention(pg: PostgresHarness) -> None:
         assert 5 <= len(store.history()) < 5 + 10  # trimmed at the 256th, then 4 more
 
 
+def test_renewals_do_not_push_claims_out_of_the_trimmed_history(pg: PostgresHarness) -> None:
+    # Each renewal replaces the claim's earlier renewal row, and the trim counts rows, not ids.
+    with pg.connect(pg.url() + "&retention=6") as store:  # the rows the history ends with
+        held = [store.claim(f"j{i}", owner="w", ttl=30) for i in range(3)]
+        for _ in range(90):
+            held = store.renew_many(held)  # type: ignore[assignment]  # all current
+            held[0] = store.renew(held[0])  # 360 rows: a trim
+        assert [(e.job_id, e.op) for e in store.history()] == [
+            ("j0", tenure.Op.CLAIM), ("j1", tenure.Op.CLAIM), ("j2", tenure.Op.CLAIM),
+            ("j1", tenure.Op.RENEW), ("j2", tenure.Op.RENEW), ("j0", tenure.Op.RENEW)]
+
+
 def test_writes_notify_only_while_a_watcher_is_registered(pg: PostgresHarness) -> None:
     with pg.connect() as store:
         backend: Any = store.backend

@@ -88,3 +88,18 @@ def test_a_listing_pages_past_a_job_id_whose_bytes_are_not_utf8(tmp_path: Path) 
         assert [j.job_id for j in listed[-2:]] == ["'j1999\\udcff'", "k"] and len(listed) == 2001
         assert listed[-2].state is tenure.JobState.CORRUPT
         assert listed[-2].problem == "the job id is not UTF-8 text (the surrogate character U+DCFF ('\\udcff'))"
+
+
+def test_renewals_do_not_push_claims_out_of_the_trimmed_history(tmp_path: Path) -> None:
+    # Each renewal replaces the claim's earlier renewal row, and the trim counts rows, not ids.
+    with tenure.connect(f"sqlite:///{tmp_path}/h.db?retention=6") as store:  # the rows the history ends with
+        held = [store.claim(f"j{i}", owner="w", ttl=30) for i in range(3)]
+        for _ in range(90):
+            held = store.renew_many(held)  # type: ignore[assignment]  # all current
+            held[0] = store.renew(held[0])  # 363 ids: trims at 256
+        assert [(e.job_id, e.op) for e in store.history()] == [
+            ("j0", tenure.Op.CLAIM), ("j1", tenure.Op.CLAIM), ("j2", tenure.Op.CLAIM),
+            ("j1", tenure.Op.RENEW), ("j2", tenure.Op.RENEW), ("j0", tenure.Op.RENEW)]
+        for i in range(300):  # and a trim does keep the newest 6: ids 507 to 512, and those since
+            store.submit(f"s{i}")
+        assert [e.job_id for e in store.history()] == [f"s{i}" for i in range(143, 300)]

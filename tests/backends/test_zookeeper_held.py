@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -96,6 +97,24 @@ def test_a_job_that_exists_is_claimed_through_a_read(zk_harness: ZooKeeperHarnes
         store.claim("old", owner="b", ttl=zk_harness.ttl)
 
 
+def test_an_index_entry_already_gone_costs_the_multi_again_never_a_read(
+        zk_harness: ZooKeeperHarness, store: tenure.Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    client: Any = store.backend.client  # type: ignore[attr-defined]
+    layout: Any = store.backend.layout  # type: ignore[attr-defined]
+    store.submit("warm-up")  # the root's first audit record lists it for a trim: not the claim's cost
+    client.create(layout.leased_entry("new"), b"")  # left over by someone
+    counts = _counted(store, monkeypatch)
+    store.now()  # a fresh stamp: the claim guesses
+    lease, reads, multis, trips = _trips(counts, lambda: store.claim("new", owner="a", ttl=zk_harness.ttl))
+    # The multi fails on creating the entry, which is there: sent again without it, from the same guess.
+    assert (reads, multis, trips, lease.token) == (0, 2, 2, 1)
+    client.delete(layout.leased_entry("new"))  # an operator's slip
+    _, reads, multis, trips = _trips(counts, lambda: store.complete(lease))
+    assert (reads, multis, trips) == (0, 2, 2)
+    assert store.get("new").state is tenure.JobState.COMPLETED  # type: ignore[union-attr]
+    assert [e.op for e in store.history("new")] == [tenure.Op.CLAIM, tenure.Op.COMPLETE]
+
+
 def test_whether_a_lease_expired_is_judged_on_a_fresh_read_of_the_leaders_clock(
         zk_harness: ZooKeeperHarness, store: tenure.Store,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -181,3 +200,49 @@ def test_a_job_znode_deleted_and_submitted_again_is_not_overwritten_by_the_old_h
         assert status is not None and status.state is tenure.JobState.PENDING and status.owner is None
         b = other.claim("j", owner="b", ttl=zk_harness.ttl)
         assert b.token > a.token
+
+
+def test_a_renewal_deletes_the_claims_earlier_renewal_event_in_its_own_multi(
+        zk_harness: ZooKeeperHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    ttl, url = zk_harness.ttl, zk_harness.url()
+    with zk_harness.connect(url) as store:
+        _renewals_replaced(store, ttl, monkeypatch)
+        with zk_harness.connect(url) as other:  # another process, which knows no earlier event
+            lease = other.renew(_held(store, "j"))
+        # The event this process wrote stays, until trimmed.
+        assert [e.op for e in store.history("j")] == [tenure.Op.CLAIM, tenure.Op.RENEW, tenure.Op.RENEW]
+        assert store.history("j")[-1].expires_at == lease.expires_at
+
+
+def _held(store: tenure.Store, job_id: str) -> tenure.Lease:
+    status = store.get(job_id)
+    assert status is not None and status.owner is not None and status.expires_at is not None
+    return tenure.Lease(job_id, status.owner, status.token, status.expires_at, status.expires_at - store.now())
+
+
+def _renewals_replaced(store: tenure.Store, ttl: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    store.submit("warm-up")
+    lease = store.claim("j", owner="a", ttl=ttl)
+    counts = _counted(store, monkeypatch)
+    for _ in range(3):
+        lease, reads, multis, trips = _trips(counts, functools.partial(store.renew, lease))
+        assert (reads, multis, trips) == (0, 1, 1)  # the delete rides in the renewal's multi
+    renewals = [e for e in store.history("j") if e.op is tenure.Op.RENEW]
+    assert [(e.token, e.expires_at) for e in renewals] == [(lease.token, lease.expires_at)]
+    # The event this process remembers is gone (a trim, here or elsewhere): the multi fails on
+    # its delete and goes once more without it, one round trip more; the renewal stands.
+    client: Any = store.backend.client  # type: ignore[attr-defined]
+    events = store.backend.layout.events  # type: ignore[attr-defined]
+    paths = [f"{events}/{segment}/{name}" for segment in client.get_children(events)
+             for name in client.get_children(f"{events}/{segment}")]
+    gone = [p for p in paths if b'"renew"' in client.get(p)[0]]
+    assert len(gone) == 1
+    client.delete(gone[0])
+    lease, reads, multis, trips = _trips(counts, lambda: store.renew(lease))
+    assert (reads, multis, trips) == (0, 2, 2)
+    lease, reads, multis, trips = _trips(counts, lambda: store.renew(lease))  # the next replaces that one
+    assert (reads, multis, trips) == (0, 1, 1)
+    events = store.history("j")
+    assert [e.op for e in events] == [tenure.Op.CLAIM, tenure.Op.RENEW]
+    assert events[-1].expires_at == lease.expires_at
+    monkeypatch.undo()

@@ -34,7 +34,7 @@ BACKEND_CONTRACT = {
     "rejection", "rejection_fields", "event", "event_fields", "corrupt_status", "key_of",
     "encode_job_id", "decode_job_id", "json_object",
     # judging a record, the audit
-    "status", "is_next", "candidate_at", "select", "readable", "of_job",
+    "status", "is_next", "candidate_at", "select", "readable", "of_job", "replaced",
     # claim_next's order: an index's keys, their merge, what a store declares it cannot keep
     "Expired", "Queued", "ordered", "Tolerance", "EXACT", "OPTIMISTIC",
     # the types of the interface's signatures

@@ -292,3 +292,18 @@ def test_a_page_of_live_leases_then_the_other_states_runs_across_the_groups() ->
     assert [[j.job_id for j in jobs] for jobs, _ in pages] == [
         ["live-0", "live-1"], ["live-2", "old-0"], ["old-1"]]
     assert all(counts == [3, 2] for _, counts in pages)  # each group counted on every page
+
+
+def test_a_lease_bar_runs_from_its_claim_to_the_end_its_latest_renewal_gave() -> None:
+    # A claim keeps only its latest renewal event: the bar must not start there.
+    renew, claim, done = tenure.Op.RENEW, tenure.Op.CLAIM, tenure.Op.COMPLETE
+    events = [tenure.HistoryEvent("old", claim, "a", 1, 100.0, 110.0),  # claimed before the window
+              tenure.HistoryEvent("new", claim, "b", 1, 160.0, 170.0),
+              tenure.HistoryEvent("gone", renew, "c", 4, 180.0, 210.0),  # its claim trimmed
+              tenure.HistoryEvent("old", renew, "a", 1, 190.0, 200.0),
+              tenure.HistoryEvent("new", renew, "b", 1, 191.0, 201.0),
+              tenure.HistoryEvent("new", done, "b", 1, 193.0, None)]
+    spans = data.intervals([e for e in events if e.at >= 150.0], now=195.0, start=150.0).set_index("job")
+    seconds = {job: (row["begin"].timestamp(), row["end"].timestamp(), row["outcome"]) for job, row in spans.iterrows()}
+    assert seconds == {"gone": (150.0, 210.0, "live"), "old": (150.0, 200.0, "live"),
+                       "new": (160.0, 193.0, "completed")}

@@ -195,13 +195,14 @@ class EtcdBackend(RecordBackend):
         return etcd_scan.scan(self._conn, self.keys, now, self._index.listing_pages(etcd_scan.PAGE))
 
     def _read_audit(self, span: tuple[bytes, bytes], limit: int | None, since: float | None,
-                    read: Callable[[KV], _Stamped]) -> list[_Stamped]:
-        """Rejections or history, oldest first (``audit.select``)."""
+                    read: Callable[[KV], _Stamped], by_mod: bool = False) -> list[_Stamped]:
+        """Rejections or history, oldest first (``audit.select``); ``by_mod``: in the order of their
+        latest writes (a claim's renewal event is one key, overwritten), not of their creation."""
         # Newest first with a limit when no time filter applies; otherwise all (bounded by retention).
         fetch = limit if since is None and limit is not None else 0
         if fetch == 0 and limit == 0:
             return []
-        kvs, _, _ = self._conn.range(*span, limit=fetch, newest_first=True, by_create=True)
+        kvs, _, _ = self._conn.range(*span, limit=fetch, newest_first=True, by_create=not by_mod, by_mod=by_mod)
         return audit.select(audit.readable(kvs, read), since, limit)
 
     def rejections(self, since: float | None, limit: int | None) -> list[Rejection]:
@@ -211,7 +212,7 @@ class EtcdBackend(RecordBackend):
         def read(kv: KV) -> HistoryEvent:
             return read_event(kv, job_id or self.keys.job_id(kv.key.rsplit(b"/", 1)[0], "history"))
 
-        return self._read_audit(self.keys.history_span(job_id), limit, since, read)
+        return self._read_audit(self.keys.history_span(job_id), limit, since, read, by_mod=True)
 
     def build_indexes(self) -> int:
         """Add the ``queue/`` and ``held/`` keys a store written before them lacks (an

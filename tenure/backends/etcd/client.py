@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import grpc
 from google.protobuf.runtime_version import VersionError
@@ -65,6 +65,13 @@ def mapped_error(exc: BaseException, endpoint: str, timeout: float) -> LeaseErro
             return AuthenticationFailed(f"etcd at {endpoint} refused the credentials: {details}")
         if "requested lease not found" in lowered:
             return LeaseNotFound(f"etcd at {endpoint}: {details}")
+        if "database space exceeded" in lowered:  # RESOURCE_EXHAUSTED: etcd's NOSPACE alarm
+            return BackendUnavailable(
+                f"etcd at {endpoint} is out of space ({details}): it refuses every write until its alarm "
+                "is disarmed, so nothing was written and no lease can be claimed or renewed. Compact "
+                "and defragment it, then disarm the alarm (etcdctl compact, defrag, alarm disarm), and "
+                "run it with --auto-compaction-mode and --auto-compaction-retention and a "
+                "--quota-backend-bytes sized for the workload (docs/backends/etcd.md, \"Space\")")
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return BackendUnavailable(f"etcd at {endpoint} did not answer within {timeout:g}s")
         if code == grpc.StatusCode.UNAVAILABLE:
@@ -91,32 +98,36 @@ class Event:
 # -- request builders and response readers: no I/O ---------------------------------------------
 _TARGETS = {"create": rpc_pb2.Compare.CREATE, "mod": rpc_pb2.Compare.MOD, "value": rpc_pb2.Compare.VALUE}
 _RESULTS = {"==": rpc_pb2.Compare.EQUAL, ">": rpc_pb2.Compare.GREATER, "<": rpc_pb2.Compare.LESS}
+_Op = rpc_pb2.RequestOp
 
 
+# Nested messages are given as dicts: upb builds them in place, where a message given would be
+# built first and then copied in (the hot path builds a dozen per operation).
 def put(key: bytes, value: bytes, lease: int = 0, prev_kv: bool = False) -> OpSpec:
-    return rpc_pb2.RequestOp(request_put=rpc_pb2.PutRequest(key=key, value=value, lease=lease, prev_kv=prev_kv))
+    return _Op(request_put={"key": key, "value": value, "lease": lease, "prev_kv": prev_kv})
 
 
 def delete(key: bytes, prev_kv: bool = False) -> OpSpec:
-    return rpc_pb2.RequestOp(request_delete_range=rpc_pb2.DeleteRangeRequest(key=key, prev_kv=prev_kv))
+    return _Op(request_delete_range={"key": key, "prev_kv": prev_kv})
 
 
 def range_request(key: bytes, end: bytes = b"", *, limit: int = 0, revision: int = 0, newest_first: bool = False,
-                  by_create: bool = False, keys_only: bool = False) -> Any:
-    """A ``RangeRequest``, sorted by key (or by create revision), oldest or newest first."""
+                  by_create: bool = False, keys_only: bool = False, by_mod: bool = False) -> Any:
+    """A ``RangeRequest``, sorted by key (or by create or mod revision), oldest or newest first."""
     return rpc_pb2.RangeRequest(
         key=key, range_end=end, limit=limit, revision=revision, keys_only=keys_only,
         sort_order=rpc_pb2.RangeRequest.DESCEND if newest_first else rpc_pb2.RangeRequest.ASCEND,
-        sort_target=rpc_pb2.RangeRequest.CREATE if by_create else rpc_pb2.RangeRequest.KEY)
+        sort_target=rpc_pb2.RangeRequest.CREATE if by_create else rpc_pb2.RangeRequest.MOD if by_mod
+        else rpc_pb2.RangeRequest.KEY)
 
 
 def get(key: bytes, end: bytes = b"", *, keys_only: bool = False, revision: int = 0, limit: int = 0,
         count_only: bool = False, created_after: int = 0) -> OpSpec:
     """``count_only``: the answer carries only how many keys the range holds (``TxnResult.counts``);
     ``created_after``: only keys created after that revision (etcd still walks the range)."""
-    return rpc_pb2.RequestOp(request_range=rpc_pb2.RangeRequest(
-        key=key, range_end=end, keys_only=keys_only, revision=revision, limit=limit, count_only=count_only,
-        min_create_revision=created_after + 1 if created_after else 0))
+    return _Op(request_range={
+        "key": key, "range_end": end, "keys_only": keys_only, "revision": revision, "limit": limit,
+        "count_only": count_only, "min_create_revision": created_after + 1 if created_after else 0})
 
 
 def txn_request(compares: list[CompareSpec], success: list[OpSpec], failure: list[OpSpec]) -> Any:
@@ -151,35 +162,54 @@ def relet(ops: list[OpSpec], old: int, new: int) -> None:
             relet(op.request_txn.failure, old, new)
 
 
-@dataclass(frozen=True)
 class TxnResult:
-    succeeded: bool
-    revision: int
-    ranges: list[list[KV]]  # one per range op of the branch that ran, in order
-    prev: list[KV]  # previous values returned by put/delete with prev_kv
-    nested: list[TxnResult] = dataclasses.field(default_factory=list)  # of txn ops in that branch
-    counts: list[int] = dataclasses.field(default_factory=list)  # how many keys each range op holds
+    """A ``TxnResponse`` as the backend reads it: each part decoded when first asked for (a
+    commit that succeeded reads its revision, and at most the previous values)."""
 
+    def __init__(self, resp: Any) -> None:
+        self._resp = resp
+        self.succeeded: bool = resp.succeeded
+        self.revision: int = resp.header.revision
 
-def txn_result(resp: Any) -> TxnResult:
-    """A ``TxnResponse`` as the backend reads it."""
-    ranges: list[list[KV]] = []
-    prev: list[KV] = []
-    nested: list[TxnResult] = []
-    counts: list[int] = []
-    for op in resp.responses:
-        kind = op.WhichOneof("response")
-        if kind == "response_range":
-            ranges.append(list(op.response_range.kvs))
-            counts.append(int(op.response_range.count))
-        elif kind == "response_put":
-            if op.response_put.HasField("prev_kv"):
-                prev.append(op.response_put.prev_kv)
-        elif kind == "response_delete_range":
-            prev.extend(op.response_delete_range.prev_kvs)
-        elif kind == "response_txn":
-            nested.append(txn_result(op.response_txn))
-    return TxnResult(resp.succeeded, resp.header.revision, ranges, prev, nested, counts)
+    @functools.cached_property
+    def _parts(self) -> tuple[list[list[KV]], list[KV], list[TxnResult], list[int]]:
+        ranges: list[list[KV]] = []
+        prev: list[KV] = []
+        nested: list[TxnResult] = []
+        counts: list[int] = []
+        for op in self._resp.responses:
+            kind = op.WhichOneof("response")
+            if kind == "response_range":
+                ranges.append(list(op.response_range.kvs))
+                counts.append(int(op.response_range.count))
+            elif kind == "response_put":
+                if op.response_put.HasField("prev_kv"):
+                    prev.append(op.response_put.prev_kv)
+            elif kind == "response_delete_range":
+                prev.extend(op.response_delete_range.prev_kvs)
+            elif kind == "response_txn":
+                nested.append(TxnResult(op.response_txn))
+        return ranges, prev, nested, counts
+
+    @property
+    def ranges(self) -> list[list[KV]]:
+        """One per range op of the branch that ran, in order."""
+        return self._parts[0]
+
+    @property
+    def prev(self) -> list[KV]:
+        """Previous values returned by put/delete with prev_kv."""
+        return self._parts[1]
+
+    @property
+    def nested(self) -> list[TxnResult]:
+        """Of the txn ops in the branch that ran."""
+        return self._parts[2]
+
+    @property
+    def counts(self) -> list[int]:
+        """How many keys each range op holds."""
+        return self._parts[3]
 
 
 def _granted(resp: Any) -> tuple[int, int]:
@@ -232,8 +262,7 @@ class _Endpoint:
         self.metadata: tuple[tuple[str, str], ...] | None = None
 
 
-@dataclass(frozen=True)
-class Rpc:
+class Rpc(NamedTuple):  # a tuple: made per request, cheaper than a frozen dataclass
     """One request on the wire: ``method`` of the ``service`` stub of endpoint ``endpoint``."""
 
     endpoint: int
@@ -244,14 +273,13 @@ class Rpc:
     stream: bool = False  # a stream of this one request, answered by its first response (None: none)
 
 
-@dataclass(frozen=True)
-class Call:
+class Call(NamedTuple):
     """One of ``Connection``'s requests by name (``txn``, ``range``, ``grant``, ``time_to_live``,
     ``grant_started``, ``keepalive_started``): called on ``Connection``, awaited on ``AioConnection``."""
 
     name: str
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
 
 
 def call(name: str, *args: Any, **kwargs: Any) -> Call:
@@ -366,28 +394,28 @@ class Connection:
 
     def txn_io(self, compares: list[CompareSpec], success: list[OpSpec], failure: list[OpSpec], *,
                retry: bool = False) -> Io[TxnResult]:
-        return self._request("kv", "Txn", txn_request(compares, success, failure), txn_result, retry=retry)
+        return self._request("kv", "Txn", txn_request(compares, success, failure), TxnResult, retry=retry)
 
     def txn_started(self, compares: list[CompareSpec], success: list[OpSpec],
                     failure: list[OpSpec]) -> Pending[TxnResult]:
         """A read-only transaction sent now, answered later (retried on the next endpoint)."""
         req = txn_request(compares, success, failure)
         return self._started(lambda ep, md: ep.kv.Txn.future(req, timeout=self.timeout, metadata=md),
-                             lambda f: txn_result(f.result()),
+                             lambda f: TxnResult(f.result()),
                              lambda: self.txn(compares, success, failure, retry=True))
 
     def range(self, key: bytes, end: bytes = b"", *, revision: int = 0, limit: int = 0,
               newest_first: bool = False, by_create: bool = False,
-              keys_only: bool = False) -> tuple[list[KV], int, bool]:
+              keys_only: bool = False, by_mod: bool = False) -> tuple[list[KV], int, bool]:
         """Keys in ``[key, end)`` as ``(kvs, revision read at, more)``."""
         return self.run(self.range_io(key, end, revision=revision, limit=limit, newest_first=newest_first,
-                                      by_create=by_create, keys_only=keys_only))
+                                      by_create=by_create, keys_only=keys_only, by_mod=by_mod))
 
     def range_io(self, key: bytes, end: bytes = b"", *, revision: int = 0, limit: int = 0,
                  newest_first: bool = False, by_create: bool = False,
-                 keys_only: bool = False) -> Io[tuple[list[KV], int, bool]]:
+                 keys_only: bool = False, by_mod: bool = False) -> Io[tuple[list[KV], int, bool]]:
         req = range_request(key, end, limit=limit, revision=revision, newest_first=newest_first,
-                            by_create=by_create, keys_only=keys_only)
+                            by_create=by_create, keys_only=keys_only, by_mod=by_mod)
         return self._request("kv", "Range", req, _ranged, retry=True)
 
     # -- leases ----------------------------------------------------------------------------

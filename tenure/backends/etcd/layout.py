@@ -22,8 +22,9 @@ a submitted job's); a released job keeps the claim's value, its attempt given ba
 ``submitted_at``), by its writer's clock; a scheduled one's ``sched/`` key is at its
 ``claimable_at``, and claim_next reads those up to its own now only.
 
-Audit: ``<prefix>/history/<id>/<uuid>`` and ``<prefix>/rejection/<uuid>``, on a shared
-retention lease. Anything under the prefix that does not decode raises ``CorruptRecord``.
+Audit: ``<prefix>/history/<id>/<uuid>`` (a claim's renewal event: ``renew-<token>``,
+overwritten by each renewal) and ``<prefix>/rejection/<uuid>``, on a shared retention lease.
+Anything under the prefix that does not decode raises ``CorruptRecord``.
 """
 
 from __future__ import annotations
@@ -31,15 +32,15 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from tenure.backends.etcd.client import KV
 from tenure.core import codec
 from tenure.core.errors import CorruptRecord, InvalidArgument
-from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Op, Rejection
+from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Rejection
 
 VERSION = 1
-_DUMP = {"ensure_ascii": True, "separators": (",", ":"), "allow_nan": False}
+_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)  # made once
 
 
 def _next(key: bytes) -> bytes:
@@ -52,6 +53,20 @@ def _encoded(job_id: str) -> bytes:
     return codec.encode_job_id(job_id).encode("ascii")
 
 
+_SECTIONS = ("job", "lease", "end", "queue", "sched", "held", "last", "delay", "history", "rejection")
+
+
+class JobKeys(NamedTuple):
+    """One job's keys (``Keys.of``); the first five are those a transaction reads (``KEYS_READ``)."""
+
+    job: bytes
+    lease: bytes
+    end: bytes
+    held: bytes
+    delay: bytes
+    last: bytes
+
+
 class Keys:
     def __init__(self, prefix: str) -> None:
         text = "/" + prefix.strip("/")
@@ -62,16 +77,23 @@ class Keys:
         self.prefix = text
         self.root = text.encode() + b"/"
         self.retention = self.root + b"meta/retention"
+        self._sections = {name: self.root + name.encode() + b"/" for name in _SECTIONS}  # built once
 
     def section(self, name: str) -> bytes:
-        return self.root + name.encode() + b"/"
+        found = self._sections.get(name)
+        return found if found is not None else self.root + name.encode() + b"/"
 
     def span(self, name: str) -> tuple[bytes, bytes]:
         start = self.section(name)
         return start, _next(start)
 
     def _key(self, name: str, job_id: str) -> bytes:
-        return self.section(name) + _encoded(job_id)
+        return self._sections[name] + _encoded(job_id)
+
+    def of(self, job_id: str) -> JobKeys:
+        """The job's own keys at once (one operation names each of them several times)."""
+        e, s = _encoded(job_id), self._sections
+        return JobKeys(s["job"] + e, s["lease"] + e, s["end"] + e, s["held"] + e, s["delay"] + e, s["last"] + e)
 
     def job(self, job_id: str) -> bytes:
         return self._key("job", job_id)
@@ -128,9 +150,10 @@ class Keys:
 
 # -- values ------------------------------------------------------------------------------------
 def dump(value: dict[str, Any]) -> bytes:
-    return json.dumps(value, **_DUMP).encode()  # type: ignore[arg-type]
+    return _ENCODER.encode(value).encode()
 
 
+@functools.lru_cache(maxsize=1024)  # a process has few owners; each operation names its owner's twice
 def owner_prefix(owner: str) -> bytes:
     """Lease values start with this, so a transaction can check the owner by a byte range."""
     return b'{"owner":' + json.dumps(owner, ensure_ascii=True).encode() + b","
@@ -348,12 +371,13 @@ def record(job_id: str, job: KV | None, lease: KV | None, end: KV | None, now: f
 
 
 # -- audit records ---------------------------------------------------------------------------
-def event_value(op: Op, owner: str | None, token: int | None, at: float, expires_at: float | None) -> bytes:
-    """``token`` None: the token is the revision of the write itself (a claim's). The job id is
-    in the key, not the value."""
-    fields = codec.event_fields(HistoryEvent("", op, owner, 0, at, expires_at))
+def event_value(event: HistoryEvent, token: int | None, expires_at: float | None) -> bytes:
+    """``event`` with ``token`` (None: the token is the revision of the write itself, a claim's)
+    and ``expires_at`` as the commit made them. The job id is in the key, not the value."""
+    fields = codec.event_fields(event)
     del fields["job_id"]
-    return dump({**fields, "token": token})
+    fields["token"], fields["expires_at"] = token, expires_at
+    return dump(fields)
 
 
 def read_event(kv: KV, job_id: str) -> HistoryEvent:

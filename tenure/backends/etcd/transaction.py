@@ -78,7 +78,7 @@ class Read:
     """A job's keys read at one revision (none: guessed absent), and the record they make."""
 
     def __init__(self, job_id: str, kvs: list[list[KV]] | None, now: float) -> None:
-        job, lease, end, held, delay = (r[0] if r else None for r in kvs or [[]] * KEYS_READ)
+        job, lease, end, held, delay = [r[0] if r else None for r in kvs] if kvs else (None,) * KEYS_READ
         self.job_id = job_id
         self.job, self.lease, self.end, self.held, self.delay = job, lease, end, held, delay
         # The lease's incarnation (the held key's mod revision): what a claim's wait was for.
@@ -94,23 +94,20 @@ class Read:
         return rec is not None and rec.state is JobState.LEASED and self.lease is None and self.end is None
 
     def compares(self, k: Keys, job_id: str) -> list[Any]:
-        def rev(kv: KV | None, create: bool = False) -> int:
-            return 0 if kv is None else kv.create_revision if create else kv.mod_revision
-
-        return [ec.compare(k.job(job_id), "mod", "==", rev(self.job)),
-                ec.compare(k.lease(job_id), "create", "==", rev(self.lease, True)),
-                ec.compare(k.end(job_id), "mod", "==", rev(self.end)),
-                ec.compare(k.held(job_id), "mod", "==", rev(self.held)),
+        job, lease, end, held, delay, _ = k.of(job_id)
+        return [ec.compare(job, "mod", "==", self.job.mod_revision if self.job else 0),
+                ec.compare(lease, "create", "==", self.lease.create_revision if self.lease else 0),
+                ec.compare(end, "mod", "==", self.end.mod_revision if self.end else 0),
+                ec.compare(held, "mod", "==", self.held.mod_revision if self.held else 0),
                 # A claim decided on a timed job's delay key gone commits only while it is (0).
-                ec.compare(k.delay(job_id), "mod", "==", rev(self.delay))]
+                ec.compare(delay, "mod", "==", self.delay.mod_revision if self.delay else 0)]
 
 
 KEYS_READ = 5  # a job's keys: job, lease, end, held, delay
 
 
 def reads(k: Keys, job_id: str, revision: int = 0) -> list[Any]:
-    return [ec.get(key, revision=revision)
-            for key in (k.job(job_id), k.lease(job_id), k.end(job_id), k.held(job_id), k.delay(job_id))]
+    return [ec.get(key, revision=revision) for key in k.of(job_id)[:KEYS_READ]]
 
 
 @dataclasses.dataclass
@@ -268,14 +265,14 @@ class EtcdTransaction(Transaction):
 
     def _held_guess(self, lease: Lease, claimed: JobRecord | None = None) -> JobRecord:
         """The record ``lease`` implies; ``claimed``: what its claim wrote, if made here."""
-        job_id, k = lease.job_id, self._k
+        job_id, k = lease.job_id, self._k.of(lease.job_id)
         self.guessed = True
         mine = owner_prefix(lease.owner)
         self._reads[job_id] = Read(job_id, None, self.now)  # for the failure branch's reads
-        self._compares += [ec.compare(k.lease(job_id), "create", ">", lease.token - 1),  # the claim's or a revival's
-                           ec.compare(k.lease(job_id), "value", ">", mine),  # starts with the owner
-                           ec.compare(k.lease(job_id), "value", "<", mine + b"\x7f"),
-                           ec.compare(k.job(job_id), "mod", "==", lease.token)]  # no claim since
+        self._compares += [ec.compare(k.lease, "create", ">", lease.token - 1),  # the claim's or a revival's
+                           ec.compare(k.lease, "value", ">", mine),  # starts with the owner
+                           ec.compare(k.lease, "value", "<", mine + b"\x7f"),
+                           ec.compare(k.job, "mod", "==", lease.token)]  # no claim since
         # Attempts do not change while a lease is held: the claim's count (a renewal's lease keeps it).
         rec = self._loaded[job_id] = JobRecord(job_id, JobState.LEASED, lease.owner, lease.token,
                                                lease.expires_at, lease.ttl, attempts=lease.attempt) \
@@ -351,9 +348,9 @@ class EtcdTransaction(Transaction):
                           ec.put(k.end(job_id), end_value("expired", new.token, new.lease_until, None))]
         how, plan.op = ("completed", Op.COMPLETE) if new.state is JobState.COMPLETED else ("released", Op.RELEASE)
         requeue = [ec.put(k.queue(job_id, now), b"")] if plan.op is Op.RELEASE else []
-        return plan, [ec.put(k.end(job_id), end_value(how, new.token, now, new.result)),
-                      ec.delete(k.lease(job_id), prev_kv=True), ec.delete(k.held(job_id)), ec.delete(k.last(job_id)),
-                      *requeue]
+        keys = k.of(job_id)
+        return plan, [ec.put(keys.end, end_value(how, new.token, now, new.result)),
+                      ec.delete(keys.lease, prev_kv=True), ec.delete(keys.held), ec.delete(keys.last), *requeue]
 
     def _rerun_writes(self, new: JobRecord, read: Read) -> list[Any]:
         """A fail's or requeue's writes: the job's value rewritten as pending (its last token
@@ -384,7 +381,8 @@ class EtcdTransaction(Transaction):
         return ec.put(key, b"", lease=self._delays[ttl])
 
     def _claim_writes(self, plan: _Plan, read: Read) -> Io[tuple[_Plan, list[Any]]]:
-        k, new, now, job_id = self._k, plan.new, self.now, plan.new.job_id
+        new, now, job_id = plan.new, self.now, plan.new.job_id
+        k = self._k.of(job_id)
         assert self._claiming is not None, "claims go through EtcdBackend.claim and claim_next"
         assert new.owner is not None and new.ttl is not None
         plan.op, plan.lease = Op.CLAIM, (yield from self._claiming.resolving())
@@ -397,13 +395,12 @@ class EtcdTransaction(Transaction):
         # The job key keeps the nominal end, shown once etcd has ended the lease.
         value = JobValue(JobState.LEASED, new.owner, 0, new.ttl, new.submitted_at, now, now + plan.lease.granted,
                          new.runs, codec.life_fields(new))
-        queued = index_key(k, job_id, read.job, read.end)
+        queued = index_key(self._k, job_id, read.job, read.end)
         # On its last attempt the job is indexed so: parked, not a candidate, once the lease ends.
-        last = ec.put(k.last(job_id), b"") if new.out_of_attempts else ec.delete(k.last(job_id))
-        return plan, [ec.put(k.job(job_id), job_value(job_id, value)),
-                      ec.put(k.lease(job_id), lease_value(new.owner, new.ttl, None, plan.expires_at),
-                             lease=plan.lease.id),
-                      ec.put(k.held(job_id), held_value(new.owner, new.ttl)), ec.delete(k.end(job_id)), last,
+        last = ec.put(k.last, b"") if new.out_of_attempts else ec.delete(k.last)
+        return plan, [ec.put(k.job, job_value(job_id, value)),
+                      ec.put(k.lease, lease_value(new.owner, new.ttl, None, plan.expires_at), lease=plan.lease.id),
+                      ec.put(k.held, held_value(new.owner, new.ttl)), ec.delete(k.end), last,
                       *([] if queued is None else [ec.delete(queued)])]
 
     def _renew_writes(self, plan: _Plan, old: JobRecord, read: Read) -> Io[tuple[_Plan, list[Any]]]:
@@ -449,8 +446,12 @@ class EtcdTransaction(Transaction):
         plan = plans.get(event.job_id)
         claim = plan is not None and plan.op is Op.CLAIM
         expires_at = plan.expires_at if plan is not None and plan.expires_at is not None else event.expires_at
-        value = event_value(event.op, event.owner, None if claim else event.token, event.at, expires_at)
-        return ec.put(self._k.history(event.job_id, uuid.uuid4().hex), value, lease=retention)
+        value = event_value(event, None if claim else event.token, expires_at)
+        # A claim's renewal event is one key, named by its token and overwritten by the next
+        # (``transitions.replaced``): etcd keeps one live key per claim, not one per renewal.
+        renewed = transitions.replaced(event)
+        uid = uuid.uuid4().hex if renewed is None else f"{event.op}-{renewed[1]}"
+        return ec.put(self._k.history(event.job_id, uid), value, lease=retention)
 
     # -- the commit ----------------------------------------------------------------------
     def commit(self) -> None:
@@ -557,7 +558,6 @@ class EtcdTransaction(Transaction):
     def _after(self, plan: _Plan, res: TxnResult) -> Io[None]:
         """etcd lease bookkeeping once the commit applied ``plan``."""
         lease, new = plan.lease, plan.new
-        prev = [kv for kv in res.prev if kv.key == self._k.lease(new.job_id)]
         if plan.op is Op.CLAIM:
             assert lease is not None and plan.expires_at is not None
             if plan.keepalive is not None:
@@ -572,7 +572,9 @@ class EtcdTransaction(Transaction):
                                                                     lease_until=plan.expires_at)
             self._leases.remember((new.job_id, res.revision, new.owner or ""), lease)
             self._p.claimed.put((new.job_id, res.revision, new.owner or ""), stored)
-        elif plan.op is Op.RENEW:
+            return
+        prev = [kv for kv in res.prev if kv.key == self._k.lease(new.job_id)]  # where the key was
+        if plan.op is Op.RENEW:
             assert lease is not None and plan.expires_at is not None
             self._stored[new.job_id] = dataclasses.replace(new, lease_until=plan.expires_at)
             if lease.shared:

@@ -39,7 +39,9 @@ from tenure.core.transitions import status
 
 T = TypeVar("T")
 Rows = list[tuple[Any, ...]]
-ATTEMPTS = 5  # a statement that lost a race (a row changed between two of its reads) is re-run
+# A statement that lost a race (a row changed between two of its reads, or the server rolled it
+# back) runs again as often as any backend's step, with the same pauses: the core's policy.
+ATTEMPTS = contention.ATTEMPTS
 JOBS_PAGE = 2000
 TRIM_EVERY = 256  # writes between two trims of the audit tables
 _UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from tenure.core.lifecycle import GROWTH
 from tenure.core.records import JobState, Op, Reason
+from tenure.core.transitions import REPLACING
 from tenure.core.validation import LAST_TOKEN, MAX_JOB_ID, refused_class
 
 _CLOCK = "clock AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now)"
@@ -203,6 +204,18 @@ def _reason(token: str, owner: str) -> str:
 _REASON = _reason("%(token)s", "%(owner)s")
 
 
+def _replacing(op: Op, many: bool) -> str:
+    """transitions.replaced: an accepted renewal's event replaces its claim's earlier renewal
+    event, in the same statement (its DELETE does not see the row ``event`` inserts). The job
+    ids are the parameters', so the (job_id, id) index is searched whatever ``done`` holds."""
+    if op is not REPLACING:
+        return ""
+    jobs = "e.job_id = ANY(%(jobs)s::text[])" if many else "e.job_id = %(job)s"
+    return f"""
+replaced AS (DELETE FROM {{s}}.events e WHERE {jobs} AND e.op = '{op}'
+  AND (e.job_id, e.token) IN (SELECT job_id, token FROM done)),"""
+
+
 def _holder(op: Op, change: str) -> str:
     """renew/complete/release/fail: apply ``change`` if the lease is current, else audit the
     refusal. History names the holder (steps.holder), also when the job was given back.
@@ -219,7 +232,7 @@ done AS (
   WHERE j.job_id = %(job)s AND j.token = %(token)s AND j.owner = %(owner)s AND j.state = 'leased'
     AND j.lease_until > clock.now AND {valid('j')}
   RETURNING j.job_id, j.token, j.lease_until, j.ttl, j.attempts, clock.now),
-event AS ({_EVENT} SELECT job_id, '{op}', %(owner)s, token, now, lease_until FROM done),
+event AS ({_EVENT} SELECT job_id, '{op}', %(owner)s, token, now, lease_until FROM done),{_replacing(op, False)}
 cur AS MATERIALIZED (
   SELECT {_cols('j')} FROM {{s}}.jobs j
   WHERE j.job_id = %(job)s AND NOT EXISTS (SELECT 1 FROM done) FOR UPDATE),
@@ -281,7 +294,7 @@ done AS (
   UPDATE {{s}}.jobs j SET {change} FROM verdict v
   WHERE v.reason IS NULL AND j.job_id = v.asked_job AND j.token = v.asked_token AND j.owner = v.asked_owner
   RETURNING v.n, j.job_id, j.owner, j.token, j.lease_until, j.ttl, v.now),
-event AS ({_EVENT} SELECT job_id, '{op}', owner, token, now, lease_until FROM done),
+event AS ({_EVENT} SELECT job_id, '{op}', owner, token, now, lease_until FROM done),{_replacing(op, True)}
 rejected AS (
   INSERT INTO {{s}}.rejections (job_id, op, owner, token, current_owner, current_token, at, reason, kind)
   SELECT v.asked_job, '{op}', v.asked_owner, v.asked_token, v.owner, coalesce(v.token, 0), v.now, v.reason,
@@ -391,7 +404,10 @@ JOB_HISTORY = """
 SELECT * FROM (SELECT job_id, op, owner, token, at, expires_at, id FROM {s}.events
                WHERE job_id = %(job)s AND at >= %(since)s ORDER BY id DESC LIMIT %(limit)s) e
 ORDER BY id"""
-TRIM = "DELETE FROM {s}.{table} WHERE id <= (SELECT max(id) FROM {s}.{table}) - %(keep)s"
+# The newest %(keep)s rows by count, not by id: a renewal's event replaces a row (RENEW), so
+# ids run ahead of the rows kept. A walk of the primary key's last %(keep)s entries.
+TRIM = ("DELETE FROM {s}.{table} WHERE id <= (SELECT id FROM {s}.{table} ORDER BY id DESC"
+        " OFFSET %(keep)s LIMIT 1)")
 
 SUMMARY = f"""
 SELECT CASE WHEN NOT {valid('j')} THEN 'corrupt'

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
-from kazoo.protocol.serialization import CheckVersion, Create
+from kazoo.protocol.serialization import CheckVersion, Create, Delete
 
 from tenure.backends.zookeeper import layout as zl
 from tenure.backends.zookeeper import multi
@@ -29,8 +29,9 @@ from tenure.backends.zookeeper.calls import Io
 from tenure.backends.zookeeper.errors import mapped_errors
 from tenure.backends.zookeeper.multiread import read_many
 from tenure.backends.zookeeper.session import Session
-from tenure.core import audit
+from tenure.core import audit, transitions
 from tenure.core.batches import batches
+from tenure.core.bounded import Bounded
 from tenure.core.errors import AuthenticationFailed, BackendUnavailable
 from tenure.core.records import HistoryEvent, Rejection
 
@@ -42,6 +43,10 @@ _BATCH = 200
 _TRIM_MULTI = 5000
 _TRIM_BYTES = 512 * 1024
 _LEGACY = -1  # the rank of records written straight into the directory, before segments
+# Claims whose latest renewal event this process wrote, with its path: the next renewal's multi
+# deletes it (``transitions.replaced``). A claim renewed by another process, or forgotten here,
+# keeps its earlier renewal event until the log is trimmed.
+_RENEWALS = 100_000
 Key = tuple[int, int]  # (segment rank, number): the order records were written in
 
 
@@ -87,7 +92,7 @@ class Log:
         with self._lock:
             self.segment = newest
 
-    def _rotate(self, segment: str) -> Io[None]:
+    def rotate(self, segment: str) -> Io[None]:
         """Open the segment after ``segment`` and close ``segment``, in one multi."""
         rank = zl.segment_rank(segment.rsplit("/", 1)[1])
         if rank is None:
@@ -111,16 +116,9 @@ class Log:
             checked.add(segment)
         multi.create(tx, f"{segment}/{self._prefix}", data, sequence=True)
 
-    def added(self, path: str, every: int) -> Io[bool]:
-        """After a commit that created ``path``: open the next segment when the number is
-        near the limit; True if it is time to trim."""
-        segment, _, name = path.rpartition("/")
-        number = zl.sequence(name, self._prefix)
-        if segment.rpartition("/")[0] != self.directory or number is None:
-            return False
-        if number >= SEGMENT_LIMIT:
-            yield from self._rotate(segment)
-        return number % every == 0
+    def number(self, path: str) -> int | None:
+        """The number of the record a commit created at ``path``, in one of this log's segments."""
+        return zl.sequence(path.rpartition("/")[2], self._prefix)
 
     def learn(self, operations: list[Any], results: list[Any]) -> Io[None]:
         """After a failed multi: a closed (or vanished) segment means take the newest."""
@@ -194,28 +192,67 @@ class Audit:
         self.event_log = Log(session, session.layout.events, "e-")
         self.rejection_log = Log(session, session.layout.rejections, "r-")
         self._every = trim_period(session.config.retention)
+        self._logs = {log.directory: log for log in (self.event_log, self.rejection_log)}
+        self._renewals: Bounded[tuple[str, int], str] = Bounded(_RENEWALS)
 
-    def add_event(self, tx: Any, event: HistoryEvent, checked: set[str]) -> None:
+    def add_event(self, tx: Any, event: HistoryEvent, checked: set[str], renewals: dict[int, tuple[str, int]],
+                  replace: bool = True) -> None:
+        """``renewals``: the caller's, per multi: the renewal events it creates, for ``committed``.
+        ``replace``: delete the claim's earlier renewal event (not in a multi sent again after
+        one such delete found its event gone: ``unreplaced``)."""
+        claim = transitions.replaced(event)
+        if claim is None:
+            self._renewals.pop((event.job_id, event.token))  # the claim ended (or never renewed here)
+        elif replace and (earlier := self._renewals.get(claim)) is not None:
+            multi.delete(tx, earlier)  # in the same multi: no read, no request of its own
         self.event_log.add(tx, zl.dump_event(event), checked)
+        if claim is not None:
+            renewals[id(tx.operations[-1])] = claim
+
+    def unreplaced(self, op: Any, error: Exception) -> bool:
+        """Whether a multi failed on the delete of an earlier renewal event that is gone
+        (trimmed, here or by another process): sent again without any such delete
+        (``add_event``'s ``replace``: one round trip more, not one per event gone; an earlier
+        event still there stays until trimmed)."""
+        return (isinstance(op, Delete) and isinstance(error, NoNodeError)
+                and str(op.path).startswith(self.event_log.directory + "/"))
 
     def add_rejection(self, tx: Any, rejection: Rejection, checked: set[str]) -> None:
         self.rejection_log.add(tx, zl.dump_rejection(rejection), checked)
 
-    def committed(self, results: list[Any]) -> Io[None]:
-        """After a commit: rotate or trim the logs whose records it created. Tidying only: a
-        failure here must not report the committed change as failed (the next record past
-        the limit rotates, the next period trims). A log is trimmed once per commit, however
-        many periods its records crossed (a batch of renewals writes hundreds of events), and
-        in the background (``Session.tidy``)."""
-        due: list[Log] = []
+    def committed(self, results: list[Any], operations: list[Any],
+                  renewals: dict[int, tuple[str, int]]) -> Io[None] | None:
+        """After a commit: remember the renewal events it created (``add_event``); return the
+        tidying its records call for, None for none (most commits). A record numbered past
+        ``SEGMENT_LIMIT`` opens the next segment; one whose number is a multiple of the trim
+        period trims its log, once per commit however many periods its records crossed (a
+        batch of renewals writes hundreds of events)."""
+        if renewals:
+            for op, path in zip(operations, results, strict=False):
+                if isinstance(path, str) and (claim := renewals.get(id(op))) is not None:
+                    self._renewals.put(claim, path, refresh=True)
+        due: list[tuple[Log, str, int]] = []
         for path in results:
-            if isinstance(path, str):
-                for log in (self.event_log, self.rejection_log):
-                    with contextlib.suppress(BackendUnavailable):
-                        if (yield from log.added(path, self._every)) and log not in due:
-                            due.append(log)
-        for log in due:  # in the background: the commit's answer (a renewal's) never waits for it
-            self._b.tidy(log.directory, functools.partial(log.trim, self._b.config.retention))
+            # A record's path is <log>/<segment>/<name>: one look-up passes over the multi's
+            # other created znodes (the job's, its generation's, index entries).
+            log = self._logs.get(path.rsplit("/", 2)[0]) if isinstance(path, str) else None
+            number = None if log is None else log.number(path)
+            if log is not None and number is not None and (number >= SEGMENT_LIMIT or number % self._every == 0):
+                due.append((log, path, number))
+        return self._tidying(due) if due else None
+
+    def _tidying(self, due: list[tuple[Log, str, int]]) -> Io[None]:
+        """Tidying only: a failure here must not report the committed change as failed (the
+        next record past the limit rotates, the next period trims). A trim runs in the
+        background (``Session.tidy``): the commit's answer, a renewal's, never waits for it."""
+        trimmed: list[Log] = []
+        for log, path, number in due:
+            with contextlib.suppress(BackendUnavailable):
+                if number >= SEGMENT_LIMIT:
+                    yield from log.rotate(path.rpartition("/")[0])
+                if number % self._every == 0 and log not in trimmed:
+                    trimmed.append(log)
+                    self._b.tidy(log.directory, functools.partial(log.trim, self._b.config.retention))
 
     def failed(self, operations: list[Any], results: list[Any]) -> Io[None]:
         for log in (self.event_log, self.rejection_log):

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
+from types import TracebackType
 
 from kazoo.exceptions import KazooException, NoAuthError
 from kazoo.handlers.threading import KazooTimeoutError
@@ -11,17 +10,31 @@ from kazoo.handlers.threading import KazooTimeoutError
 from tenure.core.errors import AuthenticationFailed, BackendUnavailable
 
 
-@contextlib.contextmanager
-def mapped_errors(what: str) -> Iterator[None]:
-    """The one place where kazoo's errors become tenure's."""
-    try:
-        yield
-    except NoAuthError as exc:
-        raise AuthenticationFailed(f"ZooKeeper refused {what}: not allowed by the znode's ACL "
-                                   "for these credentials") from exc
-    except KazooTimeoutError as exc:
-        raise BackendUnavailable(f"ZooKeeper timed out during {what}") from exc
-    except KazooException as exc:
-        raise BackendUnavailable(f"ZooKeeper failed during {what}: {type(exc).__name__} {exc}") from exc
-    except OSError as exc:  # kazoo's four-letter-word commands use a socket of their own
-        raise BackendUnavailable(f"ZooKeeper unreachable during {what}: {exc}") from exc
+class _Mapped:
+    """``mapped_errors``' context: a class, as it wraps every request (a
+    ``contextlib.contextmanager`` builds a generator and two frames for each)."""
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        what = self._what
+        if isinstance(exc, NoAuthError):
+            raise AuthenticationFailed(f"ZooKeeper refused {what}: not allowed by the znode's ACL "
+                                       "for these credentials") from exc
+        if isinstance(exc, KazooTimeoutError):
+            raise BackendUnavailable(f"ZooKeeper timed out during {what}") from exc
+        if isinstance(exc, KazooException):
+            raise BackendUnavailable(f"ZooKeeper failed during {what}: {type(exc).__name__} {exc}") from exc
+        if isinstance(exc, OSError):  # kazoo's four-letter-word commands use a socket of their own
+            raise BackendUnavailable(f"ZooKeeper unreachable during {what}: {exc}") from exc
+
+
+def mapped_errors(what: str) -> _Mapped:
+    """The one place where kazoo's errors become tenure's: a context that raises the tenure
+    error for a kazoo one (and lets any other exception through)."""
+    return _Mapped(what)

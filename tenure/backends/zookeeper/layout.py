@@ -19,6 +19,7 @@ code that entry is a *slot*, its path below the root (``pending/<bucket>/<entry>
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 import secrets
@@ -55,7 +56,9 @@ def root_path(path: str) -> str:
     return "/" + "/".join(parts)
 
 
-encode = codec.encode_job_id
+# A claim and its completion name the job in six paths (job, generation, index entry each):
+# the few ids in hand are encoded once.
+encode = functools.lru_cache(maxsize=256)(codec.encode_job_id)
 decode = codec.decode_job_id  # ValueError for a name tenure did not make
 
 
@@ -171,6 +174,14 @@ def segment_name(rank: int) -> str:
 QUEUES = {"pending": "queued", "scheduled": "scheduled"}  # entry directory -> the record's key naming it
 
 
+# One encoder for every znode written: json.dumps with separators builds a new one per call.
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+
+
+def _compact(d: dict[str, Any]) -> bytes:
+    return _COMPACT.encode(d).encode()
+
+
 def dump_record(r: JobRecord, epoch: int, slot: str | None = None) -> bytes:
     """``epoch`` is the leader epoch whose clock stamped the record's times; ``slot`` the
     entry (``pending/<bucket>/<entry>`` or ``scheduled/...``) of a pending record in an
@@ -185,7 +196,7 @@ def dump_record(r: JobRecord, epoch: int, slot: str | None = None) -> bytes:
     if slot is not None:
         directory, _, entry_slot = slot.partition("/")
         d[QUEUES[directory]] = entry_slot
-    return json.dumps(d, separators=(",", ":")).encode()
+    return _compact(d)
 
 
 def _slot(d: Any) -> str | None:
@@ -264,7 +275,7 @@ def entry_slot(data: bytes | None) -> str | None:
 
 # -- audit ----------------------------------------------------------------------------------
 def dump_rejection(r: Rejection) -> bytes:
-    return json.dumps({"tenure": FORMAT, **codec.rejection_fields(r)}, separators=(",", ":")).encode()
+    return _compact({"tenure": FORMAT, **codec.rejection_fields(r)})
 
 
 def load_rejection(data: bytes, key: str) -> Rejection:
@@ -272,7 +283,7 @@ def load_rejection(data: bytes, key: str) -> Rejection:
 
 
 def dump_event(e: HistoryEvent) -> bytes:
-    return json.dumps({"tenure": FORMAT, **codec.event_fields(e)}, separators=(",", ":")).encode()
+    return _compact({"tenure": FORMAT, **codec.event_fields(e)})
 
 
 def load_event(data: bytes, key: str) -> HistoryEvent:

@@ -119,6 +119,7 @@ class ZkTransaction(Transaction):
         self._saved: dict[str, tuple[JobRecord, Found]] = {}
         self._multi: Any = None
         self._checked: set[str] = set()  # the audit segments the multi checks
+        self._renewals: dict[int, tuple[str, int]] = {}  # the multi's renewal events (``Audit.add_event``)
         self._placer: Placer | None = None
         self._placer_read: Placer | None = None  # as the read made it, for ``forget``
         self._stamp_due = False  # a guess's stamp is half used: the multi writes our clock znode first
@@ -127,6 +128,9 @@ class ZkTransaction(Transaction):
         self._guessed_leases: list[Lease] = []  # a batch of renewals guesses several
         self._behind: tuple[str, Callable[[], Io[Found]], tuple[float, int]] | None = None
         self._odd: set[tuple[str, int]] = set()  # (job, version) whose generation znode disagreed
+        self._proposed: list[str] | None = None  # what next_claimables found
+        self._skip: frozenset[str] = frozenset()  # index entries a resend leaves out (``_resending``)
+        self._unreplaced = False  # a resend leaves out the deletes of earlier renewal events
 
     # -- the store's time --------------------------------------------------------------------------
     @property
@@ -177,8 +181,16 @@ class ZkTransaction(Transaction):
         self._read([j for j in job_ids if j not in self._found], queue=True)
 
     def follow(self, previous: Transaction) -> None:
-        if isinstance(previous, ZkTransaction):
-            self._behind, self._odd = previous._behind, previous._odd
+        if not isinstance(previous, ZkTransaction):
+            return
+        self._behind, self._odd = previous._behind, previous._odd
+        if previous.resend:  # its multi vouched for what it read, up to an index entry to leave out
+            self._found, self._now, self.epoch = previous._found, previous._now, previous.epoch
+            self.guessed, self._stamp_due = previous.guessed, previous._stamp_due
+            self._guessed_claim, self._guessed_leases = previous._guessed_claim, previous._guessed_leases
+            self._proposed, self._skip, self._unreplaced = previous._proposed, previous._skip, previous._unreplaced
+            self._placer_read = previous._placer_read
+            self._placer = None if self._placer_read is None else self._placer_read.copy()
 
     def _guess(self, job_id: str, op: Op, lease: Lease | None) -> Found | None:
         if self._fresh:
@@ -289,7 +301,9 @@ class ZkTransaction(Transaction):
         return next(iter(self.next_claimables(1)), None)
 
     def next_claimables(self, n: int) -> list[str]:
-        return self.answer(("claimable", n), lambda: self._finding(n))
+        if self._proposed is None:
+            self._proposed = self.answer(("claimable", n), lambda: self._finding(n))
+        return self._proposed
 
     def _finding(self, n: int) -> Io[list[str]]:
         if self._p.index.enabled:
@@ -354,6 +368,7 @@ class ZkTransaction(Transaction):
         in the same transaction: ``steps.NotFetched``). Reads stay: they are the point."""
         self._multi = None
         self._checked = set()
+        self._renewals = {}
         self._saved.clear()
         if self._placer_read is not None:
             self._placer = self._placer_read.copy()
@@ -388,6 +403,8 @@ class ZkTransaction(Transaction):
         elif got.version >= 0:
             multi.check(tx, gen, base)
         for kind, path in index_ops:  # after the record's write: it fails first on a lost race
+            if path in self._skip:
+                continue
             if kind == "create":
                 multi.create(tx, path, b"")
             else:
@@ -395,7 +412,7 @@ class ZkTransaction(Transaction):
         self._saved[job_id] = (record, got)
 
     def add_event(self, event: HistoryEvent) -> None:
-        self._p.audit.add_event(self._tx(), event, self._checked)
+        self._p.audit.add_event(self._tx(), event, self._checked, self._renewals, replace=not self._unreplaced)
 
     def add_rejection(self, rejection: Rejection) -> None:
         self._p.audit.add_rejection(self._tx(), rejection, self._checked)
@@ -405,37 +422,50 @@ class ZkTransaction(Transaction):
         self._p.session.run(self.committing())
 
     def committing(self) -> Io[None]:
-        if self._multi is None:
-            return  # nothing to write
+        """The multi, sent once: what a failed one means is judged here, whether and when to
+        try again is the core's (``steps.Attempts``: ``conflict``, ``resend``)."""
         tx = self._multi
+        if tx is None:
+            return  # nothing to write
         for job_id in self._loaded - self._saved.keys():
             if self._found[job_id].version >= 0:
                 multi.check(tx, self._layout.job(job_id), self._found[job_id].version)
         what = f"writing job {next(iter(self._loaded), '')!r}" if self._loaded else "recording a rejection"
-        while True:
-            with mapped_errors(what):
-                pending = tx.commit_async()
-                if self._guessed_claim is not None and self._p.written.claims_existing:
-                    self._behind = (self._guessed_claim, self._send_read(self._guessed_claim), (self.now, self.epoch))
-                results: list[Any] = yield pending
+        with mapped_errors(what):
+            pending = tx.commit_async()
+            if self._guessed_claim is not None and self._p.written.claims_existing:
+                self._behind = (self._guessed_claim, self._send_read(self._guessed_claim), (self.now, self.epoch))
+            results: list[Any] = yield pending
             culprit = next(((op, r) for op, r in zip(tx.operations, results, strict=True)
                             if isinstance(r, Exception) and not isinstance(r, _OTHERS)), None)
-            if culprit is None:
-                return (yield from self._committed(results))
-            op, error = culprit
-            if not isinstance(error, _LOST_RACE):
-                with mapped_errors(what):
-                    raise error
-            if not self._p.index.redundant(op, error):
-                return (yield from self._lost(op, tx.operations, results))
-            again = self._client.transaction()
-            again.operations = [o for o in tx.operations if o is not op]
-            tx = again
+            if culprit is not None and not isinstance(culprit[1], _LOST_RACE):
+                raise culprit[1]
+        if culprit is None:
+            tidying = self._committed(results, tx.operations)
+            if tidying is not None:
+                yield from tidying
+        elif self._p.index.redundant(*culprit):
+            self._resending(skip=culprit[0].path)
+        elif self._p.audit.unreplaced(*culprit):
+            self._resending(unreplaced=True)
+        else:
+            yield from self._lost(culprit[0], tx.operations, results)
 
-    def _committed(self, results: list[Any]) -> Io[None]:
+    def _resending(self, skip: str | None = None, unreplaced: bool = False) -> None:
+        """The multi failed only on a write already done: index entry ``skip`` already as the
+        op would leave it (``Index.redundant``), or an earlier renewal event gone before its
+        delete (``Audit.unreplaced``). Nothing was written, and every record before it was as
+        read. The next attempt (``follow``) sends the same multi without that entry, or
+        without any such delete, from these reads."""
+        if skip is not None:
+            self._skip = self._skip | {skip}
+        self._unreplaced = self._unreplaced or unreplaced
+        self.conflict = self.resend = True
+
+    def _committed(self, results: list[Any], operations: list[Any]) -> Io[None] | None:
+        """What this process keeps of a commit; the audit's tidying it calls for, if any."""
         if self._stamp_sent is not None:
             self._p.session.stamp(results[0], self._stamp_sent)  # the clock znode, written first
-        yield from self._p.audit.committed(results)
         if self._placer is not None:
             self._p.index.committed(self._placer)
         for rec, got in self._saved.values():
@@ -443,6 +473,7 @@ class ZkTransaction(Transaction):
         if self._guessed_claim is not None:
             self._p.written.claims_existing = False
         self._behind = None
+        return self._p.audit.committed(results, operations, self._renewals)
 
     def _lost(self, op: Any, operations: list[Any], results: list[Any]) -> Io[None]:
         """Nothing was written: a conflict, unless the generation znode disagrees with a
