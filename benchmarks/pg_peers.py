@@ -6,6 +6,7 @@ shares one pool of that many), and returns the seconds that ``n`` cycles took in
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 import time
 import uuid
@@ -67,6 +68,12 @@ def floor(conninfo: str, n: int, clients: int = 1) -> float:
             c.close()
         with psycopg.connect(conninfo, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def tooz_installed() -> bool:
+    """Whether tooz's PostgreSQL lock can run here (the ``bench`` dependency group: tooz and
+    its driver, psycopg2)."""
+    return all(importlib.util.find_spec(name) is not None for name in ("tooz", "psycopg2"))
 
 
 def tooz_lock(url: str, n: int, clients: int = 1) -> float:

@@ -110,6 +110,8 @@ def _cycles(store: tenure.Store) -> Callable[[int], float]:
 
 def _subjects(s: Subject, ours: Callable[[int], float]) -> list[tuple[str, Callable[[int], float]]]:
     floor = [("floor", s.floor)] if s.floor is not None else []
+    for missing in s.missing:  # the others are measured all the same
+        print(f"  {s.name}: not measured: {missing}", flush=True)
     return [("tenure", ours), *floor, *s.peers]
 
 

@@ -29,6 +29,7 @@ class Subject:
     floor_clients: Callable[[int, int], float] | None = None
     query_target: float | None = None  # seconds summary() and a page() may take at the largest size
     peers_clients: list[tuple[str, Callable[[int, int], float]]] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # peers not measured here, and why
 
 
 @contextlib.contextmanager
@@ -94,12 +95,19 @@ def postgres(net: Route = DIRECT) -> Iterator[Subject]:
         host, _, port = address.rpartition(":")
         conninfo = f"host={host} port={port} user=postgres dbname=postgres"
         tooz_url = f"postgresql://postgres@{address}/postgres"
+        peers: list[tuple[str, Callable[[int], float]]] = []
+        peers_clients: list[tuple[str, Callable[[int, int], float]]] = []
+        if pg_peers.tooz_installed():
+            peers.append(("tooz PostgreSQL lock", lambda n: pg_peers.tooz_lock(tooz_url, n)))
+            peers_clients.append(("tooz PostgreSQL lock", lambda n, c: pg_peers.tooz_lock(tooz_url, n, c)))
+        missing = [] if peers else ["tooz PostgreSQL lock: tooz or psycopg2 is not installed "
+                                    "(pip install --group bench)"]
         yield Subject("postgres", f"postgresql://postgres@{address}/postgres?schema=bench_{uuid.uuid4().hex[:8]}",
                       options={"pool_size": 16},
                       floor=lambda n: pg_peers.floor(conninfo, n),
-                      peers=[("tooz PostgreSQL lock", lambda n: pg_peers.tooz_lock(tooz_url, n))],
+                      peers=peers,
                       floor_clients=lambda n, c: pg_peers.floor(conninfo, n, c),
-                      peers_clients=[("tooz PostgreSQL lock", lambda n, c: pg_peers.tooz_lock(tooz_url, n, c))],
+                      peers_clients=peers_clients, missing=missing,
                       query_target=0.25)  # issue 16
 
 

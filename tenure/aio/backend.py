@@ -34,6 +34,7 @@ from tenure.core.holding import CLOSE_WAIT
 from tenure.core.lifecycle import Retry
 from tenure.core.records import Change, HistoryEvent, JobPage, JobState, JobStatus, Lease, Rejection, Summary
 from tenure.core.steps import Claims, Completion, Renewal
+from tenure.core.threads import OneWorker
 from tenure.core.watch import Polled, RejectionFilter
 
 T = TypeVar("T")
@@ -188,14 +189,15 @@ class AsyncBackend(abc.ABC):
 
 
 class ThreadedBackend(AsyncBackend):
-    """A sync backend served by one worker thread per store, calls queued in order; or, for a
-    backend that never waits on I/O (memory), called in the loop itself (``inline``)."""
+    """A sync backend served by one worker thread per store, calls queued in order, renewals
+    before the rest (``OneWorker``); or, for a backend that never waits on I/O (memory), called
+    in the loop itself (``inline``)."""
 
     def __init__(self, sync: Backend, *, inline: bool = False) -> None:
         self.sync = sync
         self.characteristics = sync.characteristics
         self.io = "in the event loop (no I/O)" if inline else "one worker thread per store"
-        self._worker = None if inline else concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tenure-aio")
+        self._worker = None if inline else OneWorker("tenure-aio")
         self._closed = False
 
     @property
@@ -206,14 +208,15 @@ class ThreadedBackend(AsyncBackend):
         if self._closed:
             raise BackendUnavailable("the store is closed")
 
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _call(self, fn: Callable[..., T], *args: Any, renewal: bool = False) -> T:
         self._check_open()
         if self._worker is None:
             return fn(*args)  # microseconds under the memory store's lock: a hop would cost more
         # A caller cancelled while its call waits in the queue or runs does not stop the call:
         # the worker finishes it. AsyncStore decides what that means (claims are released).
-        return await asyncio.get_running_loop().run_in_executor(self._worker, functools.partial(
-            self._unless_closed, fn, *args))
+        # Renewals go before the calls queued (claims of many tasks): only the one running delays them.
+        return await asyncio.wrap_future(self._worker.submit(functools.partial(self._unless_closed, fn, *args),
+                                                             urgent=renewal))
 
     def _unless_closed(self, fn: Callable[..., T], *args: Any) -> T:
         """In the worker: a call still queued when the store closed is not sent to a closed backend."""
@@ -231,7 +234,7 @@ class ThreadedBackend(AsyncBackend):
         return await self._call(self.sync.claim_next, owner, ttl)
 
     async def renew(self, lease: Lease, ttl: float) -> Lease:
-        return await self._call(self.sync.renew, lease, ttl)
+        return await self._call(self.sync.renew, lease, ttl, renewal=True)
 
     @property
     def renews_in_batches(self) -> bool:
@@ -242,7 +245,7 @@ class ThreadedBackend(AsyncBackend):
         return self.sync.RENEW_BATCH
 
     async def renew_many(self, renewals: Sequence[Renewal]) -> list[Lease | LeaseError]:
-        return await self._call(self.sync.renew_many, renewals)  # one trip to the worker thread
+        return await self._call(self.sync.renew_many, renewals, renewal=True)  # one trip to the worker thread
 
     async def complete(self, lease: Lease, result: bytes | None) -> None:
         await self._call(self.sync.complete, lease, result)
@@ -328,7 +331,7 @@ class ThreadedBackend(AsyncBackend):
         if self._worker is None:
             self.sync.close()
             return
-        self._worker.shutdown(wait=False)  # its thread ends after the call it runs, if that hangs
+        self._worker.shutdown()  # its thread ends after the call it runs, if that hangs
         closed: concurrent.futures.Future[None] = concurrent.futures.Future()
         threading.Thread(target=_settle, args=(closed, self.sync.close), name="tenure-aio-close", daemon=True).start()
         try:  # not queued behind a request that hangs: bounded like the releases before it

@@ -23,7 +23,7 @@ from tenure.core.clock import Clock
 from tenure.core.errors import LeaseError, StaleLease
 from tenure.core.holding import MAX_SLEEP, HeldState, RenewalBatch, in_parts, log, next_attempt
 from tenure.core.records import Lease, Reason
-from tenure.core.schedule import Schedule
+from tenure.core.schedule import CLAIM_YIELD, Schedule
 
 
 class HoldingStore(Protocol):
@@ -175,6 +175,7 @@ class AsyncRenewer:
         self._store = store
         self._schedule: Schedule[AsyncHeldLease] = Schedule()
         self._changed = asyncio.Event()
+        self._answered = asyncio.Event()  # set (and replaced) whenever renewals are answered
         self._task: asyncio.Task[None] | None = None
 
     def add(self, held: AsyncHeldLease) -> None:
@@ -183,6 +184,20 @@ class AsyncRenewer:
         if self._task is None or self._task.done():
             self._task = self._store.background(self._run(), renewal=True)  # ends at the store's close()
         self._changed.set()
+
+    async def yield_to_renewals(self) -> None:
+        """Before a claim is sent: wait while a renewal is late, until it is answered,
+        ``CLAIM_YIELD`` seconds at most (``tenure.core.renewal.Renewer.yield_to_renewals``)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + CLAIM_YIELD
+        while self._schedule.behind(self._store.clock.monotonic()):
+            left = until - loop.time()
+            if left <= 0:
+                return
+            try:  # only _wake_claims sets it, replacing it: a set one is never waited on again
+                await asyncio.wait_for(self._answered.wait(), left)
+            except asyncio.TimeoutError:
+                return
 
     async def _run(self) -> None:
         while True:
@@ -239,6 +254,7 @@ class AsyncRenewer:
                 held._lock.release()
         for held, outcome in outcomes.items():
             self._reschedule(held, outcome)
+        self._wake_claims()
 
     async def _renew(self, held: AsyncHeldLease) -> None:
         outcome: bool | BaseException
@@ -247,9 +263,17 @@ class AsyncRenewer:
         except Exception as exc:  # judged by next_attempt: retried, or the lease lost
             outcome = exc
         self._reschedule(held, outcome)
+        self._wake_claims()
 
     def _reschedule(self, held: AsyncHeldLease, outcome: bool | BaseException) -> None:
         delay = next_attempt(held, outcome)
-        if delay is not None:
+        if delay is None:
+            self._schedule.answered(held)
+        else:
             self._schedule.renew_at(held, self._store.clock.monotonic() + delay)
             self._changed.set()
+
+    def _wake_claims(self) -> None:
+        """Claims waiting for late renewals look again (``yield_to_renewals``)."""
+        self._answered.set()
+        self._answered = asyncio.Event()

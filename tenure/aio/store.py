@@ -125,6 +125,7 @@ class AsyncStore:
         while True:
             try:
                 if isinstance(step, waiting.Attempt):
+                    await self._renewer.yield_to_renewals()  # the leases held go first
                     try:
                         outcome: Any = await attempt()
                     except LeaseError as exc:

@@ -33,7 +33,7 @@ from tenure.core.holding import (
     next_attempt,
 )
 from tenure.core.records import Lease, Reason
-from tenure.core.schedule import Schedule
+from tenure.core.schedule import CLAIM_YIELD, Schedule
 from tenure.core.threads import ElasticPool
 
 if TYPE_CHECKING:
@@ -212,6 +212,18 @@ class Renewer:
                 self._thread.start()
             self._cond.notify()
 
+    def yield_to_renewals(self) -> None:
+        """Before a claim is sent: wait while a renewal is late (``Schedule.behind``), until it
+        is answered, ``CLAIM_YIELD`` seconds at most. The leases already held are renewed
+        first; a claim never delays them on a machine or a store short of time."""
+        until = time.monotonic() + CLAIM_YIELD  # real waiting, whatever the store's clock
+        with self._cond:
+            while not self._closed and self._schedule.behind(self._clock.monotonic()):
+                left = until - time.monotonic()
+                if left <= 0:
+                    return
+                self._cond.wait(left)
+
     def _run(self) -> None:
         while True:
             with self._cond:
@@ -275,12 +287,15 @@ class Renewer:
 
     def _reschedule(self, held: HeldLease, outcome: bool | BaseException) -> None:
         delay = next_attempt(held, outcome)
-        if delay is not None:
-            with self._cond:
-                if self._closed:
-                    return
+        with self._cond:
+            if self._closed:
+                return
+            if delay is None:
+                self._schedule.answered(held)
+            else:
                 self._schedule.renew_at(held, self._clock.monotonic() + delay)
-                self._cond.notify()  # the scheduler may be asleep on an empty heap
+            # The scheduler may be asleep on an empty heap; claims wait for renewals answered.
+            self._cond.notify_all()
 
     def close(self) -> None:
         """Stop renewing, then end every lease still held: each is lost at once (``lost`` set,

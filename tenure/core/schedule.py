@@ -8,6 +8,12 @@ there, never behind a renewal that hangs) and returns the renewals to send now i
 TTL, so a store holding thousands of leases renews them in a few round trips per TTL rather
 than one per lease. Renewing a little early costs nothing: each lease's deadline counts from
 when its renewal is sent, whenever that is.
+
+It also knows when renewals fall behind (``behind``): a renewal unanswered ``LATE_FRACTION`` of
+its TTL past its time, queued or on its way. The store's claims wait then (``Renewer.
+yield_to_renewals``), so on a machine short of CPU the renewals of leases already held get it
+before new claims do: a process making 10,000 claims while three others burned the cores lost
+thousands of its leases to its own claims.
 """
 
 from __future__ import annotations
@@ -17,13 +23,19 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
-from tenure.core.holding import RENEW_FRACTION, HeldState
+from tenure.core.holding import MAX_SLEEP, RENEW_FRACTION, HeldState
 
 COALESCE_FRACTION = RENEW_FRACTION / 2  # a renewal due within this share of its TTL goes now
 # Leases per renew_many at most, so one request stays of a bounded size. Smaller batches side
 # by side did worse: SQLite runs them one after another anyway (1,000: +9 threads, 0.5 s left
 # before a deadline at 10,000 leases), and ZooKeeper lost as many.
 MAX_BATCH = 5_000
+# A renewal this late (of its TTL: 0.5 s at 10 s) holds up the store's claims until answered.
+# Early enough to act: the default safe window leaves 0.6 TTL after a renewal's time.
+LATE_FRACTION = 1 / 20
+# Seconds a claim waits at most for late renewals (``Renewer.yield_to_renewals``): claims still
+# go on, slowly, when the store answers renewals late whatever the claims do.
+CLAIM_YIELD = MAX_SLEEP
 _RENEW, _DEADLINE = 0, 1
 
 H = TypeVar("H", bound=HeldState)
@@ -34,6 +46,10 @@ class Schedule(Generic[H]):
         self._heap: list[tuple[float, int, int, H]] = []
         self._order = itertools.count()
         self._horizon = 0.0  # the widest coalescing window of any lease added
+        # Renewals taken and not yet answered: when each becomes late (``behind``), and the
+        # same in a heap, oldest first (an entry is stale once its lease's is answered).
+        self._late_at: dict[H, float] = {}
+        self._lateness: list[tuple[float, int, H]] = []
 
     def add(self, held: H, now: float) -> None:
         """A lease just held: its first renewal a third of its TTL from now (never past its
@@ -45,7 +61,36 @@ class Schedule(Generic[H]):
 
     def renew_at(self, held: H, at: float) -> None:
         """The lease's next renewal (after one ended): a lease is in the heap for one at a time."""
+        self.answered(held)
         self._push(held, min(at, held.deadline), _RENEW)
+
+    def answered(self, held: H) -> None:
+        """The renewal ``take`` gave for ``held`` is over (whatever its outcome)."""
+        self._late_at.pop(held, None)
+
+    def behind(self, now: float) -> bool:
+        """Whether a renewal is late: one unanswered ``LATE_FRACTION`` of its TTL past its
+        time, taken (on its way, or queued for a thread) or still here."""
+        late = self._prune()
+        if late and late[0][0] <= now:
+            return True
+        if self._heap and self._heap[0][2] == _RENEW:  # not taken yet: the scheduler is late too
+            at, _, _, held = self._heap[0]
+            return at + held.lease.ttl * LATE_FRACTION <= now and not (held.lost.is_set() or held.finished)
+        return False
+
+    def _prune(self) -> list[tuple[float, int, H]]:
+        """The lateness heap without the renewals at its head that are answered, or can save
+        nothing (their lease was lost meanwhile, or finished: a renewal that hangs on a lost
+        lease holds up no claim); so it stays as long as the renewals from the oldest
+        unanswered one on."""
+        late = self._lateness
+        while late:
+            held = late[0][2]
+            if self._late_at.get(held) == late[0][0] and not (held.lost.is_set() or held.finished):
+                break
+            heapq.heappop(late)
+        return late
 
     def _push(self, held: H, at: float, kind: int) -> None:
         heapq.heappush(self._heap, (at, next(self._order), kind, held))
@@ -77,8 +122,12 @@ class Schedule(Generic[H]):
                 continue
             batch.append(held)
             jobs.add(held.job_id)
+            late_at = at + held.lease.ttl * LATE_FRACTION
+            self._late_at[held] = late_at
+            heapq.heappush(self._lateness, (late_at, next(self._order), held))
         for entry in aside:
             heapq.heappush(self._heap, entry)
+        self._prune()
         return batch
 
     def held(self) -> Iterator[H]:

@@ -100,6 +100,7 @@ class Store:
         while True:
             try:
                 if isinstance(step, waiting.Attempt):
+                    self._renewer.yield_to_renewals()  # the leases held go first
                     try:
                         outcome: Any = attempt()
                     except LeaseError as exc:

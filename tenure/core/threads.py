@@ -1,4 +1,5 @@
-"""A thread pool in which a task never waits long behind tasks that hang.
+"""Threads for background work: a pool in which a task never waits long behind tasks that hang
+(``ElasticPool``), and one worker that runs renewals before queued claims (``OneWorker``).
 
 ``concurrent.futures.ThreadPoolExecutor`` with four workers lets four requests that hang
 (a store that stopped answering, up to the backend's timeout) hold up every other task. This
@@ -11,13 +12,16 @@ threads beyond ``keep`` exit after ``idle_for`` seconds without work.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 log = logging.getLogger("tenure.renewal")
+T = TypeVar("T")
 
 
 class ElasticPool:
@@ -110,4 +114,52 @@ class ElasticPool:
         with self._cond:
             self._closed = True
             self._tasks.clear()
+            self._cond.notify_all()
+
+
+class OneWorker:
+    """One thread running calls in the order they came, with the urgent ones first: a renewal
+    waits behind the call that runs, never behind the claims of many tasks queued before it
+    (``tenure.aio.ThreadedBackend``). Started at the first call; it ends once shut down and
+    its queue is drained (calls queued then still run: the caller decides what they do)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._cond = threading.Condition()
+        self._urgent: collections.deque[tuple[concurrent.futures.Future[Any], Callable[[], Any]]] = collections.deque()
+        self._rest: collections.deque[tuple[concurrent.futures.Future[Any], Callable[[], Any]]] = collections.deque()
+        self._thread: threading.Thread | None = None
+        self._shut = False
+
+    def submit(self, fn: Callable[[], T], *, urgent: bool = False) -> concurrent.futures.Future[T]:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        with self._cond:
+            if self._shut:
+                raise RuntimeError(f"{self._name} is shut down")
+            (self._urgent if urgent else self._rest).append((future, fn))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name=self._name, daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return future
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._urgent or self._rest or self._shut):
+                    self._cond.wait()
+                if not (self._urgent or self._rest):
+                    return  # shut down, and nothing left
+                future, fn = (self._urgent or self._rest).popleft()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # handed to whoever waits
+                future.set_exception(exc)
+
+    def shutdown(self) -> None:
+        """No more calls; the thread ends after those queued (it may be in one that hangs)."""
+        with self._cond:
+            self._shut = True
             self._cond.notify_all()

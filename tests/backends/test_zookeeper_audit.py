@@ -22,6 +22,7 @@ from tenure.backends.zookeeper.audit import SEGMENT_LIMIT
 from tests.servers.zookeeper import ZooKeeperHarness
 
 NEAR_THE_END = 2**31 - 3  # three numbers left: 2147483645, 2147483646, 2147483647
+PATIENCE = 30.0  # seconds: a bound that only a trim that never ends reaches
 
 
 def test_zookeeper_names_no_child_past_the_counters_end(zk_private: ZooKeeperServer) -> None:
@@ -74,6 +75,7 @@ def test_history_rejections_and_watch_carry_on_past_the_counters_end(zk_private:
             stop.set()
             pool.shutdown(wait=False)
 
+        assert store.backend.session.settled(PATIENCE)  # type: ignore[attr-defined]  # trims run in the background
         history = store.history()
         assert 8 <= len(history) <= 16  # trimmed to retention, the oldest first
         assert [(e.job_id, e.op) for e in history[-3:]] == [("j11", Op.CLAIM), ("j11", Op.RENEW),
@@ -128,7 +130,43 @@ def test_a_log_is_listed_to_trim_it_once_per_retention_numbers(zk_harness: ZooKe
         for n in range(12):  # 3,000 records in multis of 250 (submit_many's), 12 commits
             client._call = counted
             store.submit_many([f"j{n}-{i}" for i in range(250)])
+            assert store.backend.session.settled(PATIENCE)  # type: ignore[attr-defined]  # the trim, in the background
             client._call = call  # our own listing below is not the store's
             kept = sum(len(client.get_children(f"{events}/{s}")) for s in client.get_children(events))
             assert retention <= kept <= 2 * retention or kept == 250 * (n + 1)
         assert 2 <= len(listed) <= 5  # about 5,000 numbers: every 1,000 (every 256: 12 or more)
+
+
+def test_a_trim_does_not_hold_up_the_commit_it_follows(zk_harness: ZooKeeperHarness) -> None:
+    """A renewal's answer waited for the audit trim its commit set off: 18 s on a loaded
+    machine, and the leases it renewed were lost meanwhile. The trim runs in the background now:
+    here its listing is held back, and the commits go on."""
+    retention = 100
+    # Requests time out after 2 x PATIENCE: a commit waiting for the trim fails the test first.
+    with zk_harness.connect(f"{zk_harness.url()}?retention={retention}&timeout={2 * PATIENCE:g}") as store:
+        client: Any = store.backend.client  # type: ignore[attr-defined]
+        events = store.backend.layout.events  # type: ignore[attr-defined]
+        call = client._call
+        held_back: list[tuple[Any, Any]] = []
+
+        def holding_back(request: Any, async_object: Any) -> Any:
+            if type(request).__name__ == "GetChildren" and request.path.startswith(events):
+                held_back.append((request, async_object))  # the trim's listing: not sent yet
+                return True
+            return call(request, async_object)
+
+        client._call = holding_back
+        pool = concurrent.futures.ThreadPoolExecutor(1)
+        try:
+            for n in range(3):  # 250 records a commit: each crosses a trim period
+                pool.submit(store.submit_many, [f"j{n}-{i}" for i in range(250)]).result(timeout=PATIENCE)
+            assert held_back, "no trim was started"
+            assert not store.backend.session.settled(0)  # type: ignore[attr-defined]  # still waiting
+        finally:
+            client._call = call
+            pool.shutdown(wait=False)
+        for request, async_object in held_back:  # let the trim go on
+            call(request, async_object)
+        assert store.backend.session.settled(PATIENCE)  # type: ignore[attr-defined]
+        kept = sum(len(client.get_children(f"{events}/{s}")) for s in client.get_children(events))
+        assert retention <= kept <= 2 * retention

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 import tenure
-from tenure.core.schedule import COALESCE_FRACTION, MAX_BATCH, Schedule
+from tenure.core.schedule import COALESCE_FRACTION, LATE_FRACTION, MAX_BATCH, Schedule
 
 
 @dataclass(eq=False)
@@ -15,6 +16,8 @@ class Held:
 
     lease: tenure.Lease
     expired: bool = False
+    lost: threading.Event = field(default_factory=threading.Event)
+    finished: bool = False
 
     @property
     def job_id(self) -> str:
@@ -65,3 +68,48 @@ def test_a_deadline_due_is_judged_and_no_renewal_is_sent_for_it() -> None:
     assert schedule.take(5.0, lose) == [h]  # the renewal is due at the deadline, tried once more
     assert h.expired  # and the deadline judged: lost
     assert schedule.next_at() is None
+
+
+def test_a_renewal_unanswered_past_its_time_is_behind_until_answered() -> None:
+    schedule: Schedule[Any] = Schedule()
+    ttl = 30.0
+    late = ttl * LATE_FRACTION
+    h = held("j", ttl)
+    schedule.add(h, now=0.0)  # due at 10
+    assert not schedule.behind(10.0 + late - 0.01)
+    assert schedule.behind(10.0 + late)  # not even taken: the scheduler is late too
+    assert schedule.take(10.0, lose) == [h]
+    assert not schedule.behind(10.0 + late - 0.01)  # on its way, not late yet
+    assert schedule.behind(10.0 + late)  # on its way and late
+    schedule.renew_at(h, 20.0)  # answered: its next renewal at 20
+    assert not schedule.behind(10.0 + late)
+    assert schedule.take(20.0, lose) == [h]
+    schedule.answered(h)  # answered, and nothing more to renew (refused, completed)
+    assert not schedule.behind(100.0)
+
+
+def test_a_renewal_taken_early_is_late_from_its_own_time() -> None:
+    schedule: Schedule[Any] = Schedule()
+    ttl = 30.0
+    first, soon = held("first", ttl), held("soon", ttl)
+    schedule.add(first, now=0.0)  # due at 10
+    schedule.add(soon, now=2.0)  # due at 12: goes with the first
+    assert schedule.take(10.0, lose) == [first, soon]
+    schedule.renew_at(first, 20.0)
+    assert not schedule.behind(12.0 + ttl * LATE_FRACTION - 0.01)
+    assert schedule.behind(12.0 + ttl * LATE_FRACTION)
+
+
+def test_a_lost_or_finished_lease_holds_nothing_up() -> None:
+    """A renewal that hangs on a lease lost meanwhile (or completed) can save nothing: claims
+    need not wait for it."""
+    schedule: Schedule[Any] = Schedule()
+    lost, done = held("lost", 30.0), held("done", 30.0)
+    for h in (lost, done):
+        schedule.add(h, now=0.0)
+    assert schedule.take(10.0, lose) == [lost, done]
+    assert schedule.behind(20.0)
+    lost.lost.set()
+    assert schedule.behind(20.0)  # the other one still counts
+    done.finished = True
+    assert not schedule.behind(20.0)

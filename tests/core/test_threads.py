@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tenure.core.threads import ElasticPool
+from tenure.core.threads import ElasticPool, OneWorker
 
 PATIENCE = 0.5  # seconds a task runs before it counts as stuck (a loaded machine may
 # stretch a 0.05 s sleep, not tenfold)
@@ -39,3 +39,41 @@ def test_a_task_that_makes_progress_is_not_stuck(progressing: bool) -> None:
         assert most == (1 if progressing else 2)
     finally:
         pool.close()
+
+
+def test_one_worker_runs_urgent_calls_before_those_queued() -> None:
+    """``OneWorker`` (tenure.aio's ThreadedBackend): a renewal queued behind claims runs next,
+    after the one call running; the rest keep their order."""
+    worker = OneWorker("test-worker")
+    running, go = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def first() -> None:
+        running.set()
+        go.wait(10)  # bound: only a broken worker leaves it waiting
+        order.append("first")
+
+    try:
+        futures = [worker.submit(first)]
+        assert running.wait(10)
+        futures += [worker.submit(lambda: order.append("claim 1")), worker.submit(lambda: order.append("claim 2")),
+                    worker.submit(lambda: order.append("renewal"), urgent=True)]
+        go.set()
+        for future in futures:
+            future.result(timeout=10)
+        assert order == ["first", "renewal", "claim 1", "claim 2"]
+    finally:
+        worker.shutdown()
+
+
+def test_one_worker_hands_errors_over_and_refuses_calls_once_shut_down() -> None:
+    worker = OneWorker("test-worker")
+
+    def fails() -> None:
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        worker.submit(fails).result(timeout=10)
+    worker.shutdown()
+    with pytest.raises(RuntimeError, match="shut down"):
+        worker.submit(lambda: None)

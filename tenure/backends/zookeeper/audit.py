@@ -14,6 +14,7 @@ trimmed to ``retention`` by the commit of a record whose number is a multiple of
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import threading
 from collections.abc import Callable, Iterator
@@ -242,7 +243,8 @@ class Audit:
 
     def _tidying(self, due: list[tuple[Log, str, int]]) -> Io[None]:
         """Tidying only: a failure here must not report the committed change as failed (the
-        next record past the limit rotates, the next period trims)."""
+        next record past the limit rotates, the next period trims). A trim runs in the
+        background (``Session.tidy``): the commit's answer, a renewal's, never waits for it."""
         trimmed: list[Log] = []
         for log, path, number in due:
             with contextlib.suppress(BackendUnavailable):
@@ -250,7 +252,7 @@ class Audit:
                     yield from log.rotate(path.rpartition("/")[0])
                 if number % self._every == 0 and log not in trimmed:
                     trimmed.append(log)
-                    yield from log.trim(self._b.config.retention)
+                    self._b.tidy(log.directory, functools.partial(log.trim, self._b.config.retention))
 
     def failed(self, operations: list[Any], results: list[Any]) -> Io[None]:
         for log in (self.event_log, self.rejection_log):

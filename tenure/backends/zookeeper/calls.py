@@ -4,13 +4,16 @@ an ``Io`` yields kazoo ``IAsyncResult``\\ s sent with kazoo's ``*_async`` calls.
 ``run`` waits with ``IAsyncResult.get(timeout)``: the sync backend's calls, unchanged.
 ``run_async`` awaits each result bridged to an asyncio future (``rawlink``, then
 ``loop.call_soon_threadsafe`` from kazoo's completion thread): no thread per call, and a wait
-that outlasts the timeout raises kazoo's own timeout error, as ``get`` does.
+that outlasts the timeout raises kazoo's own timeout error, as ``get`` does. ``detached``
+waits for nothing: each answer resumes the ``Io`` on kazoo's completion thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from kazoo.handlers.threading import KazooTimeoutError
@@ -19,7 +22,7 @@ from tenure.core import io_drivers
 from tenure.core.io_drivers import Io
 
 T = TypeVar("T")
-__all__ = ["Io", "awaited", "run", "run_async"]
+__all__ = ["Io", "awaited", "detached", "run", "run_async"]
 
 
 def run(io: Io[T], timeout: float) -> T:
@@ -30,6 +33,30 @@ def run(io: Io[T], timeout: float) -> T:
 async def run_async(io: Io[T], timeout: float) -> T:
     """``io``, each result awaited in the running loop."""
     return await io_drivers.run_async(io, lambda result: awaited(result, timeout))
+
+
+def detached(io: Io[None], ended: Callable[[BaseException | None], None]) -> None:
+    """``io`` with nobody waiting for it: started here, then resumed by each answer on kazoo's
+    completion thread (``rawlink``); ``ended(error)`` once it returns or raises. For tidying
+    that must not hold up the request it follows (an audit trim after a renewal's commit). A
+    request of a closed client fails, which ends it."""
+    def resume(step: Callable[[], Any]) -> None:
+        try:
+            pending = step()
+        except StopIteration:
+            ended(None)
+        except Exception as exc:
+            ended(exc)
+        else:
+            pending.rawlink(answered)
+
+    def answered(result: Any) -> None:
+        if result.successful():
+            resume(functools.partial(io.send, result.value))
+        else:
+            resume(functools.partial(io.throw, result.exception))
+
+    resume(functools.partial(next, io))
 
 
 async def awaited(result: Any, timeout: float) -> Any:

@@ -6,6 +6,7 @@ through the backend.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import uuid
 from collections.abc import Callable
@@ -27,6 +28,8 @@ from tenure.core.errors import BackendUnavailable
 
 T = TypeVar("T")
 FRESH = 1.0  # seconds a stamp of the leader's clock serves for ``bound_now``
+log = logging.getLogger("tenure.zookeeper")
+
 RATE = 1.1  # the leader's clock may run this much faster than ours over that second
 
 
@@ -40,6 +43,9 @@ class Session:
         self._last_time = (0.0, boot_clock())  # (store time, our monotonic) of the last stamp
         self._bound: tuple[float, float, int] | None = None  # (store time, our send time, epoch)
         self.last_zxid = 0
+        # Tidying running in the background (``tidy``), by what it tidies: whether it is due again.
+        self._tidying: dict[str, bool] = {}
+        self._tidied = threading.Condition()
         self.client = KazooClient(**config.client_kwargs())
         self.client.add_listener(self._on_state)
         with mapped_errors("connecting"):
@@ -72,6 +78,39 @@ class Session:
         with contextlib.suppress(Exception):  # closing is best effort and idempotent
             self.client.stop()
             self.client.close()
+
+    # -- tidying ------------------------------------------------------------------------------
+    def tidy(self, what: str, io: Callable[[], Io[None]]) -> None:
+        """Run ``io()`` in the background (``calls.detached``): tidying that the request it
+        follows must not wait for. An audit trim inline held a renewal's answer for 18 s on a
+        loaded machine, and the leases it renewed were lost meanwhile. One per ``what`` at a
+        time; due again while it runs, it runs once more after."""
+        with self._tidied:
+            if what in self._tidying:
+                self._tidying[what] = True
+                return
+            self._tidying[what] = False
+        self._start_tidying(what, io)
+
+    def _start_tidying(self, what: str, io: Callable[[], Io[None]]) -> None:
+        def ended(error: BaseException | None) -> None:
+            if error is not None:  # tidying only: the next one does it
+                log.info("tidying %s failed: %s", what, error)
+            with self._tidied:
+                again = self._tidying.pop(what)
+                if again:
+                    self._tidying[what] = False
+                else:
+                    self._tidied.notify_all()
+            if again:
+                self._start_tidying(what, io)
+
+        calls.detached(io(), ended)
+
+    def settled(self, timeout: float) -> bool:
+        """Wait until no tidying runs; False if some still did after ``timeout`` seconds."""
+        with self._tidied:
+            return self._tidied.wait_for(lambda: not self._tidying, timeout)
 
     # -- the leader's clock ------------------------------------------------------------------
     def run(self, io: Io[T]) -> T:
