@@ -12,7 +12,7 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 stamp=.venv/.tenure-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -nt "$stamp" ]; then
   echo "setup: installing tenure, its extras and the dev and bench groups into .venv"
   .venv/bin/pip install -q --upgrade 'pip>=25.1' >/dev/null
   .venv/bin/pip install -q -e '.[all]' --group dev --group bench
