@@ -40,12 +40,14 @@ from typing import Any, TypeVar
 
 from tenure.backends.etcd import claims as etcd_claims
 from tenure.backends.etcd import holders as etcd_holders
+from tenure.backends.etcd import listing as etcd_listing
 from tenure.backends.etcd import query as etcd_query
-from tenure.backends.etcd import scan as etcd_scan
 from tenure.backends.etcd import upgrade as etcd_upgrade
+from tenure.backends.etcd import watch as etcd_watch
 from tenure.backends.etcd.client import KV, Connection
 from tenure.backends.etcd.layout import Keys, read_event, read_rejection
 from tenure.backends.etcd.leases import EtcdLeases, etcd_ttl
+from tenure.backends.etcd.queue_cursor import QueueCursor
 from tenure.backends.etcd.transaction import Context, EtcdTransaction, Parts, Read, reads
 from tenure.core import audit, steps, transitions
 from tenure.core.backend import Backend, Characteristics, Durability, RecordBackend
@@ -88,7 +90,7 @@ class EtcdBackend(RecordBackend):
         self._clock = clock
         self._conn = Connection(hosts, timeout=timeout, **security)
         self._leases = EtcdLeases(self._conn, self.keys, retention)
-        self.parts = Parts(self._conn, self.keys, self._leases, etcd_scan.QueueCursor(self.keys), clock)
+        self.parts = Parts(self._conn, self.keys, self._leases, QueueCursor(self.keys), clock)
         self._index = etcd_query.EtcdIndex(self._conn, self.keys)  # summary() and page()
         try:
             self._conn.range(self.keys.retention)  # fail now if unreachable or refused
@@ -226,7 +228,7 @@ class EtcdBackend(RecordBackend):
 
     def jobs(self) -> Iterator[JobStatus]:
         now = self.now()
-        return etcd_scan.scan(self._conn, self.keys, now, self._index.listing_pages(etcd_scan.PAGE))
+        return etcd_listing.scan(self._conn, self.keys, now, self._index.listing_pages(etcd_listing.PAGE))
 
     def _read_audit(self, span: tuple[bytes, bytes], limit: int | None, since: float | None,
                     read: Callable[[KV], _Stamped], by_mod: bool = False) -> list[_Stamped]:
@@ -263,7 +265,7 @@ class EtcdBackend(RecordBackend):
         return indexed or super().page(now, states, job, owner, order, offset, limit)
 
     def watch(self, stop: threading.Event, interval: float) -> Iterator[Change]:
-        return etcd_scan.watch(self.keys, self._conn, self.jobs, self.get, stop, interval)
+        return etcd_watch.watch(self.keys, self._conn, self.jobs, self.get, stop, interval)
 
     def health(self) -> dict[str, Any]:
         status = self._conn.status()

@@ -6,7 +6,7 @@ The ``held/`` keys without a ``lease/`` key are leases etcd ended, but for those
 ``last/`` key (the last attempt: parked, never a candidate, ``transitions.candidate_at``); the
 ``sched/`` keys up to the store's ``now`` are scheduled jobs whose time came (later ones are
 never read); the ``queue/`` keys are pending jobs in the order they became so (read through
-``scan.QueueCursor``). These are proposals: the transaction reads each candidate's keys and
+``queue_cursor.QueueCursor``). These are proposals: the transaction reads each candidate's keys and
 passes over one that is no longer claimable.
 """
 
@@ -21,7 +21,7 @@ from tenure.backends.etcd import client as ec
 from tenure.backends.etcd.client import KV, Io
 from tenure.backends.etcd.layout import Keys
 from tenure.backends.etcd.leases import EtcdLeases
-from tenure.backends.etcd.scan import QueueCursor
+from tenure.backends.etcd.queue_cursor import QueueCursor
 from tenure.core import order
 from tenure.core.clock import boot_clock
 from tenure.core.errors import CorruptRecord

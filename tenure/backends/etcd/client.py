@@ -241,7 +241,7 @@ def _lived(resp: Any) -> tuple[int, int]:
 # -- the transport ------------------------------------------------------------------------------
 # Pings on open streams (watches) notice a frozen server; etcd refuses pings under 5 s apart.
 _CHANNEL_OPTIONS = [("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
-                    # A listing's walk of every job key in one answer (scan.scan): 1,000,000
+                    # A listing's walk of every job key in one answer (listing.scan): 1,000,000
                     # keys of 30 bytes are about 40 MB, past gRPC's default 4 MB.
                     ("grpc.max_receive_message_length", 512 * 1024 * 1024)]
 

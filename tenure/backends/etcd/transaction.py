@@ -57,7 +57,7 @@ from tenure.backends.etcd.layout import (
     rejection_value,
 )
 from tenure.backends.etcd.leases import SLACK, Claiming, ClaimKey, EtcdLease, EtcdLeases, etcd_ttl
-from tenure.backends.etcd.scan import QueueCursor
+from tenure.backends.etcd.queue_cursor import QueueCursor
 from tenure.core import codec, transitions
 from tenure.core.bounded import Bounded
 from tenure.core.clock import Clock, boot_clock, deadline_runs
