@@ -183,9 +183,9 @@ def test_etcd_listing_reads_a_damaged_pending_record_as_corrupt(etcd_harness: An
 def test_etcd_listing_is_whole_whatever_the_cached_names(etcd_harness: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The listing cuts its pages at job names cached from an earlier read; a stale cut only
     changes the pages' sizes: every job is still listed once, in key order."""
-    from tenure.backends.etcd import scan as etcd_scan
+    from tenure.backends.etcd import listing as etcd_listing
 
-    monkeypatch.setattr(etcd_scan, "PAGE", 3)
+    monkeypatch.setattr(etcd_listing, "PAGE", 3)
     with etcd_harness.connect() as store:
         store.submit_many([f"j{i:02d}" for i in range(10)])
         assert sorted(j.job_id for j in store.jobs()) == [f"j{i:02d}" for i in range(10)]
