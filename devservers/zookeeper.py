@@ -178,14 +178,24 @@ class Ensemble:
         for s in chosen:
             s.wait_serving(timeout=60)
 
-    def leader(self, timeout: float = 30.0) -> ZooKeeperServer:
+    def leader(self, timeout: float = 90.0) -> ZooKeeperServer:
+        # Elections here take a second or two, but one took over 30 s in a CI run with four
+        # test workers on two cores; the wait is generous and a failure shows each member's log.
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for s in self.servers:
                 if s.proc is not None and s.mode() == "leader":
                     return s
             time.sleep(0.05)  # waiting for an election
-        raise AssertionError("no leader elected")
+        raise AssertionError(f"no leader elected in {timeout:g} s\n{self.log_tails()}")
+
+    def log_tails(self, lines: int = 15) -> str:
+        tails = []
+        for s in self.servers:
+            log = s.directory / "server.log"
+            text = log.read_text(errors="replace").splitlines()[-lines:] if log.exists() else []
+            tails.append(f"--- member {s.sid} ({log}):\n" + "\n".join(text))
+        return "\n".join(tails)
 
     def close(self) -> None:
         for s in self.servers:
