@@ -1,4 +1,4 @@
-"""``python -m benchmarks.before_after [--baseline REV] [--backends etcd,zk] [--n N] [--runs N] [--claimers N] [--no-renew]``
+"""``python -m benchmarks.before_after [--baseline REV] [--backends S] [--n N] [--runs N] [--claimers N] [--no-renew]``
 
 Did a refactor make the protocol's hot path slower? This runs the client of ``--baseline`` (a
 git revision; default: the commit before etcd and ZooKeeper became record backends of the
@@ -9,7 +9,8 @@ process's CPU time (every thread of it, gRPC's and kazoo's included): CPU time m
 less with the load of a shared machine than wall time does. With ``--claimers N``, each slice
 is instead N threads of one process taking ``--n`` / 10 queued jobs with ``claim_next`` and
 completing them (jobs per second). ``--no-renew`` times claim + complete cycles (issue 27's
-measure); ``--backends`` takes memory, sqlite, postgres, etcd and zk. Round trips per operation are ``benchmarks/round_trips.py``'s.
+measure); ``--backends`` takes memory, sqlite, postgres, etcd and zk (default: etcd,zk). Round
+trips per operation are ``benchmarks/round_trips.py``'s.
 """
 
 from __future__ import annotations
