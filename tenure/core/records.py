@@ -162,24 +162,6 @@ class JobRecord:
     claimable_at: float | None = None  # a pending job's earliest claim (None: at once)
     failed_at: float | None = None  # the latest fail()
 
-    # Written out, not generated: a frozen dataclass's ``__init__`` sets each field through
-    # ``object.__setattr__`` (17 calls); this sets them in one go. Every record a step changes
-    # (``dataclasses.replace``) or a backend decodes comes through here. The parameters are
-    # the fields, in order, with their defaults (tests/core/test_records.py checks it).
-    def __init__(self, job_id: str, state: JobState, owner: str | None = None, token: int = 0,
-                 lease_until: float | None = None, ttl: float | None = None,
-                 submitted_at: float | None = None, claimed_at: float | None = None,
-                 renewed_at: float | None = None, completed_at: float | None = None, runs: int = 1,
-                 result: bytes | None = None, attempts: int = 0, max_attempts: int | None = None,
-                 last_error: str | None = None, claimable_at: float | None = None,
-                 failed_at: float | None = None) -> None:
-        _set(self, "__dict__", {
-            "job_id": job_id, "state": state, "owner": owner, "token": token, "lease_until": lease_until,
-            "ttl": ttl, "submitted_at": submitted_at, "claimed_at": claimed_at, "renewed_at": renewed_at,
-            "completed_at": completed_at, "runs": runs, "result": result, "attempts": attempts,
-            "max_attempts": max_attempts, "last_error": last_error, "claimable_at": claimable_at,
-            "failed_at": failed_at})
-
     @property
     def out_of_attempts(self) -> bool:
         return self.max_attempts is not None and self.attempts >= self.max_attempts
