@@ -162,36 +162,6 @@ class JobRecord:
     claimable_at: float | None = None  # a pending job's earliest claim (None: at once)
     failed_at: float | None = None  # the latest fail()
 
-    # Written out, not generated: the generated ``__init__`` of a frozen dataclass looks up
-    # ``object.__setattr__`` anew for each field (17 lookups, every record a step changes or a
-    # backend decodes); this calls it once looked up. Still one call a field, so records
-    # keep sharing their keys (setting ``__dict__`` in one go doubles a record's memory).
-    # The parameters are the fields, in order, with their defaults (tests/core/test_records.py).
-    def __init__(self, job_id: str, state: JobState, owner: str | None = None, token: int = 0,
-                 lease_until: float | None = None, ttl: float | None = None,
-                 submitted_at: float | None = None, claimed_at: float | None = None,
-                 renewed_at: float | None = None, completed_at: float | None = None, runs: int = 1,
-                 result: bytes | None = None, attempts: int = 0, max_attempts: int | None = None,
-                 last_error: str | None = None, claimable_at: float | None = None,
-                 failed_at: float | None = None) -> None:
-        _set(self, "job_id", job_id)
-        _set(self, "state", state)
-        _set(self, "owner", owner)
-        _set(self, "token", token)
-        _set(self, "lease_until", lease_until)
-        _set(self, "ttl", ttl)
-        _set(self, "submitted_at", submitted_at)
-        _set(self, "claimed_at", claimed_at)
-        _set(self, "renewed_at", renewed_at)
-        _set(self, "completed_at", completed_at)
-        _set(self, "runs", runs)
-        _set(self, "result", result)
-        _set(self, "attempts", attempts)
-        _set(self, "max_attempts", max_attempts)
-        _set(self, "last_error", last_error)
-        _set(self, "claimable_at", claimable_at)
-        _set(self, "failed_at", failed_at)
-
     @property
     def out_of_attempts(self) -> bool:
         return self.max_attempts is not None and self.attempts >= self.max_attempts
