@@ -158,7 +158,7 @@ class Plans:
             # Claimable after all: the row changed between the statement's judgement and its read.
             raise contention.Collided
 
-        return (yield from contention.attempted(attempt, job_id))
+        return contention.attempted(attempt, job_id)
 
     def claim_next(self, owner: str, ttl: float) -> Plan[Lease | None]:
         rows = yield from self.rows(CLAIM_NEXT, "CLAIM_NEXT", {"owner": owner, "ttl": ttl}, write=True,
@@ -184,7 +184,7 @@ class Plans:
                 raise contention.Collided
             raise self._refusal(op, lease, outcome, record, now)
 
-        return (yield from contention.attempted(attempt, lease.job_id))
+        return contention.attempted(attempt, lease.job_id)
 
     def _refusal(self, op: Op, lease: Lease, outcome: str, record: list[Any], now: float) -> StaleLease:
         """The refusal a holder statement's row reports; raises CorruptRecord for 'corrupt'."""
