@@ -323,7 +323,7 @@ class RecordBackend(Backend):
             try:
                 with opened(attempt.fresh) as tx:
                     attempts.begin(tx)
-                    found = operation.step(tx)
+                    found = attempts.step(tx)
             except (steps.Reread, LeaseError) as exc:
                 if attempts.retry_after(tx, exc):
                     continue
