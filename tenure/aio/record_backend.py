@@ -87,7 +87,6 @@ class AsyncRecordBackend(ThreadedBackend):
             tx: Transaction | None = None
             try:
                 async with opened(attempt.fresh) as tx:
-                    attempts.begin(tx)
                     found = await _fetched(tx, attempts.step)
             except (steps.Reread, LeaseError) as exc:
                 if attempts.retry_after(tx, exc):

@@ -12,7 +12,6 @@ sticks. A driver only opens transactions, waits (a pause, a read) and calls thes
         attempt = attempts.next()                     # Outraced when none is left
         pause contention.pause(attempt.retry) if attempt.retry
         with transaction(fresh=attempt.fresh) as tx:  # commits on leaving
-            attempts.begin(tx)
             found = attempts.step(tx)                 # Reread / LeaseError: attempts.retry_after
         if attempts.stuck(tx):
             return attempts.result(tx, found)
@@ -103,6 +102,7 @@ class Attempts(Generic[S, R]):
     def __init__(self, operation: Operation[S, R]) -> None:
         self.operation = operation
         self._previous: Transaction | None = None
+        self._began: Transaction | None = None  # the transaction ``step`` last followed into
         self._count = 0
         self._retries = 0
 
@@ -120,16 +120,17 @@ class Attempts(Generic[S, R]):
         return Attempt(fresh=True, retry=self._retries)
 
     def step(self, tx: Transaction) -> S | AfterCommit:
-        """The operation's step in ``tx``; a refusal to raise after the commit, as a value."""
+        """The operation's step in ``tx``, which first follows the attempt before it (once per
+        transaction, not per rerun after ``NotFetched``); a refusal to raise after the commit
+        (``AfterCommit``) as a value, for ``result``."""
+        if tx is not self._began:
+            self._began = tx
+            if self._previous is not None:
+                tx.follow(self._previous)
         try:
             return self.operation.step(tx)
         except AfterCommit as refused:
             return refused
-
-    def begin(self, tx: Transaction) -> None:
-        """Before the step runs (once per transaction, not per rerun after ``NotFetched``)."""
-        if self._previous is not None:
-            tx.follow(self._previous)
 
     def retry_after(self, tx: Transaction | None, exc: Exception) -> bool:
         """The step raised ``exc`` (``Reread`` or a ``LeaseError``): whether to attempt again
@@ -173,6 +174,8 @@ def _read(tx: Transaction, job_id: str, op: Op, lease: Lease | None = None) -> t
         loaded = tx.load_for(job_id, op, lease)
     except CorruptRecord as exc:
         raise exc.naming(job_id) from exc.__cause__
+    if loaded is None or isinstance(loaded, JobRecord):
+        return loaded, False  # a record as read: nothing to decide (the common case, kept short)
     write = read_facts.restamped(loaded, op, tx.now)
     if write is not None:
         tx.save(write)

@@ -162,14 +162,10 @@ class ZkTransaction(Transaction):
         self._loaded.add(job_id)
         if got.error:
             raise got.error
-        return self._fact(job_id, got)
-
-    def _fact(self, job_id: str, got: Found) -> read_facts.Loaded:
-        """What ``got`` is to the core: a record, or one an earlier leader's clock stamped, or
-        (no job znode) the generation znode's version if there is one."""
-        if got.rec is None:
+        rec = got.rec  # reported as found: the core decides what it means (``read_facts``)
+        if rec is None:
             return None if got.gen is None else read_facts.Vanished(job_id, got.gen)
-        return got.rec if got.epoch == self.epoch else read_facts.OtherClock(got.rec)
+        return rec if got.epoch == self.epoch else read_facts.OtherClock(rec)
 
     def passed_over(self) -> list[read_facts.Loaded]:
         return self._passed
@@ -319,10 +315,11 @@ class ZkTransaction(Transaction):
         store's time as the core reads it (``read_facts``). One passed over that the core
         would write (re-stamp) is kept for the step (``passed_over``)."""
         got = found(job_id, self._layout.job(job_id), data, version, None)
-        if got.rec is None or not transitions.is_next(got.rec, self.now):
+        rec = got.rec
+        if rec is None or not transitions.is_next(rec, self.now):
             return False  # unreadable, taken since it was listed, or no claim can follow its token
         self._found[job_id] = got
-        fact = self._fact(job_id, got)
+        fact = rec if got.epoch == self.epoch else read_facts.OtherClock(rec)
         if transitions.is_next(read_facts.seen(fact, Op.CLAIM, self.now), self.now):
             return True
         if read_facts.restamped(fact, Op.CLAIM, self.now) is not None:
