@@ -194,8 +194,6 @@ def _save_passed_over(tx: Transaction) -> None:
             tx.save(write)
 
 
-
-
 def submit(job_ids: list[str], actor: str | None, max_attempts: int | None = None,
            delay: float = 0.0) -> Operation[None, None]:
     def step(tx: Transaction) -> None:
