@@ -62,7 +62,7 @@ class _One:
         """Whether claim_next would claim it, on its read (``EtcdTransaction.next_claimable``)."""
         try:
             return transitions.is_next(self.tx.load(self.read.job_id), self.tx.now)
-        except LeaseError:  # corrupt, or a lease etcd ended still waited out
+        except LeaseError:  # corrupt
             return False
 
     def deciding(self) -> Io[None]:
