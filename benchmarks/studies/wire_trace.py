@@ -1,11 +1,12 @@
-"""``python -m benchmarks.studies.h2_trace [--rtt MS] [--n N] [--peer] [--show K]``: a cycle's HTTP/2 frames.
+"""``python -m benchmarks.studies.wire_trace [--store etcd|zk] [--rtt MS] [--n N] [--peer]``: a cycle on the wire.
 
-Runs N claim+complete cycles of tenure, N of the floor's two transactions (on tenure's own
-``Connection``, as ``etcd_peers.floor`` makes them) and, with ``--peer``, N acquire+release
-cycles of cslab-etcd3's ``Lock`` (in its own process), on a private etcd through a delay relay
-in its own process (benchmarks/relay.py, as ``benchmarks.run --rtt`` uses it), in slices taken
-in turn as ``benchmarks.rtt.alternate`` takes them. The relay keeps every chunk it passes on;
-this reads them as HTTP/2 frames and prints, per subject:
+Runs N claim+complete cycles of tenure, N of the floor's two transactions (etcd: on tenure's
+own ``Connection``, as ``etcd_peers.floor`` makes them; ZooKeeper: two kazoo multis, as
+``zk_peers.floor``) and, with ``--peer``, N acquire+release cycles of the Lock recipe
+(cslab-etcd3's, in its own process; kazoo's), on a private server through a delay relay in its
+own process (benchmarks/relay.py, as ``benchmarks.run --rtt`` uses it), in slices taken in
+turn as ``benchmarks.rtt.alternate`` takes them. The relay keeps every chunk it passes on;
+this reads them as HTTP/2 frames (etcd) or ZooKeeper packets and prints, per subject:
 
 - chunks and frames per cycle each way (what each request costs on the wire);
 - for the subjects in this process, the client's CPU per cycle (all threads, and the calling
@@ -29,6 +30,7 @@ import itertools
 import json
 import statistics
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -53,6 +55,8 @@ class Chunk:
     conn: int
     size: int
     frames: list[str] = field(default_factory=list)
+    request: bool = False  # up: carries a request (HTTP/2 HEADERS; a ZooKeeper packet that is no ping)
+    answer: bool = False  # down: ends a request's answer (HEADERS with END_STREAM; a ZooKeeper reply)
 
 
 def frame_text(kind: int, flags: int, stream: int, payload: bytes) -> str:
@@ -87,6 +91,39 @@ def frames_of(rows: list[dict[str, object]]) -> list[Chunk]:
                                            buf[9:9 + length]))
             buf = buf[9 + length:]
         buffers[key] = buf
+        chunk.request = chunk.up and any(f.startswith("HEADERS") for f in chunk.frames)
+        chunk.answer = not chunk.up and any(f.startswith("HEADERS") and "END_STREAM" in f for f in chunk.frames)
+        chunks.append(chunk)
+    return chunks
+
+
+ZK_OPS = {-11: "close", 1: "create", 2: "delete", 4: "getData", 5: "setData", 8: "getChildren", 11: "ping",
+          12: "getChildren2", 13: "check", 14: "multi", 15: "create2", 22: "multiRead"}
+
+
+def packets_of(rows: list[dict[str, object]]) -> list[Chunk]:
+    """Each logged chunk with the ZooKeeper packets that end in it, per connection and way: a
+    request names its xid and operation, a reply its xid (-2: a ping's, -1: a watch event)."""
+    buffers: dict[tuple[int, bool], bytes] = collections.defaultdict(bytes)
+    chunks = []
+    for row in rows:
+        data = bytes.fromhex(str(row["data"]))
+        key = (int(str(row["conn"])), bool(row["up"]))
+        chunk = Chunk(float(str(row["at"])), key[1], key[0], len(data))
+        buf = buffers[key] + data
+        while len(buf) >= 4 and len(buf) >= 4 + int.from_bytes(buf[:4], "big"):
+            length = int.from_bytes(buf[:4], "big")
+            body = buf[4:4 + length]
+            xid = int.from_bytes(body[:4], "big", signed=True)
+            if chunk.up:
+                op = int.from_bytes(body[4:8], "big", signed=True)
+                chunk.frames.append(f"{ZK_OPS.get(op, op)}(x{xid} {length}B)")
+                chunk.request = chunk.request or op != 11
+            else:
+                chunk.frames.append(f"reply(x{xid} {length}B)")
+                chunk.answer = chunk.answer or xid >= 0
+            buf = buf[4 + length:]
+        buffers[key] = buf
         chunks.append(chunk)
     return chunks
 
@@ -102,6 +139,21 @@ def switches() -> dict[int, tuple[str, int, int]]:
     return found
 
 
+def waited() -> tuple[float, float]:
+    """Seconds this thread, and every other thread of the process, spent runnable but waiting
+    for a core so far (the kernel's schedstat): what the machine's load adds to CPU work."""
+    mine = other = 0.0
+    me = threading.get_native_id()
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):
+            wait = int((task / "schedstat").read_text().split()[1]) / 1e9
+            if int(task.name) == me:
+                mine += wait
+            else:
+                other += wait
+    return mine, other
+
+
 @dataclass
 class Subject:
     """One side of the comparison: ``run(n)`` makes n cycles and gives each one's (start, end),
@@ -114,6 +166,8 @@ class Subject:
     slices: list[tuple[float, float]] = field(default_factory=list)
     cpu: float = 0.0
     own_cpu: float = 0.0
+    own_wait: float = 0.0  # the calling thread runnable, waiting for a core
+    others_wait: float = 0.0
     gc_seconds: float = 0.0
     gc_runs: collections.Counter[int] = field(default_factory=collections.Counter)
     switched: collections.Counter[str] = field(default_factory=collections.Counter)
@@ -150,7 +204,8 @@ class GcClock:
             self.runs[info["generation"]] += 1
 
 
-def alternate(net: Network, subjects: list[Subject], n: int, slices: int) -> list[Chunk]:
+def alternate(net: Network, subjects: list[Subject], n: int, slices: int,
+              parse: Callable[[list[dict[str, object]]], list[Chunk]]) -> list[Chunk]:
     """Each subject's n cycles in slices taken in turn (as ``benchmarks.rtt.alternate``), the
     relay keeping every chunk meanwhile."""
     relay = net.relays[0]
@@ -160,7 +215,11 @@ def alternate(net: Network, subjects: list[Subject], n: int, slices: int) -> lis
         for s in subjects[turn % len(subjects):] + subjects[:turn % len(subjects)]:
             before, cpu, own = switches(), time.process_time(), time.thread_time()
             collected, runs = clock.seconds, clock.runs.copy()
+            own_wait, others_wait = waited()
             spans = s.run(max(1, n // slices))
+            own_wait, others_wait = (now - then for now, then in zip(waited(), (own_wait, others_wait), strict=True))
+            s.own_wait += own_wait
+            s.others_wait += others_wait
             s.gc_seconds += clock.seconds - collected
             s.gc_runs += clock.runs - runs
             s.own_cpu += time.thread_time() - own
@@ -176,7 +235,7 @@ def alternate(net: Network, subjects: list[Subject], n: int, slices: int) -> lis
         path = Path(tmp) / "log.jsonl"
         relay.ask(f"dump {path}")
         rows = [json.loads(line) for line in path.read_text().splitlines()]
-    return frames_of(rows)
+    return parse(rows)
 
 
 def report(s: Subject, chunks: list[Chunk], show: int, one_way: float) -> None:
@@ -190,6 +249,8 @@ def report(s: Subject, chunks: list[Chunk], show: int, one_way: float) -> None:
         print(f"  client CPU per cycle {s.cpu * 1000 / n:.3f} ms ({s.own_cpu * 1000 / n:.3f} ms in the calling "
               "thread); context switches per cycle: "
               + ", ".join(f"{k} {v / n:.2f}" for k, v in sorted(s.switched.items()) if v))
+        print(f"  waiting for a core (runnable): {s.own_wait * 1000 / n:.3f} ms per cycle the calling thread, "
+              f"{s.others_wait * 1000 / n:.3f} ms the others")
         print(f"  garbage collector: {s.gc_seconds * 1000 / n:.3f} ms per cycle, runs by generation "
               f"{dict(sorted(s.gc_runs.items()))}")
     up = [c for c in mine if c.up]
@@ -205,9 +266,8 @@ def report(s: Subject, chunks: list[Chunk], show: int, one_way: float) -> None:
     phases: dict[str, list[float]] = collections.defaultdict(list)
     for start, end in local:
         window = [c for c in mine if start <= c.at < end]
-        requests = [c for c in window if c.up and any(f.startswith("HEADERS") for f in c.frames)]
-        answers = [c for c in window if not c.up and any(f.startswith("HEADERS") and "END_STREAM" in f
-                                                         for f in c.frames)]
+        requests = [c for c in window if c.request]
+        answers = [c for c in window if c.answer]
         if len(requests) != 2 or len(answers) != 2:
             continue
         phases["client before request 1"].append(requests[0].at - start)
@@ -227,63 +287,118 @@ def report(s: Subject, chunks: list[Chunk], show: int, one_way: float) -> None:
         print(f"    {(end - start) * 1000:7.3f}  (returned)")
 
 
+def etcd_subjects(endpoint: str, peer: bool, closing: contextlib.ExitStack) -> list[Subject]:
+    store = closing.enter_context(tenure.connect(f"etcd://{endpoint}/trace-{uuid.uuid4().hex[:6]}"))
+    prefix = uuid.uuid4().hex[:6]
+
+    def ours(i: int) -> None:
+        store.complete(store.claim(f"{prefix}-{i}", owner="trace", ttl=30))
+
+    host, _, port = endpoint.rpartition(":")
+    conn = ec.Connection([(host, int(port))], timeout=10)
+    closing.callback(conn.close)
+    root = f"/floor-{uuid.uuid4().hex[:8]}"
+    lease, _ = conn.grant(60)
+    record = json.dumps({"state": "leased", "owner": "bench", "ttl": 30}).encode()
+
+    def floor(i: int) -> None:  # etcd_peers.floor's cycle, on one connection throughout
+        job, held, end = (f"{root}/{name}/{i}".encode() for name in ("job", "lease", "end"))
+        claimed = conn.txn([ec.compare(held, "create", "==", 0)],
+                           [ec.put(job, record), ec.put(held, record, lease), ec.delete(end),
+                            ec.put(f"{root}/history/{uuid.uuid4().hex}".encode(), record)], [])
+        conn.txn([ec.compare(held, "create", "==", claimed.revision)],
+                 [ec.put(end, record), ec.delete(held),
+                  ec.put(f"{root}/history/{uuid.uuid4().hex}".encode(), record)], [])
+
+    subjects = [in_process("tenure claim+complete", ours), in_process("floor (two bare Txns)", floor)]
+    if peer:
+        label, venv, requirement, env = etcd_peers.PEERS[1]
+        lock = etcd_peers.LockPeer(label, venv, requirement, env, endpoint)
+        closing.callback(lock.close)
+        subjects.append(Subject(label, lambda n: _elsewhere(lock.cycles, n), False))
+    return subjects
+
+
+def zk_subjects(hosts: str, peer: bool, closing: contextlib.ExitStack, n: int) -> list[Subject]:
+    from kazoo.client import KazooClient
+
+    store = closing.enter_context(tenure.connect(f"zk://{hosts}/trace-{uuid.uuid4().hex[:6]}"))
+    prefix = uuid.uuid4().hex[:6]
+
+    def ours(i: int) -> None:
+        store.complete(store.claim(f"{prefix}-{i}", owner="trace", ttl=30))
+
+    client = KazooClient(hosts=hosts, timeout=10)
+    client.start(timeout=15)
+    closing.callback(client.close)
+    closing.callback(client.stop)
+    root = f"/floor-{uuid.uuid4().hex[:8]}"
+    for path in (f"{root}/jobs", f"{root}/gen", f"{root}/events"):
+        client.ensure_path(path)
+    record = json.dumps({"state": "leased", "owner": "bench", "ttl": 30}).encode()
+    for i in range(n + 10):  # before any cycle, as zk_peers.floor makes them before its timer starts
+        client.create(f"{root}/jobs/j{i}", record)
+        client.create(f"{root}/gen/j{i}", b"")
+
+    def floor(i: int) -> None:  # zk_peers.floor's cycle, on one client throughout
+        tx = client.transaction()
+        tx.set_data(f"{root}/jobs/j{i}", record)
+        tx.set_data(f"{root}/gen/j{i}", b"")
+        tx.create(f"{root}/events/e-", record, sequence=True)
+        tx.commit()
+        tx = client.transaction()
+        tx.set_data(f"{root}/jobs/j{i}", record)
+        tx.create(f"{root}/events/e-", record, sequence=True)
+        tx.commit()
+
+    subjects = [in_process("tenure claim+complete", ours), in_process("floor (two bare multis)", floor)]
+    if peer:
+        from benchmarks import zk_peers
+
+        # Timed as a whole, with the client it connects for each call (zk_peers' way).
+        subjects.append(Subject("kazoo Lock", lambda n: _elsewhere(lambda k: zk_peers.kazoo_lock(hosts, k), n), False))
+    return subjects
+
+
+def _elsewhere(cycles: Callable[[int], float], n: int) -> list[tuple[float, float]]:
+    """n cycles timed as a whole (another process's, or a recipe's): only the slice's ends."""
+    start = time.monotonic()
+    cycles(n)
+    return [(start, time.monotonic())] + [(start, start)] * (n - 1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", choices=["etcd", "zk"], default="etcd")
     parser.add_argument("--rtt", type=float, default=1.0, help="ms")
     parser.add_argument("--n", type=int, default=150, help="cycles of each subject")
     parser.add_argument("--slices", type=int, default=10)
     parser.add_argument("--show", type=int, default=2, help="cycles whose chunks are printed one by one")
-    parser.add_argument("--peer", action="store_true", help="cslab-etcd3's Lock too (its virtualenv, made by pip)")
+    parser.add_argument("--peer", action="store_true",
+                        help="the Lock recipe too: cslab-etcd3's (its virtualenv, made by pip), or kazoo's")
     args = parser.parse_args()
     net = Network()
-    peers: list[etcd_peers.LockPeer] = []
     try:
-        with private_etcd("tenure-h2-") as cluster:
-            endpoint = net.route(cluster.endpoints)
-            net.set_rtt(args.rtt / 1000)
-            store = tenure.connect(f"etcd://{endpoint}/h2-{uuid.uuid4().hex[:6]}")
-            prefix = uuid.uuid4().hex[:6]
+        with contextlib.ExitStack() as closing:
+            if args.store == "etcd":
+                cluster = closing.enter_context(private_etcd("tenure-trace-"))
+                endpoint = net.route(cluster.endpoints)
+                net.set_rtt(args.rtt / 1000)
+                subjects, parse = etcd_subjects(endpoint, args.peer, closing), frames_of
+            else:
+                from devservers.zookeeper import running
 
-            def ours(i: int) -> None:
-                store.complete(store.claim(f"{prefix}-{i}", owner="trace", ttl=30))
-
-            host, _, port = endpoint.rpartition(":")
-            conn = ec.Connection([(host, int(port))], timeout=10)
-            root = f"/floor-{uuid.uuid4().hex[:8]}"
-            lease, _ = conn.grant(60)
-            record = json.dumps({"state": "leased", "owner": "bench", "ttl": 30}).encode()
-
-            def floor(i: int) -> None:  # etcd_peers.floor's cycle, on one connection throughout
-                job, held, end = (f"{root}/{name}/{i}".encode() for name in ("job", "lease", "end"))
-                claimed = conn.txn([ec.compare(held, "create", "==", 0)],
-                                   [ec.put(job, record), ec.put(held, record, lease), ec.delete(end),
-                                    ec.put(f"{root}/history/{uuid.uuid4().hex}".encode(), record)], [])
-                conn.txn([ec.compare(held, "create", "==", claimed.revision)],
-                         [ec.put(end, record), ec.delete(held),
-                          ec.put(f"{root}/history/{uuid.uuid4().hex}".encode(), record)], [])
-
-            subjects = [in_process("tenure claim+complete", ours), in_process("floor (two bare Txns)", floor)]
-            if args.peer:
-                label, venv, requirement, env = etcd_peers.PEERS[1]
-                peer = etcd_peers.LockPeer(label, venv, requirement, env, endpoint)
-                peers.append(peer)
-
-                def theirs(n: int) -> list[tuple[float, float]]:
-                    start = time.monotonic()
-                    peer.cycles(n)
-                    return [(start, time.monotonic())] + [(start, start)] * (n - 1)  # only the slice's ends
-
-                subjects.append(Subject(label, theirs, False))
+                tmp = closing.enter_context(tempfile.TemporaryDirectory(prefix="tenure-trace-zk-"))
+                server = closing.enter_context(running(Path(tmp) / "zk"))
+                hosts = net.route(server.hosts)
+                net.set_rtt(args.rtt / 1000)
+                subjects, parse = zk_subjects(hosts, args.peer, closing, args.n), packets_of
             for s in subjects:  # connections and caches warm
                 s.run(5)
-            chunks = alternate(net, subjects, args.n, args.slices)
+            chunks = alternate(net, subjects, args.n, args.slices, parse)
             for s in subjects:
                 report(s, chunks, args.show, args.rtt / 2000)
-            store.close()
-            conn.close()
     finally:
-        for peer in peers:
-            peer.close()
         net.close()
 
 
