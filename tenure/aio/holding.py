@@ -177,10 +177,12 @@ class AsyncRenewer:
         self._changed = asyncio.Event()
         self._answered = asyncio.Event()  # set (and replaced) whenever renewals are answered
         self._task: asyncio.Task[None] | None = None
+        self.active = False  # a lease was held: until then no claim has renewals to wait for
 
     def add(self, held: AsyncHeldLease) -> None:
         """Renew ``held`` from now on, not from when the task next runs (called in the loop)."""
         self._schedule.add(held, self._store.clock.monotonic())
+        self.active = True
         if self._task is None or self._task.done():
             self._task = self._store.background(self._run(), renewal=True)  # ends at the store's close()
         self._changed.set()

@@ -92,8 +92,7 @@ class AsyncStore:
         return task
 
     async def _measured(self, operation: str, call: Awaitable[T]) -> T:
-        with telemetry.Measured(self.name, operation) as measured:
-            return measured.ok(await call)
+        return await telemetry.timed_async(self.name, operation, call)
 
     # -- the protocol ----------------------------------------------------------------------
     async def submit(self, job_id: str, *, actor: str | None = None, max_attempts: int | None = None,
@@ -125,7 +124,8 @@ class AsyncStore:
         while True:
             try:
                 if isinstance(step, waiting.Attempt):
-                    await self._renewer.yield_to_renewals()  # the leases held go first
+                    if self._renewer.active:
+                        await self._renewer.yield_to_renewals()  # the leases held go first
                     try:
                         outcome: Any = await attempt()
                     except LeaseError as exc:
@@ -150,7 +150,7 @@ class AsyncStore:
     async def _claim_once(self, job_id: str, owner: str, ttl: float) -> Lease:
         sent_at = self.clock.monotonic()  # after any wait: the deadline counts from the send
         lease = await self._not_left_behind(self._measured("claim", self.backend.claim(
-            job_id, owner, ttl, **self.lifecycle.creating())))
+            job_id, owner, ttl, **self.lifecycle.creating)))
         return self.checks.stamped(lease, sent_at)
 
     async def claim_next(self, owner: str, ttl: float, *, wait: float | None = None) -> Lease | None:

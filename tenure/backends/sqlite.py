@@ -149,8 +149,10 @@ def _after(job_id: Any) -> tuple[str, Any]:
     return "job_id > ?", job_id
 
 
-def _decode(row: tuple[Any, ...]) -> JobRecord:
-    return codec.job_record(codec.key_of("tenure_jobs", row[0]), *row[:_BASE_COLUMNS],
+def _decode(row: tuple[Any, ...], key: str | None = None) -> JobRecord:
+    """``key``: the row's key for a CorruptRecord, when the caller knows it (a row read by a
+    caller's job id, already checked); else worked out from the stored id."""
+    return codec.job_record(key or codec.key_of("tenure_jobs", row[0]), *row[:_BASE_COLUMNS],
                             **dict(zip(codec.LIFE_FIELDS, row[_BASE_COLUMNS:], strict=True)))
 
 
@@ -163,7 +165,7 @@ class _SQLiteTransaction(Transaction):
     def load(self, job_id: str) -> JobRecord | None:
         row = self._db.execute(f"SELECT {_JOB_COLUMNS} FROM tenure_jobs WHERE job_id = ?",
                                (job_id,)).fetchone()
-        return None if row is None else _decode(row)
+        return None if row is None else _decode(row, f"tenure_jobs/{job_id}")
 
     def save(self, r: JobRecord) -> None:
         # A pending job queues when it becomes claimable: now, or at its claimable_at if it is

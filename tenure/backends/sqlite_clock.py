@@ -41,32 +41,30 @@ class _Timespec(ctypes.Structure):
     _fields_ = [("sec", ctypes.c_long), ("nsec", ctypes.c_long)]
 
 
-def _raw_clock(clock_id: int) -> Callable[[], int] | None:
-    """A reader of ``clock_id`` in nanoseconds by the ``clock_gettime`` system call itself, or
-    None where that is not available (not Linux, an unknown architecture)."""
+def kernel_clock(clock_id: int) -> Callable[[], float] | None:
+    """A reader of ``clock_id`` in seconds by the ``clock_gettime`` system call itself (no
+    preloaded fake can move it), or None where that is not available (not Linux, an unknown
+    architecture)."""
     if not sys.platform.startswith("linux") or _SYS_CLOCK_GETTIME is None:
         return None
     libc = ctypes.CDLL(None, use_errno=True)
     syscall = libc.syscall
-    number, ts = _SYS_CLOCK_GETTIME, _Timespec()
-    ref = ctypes.byref(ts)
+    number, byref = _SYS_CLOCK_GETTIME, ctypes.byref
 
-    def read() -> int:
-        if syscall(number, clock_id, ref) != 0:
+    def read() -> float:
+        # A timespec per call: ctypes lets go of the GIL during the call, so one shared by
+        # threads could be read half-written by another thread's call (seconds of one, nanos
+        # of the other).
+        ts = _Timespec()
+        if syscall(number, clock_id, byref(ts)) != 0:
             raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
-        return int(ts.sec) * 1_000_000_000 + int(ts.nsec)
+        return float(ts.sec + ts.nsec / 1e9)
 
     try:
         read()
     except OSError:
         return None
     return read
-
-
-def kernel_clock(clock_id: int) -> Callable[[], float] | None:
-    """Seconds on a kernel clock, read by system call (see ``_raw_clock``); None if unavailable."""
-    raw = _raw_clock(clock_id)
-    return None if raw is None else (lambda: raw() / 1e9)
 
 
 def timens_boottime_offset(path: str = "/proc/self/timens_offsets") -> float:
@@ -141,7 +139,7 @@ class MachineClock:
         return self._read() - self._shift
 
     def time(self) -> float:
-        return self.uptime() + self.offset
+        return self._read() - self._shift + self.offset  # uptime() + offset: read on every operation
 
     def monotonic(self) -> float:
         return self.uptime()

@@ -37,7 +37,8 @@ class Bounded(Generic[K, V]):
             self._entries[key] = value
             if refresh:
                 self._entries.move_to_end(key)
-            self._evict()
+            if len(self._entries) > self._limit:
+                self._evict()
 
     def setdefault(self, key: K, value: V, *, refresh: bool = False) -> V:
         """The value at ``key``, set to ``value`` first if absent."""
@@ -45,7 +46,8 @@ class Bounded(Generic[K, V]):
             kept = self._entries.setdefault(key, value)
             if refresh:
                 self._entries.move_to_end(key)
-            self._evict()
+            if len(self._entries) > self._limit:
+                self._evict()
             return kept
 
     def pop(self, key: K) -> V | None:
@@ -56,6 +58,6 @@ class Bounded(Generic[K, V]):
         with self._lock:
             return len(self._entries)
 
-    def _evict(self) -> None:
+    def _evict(self) -> None:  # rarely: the caller checks first (every operation puts)
         while len(self._entries) > self._limit:
             self._entries.popitem(last=False)

@@ -67,9 +67,9 @@ def job_id_problem(value: Any) -> str | None:
         return f"the job id is a {type(value).__name__}, not text"
     if not 1 <= len(value) <= validation.MAX_JOB_ID:
         return f"the job id has {len(value)} characters, not 1 to {validation.MAX_JOB_ID}"
-    refused = validation.refused_character(value)
-    if refused is None:
+    if validation.find_refused(value) is None:
         return None
+    refused = validation.refused_character(value)
     if any("\ud800" <= c <= "\udfff" for c in value):  # how Python reads stored text that is not UTF-8
         return f"the job id is not UTF-8 text ({refused})"
     return f"the job id contains {refused}"
@@ -242,7 +242,7 @@ def job_record(key: str, job_id: Any, state_value: Any, owner: Any, token: Any, 
                      number(key, "completed_at", completed_at), runs, result, **life(key, **life_values))
 
 
-_LAST_TOKEN, _MAX_JOB_ID, _refused = validation.LAST_TOKEN, validation.MAX_JOB_ID, validation.refused_character
+_LAST_TOKEN, _MAX_JOB_ID, _refused = validation.LAST_TOKEN, validation.MAX_JOB_ID, validation.find_refused
 
 
 def listed_status(job_id: Any, state_value: Any, owner: Any, token: Any, runs: Any, lease_until: Any, ttl: Any,
@@ -258,7 +258,7 @@ def listed_status(job_id: Any, state_value: Any, owner: Any, token: Any, runs: A
     stored = _STORED.get(state_value) if type(state_value) is str else None
     if (stored is None or type(job_id) is not str or type(token) is not int or not 0 <= token <= _LAST_TOKEN
             or type(runs) is not int or runs < 0 or not 0 < len(job_id) <= _MAX_JOB_ID
-            or (not (job_id.isascii() and job_id.isprintable()) and _refused(job_id) is not None)
+            or _refused(job_id) is not None
             or (owner is not None and type(owner) is not str)
             or (stored is JobState.LEASED and (owner is None or lease_until is None or ttl is None))):
         return None

@@ -8,9 +8,12 @@ The decisions on one record (count, park, schedule) are in ``tenure.core.transit
 
 from __future__ import annotations
 
+import functools
 import math
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from tenure.core.options import Options
 
@@ -51,9 +54,11 @@ class Lifecycle:
             found["delay"] = delay
         return found
 
-    def creating(self) -> dict[str, int]:
-        """A claim's keywords: the limit of a job the claim creates, when there is a default."""
-        return {} if self.max_attempts is None else {"max_attempts": self.max_attempts}
+    @functools.cached_property
+    def creating(self) -> Mapping[str, int]:
+        """A claim's keywords: the limit of a job the claim creates, when there is a default
+        (worked out once: every claim passes them)."""
+        return MappingProxyType({} if self.max_attempts is None else {"max_attempts": self.max_attempts})
 
     def retry(self, retry_in: float | None = None, draw: float | None = None) -> Retry:
         """When a failed job may be claimed again: after ``retry_in`` seconds if the holder

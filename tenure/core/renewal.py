@@ -200,6 +200,7 @@ class Renewer:
         self._thread: threading.Thread | None = None
         self._pool = ElasticPool("tenure-renew", keep=RENEWAL_WORKERS, limit=MAX_RENEWAL_THREADS)
         self._closed = False
+        self.active = False  # a lease was held: until then no claim has renewals to wait for
 
     def add(self, held: HeldLease) -> None:
         with self._cond:
@@ -207,6 +208,7 @@ class Renewer:
                 raise LeaseError("the store is closed")
             held._dispatch = self._pool.submit
             self._schedule.add(held, self._clock.monotonic())
+            self.active = True
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="tenure-renewer", daemon=True)
                 self._thread.start()

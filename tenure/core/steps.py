@@ -367,9 +367,21 @@ def _claimed_each(found: Each) -> Claimed:
     return [transitions.lease_of(f) for f in found.outcomes if isinstance(f, JobRecord)], found.more
 
 
+@dataclass(frozen=True)
+class Lost:
+    """A ``claim_batch`` request whose every claim lost a race (nothing claimed: other claimers
+    moved the queue on), from a store that sends many claims in one request, each won or lost
+    alone (etcd): ``Claims`` asks again on fresh reads after claim_next's pause, up to claim_next's
+    attempts, as ``Attempts`` retries a conflict. ``carried``: what the store read beside the
+    lost claims, handed to the next request (``Claims.carried``) to start from."""
+
+    carried: object = None
+
+
 class Claims:
     """A ``claim_next_many``'s requests, free of I/O (both flavours, batched or one lease per
-    request): how many the next asks for (None: done), and what an answer or error means."""
+    request): how many the next asks for (None: done), after what pause (``retry``: the requests
+    lost in a row, ``contention.pause(retry)`` before the next), and what an answer or error means."""
 
     def __init__(self, n: int, per_request: int) -> None:
         self.n = n
@@ -377,9 +389,23 @@ class Claims:
         self.found: list[Lease] = []
         self._taken = 0  # claims made, a job claimed twice counted twice: n at most, however it goes
         self._done = False
+        self.retry = 0
+        self.carried: object = None  # what the last request handed on (``Lost``), for the next
 
     def next(self) -> int | None:
         return None if self._done or self._taken >= self.n else min(self.n - self._taken, self.per_request)
+
+    def answered(self, found: Claimed | Lost) -> None:
+        """A request's answer: its leases and whether more may be claimable (``took``), or
+        ``Lost``: asked again, ``Outraced`` after claim_next's attempts lost in a row."""
+        if not isinstance(found, Lost):
+            self.retry, self.carried = 0, None
+            self.took(*found)
+            return
+        self.retry += 1
+        if self.retry == contention.CLAIM_NEXT_ATTEMPTS:
+            raise contention.outraced("(claim_next)", contention.CLAIM_NEXT_ATTEMPTS)
+        self.carried = found.carried
 
     def took(self, leases: list[Lease], more: bool) -> None:
         """A request's leases; ``more``: more may be claimable. A job claimed again by a later

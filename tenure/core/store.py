@@ -100,7 +100,8 @@ class Store:
         while True:
             try:
                 if isinstance(step, waiting.Attempt):
-                    self._renewer.yield_to_renewals()  # the leases held go first
+                    if self._renewer.active:
+                        self._renewer.yield_to_renewals()  # the leases held go first
                     try:
                         outcome: Any = attempt()
                     except LeaseError as exc:
@@ -124,7 +125,7 @@ class Store:
 
     def _claim_once(self, job_id: str, owner: str, ttl: float) -> Lease:
         sent_at = self.clock.monotonic()  # after any wait: the deadline counts from the send
-        kw = self.lifecycle.creating()
+        kw = self.lifecycle.creating
         lease = telemetry.timed(self.characteristics.name, "claim",
                                 lambda: self.backend.claim(job_id, owner, ttl, **kw))
         return self.checks.stamped(lease, sent_at)

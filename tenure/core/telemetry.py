@@ -21,7 +21,7 @@ instrument                         kind       attributes besides ``tenure.backen
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from opentelemetry import metrics
@@ -47,38 +47,46 @@ _COUNTED = {"claim": claims, "claim_next": claims, "renew": renewals, "complete"
 
 def timed(backend: str, operation: str, call: Callable[[], T]) -> T:
     """Run one store operation, recording its duration, its outcome and what it counts."""
-    with Measured(backend, operation) as measured:
-        return measured.ok(call())
+    started = time.perf_counter()
+    try:
+        result = call()
+    except BaseException as exc:
+        measured(backend, operation, started, failure=exc)
+        raise
+    measured(backend, operation, started, result=result)
+    return result
 
 
-class Measured:
-    """One store operation's duration, outcome and counts, around a sync call or an await."""
+async def timed_async(backend: str, operation: str, call: Awaitable[T]) -> T:
+    """``timed`` around an await."""
+    started = time.perf_counter()
+    try:
+        result = await call
+    except BaseException as exc:
+        measured(backend, operation, started, failure=exc)
+        raise
+    measured(backend, operation, started, result=result)
+    return result
 
-    def __init__(self, backend: str, operation: str) -> None:
-        self._backend = backend
-        self._operation = operation
-        self._outcome = "error"
-        self._started = 0.0
 
-    def __enter__(self) -> Measured:
-        self._started = time.perf_counter()
-        return self
-
-    def ok(self, result: T) -> T:
-        self._outcome = "ok"
-        counter = _COUNTED.get(self._operation)
-        if counter is not None and not (self._operation == "claim_next" and result is None):
-            counter.add(1, {"tenure.backend": self._backend})
-        return result
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if isinstance(exc, StaleLease):
-            self._outcome = "refused"
-            rejected(self._backend, self._operation, exc.rejection.reason)
-        elif isinstance(exc, LeaseError) and not isinstance(exc, BackendUnavailable):
-            self._outcome = "refused"  # already claimed, completed, token changed, invalid ...
-        duration.record(time.perf_counter() - self._started, {
-            "tenure.backend": self._backend, "tenure.operation": self._operation, "tenure.outcome": self._outcome})
+def measured(backend: str, operation: str, started: float, *, result: object = None,
+             failure: BaseException | None = None) -> None:
+    """Record one operation begun at ``started`` (``time.perf_counter``) and its outcome: what
+    it counts if it succeeded, its refusal if the store refused it."""
+    outcome = "ok"
+    if failure is None:
+        counter = _COUNTED.get(operation)
+        if counter is not None and not (operation == "claim_next" and result is None):
+            counter.add(1, {"tenure.backend": backend})
+    elif isinstance(failure, StaleLease):
+        outcome = "refused"
+        rejected(backend, operation, failure.rejection.reason)
+    elif isinstance(failure, LeaseError) and not isinstance(failure, BackendUnavailable):
+        outcome = "refused"  # already claimed, completed, token changed, invalid ...
+    else:
+        outcome = "error"
+    duration.record(time.perf_counter() - started, {
+        "tenure.backend": backend, "tenure.operation": operation, "tenure.outcome": outcome})
 
 
 def renewed_each(backend: str, found: Sequence[object]) -> None:

@@ -10,9 +10,12 @@ from kazoo.handlers.threading import KazooTimeoutError
 from tenure.core.errors import AuthenticationFailed, BackendUnavailable
 
 
-class _Mapped:
-    """``mapped_errors``' context: a class, as it wraps every request (a
-    ``contextlib.contextmanager`` builds a generator and two frames for each)."""
+class mapped_errors:  # lower case: it reads as a call, ``with mapped_errors("reading"):``
+    """The one place where kazoo's errors become tenure's: a context that raises the tenure
+    error for a kazoo one (and lets any other exception through). A class, not a
+    ``contextlib.contextmanager``: it wraps every request, and a generator costs two more frames."""
+
+    __slots__ = ("_what",)
 
     def __init__(self, what: str) -> None:
         self._what = what
@@ -33,8 +36,3 @@ class _Mapped:
         if isinstance(exc, OSError):  # kazoo's four-letter-word commands use a socket of their own
             raise BackendUnavailable(f"ZooKeeper unreachable during {what}: {exc}") from exc
 
-
-def mapped_errors(what: str) -> _Mapped:
-    """The one place where kazoo's errors become tenure's: a context that raises the tenure
-    error for a kazoo one (and lets any other exception through)."""
-    return _Mapped(what)
