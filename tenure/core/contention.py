@@ -68,7 +68,6 @@ def outraced(job_id: str, count: int = ATTEMPTS) -> Outraced:
     return Outraced(job_id, count)
 
 
-
 class Collided(Exception):
     """Raised by one attempt that lost a race and wrote nothing (another writer changed what it
     judged, or the store rolled it back): ``attempted`` runs it again."""
