@@ -226,7 +226,7 @@ def shared(pg: PostgresHarness) -> Iterator[tenure.Store]:
 
 def plant(pg: PostgresHarness, store: tenure.Store, rec: JobRecord) -> None:
     backend: Any = store.backend
-    job_id, state, *rest = dataclasses.astuple(rec)
+    job_id, state, *rest = dataclasses.astuple(rec)[:q.WIDTH]  # the columns (ended_early is a read's fact)
     values = (job_id, state.value, *rest)
     columns = q.JOB_COLUMNS + ", queued_at, queued"
     queued_at = rec.claimable_at if rec.claimable_at is not None else -float("inf")
