@@ -416,7 +416,7 @@ class ZkTransaction(Transaction):
             if self._found[job_id].version >= 0:
                 multi.check(tx, self._layout.job(job_id), self._found[job_id].version)
         what = f"writing job {next(iter(self._loaded), '')!r}" if self._loaded else "recording a rejection"
-        with mapped_errors(what):
+        with mapped_errors(what, write=True):
             pending = tx.commit_async()
             if self._guessed_claim is not None and self._p.written.claims_existing:
                 self._behind = (self._guessed_claim, self._send_read(self._guessed_claim), (self.now, self.epoch))
