@@ -14,13 +14,18 @@ line per command:
 
 - ``rtt SECONDS``: the round-trip time from now on; answers ``ok``;
 - ``turns``: the turns counted since the last ``turns`` (and resets the count);
-- ``cpu``: the CPU seconds this process has used.
+- ``cpu``: the CPU seconds this process has used;
+- ``log``: from now on, keep every chunk (when it arrived, which way, on which connection, its
+  bytes); ``dump PATH`` writes them to PATH, one JSON line each, and stops keeping them
+  (``benchmarks/studies/h2_trace.py`` reads them as HTTP/2 frames).
 """
 
 from __future__ import annotations
 
 import collections
 import ctypes
+import itertools
+import json
 import socket
 import sys
 import threading
@@ -33,11 +38,15 @@ PR_SET_TIMERSLACK = 29  # linux/prctl.h
 LATE_STEP = 0.0002  # the most one sleep moves the estimate of how late sleeps wake
 
 
+_ids = itertools.count()
+
+
 class Connection:
     """Which way the last chunk went on one client's connection, for counting turns."""
 
     def __init__(self) -> None:
         self.last_up = False
+        self.id = next(_ids)
 
 
 class Relay(Splice):
@@ -45,7 +54,8 @@ class Relay(Splice):
         self.one_way = 0.0
         self.turns = 0
         self.late = 0.0  # how long a sleep overruns, of late: the writers wake that much earlier
-        self.log: list[tuple[float, bool]] | None = None  # (arrival, upstream) of each chunk, when a list
+        # (arrival, upstream, connection, bytes) of each chunk, when a list
+        self.log: list[tuple[float, bool, int, bytes]] | None = None
         self._count_lock = threading.Lock()
         super().__init__(target, "relay")
 
@@ -54,10 +64,10 @@ class Relay(Splice):
         DelayLine(self, conn, client, server, upstream=True)
         DelayLine(self, conn, server, client, upstream=False)
 
-    def saw(self, conn: Connection, upstream: bool) -> None:
+    def saw(self, conn: Connection, upstream: bool, data: bytes) -> None:
         with self._count_lock:
             if self.log is not None:
-                self.log.append((time.monotonic(), upstream))
+                self.log.append((time.monotonic(), upstream, conn.id, data))
             if not upstream and conn.last_up:
                 self.turns += 1
             conn.last_up = upstream
@@ -93,7 +103,7 @@ class DelayLine:
         try:
             while data := self._src.recv(CHUNK):
                 due = time.monotonic() + self._relay.one_way
-                self._relay.saw(self._conn, self._upstream)
+                self._relay.saw(self._conn, self._upstream, data)
                 with self._ready:
                     if self._relay.one_way == 0 and not self._queue and not self._busy:
                         self._dst.sendall(data)  # nothing ahead of it and no wait: no thread hand-off
@@ -157,6 +167,15 @@ def main() -> None:
             print(relay.take_turns(), flush=True)
         elif verb == "cpu":
             print(time.process_time(), flush=True)
+        elif verb == "log":
+            relay.log = []
+            print("ok", flush=True)
+        elif verb == "dump":
+            kept, relay.log = relay.log or [], None
+            with open(rest[0], "w") as out:
+                for at, upstream, conn, data in kept:
+                    out.write(json.dumps({"at": at, "up": upstream, "conn": conn, "data": data.hex()}) + "\n")
+            print(len(kept), flush=True)
     relay.close()
 
 

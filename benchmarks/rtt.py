@@ -174,6 +174,20 @@ def check(rows: list[Row], targets: Targets) -> None:
         for store, peer, need in TARGETS_AT_1MS:
             if row.store == store and row.subject.startswith(peer):
                 targets.check(ratio >= need, f"{store} at 1 ms: {ratio:.2f} x {row.subject} (>= {need})")
+                if (bound := floor_bound(rows, row)) is not None:
+                    print(f"  {store} at 1 ms: the floor's own cycle is {bound:.2f} x as fast as {row.subject}'s: "
+                          "what tenure reaches at its floor's speed", flush=True)
+
+
+def floor_bound(rows: list[Row], peer: Row) -> float | None:
+    """The peer's time over the floor's, run by run (median): the ratio to the peer that tenure
+    would reach with nothing but the floor's requests. A request costs a fixed time beside the
+    RTT (the store's commit, the client library's threads, the link), so at a small RTT this,
+    not 3/2, bounds what two requests against three can show."""
+    floor = next((r for r in rows if r.store == peer.store and r.rtt_ms == peer.rtt_ms and r.subject == "floor"), None)
+    if floor is None:
+        return None
+    return statistics.median(theirs / base for theirs, base in zip(peer.cycle_ms, floor.cycle_ms, strict=True))
 
 
 def main(args: argparse.Namespace, targets: Targets) -> None:

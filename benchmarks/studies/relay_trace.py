@@ -39,7 +39,7 @@ def main() -> None:
                 store.complete(lease)
                 print(f"cycle {i} at {(sent - start) * 1000:7.2f} ms: claim {(claimed - sent) * 1000:.2f} ms, "
                       f"complete {(time.monotonic() - claimed) * 1000:.2f} ms")
-            for at, upstream in relay.log:
+            for at, upstream, _, _ in relay.log:
                 print(f"{(at - start) * 1000:9.3f} ms  {'client -> etcd' if upstream else '      etcd -> client'}")
         relay.close()
 

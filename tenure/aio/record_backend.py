@@ -87,8 +87,7 @@ class AsyncRecordBackend(ThreadedBackend):
             tx: Transaction | None = None
             try:
                 async with opened(attempt.fresh) as tx:
-                    attempts.begin(tx)
-                    found = await _fetched(tx, operation.step)
+                    found = await _fetched(tx, attempts.step)
             except (steps.Reread, LeaseError) as exc:
                 if attempts.retry_after(tx, exc):
                     continue
@@ -149,13 +148,15 @@ class AsyncRecordBackend(ThreadedBackend):
             return await AsyncBackend.claim_next_many(self, owner, ttl, n)
         claims = steps.Claims(n, self.sync.CLAIM_BATCH)
         while asked := claims.next():
+            if claims.retry:
+                await self._sleep(contention.pause(claims.retry))
             try:
-                claims.took(*await self.claim_batch(owner, ttl, asked))
+                claims.answered(await self.claim_batch(owner, ttl, asked, claims.carried))
             except LeaseError as exc:
                 claims.failed(exc)
         return claims.found
 
-    async def claim_batch(self, owner: str, ttl: float, n: int) -> steps.Claimed:
+    async def claim_batch(self, owner: str, ttl: float, n: int, carried: object = None) -> steps.Claimed | steps.Lost:
         """``RecordBackend.claim_batch``, awaiting."""
         return await self._run(self.sync.claim_operation(owner, ttl, n))
 

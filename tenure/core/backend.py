@@ -322,8 +322,7 @@ class RecordBackend(Backend):
             tx: Transaction | None = None
             try:
                 with opened(attempt.fresh) as tx:
-                    attempts.begin(tx)
-                    found = operation.step(tx)
+                    found = attempts.step(tx)
             except (steps.Reread, LeaseError) as exc:
                 if attempts.retry_after(tx, exc):
                     continue
@@ -436,15 +435,19 @@ class RecordBackend(Backend):
             return Backend.claim_next_many(self, owner, ttl, n)
         claims = steps.Claims(n, self.CLAIM_BATCH)
         while asked := claims.next():
+            if claims.retry:
+                contention.wait(claims.retry)
             try:
-                claims.took(*self.claim_batch(owner, ttl, asked))
+                claims.answered(self.claim_batch(owner, ttl, asked, claims.carried))
             except LeaseError as exc:
                 claims.failed(exc)
         return claims.found
 
-    def claim_batch(self, owner: str, ttl: float, n: int) -> steps.Claimed:
+    def claim_batch(self, owner: str, ttl: float, n: int, carried: object = None) -> steps.Claimed | steps.Lost:
         """One request of ``claim_next_many``: up to ``n`` claims, and whether more may be
-        claimable. This default: ``claim_operation`` in one transaction."""
+        claimable; or ``steps.Lost`` (a store whose claims in one request are won or lost alone:
+        every one lost a race), asked again as ``steps.Claims`` says, with what it ``carried``.
+        This default: ``claim_operation`` in one transaction (its conflicts are ``_run``'s)."""
         return self._run(self.claim_operation(owner, ttl, n))
 
     def complete(self, lease: Lease, result: bytes | None) -> None:

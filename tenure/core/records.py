@@ -161,6 +161,11 @@ class JobRecord:
     last_error: str | None = None
     claimable_at: float | None = None  # a pending job's earliest claim (None: at once)
     failed_at: float | None = None  # the latest fail()
+    # The store ended this lease before its holder must have stopped (etcd-io/etcd#15247):
+    # ``lease_until`` is when the holder must have, and a claim waits until then
+    # (``NotYetClaimable``, decided by ``transitions.refuse_claim``). A store sets it on a
+    # record it reads, never stores it.
+    ended_early: bool = False
 
     @property
     def out_of_attempts(self) -> bool:

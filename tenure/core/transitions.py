@@ -18,6 +18,7 @@ from tenure.core.errors import (
     JobNotFound,
     JobParked,
     JobScheduled,
+    NotYetClaimable,
     TokensExhausted,
 )
 from tenure.core.lifecycle import Retry
@@ -164,6 +165,8 @@ def refuse_claim(rec: JobRecord, job_id: str, now: float) -> None:
         raise JobParked(job_id, rec.attempts, rec.last_error)
     if rec.state is JobState.PENDING and rec.claimable_at is not None:
         raise JobScheduled(job_id, rec.token, rec.claimable_at, now)
+    if rec.ended_early and rec.lease_until is not None:  # the store ended it; its holder may still act
+        raise NotYetClaimable(job_id, rec.owner, rec.token, rec.lease_until, rec.lease_until - now)
     raise AlreadyClaimed(job_id, rec.owner, rec.token, rec.lease_until, now)
 
 

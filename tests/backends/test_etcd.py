@@ -502,6 +502,22 @@ def test_a_frozen_server_gives_a_prompt_timeout(etcd_private: EtcdCluster) -> No
         etcd_private.nodes[0].resume()
 
 
+def test_a_write_whose_answer_is_lost_is_outcome_unknown_not_refused(etcd_private: EtcdCluster) -> None:
+    with tenure.connect(f"etcd://{etcd_private.endpoints}/lost?timeout=1") as store:
+        store.complete(store.claim("warm", owner="a", ttl=30))  # a pooled etcd lease: a claim is one Txn
+        etcd_private.nodes[0].pause()  # the claim's Txn reaches the server's socket; no answer comes back
+        try:
+            with pytest.raises(tenure.OutcomeUnknown, match="may or may not have been applied"):
+                store.claim("j", owner="a", ttl=30)
+        finally:
+            etcd_private.nodes[0].resume()
+        # Whether the resumed server applied it depends on whether it read the request before
+        # gRPC's cancellation of it: the job is either untouched or claimed by "a", nothing else.
+        status = store.get("j")
+        assert status is None or (status.state is tenure.JobState.LEASED and status.owner == "a"), status
+        assert store.rejections() == []
+
+
 # -- credentials -----------------------------------------------------------------------------------
 def test_credentials(etcd_auth: EtcdCluster) -> None:
     base = f"etcd://{etcd_auth.endpoints}/auth?timeout=2"

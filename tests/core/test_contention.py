@@ -3,8 +3,10 @@ up with the one error every backend raises."""
 
 from __future__ import annotations
 
+import pytest
+
 import tenure
-from tenure.core import contention
+from tenure.core import contention, steps
 
 
 def test_pauses_are_jittered_grow_and_are_capped() -> None:
@@ -27,3 +29,20 @@ def test_giving_up_is_one_transient_error_that_names_the_job() -> None:
     assert isinstance(error, tenure.BackendUnavailable)  # transient: callers retry it like one
     assert error.job_id == "job-7" and error.attempts == contention.ATTEMPTS
     assert "job-7" in str(error) and "nothing was written" in str(error)
+
+
+def test_a_claim_request_whose_every_claim_lost_is_made_again_until_outraced() -> None:
+    """``steps.Claims``: a store whose claims in one request are won or lost alone (etcd) answers
+    ``steps.Lost``; the core asks again (pausing ``contention.pause(retry)``), handing on what
+    the request carried, and gives up after claim_next's attempts lost in a row."""
+    claims = steps.Claims(5, 0)
+    assert (claims.next(), claims.retry) == (5, 0)
+    claims.answered(steps.Lost("indexes read beside"))
+    assert (claims.next(), claims.retry, claims.carried) == (5, 1, "indexes read beside")
+    lease = tenure.Lease("j", "a", 1, 10.0, 5.0)
+    claims.answered(([lease], True))  # a win: the count of losses starts over
+    assert (claims.next(), claims.retry, claims.carried, claims.found) == (4, 0, None, [lease])
+    for _ in range(contention.CLAIM_NEXT_ATTEMPTS - 1):
+        claims.answered(steps.Lost())
+    with pytest.raises(tenure.Outraced):
+        claims.answered(steps.Lost())

@@ -71,6 +71,25 @@ def test_a_lease_that_runs_out_on_the_last_attempt_is_parked_without_a_write() -
     assert transitions.state_at(transitions.status(last, NOW), NOW + 1) is JobState.PARKED
 
 
+def test_a_lease_the_store_ended_early_is_claimed_only_once_its_holder_must_have_stopped() -> None:
+    """etcd-io/etcd#15247: the store reports a lease it ended before its holder's deadline
+    (``ended_early``, running to when the holder must have stopped); the core refuses a claim
+    until then with ``NotYetClaimable`` (which ``Store.claim`` sits out), not ``AlreadyClaimed``."""
+    ended = dataclasses.replace(_leased(1, 1, until=NOW + 2.5), ended_early=True)
+    with pytest.raises(tenure.NotYetClaimable) as refused:
+        transitions.claim(ended, "j", "b", 10.0, NOW)
+    assert (refused.value.retry_after, refused.value.expires_at, refused.value.token) == (2.5, NOW + 2.5, 1)
+    assert not transitions.is_next(ended, NOW)  # claim_next passes it over
+    with pytest.raises(tenure.AlreadyClaimed) as held:  # an operator's requeue: held, as any live lease
+        transitions.requeue(ended, "j", 0.0, NOW)
+    assert not isinstance(held.value, tenure.NotYetClaimable)
+    with pytest.raises(tenure.JobParked):  # waited out: judged as any lease that ran out
+        transitions.claim(ended, "j", "b", 10.0, NOW + 2.5)
+    with pytest.raises(tenure.AlreadyClaimed) as live:
+        transitions.claim(_leased(), "j", "b", 10.0, NOW)
+    assert not isinstance(live.value, tenure.NotYetClaimable)
+
+
 def test_requeue_resets_attempts_unless_the_job_is_missing_completed_or_held() -> None:
     parked = transitions.fail(_leased(2, 2), None, lifecycle.Retry(after=0.0), NOW)
     again = transitions.requeue(parked, "j", 3.0, NOW)

@@ -127,26 +127,19 @@ class AsyncEtcdBackend(AsyncRecordBackend):
         alone = [renewal for renewal, one in zip(renewals, found, strict=True) if one is None]
         return etcd_holders.merged(found, await AsyncBackend.renew_many(self, alone))
 
-    async def claim_batch(self, owner: str, ttl: float, n: int) -> steps.Claimed:
+    async def claim_batch(self, owner: str, ttl: float, n: int, carried: object = None) -> steps.Claimed | steps.Lost:
         """The sync backend's ``claim_batch``, awaited: the same ``claims`` code (no step is
         run again for a read: every read is the request's own)."""
         self._check_open()
-        rounds = etcd_claims.Rounds()
-        index = None
-        while True:
-            if pause := rounds.pause():
-                await self._sleep(pause)
-            aio = self.aio  # the connection even if closed meanwhile
-            request = etcd_claims.Request(self.sync.parts, self.sync.now(), owner, ttl, index)
-            try:
-                found = await aio.run(request.claiming(n))
-            except BaseException as exc:
-                await aio.run(request.finish(exc))
-                raise
-            await aio.run(request.finish(None))
-            if not found.again:
-                return found.leases, found.more
-            index = found.index
+        aio = self.aio  # the connection even if closed meanwhile
+        request = etcd_claims.Request(self.sync.parts, self.sync.now(), owner, ttl, etcd_claims.carried_index(carried))
+        try:
+            found = await aio.run(request.claiming(n))
+        except BaseException as exc:
+            await aio.run(request.finish(exc))
+            raise
+        await aio.run(request.finish(None))
+        return found.answer
 
     async def complete_many(self, completions: Sequence[steps.Completion]) -> list[LeaseError | None]:
         """The sync backend's ``complete_many``, awaited: the same ``holders`` code."""

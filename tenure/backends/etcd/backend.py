@@ -184,24 +184,17 @@ class EtcdBackend(RecordBackend):
     CLAIMS_IN_BATCHES = True
     CLAIM_BATCH = etcd_claims.CLAIM_BATCH
 
-    def claim_batch(self, owner: str, ttl: float, n: int) -> steps.Claimed:
-        """Up to ``n`` claims in one Txn, each won or lost alone (``claims``); again on fresh
-        reads while every one lost a race, as claim_next's attempts go."""
-        rounds = etcd_claims.Rounds()
-        index = None
-        while True:
-            if pause := rounds.pause():
-                time.sleep(pause)
-            request = etcd_claims.Request(self.parts, self.now(), owner, ttl, index)
-            try:
-                found = self._conn.run(request.claiming(n))
-            except BaseException as exc:
-                self._conn.run(request.finish(exc))
-                raise
-            self._conn.run(request.finish(None))
-            if not found.again:
-                return found.leases, found.more
-            index = found.index
+    def claim_batch(self, owner: str, ttl: float, n: int, carried: object = None) -> steps.Claimed | steps.Lost:
+        """Up to ``n`` claims in one Txn, each won or lost alone (``claims``); ``steps.Lost``
+        when every one lost a race (the core asks again), carrying the indexes read beside them."""
+        request = etcd_claims.Request(self.parts, self.now(), owner, ttl, etcd_claims.carried_index(carried))
+        try:
+            found = self._conn.run(request.claiming(n))
+        except BaseException as exc:
+            self._conn.run(request.finish(exc))
+            raise
+        self._conn.run(request.finish(None))
+        return found.answer
 
     # complete_many: a thousand completions or more a Txn, each judged alone (``holders``).
     COMPLETES_IN_BATCHES = True

@@ -17,9 +17,10 @@ A request (``Request.claiming``) takes three round trips however many it claims:
 
 Every claim of a request is applied at the request's revision, which is each one's token: a
 token still grows strictly per job, while the claims of one request share theirs across jobs
-(docs/backends/etcd.md). A request whose claims all lost races is made again on fresh reads
-after claim_next's pause, up to claim_next's attempts (``Rounds``), starting from the indexes
-read in the same Txn as its claims (after them: two round trips, not three); one that won some
+(docs/backends/etcd.md). A request whose claims all lost races answers ``steps.Lost``: the
+core (``steps.Claims``) makes it again on fresh reads after claim_next's pause, up to claim_next's
+attempts, starting from the indexes read in the same Txn as its claims (handed on in ``Lost``:
+two round trips, not three); one that won some
 returns those, and ``steps.Claims`` asks again for the rest. The pooled etcd leases too old to
 serve a claim alone are kept alive on one stream beside the candidates' read, not one each.
 """
@@ -27,14 +28,14 @@ serve a claim alone are kept alive on one stream beside the candidates' read, no
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 from tenure.backends.etcd import claimable, nesting
 from tenure.backends.etcd import client as ec
 from tenure.backends.etcd.client import Io, TxnResult
 from tenure.backends.etcd.leases import Claiming, etcd_ttl
 from tenure.backends.etcd.transaction import KEYS_READ, Context, EtcdTransaction, Parts, Read, reads
-from tenure.core import contention, steps, transitions
+from tenure.core import steps, transitions
 from tenure.core.clock import boot_clock
 from tenure.core.errors import BackendUnavailable, CorruptRecord, LeaseError
 from tenure.core.records import JobRecord, Lease
@@ -62,7 +63,7 @@ class _One:
         """Whether claim_next would claim it, on its read (``EtcdTransaction.next_claimable``)."""
         try:
             return transitions.is_next(self.tx.load(self.read.job_id), self.tx.now)
-        except LeaseError:  # corrupt, or a lease etcd ended still waited out
+        except LeaseError:  # corrupt
             return False
 
     def deciding(self) -> Io[None]:
@@ -91,24 +92,18 @@ class Round:
     index: claimable.Read | None = None  # the indexes as the claims left them, read beside them
 
     @property
-    def again(self) -> bool:
-        """Every claim lost a race: the request is made again, on fresh reads."""
-        return self.raced and not self.leases
+    def answer(self) -> steps.Claimed | steps.Lost:
+        """What ``claim_batch`` answers: the leases and whether more may be claimable, or, when
+        every claim lost a race, ``steps.Lost`` with the indexes read beside them (the core
+        makes the request again on fresh reads, starting from those)."""
+        if self.raced and not self.leases:
+            return steps.Lost(self.index)
+        return self.leases, self.more
 
 
-class Rounds:
-    """One ask's requests: again after one whose claims all lost races, after claim_next's
-    pause (``contention.pause``); ``Outraced`` after claim_next's attempts."""
-
-    def __init__(self) -> None:
-        self._made = 0
-
-    def pause(self) -> float:
-        """Seconds to wait before the next request (0: none)."""
-        if self._made == contention.CLAIM_NEXT_ATTEMPTS:
-            raise contention.outraced("(claim_next)", contention.CLAIM_NEXT_ATTEMPTS)
-        self._made += 1
-        return contention.pause(self._made - 1) if self._made > 1 else 0.0
+def carried_index(carried: object) -> claimable.Read | None:
+    """The indexes a lost request handed on (``Round.answer``), for the next to start from."""
+    return cast("claimable.Read | None", carried)
 
 
 class Request:

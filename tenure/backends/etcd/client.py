@@ -36,7 +36,7 @@ import grpc
 from google.protobuf.runtime_version import VersionError
 
 from tenure.core import io_drivers
-from tenure.core.errors import AuthenticationFailed, BackendUnavailable, LeaseError
+from tenure.core.errors import AuthenticationFailed, BackendUnavailable, LeaseError, OutcomeUnknown
 from tenure.core.io_drivers import Io as Io  # here it yields an Rpc, a Call or a started request's answer
 
 try:
@@ -55,8 +55,13 @@ CompareSpec = rpc_pb2.Compare
 _Stubs: Any = rpc_pb2_grpc  # generated without annotations
 
 
-def mapped_error(exc: BaseException, endpoint: str, timeout: float) -> LeaseError:
-    """The one place where gRPC errors become tenure errors (raise it ``from exc``)."""
+def mapped_error(exc: BaseException, endpoint: str, timeout: float, *, write: bool = False) -> LeaseError:
+    """The one place where gRPC errors become tenure errors (raise it ``from exc``).
+
+    ``write``: the request may change the store (a transaction sent once). One that timed out,
+    or whose connection broke once it could have been sent, may have been applied: that is
+    ``OutcomeUnknown``, never a refusal and never sent again. A request gRPC could not send
+    (no connection to the member) was not applied: plain ``BackendUnavailable``."""
     if isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
         code, details = exc.code(), exc.details() or ""
         lowered = details.lower()
@@ -73,12 +78,24 @@ def mapped_error(exc: BaseException, endpoint: str, timeout: float) -> LeaseErro
                 "and defragment it, then disarm the alarm (etcdctl compact, defrag, alarm disarm), and "
                 "run it with --auto-compaction-mode and --auto-compaction-retention and a "
                 "--quota-backend-bytes sized for the workload (docs/backends/etcd.md, \"Space\")")
+        uncertain = write and code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE,
+                                       grpc.StatusCode.CANCELLED) and not _never_sent(lowered)
+        if uncertain:
+            lost = (f"did not answer within {timeout:g}s" if code == grpc.StatusCode.DEADLINE_EXCEEDED
+                    else f"lost the answer ({code.name}: {details})")
+            return OutcomeUnknown(f"etcd at {endpoint} {lost}: a write sent may or may not have been applied; "
+                                  "read the job before acting on it")
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return BackendUnavailable(f"etcd at {endpoint} did not answer within {timeout:g}s")
         if code == grpc.StatusCode.UNAVAILABLE:
             return BackendUnavailable(f"etcd at {endpoint} is unavailable: {details}")
         return BackendUnavailable(f"etcd at {endpoint} failed the request: {code.name}: {details}")
     return BackendUnavailable(f"etcd at {endpoint}: {exc}")
+
+
+def _never_sent(details: str) -> bool:
+    """Whether gRPC's status details say the request never left: no connection was made."""
+    return "failed to connect" in details or "connection refused" in details
 
 
 class LeaseNotFound(BackendUnavailable):
@@ -354,10 +371,10 @@ class Connection:
                     return (yield from send(ep, ep.metadata))
             except grpc.RpcError as exc:  # tenure's own errors, and bugs, pass through unchanged
                 if not _retryable(exc):
-                    raise mapped_error(exc, ep.name, self.timeout) from exc
+                    raise mapped_error(exc, ep.name, self.timeout, write=not retry) from exc
                 self._rotate(ep)
                 if attempt == attempts - 1:
-                    raise mapped_error(exc, ep.name, self.timeout) from exc
+                    raise mapped_error(exc, ep.name, self.timeout, write=not retry) from exc
         raise AssertionError("unreachable")
 
     def _request(self, service: str, method: str, request: Any, finish: Callable[[Any], T], *,

@@ -61,7 +61,7 @@ from tenure.backends.etcd.queue_cursor import QueueCursor
 from tenure.core import codec, transitions
 from tenure.core.bounded import Bounded
 from tenure.core.clock import Clock, boot_clock, deadline_runs
-from tenure.core.errors import BackendUnavailable, CorruptRecord, NotYetClaimable
+from tenure.core.errors import BackendUnavailable, CorruptRecord
 from tenure.core.record_transaction import Transaction
 from tenure.core.records import HistoryEvent, JobRecord, JobState, Lease, Op, Rejection
 
@@ -213,28 +213,25 @@ class EtcdTransaction(Transaction):
         self._compares += read.compares(self._k, job_id)
         return read
 
-    def _judged(self, job_id: str, read: Read) -> tuple[JobRecord | None, float]:
-        """The record ``read`` makes, and how long a lease etcd ended must still be waited out:
-        its holder may act until one TTL after this process saw it gone (the record says so)."""
+    def _judged(self, job_id: str, read: Read) -> JobRecord | None:
+        """The record ``read`` makes; for a lease etcd ended, the fact the core judges it by
+        (``JobRecord.ended_early``): its holder may act until one TTL after this process saw
+        it gone, so until then the record says it ended early, running to that time."""
         rec = read.record
         if rec is None or not read.ended_by_etcd():
-            return rec, 0.0
+            return rec
         entry = self._leases.ended(job_id, read.incarnation, read.seen)
         if entry.ttl is None:
             named = held_ttl(read.held) if read.held is not None else None
             entry.ttl = max(rec.ttl or 0.0, named or 0.0)
         left = entry.left()
-        return (dataclasses.replace(rec, lease_until=self.now + left) if left > 0 else rec), left
+        return dataclasses.replace(rec, lease_until=self.now + left, ended_early=True) if left > 0 else rec
 
     def load(self, job_id: str) -> JobRecord | None:
         if job_id in self._saved:
             return self._saved[job_id]
         read = self._reads.get(job_id) or self._use(job_id, self._fetch(job_id))
-        rec, left = self._judged(job_id, read)
-        if left > 0 and self._claiming is not None:
-            assert read.record is not None
-            raise NotYetClaimable(job_id, read.record.owner, read.record.token, self.now + left, left)
-        self._loaded[job_id] = rec
+        rec = self._loaded[job_id] = self._judged(job_id, read)
         return rec
 
     def load_for(self, job_id: str, op: Op, lease: Lease | None = None) -> JobRecord | None:
@@ -301,7 +298,7 @@ class EtcdTransaction(Transaction):
         """The candidate's keys if it is claimable at ``now``, else None."""
         try:
             read = self._carried.get(job_id) or (yield from self._reading(job_id))
-            rec, _ = self._judged(job_id, read)
+            rec = self._judged(job_id, read)
         except CorruptRecord:
             return None  # listed as corrupt by jobs(), never claimed through claim_next
         return read if transitions.is_next(rec, self.now) else None
