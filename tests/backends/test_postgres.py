@@ -320,7 +320,7 @@ def test_a_serialization_failure_runs_again_then_gives_up_as_outraced(pg: Postgr
         def losing(times: int) -> Any:
             def run(query: Any) -> Any:
                 if query.text == renew:
-                    execute(dataclasses.replace(query, text=f"SELECT {s}.lose_a_race({times})", names=()))
+                    execute(dataclasses.replace(query, text=f"SELECT {s}.lose_a_race({times})", args=()))
                 return execute(query)
             return run
 

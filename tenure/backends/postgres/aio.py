@@ -104,7 +104,7 @@ class AsyncPostgresBackend(AsyncBackend):
                 sent = True
                 with loop_watchdog(conn, self.settings.timeout + 1.0):
                     # A raw cursor: the statement is in PostgreSQL's form already (ops.Statement).
-                    cursor = await psycopg.AsyncRawCursor(conn).execute(query.text, query.args())
+                    cursor = await psycopg.AsyncRawCursor(conn).execute(query.text, query.args)
                     rows: Rows = await cursor.fetchall()
         except psycopg.Error as exc:
             if retryable(exc):  # rolled back by the server: certainly not applied

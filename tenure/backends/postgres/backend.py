@@ -146,7 +146,7 @@ class PostgresBackend(Backend):
             with self.pool.connection() as conn, self.watchdog.guard(conn):
                 sent = True
                 # A raw cursor: the statement is in PostgreSQL's form already (ops.Statement).
-                rows: Rows = psycopg.RawCursor(conn).execute(query.text, query.args()).fetchall()
+                rows: Rows = psycopg.RawCursor(conn).execute(query.text, query.args).fetchall()
         except psycopg.Error as exc:
             if retryable(exc):  # rolled back by the server: certainly not applied
                 raise contention.Collided from exc

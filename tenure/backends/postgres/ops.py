@@ -84,8 +84,8 @@ class Query:
     """One statement to run on one pooled connection, in autocommit."""
 
     text: str  # PostgreSQL's form (``Statement``)
-    names: tuple[str, ...]  # which of ``params`` is ``$1``, ``$2``, ...
-    params: dict[str, Any]
+    args: tuple[Any, ...]  # ``$1``, ``$2``, ...: what a raw cursor takes
+    params: dict[str, Any]  # the same by name
     write: bool  # a write whose answer is lost has an unknown outcome; it counts toward trims
     rows: int = 1  # audit rows it may add (renew_many: one per lease), what trims count
 
@@ -93,12 +93,7 @@ class Query:
     def of(cls, text: str, params: dict[str, Any], *, write: bool, rows: int = 1) -> Query:
         """A query written with psycopg's placeholders (``statement``)."""
         converted = statement(text)
-        return cls(converted.text, converted.names, params, write, rows)
-
-    def args(self) -> list[Any]:
-        """The parameters in the order of their numbers, what a raw cursor takes."""
-        params = self.params
-        return [params[name] for name in self.names]
+        return cls(converted.text, tuple(map(params.__getitem__, converted.names)), params, write, rows)
 
 
 Effect = Query | contention.Pause  # what a plan asks its driver for: a query's rows, or a pause
@@ -167,8 +162,9 @@ class Plans:
         self.trims = [q.TRIM.format(s=quoted, table=t) for t in ("events", "rejections")]
 
     def query(self, name: str, params: dict[str, Any], *, write: bool, rows: int = 1) -> Query:
-        raw = self.raw[name]
-        return Query(raw.text, raw.names, {**params, "channel": self.channel}, write, rows)
+        raw, params = self.raw[name], {**params, "channel": self.channel}
+        # map, not a comprehension: no Python frame a statement (benchmarks/call_trace.py)
+        return Query(raw.text, tuple(map(params.__getitem__, raw.names)), params, write, rows)
 
     def decode(self, row: tuple[Any, ...] | list[Any]) -> JobRecord:
         return decode_row(self.schema, row)
