@@ -351,11 +351,12 @@ class Connection:
     def _authenticate(self, ep: _Endpoint) -> None:
         self.run(self._authenticating(ep))
 
-    def _calling(self, send: Callable[[_Endpoint, Metadata], Io[T]], retry: bool) -> Io[T]:
-        """``send(endpoint, metadata)``, moving to the next endpoint if this one is unreachable."""
+    def _calling(self, send: Callable[[_Endpoint, Metadata], Io[T]], retry: bool, left: int = 0) -> Io[T]:
+        """``send(endpoint, metadata)``, moving to the next endpoint if this one is unreachable
+        (``left``: endpoints still to try, if not all of them)."""
         if self._closed:
             raise BackendUnavailable("this etcd store is closed")
-        attempts = len(self._endpoints) if retry else 1
+        attempts = (left or len(self._endpoints)) if retry else 1
         for attempt in range(attempts):
             ep = self.endpoint
             try:
@@ -379,10 +380,30 @@ class Connection:
 
     def _request(self, service: str, method: str, request: Any, finish: Callable[[Any], T], *,
                  retry: bool, stream: bool = False) -> Io[T]:
+        """One request as ``_calling`` sends it, the common case first: no login and an answer
+        (one generator a request, where ``_calling`` would drive a second one)."""
+        if self.user is None and not self._closed:
+            ep = self.endpoint
+            try:
+                return finish((yield Rpc(ep.index, service, method, request, None, stream)))
+            except grpc.RpcError as exc:  # as _calling maps it
+                if not _retryable(exc):
+                    raise mapped_error(exc, ep.name, self.timeout, write=not retry) from exc
+                self._rotate(ep)
+                if not retry or len(self._endpoints) == 1:
+                    raise mapped_error(exc, ep.name, self.timeout, write=not retry) from exc
+            # the other endpoints, as _calling tries them
+            return (yield from self._calling(self._sender(service, method, request, finish, stream), retry,
+                                             len(self._endpoints) - 1))
+        return (yield from self._calling(self._sender(service, method, request, finish, stream), retry))
+
+    @staticmethod
+    def _sender(service: str, method: str, request: Any, finish: Callable[[Any], T],
+                stream: bool) -> Callable[[_Endpoint, Metadata], Io[T]]:
         def send(ep: _Endpoint, md: Metadata) -> Io[T]:
             return finish((yield Rpc(ep.index, service, method, request, md, stream)))
 
-        return self._calling(send, retry)
+        return send
 
     def call(self, fn: Callable[[_Endpoint, Metadata], T], *, retry: bool = True) -> T:
         """Run ``fn(endpoint, metadata)`` (blocking calls of its own), as ``_calling`` sends requests."""

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import uuid
+import os
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
@@ -104,6 +104,15 @@ class Read:
 
 
 KEYS_READ = 5  # a job's keys: job, lease, end, held, delay
+
+
+def _uuid4_hex() -> str:
+    """``uuid.uuid4().hex``, as random and alike (version 4, RFC 4122 variant) at a third of
+    the cost: an audit record's key takes one."""
+    b = bytearray(os.urandom(16))
+    b[6] = (b[6] & 0x0F) | 0x40
+    b[8] = (b[8] & 0x3F) | 0x80
+    return b.hex()
 
 
 def reads(k: Keys, job_id: str, revision: int = 0) -> list[Any]:
@@ -452,7 +461,7 @@ class EtcdTransaction(Transaction):
         # A claim's renewal event is one key, named by its token and overwritten by the next
         # (``transitions.replaced``): etcd keeps one live key per claim, not one per renewal.
         renewed = transitions.replaced(event)
-        uid = uuid.uuid4().hex if renewed is None else f"{event.op}-{renewed[1]}"
+        uid = _uuid4_hex() if renewed is None else f"{event.op}-{renewed[1]}"
         return ec.put(self._k.history(event.job_id, uid), value, lease=retention)
 
     # -- the commit ----------------------------------------------------------------------
@@ -513,7 +522,7 @@ class EtcdTransaction(Transaction):
         if self._events or self._rejections:
             retention = yield from self._leases.retention()  # audit records end with it
             writes += [self._event(e, plans, retention) for e in self._events]
-            writes += [ec.put(self._k.rejection(uuid.uuid4().hex), rejection_value(r), lease=retention)
+            writes += [ec.put(self._k.rejection(_uuid4_hex()), rejection_value(r), lease=retention)
                        for r in self._rejections]
         if not writes and not self.guessed:
             return None
