@@ -121,12 +121,19 @@ _RESULTS = {"==": rpc_pb2.Compare.EQUAL, ">": rpc_pb2.Compare.GREATER, "<": rpc_
 _FIELDS = {"create": "create_revision", "mod": "mod_revision"}  # the compared number's field by target
 
 
+# Only the fields that differ from proto3's defaults are named (the same bytes either way): upb
+# looks each named field up by its name, and most of a hot path's are defaults.
 def put(key: bytes, value: bytes, lease: int = 0, prev_kv: bool = False) -> OpSpec:
-    return {"request_put": {"key": key, "value": value, "lease": lease, "prev_kv": prev_kv}}
+    fields: dict[str, Any] = {"key": key, "value": value}
+    if lease:
+        fields["lease"] = lease
+    if prev_kv:
+        fields["prev_kv"] = True
+    return {"request_put": fields}
 
 
 def delete(key: bytes, prev_kv: bool = False) -> OpSpec:
-    return {"request_delete_range": {"key": key, "prev_kv": prev_kv}}
+    return {"request_delete_range": {"key": key, "prev_kv": True} if prev_kv else {"key": key}}
 
 
 def range_request(key: bytes, end: bytes = b"", *, limit: int = 0, revision: int = 0, newest_first: bool = False,
@@ -143,6 +150,8 @@ def get(key: bytes, end: bytes = b"", *, keys_only: bool = False, revision: int 
         count_only: bool = False, created_after: int = 0) -> OpSpec:
     """``count_only``: the answer carries only how many keys the range holds (``TxnResult.counts``);
     ``created_after``: only keys created after that revision (etcd still walks the range)."""
+    if not (end or keys_only or revision or limit or count_only or created_after):
+        return {"request_range": {"key": key}}  # one key, as of now: most reads
     return {"request_range": {
         "key": key, "range_end": end, "keys_only": keys_only, "revision": revision, "limit": limit,
         "count_only": count_only, "min_create_revision": created_after + 1 if created_after else 0}}
@@ -161,7 +170,10 @@ def compare(key: bytes, target: str, op: str, value: int | bytes) -> CompareSpec
     """``target``: create, mod or value; ``op``: ==, <, >. A number is set even when 0 (a
     member of the target oneof: etcd compares with 0, not with nothing)."""
     field = "value" if isinstance(value, bytes) else _FIELDS.get(target, "mod_revision")
-    return {"result": _RESULTS[op], "target": _TARGETS[target], "key": key, field: value}
+    result = _RESULTS[op]
+    if result:
+        return {"result": result, "target": _TARGETS[target], "key": key, field: value}
+    return {"target": _TARGETS[target], "key": key, field: value}  # EQUAL, proto3's default
 
 
 def size(op: OpSpec) -> int:
@@ -173,7 +185,7 @@ def relet(ops: list[OpSpec], old: int, new: int) -> None:
     """Point the puts in ``ops`` (nested ones too) that name etcd lease ``old`` at ``new`` instead."""
     for op in ops:
         put_request, nested = op.get("request_put"), op.get("request_txn")
-        if put_request is not None and put_request["lease"] == old:
+        if put_request is not None and put_request.get("lease", 0) == old:
             put_request["lease"] = new
         elif nested is not None:
             relet(nested["success"], old, new)
