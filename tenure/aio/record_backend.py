@@ -87,8 +87,7 @@ class AsyncRecordBackend(ThreadedBackend):
             tx: Transaction | None = None
             try:
                 async with opened(attempt.fresh) as tx:
-                    attempts.begin(tx)
-                    found = await _fetched(tx, operation.step)
+                    found = await _fetched(tx, attempts.step)
             except (steps.Reread, LeaseError) as exc:
                 if attempts.retry_after(tx, exc):
                     continue

@@ -322,8 +322,7 @@ class RecordBackend(Backend):
             tx: Transaction | None = None
             try:
                 with opened(attempt.fresh) as tx:
-                    attempts.begin(tx)
-                    found = operation.step(tx)
+                    found = attempts.step(tx)
             except (steps.Reread, LeaseError) as exc:
                 if attempts.retry_after(tx, exc):
                     continue

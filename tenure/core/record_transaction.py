@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import abc
 
+from tenure.core.read_facts import Loaded
 from tenure.core.records import HistoryEvent, JobRecord, Lease, Op, Rejection
 
 
@@ -41,14 +42,16 @@ class Transaction(abc.ABC):
     def load(self, job_id: str) -> JobRecord | None:
         """The job's record; raises CorruptRecord for one that cannot be read."""
 
-    def load_for(self, job_id: str, op: Op, lease: Lease | None = None) -> JobRecord | None:
+    def load_for(self, job_id: str, op: Op, lease: Lease | None = None) -> Loaded:
         """``load`` for a step that will ``op`` the job; ``lease``: the caller's, for renew,
         complete and release. An optimistic store may answer a first attempt with a guess
         (``guessed``) its commit verifies: ZooKeeper takes a claimed job to be new (etcd too
         with a pooled etcd lease at hand, and a submitted one), ZooKeeper answers a holder from
         the record this process wrote while the lease's safe deadline runs
         (``clock.deadline_runs``), etcd from the lease itself (its commit compares the keys
-        the lease implies)."""
+        the lease implies). A store reports what else it found as a fact (``read_facts``: no
+        record but a generation, a record an earlier clock stamped); the step decides what
+        record that is, and what its commit writes."""
         return self.load(job_id)
 
     def preload(self, job_ids: list[str]) -> None:  # noqa: B027 - nothing to do is the default
@@ -88,6 +91,12 @@ class Transaction(abc.ABC):
         ``CLAIMS_IN_BATCHES`` overrides it."""
         found = self.next_claimable()
         return [] if found is None else [found]
+
+    def passed_over(self) -> list[Loaded]:
+        """What finding claimable jobs (``next_claimables``) read and passed over as
+        ``read_facts`` judges it, for a write it calls for (a lease an earlier clock stamped:
+        the step's commit re-stamps it). This default: nothing."""
+        return []
 
     @abc.abstractmethod
     def add_rejection(self, rejection: Rejection) -> None: ...

@@ -12,8 +12,7 @@ sticks. A driver only opens transactions, waits (a pause, a read) and calls thes
         attempt = attempts.next()                     # Outraced when none is left
         pause contention.pause(attempt.retry) if attempt.retry
         with transaction(fresh=attempt.fresh) as tx:  # commits on leaving
-            attempts.begin(tx)
-            found = operation.step(tx)                # Reread / LeaseError: attempts.retry_after
+            found = attempts.step(tx)                 # Reread / LeaseError: attempts.retry_after
         if attempts.stuck(tx):
             return attempts.result(tx, found)
 
@@ -34,7 +33,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from tenure.core import batches, contention, transitions
+from tenure.core import batches, contention, read_facts, transitions
 from tenure.core.errors import BackendUnavailable, CorruptRecord, JobNotFound, LeaseError, StaleLease, TokenChanged
 from tenure.core.lifecycle import Retry
 from tenure.core.record_transaction import Transaction
@@ -46,6 +45,16 @@ R = TypeVar("R")  # what the operation's caller gets
 
 class Reread(Exception):
     """Raised by a step that must not act on a guessed record: run it again on fresh reads."""
+
+
+class AfterCommit(Exception):
+    """Raised by a step whose refusal ``error`` is raised only once the transaction has
+    committed the writes the step saved before it (a claim that met a lease an earlier clock
+    stamped re-stamps it: ``read_facts``). ``Attempts.step`` keeps it for ``result``."""
+
+    def __init__(self, error: LeaseError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class NotFetched(Exception):
@@ -93,6 +102,7 @@ class Attempts(Generic[S, R]):
     def __init__(self, operation: Operation[S, R]) -> None:
         self.operation = operation
         self._previous: Transaction | None = None
+        self._began: Transaction | None = None  # the transaction ``step`` last followed into
         self._count = 0
         self._retries = 0
 
@@ -109,10 +119,18 @@ class Attempts(Generic[S, R]):
         self._retries += 1
         return Attempt(fresh=True, retry=self._retries)
 
-    def begin(self, tx: Transaction) -> None:
-        """Before the step runs (once per transaction, not per rerun after ``NotFetched``)."""
-        if self._previous is not None:
-            tx.follow(self._previous)
+    def step(self, tx: Transaction) -> S | AfterCommit:
+        """The operation's step in ``tx``, which first follows the attempt before it (once per
+        transaction, not per rerun after ``NotFetched``); a refusal to raise after the commit
+        (``AfterCommit``) as a value, for ``result``."""
+        if tx is not self._began:
+            self._began = tx
+            if self._previous is not None:
+                tx.follow(self._previous)
+        try:
+            return self.operation.step(tx)
+        except AfterCommit as refused:
+            return refused
 
     def retry_after(self, tx: Transaction | None, exc: Exception) -> bool:
         """The step raised ``exc`` (``Reread`` or a ``LeaseError``): whether to attempt again
@@ -129,7 +147,9 @@ class Attempts(Generic[S, R]):
             return False
         return True
 
-    def result(self, tx: Transaction, found: S) -> R:
+    def result(self, tx: Transaction, found: S | AfterCommit) -> R:
+        if isinstance(found, AfterCommit):
+            raise found.error
         return self.operation.finish(_stored(tx, found))
 
 
@@ -146,13 +166,32 @@ def _nothing(found: None) -> None:
     return None
 
 
-def _load(tx: Transaction, job_id: str, op: Op, lease: Lease | None = None) -> JobRecord | None:
-    """``tx.load_for``, its CorruptRecord naming the job the caller named (a key may hold it
-    encoded: etcd's and ZooKeeper's base64url)."""
+def _read(tx: Transaction, job_id: str, op: Op, lease: Lease | None = None) -> tuple[JobRecord | None, bool]:
+    """The record the step decides on, from what ``tx.load_for`` found (``read_facts``), and
+    whether a write that finding calls for was saved for the commit; its CorruptRecord naming
+    the job the caller named (a key may hold it encoded: etcd's and ZooKeeper's base64url)."""
     try:
-        return tx.load_for(job_id, op, lease)
+        loaded = tx.load_for(job_id, op, lease)
     except CorruptRecord as exc:
         raise exc.naming(job_id) from exc.__cause__
+    if loaded is None or isinstance(loaded, JobRecord):
+        return loaded, False  # a record as read: nothing to decide (the common case, kept short)
+    write = read_facts.restamped(loaded, op, tx.now)
+    if write is not None:
+        tx.save(write)
+    return read_facts.seen(loaded, op, tx.now), write is not None
+
+
+def _load(tx: Transaction, job_id: str, op: Op, lease: Lease | None = None) -> JobRecord | None:
+    return _read(tx, job_id, op, lease)[0]
+
+
+def _save_passed_over(tx: Transaction) -> None:
+    """The writes that claim_next's candidates passed over call for (``read_facts``)."""
+    for loaded in tx.passed_over():
+        write = read_facts.restamped(loaded, Op.CLAIM, tx.now)
+        if write is not None:
+            tx.save(write)
 
 
 def submit(job_ids: list[str], actor: str | None, max_attempts: int | None = None,
@@ -182,21 +221,36 @@ def submit_many(job_ids: list[str], actor: str | None, size: int,
             for chunk in batches.batches(job_ids, size, weight, budget)]
 
 
-def _claim_in(tx: Transaction, job_id: str, owner: str, ttl: float, max_attempts: int | None) -> JobRecord:
-    new = transitions.claim(_load(tx, job_id, Op.CLAIM), job_id, owner, ttl, tx.now, max_attempts)
+def _claimed(tx: Transaction, rec: JobRecord | None, job_id: str, owner: str, ttl: float,
+             max_attempts: int | None) -> JobRecord:
+    new = transitions.claim(rec, job_id, owner, ttl, tx.now, max_attempts)
     tx.save(new)
     tx.add_event(transitions.history_event(new, Op.CLAIM, tx.now))
     return new
 
 
+def _claim_in(tx: Transaction, job_id: str, owner: str, ttl: float, max_attempts: int | None) -> JobRecord:
+    return _claimed(tx, _load(tx, job_id, Op.CLAIM), job_id, owner, ttl, max_attempts)
+
+
 def claim(job_id: str, owner: str, ttl: float, max_attempts: int | None = None) -> Operation[JobRecord, Lease]:
     """``max_attempts``: the limit of a job this claim creates (one never submitted)."""
-    return Operation(job_id, lambda tx: _claim_in(tx, job_id, owner, ttl, max_attempts), transitions.lease_of)
+    def step(tx: Transaction) -> JobRecord:
+        rec, wrote = _read(tx, job_id, Op.CLAIM)
+        try:
+            return _claimed(tx, rec, job_id, owner, ttl, max_attempts)
+        except LeaseError as exc:
+            if wrote:  # the re-stamp the read called for is committed first
+                raise AfterCommit(exc) from exc
+            raise
+
+    return Operation(job_id, step, transitions.lease_of)
 
 
 def claim_next(owner: str, ttl: float) -> Operation[JobRecord | None, Lease | None]:
     def step(tx: Transaction) -> JobRecord | None:
         job_id = tx.next_claimable()
+        _save_passed_over(tx)
         return None if job_id is None else _claim_in(tx, job_id, owner, ttl, None)
 
     return Operation("(claim_next)", step, lambda found: None if found is None else transitions.lease_of(found),
@@ -353,7 +407,9 @@ def claim_next_many(owner: str, ttl: float, n: int, weight: Callable[[str], int]
     def step(tx: Transaction) -> Each:
         load = 0
         found: list[JobRecord | Rejection | LeaseError] = []
-        for job_id in tx.next_claimables(n):
+        candidates = tx.next_claimables(n)
+        _save_passed_over(tx)
+        for job_id in candidates:
             load += 0 if weight is None else weight(job_id)
             if found and load > budget:
                 return Each(tuple(found), more=True)

@@ -17,6 +17,7 @@ import tenure
 from devservers.ports import free_port
 from devservers.postgres import AUTH_PASSWORD, AUTH_USER, PostgresServer, admin
 from tenure.backends.postgres import schema as postgres_schema
+from tenure.core import contention
 from tests.servers.postgres import PostgresHarness
 
 pytest.importorskip("psycopg_pool")
@@ -329,6 +330,31 @@ def test_a_serialization_failure_runs_again_then_gives_up_as_outraced(pg: Postgr
             store.renew(lease, ttl=30)
         events = [e.op for e in store.history("j")]
         assert events == [tenure.Op.SUBMIT, tenure.Op.CLAIM, tenure.Op.RENEW], events
+
+
+def test_the_watchs_reads_the_server_rolled_back_run_again(pg: PostgresHarness) -> None:
+    # The watch's reads are the same plans: a read the server rolled back (a serialization
+    # failure, as a hot standby's conflict with recovery answers) is thrown back into the plan,
+    # which runs it again after the core's pause, and the watch goes on.
+    with pg.connect() as store:
+        store.submit("seen")
+        backend: Any = store.backend
+        execute, page = backend.execute, backend.statements["JOBS_PAGE"]
+        lost = [2]
+
+        def losing(query: Any) -> Any:
+            if query.text == page and lost[0]:
+                lost[0] -= 1
+                raise contention.Collided  # what execute raises for SQLSTATE 40001
+            return execute(query)
+
+        backend.execute = losing
+        stop = threading.Event()
+        changes = store.watch(stop, interval=0.05)
+        assert next(changes).job.job_id == "seen"  # type: ignore[union-attr]
+        assert lost == [0]
+        stop.set()
+        list(changes)
 
 
 def test_a_jobs_history_reads_its_index_under_a_generic_plan(pg: PostgresHarness) -> None:

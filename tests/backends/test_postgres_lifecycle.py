@@ -25,7 +25,7 @@ from tenure.backends.postgres import sql as q
 from tenure.core import queries, transitions
 from tenure.core.errors import JobNotFound, StaleLease, TokenChanged
 from tenure.core.lifecycle import Retry
-from tenure.core.records import JobRecord, JobState, Lease, Op
+from tenure.core.records import JobRecord, JobState, Lease, Op, lease_over
 from tests.servers.postgres import PostgresHarness
 
 pytest.importorskip("psycopg_pool")
@@ -97,6 +97,28 @@ def holder_lease_of(rec: JobRecord | None, token: int | None) -> Lease:
     return holder_lease(rec, token)
 
 
+def renew(token: int | None = None) -> Operation:
+    return holder(Op.RENEW, lambda r, now: transitions.renew(r, TTL, now), lambda b, lease: b.renew(lease, TTL),
+                  token)
+
+
+def complete(token: int | None = None) -> Operation:
+    return holder(Op.COMPLETE, lambda r, now: transitions.complete(r, b"ok", now),
+                  lambda b, lease: b.complete(lease, b"ok"), token)
+
+
+def force_expire(token: int | None = None) -> Operation:
+    def decide(rec: JobRecord | None, now: float) -> JobRecord:
+        if rec is None:
+            raise JobNotFound(JOB)
+        if token is not None and rec.token != token:
+            raise TokenChanged(JOB, token, rec.token)  # steps.force_expire's rules
+        live = rec.state is JobState.LEASED and rec.lease_until is not None and not lease_over(rec.lease_until, now)
+        return transitions.force_expire(rec, now) if live else rec
+
+    return "expire", lambda b, rec: b.force_expire(JOB, "ops", token), decide
+
+
 def release(token: int | None = None) -> Operation:
     return holder(Op.RELEASE, transitions.release, lambda b, lease: b.release(lease), token)
 
@@ -144,6 +166,19 @@ CASES: dict[str, tuple[Make, Operation]] = {
     "claim_next parked": (parked(attempts=1, max_attempts=1), claim_next()),
     "claim_next expired on the last attempt": (leased(-FAR, attempts=2, max_attempts=2), claim_next()),
     "claim_next expired, an attempt left": (leased(-FAR, attempts=1, max_attempts=2), claim_next()),
+    # renew and complete: the holder's rule
+    "renew": (leased(FAR, attempts=2, max_attempts=5), renew()),
+    "stale renew, superseded": (leased(FAR, attempts=1), renew(token=2)),
+    "stale renew, expired": (leased(-FAR, attempts=1), renew()),
+    "stale renew, completed": (completed(attempts=1), renew()),
+    "complete": (leased(FAR, attempts=1), complete()),
+    "stale complete, expired on the last attempt": (leased(-FAR, attempts=2, max_attempts=2), complete()),
+    "stale complete, pending": (pending(attempts=1), complete()),
+    # force_expire: the operator's end of a live lease, nothing else
+    "force_expire live lease": (leased(FAR, attempts=1), force_expire()),
+    "force_expire expired lease": (leased(-FAR, attempts=1), force_expire()),
+    "force_expire pending": (pending(), force_expire()),
+    "force_expire, token changed": (leased(FAR, attempts=1), force_expire(token=2)),
     # release: gives the attempt back
     "release": (leased(FAR, attempts=2, max_attempts=5), release()),
     "release of a row from before attempts": (leased(FAR), release()),
@@ -191,7 +226,7 @@ def shared(pg: PostgresHarness) -> Iterator[tenure.Store]:
 
 def plant(pg: PostgresHarness, store: tenure.Store, rec: JobRecord) -> None:
     backend: Any = store.backend
-    job_id, state, *rest = dataclasses.astuple(rec)
+    job_id, state, *rest = dataclasses.astuple(rec)[:q.WIDTH]  # the columns (ended_early is a read's fact)
     values = (job_id, state.value, *rest)
     columns = q.JOB_COLUMNS + ", queued_at, queued"
     queued_at = rec.claimable_at if rec.claimable_at is not None else -float("inf")
@@ -242,7 +277,8 @@ def test_the_statements_decide_as_the_transitions(pg: PostgresHarness, shared: t
     assert after == (before if expected_error is not None else expected), case
     assert expected is None or isinstance(expected, JobRecord)
     if expected_error is None and expected != before:
-        actor = "ops" if name in ("requeue", "submit") else "w1" if name in ("release", "fail") else None
+        actor = ("ops" if name in ("requeue", "submit", "expire")
+                 else "w1" if name in ("release", "fail", "renew", "complete") else None)
         assert expected is not None and len(events) == 1, case
         assert events[0] == transitions.history_event(expected, Op(name if name != "claim_next" else "claim"), at,
                                                       actor), case

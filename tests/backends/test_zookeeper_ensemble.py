@@ -17,7 +17,7 @@ pytestmark = pytest.mark.cluster
 TTL = 3.0
 
 
-def _retry(call: Callable[[], tenure.Lease]) -> tenure.Lease | None:
+def _retry(call: Callable[[], tenure.Lease | None]) -> tenure.Lease | None:
     """The lease, or None if the job is held; retries while the ensemble elects a leader."""
     while True:
         try:
@@ -121,6 +121,37 @@ def test_a_new_leader_with_a_clock_ahead_judges_no_lease_an_earlier_leader_stamp
             # An operator's force_expire ends a lease the new clock would call over already.
             b.force_expire("f", token=expired.token, actor="operator")
             assert b.claim("f", owner="b", ttl=10.0).token == expired.token + 1
+            assert b.rejections() == []
+    finally:
+        ensemble.close()
+
+
+def test_claim_next_under_a_new_leader_with_a_clock_ahead_re_stamps_the_leases_it_passes_over(
+        tmp_path: Path) -> None:
+    # As above: member 3, 30 s ahead, becomes leader. claim_next meets the earlier leader's
+    # leases (expired by the new clock) in its index, passes over them, takes the pending job
+    # and re-stamps them in the same commit (``read_facts``).
+    ensemble = Ensemble(tmp_path, wrappers={3: ("faketime", "-f", "+30s")})
+    try:
+        ensemble.start((1, 2))
+        ensemble.start((3,))
+        url = f"zk://{ensemble.hosts}/skew-next"
+        with tenure.connect(url, session_timeout=4) as a, tenure.connect(url, session_timeout=4) as b:
+            held = [a.claim(j, owner="a", ttl=10.0) for j in "xy"]
+            a.submit("z")
+            ensemble.server(2).kill()
+            if ensemble.leader().sid != 3:
+                pytest.fail("the skewed member did not become leader; the test set-up is wrong")
+            assert _serving(b) > held[0].expires_at + 15
+            taken = _retry(lambda: b.claim_next(owner="b", ttl=10.0))
+            assert taken is not None and taken.job_id == "z"
+            for lease in held:
+                status = b.get(lease.job_id)
+                assert status is not None and status.owner == "a" and status.expires_at is not None
+                assert status.expires_at > b.now() + 5  # re-stamped: a full TTL on the new clock
+            assert b.claim_next(owner="b", ttl=10.0) is None
+            for lease in held:
+                a.renew(lease)
             assert b.rejections() == []
     finally:
         ensemble.close()

@@ -72,3 +72,20 @@ def test_suspended_connection_puts_leases_at_risk_until_verified(zk_private: Zoo
         assert held._renew_once() is True  # what the renewal thread does on its next turn
         held.check()
         held.complete()
+
+
+def test_a_write_whose_answer_is_lost_is_outcome_unknown_not_refused(zk_private: ZooKeeperServer) -> None:
+    with tenure.connect(f"zk://{zk_private.hosts}/lost", timeout=1, session_timeout=20) as store:
+        store.complete(store.claim("warm", owner="a", ttl=30))  # the leader's clock just stamped
+        zk_private.pause()  # the claim's multi reaches the server's socket; no answer comes back
+        try:
+            with pytest.raises(tenure.OutcomeUnknown, match="may or may not have been applied"):
+                store.claim("j", owner="a", ttl=30)
+        finally:
+            zk_private.resume()
+        # The resumed server runs the multi it had read (the session outlived the pause): the
+        # claim was applied after all, and nothing was refused.
+        _until(lambda: store.get("j") is not None)
+        status = store.get("j")
+        assert status is not None and status.state is tenure.JobState.LEASED and status.owner == "a"
+        assert store.rejections() == []

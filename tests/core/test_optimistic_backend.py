@@ -3,7 +3,9 @@ commit gets the protocol from the core, which retries a lost race with fresh rea
 again what it decided on a cached guess, and gives up with Outraced.
 
 The store here is a dict behind a lock standing in for a server; ``interfere`` makes the next
-commits lose their race as if another client had written first."""
+commits lose their race as if another client had written first. Like ZooKeeper, it keeps a
+job's generation when its record is deleted by hand, and the epoch of the clock that stamped
+each record (``read_facts``: what the core makes of both)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from typing import Any
 import pytest
 
 import tenure
-from tenure.core import contention, transitions
+from tenure.core import contention, read_facts, transitions
 from tenure.core.backend import Characteristics, RecordBackend
 from tenure.core.record_transaction import Transaction
 from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Rejection
@@ -30,6 +32,7 @@ class CasTransaction(Transaction):
         self._writes: dict[str, JobRecord] = {}
         self._events: list[HistoryEvent] = []
         self._rejections: list[Rejection] = []
+        self._passed: list[read_facts.Loaded] = []
 
     def load(self, job_id: str) -> JobRecord | None:
         if not self._fresh and job_id in self._b.cache:  # what this process last wrote
@@ -39,6 +42,19 @@ class CasTransaction(Transaction):
             rec, version = self.read(job_id)
         self._read[job_id] = version
         return rec
+
+    def load_for(self, job_id: str, op: tenure.Op, lease: tenure.Lease | None = None) -> read_facts.Loaded:
+        return self._fact(job_id, self.load(job_id))
+
+    def _fact(self, job_id: str, rec: JobRecord | None) -> read_facts.Loaded:
+        """A record, one an earlier clock stamped, or the generation a deleted record left."""
+        b = self._b
+        if rec is None:
+            return None if job_id not in b.generations else read_facts.Vanished(job_id, b.generations[job_id])
+        return rec if b.stamps.get(job_id, b.epoch) == b.epoch else read_facts.OtherClock(rec)
+
+    def passed_over(self) -> list[read_facts.Loaded]:
+        return self._passed
 
     def read(self, job_id: str) -> tuple[JobRecord | None, int]:
         """The job's record and version, from the store."""
@@ -62,12 +78,13 @@ class CasTransaction(Transaction):
         self._writes[record.job_id] = record
 
     def next_claimable(self) -> str | None:
-        found = self.claimable()
-        if not found:
-            return None
-        _, job_id, version = found[0]
-        self._read[job_id] = version  # the claim's load reads it again; this pins what was seen
-        return job_id
+        for _, job_id, version in self.claimable():
+            self._read[job_id] = version  # the claim's load reads it again; this pins what was seen
+            fact = self._fact(job_id, self._b.records[job_id][0])
+            if transitions.is_claimable(read_facts.seen(fact, tenure.Op.CLAIM, self.now), self.now):
+                return job_id
+            self._passed.append(fact)
+        return None
 
     def add_rejection(self, rejection: Rejection) -> None:
         self._rejections.append(rejection)
@@ -95,6 +112,7 @@ class CasTransaction(Transaction):
                 version = b.records.get(job_id, (None, 0))[1] + 1
                 b.records[job_id] = (rec, version)
                 b.cache[job_id] = (rec, version)
+                b.stamps[job_id], b.generations[job_id] = b.epoch, rec.token
             b.events += self._events
             b.audit += self._rejections
 
@@ -113,6 +131,9 @@ class CasBackend(RecordBackend):
         self.interfere = 0
         self.resends = 0
         self.reads = 0
+        self.epoch = 0  # of the clock that stamps what is written now
+        self.stamps: dict[str, int] = {}  # the epoch each record was written in
+        self.generations: dict[str, int] = {}  # each job's last token: kept when its record is deleted
 
     @classmethod
     def from_url(cls, url: Any, options: Any, clock: Any) -> CasBackend:
@@ -232,3 +253,51 @@ def test_a_refusal_decided_on_a_guess_is_decided_again(backend: CasBackend, stor
                                                 ttl=None), version + 1)  # released by another client
     lease = store.claim("j", owner="b", ttl=10)  # our cache still says "held by a"
     assert lease.owner == "b" and lease.token == 2
+
+
+def test_a_job_whose_record_was_deleted_goes_on_from_its_generation(backend: CasBackend,
+                                                                    store: tenure.Store) -> None:
+    first = store.claim("j", owner="a", ttl=10)
+    del backend.records["j"]  # by hand: the generation stays
+    backend.cache.clear()
+    assert store.claim("j", owner="b", ttl=10).token == first.token + 1  # the claim sees it pending
+    del backend.records["j"]
+    backend.cache.clear()
+    store.submit("j")  # a new run one generation on: no lease of the old one can act on it
+    assert backend.records["j"][0].token == first.token + 2
+    third = store.claim("j", owner="c", ttl=10)
+    assert third.token == first.token + 3
+    del backend.records["j"]
+    backend.cache.clear()
+    with pytest.raises(tenure.StaleLease) as refused:  # nothing to renew, whatever the generation
+        store.renew(third)
+    assert refused.value.rejection.reason == str(tenure.Reason.NOT_FOUND)
+
+
+def test_a_claim_that_meets_a_lease_an_earlier_clock_stamped_re_stamps_it_in_its_commit(
+        backend: CasBackend, store: tenure.Store) -> None:
+    held = store.claim("j", owner="a", ttl=10)
+    backend.epoch += 1  # a new clock, 30 s ahead: by it the lease ran out 20 s ago
+    backend.clock.advance(30)
+    backend.cache.clear()
+    events = len(backend.events)
+    with pytest.raises(tenure.AlreadyClaimed):
+        store.claim("j", owner="b", ttl=10)
+    rec = backend.records["j"][0]
+    assert (rec.owner, rec.token, rec.lease_until) == ("a", held.token, backend.now() + 10)
+    assert backend.stamps["j"] == backend.epoch and len(backend.events) == events  # a write, no history
+    assert store.claim_next(owner="b", ttl=10) is None  # judged on this clock now: held
+    store.renew(held)  # the holder carries on
+
+
+def test_claim_next_passes_over_a_lease_an_earlier_clock_stamped_and_re_stamps_it(
+        backend: CasBackend, store: tenure.Store) -> None:
+    held = store.claim("j", owner="a", ttl=10)
+    store.submit("k")
+    backend.epoch += 1
+    backend.clock.advance(30)
+    lease = store.claim_next(owner="b", ttl=10)
+    assert lease is not None and lease.job_id == "k"
+    rec = backend.records["j"][0]
+    assert (rec.owner, rec.lease_until, backend.stamps["j"]) == ("a", backend.now() + 10, backend.epoch)
+    store.renew(held)

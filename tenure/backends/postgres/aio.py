@@ -25,9 +25,11 @@ from tenure.backends.postgres.connection import (
     idle_problem,
     loop_watchdog,
     pool_only_waited,
+    retryable,
 )
-from tenure.backends.postgres.ops import ATTEMPTS, Plan, Plans, Query, Trims, outraced_by, rerun_after, run_async
+from tenure.backends.postgres.ops import Effect, Plan, Plans, Query, Rows, Trims
 from tenure.backends.postgres.schema import check_schema_name
+from tenure.core import contention, io_drivers
 from tenure.core.clock import Clock
 from tenure.core.errors import BackendUnavailable, LeaseError
 from tenure.core.lifecycle import Retry
@@ -79,7 +81,7 @@ class AsyncPostgresBackend(AsyncBackend):
 
     # -- running statements ------------------------------------------------------------------
     async def _do(self, plan: Plan[T]) -> T:
-        return await run_async(plan, self.execute)
+        return await io_drivers.run_async(plan, self.answer)
 
     @property
     def pool(self) -> psycopg_pool.AsyncConnectionPool[Any]:
@@ -87,23 +89,26 @@ class AsyncPostgresBackend(AsyncBackend):
             raise BackendUnavailable("the store is not open (or closed)")
         return self._pool
 
-    async def execute(self, query: Query) -> list[tuple[Any, ...]]:
-        """Run one query on a pooled connection (re-run if the server rolled it back)."""
-        for attempt in range(ATTEMPTS):
-            sent = False
-            try:
-                async with self.pool.connection() as conn:
-                    sent = True
-                    with loop_watchdog(conn, self.settings.timeout + 1.0):
-                        cursor = await conn.execute(query.text, query.params)
-                        rows: list[tuple[Any, ...]] = await cursor.fetchall()
-                break
-            except psycopg.Error as exc:
-                pause = rerun_after(exc, attempt)
-                if pause is not None:  # rolled back by the server: certainly not applied
-                    await asyncio.sleep(pause)
-                    continue
-                raise outraced_by(query, exc) or await self._error(exc, sent_write=query.write and sent) from exc
+    async def answer(self, effect: Effect) -> Rows:
+        """What a plan asked for: a query's rows, or none after the pause the core asked for."""
+        if isinstance(effect, contention.Pause):
+            await asyncio.sleep(effect.seconds)
+            return []
+        return await self.execute(effect)
+
+    async def execute(self, query: Query) -> Rows:
+        """Run one query on a pooled connection; ``Collided`` if the server rolled it back."""
+        sent = False
+        try:
+            async with self.pool.connection() as conn:
+                sent = True
+                with loop_watchdog(conn, self.settings.timeout + 1.0):
+                    cursor = await conn.execute(query.text, query.params)
+                    rows: Rows = await cursor.fetchall()
+        except psycopg.Error as exc:
+            if retryable(exc):  # rolled back by the server: certainly not applied
+                raise contention.Collided from exc
+            raise await self._error(exc, sent_write=query.write and sent) from exc
         if query.write and self._trims.due(query.rows):
             await self._trim()
         return rows

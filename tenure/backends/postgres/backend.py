@@ -22,9 +22,17 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import sql
 
-from tenure.backends.postgres.connection import Settings, Watchdog, connection_error, open_pool, pool_only_waited
-from tenure.backends.postgres.ops import ATTEMPTS, Plan, Plans, Query, Trims, outraced_by, rerun_after, run_sync
+from tenure.backends.postgres.connection import (
+    Settings,
+    Watchdog,
+    connection_error,
+    open_pool,
+    pool_only_waited,
+    retryable,
+)
+from tenure.backends.postgres.ops import Effect, Plan, Plans, Query, Rows, Trims
 from tenure.backends.postgres.schema import check_durability, check_schema_name, migrate
+from tenure.core import contention, io_drivers
 from tenure.core.backend import Backend, Characteristics, Durability
 from tenure.core.clock import Clock
 from tenure.core.errors import BackendUnavailable, InvalidArgument, LeaseError
@@ -122,23 +130,26 @@ class PostgresBackend(Backend):
 
     # -- running statements ------------------------------------------------------------------
     def _do(self, plan: Plan[T]) -> T:
-        return run_sync(plan, self.execute)
+        return io_drivers.run(plan, self.answer)
 
-    def execute(self, query: Query) -> list[tuple[Any, ...]]:
-        """Run one query on a pooled connection (re-run if the server rolled it back)."""
-        for attempt in range(ATTEMPTS):
-            sent = False
-            try:
-                with self.pool.connection() as conn, self.watchdog.guard(conn):
-                    sent = True
-                    rows: list[tuple[Any, ...]] = conn.execute(query.text, query.params).fetchall()
-                break
-            except psycopg.Error as exc:
-                pause = rerun_after(exc, attempt)
-                if pause is not None:  # rolled back by the server: certainly not applied
-                    time.sleep(pause)
-                    continue
-                raise outraced_by(query, exc) or self._error(exc, sent_write=query.write and sent) from exc
+    def answer(self, effect: Effect) -> Rows:
+        """What a plan asked for: a query's rows, or none after the pause the core asked for."""
+        if isinstance(effect, contention.Pause):
+            time.sleep(effect.seconds)
+            return []
+        return self.execute(effect)
+
+    def execute(self, query: Query) -> Rows:
+        """Run one query on a pooled connection; ``Collided`` if the server rolled it back."""
+        sent = False
+        try:
+            with self.pool.connection() as conn, self.watchdog.guard(conn):
+                sent = True
+                rows: Rows = conn.execute(query.text, query.params).fetchall()
+        except psycopg.Error as exc:
+            if retryable(exc):  # rolled back by the server: certainly not applied
+                raise contention.Collided from exc
+            raise self._error(exc, sent_write=query.write and sent) from exc
         if query.write and self._trims.due(query.rows):
             self._trim()
         return rows

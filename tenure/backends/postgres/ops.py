@@ -3,8 +3,11 @@
 Each operation is a generator (sans-I/O, as in h11 or hyper-h2): it yields the ``Query`` to
 run and is sent the rows it returned, decodes them and decides, and returns its answer. The
 sync backend (``backend``) runs the queries on a ``ConnectionPool``, the asyncio backend
-(``aio``) on an ``AsyncConnectionPool``; nothing else differs, so a statement, its
-parameters and the decoding of its rows are written once.
+(``aio``) on an ``AsyncConnectionPool``, both with the core's drivers (``io_drivers``);
+nothing else differs, so a statement, its parameters and the decoding of its rows are written
+once. A statement that lost a race (the server rolled it back, or its answer says the row
+changed between its judgement and its write) raises ``contention.Collided``; how often it runs
+again, the pauses and ``Outraced`` are the core's (``contention.attempted``), as on every store.
 """
 
 from __future__ import annotations
@@ -15,10 +18,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from tenure.backends.postgres import sql as q
-from tenure.backends.postgres.connection import retryable
 from tenure.core import codec, contention, transitions
 from tenure.core.codec import corrupt_status
-from tenure.core.errors import CorruptRecord, JobNotFound, LeaseError, Outraced, StaleLease, TokenChanged
+from tenure.core.errors import CorruptRecord, JobNotFound, LeaseError, StaleLease, TokenChanged
 from tenure.core.lifecycle import Retry
 from tenure.core.queries import fold
 from tenure.core.records import (
@@ -39,9 +41,6 @@ from tenure.core.transitions import status
 
 T = TypeVar("T")
 Rows = list[tuple[Any, ...]]
-# A statement that lost a race (a row changed between two of its reads, or the server rolled it
-# back) runs again as often as any backend's step, with the same pauses: the core's policy.
-ATTEMPTS = contention.ATTEMPTS
 JOBS_PAGE = 2000
 TRIM_EVERY = 256  # writes between two trims of the audit tables
 _UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -57,27 +56,12 @@ class Query:
     rows: int = 1  # audit rows it may add (renew_many: one per lease), what trims count
 
 
-Plan = Generator[Query, Rows, T]
-
-
-def run_sync(plan: Plan[T], execute: Any) -> T:
-    """Drive ``plan`` with ``execute(query) -> rows``."""
-    try:
-        query = next(plan)
-        while True:
-            query = plan.send(execute(query))
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-
-
-async def run_async(plan: Plan[T], execute: Any) -> T:
-    """Drive ``plan`` with ``await execute(query) -> rows``."""
-    try:
-        query = next(plan)
-        while True:
-            query = plan.send(await execute(query))
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+Effect = Query | contention.Pause  # what a plan asks its driver for: a query's rows, or a pause
+Attempt = Generator[Query, Rows, T]  # one try of an operation: its statements, no retry
+Plan = Generator[Effect, Rows, T]  # an operation, its tries run by ``contention.attempted``
+# What Outraced names for a statement about no one job: claim_next's, as the core's step names it.
+CLAIM_NEXT = "(claim_next)"
+READ = "(a read)"
 
 
 class Trims:
@@ -95,18 +79,6 @@ class Trims:
             before = self._writes
             self._writes += rows
             return self._writes // TRIM_EVERY > before // TRIM_EVERY
-
-
-def rerun_after(exc: Exception, attempt: int) -> float | None:
-    """The pause before a statement that failed with ``exc`` runs again, or None to give up.
-    The server rolled a serialization failure or a deadlock back, so it certainly did not
-    apply; it runs again after the jittered pause every backend takes (``contention``)."""
-    return contention.pause(attempt + 1) if retryable(exc) and attempt + 1 < ATTEMPTS else None
-
-
-def outraced_by(query: Query, exc: Exception) -> Outraced | None:
-    """``Outraced`` when ``exc`` is the last of a statement's lost races, as on every backend."""
-    return contention.outraced(str(query.params.get("job") or "(claim_next)"), ATTEMPTS) if retryable(exc) else None
 
 
 def decode_row(schema: str, row: tuple[Any, ...] | list[Any]) -> JobRecord:
@@ -153,23 +125,30 @@ class Plans:
     def decode(self, row: tuple[Any, ...] | list[Any]) -> JobRecord:
         return decode_row(self.schema, row)
 
+    def rows(self, job: str, name: str, params: dict[str, Any], *, write: bool, rows: int = 1,
+             attempts: int = contention.ATTEMPTS) -> Plan[Rows]:
+        """One statement's rows, run again while the server rolls it back (``retried``)."""
+        return retried(job, self.query(name, params, write=write, rows=rows), attempts)
+
     # -- the protocol ------------------------------------------------------------------------
     def submit_many(self, job_ids: list[str], actor: str | None, max_attempts: int | None = None,
                     delay: float = 0.0) -> Plan[None]:
         if not job_ids:
             return
         params = {"ids": job_ids, "actor": actor, "max_attempts": max_attempts, "delay": delay}
-        ((*bad, _told),) = yield self.query("SUBMIT", params, write=True)
+        ((*bad, _told),) = yield from self.rows(job_ids[0], "SUBMIT", params, write=True)
         if bad[0] is not None:  # a corrupt row among them: nothing was written
             self.decode(bad)
             raise CorruptRecord(f"{self.schema}.jobs/{bad[0]}", "refused by the store's check")
 
     def claim(self, job_id: str, owner: str, ttl: float, max_attempts: int | None = None) -> Plan[Lease]:
-        params = {"job": job_id, "owner": owner, "ttl": ttl, "max_attempts": max_attempts}
-        for _ in range(ATTEMPTS):
-            rows = yield self.query("CLAIM", params, write=True)
-            if not rows:
-                continue  # a first claim of the job by someone else, not yet visible to our read
+        query = self.query("CLAIM", {"job": job_id, "owner": owner, "ttl": ttl, "max_attempts": max_attempts},
+                           write=True)
+
+        def attempt() -> Attempt[Lease]:
+            rows = yield query
+            if not rows:  # a first claim of the job by someone else, not yet visible to our read
+                raise contention.Collided
             outcome, *record, now, _ = rows[0]
             if outcome == "won":
                 _, _, holder, token, until, seconds = record[:6]
@@ -177,28 +156,35 @@ class Plans:
             # AlreadyClaimed, JobCompleted, JobParked, JobScheduled, TokensExhausted:
             transitions.refuse_claim(self.decode(record), job_id, now)
             # Claimable after all: the row changed between the statement's judgement and its read.
-        raise contention.outraced(job_id, ATTEMPTS)  # nothing was written: as on every backend
+            raise contention.Collided
+
+        return contention.attempted(attempt, job_id)
 
     def claim_next(self, owner: str, ttl: float) -> Plan[Lease | None]:
-        rows = yield self.query("CLAIM_NEXT", {"owner": owner, "ttl": ttl}, write=True)
+        rows = yield from self.rows(CLAIM_NEXT, "CLAIM_NEXT", {"owner": owner, "ttl": ttl}, write=True,
+                                    attempts=contention.CLAIM_NEXT_ATTEMPTS)
         return _leases(rows)[0] if rows else None
 
     def claim_next_many(self, owner: str, ttl: float, n: int) -> Plan[list[Lease]]:
         """CLAIM_NEXT_MANY: up to ``n`` claims in one statement, in claim_next's order."""
-        rows = yield self.query("CLAIM_NEXT_MANY", {"owner": owner, "ttl": ttl, "n": n}, write=True, rows=n)
+        rows = yield from self.rows(CLAIM_NEXT, "CLAIM_NEXT_MANY", {"owner": owner, "ttl": ttl, "n": n}, write=True,
+                                    rows=n, attempts=contention.CLAIM_NEXT_ATTEMPTS)
         return _leases(rows)
 
     def _holder_op(self, name: str, op: Op, lease: Lease, **extra: Any) -> Plan[Lease]:
         """The lease as the change left it (renew's), or StaleLease for a refusal."""
-        params = {"job": lease.job_id, "owner": lease.owner, "token": lease.token, **extra}
-        for _ in range(ATTEMPTS):
-            ((outcome, until, ttl, attempt, now, _, *record),) = yield self.query(name, params, write=True)
+        query = self.query(name, {"job": lease.job_id, "owner": lease.owner, "token": lease.token, **extra},
+                           write=True)
+
+        def attempt() -> Attempt[Lease]:
+            ((outcome, until, ttl, runs, now, _, *record),) = yield query
             if outcome == "done":
-                return Lease(lease.job_id, lease.owner, lease.token, until, ttl, attempt=attempt)
-            if outcome == "retry":
-                continue  # the row changed between the statement's judgement and its read
+                return Lease(lease.job_id, lease.owner, lease.token, until, ttl, attempt=runs)
+            if outcome == "retry":  # the row changed between the statement's judgement and its read
+                raise contention.Collided
             raise self._refusal(op, lease, outcome, record, now)
-        raise contention.outraced(lease.job_id, ATTEMPTS)
+
+        return contention.attempted(attempt, lease.job_id)
 
     def _refusal(self, op: Op, lease: Lease, outcome: str, record: list[Any], now: float) -> StaleLease:
         """The refusal a holder statement's row reports; raises CorruptRecord for 'corrupt'."""
@@ -223,12 +209,17 @@ class Plans:
                  argument: str) -> Plan[list[tuple[float, float] | LeaseError]]:
         """One of the holder statements over many leases (``q._holders``): for each, its new
         (lease end, TTL), or why it was refused; a lease whose row changed between its
-        judgement and its change is asked again."""
+        judgement and its change is asked again; one that lost every race is ``Outraced``."""
         found: dict[int, tuple[float, float] | LeaseError] = {}
         left = list(range(len(asked)))
-        for _ in range(ATTEMPTS):
+
+        def answers() -> list[tuple[float, float] | LeaseError]:
+            return [found[i] for i in range(len(asked))]
+
+        def attempt() -> Attempt[list[tuple[float, float] | LeaseError]]:
+            nonlocal left
             if not left:
-                break
+                return answers()
             these = [asked[i] for i in left]
             rows = yield self.query(name, {
                 "jobs": [lease.job_id for lease, _ in these], "owners": [lease.owner for lease, _ in these],
@@ -243,10 +234,16 @@ class Plans:
                         found[i] = self._refusal(op, asked[i][0], outcome, record, now)
                     except CorruptRecord as exc:
                         found[i] = exc
-            left = [i for i in left if i not in found]  # judged current, changed before written
-        for i in left:
-            found[i] = contention.outraced(asked[i][0].job_id, ATTEMPTS)
-        return [found[i] for i in range(len(asked))]
+            left = [i for i in left if i not in found]
+            if left:  # judged current, changed before written
+                raise contention.Collided
+            return answers()
+
+        def gave_up() -> list[tuple[float, float] | LeaseError]:
+            found.update((i, contention.outraced(asked[i][0].job_id)) for i in left)
+            return answers()
+
+        return (yield from contention.attempted(attempt, asked[0][0].job_id if asked else READ, gave_up=gave_up))
 
     def complete(self, lease: Lease, result: bytes | None) -> Plan[None]:
         yield from self._holder_op("COMPLETE", Op.COMPLETE, lease, result=result)
@@ -259,8 +256,8 @@ class Plans:
                                    factor=retry.factor, cap=retry.cap, draw=retry.draw)
 
     def requeue(self, job_id: str, actor: str | None, delay: float, token: int | None) -> Plan[None]:
-        rows = yield self.query("REQUEUE", {"job": job_id, "actor": actor, "delay": delay, "expected": token},
-                                write=True)
+        rows = yield from self.rows(job_id, "REQUEUE", {"job": job_id, "actor": actor, "delay": delay,
+                                                        "expected": token}, write=True)
         if not rows:
             raise JobNotFound(job_id)
         *row, now, done = rows[0]
@@ -271,7 +268,8 @@ class Plans:
             transitions.requeue(rec, job_id, delay, now)  # raises JobCompleted, AlreadyClaimed
 
     def force_expire(self, job_id: str, actor: str | None, token: int | None) -> Plan[None]:
-        rows = yield self.query("FORCE_EXPIRE", {"job": job_id, "actor": actor, "expected": token}, write=True)
+        rows = yield from self.rows(job_id, "FORCE_EXPIRE", {"job": job_id, "actor": actor, "expected": token},
+                                    write=True)
         if not rows:
             raise JobNotFound(job_id)
         rec = self.decode(rows[0][:q.WIDTH])
@@ -279,53 +277,53 @@ class Plans:
             raise TokenChanged(job_id, token, rec.token)  # the statement changed nothing
 
     def record_rejection(self, r: Rejection) -> Plan[None]:
-        yield self.query("RECORD_REJECTION", {
+        yield from self.rows(r.job_id, "RECORD_REJECTION", {
             "job": r.job_id, "op": r.op.value, "owner": r.owner, "token": r.token,
             "current_owner": r.current_owner, "current_token": r.current_token, "at": r.at,
             "reason": r.reason, "kind": r.kind.value, "resource": r.resource}, write=True)
 
     # -- reads -------------------------------------------------------------------------------
     def get(self, job_id: str) -> Plan[JobStatus | None]:
-        rows = yield self.query("GET", {"job": job_id}, write=False)
+        rows = yield from self.rows(job_id, "GET", {"job": job_id}, write=False)
         return status_of(self.schema, rows[0][:q.WIDTH], rows[0][q.WIDTH]) if rows else None
 
     def jobs_page(self, after: str) -> Plan[tuple[list[JobStatus], str | None]]:
         """Jobs after ``after`` by id, and the id to read the next page after (None: no more).
         ``""`` is below every job id: ids have at least one character."""
-        rows = yield self.query("JOBS_PAGE", {"after": after, "limit": JOBS_PAGE}, write=False)
+        rows = yield from self.rows(READ, "JOBS_PAGE", {"after": after, "limit": JOBS_PAGE}, write=False)
         found = [listed_row(self.schema, row[:q.WIDTH], row[q.WIDTH]) for row in rows]
         return found, (rows[-1][0] if len(rows) == JOBS_PAGE else None)
 
     def rejections_with_ids(self, since: float | None, limit: int | None,
                             after: int = 0) -> Plan[list[tuple[Rejection, int]]]:
-        rows = yield self.query("REJECTIONS", {"since": -1e300 if since is None else since, "limit": limit,
-                                               "after": after}, write=False)
+        rows = yield from self.rows(READ, "REJECTIONS", {"since": -1e300 if since is None else since,
+                                                           "limit": limit, "after": after}, write=False)
         return [(_rejection(r), r[10]) for r in rows]
 
     def job_rejections(self, job_id: str, since: float | None, limit: int | None) -> Plan[list[Rejection]]:
-        rows = yield self.query("JOB_REJECTIONS", {"job": job_id, "since": -1e300 if since is None else since,
-                                                   "limit": limit}, write=False)  # through rejections_job
+        rows = yield from self.rows(job_id, "JOB_REJECTIONS", {  # through rejections_job
+            "job": job_id, "since": -1e300 if since is None else since, "limit": limit}, write=False)
         return [_rejection(r) for r in rows]
 
     def rejections(self, since: float | None, limit: int | None, after: int = 0) -> Plan[list[Rejection]]:
         return [r for r, _ in (yield from self.rejections_with_ids(since, limit, after))]
 
     def history(self, job_id: str | None, since: float | None, limit: int | None) -> Plan[list[HistoryEvent]]:
-        rows = yield self.query("HISTORY" if job_id is None else "JOB_HISTORY", {
+        rows = yield from self.rows(job_id or READ, "HISTORY" if job_id is None else "JOB_HISTORY", {
             "job": job_id, "since": -1e300 if since is None else since, "limit": limit}, write=False)
         return [HistoryEvent(r[0], Op(r[1]), r[2], r[3], r[4], r[5]) for r in rows]
 
     def now(self) -> Plan[float]:
-        ((now,),) = yield self.query("NOW", {}, write=False)
+        ((now,),) = yield from self.rows(READ, "NOW", {}, write=False)
         return float(now)
 
     def state_counts(self) -> Plan[dict[str, int]]:
-        return dict((yield self.query("STATE_COUNTS", {}, write=False)))
+        return dict((yield from self.rows(READ, "STATE_COUNTS", {}, write=False)))
 
     # -- operator queries: aggregated in SQL, one page at a time ----------------------------
     def summary(self, now: float, soon: float) -> Plan[Summary]:
         params = {"now": now, "soon": now + soon, "hour": now - 3600.0}
-        counts: dict[str, int] = dict((yield self.query("SUMMARY", params, write=False)))
+        counts: dict[str, int] = dict((yield from self.rows(READ, "SUMMARY", params, write=False)))
         return Summary(now=now, pending=counts.get("pending", 0),
                        leased=counts.get("leased", 0) + counts.get("soon", 0),
                        expiring_soon=counts.get("soon", 0), expired=counts.get("expired", 0),
@@ -347,10 +345,21 @@ class Plans:
         table = f"{self.quoted}.jobs"
         args = {"now": now, "job": None if job is None else fold(job),
                 "owner": None if owner is None else fold(owner), "limit": limit, "offset": offset}
-        ((total,),) = yield Query(f"SELECT count(*) FROM {table} j WHERE {cond}", args, write=False)
-        rows = yield Query(f"SELECT {q.JOB_COLUMNS} FROM {table} j WHERE {cond} ORDER BY {by}"
-                           " LIMIT %(limit)s OFFSET %(offset)s", args, write=False)
+        ((total,),) = yield from retried(READ, Query(f"SELECT count(*) FROM {table} j WHERE {cond}", args,
+                                                       write=False))
+        rows = yield from retried(READ, Query(f"SELECT {q.JOB_COLUMNS} FROM {table} j WHERE {cond} ORDER BY {by}"
+                                                " LIMIT %(limit)s OFFSET %(offset)s", args, write=False))
         return JobPage([listed_row(self.schema, r, now) for r in rows], int(total), offset, limit)
+
+
+def retried(job: str, query: Query, attempts: int = contention.ATTEMPTS) -> Plan[Rows]:
+    """``query``'s rows; run again while the server rolls it back (a serialization failure, a
+    deadlock: certainly not applied), as the core's policy says (``contention.attempted``;
+    claim_next's statements as often as the core's claim_next)."""
+    def attempt() -> Attempt[Rows]:
+        return (yield query)
+
+    return contention.attempted(attempt, job, attempts)
 
 
 # transitions.judged, state by state, at the page's now.

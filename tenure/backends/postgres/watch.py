@@ -23,7 +23,7 @@ import psycopg
 from psycopg import sql
 
 from tenure.backends.postgres.connection import Settings, connection_error
-from tenure.backends.postgres.ops import Plans, Query, Rows
+from tenure.backends.postgres.ops import Effect, Plans, Rows
 from tenure.core.records import Change, JobState, JobStatus
 from tenure.core.transitions import state_at
 
@@ -35,7 +35,7 @@ class Watched(Protocol):
     channel: str
     plans: Plans
 
-    def execute(self, query: Query) -> Rows: ...
+    def answer(self, effect: Effect) -> Rows: ...
 
 
 class AsyncWatched(Protocol):
@@ -45,7 +45,7 @@ class AsyncWatched(Protocol):
     channel: str
     plans: Plans
 
-    async def execute(self, query: Query) -> Rows: ...
+    async def answer(self, effect: Effect) -> Rows: ...
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class Listen:
     timeout: float
 
 
-Step = Query | Listen | Change
+Step = Effect | Listen | Change
 Follow = Generator[Step, Any, None]
 
 
@@ -79,7 +79,12 @@ def watch(backend: Watched, stop: threading.Event, interval: float) -> Iterator[
                         return
                     step = steps.send(_notes(backend.settings, conn, step.timeout))
                 else:
-                    step = steps.send(backend.execute(step))
+                    try:
+                        rows = backend.answer(step)
+                    except Exception as exc:  # a statement that lost a race runs again (``ops``)
+                        step = steps.throw(exc)
+                    else:
+                        step = steps.send(rows)
         finally:
             steps.close()
             with contextlib.suppress(psycopg.Error):
@@ -114,7 +119,12 @@ async def watch_async(backend: AsyncWatched, interval: float) -> AsyncIterator[C
             elif isinstance(step, Listen):
                 step = steps.send(await _notes_async(backend.settings, conn, step.timeout))
             else:
-                step = steps.send(await backend.execute(step))
+                try:
+                    rows = await backend.answer(step)
+                except Exception as exc:  # a statement that lost a race runs again (``ops``)
+                    step = steps.throw(exc)
+                else:
+                    step = steps.send(rows)
     finally:
         steps.close()
         with contextlib.suppress(psycopg.Error):
@@ -133,8 +143,9 @@ async def _notes_async(settings: Settings, conn: psycopg.AsyncConnection[Any], t
 
 
 def _follow(plans: Plans, timeout: float, interval: float) -> Follow:
-    """Every job, then every change, as ``Change`` steps; ``Query`` and ``Listen`` steps ask the
-    driver for rows and notification payloads. Runs until the driver stops asking."""
+    """Every job, then every change, as ``Change`` steps; ``Effect`` (a query, a pause) and
+    ``Listen`` steps ask the driver for rows and notification payloads. Runs until the driver
+    stops asking."""
     shown: dict[str, JobStatus] = {}
     # Jobs shown whose state changes with time alone, by when: live leases by their expiry,
     # scheduled jobs by their claimable_at. Stale entries are skipped.

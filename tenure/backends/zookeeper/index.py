@@ -41,7 +41,7 @@ from tenure.core.records import JobRecord, JobState
 
 PENDING_READS = 8  # pending entries whose records one request reads
 BESIDE = 2  # buckets of the other kind (pending, scheduled) whose entries one bucket's are merged with
-Take = Callable[[str, bytes, int], Io[bool]]  # claim_next's judge of a proposed (job id, record, version)
+Take = Callable[[str, bytes, int], bool]  # claim_next's judge of a proposed (job id, record, version)
 QUEUED = ("pending", "scheduled")  # directories of buckets of entries
 ONE_EACH = ("leased", "last", "parked")  # directories of one entry per job
 
@@ -237,7 +237,7 @@ class Index:
                 early[("scheduled", name)] = client.get_children_async(f"{self.layout.scheduled}/{name}")
         taken: list[str] = []
         for job_id, data, version in (yield from self._expired(names, now)):
-            if (yield from take(job_id, data, version)):
+            if take(job_id, data, version):
                 taken.append(job_id)
                 if len(taken) == n:
                     return taken
@@ -341,7 +341,7 @@ class Index:
                     self.tidy(entry, None, -1)
                 elif zl.entry_slot(data) != slot:
                     self.tidy(entry, path, version)  # claimed, completed or queued elsewhere
-                elif len(taken) < n and (yield from take(job_id, data, version)):
+                elif len(taken) < n and take(job_id, data, version):
                     taken.append(job_id)
         return taken
 

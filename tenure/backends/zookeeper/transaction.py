@@ -12,14 +12,13 @@ version. A multi that fails on a version is a conflict: nothing was written.
 new (once claims here find jobs existing, a read goes out behind the multi: ``follow``); the
 holder's renew and complete answer from the record this process wrote (``Written``) while its
 deadline runs. Both stamp with an upper bound of the leader's clock (``Session.bound_now``).
-**A leader change**: a lease an earlier leader's clock stamped is judged re-stamped
-(``lease_until = now + ttl``), which a claim writes at once. **A job znode deleted by hand**
-goes on from its generation znode's version (a submit skips one token).
+**Facts for the core** (``core/read_facts``): a record an earlier leader's clock stamped is
+reported as such (``OtherClock``; the core reads a lease as re-stamped, and a claim's commit
+writes it), a job znode deleted by hand as its generation znode's version (``Vanished``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -35,7 +34,7 @@ from tenure.backends.zookeeper.errors import mapped_errors
 from tenure.backends.zookeeper.index import Index, Placer
 from tenure.backends.zookeeper.multiread import reading_many
 from tenure.backends.zookeeper.session import Session
-from tenure.core import transitions
+from tenure.core import read_facts, transitions
 from tenure.core.bounded import Bounded
 from tenure.core.clock import Clock, boot_clock, deadline_runs
 from tenure.core.errors import CorruptRecord
@@ -129,6 +128,7 @@ class ZkTransaction(Transaction):
         self._behind: tuple[str, Callable[[], Io[Found]], tuple[float, int]] | None = None
         self._odd: set[tuple[str, int]] = set()  # (job, version) whose generation znode disagreed
         self._proposed: list[str] | None = None  # what next_claimables found
+        self._passed: list[read_facts.Loaded] = []  # what it passed over for a write (``passed_over``)
         self._skip: frozenset[str] = frozenset()  # index entries a resend leaves out (``_resending``)
         self._unreplaced = False  # a resend leaves out the deletes of earlier renewal events
 
@@ -155,27 +155,20 @@ class ZkTransaction(Transaction):
             raise got.error
         return got.rec
 
-    def load_for(self, job_id: str, op: Op, lease: Lease | None = None) -> JobRecord | None:
+    def load_for(self, job_id: str, op: Op, lease: Lease | None = None) -> read_facts.Loaded:
         got = self._found.get(job_id) or self._guess(job_id, op, lease) or self._followed(job_id) \
             or self._read([job_id], queue=op in _QUEUING)[0]
         self._found[job_id] = got
         self._loaded.add(job_id)
         if got.error:
             raise got.error
-        rec = got.rec
-        if rec is None:  # a job znode deleted by hand: its generations go on
-            if got.gen and op is Op.CLAIM:
-                return JobRecord(job_id, JobState.PENDING, token=got.gen, submitted_at=self.now)
-            if got.gen and op is Op.SUBMIT:
-                return JobRecord(job_id, JobState.COMPLETED, token=got.gen + 1, runs=0)
-            return None
-        if rec.state is not JobState.LEASED or got.epoch == self.epoch:
-            return rec
-        assert rec.ttl is not None
-        rebased = dataclasses.replace(rec, lease_until=self.now + rec.ttl)
-        if op is Op.CLAIM:
-            self._restamp(got, rebased)
-        return rebased
+        rec = got.rec  # reported as found: the core decides what it means (``read_facts``)
+        if rec is None:
+            return None if got.gen is None else read_facts.Vanished(job_id, got.gen)
+        return rec if got.epoch == self.epoch else read_facts.OtherClock(rec)
+
+    def passed_over(self) -> list[read_facts.Loaded]:
+        return self._passed
 
     def preload(self, job_ids: list[str]) -> None:
         self._read([j for j in job_ids if j not in self._found], queue=True)
@@ -189,6 +182,7 @@ class ZkTransaction(Transaction):
             self.guessed, self._stamp_due = previous.guessed, previous._stamp_due
             self._guessed_claim, self._guessed_leases = previous._guessed_claim, previous._guessed_leases
             self._proposed, self._skip, self._unreplaced = previous._proposed, previous._skip, previous._unreplaced
+            self._passed = previous._passed
             self._placer_read = previous._placer_read
             self._placer = None if self._placer_read is None else self._placer_read.copy()
 
@@ -312,23 +306,25 @@ class ZkTransaction(Transaction):
         for job_id, data, version in (yield from self._scanned()):
             if len(taken) == n:
                 break
-            if (yield from self._take(job_id, data, version)):
+            if self._take(job_id, data, version):
                 taken.append(job_id)
         return taken
 
-    def _take(self, job_id: str, data: bytes, version: int) -> Io[bool]:
+    def _take(self, job_id: str, data: bytes, version: int) -> bool:
         """Whether claim_next tries ``job_id``, proposed at ``version``: claimable by the
-        store's time, and stamped by this leader's clock (else re-stamped, and skipped)."""
+        store's time as the core reads it (``read_facts``). One passed over that the core
+        would write (re-stamp) is kept for the step (``passed_over``)."""
         got = found(job_id, self._layout.job(job_id), data, version, None)
         rec = got.rec
         if rec is None or not transitions.is_next(rec, self.now):
             return False  # unreadable, taken since it was listed, or no claim can follow its token
-        if rec.state is JobState.LEASED and got.epoch != self.epoch:
-            assert rec.ttl is not None
-            yield from self._restamping(got, dataclasses.replace(rec, lease_until=self.now + rec.ttl))
-            return False
         self._found[job_id] = got
-        return True
+        fact = rec if got.epoch == self.epoch else read_facts.OtherClock(rec)
+        if transitions.is_next(read_facts.seen(fact, Op.CLAIM, self.now), self.now):
+            return True
+        if read_facts.restamped(fact, Op.CLAIM, self.now) is not None:
+            self._passed.append(fact)
+        return False
 
     def _scanned(self) -> Io[list[tuple[str, bytes, int]]]:
         """A store without the index: every job read, expired leases first, then pending jobs
@@ -343,17 +339,6 @@ class ZkTransaction(Transaction):
                     since = rec.lease_until if leased else (rec.claimable_at or rec.submitted_at)
                     listed.append((0 if leased else 1, since or 0.0, job_id, data, version))
         return [(job_id, data, version) for *_, job_id, data, version in sorted(listed)]
-
-    def _restamp(self, got: Found, rebased: JobRecord) -> None:
-        self.answer(("restamp", rebased.job_id, got.version), lambda: self._restamping(got, rebased))
-
-    def _restamping(self, got: Found, rebased: JobRecord) -> Io[None]:
-        """Write a lease an earlier leader stamped, re-stamped on this leader's clock (once per
-        lease nobody renewed since a leader change: up to one TTL of extra reclaim delay)."""
-        tx = self._client.transaction()
-        tx.set_data(self._layout.job(rebased.job_id), zl.dump_record(rebased, self.epoch), version=got.version)
-        with mapped_errors(f"re-stamping {rebased.job_id!r} on the new leader's clock"):
-            yield tx.commit_async()  # failed as a whole if it moved: held anyway
 
     # -- how I/O is waited for -----------------------------------------------------------------------
     def answer(self, what: Hashable, io: Callable[[], Io[T]]) -> T:
@@ -431,7 +416,7 @@ class ZkTransaction(Transaction):
             if self._found[job_id].version >= 0:
                 multi.check(tx, self._layout.job(job_id), self._found[job_id].version)
         what = f"writing job {next(iter(self._loaded), '')!r}" if self._loaded else "recording a rejection"
-        with mapped_errors(what):
+        with mapped_errors(what, write=True):
             pending = tx.commit_async()
             if self._guessed_claim is not None and self._p.written.claims_existing:
                 self._behind = (self._guessed_claim, self._send_read(self._guessed_claim), (self.now, self.epoch))
