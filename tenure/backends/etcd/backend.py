@@ -169,8 +169,16 @@ class EtcdBackend(RecordBackend):
             self._conn.run(self._leases.claimed(claiming, None))
 
     def claim(self, job_id: str, owner: str, ttl: float, *, max_attempts: int | None = None) -> Lease:
-        with self._claiming(ttl) as context:
-            return self._run(steps.claim(job_id, owner, ttl, max_attempts), self._within(context))
+        # ``_claiming`` written out: the hot path's one contextlib generator a claim
+        claiming = self._leases.claiming(etcd_ttl(ttl))
+        try:
+            lease = self._run(steps.claim(job_id, owner, ttl, max_attempts), self._within(Context(claiming)))
+        except BaseException as exc:
+            self._conn.run(self._leases.claimed(claiming, exc))
+            raise
+        if not claiming.settled:
+            self._conn.run(self._leases.claimed(claiming, None))
+        return lease
 
     def claim_next(self, owner: str, ttl: float) -> Lease | None:
         """Expired leases first (their work is overdue), then pending jobs oldest first: the

@@ -58,6 +58,7 @@ def _encoded(job_id: str) -> bytes:
     return codec.encode_job_id(job_id).encode("ascii")
 
 
+_KEYS_KEPT = 1024  # jobs whose keys ``Keys.of`` keeps (some 0.5 MB at most)
 _SECTIONS = ("job", "lease", "end", "queue", "sched", "held", "last", "delay", "history", "rejection")
 
 
@@ -83,6 +84,7 @@ class Keys:
         self.root = text.encode() + b"/"
         self.retention = self.root + b"meta/retention"
         self._sections = {name: self.root + name.encode() + b"/" for name in _SECTIONS}  # built once
+        self._of: dict[str, JobKeys] = {}  # ``of``'s, by job id
 
     def section(self, name: str) -> bytes:
         found = self._sections.get(name)
@@ -96,9 +98,15 @@ class Keys:
         return self._sections[name] + _encoded(job_id)
 
     def of(self, job_id: str) -> JobKeys:
-        """The job's own keys at once (one operation names each of them several times)."""
-        e, s = _encoded(job_id), self._sections
-        return JobKeys(s["job"] + e, s["lease"] + e, s["end"] + e, s["held"] + e, s["delay"] + e, s["last"] + e)
+        """The job's own keys at once (a claim+complete names them six times: made once)."""
+        found = self._of.get(job_id)
+        if found is None:
+            if len(self._of) >= _KEYS_KEPT:
+                self._of.clear()  # a worker's jobs come and go: start again rather than keep order
+            e, s = _encoded(job_id), self._sections
+            found = self._of[job_id] = JobKeys(s["job"] + e, s["lease"] + e, s["end"] + e, s["held"] + e,
+                                               s["delay"] + e, s["last"] + e)
+        return found
 
     def job(self, job_id: str) -> bytes:
         return self._key("job", job_id)
