@@ -1,4 +1,4 @@
-"""``python -m benchmarks.before_after [--baseline REV] [--backends etcd,zk] [--n N] [--runs N] [--claimers N]``
+"""``python -m benchmarks.before_after [--baseline REV] [--backends S] [--n N] [--runs N] [--claimers N] [--no-renew]``
 
 Did a refactor make the protocol's hot path slower? This runs the client of ``--baseline`` (a
 git revision; default: the commit before etcd and ZooKeeper became record backends of the
@@ -8,17 +8,21 @@ the machine's load falls on both alike. It reports per cycle the wall time and t
 process's CPU time (every thread of it, gRPC's and kazoo's included): CPU time moves far
 less with the load of a shared machine than wall time does. With ``--claimers N``, each slice
 is instead N threads of one process taking ``--n`` / 10 queued jobs with ``claim_next`` and
-completing them (jobs per second). Round trips per operation are ``benchmarks/round_trips.py``'s.
+completing them (jobs per second). ``--no-renew`` times claim + complete cycles (issue 27's
+measure); ``--backends`` takes memory, sqlite, postgres, etcd and zk (default: etcd,zk). Round
+trips per operation are ``benchmarks/round_trips.py``'s.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
 import tempfile
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 from benchmarks.dashboard_scale import served_store
@@ -29,7 +33,7 @@ BEFORE_PORTS = "c843c60"  # main before etcd and ZooKeeper became RecordBackends
 WORKER = textwrap.dedent("""
     import sys, threading, time
     import tenure
-    store, claimers = tenure.connect(sys.argv[1]), int(sys.argv[2])
+    store, claimers, renew = tenure.connect(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "renew"
     done = 0
     print("ready", flush=True)
 
@@ -50,17 +54,27 @@ WORKER = textwrap.dedent("""
                 t.join()
         for i in range(done, done + n) if not claimers else ():
             lease = store.claim(f"c-{i}", owner="bench", ttl=30.0)
-            store.complete(store.renew(lease), result=b"done")
+            store.complete(store.renew(lease) if renew else lease, result=b"done")
         done += n
         print(time.process_time() - cpu, time.perf_counter() - wall, flush=True)
 """)
 
 
+@contextlib.contextmanager
+def served(backend: str, tmp: Path) -> Iterator[str]:
+    """A store URL: a private server's, or memory's (each worker process has its own)."""
+    if backend == "memory":
+        yield "memory://"
+        return
+    with served_store(backend, tmp) as url:
+        yield url
+
+
 class Worker(LineProcess):
     """A tenure client from ``tree`` in a process of its own."""
 
-    def __init__(self, tree: Path, url: str, claimers: int) -> None:
-        super().__init__(str(tree), [sys.executable, "-c", WORKER, url, str(claimers)],
+    def __init__(self, tree: Path, url: str, claimers: int, renew: bool) -> None:
+        super().__init__(str(tree), [sys.executable, "-c", WORKER, url, str(claimers), "renew" if renew else "-"],
                          dict(os.environ, PYTHONPATH=str(tree)), cwd=tree)
 
     def cycles(self, n: int) -> tuple[float, float]:
@@ -69,9 +83,11 @@ class Worker(LineProcess):
         return float(cpu), float(wall)
 
 
-def compare(backend: str, baseline: Path, url: str, n: int, runs: int, label: str, claimers: int) -> None:
+def compare(backend: str, baseline: Path, url: str, n: int, runs: int, label: str, claimers: int,
+            renew: bool) -> None:
     # "_": a suffix every backend takes in a prefix (a PostgreSQL schema name has no "-")
-    before, after = Worker(baseline, url + "_before", claimers), Worker(ROOT, url + "_after", claimers)
+    before = Worker(baseline, url + "_before", claimers, renew)
+    after = Worker(ROOT, url + "_after", claimers, renew)
     for worker in (before, after):
         worker.cycles(max(10, n // 10))  # warm up connections and pools
     totals: dict[str, list[tuple[float, float]]] = {"before": [], "after": []}
@@ -97,9 +113,9 @@ def compare(backend: str, baseline: Path, url: str, n: int, runs: int, label: st
         print(f"{backend}: {claimers} threads taking {n} jobs with claim_next + complete, {runs} runs, "
               f"before = {label}: after / before {1 / ratio(1):.2f} x in jobs/s (runs before/after: {pairs})")
         return
-    print(f"{backend}: claim+renew+complete, {runs} runs of {n} cycles, before = {label}")
+    print(f"{backend}: claim+{'renew+' if renew else ''}complete, {runs} runs of {n} cycles, before = {label}")
     for i, what in ((0, "client CPU"), (1, "wall")):
-        runs_text = ", ".join(f"{x[i]:.2f}/{y[i]:.2f}" for x, y in zip(totals["before"], totals["after"], strict=True))
+        runs_text = ", ".join(f"{x[i]:.3f}/{y[i]:.3f}" for x, y in zip(totals["before"], totals["after"], strict=True))
         print(f"  {what} per cycle: after / before {ratio(i):.2f} x (runs before/after, ms: {runs_text})")
 
 
@@ -110,12 +126,13 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=300, help="cycles per run")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--claimers", type=int, default=0, help="threads taking queued jobs (0: cycles)")
+    parser.add_argument("--no-renew", dest="renew", action="store_false", help="claim + complete cycles")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tenure-before-after-") as tmp:
         baseline = archived(args.baseline, Path(tmp) / "baseline")
         for backend in args.backends.split(","):
-            with served_store(backend, Path(tmp)) as url:
-                compare(backend, baseline, url, args.n, args.runs, args.baseline, args.claimers)
+            with served(backend, Path(tmp)) as url:
+                compare(backend, baseline, url, args.n, args.runs, args.baseline, args.claimers, args.renew)
     return 0
 
 

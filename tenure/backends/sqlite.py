@@ -110,6 +110,10 @@ DROP INDEX IF EXISTS tenure_jobs_queued;
 _JOB_COLUMNS = ("job_id, state, owner, token, lease_until, ttl, submitted_at, claimed_at, "
                 "renewed_at, completed_at, runs, result, " + ", ".join(codec.LIFE_FIELDS))
 _BASE_COLUMNS = 12  # those codec.job_record takes by position; the life cycle's follow, by name
+# Built once, not per statement: each claim and complete loads and saves a row.
+_LOAD_SQL = f"SELECT {_JOB_COLUMNS} FROM tenure_jobs WHERE job_id = ?"
+_SAVE_SQL = (f"INSERT OR REPLACE INTO tenure_jobs ({_JOB_COLUMNS}, queued_at)"
+             f" VALUES ({', '.join('?' * (len(_JOB_COLUMNS.split(',')) + 1))})")
 _TRIM_EVERY = 256  # trim audit tables once per this many inserts, not on every write
 _NO_BOOT_ID = "clock_offset:no-boot-id"  # value: "<offset> <highest boot clock reading seen>"
 
@@ -163,19 +167,17 @@ class _SQLiteTransaction(Transaction):
         self.now = backend.now()
 
     def load(self, job_id: str) -> JobRecord | None:
-        row = self._db.execute(f"SELECT {_JOB_COLUMNS} FROM tenure_jobs WHERE job_id = ?",
-                               (job_id,)).fetchone()
+        row = self._db.execute(_LOAD_SQL, (job_id,)).fetchone()
         return None if row is None else _decode(row, f"tenure_jobs/{job_id}")
 
     def save(self, r: JobRecord) -> None:
         # A pending job queues when it becomes claimable: now, or at its claimable_at if it is
         # scheduled (as memory's queue: a requeue queues the job again).
         queued = None if r.state is not JobState.PENDING else self.now if r.claimable_at is None else r.claimable_at
-        self._db.execute(
-            f"INSERT OR REPLACE INTO tenure_jobs ({_JOB_COLUMNS}, queued_at) VALUES ({', '.join('?' * 18)})",
-            (r.job_id, r.state.value, r.owner, r.token, r.lease_until, r.ttl, r.submitted_at, r.claimed_at,
-             r.renewed_at, r.completed_at, r.runs, r.result, r.attempts, r.max_attempts, r.last_error,
-             r.claimable_at, r.failed_at, queued))
+        self._db.execute(_SAVE_SQL, (
+            r.job_id, r.state.value, r.owner, r.token, r.lease_until, r.ttl, r.submitted_at, r.claimed_at,
+            r.renewed_at, r.completed_at, r.runs, r.result, r.attempts, r.max_attempts, r.last_error,
+            r.claimable_at, r.failed_at, queued))
 
     def next_claimable(self) -> str | None:
         return next(iter(self.next_claimables(1)), None)

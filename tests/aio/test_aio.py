@@ -236,10 +236,19 @@ def test_a_complete_cancelled_on_a_postgresql_row_lock_leaves_the_lease_held(
                     completing = asyncio.ensure_future(held.complete(b"done"))
 
                     async def waits_on_the_lock() -> bool:
-                        rows = await asyncio.to_thread(lambda: locker.execute(
-                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
-                            (f'%"{schema}".jobs%',)).fetchone())
-                        return bool(rows[0])
+                        # The completion's statement itself (it sets the state to completed), not
+                        # a renewal of the held lease. The locker is inside a transaction, where
+                        # PostgreSQL keeps the first snapshot of pg_stat_activity: cleared first,
+                        # or every poll sees the moment before the completion arrived.
+                        def waiting() -> bool:
+                            locker.execute("SELECT pg_stat_clear_snapshot()")
+                            rows = locker.execute(
+                                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                                " AND query LIKE %s AND query LIKE %s",
+                                (f'%"{schema}".jobs%', f"%state = '{tenure.JobState.COMPLETED.value}'%")).fetchone()
+                            return bool(rows and rows[0])
+
+                        return await asyncio.to_thread(waiting)
 
                     await asyncio.wait_for(until(waits_on_the_lock), PATIENCE)
                     completing.cancel()
