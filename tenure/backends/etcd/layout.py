@@ -58,7 +58,7 @@ def _encoded(job_id: str) -> bytes:
     return codec.encode_job_id(job_id).encode("ascii")
 
 
-_KEYS_KEPT = 1024  # jobs whose keys ``Keys.of`` keeps (some 0.5 MB at most)
+_KEYS_KEPT = 1024  # jobs whose keys ``Keys.of`` keeps (under 1 MB for ids of tens of characters)
 _SECTIONS = ("job", "lease", "end", "queue", "sched", "held", "last", "delay", "history", "rejection")
 
 
