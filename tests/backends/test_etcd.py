@@ -226,7 +226,7 @@ def test_claim_next_retries_a_candidate_claimed_between_its_read_and_the_txn(
     with etcd_harness.connect(_url_of(store)) as other:
         def txn(compares: Any, success: Any, failure: Any, **kwargs: Any) -> Any:
             res = real(compares, success, failure, **kwargs)
-            key = success[0].request_range.key if success and success[0].HasField("request_range") else b""
+            key = success[0]["request_range"]["key"] if success and "request_range" in success[0] else b""
             if not compares and not taken and key.startswith(jobs) and len(success) == KEYS_READ:  # a candidate's keys
                 taken.append(other.claim(backend.keys.job_id(key, "job"), owner="other", ttl=ttl))
             return res

@@ -57,6 +57,37 @@ def test_service_paths_and_field_numbers_are_etcds() -> None:
     assert numbers(rpc_pb2.WatchResponse)["events"] == 11
 
 
+def test_ops_naming_only_their_set_fields_are_the_bytes_of_ops_naming_all() -> None:
+    """``put``, ``delete``, ``get`` and ``compare`` leave proto3's defaults out of their dicts:
+    the request's bytes are those of the messages with every field given (0, empty, False),
+    a compare's target number of 0 included (a oneof member is sent even when 0)."""
+    from tenure.backends.etcd import client as ec
+    from tenure.backends.etcd.api import rpc_pb2
+
+    r = rpc_pb2
+    for lease, prev in ((0, False), (7, True), (2**40, False)):
+        assert ec.txn_request([], [ec.put(b"k", b"", lease, prev), ec.delete(b"d", prev)], []).SerializeToString() == \
+            r.TxnRequest(success=[r.RequestOp(request_put=r.PutRequest(key=b"k", value=b"", lease=lease, prev_kv=prev)),
+                                  r.RequestOp(request_delete_range=r.DeleteRangeRequest(key=b"d", prev_kv=prev))]
+                         ).SerializeToString()
+    for options in ({}, {"revision": 5}, {"keys_only": True, "limit": 3}, {"count_only": True, "created_after": 9}):
+        given = {"end": b"", "keys_only": False, "revision": 0, "limit": 0, "count_only": False, "created_after": 0}
+        given.update(options)
+        full = r.RangeRequest(key=b"g", range_end=given["end"], keys_only=given["keys_only"],
+                              revision=given["revision"], limit=given["limit"], count_only=given["count_only"],
+                              min_create_revision=given["created_after"] + 1 if given["created_after"] else 0)
+        assert ec.txn_request([], [], [ec.get(b"g", **options)]).SerializeToString() == \
+            r.TxnRequest(failure=[r.RequestOp(request_range=full)]).SerializeToString()
+    for target, op, value in (("mod", "==", 0), ("create", "==", 0), ("create", ">", 4), ("value", "<", b"")):
+        field = {"mod": "mod_revision", "create": "create_revision", "value": "value"}[target]
+        results = {"==": r.Compare.EQUAL, ">": r.Compare.GREATER, "<": r.Compare.LESS}
+        targets = {"mod": r.Compare.MOD, "create": r.Compare.CREATE, "value": r.Compare.VALUE}
+        full_compare = r.Compare(result=results[op], target=targets[target], key=b"c", **{field: value})
+        sent = ec.txn_request([ec.compare(b"c", target, op, value)], [], []).SerializeToString()
+        assert sent == r.TxnRequest(compare=[full_compare]).SerializeToString()
+        assert r.TxnRequest.FromString(sent).compare[0].WhichOneof("target_union") == field  # sent, even as 0
+
+
 UPB_FIRST = textwrap.dedent("""
     import json, os, sys, threading
     from google.protobuf import descriptor_pb2, timestamp_pb2  # another protobuf user, loaded first

@@ -65,6 +65,23 @@ DEFAULT_PORT = 2379
 _Stamped = TypeVar("_Stamped", Rejection, HistoryEvent)  # an audit record with a store time ``at``
 
 
+class _Committing:
+    """``with`` it: the transaction, committed on a normal exit, dropped on an exception (a
+    class, not a ``contextlib.contextmanager``: two per claim+complete, each a generator more)."""
+
+    __slots__ = ("tx",)
+
+    def __init__(self, tx: EtcdTransaction) -> None:
+        self.tx = tx
+
+    def __enter__(self) -> EtcdTransaction:
+        return self.tx
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if kind is None:
+            self.tx.commit()
+
+
 class EtcdBackend(RecordBackend):
     characteristics = Characteristics(
         name="etcd",
@@ -124,12 +141,9 @@ class EtcdBackend(RecordBackend):
         return self._clock.time() if self._clock is not None else time.time()
 
     # -- the protocol: the core's, in etcd transactions ----------------------------------
-    @contextlib.contextmanager
-    def transaction(self, fresh: bool = False, context: Context | None = None) -> Iterator[Transaction]:
+    def transaction(self, fresh: bool = False, context: Context | None = None) -> _Committing:
         """``context``: what the transactions of one operation share (a claim's etcd lease)."""
-        tx = EtcdTransaction(self.parts, self.now(), fresh, context)
-        yield tx
-        tx.commit()
+        return _Committing(EtcdTransaction(self.parts, self.now(), fresh, context))
 
     def _within(self, context: Context) -> Callable[[bool], contextlib.AbstractContextManager[Transaction]]:
         """The transactions of one operation, sharing ``context``."""
@@ -151,11 +165,20 @@ class EtcdBackend(RecordBackend):
         except BaseException as exc:
             self._conn.run(self._leases.claimed(claiming, exc))
             raise
-        self._conn.run(self._leases.claimed(claiming, None))
+        if not claiming.settled:
+            self._conn.run(self._leases.claimed(claiming, None))
 
     def claim(self, job_id: str, owner: str, ttl: float, *, max_attempts: int | None = None) -> Lease:
-        with self._claiming(ttl) as context:
-            return self._run(steps.claim(job_id, owner, ttl, max_attempts), self._within(context))
+        # ``_claiming`` written out: the hot path's one contextlib generator a claim
+        claiming = self._leases.claiming(etcd_ttl(ttl))
+        try:
+            lease = self._run(steps.claim(job_id, owner, ttl, max_attempts), self._within(Context(claiming)))
+        except BaseException as exc:
+            self._conn.run(self._leases.claimed(claiming, exc))
+            raise
+        if not claiming.settled:
+            self._conn.run(self._leases.claimed(claiming, None))
+        return lease
 
     def claim_next(self, owner: str, ttl: float) -> Lease | None:
         """Expired leases first (their work is overdue), then pending jobs oldest first: the

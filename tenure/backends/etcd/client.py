@@ -50,8 +50,10 @@ T = TypeVar("T")
 Metadata = tuple[tuple[str, str], ...] | None
 
 KV = kv_pb2.KeyValue  # key, value, create_revision, mod_revision, lease (read, never built)
-OpSpec = rpc_pb2.RequestOp
-CompareSpec = rpc_pb2.Compare
+# A request op or compare is the dict its message is built from: ``txn_request`` builds the whole
+# Txn in one call, where ops built as messages one by one cost as much again, each copied in.
+OpSpec = dict[str, Any]
+CompareSpec = dict[str, Any]
 _Stubs: Any = rpc_pb2_grpc  # generated without annotations
 
 
@@ -116,17 +118,22 @@ class Event:
 # -- request builders and response readers: no I/O ---------------------------------------------
 _TARGETS = {"create": rpc_pb2.Compare.CREATE, "mod": rpc_pb2.Compare.MOD, "value": rpc_pb2.Compare.VALUE}
 _RESULTS = {"==": rpc_pb2.Compare.EQUAL, ">": rpc_pb2.Compare.GREATER, "<": rpc_pb2.Compare.LESS}
-_Op = rpc_pb2.RequestOp
+_FIELDS = {"create": "create_revision", "mod": "mod_revision"}  # the compared number's field by target
 
 
-# Nested messages are given as dicts: upb builds them in place, where a message given would be
-# built first and then copied in (the hot path builds a dozen per operation).
+# Only the fields that differ from proto3's defaults are named (the same bytes either way): upb
+# looks each named field up by its name, and most of a hot path's are defaults.
 def put(key: bytes, value: bytes, lease: int = 0, prev_kv: bool = False) -> OpSpec:
-    return _Op(request_put={"key": key, "value": value, "lease": lease, "prev_kv": prev_kv})
+    fields: dict[str, Any] = {"key": key, "value": value}
+    if lease:
+        fields["lease"] = lease
+    if prev_kv:
+        fields["prev_kv"] = True
+    return {"request_put": fields}
 
 
 def delete(key: bytes, prev_kv: bool = False) -> OpSpec:
-    return _Op(request_delete_range={"key": key, "prev_kv": prev_kv})
+    return {"request_delete_range": {"key": key, "prev_kv": True} if prev_kv else {"key": key}}
 
 
 def range_request(key: bytes, end: bytes = b"", *, limit: int = 0, revision: int = 0, newest_first: bool = False,
@@ -143,9 +150,11 @@ def get(key: bytes, end: bytes = b"", *, keys_only: bool = False, revision: int 
         count_only: bool = False, created_after: int = 0) -> OpSpec:
     """``count_only``: the answer carries only how many keys the range holds (``TxnResult.counts``);
     ``created_after``: only keys created after that revision (etcd still walks the range)."""
-    return _Op(request_range={
+    if not (end or keys_only or revision or limit or count_only or created_after):
+        return {"request_range": {"key": key}}  # one key, as of now: most reads
+    return {"request_range": {
         "key": key, "range_end": end, "keys_only": keys_only, "revision": revision, "limit": limit,
-        "count_only": count_only, "min_create_revision": created_after + 1 if created_after else 0})
+        "count_only": count_only, "min_create_revision": created_after + 1 if created_after else 0}}
 
 
 def txn_request(compares: list[CompareSpec], success: list[OpSpec], failure: list[OpSpec]) -> Any:
@@ -154,30 +163,33 @@ def txn_request(compares: list[CompareSpec], success: list[OpSpec], failure: lis
 
 def txn(compares: list[CompareSpec], success: list[OpSpec], failure: list[OpSpec]) -> OpSpec:
     """A transaction inside a branch of another (etcd 3.3 and later)."""
-    return rpc_pb2.RequestOp(request_txn=txn_request(compares, success, failure))
+    return {"request_txn": {"compare": compares, "success": success, "failure": failure}}
 
 
 def compare(key: bytes, target: str, op: str, value: int | bytes) -> CompareSpec:
-    """``target``: create, mod or value; ``op``: ==, <, >."""
-    c = rpc_pb2.Compare(result=_RESULTS[op], target=_TARGETS[target], key=key)
-    if isinstance(value, bytes):
-        c.value = value
-    elif target == "create":
-        c.create_revision = value
-    else:
-        c.mod_revision = value
-    return c
+    """``target``: create, mod or value; ``op``: ==, <, >. A number is set even when 0 (a
+    member of the target oneof: etcd compares with 0, not with nothing)."""
+    field = "value" if isinstance(value, bytes) else _FIELDS.get(target, "mod_revision")
+    result = _RESULTS[op]
+    if result:
+        return {"result": result, "target": _TARGETS[target], "key": key, field: value}
+    return {"target": _TARGETS[target], "key": key, field: value}  # EQUAL, proto3's default
+
+
+def size(op: OpSpec) -> int:
+    """The bytes ``op`` takes in a request (a batch's budget: built here once more to count)."""
+    return int(rpc_pb2.RequestOp(**op).ByteSize())
 
 
 def relet(ops: list[OpSpec], old: int, new: int) -> None:
     """Point the puts in ``ops`` (nested ones too) that name etcd lease ``old`` at ``new`` instead."""
     for op in ops:
-        kind = op.WhichOneof("request")
-        if kind == "request_put" and op.request_put.lease == old:
-            op.request_put.lease = new
-        elif kind == "request_txn":
-            relet(op.request_txn.success, old, new)
-            relet(op.request_txn.failure, old, new)
+        put_request, nested = op.get("request_put"), op.get("request_txn")
+        if put_request is not None and put_request.get("lease", 0) == old:
+            put_request["lease"] = new
+        elif nested is not None:
+            relet(nested["success"], old, new)
+            relet(nested["failure"], old, new)
 
 
 class TxnResult:
@@ -351,11 +363,12 @@ class Connection:
     def _authenticate(self, ep: _Endpoint) -> None:
         self.run(self._authenticating(ep))
 
-    def _calling(self, send: Callable[[_Endpoint, Metadata], Io[T]], retry: bool) -> Io[T]:
-        """``send(endpoint, metadata)``, moving to the next endpoint if this one is unreachable."""
+    def _calling(self, send: Callable[[_Endpoint, Metadata], Io[T]], retry: bool, left: int = 0) -> Io[T]:
+        """``send(endpoint, metadata)``, moving to the next endpoint if this one is unreachable
+        (``left``: endpoints still to try, if not all of them)."""
         if self._closed:
             raise BackendUnavailable("this etcd store is closed")
-        attempts = len(self._endpoints) if retry else 1
+        attempts = (left or len(self._endpoints)) if retry else 1
         for attempt in range(attempts):
             ep = self.endpoint
             try:
@@ -379,10 +392,30 @@ class Connection:
 
     def _request(self, service: str, method: str, request: Any, finish: Callable[[Any], T], *,
                  retry: bool, stream: bool = False) -> Io[T]:
+        """One request as ``_calling`` sends it, the common case first: no login and an answer
+        (one generator a request, where ``_calling`` would drive a second one)."""
+        if self.user is None and not self._closed:
+            ep = self.endpoint
+            try:
+                return finish((yield Rpc(ep.index, service, method, request, None, stream)))
+            except grpc.RpcError as exc:  # as _calling maps it
+                if not _retryable(exc):
+                    raise mapped_error(exc, ep.name, self.timeout, write=not retry) from exc
+                self._rotate(ep)
+                if not retry or len(self._endpoints) == 1:
+                    raise mapped_error(exc, ep.name, self.timeout, write=not retry) from exc
+            # the other endpoints, as _calling tries them
+            return (yield from self._calling(self._sender(service, method, request, finish, stream), retry,
+                                             len(self._endpoints) - 1))
+        return (yield from self._calling(self._sender(service, method, request, finish, stream), retry))
+
+    @staticmethod
+    def _sender(service: str, method: str, request: Any, finish: Callable[[Any], T],
+                stream: bool) -> Callable[[_Endpoint, Metadata], Io[T]]:
         def send(ep: _Endpoint, md: Metadata) -> Io[T]:
             return finish((yield Rpc(ep.index, service, method, request, md, stream)))
 
-        return self._calling(send, retry)
+        return send
 
     def call(self, fn: Callable[[_Endpoint, Metadata], T], *, retry: bool = True) -> T:
         """Run ``fn(endpoint, metadata)`` (blocking calls of its own), as ``_calling`` sends requests."""

@@ -41,6 +41,11 @@ from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Re
 
 VERSION = 1
 _ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)  # made once
+# ``_ENCODER.encode`` makes a C encoder per call: this one is made once, with what it would be
+# made with (less the check for circular values, which a record's never are).
+_MAKE_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)  # None without json's C speedups
+_C_ENCODE: Any = None if _MAKE_ENCODER is None else _MAKE_ENCODER(
+    None, _ENCODER.default, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, False)
 
 
 def _next(key: bytes) -> bytes:
@@ -53,6 +58,7 @@ def _encoded(job_id: str) -> bytes:
     return codec.encode_job_id(job_id).encode("ascii")
 
 
+_KEYS_KEPT = 1024  # jobs whose keys ``Keys.of`` keeps (under 1 MB for ids of tens of characters)
 _SECTIONS = ("job", "lease", "end", "queue", "sched", "held", "last", "delay", "history", "rejection")
 
 
@@ -78,6 +84,7 @@ class Keys:
         self.root = text.encode() + b"/"
         self.retention = self.root + b"meta/retention"
         self._sections = {name: self.root + name.encode() + b"/" for name in _SECTIONS}  # built once
+        self._of: dict[str, JobKeys] = {}  # ``of``'s, by job id
 
     def section(self, name: str) -> bytes:
         found = self._sections.get(name)
@@ -91,9 +98,15 @@ class Keys:
         return self._sections[name] + _encoded(job_id)
 
     def of(self, job_id: str) -> JobKeys:
-        """The job's own keys at once (one operation names each of them several times)."""
-        e, s = _encoded(job_id), self._sections
-        return JobKeys(s["job"] + e, s["lease"] + e, s["end"] + e, s["held"] + e, s["delay"] + e, s["last"] + e)
+        """The job's own keys at once (a claim+complete names them six times: made once)."""
+        found = self._of.get(job_id)
+        if found is None:
+            if len(self._of) >= _KEYS_KEPT:
+                self._of.clear()  # a worker's jobs come and go: start again rather than keep order
+            e, s = _encoded(job_id), self._sections
+            found = self._of[job_id] = JobKeys(s["job"] + e, s["lease"] + e, s["end"] + e, s["held"] + e,
+                                               s["delay"] + e, s["last"] + e)
+        return found
 
     def job(self, job_id: str) -> bytes:
         return self._key("job", job_id)
@@ -150,7 +163,9 @@ class Keys:
 
 # -- values ------------------------------------------------------------------------------------
 def dump(value: dict[str, Any]) -> bytes:
-    return _ENCODER.encode(value).encode()
+    if _C_ENCODE is None:
+        return _ENCODER.encode(value).encode()
+    return "".join(_C_ENCODE(value, 0)).encode()
 
 
 @functools.lru_cache(maxsize=1024)  # a process has few owners; each operation names its owner's twice

@@ -287,6 +287,12 @@ class Claiming:
             self.sent = boot_clock()
             self.grant = yield ec.call("grant_started", self.ttl + SLACK)
 
+    @property
+    def settled(self) -> bool:
+        """Nothing left for ``EtcdLeases.claimed`` to do after a claim that raised nothing: its
+        lease is in use, and no grant is on its way."""
+        return self.lease is None and self.grant is None
+
     def resolving(self) -> Io[EtcdLease]:
         if self.lease is None:
             assert self.grant is not None

@@ -25,7 +25,7 @@ MAX_BYTES = 1 << 20  # per request, under etcd's default --max-request-bytes of 
 
 def weight(op: Any) -> int:
     """What a part adds to a request, in bytes, with its nesting."""
-    return int(op.ByteSize()) + 8
+    return ec.size(op) + 8
 
 
 def full(count: int, size: int, adding: int) -> bool:
