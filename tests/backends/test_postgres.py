@@ -17,6 +17,7 @@ import tenure
 from devservers.ports import free_port
 from devservers.postgres import AUTH_PASSWORD, AUTH_USER, PostgresServer, admin
 from tenure.backends.postgres import schema as postgres_schema
+from tenure.backends.postgres.ops import Query, statement
 from tenure.core import contention
 from tests.servers.postgres import PostgresHarness
 
@@ -88,13 +89,13 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Counter]:
     import psycopg
 
     counter = _Counter()
-    real = psycopg.Connection.execute
+    real = psycopg.Cursor.execute  # the backends' raw cursors' too
 
     def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
         counter.statements.append(str(query))
         return real(self, query, *args, **kwargs)
 
-    monkeypatch.setattr(psycopg.Connection, "execute", execute)
+    monkeypatch.setattr(psycopg.Cursor, "execute", execute)
     yield counter
 
 
@@ -292,7 +293,7 @@ def test_a_claim_that_loses_every_race_is_outraced_and_writes_nothing(pg: Postgr
     # Outraced, the one error of a lost race on every backend: nothing was written.
     with pg.connect() as store:
         backend: Any = store.backend
-        execute, claim = backend.execute, backend.statements["CLAIM"]
+        execute, claim = backend.execute, backend.plans.raw["CLAIM"].text
         backend.execute = lambda query: [] if query.text == claim else execute(query)
         with pytest.raises(tenure.Outraced):
             store.claim("j", owner="a", ttl=30)
@@ -314,12 +315,12 @@ def test_a_serialization_failure_runs_again_then_gives_up_as_outraced(pg: Postgr
                     RAISE EXCEPTION 'injected' USING ERRCODE = '40001'; END IF; END $$ LANGUAGE plpgsql""")
         store.submit("j")
         lease = store.claim("j", owner="a", ttl=30)
-        execute, renew = backend.execute, backend.statements["RENEW"]
+        execute, renew = backend.execute, backend.plans.raw["RENEW"].text
 
         def losing(times: int) -> Any:
             def run(query: Any) -> Any:
                 if query.text == renew:
-                    execute(dataclasses.replace(query, text=f"SELECT {s}.lose_a_race({times})"))
+                    execute(dataclasses.replace(query, text=f"SELECT {s}.lose_a_race({times})", args=()))
                 return execute(query)
             return run
 
@@ -339,7 +340,7 @@ def test_the_watchs_reads_the_server_rolled_back_run_again(pg: PostgresHarness) 
     with pg.connect() as store:
         store.submit("seen")
         backend: Any = store.backend
-        execute, page = backend.execute, backend.statements["JOBS_PAGE"]
+        execute, page = backend.execute, backend.plans.raw["JOBS_PAGE"].text
         lost = [2]
 
         def losing(query: Any) -> Any:
@@ -377,3 +378,20 @@ def test_a_jobs_history_reads_its_index_under_a_generic_plan(pg: PostgresHarness
                 conn.execute("RESET plan_cache_mode")
         assert "events_job" in plan and "Seq Scan" not in plan, plan
         assert [e.job_id for e in store.history("h00042")] == ["h00042"]
+
+
+def test_statements_in_postgresqls_form_answer_as_psycopgs_own_conversion(pg: PostgresHarness) -> None:
+    # The backend runs its statements through raw cursors, converted once (ops.statement): a
+    # name used twice is one parameter, %% is a %, and the answer is psycopg's for the same text.
+    text = "SELECT %(a)s::int + %(a)s::int, 'x%%y', %(b)s::text, %(a)s::float8 / 4"
+    params = {"b": "b", "a": 3, "unused": object()}
+    with pg.connect() as store:
+        backend: Any = store.backend
+        with backend.pool.connection() as conn:
+            expected = conn.execute(text, params).fetchall()
+        assert backend.execute(Query.of(text, params, write=False)) == expected == [(6, "x%y", "b", 0.75)]
+    assert statement(text).names == ("a", "b")
+    with pytest.raises(ValueError, match="placeholder"):
+        statement("SELECT %s")
+    with pytest.raises(ValueError, match="digit"):
+        statement("SELECT %(a)s1")

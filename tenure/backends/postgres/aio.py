@@ -103,7 +103,8 @@ class AsyncPostgresBackend(AsyncBackend):
             async with self.pool.connection() as conn:
                 sent = True
                 with loop_watchdog(conn, self.settings.timeout + 1.0):
-                    cursor = await conn.execute(query.text, query.params)
+                    # A raw cursor: the statement is in PostgreSQL's form already (ops.Statement).
+                    cursor = await psycopg.AsyncRawCursor(conn).execute(query.text, query.args)
                     rows: Rows = await cursor.fetchall()
         except psycopg.Error as exc:
             if retryable(exc):  # rolled back by the server: certainly not applied

@@ -145,7 +145,8 @@ class PostgresBackend(Backend):
         try:
             with self.pool.connection() as conn, self.watchdog.guard(conn):
                 sent = True
-                rows: Rows = conn.execute(query.text, query.params).fetchall()
+                # A raw cursor: the statement is in PostgreSQL's form already (ops.Statement).
+                rows: Rows = psycopg.RawCursor(conn).execute(query.text, query.args).fetchall()
         except psycopg.Error as exc:
             if retryable(exc):  # rolled back by the server: certainly not applied
                 raise contention.Collided from exc

@@ -12,9 +12,11 @@ again, the pauses and ``Outraced`` are the core's (``contention.attempted``), as
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, TypeVar
 
 from tenure.backends.postgres import sql as q
@@ -47,13 +49,51 @@ _UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 @dataclass(frozen=True)
+class Statement:
+    """A statement in PostgreSQL's own form (``$1``..``$n``), run through psycopg's raw cursors:
+    psycopg caches its conversion of ``%(name)s`` placeholders only for queries up to 4,096
+    bytes and parses a longer one on every call, and most of the hot statements are longer."""
+
+    text: str
+    names: tuple[str, ...]  # the parameter of ``$1``, ``$2``, ...
+
+
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%|%")
+
+
+@lru_cache(maxsize=512)  # the store's statements are converted when built; listings' as they come
+def statement(text: str) -> Statement:
+    """``text``, written with psycopg's ``%(name)s`` placeholders and ``%%``, in PostgreSQL's form."""
+    names: dict[str, int] = {}
+
+    def number(found: re.Match[str]) -> str:
+        name = found.group(1)
+        if name is None:
+            if found.group(0) == "%%":
+                return "%"
+            raise ValueError(f"a % that is no %(name)s placeholder at {found.start()} in {text[:80]!r}")
+        if text[found.end():found.end() + 1].isdigit():  # $1 then 2 would read as $12
+            raise ValueError(f"a digit right after %({name})s in {text[:80]!r}")
+        return f"${names.setdefault(name, len(names) + 1)}"
+
+    return Statement(_PLACEHOLDER.sub(number, text), tuple(names))
+
+
+@dataclass(frozen=True)
 class Query:
     """One statement to run on one pooled connection, in autocommit."""
 
-    text: str
-    params: dict[str, Any]
+    text: str  # PostgreSQL's form (``Statement``)
+    args: tuple[Any, ...]  # ``$1``, ``$2``, ...: what a raw cursor takes
+    params: dict[str, Any]  # the same by name
     write: bool  # a write whose answer is lost has an unknown outcome; it counts toward trims
     rows: int = 1  # audit rows it may add (renew_many: one per lease), what trims count
+
+    @classmethod
+    def of(cls, text: str, params: dict[str, Any], *, write: bool, rows: int = 1) -> Query:
+        """A query written with psycopg's placeholders (``statement``)."""
+        converted = statement(text)
+        return cls(converted.text, tuple(map(params.__getitem__, converted.names)), params, write, rows)
 
 
 Effect = Query | contention.Pause  # what a plan asks its driver for: a query's rows, or a pause
@@ -116,11 +156,15 @@ class Plans:
         self.schema = schema
         self.quoted = quoted
         self.channel = channel  # "" when writes do not notify
+        # psycopg's form (watch.py runs some; EXPLAIN in the tests), and PostgreSQL's, what runs.
         self.statements = {name: text.format(s=quoted) for name, text in q.STATEMENTS.items()}
+        self.raw = {name: statement(text) for name, text in self.statements.items()}
         self.trims = [q.TRIM.format(s=quoted, table=t) for t in ("events", "rejections")]
 
     def query(self, name: str, params: dict[str, Any], *, write: bool, rows: int = 1) -> Query:
-        return Query(self.statements[name], {**params, "channel": self.channel}, write, rows)
+        raw, params = self.raw[name], {**params, "channel": self.channel}
+        # map, not a comprehension: no Python frame a statement (benchmarks/call_trace.py)
+        return Query(raw.text, tuple(map(params.__getitem__, raw.names)), params, write, rows)
 
     def decode(self, row: tuple[Any, ...] | list[Any]) -> JobRecord:
         return decode_row(self.schema, row)
@@ -345,10 +389,10 @@ class Plans:
         table = f"{self.quoted}.jobs"
         args = {"now": now, "job": None if job is None else fold(job),
                 "owner": None if owner is None else fold(owner), "limit": limit, "offset": offset}
-        ((total,),) = yield from retried(READ, Query(f"SELECT count(*) FROM {table} j WHERE {cond}", args,
-                                                       write=False))
-        rows = yield from retried(READ, Query(f"SELECT {q.JOB_COLUMNS} FROM {table} j WHERE {cond} ORDER BY {by}"
-                                                " LIMIT %(limit)s OFFSET %(offset)s", args, write=False))
+        ((total,),) = yield from retried(READ, Query.of(f"SELECT count(*) FROM {table} j WHERE {cond}", args,
+                                                          write=False))
+        rows = yield from retried(READ, Query.of(f"SELECT {q.JOB_COLUMNS} FROM {table} j WHERE {cond} ORDER BY {by}"
+                                                   " LIMIT %(limit)s OFFSET %(offset)s", args, write=False))
         return JobPage([listed_row(self.schema, r, now) for r in rows], int(total), offset, limit)
 
 
