@@ -91,7 +91,7 @@ def claimables(k: Keys, leases: EtcdLeases, queue: QueueCursor,
 
     if read is None:
         first = index(k, queue, now)
-        read = first, (yield ec.call("txn", [], first.reads, [], retry=True)).ranges
+        read = first, (yield ec.Txn([], first.reads, [], retry=True)).ranges
     seen = boot_clock()  # after the answer that showed these leases ended
     window, due = read[0].window, read[0].due
     held, live, last, queued, scheduled = read[1]
@@ -115,7 +115,7 @@ def claimables(k: Keys, leases: EtcdLeases, queue: QueueCursor,
             if (yield from offer(job_id)):
                 return taken
         if len(scheduled) == QueueCursor.PAGE:
-            scheduled, _, _ = yield ec.call("range", scheduled[-1].key + b"\0", due[1], limit=QueueCursor.PAGE)
+            scheduled, _, _ = yield ec.Range(scheduled[-1].key + b"\0", due[1], limit=QueueCursor.PAGE)
         else:
             scheduled = []
         queued = (yield from queue.oldest(after=queued[-1].key + b"\0")) if queued else []

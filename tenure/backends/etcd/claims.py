@@ -177,11 +177,11 @@ class Request:
         sent = boot_clock()
         stale = [claiming for claiming in asked if claiming.lease is not None and not claiming.lease.fresh(sent)]
         ids = [claiming.lease.id for claiming in stale if claiming.lease is not None]
-        kept = (yield ec.call("keepalives_started", ids)) if ids else None
+        kept = (yield ec.StartKeepalives(ids)) if ids else None
         k = self._p.keys
         groups = [ec.txn([], [op for job_id in job_ids[i:i + READ_GROUP] for op in reads(k, job_id)], [])
                   for i in range(0, len(job_ids), READ_GROUP)]
-        res = yield ec.call("txn", [], groups, [], retry=True)
+        res = yield ec.Txn([], groups, [], retry=True)
         if kept is not None:
             yield from _kept_alive(stale, sent, (yield kept))
         ranges = [kvs for group in res.nested for kvs in group.ranges]
@@ -202,7 +202,7 @@ class Request:
         someone revoked, the audit's retention lease): nothing was written, so once more, each
         decided again on a new grant, as a single claim does (``EtcdTransaction._send``)."""
         try:
-            return (yield ec.call("txn", [], [*nesting.grouped([one.op for one in decided]), *reads], []))  # type: ignore[no-any-return]
+            return (yield ec.Txn([], [*nesting.grouped([one.op for one in decided]), *reads], []))  # type: ignore[no-any-return]
         except ec.LeaseNotFound:
             yield from self._p.leases.retention_lost()
         for place, one in enumerate(decided):
@@ -216,7 +216,7 @@ class Request:
             yield from again.deciding()
             again.claiming.maybe_written = True
         decided[:] = [one for one in decided if one.op is not None]  # (decided as before, on the same read)
-        return (yield ec.call("txn", [], [*nesting.grouped([one.op for one in decided]), *reads], []))  # type: ignore[no-any-return]
+        return (yield ec.Txn([], [*nesting.grouped([one.op for one in decided]), *reads], []))  # type: ignore[no-any-return]
 
     def finish(self, failed: BaseException | None) -> Io[None]:
         """After ``claiming`` (``failed``: what it raised): each etcd lease asked for, as a single

@@ -14,9 +14,9 @@ Written once for both flavours: a request's endpoint rotation, login, retry and 
 (or has the gRPC error thrown in). ``Connection`` sends each on its blocking channels, exactly the
 calls it always made; ``AioConnection`` (tenure.aio) sends them on ``grpc.aio`` channels to the
 same endpoints, awaited in the event loop. The protocol's own I/O (``transaction``, ``leases``,
-``claimable``) is written as generators too (``Io``), yielding ``Call``s of ``Connection``'s
-requests and the ``Pending`` answers of requests started beside others; ``Connection.run`` and
-``AioConnection.run`` carry them out with the core's drivers (``tenure.core.io_drivers``).
+``claimable``) is written as generators too (``Io``), yielding ``Connection``'s requests as typed
+effects (``Txn``, ``Range``, ``Grant``...) and the ``Pending`` answers of requests started beside
+others; ``Connection.run`` and ``AioConnection.run`` carry them out with the core's drivers (``tenure.core.io_drivers``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from google.protobuf.runtime_version import VersionError
 
 from tenure.core import io_drivers
 from tenure.core.errors import AuthenticationFailed, BackendUnavailable, LeaseError, OutcomeUnknown
-from tenure.core.io_drivers import Io as Io  # here it yields an Rpc, a Call or a started request's answer
+from tenure.core.io_drivers import Io as Io  # here it yields an Rpc, a typed request (Txn...) or a started request's answer
 
 try:
     from tenure.backends.etcd.api import kv_pb2, rpc_pb2, rpc_pb2_grpc
@@ -309,18 +309,55 @@ class Rpc(NamedTuple):  # a tuple: made per request, cheaper than a frozen datac
     stream: bool = False  # a stream of this one request, answered by its first response (None: none)
 
 
-class Call(NamedTuple):
-    """One of ``Connection``'s requests by name (``txn``, ``range``, ``grant``, ``time_to_live``,
-    ``grant_started``, ``keepalive_started``, ``keepalives_started``): called on ``Connection``,
-    awaited on ``AioConnection``."""
+# The requests a generator yields besides an ``Rpc``, one kind each, answered by ``_answer``:
+# called on ``Connection`` (blocking), awaited on ``AioConnection``. They are not ``Rpc``s because
+# a request's endpoint, login and retry (``_request``) come with the connection, and a started
+# one is a blocking future or a loop's task.
+class Txn(NamedTuple):
+    """``txn``: a transaction (a read-only one retried elsewhere with ``retry``)."""
 
-    name: str
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
+    compares: list[CompareSpec]
+    success: list[OpSpec]
+    failure: list[OpSpec]
+    retry: bool = False
 
 
-def call(name: str, *args: Any, **kwargs: Any) -> Call:
-    return Call(name, args, kwargs)
+class Range(NamedTuple):
+    """``range``: keys in ``[key, end)``, at most ``limit`` (0: all)."""
+
+    key: bytes
+    end: bytes = b""
+    limit: int = 0
+
+
+class Grant(NamedTuple):
+    """``grant``: a new etcd lease."""
+
+    ttl: int
+
+
+class TimeToLive(NamedTuple):
+    """``time_to_live``: what is left of an etcd lease."""
+
+    lease_id: int
+
+
+class StartGrant(NamedTuple):
+    """``grant_started``: a grant sent now, its ``Pending`` answer yielded later."""
+
+    ttl: int
+
+
+class StartKeepalive(NamedTuple):
+    """``keepalive_started``: a keep-alive sent now, its ``Pending`` answer yielded later."""
+
+    lease_id: int
+
+
+class StartKeepalives(NamedTuple):
+    """``keepalives_started``: keep-alives of many leases sent now, answered later."""
+
+    lease_ids: list[int]
 
 
 class Connection:
@@ -436,8 +473,20 @@ class Connection:
             assert not step.stream, "a blocking channel answers a stream only to a thread reading it"
             stub = getattr(getattr(self._endpoints[step.endpoint], step.service), step.method)
             return stub(step.request, timeout=self.timeout, metadata=step.metadata)
-        if isinstance(step, Call):
-            return getattr(self, step.name)(*step.args, **step.kwargs)
+        if isinstance(step, Txn):
+            return self.txn(step.compares, step.success, step.failure, retry=step.retry)
+        if isinstance(step, StartKeepalive):
+            return self.keepalive_started(step.lease_id)
+        if isinstance(step, Range):
+            return self.range(step.key, step.end, limit=step.limit)
+        if isinstance(step, Grant):
+            return self.grant(step.ttl)
+        if isinstance(step, TimeToLive):
+            return self.time_to_live(step.lease_id)
+        if isinstance(step, StartGrant):
+            return self.grant_started(step.ttl)
+        if isinstance(step, StartKeepalives):
+            return self.keepalives_started(step.lease_ids)
         return step.result()  # a Pending
 
     def _rotate(self, failed: _Endpoint) -> None:
@@ -667,8 +716,20 @@ class AioConnection:
                 return answers if many else next(iter(answers), None)
             finally:
                 stream.cancel()  # answered: the rest of the stream is nothing we wait for
-        if isinstance(step, Call):
-            return await getattr(self, step.name)(*step.args, **step.kwargs)
+        if isinstance(step, Txn):
+            return await self.txn(step.compares, step.success, step.failure, retry=step.retry)
+        if isinstance(step, StartKeepalive):
+            return await self.keepalive_started(step.lease_id)
+        if isinstance(step, Range):
+            return await self.range(step.key, step.end, limit=step.limit)
+        if isinstance(step, Grant):
+            return await self.grant(step.ttl)
+        if isinstance(step, TimeToLive):
+            return await self.time_to_live(step.lease_id)
+        if isinstance(step, StartGrant):
+            return await self.grant_started(step.ttl)
+        if isinstance(step, StartKeepalives):
+            return await self.keepalives_started(step.lease_ids)
         return await step.result()  # an AioPending
 
     def _start(self, io: Io[T]) -> AioPending[T]:
@@ -687,8 +748,8 @@ class AioConnection:
                   retry: bool = False) -> TxnResult:
         return await self.run(self.conn.txn_io(compares, success, failure, retry=retry))
 
-    async def range(self, key: bytes, end: bytes = b"", **options: Any) -> tuple[list[KV], int, bool]:
-        return await self.run(self.conn.range_io(key, end, **options))
+    async def range(self, key: bytes, end: bytes = b"", *, limit: int = 0) -> tuple[list[KV], int, bool]:
+        return await self.run(self.conn.range_io(key, end, limit=limit))
 
     async def grant(self, ttl: int) -> tuple[int, int]:
         return await self.run(self.conn.grant_io(ttl))

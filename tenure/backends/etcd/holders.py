@@ -94,7 +94,7 @@ def _sending(parts: Parts, at: Moment, shared: Shared | None, operations: Sequen
     """One request of nested Txns, and each change's outcome from its answer."""
     try:
         try:
-            res = yield ec.call("txn", [], nesting.grouped([one.op for _, one in chunk]), [])
+            res = yield ec.Txn([], nesting.grouped([one.op for _, one in chunk]), [])
         except ec.LeaseNotFound:
             # A shared etcd lease (ended early, revoked) or the audit's retention lease is
             # gone, and nothing was written: once more on fresh ones, each decided again.
@@ -103,7 +103,7 @@ def _sending(parts: Parts, at: Moment, shared: Shared | None, operations: Sequen
                 parts.leases.shared_lost()
                 shared.clear()
             chunk = yield from _decided(parts, at, shared, operations, [n for n, _ in chunk], found)
-            res = yield ec.call("txn", [], nesting.grouped([one.op for _, one in chunk]), [])
+            res = yield ec.Txn([], nesting.grouped([one.op for _, one in chunk]), [])
     except BackendUnavailable as exc:  # these leases' only: earlier requests' stand
         found.update((n, exc) for n, _ in chunk)
         return

@@ -144,7 +144,7 @@ class EtcdLeases:
 
     def granting(self, ttl: int, slack: int = 0) -> Io[EtcdLease]:
         sent = boot_clock()
-        lease_id, granted = yield ec.call("grant", ttl + slack)
+        lease_id, granted = yield ec.Grant(ttl + slack)
         return EtcdLease(lease_id, ttl, granted, sent)
 
     def give_back(self, lease: EtcdLease) -> None:
@@ -215,18 +215,18 @@ class EtcdLeases:
                 return self._retention_lease[0]
         key = self._keys.retention
         for _ in contention.attempts():
-            kvs, _, _ = yield ec.call("range", key)
+            kvs, _, _ = yield ec.Range(key)
             named = parse(kvs[0].value).get("lease") if kvs else None
             if isinstance(named, int) and not isinstance(named, bool):
-                remaining, granted = yield ec.call("time_to_live", named)
+                remaining, granted = yield ec.TimeToLive(named)
                 fresh_for = remaining - 0.9 * granted
                 if fresh_for > 0:
                     with self._lock:
                         self._retention_lease = (named, boot_clock() + fresh_for)
                     return named
-            lease_id, _ = yield ec.call("grant", etcd_ttl(self._retention))
+            lease_id, _ = yield ec.Grant(etcd_ttl(self._retention))
             mod = kvs[0].mod_revision if kvs else 0
-            if not (yield ec.call("txn", [ec.compare(key, "mod", "==", mod)],
+            if not (yield ec.Txn([ec.compare(key, "mod", "==", mod)],
                                   [ec.put(key, f'{{"lease":{lease_id}}}'.encode())], [])).succeeded:
                 self.revoke_later(lease_id)  # another process named one first: use theirs
         raise BackendUnavailable("could not agree on a retention lease (too much contention)")
@@ -285,7 +285,7 @@ class Claiming:
         shares its round trip."""
         if self.lease is None and self.grant is None:
             self.sent = boot_clock()
-            self.grant = yield ec.call("grant_started", self.ttl + SLACK)
+            self.grant = yield ec.StartGrant(self.ttl + SLACK)
 
     @property
     def settled(self) -> bool:

@@ -68,7 +68,7 @@ class QueueCursor:
                 first = None
             else:
                 span = self.window(after, widen)
-                kvs, _, _ = yield ec.call("range", *span, limit=self.PAGE)
+                kvs, _, _ = yield ec.Range(*span, limit=self.PAGE)
             self.read(span, kvs, after)
             if kvs or span[0] == self.start or (span[1] == self.end and after is not None):
                 return kvs

@@ -215,7 +215,7 @@ class EtcdTransaction(Transaction):
     def _reading(self, job_id: str) -> Io[Read]:
         if self._claiming is not None:
             yield from self._claiming.granting_beside()
-        res = yield ec.call("txn", [], reads(self._k, job_id), [], retry=True)
+        res = yield ec.Txn([], reads(self._k, job_id), [], retry=True)
         return Read(job_id, res.ranges, self.now)
 
     def _use(self, job_id: str, read: Read) -> Read:
@@ -390,7 +390,7 @@ class EtcdTransaction(Transaction):
             return ec.delete(key)  # any earlier wait ends (a requeue without delay); its lease runs out
         ttl = etcd_ttl(new.claimable_at - self.now)
         if ttl not in self._delays:
-            self._delays[ttl], _ = yield ec.call("grant", ttl)
+            self._delays[ttl], _ = yield ec.Grant(ttl)
         return ec.put(key, b"", lease=self._delays[ttl])
 
     def _claim_writes(self, plan: _Plan, read: Read) -> Io[tuple[_Plan, list[Any]]]:
@@ -401,7 +401,7 @@ class EtcdTransaction(Transaction):
         plan.op, plan.lease = Op.CLAIM, (yield from self._claiming.resolving())
         plan.sent = boot_clock()
         if not plan.lease.fresh(plan.sent):
-            plan.keepalive = yield ec.call("keepalive_started", plan.lease.id)  # answered alongside the txn
+            plan.keepalive = yield ec.StartKeepalive(plan.lease.id)  # answered alongside the txn
         # A pooled lease used without a keep-alive ends when its last grant or keep-alive said.
         lasts = plan.lease.granted if plan.keepalive is not None else plan.lease.ends() - plan.sent
         plan.expires_at = now + lasts + EXPIRY_GRACE
@@ -436,7 +436,7 @@ class EtcdTransaction(Transaction):
                 if batch is not None:
                     batch[ttl] = plan.lease
         elif cached is not None and cached.alive and cached.ttl == ttl and not revive:
-            plan.lease, plan.keepalive = cached, (yield ec.call("keepalive_started", cached.id))
+            plan.lease, plan.keepalive = cached, (yield ec.StartKeepalive(cached.id))
         else:  # a claim made elsewhere, a new TTL or a revival: the key moves to a new etcd lease
             plan.lease, plan.granted_here = (yield from self._leases.granting(ttl)), True
         lasts = plan.lease.ends() - self._boot if plan.lease.shared else plan.lease.granted
@@ -559,7 +559,7 @@ class EtcdTransaction(Transaction):
 
     def _send(self, writes: list[Any], failure: list[Any], plans: dict[str, _Plan]) -> Io[TxnResult]:
         try:
-            return (yield ec.call("txn", self._compares, writes, failure))  # type: ignore[no-any-return]
+            return (yield ec.Txn(self._compares, writes, failure))  # type: ignore[no-any-return]
         except ec.LeaseNotFound:
             # An etcd lease named by a put is gone (revoked behind our back, a pooled lease etcd
             # ended, a renewal's cached lease another connection revoked): nothing was written,
@@ -568,7 +568,7 @@ class EtcdTransaction(Transaction):
             if retention is not None:
                 ec.relet(writes, *retention)
             for ttl, old_id in self._delays.items():  # a delay's lease etcd ended at once: a new one
-                self._delays[ttl], _ = yield ec.call("grant", ttl)
+                self._delays[ttl], _ = yield ec.Grant(ttl)
                 ec.relet(writes, old_id, self._delays[ttl])
             for plan in plans.values():
                 if plan.lease is not None and plan.op in (Op.CLAIM, Op.RENEW):
@@ -583,7 +583,7 @@ class EtcdTransaction(Transaction):
                         self._claiming.lease = plan.lease
                     self._leases.forget(plan.key)
                     ec.relet(writes, old.id, plan.lease.id)
-            return (yield ec.call("txn", self._compares, writes, failure))  # type: ignore[no-any-return]
+            return (yield ec.Txn(self._compares, writes, failure))  # type: ignore[no-any-return]
 
     def _after(self, plan: _Plan, res: TxnResult) -> Io[None]:
         """etcd lease bookkeeping once the commit applied ``plan``."""
