@@ -14,9 +14,10 @@ Written once for both flavours: a request's endpoint rotation, login, retry and 
 (or has the gRPC error thrown in). ``Connection`` sends each on its blocking channels, exactly the
 calls it always made; ``AioConnection`` (tenure.aio) sends them on ``grpc.aio`` channels to the
 same endpoints, awaited in the event loop. The protocol's own I/O (``transaction``, ``leases``,
-``claimable``) is written as generators too (``Io``), yielding ``Connection``'s requests as typed
-effects (``Txn``, ``Range``, ``Grant``...) and the ``Pending`` answers of requests started beside
-others; ``Connection.run`` and ``AioConnection.run`` carry them out with the core's drivers (``tenure.core.io_drivers``).
+``claimable``) is written as generators too (``EtcdIo``, checked by mypy), yielding
+``Connection``'s requests as typed effects (``Txn``, ``Range``, ``Grant``...) and the ``Pending``
+answers of requests started beside others; ``Connection.run`` and ``AioConnection.run`` carry
+them out with the core's drivers (``tenure.core.io_drivers``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from google.protobuf.runtime_version import VersionError
 
 from tenure.core import io_drivers
 from tenure.core.errors import AuthenticationFailed, BackendUnavailable, LeaseError, OutcomeUnknown
-from tenure.core.io_drivers import Io as Io  # here it yields an Rpc, a typed request (Txn...) or a started request's answer
 
 try:
     from tenure.backends.etcd.api import kv_pb2, rpc_pb2, rpc_pb2_grpc
@@ -392,7 +392,7 @@ class Connection:
     def endpoint(self) -> _Endpoint:
         return self._endpoints[self._current]
 
-    def _authenticating(self, ep: _Endpoint) -> Io[None]:
+    def _authenticating(self, ep: _Endpoint) -> EtcdIo[None]:
         resp = yield Rpc(ep.index, "auth", "Authenticate",
                          rpc_pb2.AuthenticateRequest(name=self.user, password=self.password), None)
         ep.metadata = (("token", resp.token),)
@@ -400,7 +400,7 @@ class Connection:
     def _authenticate(self, ep: _Endpoint) -> None:
         self.run(self._authenticating(ep))
 
-    def _calling(self, send: Callable[[_Endpoint, Metadata], Io[T]], retry: bool, left: int = 0) -> Io[T]:
+    def _calling(self, send: Callable[[_Endpoint, Metadata], EtcdIo[T]], retry: bool, left: int = 0) -> EtcdIo[T]:
         """``send(endpoint, metadata)``, moving to the next endpoint if this one is unreachable
         (``left``: endpoints still to try, if not all of them)."""
         if self._closed:
@@ -428,7 +428,7 @@ class Connection:
         raise AssertionError("unreachable")
 
     def _request(self, service: str, method: str, request: Any, finish: Callable[[Any], T], *,
-                 retry: bool, stream: bool = False) -> Io[T]:
+                 retry: bool, stream: bool = False) -> EtcdIo[T]:
         """One request as ``_calling`` sends it, the common case first: no login and an answer
         (one generator a request, where ``_calling`` would drive a second one)."""
         if self.user is None and not self._closed:
@@ -448,25 +448,25 @@ class Connection:
 
     @staticmethod
     def _sender(service: str, method: str, request: Any, finish: Callable[[Any], T],
-                stream: bool) -> Callable[[_Endpoint, Metadata], Io[T]]:
-        def send(ep: _Endpoint, md: Metadata) -> Io[T]:
+                stream: bool) -> Callable[[_Endpoint, Metadata], EtcdIo[T]]:
+        def send(ep: _Endpoint, md: Metadata) -> EtcdIo[T]:
             return finish((yield Rpc(ep.index, service, method, request, md, stream)))
 
         return send
 
     def call(self, fn: Callable[[_Endpoint, Metadata], T], *, retry: bool = True) -> T:
         """Run ``fn(endpoint, metadata)`` (blocking calls of its own), as ``_calling`` sends requests."""
-        def send(ep: _Endpoint, md: Metadata) -> Io[T]:
+        def send(ep: _Endpoint, md: Metadata) -> EtcdIo[T]:
             return fn(ep, md)
             yield  # a generator that sends nothing itself
 
         return self.run(self._calling(send, retry))
 
-    def run(self, io: Io[T]) -> T:
+    def run(self, io: EtcdIo[T]) -> T:
         """``io``'s requests, each sent and waited for in this thread (the core's driver)."""
         return io_drivers.run(io, self._answer)
 
-    def _answer(self, step: Any) -> Any:
+    def _answer(self, step: Effect) -> Any:
         if isinstance(step, Rpc):
             # Only AioConnection sends a stream Rpc (keepalive_io): this thread's keep-alives go
             # out beside a transaction instead (keepalive_started).
@@ -500,7 +500,7 @@ class Connection:
         return self.run(self.txn_io(compares, success, failure, retry=retry))
 
     def txn_io(self, compares: list[CompareSpec], success: list[OpSpec], failure: list[OpSpec], *,
-               retry: bool = False) -> Io[TxnResult]:
+               retry: bool = False) -> EtcdIo[TxnResult]:
         return self._request("kv", "Txn", txn_request(compares, success, failure), TxnResult, retry=retry)
 
     def txn_started(self, compares: list[CompareSpec], success: list[OpSpec],
@@ -520,7 +520,7 @@ class Connection:
 
     def range_io(self, key: bytes, end: bytes = b"", *, revision: int = 0, limit: int = 0,
                  newest_first: bool = False, by_create: bool = False,
-                 keys_only: bool = False, by_mod: bool = False) -> Io[tuple[list[KV], int, bool]]:
+                 keys_only: bool = False, by_mod: bool = False) -> EtcdIo[tuple[list[KV], int, bool]]:
         req = range_request(key, end, limit=limit, revision=revision, newest_first=newest_first,
                             by_create=by_create, keys_only=keys_only, by_mod=by_mod)
         return self._request("kv", "Range", req, _ranged, retry=True)
@@ -548,7 +548,7 @@ class Connection:
         """A new etcd lease: ``(id, granted ttl)``; the server may raise a too-short ttl."""
         return self.run(self.grant_io(ttl))
 
-    def grant_io(self, ttl: int) -> Io[tuple[int, int]]:
+    def grant_io(self, ttl: int) -> EtcdIo[tuple[int, int]]:
         return self._request("lease", "LeaseGrant", rpc_pb2.LeaseGrantRequest(TTL=ttl), _granted, retry=True)
 
     def grant_started(self, ttl: int) -> Pending[tuple[int, int]]:
@@ -568,7 +568,7 @@ class Connection:
             iter([rpc_pb2.LeaseKeepAliveRequest(ID=lease_id)]), timeout=self.timeout, metadata=md),
             finish, None)
 
-    def keepalive_io(self, lease_id: int) -> Io[int]:
+    def keepalive_io(self, lease_id: int) -> EtcdIo[int]:
         return self._request("lease", "LeaseKeepAlive", rpc_pb2.LeaseKeepAliveRequest(ID=lease_id), _kept,
                              retry=False, stream=True)
 
@@ -579,7 +579,7 @@ class Connection:
         return self._started(lambda ep, md: ep.lease.LeaseKeepAlive(iter(requests), timeout=self.timeout, metadata=md),
                              lambda responses: _kept_each(lease_ids, itertools.islice(responses, len(requests))), None)
 
-    def keepalives_io(self, lease_ids: list[int]) -> Io[list[int]]:
+    def keepalives_io(self, lease_ids: list[int]) -> EtcdIo[list[int]]:
         requests = [rpc_pb2.LeaseKeepAliveRequest(ID=lease_id) for lease_id in lease_ids]
         return self._request("lease", "LeaseKeepAlive", requests, lambda answers: _kept_each(lease_ids, answers),
                              retry=False, stream=True)
@@ -589,7 +589,7 @@ class Connection:
 
         return self.run(self.time_to_live_io(lease_id))
 
-    def time_to_live_io(self, lease_id: int) -> Io[tuple[int, int]]:
+    def time_to_live_io(self, lease_id: int) -> EtcdIo[tuple[int, int]]:
         return self._request("lease", "LeaseTimeToLive", rpc_pb2.LeaseTimeToLiveRequest(ID=lease_id),
                              _lived, retry=True)
 
@@ -686,7 +686,7 @@ class AioConnection:
         self._started: set[asyncio.Task[Any]] = set()  # kept until answered: the loop holds tasks weakly
         self._closed = False
 
-    async def run(self, io: Io[T]) -> T:
+    async def run(self, io: EtcdIo[T]) -> T:
         """``io``'s requests, each awaited in the running loop (the core's driver). A request
         that ``close`` cut off is BackendUnavailable: only a caller that was itself cancelled
         gets the CancelledError."""
@@ -697,7 +697,7 @@ class AioConnection:
                 raise BackendUnavailable("the store was closed before etcd answered") from None
             raise
 
-    async def _answer(self, step: Any) -> Any:
+    async def _answer(self, step: Effect) -> Any:
         if isinstance(step, Rpc):
             stub = getattr(getattr(self._endpoints[step.endpoint], step.service), step.method)
             timeout = self.conn.timeout
@@ -732,7 +732,7 @@ class AioConnection:
             return await self.keepalives_started(step.lease_ids)
         return await step.result()  # an AioPending
 
-    def _start(self, io: Io[T]) -> AioPending[T]:
+    def _start(self, io: EtcdIo[T]) -> AioPending[T]:
         """``io`` sent now, as a task of the loop: its request goes out beside the next awaited one."""
         task = asyncio.ensure_future(self.run(io))
         self._started.add(task)
@@ -794,6 +794,11 @@ class AioPending(Generic[T]):
 
     def cancel(self) -> None:
         self._task.cancel()
+
+
+Effect = (Rpc | Txn | Range | Grant | TimeToLive | StartGrant | StartKeepalive | StartKeepalives
+          | Pending[Any] | AioPending[Any])
+EtcdIo = io_drivers.IoOf[Effect, T]  # etcd's I/O: what it yields is one of these (``_answer``)
 
 
 class WatchStream:

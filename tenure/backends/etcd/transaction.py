@@ -20,7 +20,7 @@ A change's writes depend on its operation, which the step's history event for th
 claim_next's candidate (``next_claimable``) is read, never guessed. A claim's token is the
 revision of its commit (``stored``). The etcd leases the keys hang on are ``leases``'s.
 
-Requests it waits for, written once as generators (``client.Io``) for both flavours: a job's
+Requests it waits for, written once as generators (``client.EtcdIo``) for both flavours: a job's
 keys (``_reading``), claim_next's candidates (``_finding``: the indexes, then each candidate's
 keys) and the commit (``committing``: the Txn; the grant a renewal's move waits for, the
 answers of the grant and keep-alive started beside). Every read goes through ``answer``: the
@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 
 from tenure.backends.etcd import claimable
 from tenure.backends.etcd import client as ec
-from tenure.backends.etcd.client import KV, AioPending, Connection, Io, Pending, TxnResult
+from tenure.backends.etcd.client import KV, AioPending, Connection, EtcdIo, Pending, TxnResult
 from tenure.backends.etcd.layout import (
     JobValue,
     Keys,
@@ -191,7 +191,7 @@ class EtcdTransaction(Transaction):
         if isinstance(previous, EtcdTransaction):
             self._carried = {job_id: Read(job_id, kvs, self.now) for job_id, kvs in previous.carry.items()}
 
-    def answer(self, what: Hashable, io: Callable[[], Io[T]]) -> T:
+    def answer(self, what: Hashable, io: Callable[[], EtcdIo[T]]) -> T:
         """What ``io`` returns, run now (the sync flavour). tenure.aio's transaction answers
         from what it fetched, or raises ``steps.NotFetched``, and asks again for the same
         ``what`` when the step runs again."""
@@ -212,7 +212,7 @@ class EtcdTransaction(Transaction):
         """The job's keys: from the last failure branch, or read (reads only: safe to retry)."""
         return self._carried.get(job_id) or self.answer(("read", job_id), lambda: self._reading(job_id))
 
-    def _reading(self, job_id: str) -> Io[Read]:
+    def _reading(self, job_id: str) -> EtcdIo[Read]:
         if self._claiming is not None:
             yield from self._claiming.granting_beside()
         res = yield ec.Txn([], reads(self._k, job_id), [], retry=True)
@@ -302,10 +302,10 @@ class EtcdTransaction(Transaction):
         self._use(found.job_id, found)
         return found.job_id
 
-    def _finding(self) -> Io[Read | None]:
+    def _finding(self) -> EtcdIo[Read | None]:
         return (yield from claimable.first_claimable(self._k, self._leases, self._p.queue, self._take, self.now))
 
-    def _take(self, job_id: str) -> Io[Read | None]:
+    def _take(self, job_id: str) -> EtcdIo[Read | None]:
         """The candidate's keys if it is claimable at ``now``, else None."""
         try:
             read = self._carried.get(job_id) or (yield from self._reading(job_id))
@@ -327,7 +327,7 @@ class EtcdTransaction(Transaction):
     def stored(self, record: JobRecord) -> JobRecord:
         return self._stored.get(record.job_id, record)
 
-    def _plan(self, new: JobRecord, op: Op | None, submits: int) -> Io[tuple[_Plan, list[Any]]]:
+    def _plan(self, new: JobRecord, op: Op | None, submits: int) -> EtcdIo[tuple[_Plan, list[Any]]]:
         """The change from what was loaded to ``new``, and the writes that make it; ``op``: the
         operation, as the step's history event for the job names it."""
         job_id, k, now = new.job_id, self._k, self.now
@@ -381,7 +381,7 @@ class EtcdTransaction(Transaction):
             return [*writes, ec.put(queued, b""), ec.delete(k.last(job_id))]
         return [*writes, ec.put(k.last(job_id), b"")]
 
-    def _delay_write(self, new: JobRecord) -> Io[Any]:
+    def _delay_write(self, new: JobRecord) -> EtcdIo[Any]:
         """The write of a job's ``delay/`` key: for a pending job with a delay, on an etcd lease of
         the wait (whole seconds, rounded up: etcd ends it no sooner), which a grant sent first
         makes (one per TTL a commit); otherwise its deletion. Claims commit only without it."""
@@ -393,7 +393,7 @@ class EtcdTransaction(Transaction):
             self._delays[ttl], _ = yield ec.Grant(ttl)
         return ec.put(key, b"", lease=self._delays[ttl])
 
-    def _claim_writes(self, plan: _Plan, read: Read) -> Io[tuple[_Plan, list[Any]]]:
+    def _claim_writes(self, plan: _Plan, read: Read) -> EtcdIo[tuple[_Plan, list[Any]]]:
         new, now, job_id = plan.new, self.now, plan.new.job_id
         k = self._k.of(job_id)
         assert self._claiming is not None, "claims go through EtcdBackend.claim and claim_next"
@@ -416,7 +416,7 @@ class EtcdTransaction(Transaction):
                       ec.put(k.held, held_value(new.owner, new.ttl)), ec.delete(k.end), last,
                       *([] if queued is None else [ec.delete(queued)])]
 
-    def _renew_writes(self, plan: _Plan, old: JobRecord, read: Read) -> Io[tuple[_Plan, list[Any]]]:
+    def _renew_writes(self, plan: _Plan, old: JobRecord, read: Read) -> EtcdIo[tuple[_Plan, list[Any]]]:
         k, new, job_id = self._k, plan.new, plan.new.job_id
         assert new.owner is not None and new.ttl is not None and old.ttl is not None
         plan.op, ttl = Op.RENEW, etcd_ttl(new.ttl)
@@ -470,7 +470,7 @@ class EtcdTransaction(Transaction):
     def commit(self) -> None:
         self._conn.run(self.committing())
 
-    def committing(self) -> Io[None]:
+    def committing(self) -> EtcdIo[None]:
         planned = yield from self._planning()
         if planned is None:
             return  # decided on fresh reads and changes nothing: nothing to verify
@@ -489,7 +489,7 @@ class EtcdTransaction(Transaction):
             raise  # a renewal's new etcd lease may carry the key now: it runs out by itself
         yield from self._settling(res, plans)
 
-    def nested(self) -> Io[Any | None]:
+    def nested(self) -> EtcdIo[Any | None]:
         """This transaction's Txn as one operation of a larger one (``renewals``: a batch of them
         in one request), its failure branch empty (no reads to carry); None if it writes nothing.
         ``settled`` takes its answer."""
@@ -499,7 +499,7 @@ class EtcdTransaction(Transaction):
         writes, self._plans = planned
         return ec.txn(self._compares, writes, [])
 
-    def settled(self, res: TxnResult) -> Io[None]:
+    def settled(self, res: TxnResult) -> EtcdIo[None]:
         """After ``nested``'s Txn was answered (``res``, its own part of the larger answer)."""
         yield from self._settling(res, self._plans)
 
@@ -513,7 +513,7 @@ class EtcdTransaction(Transaction):
         """``read`` answers the job's load (claim_next_many reads its candidates together)."""
         self._carried[read.job_id] = read
 
-    def _planning(self) -> Io[tuple[list[Any], dict[str, _Plan]] | None]:
+    def _planning(self) -> EtcdIo[tuple[list[Any], dict[str, _Plan]] | None]:
         """The commit's writes and plans; None when there is nothing to send."""
         plans: dict[str, _Plan] = {}
         writes: list[Any] = []
@@ -537,7 +537,7 @@ class EtcdTransaction(Transaction):
             return None
         return writes, plans
 
-    def _settling(self, res: TxnResult, plans: dict[str, _Plan]) -> Io[None]:
+    def _settling(self, res: TxnResult, plans: dict[str, _Plan]) -> EtcdIo[None]:
         if res.succeeded:
             for plan in plans.values():
                 yield from self._after(plan, res)
@@ -557,7 +557,7 @@ class EtcdTransaction(Transaction):
         for lease_id in self._delays.values():
             self._leases.revoke_later(lease_id)  # nor to these
 
-    def _send(self, writes: list[Any], failure: list[Any], plans: dict[str, _Plan]) -> Io[TxnResult]:
+    def _send(self, writes: list[Any], failure: list[Any], plans: dict[str, _Plan]) -> EtcdIo[TxnResult]:
         try:
             return (yield ec.Txn(self._compares, writes, failure))  # type: ignore[no-any-return]
         except ec.LeaseNotFound:
@@ -585,7 +585,7 @@ class EtcdTransaction(Transaction):
                     ec.relet(writes, old.id, plan.lease.id)
             return (yield ec.Txn(self._compares, writes, failure))  # type: ignore[no-any-return]
 
-    def _after(self, plan: _Plan, res: TxnResult) -> Io[None]:
+    def _after(self, plan: _Plan, res: TxnResult) -> EtcdIo[None]:
         """etcd lease bookkeeping once the commit applied ``plan``."""
         lease, new = plan.lease, plan.new
         if plan.op is Op.CLAIM:
