@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import functools
 import itertools
 import logging
@@ -282,6 +283,17 @@ def _read(path: str | None) -> bytes | None:
         return f.read()
 
 
+class Method(enum.IntEnum):
+    """An etcd RPC, as etcd's API names it: where ``_Endpoint.methods`` holds its stub."""
+
+    Txn = 0
+    Range = 1
+    LeaseGrant = 2
+    LeaseKeepAlive = 3
+    LeaseTimeToLive = 4
+    Authenticate = 5
+
+
 class _Endpoint:
     """One member's channel and etcd's generated stubs on it."""
 
@@ -295,15 +307,17 @@ class _Endpoint:
         self.cluster = _Stubs.ClusterStub(channel)
         self.maintenance = _Stubs.MaintenanceStub(channel)
         self.auth = _Stubs.AuthStub(channel)
+        # Each Method's stub, in Method's order: an Rpc's method is found by index, not by name.
+        self.methods = (self.kv.Txn, self.kv.Range, self.lease.LeaseGrant, self.lease.LeaseKeepAlive,
+                        self.lease.LeaseTimeToLive, self.auth.Authenticate)
         self.metadata: tuple[tuple[str, str], ...] | None = None
 
 
 class Rpc(NamedTuple):  # a tuple: made per request, cheaper than a frozen dataclass
-    """One request on the wire: ``method`` of the ``service`` stub of endpoint ``endpoint``."""
+    """One request on the wire: ``method`` of endpoint ``endpoint``."""
 
     endpoint: int
-    service: str  # an _Endpoint attribute: kv, lease, auth
-    method: str
+    method: Method
     request: Any
     metadata: Metadata
     stream: bool = False  # a stream of this one request, answered by its first response (None: none)
@@ -393,7 +407,7 @@ class Connection:
         return self._endpoints[self._current]
 
     def _authenticating(self, ep: _Endpoint) -> EtcdIo[None]:
-        resp = yield Rpc(ep.index, "auth", "Authenticate",
+        resp = yield Rpc(ep.index, Method.Authenticate,
                          rpc_pb2.AuthenticateRequest(name=self.user, password=self.password), None)
         ep.metadata = (("token", resp.token),)
 
@@ -427,14 +441,14 @@ class Connection:
                     raise mapped_error(exc, ep.name, self.timeout, write=not retry) from exc
         raise AssertionError("unreachable")
 
-    def _request(self, service: str, method: str, request: Any, finish: Callable[[Any], T], *,
+    def _request(self, method: Method, request: Any, finish: Callable[[Any], T], *,
                  retry: bool, stream: bool = False) -> EtcdIo[T]:
         """One request as ``_calling`` sends it, the common case first: no login and an answer
         (one generator a request, where ``_calling`` would drive a second one)."""
         if self.user is None and not self._closed:
             ep = self.endpoint
             try:
-                return finish((yield Rpc(ep.index, service, method, request, None, stream)))
+                return finish((yield Rpc(ep.index, method, request, None, stream)))
             except grpc.RpcError as exc:  # as _calling maps it
                 if not _retryable(exc):
                     raise mapped_error(exc, ep.name, self.timeout, write=not retry) from exc
@@ -442,15 +456,15 @@ class Connection:
                 if not retry or len(self._endpoints) == 1:
                     raise mapped_error(exc, ep.name, self.timeout, write=not retry) from exc
             # the other endpoints, as _calling tries them
-            return (yield from self._calling(self._sender(service, method, request, finish, stream), retry,
+            return (yield from self._calling(self._sender(method, request, finish, stream), retry,
                                              len(self._endpoints) - 1))
-        return (yield from self._calling(self._sender(service, method, request, finish, stream), retry))
+        return (yield from self._calling(self._sender(method, request, finish, stream), retry))
 
     @staticmethod
-    def _sender(service: str, method: str, request: Any, finish: Callable[[Any], T],
+    def _sender(method: Method, request: Any, finish: Callable[[Any], T],
                 stream: bool) -> Callable[[_Endpoint, Metadata], EtcdIo[T]]:
         def send(ep: _Endpoint, md: Metadata) -> EtcdIo[T]:
-            return finish((yield Rpc(ep.index, service, method, request, md, stream)))
+            return finish((yield Rpc(ep.index, method, request, md, stream)))
 
         return send
 
@@ -471,7 +485,7 @@ class Connection:
             # Only AioConnection sends a stream Rpc (keepalive_io): this thread's keep-alives go
             # out beside a transaction instead (keepalive_started).
             assert not step.stream, "a blocking channel answers a stream only to a thread reading it"
-            stub = getattr(getattr(self._endpoints[step.endpoint], step.service), step.method)
+            stub = self._endpoints[step.endpoint].methods[step.method]
             return stub(step.request, timeout=self.timeout, metadata=step.metadata)
         if isinstance(step, Txn):
             return self.txn(step.compares, step.success, step.failure, retry=step.retry)
@@ -501,7 +515,7 @@ class Connection:
 
     def txn_io(self, compares: list[CompareSpec], success: list[OpSpec], failure: list[OpSpec], *,
                retry: bool = False) -> EtcdIo[TxnResult]:
-        return self._request("kv", "Txn", txn_request(compares, success, failure), TxnResult, retry=retry)
+        return self._request(Method.Txn, txn_request(compares, success, failure), TxnResult, retry=retry)
 
     def txn_started(self, compares: list[CompareSpec], success: list[OpSpec],
                     failure: list[OpSpec]) -> Pending[TxnResult]:
@@ -523,7 +537,7 @@ class Connection:
                  keys_only: bool = False, by_mod: bool = False) -> EtcdIo[tuple[list[KV], int, bool]]:
         req = range_request(key, end, limit=limit, revision=revision, newest_first=newest_first,
                             by_create=by_create, keys_only=keys_only, by_mod=by_mod)
-        return self._request("kv", "Range", req, _ranged, retry=True)
+        return self._request(Method.Range, req, _ranged, retry=True)
 
     # -- leases ----------------------------------------------------------------------------
     def _started(self, start: Callable[[_Endpoint, Any], Any], finish: Callable[[Any], T],
@@ -549,7 +563,7 @@ class Connection:
         return self.run(self.grant_io(ttl))
 
     def grant_io(self, ttl: int) -> EtcdIo[tuple[int, int]]:
-        return self._request("lease", "LeaseGrant", rpc_pb2.LeaseGrantRequest(TTL=ttl), _granted, retry=True)
+        return self._request(Method.LeaseGrant, rpc_pb2.LeaseGrantRequest(TTL=ttl), _granted, retry=True)
 
     def grant_started(self, ttl: int) -> Pending[tuple[int, int]]:
         return self._started(lambda ep, md: ep.lease.LeaseGrant.future(
@@ -569,7 +583,7 @@ class Connection:
             finish, None)
 
     def keepalive_io(self, lease_id: int) -> EtcdIo[int]:
-        return self._request("lease", "LeaseKeepAlive", rpc_pb2.LeaseKeepAliveRequest(ID=lease_id), _kept,
+        return self._request(Method.LeaseKeepAlive, rpc_pb2.LeaseKeepAliveRequest(ID=lease_id), _kept,
                              retry=False, stream=True)
 
     def keepalives_started(self, lease_ids: list[int]) -> Pending[list[int]]:
@@ -581,7 +595,7 @@ class Connection:
 
     def keepalives_io(self, lease_ids: list[int]) -> EtcdIo[list[int]]:
         requests = [rpc_pb2.LeaseKeepAliveRequest(ID=lease_id) for lease_id in lease_ids]
-        return self._request("lease", "LeaseKeepAlive", requests, lambda answers: _kept_each(lease_ids, answers),
+        return self._request(Method.LeaseKeepAlive, requests, lambda answers: _kept_each(lease_ids, answers),
                              retry=False, stream=True)
 
     def time_to_live(self, lease_id: int) -> tuple[int, int]:
@@ -590,7 +604,7 @@ class Connection:
         return self.run(self.time_to_live_io(lease_id))
 
     def time_to_live_io(self, lease_id: int) -> EtcdIo[tuple[int, int]]:
-        return self._request("lease", "LeaseTimeToLive", rpc_pb2.LeaseTimeToLiveRequest(ID=lease_id),
+        return self._request(Method.LeaseTimeToLive, rpc_pb2.LeaseTimeToLiveRequest(ID=lease_id),
                              _lived, retry=True)
 
     def revoke_later(self, lease_id: int) -> None:
@@ -699,7 +713,7 @@ class AioConnection:
 
     async def _answer(self, step: Effect) -> Any:
         if isinstance(step, Rpc):
-            stub = getattr(getattr(self._endpoints[step.endpoint], step.service), step.method)
+            stub = self._endpoints[step.endpoint].methods[step.method]
             timeout = self.conn.timeout
             if not step.stream:
                 return await stub(step.request, timeout=timeout, metadata=step.metadata)
