@@ -176,10 +176,17 @@ QUEUES = {"pending": "queued", "scheduled": "scheduled"}  # entry directory -> t
 
 # One encoder for every znode written: json.dumps with separators builds a new one per call.
 _COMPACT = json.JSONEncoder(separators=(",", ":"))
+# ``_COMPACT.encode`` makes a C encoder per call: this one is made once, with what it would be
+# made with (less the check for circular values, which a record's never are).
+_MAKE_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)  # None without json's C speedups
+_C_ENCODE: Any = None if _MAKE_ENCODER is None else _MAKE_ENCODER(
+    None, _COMPACT.default, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True)
 
 
 def _compact(d: dict[str, Any]) -> bytes:
-    return _COMPACT.encode(d).encode()
+    if _C_ENCODE is None:
+        return _COMPACT.encode(d).encode()
+    return "".join(_C_ENCODE(d, 0)).encode()
 
 
 def dump_record(r: JobRecord, epoch: int, slot: str | None = None) -> bytes:

@@ -364,7 +364,7 @@ class ZkTransaction(Transaction):
             self._multi = self._client.transaction()
             if self._stamp_due:  # first in the multi: ``_committed`` reads its answer
                 self._stamp_sent = boot_clock()
-                self._multi.set_data(self._p.session.clock_path, b"")
+                multi.set_data(self._multi, self._p.session.clock_path, b"", -1)
         return self._multi
 
     def save(self, record: JobRecord) -> None:
@@ -404,7 +404,19 @@ class ZkTransaction(Transaction):
         self._p.written.forget(rejection.job_id, rejection.token, rejection.owner)
 
     def commit(self) -> None:
-        self._p.session.run(self.committing())
+        """``committing``, written out for this thread: the multi's answer waited for here,
+        without the generator and its driver (the tidying or learning after it, if any, is
+        run as ``Io``)."""
+        tx = self._multi
+        if tx is None:
+            return  # nothing to write
+        session = self._p.session
+        with mapped_errors(self._writing(), write=True):
+            results: list[Any] = session.wait(self._sent(tx))
+            culprit = _culprit(tx.operations, results)
+        after = self._judged(culprit, results, tx.operations)
+        if after is not None:
+            session.run(after)
 
     def committing(self) -> Io[None]:
         """The multi, sent once: what a failed one means is judged here, whether and when to
@@ -412,29 +424,40 @@ class ZkTransaction(Transaction):
         tx = self._multi
         if tx is None:
             return  # nothing to write
-        for job_id in self._loaded - self._saved.keys():
-            if self._found[job_id].version >= 0:
+        with mapped_errors(self._writing(), write=True):
+            results: list[Any] = yield self._sent(tx)
+            culprit = _culprit(tx.operations, results)
+        after = self._judged(culprit, results, tx.operations)
+        if after is not None:
+            yield from after
+
+    def _writing(self) -> str:
+        return f"writing job {next(iter(self._loaded), '')!r}" if self._loaded else "recording a rejection"
+
+    def _sent(self, tx: Any) -> Any:
+        """The multi sent, with a check of each job read and not written; its pending answer.
+        A guessed claim where claims lately found their jobs existing sends a read behind it."""
+        for job_id in self._loaded:
+            if job_id not in self._saved and self._found[job_id].version >= 0:
                 multi.check(tx, self._layout.job(job_id), self._found[job_id].version)
-        what = f"writing job {next(iter(self._loaded), '')!r}" if self._loaded else "recording a rejection"
-        with mapped_errors(what, write=True):
-            pending = tx.commit_async()
-            if self._guessed_claim is not None and self._p.written.claims_existing:
-                self._behind = (self._guessed_claim, self._send_read(self._guessed_claim), (self.now, self.epoch))
-            results: list[Any] = yield pending
-            culprit = next(((op, r) for op, r in zip(tx.operations, results, strict=True)
-                            if isinstance(r, Exception) and not isinstance(r, _OTHERS)), None)
-            if culprit is not None and not isinstance(culprit[1], _LOST_RACE):
-                raise culprit[1]
+        pending = tx.commit_async()
+        if self._guessed_claim is not None and self._p.written.claims_existing:
+            self._behind = (self._guessed_claim, self._send_read(self._guessed_claim), (self.now, self.epoch))
+        return pending
+
+    def _judged(self, culprit: tuple[Any, Exception] | None, results: list[Any],
+                operations: list[Any]) -> Io[None] | None:
+        """What the multi's answer means (``culprit``: the op that failed it, a lost race);
+        the I/O that follows, if any."""
         if culprit is None:
-            tidying = self._committed(results, tx.operations)
-            if tidying is not None:
-                yield from tidying
-        elif self._p.index.redundant(*culprit):
+            return self._committed(results, operations)
+        if self._p.index.redundant(*culprit):
             self._resending(skip=culprit[0].path)
         elif self._p.audit.unreplaced(*culprit):
             self._resending(unreplaced=True)
         else:
-            yield from self._lost(culprit[0], tx.operations, results)
+            return self._lost(culprit[0], operations, results)
+        return None
 
     def _resending(self, skip: str | None = None, unreplaced: bool = False) -> None:
         """The multi failed only on a write already done: index entry ``skip`` already as the
@@ -479,3 +502,14 @@ class ZkTransaction(Transaction):
             self._p.written.forget(lease.job_id, lease.token, lease.owner)
         self.conflict = True
 
+
+
+def _culprit(operations: list[Any], results: list[Any]) -> tuple[Any, Exception] | None:
+    """The op that failed a multi, with its error, if that is a lost race (None: it wrote);
+    any other error raised. A loop, not a generator: every commit looks."""
+    for op, result in zip(operations, results, strict=True):
+        if isinstance(result, Exception) and not isinstance(result, _OTHERS):
+            if not isinstance(result, _LOST_RACE):
+                raise result
+            return op, result
+    return None
