@@ -106,31 +106,34 @@ class Parts:
 
 
 class ZkTransaction(Transaction):
+    # What most transactions leave as it was: class attributes, not set per transaction (two
+    # per claim+complete, each setting every attribute was a tenth of the transaction's cost).
+    _now: float | None = None
+    epoch = 0
+    _multi: Any = None
+    _placer: Placer | None = None
+    _placer_read: Placer | None = None  # as the read made it, for ``forget``
+    _stamp_due = False  # a guess's stamp is half used: the multi writes our clock znode first
+    _stamp_sent: float | None = None
+    _guessed_claim: str | None = None
+    _behind: tuple[str, Callable[[], Io[Found]], tuple[float, int]] | None = None
+    _proposed: list[str] | None = None  # what next_claimables found
+    _skip: frozenset[str] = frozenset()  # index entries a resend leaves out (``_resending``)
+    _unreplaced = False  # a resend leaves out the deletes of earlier renewal events
+
     def __init__(self, parts: Parts, fresh: bool) -> None:
         self._p = parts
         self._client = parts.session.client
         self._layout = parts.session.layout
         self._fresh = fresh
-        self._now: float | None = None
-        self.epoch = 0
         self._found: dict[str, Found] = {}
         self._loaded: set[str] = set()  # jobs the step read: checked at their versions if not written
         self._saved: dict[str, tuple[JobRecord, Found]] = {}
-        self._multi: Any = None
         self._checked: set[str] = set()  # the audit segments the multi checks
         self._renewals: dict[int, tuple[str, int]] = {}  # the multi's renewal events (``Audit.add_event``)
-        self._placer: Placer | None = None
-        self._placer_read: Placer | None = None  # as the read made it, for ``forget``
-        self._stamp_due = False  # a guess's stamp is half used: the multi writes our clock znode first
-        self._stamp_sent: float | None = None
-        self._guessed_claim: str | None = None
         self._guessed_leases: list[Lease] = []  # a batch of renewals guesses several
-        self._behind: tuple[str, Callable[[], Io[Found]], tuple[float, int]] | None = None
         self._odd: set[tuple[str, int]] = set()  # (job, version) whose generation znode disagreed
-        self._proposed: list[str] | None = None  # what next_claimables found
         self._passed: list[read_facts.Loaded] = []  # what it passed over for a write (``passed_over``)
-        self._skip: frozenset[str] = frozenset()  # index entries a resend leaves out (``_resending``)
-        self._unreplaced = False  # a resend leaves out the deletes of earlier renewal events
 
     # -- the store's time --------------------------------------------------------------------------
     @property
@@ -411,7 +414,7 @@ class ZkTransaction(Transaction):
         if tx is None:
             return  # nothing to write
         session = self._p.session
-        with mapped_errors(self._writing(), write=True):
+        with self._writing():
             results: list[Any] = session.wait(self._sent(tx))
             culprit = _culprit(tx.operations, results)
         after = self._judged(culprit, results, tx.operations)
@@ -424,15 +427,17 @@ class ZkTransaction(Transaction):
         tx = self._multi
         if tx is None:
             return  # nothing to write
-        with mapped_errors(self._writing(), write=True):
+        with self._writing():
             results: list[Any] = yield self._sent(tx)
             culprit = _culprit(tx.operations, results)
         after = self._judged(culprit, results, tx.operations)
         if after is not None:
             yield from after
 
-    def _writing(self) -> str:
-        return f"writing job {next(iter(self._loaded), '')!r}" if self._loaded else "recording a rejection"
+    def _writing(self) -> mapped_errors:
+        if self._loaded:
+            return mapped_errors("writing job", write=True, job=next(iter(self._loaded)))
+        return mapped_errors("recording a rejection", write=True)
 
     def _sent(self, tx: Any) -> Any:
         """The multi sent, with a check of each job read and not written; its pending answer.
