@@ -37,6 +37,7 @@ from tenure.core.records import (
 from tenure.core.validation import LAST_TOKEN
 
 _FIELDS = frozenset(f.name for f in dataclasses.fields(JobRecord))
+_NEW = JobRecord(job_id="", state=JobState.PENDING)  # every other field at its default
 
 
 def _replaced(rec: JobRecord, **changes: Any) -> JobRecord:
@@ -187,19 +188,20 @@ def refuse_claim(rec: JobRecord, job_id: str, now: float) -> None:
 def claim(rec: JobRecord | None, job_id: str, owner: str, ttl: float, now: float,
           max_attempts: int | None = None) -> JobRecord:
     """The claimed record; ``max_attempts`` is the limit of a job the claim creates."""
-    if rec is not None:
-        refuse_claim(rec, job_id, now)
-    base = rec or JobRecord(job_id=job_id, state=JobState.PENDING, submitted_at=now, max_attempts=max_attempts)
+    if rec is None:  # made at once, not made pending and then claimed (two copies)
+        return _replaced(_NEW, job_id=job_id, state=JobState.LEASED, owner=owner, token=1, lease_until=now + ttl,
+                         ttl=ttl, submitted_at=now, claimed_at=now, attempts=1, max_attempts=max_attempts)
+    refuse_claim(rec, job_id, now)
     return _replaced(
-        base,
+        rec,
         state=JobState.LEASED,
         owner=owner,
-        token=base.token + 1,
+        token=rec.token + 1,
         lease_until=now + ttl,
         ttl=ttl,
         claimed_at=now,
         renewed_at=None,
-        attempts=base.attempts + 1,
+        attempts=rec.attempts + 1,
         claimable_at=None,
     )
 
