@@ -39,23 +39,6 @@ from tenure.views import paging
 UNREADABLE = object()  # an exists() the server refused: the znode is there
 
 
-class _Committing:
-    """``with`` it: the transaction, committed on a normal exit, dropped on an exception (a
-    class, not a ``contextlib.contextmanager``: two per claim+complete, each a generator more)."""
-
-    __slots__ = ("tx",)
-
-    def __init__(self, tx: ZkTransaction) -> None:
-        self.tx = tx
-
-    def __enter__(self) -> ZkTransaction:
-        return self.tx
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if kind is None:
-            self.tx.commit()
-
-
 class ZooKeeperBackend(RecordBackend):
     characteristics = Characteristics(
         name="zookeeper",
@@ -148,8 +131,8 @@ class ZooKeeperBackend(RecordBackend):
         except NoAuthError:
             return UNREADABLE
 
-    def transaction(self, fresh: bool = False) -> _Committing:
-        return _Committing(ZkTransaction(self.parts, fresh))
+    def transaction(self, fresh: bool = False) -> ZkTransaction:
+        return ZkTransaction(self.parts, fresh)  # its own ``with`` block: committed on a normal exit
 
     def submit_weight(self, job_id: str) -> int:
         """What a job adds to a submit multi, at most: three paths that name it (job, generation,

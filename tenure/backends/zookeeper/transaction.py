@@ -406,6 +406,15 @@ class ZkTransaction(Transaction):
         self._p.audit.add_rejection(self._tx(), rejection, self._checked)
         self._p.written.forget(rejection.job_id, rejection.token, rejection.owner)
 
+    def __enter__(self) -> ZkTransaction:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        """The ``with`` block of ``ZooKeeperBackend.transaction``: committed on a normal exit,
+        dropped on an exception (no ``contextlib`` generator: two per claim+complete)."""
+        if kind is None:
+            self.commit()
+
     def commit(self) -> None:
         """``committing``, written out for this thread: the multi's answer waited for here,
         without the generator and its driver (the tidying or learning after it, if any, is
@@ -413,13 +422,10 @@ class ZkTransaction(Transaction):
         tx = self._multi
         if tx is None:
             return  # nothing to write
-        session = self._p.session
         with self._writing():
-            results: list[Any] = session.wait(self._sent(tx))
-            culprit = _culprit(tx.operations, results)
-        after = self._judged(culprit, results, tx.operations)
+            after = self._judged(self._p.session.wait(self._sent(tx)), tx.operations)
         if after is not None:
-            session.run(after)
+            self._p.session.run(after)
 
     def committing(self) -> Io[None]:
         """The multi, sent once: what a failed one means is judged here, whether and when to
@@ -428,9 +434,7 @@ class ZkTransaction(Transaction):
         if tx is None:
             return  # nothing to write
         with self._writing():
-            results: list[Any] = yield self._sent(tx)
-            culprit = _culprit(tx.operations, results)
-        after = self._judged(culprit, results, tx.operations)
+            after = self._judged((yield self._sent(tx)), tx.operations)
         if after is not None:
             yield from after
 
@@ -450,10 +454,17 @@ class ZkTransaction(Transaction):
             self._behind = (self._guessed_claim, self._send_read(self._guessed_claim), (self.now, self.epoch))
         return pending
 
-    def _judged(self, culprit: tuple[Any, Exception] | None, results: list[Any],
-                operations: list[Any]) -> Io[None] | None:
-        """What the multi's answer means (``culprit``: the op that failed it, a lost race);
-        the I/O that follows, if any."""
+    def _judged(self, results: list[Any], operations: list[Any]) -> Io[None] | None:
+        """What the multi's answer means; the I/O that follows, if any. The op that failed it
+        is a lost race (any other error is raised) or a write already done (``_resending``).
+        Does no I/O itself: a loop, not a generator (every commit looks)."""
+        culprit = None
+        for op, result in zip(operations, results, strict=True):
+            if isinstance(result, Exception) and not isinstance(result, _OTHERS):
+                if not isinstance(result, _LOST_RACE):
+                    raise result
+                culprit = op, result
+                break
         if culprit is None:
             return self._committed(results, operations)
         if self._p.index.redundant(*culprit):
@@ -506,15 +517,3 @@ class ZkTransaction(Transaction):
         for lease in self._guessed_leases:
             self._p.written.forget(lease.job_id, lease.token, lease.owner)
         self.conflict = True
-
-
-
-def _culprit(operations: list[Any], results: list[Any]) -> tuple[Any, Exception] | None:
-    """The op that failed a multi, with its error, if that is a lost race (None: it wrote);
-    any other error raised. A loop, not a generator: every commit looks."""
-    for op, result in zip(operations, results, strict=True):
-        if isinstance(result, Exception) and not isinstance(result, _OTHERS):
-            if not isinstance(result, _LOST_RACE):
-                raise result
-            return op, result
-    return None
