@@ -37,7 +37,7 @@ from tenure.backends.zookeeper.session import Session
 from tenure.core import read_facts, transitions
 from tenure.core.bounded import Bounded
 from tenure.core.clock import Clock, boot_clock, deadline_runs
-from tenure.core.errors import CorruptRecord
+from tenure.core.errors import BackendUnavailable, CorruptRecord
 from tenure.core.record_transaction import Transaction
 from tenure.core.records import HistoryEvent, JobRecord, JobState, Lease, Op, Rejection
 
@@ -254,10 +254,11 @@ class ZkTransaction(Transaction):
     def _reading(self, job_ids: list[str], queue: bool) -> Io[list[Found]]:
         """Our clock znode written, then the jobs' znodes: one round trip. What it found is
         kept as it arrives, so a step run again after this fetch (tenure.aio) loads it rather
-        than deciding anew whether to guess."""
+        than deciding anew whether to guess. A clock znode found gone (an expired session) is
+        created again, then all sent once more (``Session.with_clock``, written out here: one
+        generator per read, not three)."""
         s, index = self._p.session, self._p.index
-
-        def attempt(_: bool) -> Io[list[Found] | None]:
+        for _ in range(2):
             with mapped_errors(f"reading job {job_ids[0]!r}" if len(job_ids) == 1 else "reading jobs"):
                 bucket, probe = (yield from index.probe()) if queue else (None, None)
                 sent = boot_clock()
@@ -267,19 +268,21 @@ class ZkTransaction(Transaction):
                 try:
                     stat = yield clock
                 except NoNodeError:
-                    return None
-                self._at(s.stamp(stat, sent), stat.mzxid >> 32)
-                if queue:
-                    self._placer = index.placer(self.now, bucket, None if probe is None else (yield probe))
-                    self._placer_read = self._placer.copy()
-                if one is not None:
-                    return [(yield from one())]
-                assert many is not None
-                return (yield from many)
-
-        got = yield from s.with_clock(attempt)
-        self._found.update(zip(job_ids, got, strict=True))
-        return got
+                    stat = None
+                if stat is not None:
+                    self._at(s.stamp(stat, sent), stat.mzxid >> 32)
+                    if queue:
+                        self._placer = index.placer(self.now, bucket, None if probe is None else (yield probe))
+                        self._placer_read = self._placer.copy()
+                    if one is not None:
+                        got = [(yield from one())]
+                    else:
+                        assert many is not None
+                        got = yield from many
+                    self._found.update(zip(job_ids, got, strict=True))
+                    return got
+            yield from s.clock_creating()
+        raise BackendUnavailable("ZooKeeper keeps losing this client's clock znode")
 
     def _reading_many(self, job_ids: list[str]) -> Io[list[Found]]:
         """Several jobs' znodes in one read-only multi, sent at once."""
