@@ -51,16 +51,21 @@ def floor(hosts: str, n: int) -> float:
             client.create(f"{root}/gen/j{i}", b"")
         start = time.perf_counter()
         for i in range(n):
-            tx = client.transaction()
-            tx.set_data(f"{root}/jobs/j{i}", record)
-            tx.set_data(f"{root}/gen/j{i}", b"")
-            tx.create(f"{root}/events/e-", record, sequence=True)
-            tx.commit()
-            tx = client.transaction()
-            tx.set_data(f"{root}/jobs/j{i}", record)
-            tx.create(f"{root}/events/e-", record, sequence=True)
-            tx.commit()
+            floor_cycle(client, root, record, i)
         return time.perf_counter() - start
+
+
+def floor_cycle(client: KazooClient, root: str, record: bytes, i: int) -> None:
+    """``floor``'s cycle of job ``i`` under ``root`` (its jobs/ and gen/ znodes made first)."""
+    tx = client.transaction()
+    tx.set_data(f"{root}/jobs/j{i}", record)
+    tx.set_data(f"{root}/gen/j{i}", b"")
+    tx.create(f"{root}/events/e-", record, sequence=True)
+    tx.commit()
+    tx = client.transaction()
+    tx.set_data(f"{root}/jobs/j{i}", record)
+    tx.create(f"{root}/events/e-", record, sequence=True)
+    tx.commit()
 
 
 def same_operations(hosts: str, n: int) -> float:

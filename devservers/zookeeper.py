@@ -132,6 +132,14 @@ class ZooKeeperServer(ServerProcess):
     def serving(self) -> bool:
         return self.mode() is not None
 
+    def zxid(self) -> str | None:
+        """The last transaction this member applied (``srvr``'s Zxid), None if it does not answer."""
+        try:
+            text = four_letter(self.port, "srvr")
+        except OSError:
+            return None
+        return next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Zxid:")), None)
+
     def wait_serving(self, timeout: float = 30.0) -> None:
         try:
             super().wait_serving(timeout)
@@ -188,6 +196,17 @@ class Ensemble:
                     return s
             time.sleep(0.05)  # waiting for an election
         raise AssertionError(f"no leader elected in {timeout:g} s\n{self.log_tails()}")
+
+    def in_step(self, timeout: float = 30.0) -> None:
+        """Return once every running member has applied the same last transaction (``srvr``'s
+        Zxid): an election between them is then decided by their ids alone."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            zxids = {s.zxid() for s in self.servers if s.proc is not None and s.proc.poll() is None}
+            if len(zxids) == 1 and None not in zxids:
+                return
+            time.sleep(0.05)  # a follower applying the leader's last commits
+        raise AssertionError(f"the members' last transactions differ after {timeout:g} s\n{self.log_tails()}")
 
     def log_tails(self, lines: int = 15) -> str:
         tails = []

@@ -73,15 +73,23 @@ def frame_text(kind: int, flags: int, stream: int, payload: bytes) -> str:
     return f"{name}(s{stream}{extra})"
 
 
-def frames_of(rows: list[dict[str, object]]) -> list[Chunk]:
-    """Each logged chunk with the frames that end in it, per connection and way."""
+def _chunks(rows: list[dict[str, object]], split: Callable[[bytes, Chunk], bytes]) -> list[Chunk]:
+    """Each logged chunk, its bytes joined to what its connection and way left over before;
+    ``split`` reads what ends in it into the chunk and returns the rest."""
     buffers: dict[tuple[int, bool], bytes] = collections.defaultdict(bytes)
     chunks = []
     for row in rows:
         data = bytes.fromhex(str(row["data"]))
         key = (int(str(row["conn"])), bool(row["up"]))
         chunk = Chunk(float(str(row["at"])), key[1], key[0], len(data))
-        buf = buffers[key] + data
+        buffers[key] = split(buffers[key] + data, chunk)
+        chunks.append(chunk)
+    return chunks
+
+
+def frames_of(rows: list[dict[str, object]]) -> list[Chunk]:
+    """Each logged chunk with the HTTP/2 frames that end in it, per connection and way."""
+    def split(buf: bytes, chunk: Chunk) -> bytes:
         if buf.startswith(PREFACE):
             buf = buf[len(PREFACE):]
             chunk.frames.append("PREFACE")
@@ -90,11 +98,11 @@ def frames_of(rows: list[dict[str, object]]) -> list[Chunk]:
             chunk.frames.append(frame_text(buf[3], buf[4], int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF,
                                            buf[9:9 + length]))
             buf = buf[9 + length:]
-        buffers[key] = buf
         chunk.request = chunk.up and any(f.startswith("HEADERS") for f in chunk.frames)
         chunk.answer = not chunk.up and any(f.startswith("HEADERS") and "END_STREAM" in f for f in chunk.frames)
-        chunks.append(chunk)
-    return chunks
+        return buf
+
+    return _chunks(rows, split)
 
 
 ZK_OPS = {-11: "close", 1: "create", 2: "delete", 4: "getData", 5: "setData", 8: "getChildren", 11: "ping",
@@ -104,13 +112,7 @@ ZK_OPS = {-11: "close", 1: "create", 2: "delete", 4: "getData", 5: "setData", 8:
 def packets_of(rows: list[dict[str, object]]) -> list[Chunk]:
     """Each logged chunk with the ZooKeeper packets that end in it, per connection and way: a
     request names its xid and operation, a reply its xid (-2: a ping's, -1: a watch event)."""
-    buffers: dict[tuple[int, bool], bytes] = collections.defaultdict(bytes)
-    chunks = []
-    for row in rows:
-        data = bytes.fromhex(str(row["data"]))
-        key = (int(str(row["conn"])), bool(row["up"]))
-        chunk = Chunk(float(str(row["at"])), key[1], key[0], len(data))
-        buf = buffers[key] + data
+    def split(buf: bytes, chunk: Chunk) -> bytes:
         while len(buf) >= 4 and len(buf) >= 4 + int.from_bytes(buf[:4], "big"):
             length = int.from_bytes(buf[:4], "big")
             body = buf[4:4 + length]
@@ -123,9 +125,9 @@ def packets_of(rows: list[dict[str, object]]) -> list[Chunk]:
                 chunk.frames.append(f"reply(x{xid} {length}B)")
                 chunk.answer = chunk.answer or xid >= 0
             buf = buf[4 + length:]
-        buffers[key] = buf
-        chunks.append(chunk)
-    return chunks
+        return buf
+
+    return _chunks(rows, split)
 
 
 def switches() -> dict[int, tuple[str, int, int]]:
@@ -322,6 +324,8 @@ def etcd_subjects(endpoint: str, peer: bool, closing: contextlib.ExitStack) -> l
 def zk_subjects(hosts: str, peer: bool, closing: contextlib.ExitStack, n: int) -> list[Subject]:
     from kazoo.client import KazooClient
 
+    from benchmarks import zk_peers
+
     store = closing.enter_context(tenure.connect(f"zk://{hosts}/trace-{uuid.uuid4().hex[:6]}"))
     prefix = uuid.uuid4().hex[:6]
 
@@ -341,20 +345,10 @@ def zk_subjects(hosts: str, peer: bool, closing: contextlib.ExitStack, n: int) -
         client.create(f"{root}/gen/j{i}", b"")
 
     def floor(i: int) -> None:  # zk_peers.floor's cycle, on one client throughout
-        tx = client.transaction()
-        tx.set_data(f"{root}/jobs/j{i}", record)
-        tx.set_data(f"{root}/gen/j{i}", b"")
-        tx.create(f"{root}/events/e-", record, sequence=True)
-        tx.commit()
-        tx = client.transaction()
-        tx.set_data(f"{root}/jobs/j{i}", record)
-        tx.create(f"{root}/events/e-", record, sequence=True)
-        tx.commit()
+        zk_peers.floor_cycle(client, root, record, i)
 
     subjects = [in_process("tenure claim+complete", ours), in_process("floor (two bare multis)", floor)]
     if peer:
-        from benchmarks import zk_peers
-
         # Timed as a whole, with the client it connects for each call (zk_peers' way).
         subjects.append(Subject("kazoo Lock", lambda n: _elsewhere(lambda k: zk_peers.kazoo_lock(hosts, k), n), False))
     return subjects

@@ -5,6 +5,9 @@ answer it must wait for, is sent the answer's value (or has its exception thrown
 blocking call would have raised it there) and returns a ``T``. Requests sent before a yield
 travel together (pipelined). ``run`` waits for each answer in this thread, ``run_async``
 awaits it; what a pending answer is and how it is waited for is the store's (``wait``).
+
+``IoOf[E, T]`` names what an ``Io`` yields (``E``: a store's effects, e.g. etcd's ``EtcdIo``), so
+mypy checks each yield and that ``wait`` answers every kind; ``Io[T]`` yields anything.
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ from collections.abc import Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
-Io = Generator[Any, Any, T]
+E = TypeVar("E")
+IoOf = Generator[E, Any, T]
+Io = IoOf[Any, T]
 
 
-def run(io: Io[T], wait: Callable[[Any], Any]) -> T:
+def run(io: IoOf[E, T], wait: Callable[[E], Any]) -> T:
     """``io``, each answer it yields given ``wait(answer)`` in this thread."""
     try:
         pending = next(io)
@@ -31,7 +36,7 @@ def run(io: Io[T], wait: Callable[[Any], Any]) -> T:
         return done.value  # type: ignore[no-any-return]
 
 
-async def run_async(io: Io[T], wait: Callable[[Any], Awaitable[Any]]) -> T:
+async def run_async(io: IoOf[E, T], wait: Callable[[E], Awaitable[Any]]) -> T:
     """``io``, each answer it yields awaited as ``wait(answer)`` in the running loop."""
     try:
         pending = next(io)

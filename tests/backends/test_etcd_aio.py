@@ -32,7 +32,7 @@ def sent_rpcs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     async def sending(self: ec.AioConnection, step: Any) -> Any:
         if isinstance(step, ec.Rpc):
-            sent.append(step.method)
+            sent.append(step.method.name)
         return await answer(self, step)
 
     monkeypatch.setattr(ec.AioConnection, "_answer", sending)
@@ -50,7 +50,7 @@ def test_the_protocol_awaits_grpc_aio_in_the_loop_without_the_sync_transaction(
     answer = ec.AioConnection._answer
 
     async def counted(self: ec.AioConnection, step: Any) -> Any:
-        awaited.append(step.method if isinstance(step, ec.Rpc) else type(step).__name__)
+        awaited.append(step.method.name if isinstance(step, ec.Rpc) else type(step).__name__)
         return await answer(self, step)
 
     def not_in_the_loop(blocking: Any) -> Any:
@@ -88,7 +88,7 @@ def test_a_step_run_again_after_a_fetch_decides_as_it_did_before(etcd_harness: E
 
     async def sending(self: ec.AioConnection, step: Any) -> Any:
         if isinstance(step, ec.Rpc):
-            sent.append(step.method)
+            sent.append(step.method.name)
         return await answer(self, step)
 
     async def scenario() -> None:

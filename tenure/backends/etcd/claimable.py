@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from tenure.backends.etcd import client as ec
-from tenure.backends.etcd.client import KV, Io
+from tenure.backends.etcd.client import KV, EtcdIo
 from tenure.backends.etcd.layout import Keys
 from tenure.backends.etcd.leases import EtcdLeases
 from tenure.backends.etcd.queue_cursor import QueueCursor
@@ -30,15 +30,15 @@ T = TypeVar("T")
 
 
 def first_claimable(k: Keys, leases: EtcdLeases, queue: QueueCursor,
-                    take: Callable[[str], Io[T | None]], now: float) -> Io[T | None]:
+                    take: Callable[[str], EtcdIo[T | None]], now: float) -> EtcdIo[T | None]:
     """What ``take`` makes of the first candidate it takes (not None), best first: one read of
     the indexes, then further pages while every one is passed over (all taken meanwhile: read
-    on). Its reads, and ``take``'s, are yielded (``client.Io``)."""
+    on). Its reads, and ``take``'s, are yielded (``client.EtcdIo``)."""
     found = yield from claimables(k, leases, queue, lambda job_ids: _each(take, job_ids), now, 1)
     return found[0] if found else None
 
 
-def _each(take: Callable[[str], Io[T | None]], job_ids: list[str]) -> Io[list[T]]:
+def _each(take: Callable[[str], EtcdIo[T | None]], job_ids: list[str]) -> EtcdIo[list[T]]:
     found = []
     for job_id in job_ids:
         if (taken := (yield from take(job_id))) is not None:
@@ -69,8 +69,8 @@ def index(k: Keys, queue: QueueCursor, now: float) -> Index:
 Read = tuple[Index, list[list[KV]]]  # an index read, and its answer
 
 
-def claimables(k: Keys, leases: EtcdLeases, queue: QueueCursor,
-               take: Callable[[list[str]], Io[list[T]]], now: float, n: int, read: Read | None = None) -> Io[list[T]]:
+def claimables(k: Keys, leases: EtcdLeases, queue: QueueCursor, take: Callable[[list[str]], EtcdIo[list[T]]],
+               now: float, n: int, read: Read | None = None) -> EtcdIo[list[T]]:
     """What ``take`` makes of up to ``n`` different candidates, best first: ``take`` is handed
     the candidates ``n`` at most at a time (as many as are still wanted) and gives back those
     it takes (claim_next_many reads a handful's keys in one request). One read of the indexes
@@ -79,7 +79,7 @@ def claimables(k: Keys, leases: EtcdLeases, queue: QueueCursor,
     offered: set[str] = set()
     chunk: list[str] = []
 
-    def offer(job_id: str) -> Io[bool]:
+    def offer(job_id: str) -> EtcdIo[bool]:
         """Whether ``n`` are taken, with ``job_id`` offered (a job read twice is offered once)."""
         if job_id not in offered:
             offered.add(job_id)
@@ -91,7 +91,7 @@ def claimables(k: Keys, leases: EtcdLeases, queue: QueueCursor,
 
     if read is None:
         first = index(k, queue, now)
-        read = first, (yield ec.call("txn", [], first.reads, [], retry=True)).ranges
+        read = first, (yield ec.Txn([], first.reads, [], retry=True)).ranges
     seen = boot_clock()  # after the answer that showed these leases ended
     window, due = read[0].window, read[0].due
     held, live, last, queued, scheduled = read[1]
@@ -115,7 +115,7 @@ def claimables(k: Keys, leases: EtcdLeases, queue: QueueCursor,
             if (yield from offer(job_id)):
                 return taken
         if len(scheduled) == QueueCursor.PAGE:
-            scheduled, _, _ = yield ec.call("range", scheduled[-1].key + b"\0", due[1], limit=QueueCursor.PAGE)
+            scheduled, _, _ = yield ec.Range(scheduled[-1].key + b"\0", due[1], limit=QueueCursor.PAGE)
         else:
             scheduled = []
         queued = (yield from queue.oldest(after=queued[-1].key + b"\0")) if queued else []

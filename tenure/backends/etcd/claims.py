@@ -32,7 +32,7 @@ from typing import Any, cast
 
 from tenure.backends.etcd import claimable, nesting
 from tenure.backends.etcd import client as ec
-from tenure.backends.etcd.client import Io, TxnResult
+from tenure.backends.etcd.client import EtcdIo, TxnResult
 from tenure.backends.etcd.leases import Claiming, etcd_ttl
 from tenure.backends.etcd.transaction import KEYS_READ, Context, EtcdTransaction, Parts, Read, reads
 from tenure.core import steps, transitions
@@ -66,7 +66,7 @@ class _One:
         except LeaseError:  # corrupt
             return False
 
-    def deciding(self) -> Io[None]:
+    def deciding(self) -> EtcdIo[None]:
         """The claim step, and its Txn (``op``; None if the step refused: nothing to send)."""
         try:
             self.found = self.operation.step(self.tx)
@@ -74,7 +74,7 @@ class _One:
             return
         self.op = yield from self.tx.nested()
 
-    def outcome(self, res: TxnResult) -> Io[Lease | None]:
+    def outcome(self, res: TxnResult) -> EtcdIo[Lease | None]:
         """The lease, or None if another claimer got there first (nothing was written)."""
         yield from self.tx.settled(res)
         if not res.succeeded or self.found is None:
@@ -117,7 +117,7 @@ class Request:
         self._ones: list[_One] = []  # the candidates taken, in order, each on the claiming of its place
         self._failed: dict[int, BaseException] = {}  # by place: a claim withdrawn after it was written
 
-    def claiming(self, n: int) -> Io[Round]:
+    def claiming(self, n: int) -> EtcdIo[Round]:
         """Up to ``n`` claims in one Txn, each won or lost alone."""
         p = self._p
         ones = yield from claimable.claimables(p.keys, p.leases, p.queue, self._taking, self.now, n, self._index)
@@ -164,7 +164,7 @@ class Request:
             raise error
         return Round(leases, more or raced, raced, (index, res.ranges))
 
-    def _taking(self, job_ids: list[str]) -> Io[list[_One]]:
+    def _taking(self, job_ids: list[str]) -> EtcdIo[list[_One]]:
         """Those of the candidates ``job_ids`` claim_next would claim now, their keys read in
         one request, each with an etcd lease of its own asked for beside the read."""
         while len(self._claimings) < len(self._ones) + len(job_ids):
@@ -177,11 +177,11 @@ class Request:
         sent = boot_clock()
         stale = [claiming for claiming in asked if claiming.lease is not None and not claiming.lease.fresh(sent)]
         ids = [claiming.lease.id for claiming in stale if claiming.lease is not None]
-        kept = (yield ec.call("keepalives_started", ids)) if ids else None
+        kept = (yield ec.StartKeepalives(ids)) if ids else None
         k = self._p.keys
         groups = [ec.txn([], [op for job_id in job_ids[i:i + READ_GROUP] for op in reads(k, job_id)], [])
                   for i in range(0, len(job_ids), READ_GROUP)]
-        res = yield ec.call("txn", [], groups, [], retry=True)
+        res = yield ec.Txn([], groups, [], retry=True)
         if kept is not None:
             yield from _kept_alive(stale, sent, (yield kept))
         ranges = [kvs for group in res.nested for kvs in group.ranges]
@@ -197,12 +197,12 @@ class Request:
                 taken.append(one)
         return taken
 
-    def _sending(self, decided: list[_One], reads: list[Any]) -> Io[TxnResult]:
+    def _sending(self, decided: list[_One], reads: list[Any]) -> EtcdIo[TxnResult]:
         """The claims' Txn. An etcd lease one names that is gone (a pooled one etcd ended or
         someone revoked, the audit's retention lease): nothing was written, so once more, each
         decided again on a new grant, as a single claim does (``EtcdTransaction._send``)."""
         try:
-            return (yield ec.call("txn", [], [*nesting.grouped([one.op for one in decided]), *reads], []))  # type: ignore[no-any-return]
+            return (yield ec.Txn([], [*nesting.grouped([one.op for one in decided]), *reads], []))  # type: ignore[no-any-return]
         except ec.LeaseNotFound:
             yield from self._p.leases.retention_lost()
         for place, one in enumerate(decided):
@@ -216,9 +216,9 @@ class Request:
             yield from again.deciding()
             again.claiming.maybe_written = True
         decided[:] = [one for one in decided if one.op is not None]  # (decided as before, on the same read)
-        return (yield ec.call("txn", [], [*nesting.grouped([one.op for one in decided]), *reads], []))  # type: ignore[no-any-return]
+        return (yield ec.Txn([], [*nesting.grouped([one.op for one in decided]), *reads], []))  # type: ignore[no-any-return]
 
-    def finish(self, failed: BaseException | None) -> Io[None]:
+    def finish(self, failed: BaseException | None) -> EtcdIo[None]:
         """After ``claiming`` (``failed``: what it raised): each etcd lease asked for, as a single
         claim's (``EtcdLeases.claimed``): back to the pool unless a claim was written with it,
         revoked where a claim may have been written and is withdrawn."""
@@ -226,7 +226,7 @@ class Request:
             yield from self._p.leases.claimed(claiming, self._failed.get(place, failed))
 
 
-def _kept_alive(claimings: list[Claiming], sent: float, left: list[int]) -> Io[None]:
+def _kept_alive(claimings: list[Claiming], sent: float, left: list[int]) -> EtcdIo[None]:
     """Each pooled etcd lease's keep-alive answer (sent at ``sent``): fresh from then, or gone
     (etcd ended it: never pooled again), a grant asked for in its place."""
     for claiming, ttl in zip(claimings, left, strict=True):

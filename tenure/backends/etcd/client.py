@@ -14,15 +14,17 @@ Written once for both flavours: a request's endpoint rotation, login, retry and 
 (or has the gRPC error thrown in). ``Connection`` sends each on its blocking channels, exactly the
 calls it always made; ``AioConnection`` (tenure.aio) sends them on ``grpc.aio`` channels to the
 same endpoints, awaited in the event loop. The protocol's own I/O (``transaction``, ``leases``,
-``claimable``) is written as generators too (``Io``), yielding ``Call``s of ``Connection``'s
-requests and the ``Pending`` answers of requests started beside others; ``Connection.run`` and
-``AioConnection.run`` carry them out with the core's drivers (``tenure.core.io_drivers``).
+``claimable``) is written as generators too (``EtcdIo``, checked by mypy), yielding
+``Connection``'s requests as typed effects (``Txn``, ``Range``, ``Grant``...) and the ``Pending``
+answers of requests started beside others; ``Connection.run`` and ``AioConnection.run`` carry
+them out with the core's drivers (``tenure.core.io_drivers``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import functools
 import itertools
 import logging
@@ -37,7 +39,6 @@ from google.protobuf.runtime_version import VersionError
 
 from tenure.core import io_drivers
 from tenure.core.errors import AuthenticationFailed, BackendUnavailable, LeaseError, OutcomeUnknown
-from tenure.core.io_drivers import Io as Io  # here it yields an Rpc, a Call or a started request's answer
 
 try:
     from tenure.backends.etcd.api import kv_pb2, rpc_pb2, rpc_pb2_grpc
@@ -282,6 +283,17 @@ def _read(path: str | None) -> bytes | None:
         return f.read()
 
 
+class Method(enum.IntEnum):
+    """An etcd RPC, as etcd's API names it: where ``_Endpoint.methods`` holds its stub."""
+
+    Txn = 0
+    Range = 1
+    LeaseGrant = 2
+    LeaseKeepAlive = 3
+    LeaseTimeToLive = 4
+    Authenticate = 5
+
+
 class _Endpoint:
     """One member's channel and etcd's generated stubs on it."""
 
@@ -295,32 +307,71 @@ class _Endpoint:
         self.cluster = _Stubs.ClusterStub(channel)
         self.maintenance = _Stubs.MaintenanceStub(channel)
         self.auth = _Stubs.AuthStub(channel)
+        # Each Method's stub, in Method's order: an Rpc's method is found by index, not by name.
+        self.methods = (self.kv.Txn, self.kv.Range, self.lease.LeaseGrant, self.lease.LeaseKeepAlive,
+                        self.lease.LeaseTimeToLive, self.auth.Authenticate)
         self.metadata: tuple[tuple[str, str], ...] | None = None
 
 
 class Rpc(NamedTuple):  # a tuple: made per request, cheaper than a frozen dataclass
-    """One request on the wire: ``method`` of the ``service`` stub of endpoint ``endpoint``."""
+    """One request on the wire: ``method`` of endpoint ``endpoint``."""
 
     endpoint: int
-    service: str  # an _Endpoint attribute: kv, lease, auth
-    method: str
+    method: Method
     request: Any
     metadata: Metadata
     stream: bool = False  # a stream of this one request, answered by its first response (None: none)
 
 
-class Call(NamedTuple):
-    """One of ``Connection``'s requests by name (``txn``, ``range``, ``grant``, ``time_to_live``,
-    ``grant_started``, ``keepalive_started``, ``keepalives_started``): called on ``Connection``,
-    awaited on ``AioConnection``."""
+# The requests a generator yields besides an ``Rpc``, one kind each, answered by ``_answer``:
+# called on ``Connection`` (blocking), awaited on ``AioConnection``. They are not ``Rpc``s because
+# a request's endpoint, login and retry (``_request``) come with the connection, and a started
+# one is a blocking future or a loop's task.
+class Txn(NamedTuple):
+    """``txn``: a transaction (a read-only one retried elsewhere with ``retry``)."""
 
-    name: str
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
+    compares: list[CompareSpec]
+    success: list[OpSpec]
+    failure: list[OpSpec]
+    retry: bool = False
 
 
-def call(name: str, *args: Any, **kwargs: Any) -> Call:
-    return Call(name, args, kwargs)
+class Range(NamedTuple):
+    """``range``: keys in ``[key, end)``, at most ``limit`` (0: all)."""
+
+    key: bytes
+    end: bytes = b""
+    limit: int = 0
+
+
+class Grant(NamedTuple):
+    """``grant``: a new etcd lease."""
+
+    ttl: int
+
+
+class TimeToLive(NamedTuple):
+    """``time_to_live``: what is left of an etcd lease."""
+
+    lease_id: int
+
+
+class StartGrant(NamedTuple):
+    """``grant_started``: a grant sent now, its ``Pending`` answer yielded later."""
+
+    ttl: int
+
+
+class StartKeepalive(NamedTuple):
+    """``keepalive_started``: a keep-alive sent now, its ``Pending`` answer yielded later."""
+
+    lease_id: int
+
+
+class StartKeepalives(NamedTuple):
+    """``keepalives_started``: keep-alives of many leases sent now, answered later."""
+
+    lease_ids: list[int]
 
 
 class Connection:
@@ -355,15 +406,15 @@ class Connection:
     def endpoint(self) -> _Endpoint:
         return self._endpoints[self._current]
 
-    def _authenticating(self, ep: _Endpoint) -> Io[None]:
-        resp = yield Rpc(ep.index, "auth", "Authenticate",
+    def _authenticating(self, ep: _Endpoint) -> EtcdIo[None]:
+        resp = yield Rpc(ep.index, Method.Authenticate,
                          rpc_pb2.AuthenticateRequest(name=self.user, password=self.password), None)
         ep.metadata = (("token", resp.token),)
 
     def _authenticate(self, ep: _Endpoint) -> None:
         self.run(self._authenticating(ep))
 
-    def _calling(self, send: Callable[[_Endpoint, Metadata], Io[T]], retry: bool, left: int = 0) -> Io[T]:
+    def _calling(self, send: Callable[[_Endpoint, Metadata], EtcdIo[T]], retry: bool, left: int = 0) -> EtcdIo[T]:
         """``send(endpoint, metadata)``, moving to the next endpoint if this one is unreachable
         (``left``: endpoints still to try, if not all of them)."""
         if self._closed:
@@ -390,14 +441,14 @@ class Connection:
                     raise mapped_error(exc, ep.name, self.timeout, write=not retry) from exc
         raise AssertionError("unreachable")
 
-    def _request(self, service: str, method: str, request: Any, finish: Callable[[Any], T], *,
-                 retry: bool, stream: bool = False) -> Io[T]:
+    def _request(self, method: Method, request: Any, finish: Callable[[Any], T], *,
+                 retry: bool, stream: bool = False) -> EtcdIo[T]:
         """One request as ``_calling`` sends it, the common case first: no login and an answer
         (one generator a request, where ``_calling`` would drive a second one)."""
         if self.user is None and not self._closed:
             ep = self.endpoint
             try:
-                return finish((yield Rpc(ep.index, service, method, request, None, stream)))
+                return finish((yield Rpc(ep.index, method, request, None, stream)))
             except grpc.RpcError as exc:  # as _calling maps it
                 if not _retryable(exc):
                     raise mapped_error(exc, ep.name, self.timeout, write=not retry) from exc
@@ -405,39 +456,51 @@ class Connection:
                 if not retry or len(self._endpoints) == 1:
                     raise mapped_error(exc, ep.name, self.timeout, write=not retry) from exc
             # the other endpoints, as _calling tries them
-            return (yield from self._calling(self._sender(service, method, request, finish, stream), retry,
+            return (yield from self._calling(self._sender(method, request, finish, stream), retry,
                                              len(self._endpoints) - 1))
-        return (yield from self._calling(self._sender(service, method, request, finish, stream), retry))
+        return (yield from self._calling(self._sender(method, request, finish, stream), retry))
 
     @staticmethod
-    def _sender(service: str, method: str, request: Any, finish: Callable[[Any], T],
-                stream: bool) -> Callable[[_Endpoint, Metadata], Io[T]]:
-        def send(ep: _Endpoint, md: Metadata) -> Io[T]:
-            return finish((yield Rpc(ep.index, service, method, request, md, stream)))
+    def _sender(method: Method, request: Any, finish: Callable[[Any], T],
+                stream: bool) -> Callable[[_Endpoint, Metadata], EtcdIo[T]]:
+        def send(ep: _Endpoint, md: Metadata) -> EtcdIo[T]:
+            return finish((yield Rpc(ep.index, method, request, md, stream)))
 
         return send
 
     def call(self, fn: Callable[[_Endpoint, Metadata], T], *, retry: bool = True) -> T:
         """Run ``fn(endpoint, metadata)`` (blocking calls of its own), as ``_calling`` sends requests."""
-        def send(ep: _Endpoint, md: Metadata) -> Io[T]:
+        def send(ep: _Endpoint, md: Metadata) -> EtcdIo[T]:
             return fn(ep, md)
             yield  # a generator that sends nothing itself
 
         return self.run(self._calling(send, retry))
 
-    def run(self, io: Io[T]) -> T:
+    def run(self, io: EtcdIo[T]) -> T:
         """``io``'s requests, each sent and waited for in this thread (the core's driver)."""
         return io_drivers.run(io, self._answer)
 
-    def _answer(self, step: Any) -> Any:
+    def _answer(self, step: Effect) -> Any:
         if isinstance(step, Rpc):
             # Only AioConnection sends a stream Rpc (keepalive_io): this thread's keep-alives go
             # out beside a transaction instead (keepalive_started).
             assert not step.stream, "a blocking channel answers a stream only to a thread reading it"
-            stub = getattr(getattr(self._endpoints[step.endpoint], step.service), step.method)
+            stub = self._endpoints[step.endpoint].methods[step.method]
             return stub(step.request, timeout=self.timeout, metadata=step.metadata)
-        if isinstance(step, Call):
-            return getattr(self, step.name)(*step.args, **step.kwargs)
+        if isinstance(step, Txn):
+            return self.txn(step.compares, step.success, step.failure, retry=step.retry)
+        if isinstance(step, StartKeepalive):
+            return self.keepalive_started(step.lease_id)
+        if isinstance(step, Range):
+            return self.range(step.key, step.end, limit=step.limit)
+        if isinstance(step, Grant):
+            return self.grant(step.ttl)
+        if isinstance(step, TimeToLive):
+            return self.time_to_live(step.lease_id)
+        if isinstance(step, StartGrant):
+            return self.grant_started(step.ttl)
+        if isinstance(step, StartKeepalives):
+            return self.keepalives_started(step.lease_ids)
         return step.result()  # a Pending
 
     def _rotate(self, failed: _Endpoint) -> None:
@@ -451,8 +514,8 @@ class Connection:
         return self.run(self.txn_io(compares, success, failure, retry=retry))
 
     def txn_io(self, compares: list[CompareSpec], success: list[OpSpec], failure: list[OpSpec], *,
-               retry: bool = False) -> Io[TxnResult]:
-        return self._request("kv", "Txn", txn_request(compares, success, failure), TxnResult, retry=retry)
+               retry: bool = False) -> EtcdIo[TxnResult]:
+        return self._request(Method.Txn, txn_request(compares, success, failure), TxnResult, retry=retry)
 
     def txn_started(self, compares: list[CompareSpec], success: list[OpSpec],
                     failure: list[OpSpec]) -> Pending[TxnResult]:
@@ -471,10 +534,10 @@ class Connection:
 
     def range_io(self, key: bytes, end: bytes = b"", *, revision: int = 0, limit: int = 0,
                  newest_first: bool = False, by_create: bool = False,
-                 keys_only: bool = False, by_mod: bool = False) -> Io[tuple[list[KV], int, bool]]:
+                 keys_only: bool = False, by_mod: bool = False) -> EtcdIo[tuple[list[KV], int, bool]]:
         req = range_request(key, end, limit=limit, revision=revision, newest_first=newest_first,
                             by_create=by_create, keys_only=keys_only, by_mod=by_mod)
-        return self._request("kv", "Range", req, _ranged, retry=True)
+        return self._request(Method.Range, req, _ranged, retry=True)
 
     # -- leases ----------------------------------------------------------------------------
     def _started(self, start: Callable[[_Endpoint, Any], Any], finish: Callable[[Any], T],
@@ -499,8 +562,8 @@ class Connection:
         """A new etcd lease: ``(id, granted ttl)``; the server may raise a too-short ttl."""
         return self.run(self.grant_io(ttl))
 
-    def grant_io(self, ttl: int) -> Io[tuple[int, int]]:
-        return self._request("lease", "LeaseGrant", rpc_pb2.LeaseGrantRequest(TTL=ttl), _granted, retry=True)
+    def grant_io(self, ttl: int) -> EtcdIo[tuple[int, int]]:
+        return self._request(Method.LeaseGrant, rpc_pb2.LeaseGrantRequest(TTL=ttl), _granted, retry=True)
 
     def grant_started(self, ttl: int) -> Pending[tuple[int, int]]:
         return self._started(lambda ep, md: ep.lease.LeaseGrant.future(
@@ -519,8 +582,8 @@ class Connection:
             iter([rpc_pb2.LeaseKeepAliveRequest(ID=lease_id)]), timeout=self.timeout, metadata=md),
             finish, None)
 
-    def keepalive_io(self, lease_id: int) -> Io[int]:
-        return self._request("lease", "LeaseKeepAlive", rpc_pb2.LeaseKeepAliveRequest(ID=lease_id), _kept,
+    def keepalive_io(self, lease_id: int) -> EtcdIo[int]:
+        return self._request(Method.LeaseKeepAlive, rpc_pb2.LeaseKeepAliveRequest(ID=lease_id), _kept,
                              retry=False, stream=True)
 
     def keepalives_started(self, lease_ids: list[int]) -> Pending[list[int]]:
@@ -530,9 +593,9 @@ class Connection:
         return self._started(lambda ep, md: ep.lease.LeaseKeepAlive(iter(requests), timeout=self.timeout, metadata=md),
                              lambda responses: _kept_each(lease_ids, itertools.islice(responses, len(requests))), None)
 
-    def keepalives_io(self, lease_ids: list[int]) -> Io[list[int]]:
+    def keepalives_io(self, lease_ids: list[int]) -> EtcdIo[list[int]]:
         requests = [rpc_pb2.LeaseKeepAliveRequest(ID=lease_id) for lease_id in lease_ids]
-        return self._request("lease", "LeaseKeepAlive", requests, lambda answers: _kept_each(lease_ids, answers),
+        return self._request(Method.LeaseKeepAlive, requests, lambda answers: _kept_each(lease_ids, answers),
                              retry=False, stream=True)
 
     def time_to_live(self, lease_id: int) -> tuple[int, int]:
@@ -540,8 +603,8 @@ class Connection:
 
         return self.run(self.time_to_live_io(lease_id))
 
-    def time_to_live_io(self, lease_id: int) -> Io[tuple[int, int]]:
-        return self._request("lease", "LeaseTimeToLive", rpc_pb2.LeaseTimeToLiveRequest(ID=lease_id),
+    def time_to_live_io(self, lease_id: int) -> EtcdIo[tuple[int, int]]:
+        return self._request(Method.LeaseTimeToLive, rpc_pb2.LeaseTimeToLiveRequest(ID=lease_id),
                              _lived, retry=True)
 
     def revoke_later(self, lease_id: int) -> None:
@@ -637,7 +700,7 @@ class AioConnection:
         self._started: set[asyncio.Task[Any]] = set()  # kept until answered: the loop holds tasks weakly
         self._closed = False
 
-    async def run(self, io: Io[T]) -> T:
+    async def run(self, io: EtcdIo[T]) -> T:
         """``io``'s requests, each awaited in the running loop (the core's driver). A request
         that ``close`` cut off is BackendUnavailable: only a caller that was itself cancelled
         gets the CancelledError."""
@@ -648,9 +711,9 @@ class AioConnection:
                 raise BackendUnavailable("the store was closed before etcd answered") from None
             raise
 
-    async def _answer(self, step: Any) -> Any:
+    async def _answer(self, step: Effect) -> Any:
         if isinstance(step, Rpc):
-            stub = getattr(getattr(self._endpoints[step.endpoint], step.service), step.method)
+            stub = self._endpoints[step.endpoint].methods[step.method]
             timeout = self.conn.timeout
             if not step.stream:
                 return await stub(step.request, timeout=timeout, metadata=step.metadata)
@@ -667,11 +730,23 @@ class AioConnection:
                 return answers if many else next(iter(answers), None)
             finally:
                 stream.cancel()  # answered: the rest of the stream is nothing we wait for
-        if isinstance(step, Call):
-            return await getattr(self, step.name)(*step.args, **step.kwargs)
+        if isinstance(step, Txn):
+            return await self.txn(step.compares, step.success, step.failure, retry=step.retry)
+        if isinstance(step, StartKeepalive):
+            return await self.keepalive_started(step.lease_id)
+        if isinstance(step, Range):
+            return await self.range(step.key, step.end, limit=step.limit)
+        if isinstance(step, Grant):
+            return await self.grant(step.ttl)
+        if isinstance(step, TimeToLive):
+            return await self.time_to_live(step.lease_id)
+        if isinstance(step, StartGrant):
+            return await self.grant_started(step.ttl)
+        if isinstance(step, StartKeepalives):
+            return await self.keepalives_started(step.lease_ids)
         return await step.result()  # an AioPending
 
-    def _start(self, io: Io[T]) -> AioPending[T]:
+    def _start(self, io: EtcdIo[T]) -> AioPending[T]:
         """``io`` sent now, as a task of the loop: its request goes out beside the next awaited one."""
         task = asyncio.ensure_future(self.run(io))
         self._started.add(task)
@@ -687,8 +762,8 @@ class AioConnection:
                   retry: bool = False) -> TxnResult:
         return await self.run(self.conn.txn_io(compares, success, failure, retry=retry))
 
-    async def range(self, key: bytes, end: bytes = b"", **options: Any) -> tuple[list[KV], int, bool]:
-        return await self.run(self.conn.range_io(key, end, **options))
+    async def range(self, key: bytes, end: bytes = b"", *, limit: int = 0) -> tuple[list[KV], int, bool]:
+        return await self.run(self.conn.range_io(key, end, limit=limit))
 
     async def grant(self, ttl: int) -> tuple[int, int]:
         return await self.run(self.conn.grant_io(ttl))
@@ -733,6 +808,11 @@ class AioPending(Generic[T]):
 
     def cancel(self) -> None:
         self._task.cancel()
+
+
+Effect = (Rpc | Txn | Range | Grant | TimeToLive | StartGrant | StartKeepalive | StartKeepalives
+          | Pending[Any] | AioPending[Any])
+EtcdIo = io_drivers.IoOf[Effect, T]  # etcd's I/O: what it yields is one of these (``_answer``)
 
 
 class WatchStream:

@@ -19,7 +19,7 @@ from typing import Any, Generic, NamedTuple, TypeAlias, TypeVar
 
 from tenure.backends.etcd import client as ec
 from tenure.backends.etcd import nesting
-from tenure.backends.etcd.client import Io, TxnResult
+from tenure.backends.etcd.client import EtcdIo, TxnResult
 from tenure.backends.etcd.leases import EtcdLease
 from tenure.backends.etcd.transaction import Context, EtcdTransaction, Parts
 from tenure.core import steps
@@ -50,7 +50,7 @@ class _One(Generic[T]):
         self.found: JobRecord | None = None
         self.op: Any = None
 
-    def deciding(self) -> Io[None]:
+    def deciding(self) -> EtcdIo[None]:
         try:
             found = self.operation.step(self.tx)  # a guess: no read
         except (steps.Reread, LeaseError):
@@ -59,14 +59,15 @@ class _One(Generic[T]):
             self.found = found
             self.op = yield from self.tx.nested()
 
-    def outcome(self, res: TxnResult) -> Io[Outcome[T]]:
+    def outcome(self, res: TxnResult) -> EtcdIo[Outcome[T]]:
         yield from self.tx.settled(res)
         if not res.succeeded or self.found is None:
             return None  # its guess failed: nothing was written for it
         return self.operation.finish(self.tx.stored(self.found))
 
 
-def changing(parts: Parts, now: float, operations: Sequence[Change[T]], shared: Shared | None) -> Io[list[Outcome[T]]]:
+def changing(parts: Parts, now: float, operations: Sequence[Change[T]],
+             shared: Shared | None) -> EtcdIo[list[Outcome[T]]]:
     """Each change's outcome in order: what its step gave, the error of the request that
     carried it (``BackendUnavailable``: the caller's batch judges it), or None where the caller
     must make it alone. ``shared``: a renewal batch's shared etcd leases (empty at first).
@@ -90,11 +91,11 @@ def changing(parts: Parts, now: float, operations: Sequence[Change[T]], shared: 
 
 
 def _sending(parts: Parts, at: Moment, shared: Shared | None, operations: Sequence[Change[T]],
-             chunk: list[tuple[int, _One[T]]], found: dict[int, Outcome[T]]) -> Io[None]:
+             chunk: list[tuple[int, _One[T]]], found: dict[int, Outcome[T]]) -> EtcdIo[None]:
     """One request of nested Txns, and each change's outcome from its answer."""
     try:
         try:
-            res = yield ec.call("txn", [], nesting.grouped([one.op for _, one in chunk]), [])
+            res = yield ec.Txn([], nesting.grouped([one.op for _, one in chunk]), [])
         except ec.LeaseNotFound:
             # A shared etcd lease (ended early, revoked) or the audit's retention lease is
             # gone, and nothing was written: once more on fresh ones, each decided again.
@@ -103,7 +104,7 @@ def _sending(parts: Parts, at: Moment, shared: Shared | None, operations: Sequen
                 parts.leases.shared_lost()
                 shared.clear()
             chunk = yield from _decided(parts, at, shared, operations, [n for n, _ in chunk], found)
-            res = yield ec.call("txn", [], nesting.grouped([one.op for _, one in chunk]), [])
+            res = yield ec.Txn([], nesting.grouped([one.op for _, one in chunk]), [])
     except BackendUnavailable as exc:  # these leases' only: earlier requests' stand
         found.update((n, exc) for n, _ in chunk)
         return
@@ -112,7 +113,7 @@ def _sending(parts: Parts, at: Moment, shared: Shared | None, operations: Sequen
 
 
 def _decided(parts: Parts, at: Moment, shared: Shared | None, operations: Sequence[Change[T]],
-             which: Sequence[int], found: dict[int, Outcome[T]]) -> Io[list[tuple[int, _One[T]]]]:
+             which: Sequence[int], found: dict[int, Outcome[T]]) -> EtcdIo[list[tuple[int, _One[T]]]]:
     """The changes ``which`` decided on their guesses, those with a Txn to send; a grant that
     failed is its lease's outcome."""
     decided: list[tuple[int, _One[T]]] = []

@@ -33,7 +33,7 @@ import math
 import threading
 
 from tenure.backends.etcd import client as ec
-from tenure.backends.etcd.client import AioPending, Connection, Io, Pending
+from tenure.backends.etcd.client import AioPending, Connection, EtcdIo, Pending
 from tenure.backends.etcd.layout import Keys, parse
 from tenure.core import contention
 from tenure.core.bounded import Bounded
@@ -142,9 +142,9 @@ class EtcdLeases:
                     return lease
         return None  # the ones dropped run out by themselves: nothing is attached to them
 
-    def granting(self, ttl: int, slack: int = 0) -> Io[EtcdLease]:
+    def granting(self, ttl: int, slack: int = 0) -> EtcdIo[EtcdLease]:
         sent = boot_clock()
-        lease_id, granted = yield ec.call("grant", ttl + slack)
+        lease_id, granted = yield ec.Grant(ttl + slack)
         return EtcdLease(lease_id, ttl, granted, sent)
 
     def give_back(self, lease: EtcdLease) -> None:
@@ -159,7 +159,7 @@ class EtcdLeases:
         self.revoke_later(lease.id)
 
     # -- renewals' shared leases ---------------------------------------------------------
-    def shared(self, ttl: int, ending_after: float = 0.0) -> Io[EtcdLease]:
+    def shared(self, ttl: int, ending_after: float = 0.0) -> EtcdIo[EtcdLease]:
         """The shared etcd lease for renewals sent now of etcd TTL ``ttl``: the current one while
         it is fresh (it ends no earlier than now + ``ttl`` + half the slack, as a pooled lease
         serves a claim) and ends after ``ending_after`` (boot clock: a renewal never moves a key
@@ -203,7 +203,7 @@ class EtcdLeases:
         """``retention``, waited for in this thread."""
         return self._conn.run(self.retention())
 
-    def retention(self) -> Io[int]:
+    def retention(self) -> EtcdIo[int]:
         """A shared etcd lease that ends audit records after ``retention`` seconds, no scans.
 
         Every process writing under the prefix uses the one named in ``meta/retention``
@@ -215,23 +215,23 @@ class EtcdLeases:
                 return self._retention_lease[0]
         key = self._keys.retention
         for _ in contention.attempts():
-            kvs, _, _ = yield ec.call("range", key)
+            kvs, _, _ = yield ec.Range(key)
             named = parse(kvs[0].value).get("lease") if kvs else None
             if isinstance(named, int) and not isinstance(named, bool):
-                remaining, granted = yield ec.call("time_to_live", named)
+                remaining, granted = yield ec.TimeToLive(named)
                 fresh_for = remaining - 0.9 * granted
                 if fresh_for > 0:
                     with self._lock:
                         self._retention_lease = (named, boot_clock() + fresh_for)
                     return named
-            lease_id, _ = yield ec.call("grant", etcd_ttl(self._retention))
+            lease_id, _ = yield ec.Grant(etcd_ttl(self._retention))
             mod = kvs[0].mod_revision if kvs else 0
-            if not (yield ec.call("txn", [ec.compare(key, "mod", "==", mod)],
+            if not (yield ec.Txn([ec.compare(key, "mod", "==", mod)],
                                   [ec.put(key, f'{{"lease":{lease_id}}}'.encode())], [])).succeeded:
                 self.revoke_later(lease_id)  # another process named one first: use theirs
         raise BackendUnavailable("could not agree on a retention lease (too much contention)")
 
-    def retention_lost(self) -> Io[tuple[int, int] | None]:
+    def retention_lost(self) -> EtcdIo[tuple[int, int] | None]:
         """After a write found an etcd lease missing: (old, new) retention lease ids if the
         retention lease was the one (revoked behind our back), else None."""
         with self._lock:
@@ -246,7 +246,7 @@ class EtcdLeases:
         """The etcd lease for a claim sent now: a pooled one, or None to grant one beside a read."""
         return Claiming(ttl, self.take(ttl))
 
-    def claimed(self, claiming: Claiming, failed: BaseException | None) -> Io[None]:
+    def claimed(self, claiming: Claiming, failed: BaseException | None) -> EtcdIo[None]:
         """After the claim (``failed``: what it raised): a lease it did not write with goes back to
         the pool; one a transaction may have written with is revoked unless the claim surely
         wrote nothing. Never raises (a grant that failed: nothing was written with it)."""
@@ -280,12 +280,12 @@ class Claiming:
     sent: float = 0.0
     maybe_written: bool = False
 
-    def granting_beside(self) -> Io[None]:
+    def granting_beside(self) -> EtcdIo[None]:
         """Ask for an etcd lease now, unless one is at hand or asked for: a read sent next
         shares its round trip."""
         if self.lease is None and self.grant is None:
             self.sent = boot_clock()
-            self.grant = yield ec.call("grant_started", self.ttl + SLACK)
+            self.grant = yield ec.StartGrant(self.ttl + SLACK)
 
     @property
     def settled(self) -> bool:
@@ -293,7 +293,7 @@ class Claiming:
         lease is in use, and no grant is on its way."""
         return self.lease is None and self.grant is None
 
-    def resolving(self) -> Io[EtcdLease]:
+    def resolving(self) -> EtcdIo[EtcdLease]:
         if self.lease is None:
             assert self.grant is not None
             lease_id, granted = yield self.grant

@@ -57,10 +57,10 @@ class QueueCursor:
                 self._resync_at = boot_clock() + self.RESYNC
 
     def oldest(self, after: bytes | None = None,
-               first: tuple[tuple[bytes, bytes], list[KV]] | None = None) -> ec.Io[list[KV]]:
+               first: tuple[tuple[bytes, bytes], list[KV]] | None = None) -> ec.EtcdIo[list[KV]]:
         """The oldest keys from the floor (or after ``after``); ``first``: a window already
         read (in claim_next's transaction), to widen from if it was empty. Its reads are
-        yielded (``client.Io``): claim_next runs it in either flavour."""
+        yielded (``client.EtcdIo``): claim_next runs it in either flavour."""
         widen = 0
         while True:
             if first is not None:
@@ -68,7 +68,7 @@ class QueueCursor:
                 first = None
             else:
                 span = self.window(after, widen)
-                kvs, _, _ = yield ec.call("range", *span, limit=self.PAGE)
+                kvs, _, _ = yield ec.Range(*span, limit=self.PAGE)
             self.read(span, kvs, after)
             if kvs or span[0] == self.start or (span[1] == self.end and after is not None):
                 return kvs

@@ -20,7 +20,7 @@ A change's writes depend on its operation, which the step's history event for th
 claim_next's candidate (``next_claimable``) is read, never guessed. A claim's token is the
 revision of its commit (``stored``). The etcd leases the keys hang on are ``leases``'s.
 
-Requests it waits for, written once as generators (``client.Io``) for both flavours: a job's
+Requests it waits for, written once as generators (``client.EtcdIo``) for both flavours: a job's
 keys (``_reading``), claim_next's candidates (``_finding``: the indexes, then each candidate's
 keys) and the commit (``committing``: the Txn; the grant a renewal's move waits for, the
 answers of the grant and keep-alive started beside). Every read goes through ``answer``: the
@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 
 from tenure.backends.etcd import claimable
 from tenure.backends.etcd import client as ec
-from tenure.backends.etcd.client import KV, AioPending, Connection, Io, Pending, TxnResult
+from tenure.backends.etcd.client import KV, AioPending, Connection, EtcdIo, Pending, TxnResult
 from tenure.backends.etcd.layout import (
     JobValue,
     Keys,
@@ -191,7 +191,7 @@ class EtcdTransaction(Transaction):
         if isinstance(previous, EtcdTransaction):
             self._carried = {job_id: Read(job_id, kvs, self.now) for job_id, kvs in previous.carry.items()}
 
-    def answer(self, what: Hashable, io: Callable[[], Io[T]]) -> T:
+    def answer(self, what: Hashable, io: Callable[[], EtcdIo[T]]) -> T:
         """What ``io`` returns, run now (the sync flavour). tenure.aio's transaction answers
         from what it fetched, or raises ``steps.NotFetched``, and asks again for the same
         ``what`` when the step runs again."""
@@ -212,10 +212,10 @@ class EtcdTransaction(Transaction):
         """The job's keys: from the last failure branch, or read (reads only: safe to retry)."""
         return self._carried.get(job_id) or self.answer(("read", job_id), lambda: self._reading(job_id))
 
-    def _reading(self, job_id: str) -> Io[Read]:
+    def _reading(self, job_id: str) -> EtcdIo[Read]:
         if self._claiming is not None:
             yield from self._claiming.granting_beside()
-        res = yield ec.call("txn", [], reads(self._k, job_id), [], retry=True)
+        res = yield ec.Txn([], reads(self._k, job_id), [], retry=True)
         return Read(job_id, res.ranges, self.now)
 
     def _use(self, job_id: str, read: Read) -> Read:
@@ -302,10 +302,10 @@ class EtcdTransaction(Transaction):
         self._use(found.job_id, found)
         return found.job_id
 
-    def _finding(self) -> Io[Read | None]:
+    def _finding(self) -> EtcdIo[Read | None]:
         return (yield from claimable.first_claimable(self._k, self._leases, self._p.queue, self._take, self.now))
 
-    def _take(self, job_id: str) -> Io[Read | None]:
+    def _take(self, job_id: str) -> EtcdIo[Read | None]:
         """The candidate's keys if it is claimable at ``now``, else None."""
         try:
             read = self._carried.get(job_id) or (yield from self._reading(job_id))
@@ -327,7 +327,7 @@ class EtcdTransaction(Transaction):
     def stored(self, record: JobRecord) -> JobRecord:
         return self._stored.get(record.job_id, record)
 
-    def _plan(self, new: JobRecord, op: Op | None, submits: int) -> Io[tuple[_Plan, list[Any]]]:
+    def _plan(self, new: JobRecord, op: Op | None, submits: int) -> EtcdIo[tuple[_Plan, list[Any]]]:
         """The change from what was loaded to ``new``, and the writes that make it; ``op``: the
         operation, as the step's history event for the job names it."""
         job_id, k, now = new.job_id, self._k, self.now
@@ -381,7 +381,7 @@ class EtcdTransaction(Transaction):
             return [*writes, ec.put(queued, b""), ec.delete(k.last(job_id))]
         return [*writes, ec.put(k.last(job_id), b"")]
 
-    def _delay_write(self, new: JobRecord) -> Io[Any]:
+    def _delay_write(self, new: JobRecord) -> EtcdIo[Any]:
         """The write of a job's ``delay/`` key: for a pending job with a delay, on an etcd lease of
         the wait (whole seconds, rounded up: etcd ends it no sooner), which a grant sent first
         makes (one per TTL a commit); otherwise its deletion. Claims commit only without it."""
@@ -390,10 +390,10 @@ class EtcdTransaction(Transaction):
             return ec.delete(key)  # any earlier wait ends (a requeue without delay); its lease runs out
         ttl = etcd_ttl(new.claimable_at - self.now)
         if ttl not in self._delays:
-            self._delays[ttl], _ = yield ec.call("grant", ttl)
+            self._delays[ttl], _ = yield ec.Grant(ttl)
         return ec.put(key, b"", lease=self._delays[ttl])
 
-    def _claim_writes(self, plan: _Plan, read: Read) -> Io[tuple[_Plan, list[Any]]]:
+    def _claim_writes(self, plan: _Plan, read: Read) -> EtcdIo[tuple[_Plan, list[Any]]]:
         new, now, job_id = plan.new, self.now, plan.new.job_id
         k = self._k.of(job_id)
         assert self._claiming is not None, "claims go through EtcdBackend.claim and claim_next"
@@ -401,7 +401,7 @@ class EtcdTransaction(Transaction):
         plan.op, plan.lease = Op.CLAIM, (yield from self._claiming.resolving())
         plan.sent = boot_clock()
         if not plan.lease.fresh(plan.sent):
-            plan.keepalive = yield ec.call("keepalive_started", plan.lease.id)  # answered alongside the txn
+            plan.keepalive = yield ec.StartKeepalive(plan.lease.id)  # answered alongside the txn
         # A pooled lease used without a keep-alive ends when its last grant or keep-alive said.
         lasts = plan.lease.granted if plan.keepalive is not None else plan.lease.ends() - plan.sent
         plan.expires_at = now + lasts + EXPIRY_GRACE
@@ -416,7 +416,7 @@ class EtcdTransaction(Transaction):
                       ec.put(k.held, held_value(new.owner, new.ttl)), ec.delete(k.end), last,
                       *([] if queued is None else [ec.delete(queued)])]
 
-    def _renew_writes(self, plan: _Plan, old: JobRecord, read: Read) -> Io[tuple[_Plan, list[Any]]]:
+    def _renew_writes(self, plan: _Plan, old: JobRecord, read: Read) -> EtcdIo[tuple[_Plan, list[Any]]]:
         k, new, job_id = self._k, plan.new, plan.new.job_id
         assert new.owner is not None and new.ttl is not None and old.ttl is not None
         plan.op, ttl = Op.RENEW, etcd_ttl(new.ttl)
@@ -436,7 +436,7 @@ class EtcdTransaction(Transaction):
                 if batch is not None:
                     batch[ttl] = plan.lease
         elif cached is not None and cached.alive and cached.ttl == ttl and not revive:
-            plan.lease, plan.keepalive = cached, (yield ec.call("keepalive_started", cached.id))
+            plan.lease, plan.keepalive = cached, (yield ec.StartKeepalive(cached.id))
         else:  # a claim made elsewhere, a new TTL or a revival: the key moves to a new etcd lease
             plan.lease, plan.granted_here = (yield from self._leases.granting(ttl)), True
         lasts = plan.lease.ends() - self._boot if plan.lease.shared else plan.lease.granted
@@ -470,7 +470,7 @@ class EtcdTransaction(Transaction):
     def commit(self) -> None:
         self._conn.run(self.committing())
 
-    def committing(self) -> Io[None]:
+    def committing(self) -> EtcdIo[None]:
         planned = yield from self._planning()
         if planned is None:
             return  # decided on fresh reads and changes nothing: nothing to verify
@@ -489,7 +489,7 @@ class EtcdTransaction(Transaction):
             raise  # a renewal's new etcd lease may carry the key now: it runs out by itself
         yield from self._settling(res, plans)
 
-    def nested(self) -> Io[Any | None]:
+    def nested(self) -> EtcdIo[Any | None]:
         """This transaction's Txn as one operation of a larger one (``renewals``: a batch of them
         in one request), its failure branch empty (no reads to carry); None if it writes nothing.
         ``settled`` takes its answer."""
@@ -499,7 +499,7 @@ class EtcdTransaction(Transaction):
         writes, self._plans = planned
         return ec.txn(self._compares, writes, [])
 
-    def settled(self, res: TxnResult) -> Io[None]:
+    def settled(self, res: TxnResult) -> EtcdIo[None]:
         """After ``nested``'s Txn was answered (``res``, its own part of the larger answer)."""
         yield from self._settling(res, self._plans)
 
@@ -513,7 +513,7 @@ class EtcdTransaction(Transaction):
         """``read`` answers the job's load (claim_next_many reads its candidates together)."""
         self._carried[read.job_id] = read
 
-    def _planning(self) -> Io[tuple[list[Any], dict[str, _Plan]] | None]:
+    def _planning(self) -> EtcdIo[tuple[list[Any], dict[str, _Plan]] | None]:
         """The commit's writes and plans; None when there is nothing to send."""
         plans: dict[str, _Plan] = {}
         writes: list[Any] = []
@@ -537,7 +537,7 @@ class EtcdTransaction(Transaction):
             return None
         return writes, plans
 
-    def _settling(self, res: TxnResult, plans: dict[str, _Plan]) -> Io[None]:
+    def _settling(self, res: TxnResult, plans: dict[str, _Plan]) -> EtcdIo[None]:
         if res.succeeded:
             for plan in plans.values():
                 yield from self._after(plan, res)
@@ -557,9 +557,9 @@ class EtcdTransaction(Transaction):
         for lease_id in self._delays.values():
             self._leases.revoke_later(lease_id)  # nor to these
 
-    def _send(self, writes: list[Any], failure: list[Any], plans: dict[str, _Plan]) -> Io[TxnResult]:
+    def _send(self, writes: list[Any], failure: list[Any], plans: dict[str, _Plan]) -> EtcdIo[TxnResult]:
         try:
-            return (yield ec.call("txn", self._compares, writes, failure))  # type: ignore[no-any-return]
+            return (yield ec.Txn(self._compares, writes, failure))  # type: ignore[no-any-return]
         except ec.LeaseNotFound:
             # An etcd lease named by a put is gone (revoked behind our back, a pooled lease etcd
             # ended, a renewal's cached lease another connection revoked): nothing was written,
@@ -568,7 +568,7 @@ class EtcdTransaction(Transaction):
             if retention is not None:
                 ec.relet(writes, *retention)
             for ttl, old_id in self._delays.items():  # a delay's lease etcd ended at once: a new one
-                self._delays[ttl], _ = yield ec.call("grant", ttl)
+                self._delays[ttl], _ = yield ec.Grant(ttl)
                 ec.relet(writes, old_id, self._delays[ttl])
             for plan in plans.values():
                 if plan.lease is not None and plan.op in (Op.CLAIM, Op.RENEW):
@@ -583,9 +583,9 @@ class EtcdTransaction(Transaction):
                         self._claiming.lease = plan.lease
                     self._leases.forget(plan.key)
                     ec.relet(writes, old.id, plan.lease.id)
-            return (yield ec.call("txn", self._compares, writes, failure))  # type: ignore[no-any-return]
+            return (yield ec.Txn(self._compares, writes, failure))  # type: ignore[no-any-return]
 
-    def _after(self, plan: _Plan, res: TxnResult) -> Io[None]:
+    def _after(self, plan: _Plan, res: TxnResult) -> EtcdIo[None]:
         """etcd lease bookkeeping once the commit applied ``plan``."""
         lease, new = plan.lease, plan.new
         if plan.op is Op.CLAIM:
