@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from devservers.etcd import EtcdCluster
+    from devservers.zookeeper import ZooKeeperServer
 
 
 @contextlib.contextmanager
@@ -24,3 +25,18 @@ def private_etcd(prefix: str) -> Iterator[EtcdCluster]:
             yield cluster
         finally:
             cluster.close()
+
+
+@contextlib.contextmanager
+def private_zookeeper(prefix: str) -> Iterator[ZooKeeperServer]:
+    """A standalone ZooKeeper in a temporary directory, killed and removed when the block ends."""
+    from devservers.zookeeper import ZooKeeperServer
+
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        server = ZooKeeperServer(Path(tmp) / "zk")
+        try:
+            server.start()
+            server.wait_serving()
+            yield server
+        finally:
+            server.kill()

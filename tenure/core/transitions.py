@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 from tenure.core.errors import (
     AlreadyClaimed,
@@ -34,6 +35,20 @@ from tenure.core.records import (
     lease_over,
 )
 from tenure.core.validation import LAST_TOKEN
+
+_FIELDS = frozenset(f.name for f in dataclasses.fields(JobRecord))
+_NEW = JobRecord(job_id="", state=JobState.PENDING)  # every other field at its default
+
+
+def _replaced(rec: JobRecord, **changes: Any) -> JobRecord:
+    """``dataclasses.replace(rec, **changes)`` without its loop over the fields and the frozen
+    ``__init__``'s setattr per field (a third of a transition's cost, two per claim+complete):
+    the copy's attributes are the record's, then ``changes``. JobRecord has no
+    ``__post_init__`` and no field kept out of ``__init__``."""
+    assert changes.keys() <= _FIELDS, changes.keys() - _FIELDS
+    new = object.__new__(JobRecord)
+    vars(new).update(vars(rec), **changes)
+    return new
 
 
 def is_claimable(rec: JobRecord | None, now: float) -> bool:
@@ -132,7 +147,7 @@ def submit(rec: JobRecord | None, job_id: str, now: float, max_attempts: int | N
         return JobRecord(job_id=job_id, state=JobState.PENDING, submitted_at=now, max_attempts=max_attempts,
                          claimable_at=_after(now, delay))
     if rec.state is JobState.COMPLETED:
-        return dataclasses.replace(
+        return _replaced(
             rec,
             state=JobState.PENDING,
             owner=None,
@@ -173,19 +188,20 @@ def refuse_claim(rec: JobRecord, job_id: str, now: float) -> None:
 def claim(rec: JobRecord | None, job_id: str, owner: str, ttl: float, now: float,
           max_attempts: int | None = None) -> JobRecord:
     """The claimed record; ``max_attempts`` is the limit of a job the claim creates."""
-    if rec is not None:
-        refuse_claim(rec, job_id, now)
-    base = rec or JobRecord(job_id=job_id, state=JobState.PENDING, submitted_at=now, max_attempts=max_attempts)
-    return dataclasses.replace(
-        base,
+    if rec is None:  # made at once, not made pending and then claimed (two copies)
+        return _replaced(_NEW, job_id=job_id, state=JobState.LEASED, owner=owner, token=1, lease_until=now + ttl,
+                         ttl=ttl, submitted_at=now, claimed_at=now, attempts=1, max_attempts=max_attempts)
+    refuse_claim(rec, job_id, now)
+    return _replaced(
+        rec,
         state=JobState.LEASED,
         owner=owner,
-        token=base.token + 1,
+        token=rec.token + 1,
         lease_until=now + ttl,
         ttl=ttl,
         claimed_at=now,
         renewed_at=None,
-        attempts=base.attempts + 1,
+        attempts=rec.attempts + 1,
         claimable_at=None,
     )
 
@@ -236,11 +252,11 @@ def holder_step(rec: JobRecord | None, op: Op, lease: Lease, change: Change, now
 
 
 def renew(rec: JobRecord, ttl: float, now: float) -> JobRecord:
-    return dataclasses.replace(rec, lease_until=now + ttl, ttl=ttl, renewed_at=now)
+    return _replaced(rec, lease_until=now + ttl, ttl=ttl, renewed_at=now)
 
 
 def complete(rec: JobRecord, result: bytes | None, now: float) -> JobRecord:
-    return dataclasses.replace(
+    return _replaced(
         rec, state=JobState.COMPLETED, lease_until=None, completed_at=now, result=result
     )
 
@@ -248,7 +264,7 @@ def complete(rec: JobRecord, result: bytes | None, now: float) -> JobRecord:
 def release(rec: JobRecord, now: float) -> JobRecord:
     # The token stays: the next claim must still get a higher one. The attempt is given back:
     # the worker did not try.
-    return dataclasses.replace(rec, state=JobState.PENDING, owner=None, lease_until=None, ttl=None,
+    return _replaced(rec, state=JobState.PENDING, owner=None, lease_until=None, ttl=None,
                                attempts=max(rec.attempts - 1, 0))
 
 
@@ -256,9 +272,9 @@ def fail(rec: JobRecord, error: str | None, retry: Retry, now: float) -> JobReco
     """The holder tried and failed: pending again once ``retry`` says (for this attempt), or
     parked if that was the last attempt allowed. The attempt counts; the token stays."""
     if rec.out_of_attempts:
-        return dataclasses.replace(rec, state=JobState.PARKED, owner=None, lease_until=None, ttl=None,
+        return _replaced(rec, state=JobState.PARKED, owner=None, lease_until=None, ttl=None,
                                    last_error=error, failed_at=now, claimable_at=None)
-    return dataclasses.replace(rec, state=JobState.PENDING, owner=None, lease_until=None, ttl=None, last_error=error,
+    return _replaced(rec, state=JobState.PENDING, owner=None, lease_until=None, ttl=None, last_error=error,
                                failed_at=now, claimable_at=_after(now, retry.seconds(rec.attempts)))
 
 
@@ -272,12 +288,12 @@ def requeue(rec: JobRecord | None, job_id: str, delay: float, now: float) -> Job
         raise JobCompleted(job_id)
     if rec.state is JobState.LEASED and rec.lease_until is not None and not lease_over(rec.lease_until, now):
         raise AlreadyClaimed(job_id, rec.owner, rec.token, rec.lease_until, now)
-    return dataclasses.replace(rec, state=JobState.PENDING, owner=None, lease_until=None, ttl=None, attempts=0,
+    return _replaced(rec, state=JobState.PENDING, owner=None, lease_until=None, ttl=None, attempts=0,
                                claimable_at=_after(now, delay))
 
 
 def force_expire(rec: JobRecord, now: float) -> JobRecord:
-    return dataclasses.replace(rec, lease_until=now)
+    return _replaced(rec, lease_until=now)
 
 
 def lease_of(rec: JobRecord) -> Lease:

@@ -65,3 +65,20 @@ def test_listed_takes_the_common_records() -> None:
         if rec.result is None:
             data = zl.dump_record(rec, 1)
             assert listed(zl.encode(rec.job_id), data, NOW) == transitions.status(rec, NOW)
+
+
+def test_znode_text_is_jsons_own() -> None:
+    """``layout.compact`` writes each record and event as json.dumps with compact separators
+    did: the same bytes for every kind of value, also once its floats' texts are kept."""
+    reference = json.JSONEncoder(separators=(",", ":"))
+
+    class Text(str):
+        pass
+
+    values: list[Any] = [None, True, False, 0, -1, 2**70, 0.0, -0.0, 1.5, -2.5, 1e300, 1e-300, float("nan"),
+                         float("inf"), float("-inf"), "a", "é\u2028\"\\\n", "", Text("sub"), [1, "x", None],
+                         {"a": {"b": 1.0}}, 1796406159.574766, 3.0000000000000004]
+    for n, chosen in enumerate(itertools.combinations(values, 3)):
+        d = {f"k{n % 5}é": chosen[0], "tenure": chosen[1], "\"x": chosen[2]}
+        for _ in range(2):  # the floats' texts made, then kept
+            assert zl.compact(d) == reference.encode(d).encode(), d

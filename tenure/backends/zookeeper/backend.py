@@ -131,11 +131,8 @@ class ZooKeeperBackend(RecordBackend):
         except NoAuthError:
             return UNREADABLE
 
-    @contextlib.contextmanager
-    def transaction(self, fresh: bool = False) -> Iterator[ZkTransaction]:
-        tx = ZkTransaction(self.parts, fresh)
-        yield tx
-        tx.commit()
+    def transaction(self, fresh: bool = False) -> ZkTransaction:
+        return ZkTransaction(self.parts, fresh)  # its own ``with`` block: committed on a normal exit
 
     def submit_weight(self, job_id: str) -> int:
         """What a job adds to a submit multi, at most: three paths that name it (job, generation,

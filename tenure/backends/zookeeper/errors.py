@@ -20,20 +20,24 @@ class mapped_errors:  # lower case: it reads as a call, ``with mapped_errors("re
     ``contextlib.contextmanager``: it wraps every request, and a generator costs two more frames.
 
     ``write``: the requests may change the store (a commit's multi). One whose answer was lost
-    may have been applied: ``OutcomeUnknown``, never a refusal and never sent again."""
+    may have been applied: ``OutcomeUnknown``, never a refusal and never sent again. ``job``:
+    named after ``what`` (``"writing job 'a'"``), formatted only for an error (every commit)."""
 
-    __slots__ = ("_what", "_write")
+    __slots__ = ("_job", "_what", "_write")
 
-    def __init__(self, what: str, *, write: bool = False) -> None:
+    def __init__(self, what: str, *, write: bool = False, job: str | None = None) -> None:
         self._what = what
         self._write = write
+        self._job = job
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        what = self._what
+        if exc is None:
+            return
+        what = self._what if self._job is None else f"{self._what} {self._job!r}"
         if self._write and isinstance(exc, _ANSWER_LOST):
             raise OutcomeUnknown(f"ZooKeeper lost the answer during {what} ({type(exc).__name__}): "
                                  "it may or may not have been applied; read the job before acting on it") from exc

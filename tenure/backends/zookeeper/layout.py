@@ -176,10 +176,54 @@ QUEUES = {"pending": "queued", "scheduled": "scheduled"}  # entry directory -> t
 
 # One encoder for every znode written: json.dumps with separators builds a new one per call.
 _COMPACT = json.JSONEncoder(separators=(",", ":"))
+# ``_COMPACT.encode`` makes a C encoder per call: this one is made once, with what it would be
+# made with (less the check for circular values, which a record's never are).
+_MAKE_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)  # None without json's C speedups
+_C_ENCODE: Any = None if _MAKE_ENCODER is None else _MAKE_ENCODER(
+    None, _COMPACT.default, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True)
+_STRING = json.encoder.encode_basestring_ascii
+_KEYS: dict[str, str] = {}  # '"name":' per key written
+# A float's shortest repr is most of a record's encoding, and a cycle writes the same few
+# times (claimed_at, submitted_at, an event's at) a dozen times: their texts, kept a while.
+_FLOATS: dict[float, str] = {}
+_FLOATS_KEPT = 1024
+_INF = float("inf")
 
 
-def _compact(d: dict[str, Any]) -> bytes:
-    return _COMPACT.encode(d).encode()
+def _value(v: Any) -> str:
+    """``v`` as ``_COMPACT`` writes it."""
+    if _C_ENCODE is None:
+        return _COMPACT.encode(v)
+    return "".join(_C_ENCODE(v, 0))
+
+
+def compact(d: dict[str, Any]) -> bytes:
+    """``_COMPACT.encode(d)``, the same text: the flat values of a record or an event written
+    here, each as json writes it (positive floats from ``_FLOATS``), anything else by json."""
+    parts = []
+    for k, v in d.items():
+        key = _KEYS.get(k)
+        if key is None:
+            if type(k) is not str:
+                return _value(d).encode()
+            key = _KEYS[k] = _STRING(k) + ":"
+        kind = type(v)
+        if v is None:
+            parts.append(key + "null")
+        elif kind is str:
+            parts.append(key + _STRING(v))
+        elif kind is int:
+            parts.append(key + int.__repr__(v))
+        elif kind is float and 0.0 < v < _INF:  # not 0.0 and -0.0 (equal keys), nor NaN
+            text = _FLOATS.get(v)
+            if text is None:
+                if len(_FLOATS) >= _FLOATS_KEPT:
+                    _FLOATS.clear()
+                text = _FLOATS[v] = float.__repr__(v)
+            parts.append(key + text)
+        else:  # booleans, other floats, nested values
+            parts.append(key + _value(v))
+    return ("{" + ",".join(parts) + "}").encode()
 
 
 def dump_record(r: JobRecord, epoch: int, slot: str | None = None) -> bytes:
@@ -196,7 +240,7 @@ def dump_record(r: JobRecord, epoch: int, slot: str | None = None) -> bytes:
     if slot is not None:
         directory, _, entry_slot = slot.partition("/")
         d[QUEUES[directory]] = entry_slot
-    return _compact(d)
+    return compact(d)
 
 
 def _slot(d: Any) -> str | None:
@@ -275,7 +319,7 @@ def entry_slot(data: bytes | None) -> str | None:
 
 # -- audit ----------------------------------------------------------------------------------
 def dump_rejection(r: Rejection) -> bytes:
-    return _compact({"tenure": FORMAT, **codec.rejection_fields(r)})
+    return compact({"tenure": FORMAT, **codec.rejection_fields(r)})
 
 
 def load_rejection(data: bytes, key: str) -> Rejection:
@@ -283,7 +327,7 @@ def load_rejection(data: bytes, key: str) -> Rejection:
 
 
 def dump_event(e: HistoryEvent) -> bytes:
-    return _compact({"tenure": FORMAT, **codec.event_fields(e)})
+    return compact({"tenure": FORMAT, **codec.event_fields(e)})
 
 
 def load_event(data: bytes, key: str) -> HistoryEvent:

@@ -22,6 +22,7 @@ from tenure.backends.zookeeper import layout as zl
 from tenure.backends.zookeeper.calls import Io
 from tenure.backends.zookeeper.config import Config
 from tenure.backends.zookeeper.errors import mapped_errors
+from tenure.core import io_drivers
 from tenure.core.backend import Link
 from tenure.core.clock import boot_clock
 from tenure.core.errors import BackendUnavailable
@@ -114,8 +115,9 @@ class Session:
 
     # -- the leader's clock ------------------------------------------------------------------
     def run(self, io: Io[T]) -> T:
-        """``io`` (``calls``), waited for in this thread with the session's timeout."""
-        return calls.run(io, self.config.timeout)
+        """``io`` (``calls``), waited for in this thread with the session's timeout (``calls.run``
+        without its frame and a lambda per wait)."""
+        return io_drivers.run(io, self.wait)
 
     def clock_creating(self) -> Io[None]:
         with mapped_errors("creating the clock znode"), contextlib.suppress(NodeExistsError):

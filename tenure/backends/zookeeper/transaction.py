@@ -37,7 +37,7 @@ from tenure.backends.zookeeper.session import Session
 from tenure.core import read_facts, transitions
 from tenure.core.bounded import Bounded
 from tenure.core.clock import Clock, boot_clock, deadline_runs
-from tenure.core.errors import CorruptRecord
+from tenure.core.errors import BackendUnavailable, CorruptRecord
 from tenure.core.record_transaction import Transaction
 from tenure.core.records import HistoryEvent, JobRecord, JobState, Lease, Op, Rejection
 
@@ -106,31 +106,34 @@ class Parts:
 
 
 class ZkTransaction(Transaction):
+    # What most transactions leave as it was: class attributes, not set per transaction (two
+    # per claim+complete, each setting every attribute was a tenth of the transaction's cost).
+    _now: float | None = None
+    epoch = 0
+    _multi: Any = None
+    _placer: Placer | None = None
+    _placer_read: Placer | None = None  # as the read made it, for ``forget``
+    _stamp_due = False  # a guess's stamp is half used: the multi writes our clock znode first
+    _stamp_sent: float | None = None
+    _guessed_claim: str | None = None
+    _behind: tuple[str, Callable[[], Io[Found]], tuple[float, int]] | None = None
+    _proposed: list[str] | None = None  # what next_claimables found
+    _skip: frozenset[str] = frozenset()  # index entries a resend leaves out (``_resending``)
+    _unreplaced = False  # a resend leaves out the deletes of earlier renewal events
+
     def __init__(self, parts: Parts, fresh: bool) -> None:
         self._p = parts
         self._client = parts.session.client
         self._layout = parts.session.layout
         self._fresh = fresh
-        self._now: float | None = None
-        self.epoch = 0
         self._found: dict[str, Found] = {}
         self._loaded: set[str] = set()  # jobs the step read: checked at their versions if not written
         self._saved: dict[str, tuple[JobRecord, Found]] = {}
-        self._multi: Any = None
         self._checked: set[str] = set()  # the audit segments the multi checks
         self._renewals: dict[int, tuple[str, int]] = {}  # the multi's renewal events (``Audit.add_event``)
-        self._placer: Placer | None = None
-        self._placer_read: Placer | None = None  # as the read made it, for ``forget``
-        self._stamp_due = False  # a guess's stamp is half used: the multi writes our clock znode first
-        self._stamp_sent: float | None = None
-        self._guessed_claim: str | None = None
         self._guessed_leases: list[Lease] = []  # a batch of renewals guesses several
-        self._behind: tuple[str, Callable[[], Io[Found]], tuple[float, int]] | None = None
         self._odd: set[tuple[str, int]] = set()  # (job, version) whose generation znode disagreed
-        self._proposed: list[str] | None = None  # what next_claimables found
         self._passed: list[read_facts.Loaded] = []  # what it passed over for a write (``passed_over``)
-        self._skip: frozenset[str] = frozenset()  # index entries a resend leaves out (``_resending``)
-        self._unreplaced = False  # a resend leaves out the deletes of earlier renewal events
 
     # -- the store's time --------------------------------------------------------------------------
     @property
@@ -251,10 +254,11 @@ class ZkTransaction(Transaction):
     def _reading(self, job_ids: list[str], queue: bool) -> Io[list[Found]]:
         """Our clock znode written, then the jobs' znodes: one round trip. What it found is
         kept as it arrives, so a step run again after this fetch (tenure.aio) loads it rather
-        than deciding anew whether to guess."""
+        than deciding anew whether to guess. A clock znode found gone (an expired session) is
+        created again, then all sent once more (``Session.with_clock``, written out here: one
+        generator per read, not three)."""
         s, index = self._p.session, self._p.index
-
-        def attempt(_: bool) -> Io[list[Found] | None]:
+        for _ in range(2):
             with mapped_errors(f"reading job {job_ids[0]!r}" if len(job_ids) == 1 else "reading jobs"):
                 bucket, probe = (yield from index.probe()) if queue else (None, None)
                 sent = boot_clock()
@@ -264,19 +268,21 @@ class ZkTransaction(Transaction):
                 try:
                     stat = yield clock
                 except NoNodeError:
-                    return None
-                self._at(s.stamp(stat, sent), stat.mzxid >> 32)
-                if queue:
-                    self._placer = index.placer(self.now, bucket, None if probe is None else (yield probe))
-                    self._placer_read = self._placer.copy()
-                if one is not None:
-                    return [(yield from one())]
-                assert many is not None
-                return (yield from many)
-
-        got = yield from s.with_clock(attempt)
-        self._found.update(zip(job_ids, got, strict=True))
-        return got
+                    stat = None
+                if stat is not None:
+                    self._at(s.stamp(stat, sent), stat.mzxid >> 32)
+                    if queue:
+                        self._placer = index.placer(self.now, bucket, None if probe is None else (yield probe))
+                        self._placer_read = self._placer.copy()
+                    if one is not None:
+                        got = [(yield from one())]
+                    else:
+                        assert many is not None
+                        got = yield from many
+                    self._found.update(zip(job_ids, got, strict=True))
+                    return got
+            yield from s.clock_creating()
+        raise BackendUnavailable("ZooKeeper keeps losing this client's clock znode")
 
     def _reading_many(self, job_ids: list[str]) -> Io[list[Found]]:
         """Several jobs' znodes in one read-only multi, sent at once."""
@@ -364,7 +370,7 @@ class ZkTransaction(Transaction):
             self._multi = self._client.transaction()
             if self._stamp_due:  # first in the multi: ``_committed`` reads its answer
                 self._stamp_sent = boot_clock()
-                self._multi.set_data(self._p.session.clock_path, b"")
+                multi.set_data(self._multi, self._p.session.clock_path, b"", -1)
         return self._multi
 
     def save(self, record: JobRecord) -> None:
@@ -403,8 +409,26 @@ class ZkTransaction(Transaction):
         self._p.audit.add_rejection(self._tx(), rejection, self._checked)
         self._p.written.forget(rejection.job_id, rejection.token, rejection.owner)
 
+    def __enter__(self) -> ZkTransaction:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        """The ``with`` block of ``ZooKeeperBackend.transaction``: committed on a normal exit,
+        dropped on an exception (no ``contextlib`` generator: two per claim+complete)."""
+        if kind is None:
+            self.commit()
+
     def commit(self) -> None:
-        self._p.session.run(self.committing())
+        """``committing``, written out for this thread: the multi's answer waited for here,
+        without the generator and its driver (the tidying or learning after it, if any, is
+        run as ``Io``)."""
+        tx = self._multi
+        if tx is None:
+            return  # nothing to write
+        with self._writing():
+            after = self._judged(self._p.session.wait(self._sent(tx)), tx.operations)
+        if after is not None:
+            self._p.session.run(after)
 
     def committing(self) -> Io[None]:
         """The multi, sent once: what a failed one means is judged here, whether and when to
@@ -412,29 +436,47 @@ class ZkTransaction(Transaction):
         tx = self._multi
         if tx is None:
             return  # nothing to write
-        for job_id in self._loaded - self._saved.keys():
-            if self._found[job_id].version >= 0:
+        with self._writing():
+            after = self._judged((yield self._sent(tx)), tx.operations)
+        if after is not None:
+            yield from after
+
+    def _writing(self) -> mapped_errors:
+        if self._loaded:
+            return mapped_errors("writing job", write=True, job=next(iter(self._loaded)))
+        return mapped_errors("recording a rejection", write=True)
+
+    def _sent(self, tx: Any) -> Any:
+        """The multi sent, with a check of each job read and not written; its pending answer.
+        A guessed claim where claims lately found their jobs existing sends a read behind it."""
+        for job_id in self._loaded:
+            if job_id not in self._saved and self._found[job_id].version >= 0:
                 multi.check(tx, self._layout.job(job_id), self._found[job_id].version)
-        what = f"writing job {next(iter(self._loaded), '')!r}" if self._loaded else "recording a rejection"
-        with mapped_errors(what, write=True):
-            pending = tx.commit_async()
-            if self._guessed_claim is not None and self._p.written.claims_existing:
-                self._behind = (self._guessed_claim, self._send_read(self._guessed_claim), (self.now, self.epoch))
-            results: list[Any] = yield pending
-            culprit = next(((op, r) for op, r in zip(tx.operations, results, strict=True)
-                            if isinstance(r, Exception) and not isinstance(r, _OTHERS)), None)
-            if culprit is not None and not isinstance(culprit[1], _LOST_RACE):
-                raise culprit[1]
+        pending = tx.commit_async()
+        if self._guessed_claim is not None and self._p.written.claims_existing:
+            self._behind = (self._guessed_claim, self._send_read(self._guessed_claim), (self.now, self.epoch))
+        return pending
+
+    def _judged(self, results: list[Any], operations: list[Any]) -> Io[None] | None:
+        """What the multi's answer means; the I/O that follows, if any. The op that failed it
+        is a lost race (any other error is raised) or a write already done (``_resending``).
+        Does no I/O itself: a loop, not a generator (every commit looks)."""
+        culprit = None
+        for op, result in zip(operations, results, strict=True):
+            if isinstance(result, Exception) and not isinstance(result, _OTHERS):
+                if not isinstance(result, _LOST_RACE):
+                    raise result
+                culprit = op, result
+                break
         if culprit is None:
-            tidying = self._committed(results, tx.operations)
-            if tidying is not None:
-                yield from tidying
-        elif self._p.index.redundant(*culprit):
+            return self._committed(results, operations)
+        if self._p.index.redundant(*culprit):
             self._resending(skip=culprit[0].path)
         elif self._p.audit.unreplaced(*culprit):
             self._resending(unreplaced=True)
         else:
-            yield from self._lost(culprit[0], tx.operations, results)
+            return self._lost(culprit[0], operations, results)
+        return None
 
     def _resending(self, skip: str | None = None, unreplaced: bool = False) -> None:
         """The multi failed only on a write already done: index entry ``skip`` already as the
@@ -478,4 +520,3 @@ class ZkTransaction(Transaction):
         for lease in self._guessed_leases:
             self._p.written.forget(lease.job_id, lease.token, lease.owner)
         self.conflict = True
-
