@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from tenure.core.errors import (
     AlreadyClaimed,
@@ -36,11 +36,38 @@ from tenure.core.records import (
 )
 from tenure.core.validation import LAST_TOKEN
 
+if TYPE_CHECKING:  # typing.Unpack of a TypedDict for **kwargs is Python 3.12's (PEP 692)
+    from typing_extensions import Unpack
+
 _FIELDS = frozenset(f.name for f in dataclasses.fields(JobRecord))
 _NEW = JobRecord(job_id="", state=JobState.PENDING)  # every other field at its default
 
 
-def _replaced(rec: JobRecord, **changes: Any) -> JobRecord:
+class RecordChanges(TypedDict, total=False):
+    """``JobRecord``'s fields as ``_replaced``'s keywords, so mypy checks each name and type
+    (tests/core/test_transitions.py checks this lists every field)."""
+
+    job_id: str
+    state: JobState
+    owner: str | None
+    token: int
+    lease_until: float | None
+    ttl: float | None
+    submitted_at: float | None
+    claimed_at: float | None
+    renewed_at: float | None
+    completed_at: float | None
+    runs: int
+    result: bytes | None
+    attempts: int
+    max_attempts: int | None
+    last_error: str | None
+    claimable_at: float | None
+    failed_at: float | None
+    ended_early: bool
+
+
+def _replaced(rec: JobRecord, **changes: Unpack[RecordChanges]) -> JobRecord:
     """``dataclasses.replace(rec, **changes)`` without its loop over the fields and the frozen
     ``__init__``'s setattr per field (a third of a transition's cost, two per claim+complete):
     the copy's attributes are the record's, then ``changes``. JobRecord has no
