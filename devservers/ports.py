@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 
 
 def _worker_slot() -> tuple[int, int]:
@@ -12,6 +13,12 @@ def _worker_slot() -> tuple[int, int]:
     if name.startswith("gw") and name[2:].isdigit() and count.isdigit() and int(count) > 0:
         return int(name[2:]) % int(count), int(count)
     return 0, 1
+
+
+# Ports this process handed out: the kernel may offer a port again once its socket is closed,
+# and a cluster given one port twice does not start ("initial cluster ... has duplicate url").
+_given: set[int] = set()
+_lock = threading.Lock()
 
 
 def free_port() -> int:
@@ -28,6 +35,8 @@ def free_port() -> int:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = int(s.getsockname()[1])
-        if port // 2 % count == index:
-            return port
+        with _lock:
+            if port // 2 % count == index and port not in _given:
+                _given.add(port)
+                return port
     raise RuntimeError(f"the kernel offered no free port of worker class {index} of {count}")

@@ -90,29 +90,31 @@ def run_case(env: Harness, fault: str, seconds: float, seed: int, workers: int =
     Destination(rundir / "dest.db").close()  # tables exist before workers race to make them
     admin: tenure.Store = _retry(lambda: tenure.connect(url))  # type: ignore[assignment]
     pool = Workers(env, base, rng)
-    for i in range(1, workers + 1):
-        skew = None
-        if "skew" in faults:
-            skew = SKEWS[(i - 1) % len(SKEWS)] if fault == "skew" or i <= 3 else None
-        pool.launch(f"w{i}", skew)
-    if "burst" in faults:
-        for i in range(1, BURST_WORKERS + 1):
-            pool.launch(f"b{i}", None, burst_mode=True)
-    _wait_started(hist, [f"w{i}" for i in range(1, workers + 1)])
-    started = time.monotonic()
-    nemesis = Nemesis(env, pool, faults, url, rng, hist)
-    nemesis.start()
-    op_rec = history.Recorder(history.file_for(hist, "operator"), "operator")
-    operator = Operator(admin, op_rec, random.Random(rng.randrange(2**32)), max(2, batch) * workers)  # batches filled
-    try:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            operator.look()
-            time.sleep(0.3)
+    try:  # the workers stop whatever fails (a server that cannot restart fails heal()): none is left behind
+        for i in range(1, workers + 1):
+            skew = None
+            if "skew" in faults:
+                skew = SKEWS[(i - 1) % len(SKEWS)] if fault == "skew" or i <= 3 else None
+            pool.launch(f"w{i}", skew)
+        if "burst" in faults:
+            for i in range(1, BURST_WORKERS + 1):
+                pool.launch(f"b{i}", None, burst_mode=True)
+        _wait_started(hist, [f"w{i}" for i in range(1, workers + 1)])
+        started = time.monotonic()
+        nemesis = Nemesis(env, pool, faults, url, rng, hist)
+        nemesis.start()
+        op_rec = history.Recorder(history.file_for(hist, "operator"), "operator")
+        operator = Operator(admin, op_rec, random.Random(rng.randrange(2**32)), max(2, batch) * workers)
+        try:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                operator.look()
+                time.sleep(0.3)
+        finally:
+            op_rec.close()
+            nemesis.stop()
+            env.heal()
     finally:
-        op_rec.close()
-        nemesis.stop()
-        env.heal()
         pool.stop(grace=env.fault_ttl * (STEPS + 2) + 5)
     if nemesis.error is not None:
         raise RuntimeError(f"the nemesis failed: {nemesis.error!r}") from nemesis.error
