@@ -30,13 +30,7 @@ def private_etcd(prefix: str) -> Iterator[EtcdCluster]:
 @contextlib.contextmanager
 def private_zookeeper(prefix: str) -> Iterator[ZooKeeperServer]:
     """A standalone ZooKeeper in a temporary directory, killed and removed when the block ends."""
-    from devservers.zookeeper import ZooKeeperServer
+    from devservers.zookeeper import running
 
-    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
-        server = ZooKeeperServer(Path(tmp) / "zk")
-        try:
-            server.start()
-            server.wait_serving()
-            yield server
-        finally:
-            server.kill()
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp, running(Path(tmp) / "zk") as server:
+        yield server

@@ -9,7 +9,6 @@ out on its last allowed attempt is parked without a write (``is_parked``).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypedDict
 
@@ -39,7 +38,6 @@ from tenure.core.validation import LAST_TOKEN
 if TYPE_CHECKING:  # typing.Unpack of a TypedDict for **kwargs is Python 3.12's (PEP 692)
     from typing_extensions import Unpack
 
-_FIELDS = frozenset(f.name for f in dataclasses.fields(JobRecord))
 _NEW = JobRecord(job_id="", state=JobState.PENDING)  # every other field at its default
 
 
@@ -70,9 +68,9 @@ class RecordChanges(TypedDict, total=False):
 def _replaced(rec: JobRecord, **changes: Unpack[RecordChanges]) -> JobRecord:
     """``dataclasses.replace(rec, **changes)`` without its loop over the fields and the frozen
     ``__init__``'s setattr per field (a third of a transition's cost, two per claim+complete):
-    the copy's attributes are the record's, then ``changes``. JobRecord has no
-    ``__post_init__`` and no field kept out of ``__init__``."""
-    assert changes.keys() <= _FIELDS, changes.keys() - _FIELDS
+    the copy's attributes are the record's, then ``changes`` (their names and types checked by
+    mypy through ``RecordChanges``). JobRecord has no ``__post_init__`` and no field kept out
+    of ``__init__``."""
     new = object.__new__(JobRecord)
     vars(new).update(vars(rec), **changes)
     return new

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -56,22 +56,35 @@ def test_a_batch_is_three_requests_and_each_claim_writes_what_a_single_claim_doe
         store.renew(lease)  # each is current on its own
 
 
+def _beaten_once(monkeypatch: pytest.MonkeyPatch, steal: Callable[[list[Any]], list[str]]) -> list[str]:
+    """Once, between a claim_next_many request's read and its commit, ``steal(taken)`` (the
+    candidates it took) claims some of them elsewhere; the job ids it stole, filled then."""
+    taking = claims.Request._taking
+    stolen: list[str] = []
+    done = threading.Event()  # set before ``steal`` runs: its own claims pass here too
+
+    def beaten(self: claims.Request, job_ids: list[str]) -> Any:
+        taken = yield from taking(self, job_ids)
+        if not done.is_set():
+            done.set()
+            stolen.extend(steal(taken))
+        return taken
+
+    monkeypatch.setattr(claims.Request, "_taking", beaten)
+    return stolen
+
+
 def test_a_claim_another_claimer_took_meanwhile_fails_alone(etcd_harness: EtcdHarness,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     url = etcd_harness.url()
     store, other = etcd_harness.connect(url), etcd_harness.connect(url)
     store.submit_many([f"j{i}" for i in range(10)])
-    taking = claims.Request._taking
-    stolen: list[str] = []
 
-    def beaten(self: claims.Request, job_ids: list[str]) -> Any:
-        taken = yield from taking(self, job_ids)
-        if not stolen:  # between the read and the commit, once
-            stolen.append(taken[1].read.job_id)
-            other.claim(stolen[0], owner="other", ttl=5.0)
-        return taken
+    def steal_one(taken: list[Any]) -> list[str]:
+        other.claim(taken[1].read.job_id, owner="other", ttl=5.0)
+        return [taken[1].read.job_id]
 
-    monkeypatch.setattr(claims.Request, "_taking", beaten)
+    stolen = _beaten_once(monkeypatch, steal_one)
     sent = _counting(store)
     leases = store.claim_next_many("b", 5.0, 4)
     assert len(leases) == 4 and stolen[0] not in {lease.job_id for lease in leases}
@@ -204,17 +217,12 @@ def test_a_request_whose_claims_all_lost_is_made_again_from_the_indexes_read_bes
     url = etcd_harness.url()
     store, other = etcd_harness.connect(url), etcd_harness.connect(url)
     store.submit_many([f"j{i}" for i in range(8)])
-    taking = claims.Request._taking
-    stolen: list[str] = []
 
-    def beaten(self: claims.Request, job_ids: list[str]) -> Any:
-        taken = yield from taking(self, job_ids)
-        if not stolen:  # every candidate, between the read and the commit, once
-            stolen.extend(one.read.job_id for one in taken)
-            assert len(other.claim_next_many("other", 5.0, 4)) == 4
-        return taken
+    def steal_all(taken: list[Any]) -> list[str]:
+        assert len(other.claim_next_many("other", 5.0, 4)) == 4
+        return [one.read.job_id for one in taken]
 
-    monkeypatch.setattr(claims.Request, "_taking", beaten)
+    stolen = _beaten_once(monkeypatch, steal_all)
     monkeypatch.setattr(contention, "SPREAD", 1)  # no spread: both claimers after the same four
     sent = _counting(store)
     leases = store.claim_next_many("b", 5.0, 4)
