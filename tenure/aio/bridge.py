@@ -1,16 +1,19 @@
-"""Sync code that awaits: ``run(fn, arg)`` calls ``fn(arg)`` in a greenlet of its own, and an
+"""Sync code that awaits: ``run(fn, arg)`` calls ``fn(arg)`` in a greenlet, and an
 ``await_only(awaitable)`` inside it switches to the task that called ``run``, which awaits it
 in the event loop and switches back with its result (or throws its exception in). ``fn`` runs
 once, its frames suspended across each await, so sync code (the protocol's steps) can read
 through I/O the loop waits for without being written as a coroutine or a generator.
 
 The design is SQLAlchemy's asyncio extension's (``sqlalchemy/util/_concurrency_py3k.py``:
-``greenlet_spawn`` and ``await_only``), written again small rather than depended on.
+``greenlet_spawn`` and ``await_only``), written again small rather than depended on. One
+difference: the greenlets are kept for the next call (``_IDLE`` per thread), as starting a new
+one cost three times what a step's switches do (Python 3.11, greenlet 3.5: 12 against 4 us).
 """
 
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Awaitable, Callable
 from contextvars import Context
 from typing import Any, Protocol, TypeVar, cast
@@ -19,12 +22,13 @@ import greenlet
 
 A = TypeVar("A")
 T = TypeVar("T")
+_IDLE = 64  # greenlets kept per thread for the next calls; more run at once are let go after
 
 
 class _Greenlet(Protocol):
     """What this module uses of ``greenlet.greenlet``, which ships no types."""
 
-    dead: bool
+    parent: _Greenlet | None
     gr_context: Context | None
 
     def switch(self, *args: Any) -> Any: ...
@@ -32,7 +36,7 @@ class _Greenlet(Protocol):
     def throw(self, exc: BaseException) -> Any: ...
 
 
-_greenlet: Callable[[Callable[..., Any], _Greenlet], _Greenlet] = greenlet.greenlet
+_greenlet: Callable[[Callable[[_Call], None]], _Greenlet] = greenlet.greenlet
 _current: Callable[[], _Greenlet] = greenlet.getcurrent
 
 
@@ -40,19 +44,47 @@ class NotInStep(RuntimeError):
     """``await_only`` outside ``run``: there is no task to await for it (a programming error)."""
 
 
-_drivers: dict[_Greenlet, _Greenlet] = {}  # each running ``fn``'s greenlet -> the task's greenlet
+class _Call:
+    """One ``fn(arg)`` handed to a greenlet, and what it returned."""
+
+    __slots__ = ("arg", "fn", "value")
+
+    def __init__(self, fn: Callable[[Any], Any], arg: Any) -> None:
+        self.fn, self.arg, self.value = fn, arg, None
+
+
+class _Idle(threading.local):
+    def __init__(self) -> None:
+        self.greenlets: list[_Greenlet] = []  # this thread's, between calls
+
+
+_DONE = object()  # what a greenlet switches to its task with once its call returned
+_running: dict[_Greenlet, _Greenlet] = {}  # each greenlet running a call -> its task's greenlet
+_idle = _Idle()
+
+
+def _serve(call: _Call) -> None:
+    """A greenlet's life: each call handed to it run, then back to the task it ran for. What a
+    call raises ends the greenlet and is raised in the task, as is (by ``switch`` or ``throw``)."""
+    while True:
+        call.value = call.fn(call.arg)
+        del call  # nothing of it kept between calls
+        call = _running[_current()].switch(_DONE)
 
 
 async def run(fn: Callable[[A], T], arg: A) -> T:
     """``fn(arg)``, each ``await_only`` in it awaited here; what it raises, raised here as is
     (a ``CancelledError`` of this task is thrown into it at its ``await_only``, so it unwinds)."""
-    driver = _current()
-    child = _greenlet(fn, driver)
-    child.gr_context = driver.gr_context  # the task's context variables, as SQLAlchemy does
-    _drivers[child] = driver
+    idle = _idle.greenlets
+    child = idle.pop() if idle else _greenlet(_serve)
+    task = _current()
+    child.parent = task  # where what the call raises goes
+    child.gr_context = task.gr_context  # the task's context variables, as SQLAlchemy does
+    call = _Call(fn, arg)
+    _running[child] = task
     try:
-        asked: Any = child.switch(arg)
-        while not child.dead:
+        asked = child.switch(call)
+        while asked is not _DONE:
             try:
                 got = await asked
             except BaseException as exc:  # CancelledError too: fn sees it where it awaited
@@ -60,15 +92,17 @@ async def run(fn: Callable[[A], T], arg: A) -> T:
             else:
                 asked = child.switch(got)
     finally:
-        del _drivers[child]
-    return cast(T, asked)
+        del _running[child]
+    if len(idle) < _IDLE:
+        idle.append(child)
+    return cast(T, call.value)
 
 
 def await_only(awaitable: Awaitable[T]) -> T:
     """``awaitable``'s result, awaited by the task that runs this code (``run``)."""
-    driver = _drivers.get(_current())
-    if driver is None:
+    task = _running.get(_current())
+    if task is None:
         if inspect.iscoroutine(awaitable):
             awaitable.close()  # never awaited: no warning about it
         raise NotInStep("await_only() outside bridge.run(): nothing awaits for it")
-    return cast(T, driver.switch(awaitable))
+    return cast(T, task.switch(awaitable))

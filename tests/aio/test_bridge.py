@@ -14,9 +14,11 @@ import pytest
 from tenure.aio import bridge
 
 
-def live_greenlets() -> int:
-    """Greenlets started and not finished, other than each thread's main one."""
-    return sum(1 for g in gc.get_objects() if isinstance(g, greenlet.greenlet) and g and g.parent is not None)
+def suspended_calls() -> int:
+    """Greenlets suspended inside a call (a step), not between calls (kept for the next one,
+    only their own loop's frame left)."""
+    return sum(1 for g in gc.get_objects() if isinstance(g, greenlet.greenlet) and g and g.parent is not None
+               and g.gr_frame is not None and g.gr_frame.f_back is not None)
 
 
 async def answer(value: int, order: list[str]) -> int:
@@ -94,7 +96,7 @@ def test_an_awaitable_that_fails_raises_in_the_function_where_it_awaited() -> No
     assert caught.value is raised
 
 
-def test_a_task_cancelled_while_the_function_awaits_unwinds_it_and_leaves_no_greenlet() -> None:
+def test_a_task_cancelled_while_the_function_awaits_unwinds_it_and_leaves_no_greenlet_in_it() -> None:
     unwound: list[str] = []
 
     def step(forever: asyncio.Event) -> None:
@@ -105,14 +107,13 @@ def test_a_task_cancelled_while_the_function_awaits_unwinds_it_and_leaves_no_gre
         unwound.append("carried on")  # never: the cancellation is raised in the step
 
     async def scenario() -> None:
-        before = live_greenlets()
         task = asyncio.ensure_future(bridge.run(step, asyncio.Event()))
         await asyncio.sleep(0.01)
-        assert live_greenlets() == before + 1  # suspended in its await
+        assert suspended_calls() == 1  # in its await
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert live_greenlets() == before
+        assert suspended_calls() == 0
 
     asyncio.run(scenario())
     assert unwound == ["unwound"]
@@ -139,3 +140,22 @@ def test_the_function_sees_the_task_s_context_variables() -> None:
         return await bridge.run(step, None)
 
     assert asyncio.run(scenario()) == "the task's"
+
+
+def test_calls_one_after_another_share_a_greenlet_and_one_that_raised_ends_it() -> None:
+    def where(_: None) -> object:
+        bridge.await_only(asyncio.sleep(0))
+        return greenlet.getcurrent()
+
+    def failing(_: None) -> None:
+        raise Refused(greenlet.getcurrent())
+
+    async def scenario() -> None:
+        first = await bridge.run(where, None)
+        assert await bridge.run(where, None) is first and first is not greenlet.getcurrent()
+        with pytest.raises(Refused) as caught:
+            await bridge.run(failing, None)
+        assert caught.value.args[0] is first and first.dead
+        assert await bridge.run(where, None) is not first
+
+    asyncio.run(scenario())
