@@ -175,4 +175,4 @@ class InlineRecordBackend(AsyncRecordBackend):
             yield tx
 
     async def _stepped(self, step: Callable[[Transaction], S], tx: Transaction) -> S:
-        return step(tx)  # its transaction never awaits: no greenlet to switch to and back
+        return step(tx)  # never awaits: no greenlet (it cost a memory claim+complete a tenth, 7 of 70 us)
