@@ -72,7 +72,7 @@ def test_an_awaited_result_keeps_gets_timeout_and_errors() -> None:
 def test_an_io_runs_the_same_with_get_and_awaited() -> None:
     handler = KazooClient().handler
 
-    def io() -> calls.Io[str]:
+    def io() -> calls.ZkIo[str]:
         first = handler.async_result()
         first.set("a")
         missing = handler.async_result()
