@@ -240,7 +240,7 @@ class ZkTransaction(Transaction):
             with mapped_errors(f"reading job {job_id!r}"):
                 try:
                     data, stat = yield job
-                    version = stat.version
+                    data, version = data or b"", stat.version  # none, in a znode made by hand: corrupt
                 except NoNodeError:
                     data, version = None, -1
                 g = yield gen
