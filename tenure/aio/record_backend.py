@@ -21,36 +21,34 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
-from typing import Any, Generic, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Hashable, Sequence
+from typing import Any, TypeVar
 
 from tenure.aio.backend import AsyncBackend, ThreadedBackend
 from tenure.core import contention, steps
 from tenure.core.backend import RecordBackend
 from tenure.core.errors import BackendUnavailable, CorruptRecord, LeaseError, Outraced
-from tenure.core.io_drivers import IoOf
 from tenure.core.lifecycle import Retry
 from tenure.core.record_transaction import Transaction
 from tenure.core.records import Lease, Rejection
 
 R = TypeVar("R")
 S = TypeVar("S")
-E = TypeVar("E")  # the store's effects (``io_drivers.IoOf``)
 P = TypeVar("P")  # one lease's part of a batch
 A = TypeVar("A")  # one lease's answer
 
 
-class Fetched(Generic[E]):
+class Fetched:
     """The reads of one async transaction of a store whose I/O is written as generators
     (``tenure.core.io_drivers``): its ``answer(what, io)`` hook returns what was fetched for
     ``what``, or forgets the step's buffered writes and raises ``steps.NotFetched`` with the
     coroutine that runs ``io()`` through ``run`` (how the store awaits its requests)."""
 
-    def __init__(self, run: Callable[[IoOf[E, Any]], Awaitable[Any]]) -> None:
+    def __init__(self, run: Callable[[Generator[Any, Any, Any]], Awaitable[Any]]) -> None:
         self._run = run
         self._got: dict[Hashable, Any] = {}
 
-    def answer(self, what: Hashable, io: Callable[[], IoOf[E, R]], forget: Callable[[], None]) -> R:
+    def answer(self, what: Hashable, io: Callable[[], Generator[Any, Any, R]], forget: Callable[[], None]) -> R:
         if what in self._got:
             return self._got[what]  # type: ignore[no-any-return]
         forget()  # the step runs again from the start once this is here

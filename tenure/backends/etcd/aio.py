@@ -27,7 +27,7 @@ from tenure.aio.record_backend import AsyncRecordBackend, Fetched
 from tenure.backends.etcd import claims as etcd_claims
 from tenure.backends.etcd import holders as etcd_holders
 from tenure.backends.etcd.backend import EtcdBackend
-from tenure.backends.etcd.client import AioConnection, Effect, EtcdIo
+from tenure.backends.etcd.client import AioConnection, EtcdIo
 from tenure.backends.etcd.leases import etcd_ttl
 from tenure.backends.etcd.transaction import Context, EtcdTransaction, Parts
 from tenure.core import steps
@@ -45,7 +45,7 @@ class AsyncEtcdTransaction(EtcdTransaction):
                  aio: AioConnection) -> None:
         super().__init__(parts, now, fresh, context)
         self._aio = aio
-        self._fetched: Fetched[Effect] = Fetched(aio.run)
+        self._fetched = Fetched(aio.run)
 
     def answer(self, what: Hashable, io: Callable[[], EtcdIo[T]]) -> T:
         return self._fetched.answer(what, io, self.forget)

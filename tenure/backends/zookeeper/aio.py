@@ -15,7 +15,7 @@ from typing import TypeVar
 from tenure.aio.record_backend import AsyncRecordBackend, Fetched
 from tenure.backends.zookeeper import calls
 from tenure.backends.zookeeper.backend import ZooKeeperBackend
-from tenure.backends.zookeeper.calls import Effect, ZkIo
+from tenure.backends.zookeeper.calls import ZkIo
 from tenure.backends.zookeeper.transaction import Parts, ZkTransaction
 from tenure.core.clock import Clock
 from tenure.core.options import Options, StoreURL
@@ -28,7 +28,7 @@ class AsyncZkTransaction(ZkTransaction):
     def __init__(self, parts: Parts, fresh: bool) -> None:
         super().__init__(parts, fresh)
         self._timeout = parts.session.config.timeout
-        self._fetched: Fetched[Effect] = Fetched(functools.partial(calls.run_async, timeout=self._timeout))
+        self._fetched = Fetched(functools.partial(calls.run_async, timeout=self._timeout))
 
     def answer(self, what: Hashable, io: Callable[[], ZkIo[T]]) -> T:
         return self._fetched.answer(what, io, self.forget)
