@@ -20,7 +20,7 @@ from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.options import Options, StoreURL
 from tenure.core.order import Expired, Queued
 from tenure.core.record_transaction import Transaction
-from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Rejection
+from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Op, Rejection
 from tenure.core.transitions import candidate_at, replaced, status
 
 T = TypeVar("T")
@@ -126,7 +126,7 @@ class _MemoryTransaction(Transaction):
     def load(self, job_id: str) -> JobRecord | None:
         return self._writes.get(job_id) or self._s.records.get(job_id)
 
-    def save(self, record: JobRecord) -> None:
+    def save(self, record: JobRecord, op: Op) -> None:
         self._writes[record.job_id] = record
 
     def next_claimable(self) -> str | None:

@@ -170,7 +170,7 @@ class _SQLiteTransaction(Transaction):
         row = self._db.execute(_LOAD_SQL, (job_id,)).fetchone()
         return None if row is None else _decode(row, f"tenure_jobs/{job_id}")
 
-    def save(self, r: JobRecord) -> None:
+    def save(self, r: JobRecord, op: Op) -> None:
         # A pending job queues when it becomes claimable: now, or at its claimable_at if it is
         # scheduled (as memory's queue: a requeue queues the job again).
         queued = None if r.state is not JobState.PENDING else self.now if r.claimable_at is None else r.claimable_at

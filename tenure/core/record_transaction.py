@@ -70,7 +70,7 @@ class Transaction(abc.ABC):
         return record
 
     @abc.abstractmethod
-    def save(self, record: JobRecord) -> None: ...
+    def save(self, record: JobRecord, op: Op) -> None: ...
 
     @abc.abstractmethod
     def next_claimable(self) -> str | None:

@@ -74,7 +74,7 @@ class CasTransaction(Transaction):
         self._events.clear()
         self._rejections.clear()
 
-    def save(self, record: JobRecord) -> None:
+    def save(self, record: JobRecord, op: tenure.Op) -> None:
         self._writes[record.job_id] = record
 
     def next_claimable(self) -> str | None:

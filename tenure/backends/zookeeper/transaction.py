@@ -373,11 +373,11 @@ class ZkTransaction(Transaction):
                 multi.set_data(self._multi, self._p.session.clock_path, b"", -1)
         return self._multi
 
-    def save(self, record: JobRecord) -> None:
+    def save(self, record: JobRecord, op: Op) -> None:
         job_id = record.job_id
         got = self._found[job_id]
         tx = self._tx()
-        slot, index_ops = self._p.index.change(got.rec, got.slot, record, self._placer)
+        slot, index_ops = self._p.index.change(op, got.rec, got.slot, record, self._placer)
         key, gen = self._layout.job(job_id), self._layout.gen(job_id)
         if got.version < 0:
             multi.create(tx, key, zl.dump_record(record, self.epoch, slot))
