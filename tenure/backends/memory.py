@@ -126,8 +126,10 @@ class _MemoryTransaction(Transaction):
     def load(self, job_id: str) -> JobRecord | None:
         return self._writes.get(job_id) or self._s.records.get(job_id)
 
-    def save(self, record: JobRecord, op: Op) -> None:
+    def save(self, record: JobRecord, op: Op, event: HistoryEvent | None) -> None:
         self._writes[record.job_id] = record
+        if event is not None:
+            self._events.append(event)
 
     def next_claimable(self) -> str | None:
         return next(iter(self.next_claimables(1)), None)
@@ -137,9 +139,6 @@ class _MemoryTransaction(Transaction):
 
     def add_rejection(self, rejection: Rejection) -> None:
         self._rejections.append(rejection)
-
-    def add_event(self, event: HistoryEvent) -> None:
-        self._events.append(event)
 
     def commit(self) -> None:
         for job_id, rec in self._writes.items():

@@ -70,7 +70,7 @@ class Transaction(abc.ABC):
         return record
 
     @abc.abstractmethod
-    def save(self, record: JobRecord, op: Op) -> None: ...
+    def save(self, record: JobRecord, op: Op, event: HistoryEvent | None) -> None: ...
 
     @abc.abstractmethod
     def next_claimable(self) -> str | None:
@@ -100,6 +100,3 @@ class Transaction(abc.ABC):
 
     @abc.abstractmethod
     def add_rejection(self, rejection: Rejection) -> None: ...
-
-    @abc.abstractmethod
-    def add_event(self, event: HistoryEvent) -> None: ...

@@ -74,8 +74,10 @@ class CasTransaction(Transaction):
         self._events.clear()
         self._rejections.clear()
 
-    def save(self, record: JobRecord, op: tenure.Op) -> None:
+    def save(self, record: JobRecord, op: tenure.Op, event: HistoryEvent | None) -> None:
         self._writes[record.job_id] = record
+        if event is not None:
+            self._events.append(event)
 
     def next_claimable(self) -> str | None:
         for _, job_id, version in self.claimable():
@@ -88,9 +90,6 @@ class CasTransaction(Transaction):
 
     def add_rejection(self, rejection: Rejection) -> None:
         self._rejections.append(rejection)
-
-    def add_event(self, event: HistoryEvent) -> None:
-        self._events.append(event)
 
     def commit(self) -> None:
         b = self._b

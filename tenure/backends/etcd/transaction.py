@@ -315,11 +315,10 @@ class EtcdTransaction(Transaction):
         return read if transitions.is_next(rec, self.now) else None
 
     # -- writes --------------------------------------------------------------------------
-    def save(self, record: JobRecord, op: Op) -> None:
+    def save(self, record: JobRecord, op: Op, event: HistoryEvent | None) -> None:
         self._saved[record.job_id] = record, op
-
-    def add_event(self, event: HistoryEvent) -> None:
-        self._events.append(event)
+        if event is not None:
+            self._events.append(event)
 
     def add_rejection(self, rejection: Rejection) -> None:
         self._rejections.append(rejection)

@@ -373,7 +373,7 @@ class ZkTransaction(Transaction):
                 multi.set_data(self._multi, self._p.session.clock_path, b"", -1)
         return self._multi
 
-    def save(self, record: JobRecord, op: Op) -> None:
+    def save(self, record: JobRecord, op: Op, event: HistoryEvent | None) -> None:
         job_id = record.job_id
         got = self._found[job_id]
         tx = self._tx()
@@ -401,9 +401,8 @@ class ZkTransaction(Transaction):
             else:
                 multi.delete(tx, path)
         self._saved[job_id] = (record, got)
-
-    def add_event(self, event: HistoryEvent) -> None:
-        self._p.audit.add_event(self._tx(), event, self._checked, self._renewals, replace=not self._unreplaced)
+        if event is not None:  # after the index: the audit's writes come last
+            self._p.audit.add_event(tx, event, self._checked, self._renewals, replace=not self._unreplaced)
 
     def add_rejection(self, rejection: Rejection) -> None:
         self._p.audit.add_rejection(self._tx(), rejection, self._checked)
