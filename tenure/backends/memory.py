@@ -20,7 +20,7 @@ from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.options import Options, StoreURL
 from tenure.core.order import Expired, Queued
 from tenure.core.record_transaction import Transaction
-from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Op, Rejection
+from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Lease, Op, Rejection
 from tenure.core.transitions import candidate_at, replaced, status
 
 T = TypeVar("T")
@@ -123,16 +123,13 @@ class _MemoryTransaction(Transaction):
         self._rejections: list[Rejection] = []
         self._events: list[HistoryEvent] = []
 
-    def load(self, job_id: str) -> JobRecord | None:
+    def load(self, job_id: str, op: Op, lease: Lease | None = None) -> JobRecord | None:
         return self._writes.get(job_id) or self._s.records.get(job_id)
 
     def save(self, record: JobRecord, op: Op, event: HistoryEvent | None) -> None:
         self._writes[record.job_id] = record
         if event is not None:
             self._events.append(event)
-
-    def next_claimable(self) -> str | None:
-        return next(iter(self.next_claimables(1)), None)
 
     def next_claimables(self, n: int) -> list[str]:
         return list(itertools.islice(self._s.candidates(self.now), n))

@@ -46,6 +46,7 @@ from tenure.core.records import (
     JobRecord,
     JobState,
     JobStatus,
+    Lease,
     Op,
     Rejection,
     RejectionKind,
@@ -166,7 +167,7 @@ class _SQLiteTransaction(Transaction):
         self._db = backend._db
         self.now = backend.now()
 
-    def load(self, job_id: str) -> JobRecord | None:
+    def load(self, job_id: str, op: Op, lease: Lease | None = None) -> JobRecord | None:
         row = self._db.execute(_LOAD_SQL, (job_id,)).fetchone()
         return None if row is None else _decode(row, f"tenure_jobs/{job_id}")
 
@@ -187,9 +188,6 @@ class _SQLiteTransaction(Transaction):
         cur = db.execute("INSERT INTO tenure_events (job_id, op, owner, token, at, expires_at) VALUES (?,?,?,?,?,?)",
                          (e.job_id, e.op.value, e.owner, e.token, e.at, e.expires_at))
         self._b._trim("tenure_events", cur.lastrowid)
-
-    def next_claimable(self) -> str | None:
-        return next(iter(self.next_claimables(1)), None)
 
     def next_claimables(self, n: int) -> list[str]:
         # One statement of three index probes (_QUEUE), n of each one's best, merged by the

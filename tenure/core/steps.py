@@ -1,7 +1,7 @@
 """The protocol on a record store, free of I/O: what ``RecordBackend`` (sync) and ``tenure.aio``'s
 ``AsyncRecordBackend`` both carry out, so the logic exists once (issue 17's sans-I/O core).
 
-A *step* is a function of one ``Transaction``: it reads (``load_for``, ``next_claimable``),
+A *step* is a function of one ``Transaction``: it reads (``load``, ``next_claimables``),
 decides with ``transitions`` and buffers its writes (``save``: a record, its operation and its
 history event; ``add_rejection``)
 for the commit. An ``Operation`` is a step with the job it concerns (``Outraced`` names it) and
@@ -168,11 +168,11 @@ def _nothing(found: None) -> None:
 
 
 def _read(tx: Transaction, job_id: str, op: Op, lease: Lease | None = None) -> tuple[JobRecord | None, bool]:
-    """The record the step decides on, from what ``tx.load_for`` found (``read_facts``), and
+    """The record the step decides on, from what ``tx.load`` found (``read_facts``), and
     whether a write that finding calls for was saved for the commit; its CorruptRecord naming
     the job the caller named (a key may hold it encoded: etcd's and ZooKeeper's base64url)."""
     try:
-        loaded = tx.load_for(job_id, op, lease)
+        loaded = tx.load(job_id, op, lease)
     except CorruptRecord as exc:
         raise exc.naming(job_id) from exc.__cause__
     if loaded is None or isinstance(loaded, JobRecord):
@@ -248,9 +248,9 @@ def claim(job_id: str, owner: str, ttl: float, max_attempts: int | None = None) 
 
 def claim_next(owner: str, ttl: float) -> Operation[JobRecord | None, Lease | None]:
     def step(tx: Transaction) -> JobRecord | None:
-        job_id = tx.next_claimable()
+        found = tx.next_claimables(1)
         _save_passed_over(tx)
-        return None if job_id is None else _claim_in(tx, job_id, owner, ttl, None)
+        return _claim_in(tx, found[0], owner, ttl, None) if found else None
 
     return Operation("(claim_next)", step, lambda found: None if found is None else transitions.lease_of(found),
                      contention.CLAIM_NEXT_ATTEMPTS)

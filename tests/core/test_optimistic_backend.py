@@ -34,7 +34,7 @@ class CasTransaction(Transaction):
         self._rejections: list[Rejection] = []
         self._passed: list[read_facts.Loaded] = []
 
-    def load(self, job_id: str) -> JobRecord | None:
+    def record(self, job_id: str) -> JobRecord | None:
         if not self._fresh and job_id in self._b.cache:  # what this process last wrote
             rec, version = self._b.cache[job_id]
             self.guessed = True
@@ -43,8 +43,8 @@ class CasTransaction(Transaction):
         self._read[job_id] = version
         return rec
 
-    def load_for(self, job_id: str, op: tenure.Op, lease: tenure.Lease | None = None) -> read_facts.Loaded:
-        return self._fact(job_id, self.load(job_id))
+    def load(self, job_id: str, op: tenure.Op, lease: tenure.Lease | None = None) -> read_facts.Loaded:
+        return self._fact(job_id, self.record(job_id))
 
     def _fact(self, job_id: str, rec: JobRecord | None) -> read_facts.Loaded:
         """A record, one an earlier clock stamped, or the generation a deleted record left."""
@@ -79,14 +79,14 @@ class CasTransaction(Transaction):
         if event is not None:
             self._events.append(event)
 
-    def next_claimable(self) -> str | None:
+    def next_claimables(self, n: int) -> list[str]:  # one at a time
         for _, job_id, version in self.claimable():
             self._read[job_id] = version  # the claim's load reads it again; this pins what was seen
             fact = self._fact(job_id, self._b.records[job_id][0])
             if transitions.is_claimable(read_facts.seen(fact, tenure.Op.CLAIM, self.now), self.now):
-                return job_id
+                return [job_id]
             self._passed.append(fact)
-        return None
+        return []
 
     def add_rejection(self, rejection: Rejection) -> None:
         self._rejections.append(rejection)

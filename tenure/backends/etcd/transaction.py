@@ -5,7 +5,7 @@ its records into etcd keys (``layout``). Its commit is one Txn whose compares ar
 revisions read, whose success branch writes, and whose failure branch reads the keys of every
 job the step loaded: a lost race (``conflict``) costs no extra read, since those reads answer
 the retry's loads (the core hands the retry its predecessor: ``follow``). Guesses the
-compares verify (``guessed``), made in ``load_for``:
+compares verify (``guessed``), made in ``load``:
 
 - a job not known to exist is new (submit; a claim with a pooled etcd lease at hand), so a
   claim of a new job is one transaction;
@@ -17,7 +17,7 @@ compares verify (``guessed``), made in ``load_for``:
 A change's writes depend on its operation, which the step saves with the record (``_plan``):
 a fail or requeue rewrites the job value, a release only writes its outcome.
 
-claim_next's candidate (``next_claimable``) is read, never guessed. A claim's token is the
+claim_next's candidate (``next_claimables``) is read, never guessed. A claim's token is the
 revision of its commit (``stored``). The etcd leases the keys hang on are ``leases``'s.
 
 Requests it waits for, written once as generators (``client.EtcdIo``) for both flavours: a job's
@@ -238,19 +238,20 @@ class EtcdTransaction(Transaction):
         left = entry.left()
         return dataclasses.replace(rec, lease_until=self.now + left, ended_early=True) if left > 0 else rec
 
-    def load(self, job_id: str) -> JobRecord | None:
+    def read_record(self, job_id: str) -> JobRecord | None:
+        """The job's record as read (or saved) in this transaction, never guessed."""
         if job_id in self._saved:
             return self._saved[job_id][0]
         read = self._reads.get(job_id) or self._use(job_id, self._fetch(job_id))
         rec = self._loaded[job_id] = self._judged(job_id, read)
         return rec
 
-    def load_for(self, job_id: str, op: Op, lease: Lease | None = None) -> JobRecord | None:
+    def load(self, job_id: str, op: Op, lease: Lease | None = None) -> JobRecord | None:
         """A first attempt guesses: a submitted job is new, and so is a claimed one when a pooled
         etcd lease is at hand (one transaction; otherwise the grant goes beside the read); a
         holder's lease implies its record. A retry, or a job already read, reads."""
         if self._fresh or job_id in self._reads or job_id in self._saved:
-            return self._held_fresh(lease) if lease is not None else self.load(job_id)
+            return self._held_fresh(lease) if lease is not None else self.read_record(job_id)
         if lease is not None:
             claimed = self._p.claimed.get((job_id, lease.token, lease.owner)) if op is Op.FAIL else None
             if op is Op.FAIL and claimed is None:  # a fail needs the job's attempts and limit: read
@@ -261,7 +262,7 @@ class EtcdTransaction(Transaction):
             self._use(job_id, Read(job_id, None, self.now))  # compared as absent
             self._loaded[job_id] = None
             return None
-        return self.load(job_id)
+        return self.read_record(job_id)
 
     def _held_fresh(self, lease: Lease) -> JobRecord | None:
         job_id = lease.job_id
@@ -292,15 +293,16 @@ class EtcdTransaction(Transaction):
             if claimed is None else dataclasses.replace(claimed, lease_until=lease.expires_at, ttl=lease.ttl)
         return rec
 
-    def next_claimable(self) -> str | None:
-        """Index candidates (``claimable``), each read here and passed over unless claimable
-        at ``now``; the one returned is claimed from that read, so a claim someone made since
-        is a conflict of the commit, which the core retries from a fresh index read."""
+    def next_claimables(self, n: int) -> list[str]:
+        """One job (claim_next_many goes its own way: ``claims``): index candidates
+        (``claimable``), each read here and passed over unless claimable at ``now``; the one
+        returned is claimed from that read, so a claim someone made since is a conflict of the
+        commit, which the core retries from a fresh index read."""
         found = self.answer(("claimable",), self._finding)
         if found is None:
-            return None
+            return []
         self._use(found.job_id, found)
-        return found.job_id
+        return [found.job_id]
 
     def _finding(self) -> EtcdIo[Read | None]:
         return (yield from claimable.first_claimable(self._k, self._leases, self._p.queue, self._take, self.now))

@@ -8,7 +8,7 @@ ZooKeeper answers a session in order, so the data is at least as new as the cloc
 the generation znode with the token (its version IS the token) or checks it there, keeps the
 index (``index``) and adds the audit (``audit``); a job read and not written is checked at its
 version. A multi that fails on a version is a conflict: nothing was written.
-**Guesses** (``load_for``), one round trip, never judging expiry: a claim takes its job to be
+**Guesses** (``load``), one round trip, never judging expiry: a claim takes its job to be
 new (once claims here find jobs existing, a read goes out behind the multi: ``follow``); the
 holder's renew and complete answer from the record this process wrote (``Written``) while its
 deadline runs. Both stamp with an upper bound of the leader's clock (``Session.bound_now``).
@@ -152,13 +152,14 @@ class ZkTransaction(Transaction):
             self._now, self.epoch = now, epoch
 
     # -- reading -------------------------------------------------------------------------------------
-    def load(self, job_id: str) -> JobRecord | None:
+    def read_record(self, job_id: str) -> JobRecord | None:
+        """The job's record, read (an operator's ``get``: no guess, no facts)."""
         got = self._found.get(job_id) or self._read([job_id])[0]
         if got.error:
             raise got.error
         return got.rec
 
-    def load_for(self, job_id: str, op: Op, lease: Lease | None = None) -> read_facts.Loaded:
+    def load(self, job_id: str, op: Op, lease: Lease | None = None) -> read_facts.Loaded:
         got = self._found.get(job_id) or self._guess(job_id, op, lease) or self._followed(job_id) \
             or self._read([job_id], queue=op in _QUEUING)[0]
         self._found[job_id] = got
@@ -296,9 +297,6 @@ class ZkTransaction(Transaction):
                           read[g][1] if g in read else None) for j, k, g in zip(job_ids, keys, gens, strict=True)]
 
         return answer()
-
-    def next_claimable(self) -> str | None:
-        return next(iter(self.next_claimables(1)), None)
 
     def next_claimables(self, n: int) -> list[str]:
         if self._proposed is None:
