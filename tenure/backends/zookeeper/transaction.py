@@ -8,7 +8,7 @@ ZooKeeper answers a session in order, so the data is at least as new as the cloc
 the generation znode with the token (its version IS the token) or checks it there, keeps the
 index (``index``) and adds the audit (``audit``); a job read and not written is checked at its
 version. A multi that fails on a version is a conflict: nothing was written.
-**Guesses** (``load_for``), one round trip, never judging expiry: a claim takes its job to be
+**Guesses** (``load``), one round trip, never judging expiry: a claim takes its job to be
 new (once claims here find jobs existing, a read goes out behind the multi: ``follow``); the
 holder's renew and complete answer from the record this process wrote (``Written``) while its
 deadline runs. Both stamp with an upper bound of the leader's clock (``Session.bound_now``).
@@ -152,13 +152,14 @@ class ZkTransaction(Transaction):
             self._now, self.epoch = now, epoch
 
     # -- reading -------------------------------------------------------------------------------------
-    def load(self, job_id: str) -> JobRecord | None:
+    def read_record(self, job_id: str) -> JobRecord | None:
+        """The job's record, read (an operator's ``get``: no guess, no facts)."""
         got = self._found.get(job_id) or self._read([job_id])[0]
         if got.error:
             raise got.error
         return got.rec
 
-    def load_for(self, job_id: str, op: Op, lease: Lease | None = None) -> read_facts.Loaded:
+    def load(self, job_id: str, op: Op, lease: Lease | None = None) -> read_facts.Loaded:
         got = self._found.get(job_id) or self._guess(job_id, op, lease) or self._followed(job_id) \
             or self._read([job_id], queue=op in _QUEUING)[0]
         self._found[job_id] = got
@@ -297,9 +298,6 @@ class ZkTransaction(Transaction):
 
         return answer()
 
-    def next_claimable(self) -> str | None:
-        return next(iter(self.next_claimables(1)), None)
-
     def next_claimables(self, n: int) -> list[str]:
         if self._proposed is None:
             self._proposed = self.answer(("claimable", n), lambda: self._finding(n))
@@ -373,11 +371,11 @@ class ZkTransaction(Transaction):
                 multi.set_data(self._multi, self._p.session.clock_path, b"", -1)
         return self._multi
 
-    def save(self, record: JobRecord) -> None:
+    def save(self, record: JobRecord, op: Op, event: HistoryEvent | None) -> None:
         job_id = record.job_id
         got = self._found[job_id]
         tx = self._tx()
-        slot, index_ops = self._p.index.change(got.rec, got.slot, record, self._placer)
+        slot, index_ops = self._p.index.change(op, got.rec, got.slot, record, self._placer)
         key, gen = self._layout.job(job_id), self._layout.gen(job_id)
         if got.version < 0:
             multi.create(tx, key, zl.dump_record(record, self.epoch, slot))
@@ -401,9 +399,8 @@ class ZkTransaction(Transaction):
             else:
                 multi.delete(tx, path)
         self._saved[job_id] = (record, got)
-
-    def add_event(self, event: HistoryEvent) -> None:
-        self._p.audit.add_event(self._tx(), event, self._checked, self._renewals, replace=not self._unreplaced)
+        if event is not None:  # after the index: the audit's writes come last
+            self._p.audit.add_event(tx, event, self._checked, self._renewals, replace=not self._unreplaced)
 
     def add_rejection(self, rejection: Rejection) -> None:
         self._p.audit.add_rejection(self._tx(), rejection, self._checked)
