@@ -31,9 +31,9 @@ class FetchingTransaction(CasTransaction):
         super().__init__(b, fresh)
         self._fetches, self._loads = fetches, loads
 
-    def load_for(self, job_id: str, op: tenure.Op, lease: tenure.Lease | None = None) -> read_facts.Loaded:
+    def load(self, job_id: str, op: tenure.Op, lease: tenure.Lease | None = None) -> read_facts.Loaded:
         self._loads.append(job_id)
-        return super().load_for(job_id, op, lease)
+        return super().load(job_id, op, lease)
 
     def read(self, job_id: str) -> tuple[JobRecord | None, int]:
         return bridge.await_only(self._fetched(job_id, lambda: super(FetchingTransaction, self).read(job_id)))

@@ -1,6 +1,6 @@
 """``zk://`` for tenure.aio (docs/asyncio.md): the protocol's steps (``AsyncRecordBackend``)
 over ``ZkTransaction``, whose reads (``answer``) here are awaited in the loop, the step
-suspended meanwhile (``tenure.aio.bridge``), and whose commit is the same ``Io``, awaited
+suspended meanwhile (``tenure.aio.bridge``), and whose commit is the same ``ZkIo``, awaited
 (``calls.run_async``): the same requests, guesses and round trips as the sync backend, no
 thread per call. Queries and closing go to the sync backend in one worker thread per store
 (``ThreadedBackend``), for now.
@@ -16,7 +16,7 @@ from tenure.aio import bridge
 from tenure.aio.record_backend import AsyncRecordBackend
 from tenure.backends.zookeeper import calls
 from tenure.backends.zookeeper.backend import ZooKeeperBackend
-from tenure.backends.zookeeper.calls import Io
+from tenure.backends.zookeeper.calls import ZkIo
 from tenure.backends.zookeeper.transaction import Parts, ZkTransaction
 from tenure.core.clock import Clock
 from tenure.core.options import Options, StoreURL
@@ -30,7 +30,7 @@ class AsyncZkTransaction(ZkTransaction):
         super().__init__(parts, fresh)
         self._timeout = parts.session.config.timeout
 
-    def answer(self, io: Io[T]) -> T:
+    def answer(self, io: ZkIo[T]) -> T:
         return bridge.await_only(calls.run_async(io, self._timeout))
 
     async def commit_async(self) -> None:
