@@ -95,6 +95,7 @@ async def run(fn: Callable[[A], T], arg: A) -> T:
     finally:
         del _running[child]
     if len(idle) < _IDLE:
+        child.gr_context = None  # keeps nothing of the task's alive while idle
         idle.append(child)
     return cast(T, call.value)
 

@@ -7,6 +7,7 @@ import asyncio
 import contextvars
 import gc
 import warnings
+import weakref
 
 import greenlet
 import pytest
@@ -157,5 +158,29 @@ def test_calls_one_after_another_share_a_greenlet_and_one_that_raised_ends_it() 
             await bridge.run(failing, None)
         assert caught.value.args[0] is first and first.dead
         assert await bridge.run(where, None) is not first
+
+    asyncio.run(scenario())
+
+
+def test_a_greenlet_kept_for_the_next_call_keeps_nothing_of_the_last_task() -> None:
+    class Big:
+        pass
+
+    held: contextvars.ContextVar[Big] = contextvars.ContextVar("held")
+
+    def step(_: None) -> None:
+        bridge.await_only(asyncio.sleep(0))
+
+    async def task() -> weakref.ref[Big]:
+        big = Big()
+        held.set(big)
+        await bridge.run(step, None)
+        return weakref.ref(big)
+
+    async def scenario() -> None:
+        gone = await asyncio.ensure_future(task())  # a task of its own: its context ends with it
+        await asyncio.sleep(0)  # the loop lets go of the finished task
+        gc.collect()
+        assert gone() is None
 
     asyncio.run(scenario())
