@@ -6,12 +6,6 @@ first, the write fails as a whole and the operation reads again: after a short r
 so two writers that collided do not collide again in step, growing while they keep colliding.
 After ``ATTEMPTS`` it gives up with ``Outraced``: nothing was written.
 
-    for _ in contention.attempts():
-        read = ...
-        if conditional_write(...):
-            return
-    raise contention.outraced(job_id)
-
 This module holds the numbers (``ATTEMPTS``, the pauses) and the one error; when an operation
 attempts again, after what pause, and when it gives up is decided once, by ``steps.Tries``, for
 record transactions and for a store whose attempt is one request (``steps.attempted``: an
@@ -23,7 +17,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tenure.core.errors import Outraced
@@ -45,14 +39,6 @@ LONGEST_PAUSE = 0.1  # seconds, at most, of any one pause
 def pause(retry: int, rand: Callable[[], float] = random.random) -> float:
     """The pause before retry number ``retry`` (1 for the first): full jitter, capped."""
     return rand() * min(LONGEST_PAUSE, FIRST_PAUSE * 2.0 ** (retry - 1))
-
-
-def attempts(count: int = ATTEMPTS, sleep: Callable[[float], None] | None = None) -> Iterator[int]:
-    """Attempt numbers from 0, with a pause (``time.sleep`` unless given) before each retry."""
-    for attempt in range(count):
-        if attempt:
-            (sleep or time.sleep)(pause(attempt))
-        yield attempt
 
 
 def wait(retry: int) -> None:

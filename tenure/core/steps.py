@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Final, Generic, Literal, TypeVar
 
 from tenure.core import batches, contention, read_facts, transitions
 from tenure.core.errors import (
@@ -101,9 +101,9 @@ class Attempt:
 
 
 # How an attempt that did not stick ended (``Tries.lost``), which decides the next:
-COLLIDED = "collided"  # lost a race on what it read: counted, and paused (colliders fall out of step)
-REFUTED = "refuted"  # decided on a guess the store refuted: counted, again at once on fresh reads
-RESEND = "resend"  # the store asks for the same attempt once more: at once, uncounted
+COLLIDED: Final = "collided"  # lost a race on what it read: counted, and paused (colliders fall out of step)
+REFUTED: Final = "refuted"  # decided on a guess the store refuted: counted, again at once on fresh reads
+RESEND: Final = "resend"  # the store asks for the same attempt once more: at once, uncounted
 Ending = Literal["collided", "refuted", "resend"]
 FIRST = Attempt(fresh=False, retry=0)  # reads as the store likes (it may guess)
 AT_ONCE = Attempt(fresh=True, retry=0)
@@ -212,6 +212,8 @@ def attempted(attempt: Callable[[], Generator[E, A, T]], job_id: str, count: int
     ``count`` attempts ``gave_up()`` answers (a batch whose items each say what became of
     them), else ``Outraced``: nothing was written."""
     tries: Tries | None = None  # made once an attempt is lost: the first is always made
+    lost: Ending
+    why: Exception
     while True:
         try:
             return (yield from attempt())
