@@ -31,11 +31,14 @@ class Transaction(abc.ABC):
     now: float
     conflict: bool = False  # set by the commit: lost a race, nothing was written
     guessed: bool = False  # set by load: answered from a cache, not a fresh read
-    # Set by the commit with ``conflict`` when nothing collided: the store refused a write it
-    # found already done (ZooKeeper: an index entry already as the multi would leave it). The
-    # core attempts again at once, uncounted; ``follow`` hands the next transaction this one's
-    # reads and what to leave out, so it sends the rest without reading. Each resend must
-    # leave out more than the one before (so they end).
+    # Set by the commit when the step must go again at once, uncounted (``steps.Tries``). With
+    # ``conflict``, nothing was written and nothing collided: the store refused a write it found
+    # already done (ZooKeeper: an index entry already as the multi would leave it), or one that
+    # named what no longer exists (etcd: an etcd lease gone); ``follow`` hands the next
+    # transaction this one's reads and what to change, so it sends again without reading.
+    # Without ``conflict``, the commit wrote and asks for the step once more on what it wrote
+    # (etcd: a renewal that found its key moved by another connection moves it again). The
+    # store makes its resends end (ZooKeeper's each leave out more; etcd's go once).
     resend: bool = False
 
     @abc.abstractmethod
@@ -61,7 +64,8 @@ class Transaction(abc.ABC):
         """Called on a retry's transaction with the attempt before it (its commit conflicted or
         its guess was refuted), before the step runs: a store whose failed commit brought back
         what it now holds (etcd's failure branch, a read ZooKeeper sent behind its multi) may
-        answer ``load`` from that; after a ``resend``, from the reads the failed commit vouched for."""
+        answer ``load`` from that; after a ``resend``, from the reads the failed commit vouched for
+        (or what the commit wrote). A resend is opened as fresh as the attempt it repeats."""
 
     def stored(self, record: JobRecord) -> JobRecord:
         """After the commit, ``record`` (what a claim or holder step saved) as the store wrote

@@ -5,7 +5,9 @@ A *step* is a function of one ``Transaction``: it reads (``load_for``, ``next_cl
 decides with ``transitions`` and buffers its writes (``save``, ``add_event``, ``add_rejection``)
 for the commit. An ``Operation`` is a step with the job it concerns (``Outraced`` names it) and
 what its caller gets back. ``Attempts`` holds the rules for running an operation's step until it
-sticks. A driver only opens transactions, waits (a pause, a read) and calls these:
+sticks, by the one attempt policy (``Tries``: counts, pauses, ``Outraced``, resends), which
+``attempted`` also runs for a store whose attempt is one request (PostgreSQL's statements). A
+driver only opens transactions, waits (a pause, a read) and calls these:
 
     attempts = steps.Attempts(operation)
     while True:
@@ -13,7 +15,7 @@ sticks. A driver only opens transactions, waits (a pause, a read) and calls thes
         pause contention.pause(attempt.retry) if attempt.retry
         with transaction(fresh=attempt.fresh) as tx:  # commits on leaving
             found = attempts.step(tx)                 # Reread / LeaseError: attempts.retry_after
-        if attempts.stuck(tx):
+        if attempts.stuck(tx):                        # not after a conflict or a resend
             return attempts.result(tx, found)
 
 Reads in an event loop: a transaction whose reads must await I/O raises ``NotFetched`` from a
