@@ -46,6 +46,7 @@ from tenure.core.records import (
     JobRecord,
     JobState,
     JobStatus,
+    Lease,
     Op,
     Rejection,
     RejectionKind,
@@ -166,21 +167,27 @@ class _SQLiteTransaction(Transaction):
         self._db = backend._db
         self.now = backend.now()
 
-    def load(self, job_id: str) -> JobRecord | None:
+    def load(self, job_id: str, op: Op, lease: Lease | None = None) -> JobRecord | None:
         row = self._db.execute(_LOAD_SQL, (job_id,)).fetchone()
         return None if row is None else _decode(row, f"tenure_jobs/{job_id}")
 
-    def save(self, r: JobRecord) -> None:
+    def save(self, r: JobRecord, op: Op, e: HistoryEvent | None) -> None:
         # A pending job queues when it becomes claimable: now, or at its claimable_at if it is
         # scheduled (as memory's queue: a requeue queues the job again).
         queued = None if r.state is not JobState.PENDING else self.now if r.claimable_at is None else r.claimable_at
-        self._db.execute(_SAVE_SQL, (
+        db = self._db
+        db.execute(_SAVE_SQL, (
             r.job_id, r.state.value, r.owner, r.token, r.lease_until, r.ttl, r.submitted_at, r.claimed_at,
             r.renewed_at, r.completed_at, r.runs, r.result, r.attempts, r.max_attempts, r.last_error,
             r.claimable_at, r.failed_at, queued))
-
-    def next_claimable(self) -> str | None:
-        return next(iter(self.next_claimables(1)), None)
+        if e is None:
+            return
+        claim = replaced(e)
+        if claim is not None:  # its claim's earlier renewal event goes (tenure_events_job)
+            db.execute("DELETE FROM tenure_events WHERE job_id = ? AND token = ? AND op = ?", (*claim, e.op.value))
+        cur = db.execute("INSERT INTO tenure_events (job_id, op, owner, token, at, expires_at) VALUES (?,?,?,?,?,?)",
+                         (e.job_id, e.op.value, e.owner, e.token, e.at, e.expires_at))
+        self._b._trim("tenure_events", cur.lastrowid)
 
     def next_claimables(self, n: int) -> list[str]:
         # One statement of three index probes (_QUEUE), n of each one's best, merged by the
@@ -197,16 +204,6 @@ class _SQLiteTransaction(Transaction):
             (r.job_id, r.op.value, r.owner, r.token, r.current_owner, r.current_token, r.at,
              r.reason, r.kind.value, r.resource))
         self._b._trim("tenure_rejections", cur.lastrowid)
-
-    def add_event(self, e: HistoryEvent) -> None:
-        claim = replaced(e)
-        if claim is not None:  # its claim's earlier renewal event goes (tenure_events_job)
-            self._db.execute("DELETE FROM tenure_events WHERE job_id = ? AND token = ? AND op = ?",
-                             (*claim, e.op.value))
-        cur = self._db.execute(
-            "INSERT INTO tenure_events (job_id, op, owner, token, at, expires_at) VALUES (?,?,?,?,?,?)",
-            (e.job_id, e.op.value, e.owner, e.token, e.at, e.expires_at))
-        self._b._trim("tenure_events", cur.lastrowid)
 
 
 def file_of(url: StoreURL) -> Path | None:

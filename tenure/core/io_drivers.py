@@ -1,13 +1,16 @@
 """A store's I/O written once for sync and asyncio callers, as generators.
 
-An ``Io[T]`` is a generator that sends its requests (without waiting), yields each pending
-answer it must wait for, is sent the answer's value (or has its exception thrown in, as a
-blocking call would have raised it there) and returns a ``T``. Requests sent before a yield
-travel together (pipelined). ``run`` waits for each answer in this thread, ``run_async``
-awaits it; what a pending answer is and how it is waited for is the store's (``wait``).
+An I/O generator sends its requests (without waiting), yields each effect it must wait for
+(a pending answer, or a request for the driver to send), is sent the answer's value (or has
+its exception thrown in, as a blocking call would have raised it there) and returns a ``T``.
+Requests sent before a yield travel together (pipelined). ``run`` waits for each answer in
+this thread, ``run_async`` awaits it; what an effect is and how it is answered is the store's
+(``wait``), and mypy checks that ``wait`` answers every kind a generator yields with what the
+generator is sent (PostgreSQL's plans: a query's rows).
 
-``IoOf[E, T]`` names what an ``Io`` yields (``E``: a store's effects, e.g. etcd's ``EtcdIo``), so
-mypy checks each yield and that ``wait`` answers every kind; ``Io[T]`` yields anything.
+``IoOf[E, T]`` is such a generator yielding a store's effects ``E`` (etcd's ``EtcdIo``,
+ZooKeeper's ``ZkIo``) and sent ``Any``: one send type per generator cannot follow which
+effect it answers, so a store whose effects answer different types says so with ``Any``.
 """
 
 from __future__ import annotations
@@ -16,12 +19,12 @@ from collections.abc import Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
-E = TypeVar("E")
+E = TypeVar("E")  # what the generator yields: the store's effects
+S = TypeVar("S")  # what it is sent: their answers
 IoOf = Generator[E, Any, T]
-Io = IoOf[Any, T]
 
 
-def run(io: IoOf[E, T], wait: Callable[[E], Any]) -> T:
+def run(io: Generator[E, S, T], wait: Callable[[E], S]) -> T:
     """``io``, each answer it yields given ``wait(answer)`` in this thread."""
     try:
         pending = next(io)
@@ -36,7 +39,7 @@ def run(io: IoOf[E, T], wait: Callable[[E], Any]) -> T:
         return done.value  # type: ignore[no-any-return]
 
 
-async def run_async(io: IoOf[E, T], wait: Callable[[E], Awaitable[Any]]) -> T:
+async def run_async(io: Generator[E, S, T], wait: Callable[[E], Awaitable[S]]) -> T:
     """``io``, each answer it yields awaited as ``wait(answer)`` in the running loop."""
     try:
         pending = next(io)

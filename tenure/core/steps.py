@@ -1,8 +1,9 @@
 """The protocol on a record store, free of I/O: what ``RecordBackend`` (sync) and ``tenure.aio``'s
 ``AsyncRecordBackend`` both carry out, so the logic exists once (issue 17's sans-I/O core).
 
-A *step* is a function of one ``Transaction``: it reads (``load_for``, ``next_claimable``),
-decides with ``transitions`` and buffers its writes (``save``, ``add_event``, ``add_rejection``)
+A *step* is a function of one ``Transaction``: it reads (``load``, ``next_claimables``),
+decides with ``transitions`` and buffers its writes (``save``: a record, its operation and its
+history event; ``add_rejection``)
 for the commit. An ``Operation`` is a step with the job it concerns (``Outraced`` names it) and
 what its caller gets back. ``Attempts`` holds the rules for running an operation's step until it
 sticks, by the one attempt policy (``Tries``: counts, pauses, ``Outraced``, resends), which
@@ -251,18 +252,18 @@ def _nothing(found: None) -> None:
 
 
 def _read(tx: Transaction, job_id: str, op: Op, lease: Lease | None = None) -> tuple[JobRecord | None, bool]:
-    """The record the step decides on, from what ``tx.load_for`` found (``read_facts``), and
+    """The record the step decides on, from what ``tx.load`` found (``read_facts``), and
     whether a write that finding calls for was saved for the commit; its CorruptRecord naming
     the job the caller named (a key may hold it encoded: etcd's and ZooKeeper's base64url)."""
     try:
-        loaded = tx.load_for(job_id, op, lease)
+        loaded = tx.load(job_id, op, lease)
     except CorruptRecord as exc:
         raise exc.naming(job_id) from exc.__cause__
     if loaded is None or isinstance(loaded, JobRecord):
         return loaded, False  # a record as read: nothing to decide (the common case, kept short)
     write = read_facts.restamped(loaded, op, tx.now)
     if write is not None:
-        tx.save(write)
+        tx.save(write, read_facts.RESTAMP, None)
     return read_facts.seen(loaded, op, tx.now), write is not None
 
 
@@ -275,7 +276,7 @@ def _save_passed_over(tx: Transaction) -> None:
     for loaded in tx.passed_over():
         write = read_facts.restamped(loaded, Op.CLAIM, tx.now)
         if write is not None:
-            tx.save(write)
+            tx.save(write, read_facts.RESTAMP, None)
 
 
 def submit(job_ids: list[str], actor: str | None, max_attempts: int | None = None,
@@ -285,8 +286,7 @@ def submit(job_ids: list[str], actor: str | None, max_attempts: int | None = Non
         for job_id in job_ids:
             new = transitions.submit(_load(tx, job_id, Op.SUBMIT), job_id, tx.now, max_attempts, delay)
             if new is not None:
-                tx.save(new)
-                tx.add_event(transitions.history_event(new, Op.SUBMIT, tx.now, actor))
+                tx.save(new, Op.SUBMIT, transitions.history_event(new, Op.SUBMIT, tx.now, actor))
 
     return Operation(job_ids[0] if job_ids else "", step, _nothing)
 
@@ -308,8 +308,7 @@ def submit_many(job_ids: list[str], actor: str | None, size: int,
 def _claimed(tx: Transaction, rec: JobRecord | None, job_id: str, owner: str, ttl: float,
              max_attempts: int | None) -> JobRecord:
     new = transitions.claim(rec, job_id, owner, ttl, tx.now, max_attempts)
-    tx.save(new)
-    tx.add_event(transitions.history_event(new, Op.CLAIM, tx.now))
+    tx.save(new, Op.CLAIM, transitions.history_event(new, Op.CLAIM, tx.now))
     return new
 
 
@@ -333,9 +332,9 @@ def claim(job_id: str, owner: str, ttl: float, max_attempts: int | None = None) 
 
 def claim_next(owner: str, ttl: float) -> Operation[JobRecord | None, Lease | None]:
     def step(tx: Transaction) -> JobRecord | None:
-        job_id = tx.next_claimable()
+        found = tx.next_claimables(1)
         _save_passed_over(tx)
-        return None if job_id is None else _claim_in(tx, job_id, owner, ttl, None)
+        return _claim_in(tx, found[0], owner, ttl, None) if found else None
 
     return Operation("(claim_next)", step, lambda found: None if found is None else transitions.lease_of(found),
                      contention.CLAIM_NEXT_ATTEMPTS)
@@ -348,8 +347,8 @@ def holder(op: Op, lease: Lease, change: transitions.Change) -> Operation[JobRec
     def step(tx: Transaction) -> JobRecord | Rejection:
         found = transitions.holder_step(_load(tx, lease.job_id, op, lease), op, lease, change, tx.now)
         if isinstance(found, JobRecord):
-            tx.save(found)  # the history names the holder, also when the step gave the job back
-            tx.add_event(transitions.history_event(found, op, tx.now, lease.owner))
+            # The history names the holder, also when the step gave the job back.
+            tx.save(found, op, transitions.history_event(found, op, tx.now, lease.owner))
         elif tx.guessed:
             raise Reread  # never audit a refusal of what may be an old copy
         else:
@@ -389,8 +388,7 @@ def requeue(job_id: str, actor: str | None, delay: float, token: int | None) -> 
         if rec is not None and token is not None and rec.token != token:
             raise TokenChanged(job_id, token, rec.token)
         new = transitions.requeue(rec, job_id, delay, tx.now)
-        tx.save(new)
-        tx.add_event(transitions.history_event(new, Op.REQUEUE, tx.now, actor))
+        tx.save(new, Op.REQUEUE, transitions.history_event(new, Op.REQUEUE, tx.now, actor))
 
     return Operation(job_id, step, _nothing)
 
@@ -404,8 +402,7 @@ def force_expire(job_id: str, actor: str | None, token: int | None) -> Operation
             raise TokenChanged(job_id, token, rec.token)
         if rec.state is JobState.LEASED and rec.lease_until is not None and not lease_over(rec.lease_until, tx.now):
             new = transitions.force_expire(rec, tx.now)
-            tx.save(new)
-            tx.add_event(transitions.history_event(new, Op.EXPIRE, tx.now, actor))
+            tx.save(new, Op.EXPIRE, transitions.history_event(new, Op.EXPIRE, tx.now, actor))
 
     return Operation(job_id, step, _nothing)
 

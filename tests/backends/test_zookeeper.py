@@ -119,6 +119,7 @@ def test_foreign_znodes_are_corrupt_never_a_crash_never_overwritten(zk_harness: 
                                              "token": 0, "runs": 1}).encode(),
             zl.encode("bytes"): b"\xff\xfe",
             zl.encode("deep"): b"[" * 100_000,  # deeper than Python recurses
+            zl.encode("null"): None,  # no data at all (ZooKeeper's null), not even empty
         }
         for name, data in foreign.items():
             client.create(f"{layout.jobs}/{name}", data)
@@ -133,7 +134,7 @@ def test_foreign_znodes_are_corrupt_never_a_crash_never_overwritten(zk_harness: 
                                                                        "the value is not a JSON object")
         assert store.rejections() == [] and [e.job_id for e in store.history()] == ["good"]
 
-        for job_id in ("json", "alien", "state", "bytes"):
+        for job_id in ("json", "alien", "state", "bytes", "null"):
             with pytest.raises(tenure.CorruptRecord):
                 store.claim(job_id, owner="b", ttl=zk_harness.ttl)
             with pytest.raises(tenure.CorruptRecord):
@@ -202,6 +203,21 @@ def test_watch_is_driven_by_zookeeper_watches_not_polling(zk_harness: ZooKeeperH
             assert pool.submit(next, changes).result(timeout=10).job.owner == "a"
             client.delete(layout.job("doomed"))
             assert pool.submit(next, changes).result(timeout=10).removed == "doomed"
+        finally:
+            stop.set()
+            pool.shutdown(wait=False)
+
+
+def test_watch_shows_a_job_znode_without_data_as_corrupt(zk_harness: ZooKeeperHarness) -> None:
+    with zk_harness.connect() as store:
+        client, layout = store.backend.client, store.backend.layout  # type: ignore[attr-defined]
+        client.create(layout.job("null"), None)  # by hand: ZooKeeper's null data
+        stop = threading.Event()
+        changes = store.watch(stop, interval=30)
+        pool = concurrent.futures.ThreadPoolExecutor(1)
+        try:
+            job = pool.submit(next, changes).result(timeout=10).job
+            assert job is not None and (job.job_id, job.state) == ("null", tenure.JobState.CORRUPT)
         finally:
             stop.set()
             pool.shutdown(wait=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import threading
 import uuid
 from typing import Any
@@ -72,7 +73,7 @@ def test_an_awaited_result_keeps_gets_timeout_and_errors() -> None:
 def test_an_io_runs_the_same_with_get_and_awaited() -> None:
     handler = KazooClient().handler
 
-    def io() -> calls.Io[str]:
+    def io() -> calls.ZkIo[str]:
         first = handler.async_result()
         first.set("a")
         missing = handler.async_result()
@@ -82,6 +83,21 @@ def test_an_io_runs_the_same_with_get_and_awaited() -> None:
         return str((yield first))
 
     assert calls.run(io(), 1.0) == asyncio.run(calls.run_async(io(), 1.0)) == "a"
+
+
+def test_calls_types_kazoos_requests_as_kazoo_takes_them() -> None:
+    """kazoo has no types: ``calls.Client``, ``Multi`` and ``Answer`` say what tenure calls, and
+    mypy checks the calls against them. Each is kazoo's, each parameter named in kazoo's place."""
+    multi = type(KazooClient().transaction())
+    for owner, typed in ((KazooClient, calls.Client), (multi, calls.Multi), (kazoo_utils.AsyncResult, calls.Answer)):
+        members = {n: v for n, v in vars(typed).items() if not n.startswith("__") and callable(v)}
+        assert members
+        for name, ours in members.items():
+            if ours.__name__ == "_overload_dummy":  # overloads are not kept at run time
+                assert callable(getattr(owner, name)), name
+                continue
+            named = list(inspect.signature(ours).parameters)
+            assert named == list(inspect.signature(getattr(owner, name)).parameters)[:len(named)], name
 
 
 def test_a_step_run_again_after_a_fetch_decides_as_it_did_before(zk_server: ZooKeeperServer,

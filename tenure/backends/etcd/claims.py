@@ -60,9 +60,9 @@ class _One:
         self.op: Any = None
 
     def claimable(self) -> bool:
-        """Whether claim_next would claim it, on its read (``EtcdTransaction.next_claimable``)."""
+        """Whether claim_next would claim it, on its read (``EtcdTransaction.next_claimables``)."""
         try:
-            return transitions.is_next(self.tx.load(self.read.job_id), self.tx.now)
+            return transitions.is_next(self.tx.read_record(self.read.job_id), self.tx.now)
         except LeaseError:  # corrupt
             return False
 

@@ -5,7 +5,7 @@ its records into etcd keys (``layout``). Its commit is one Txn whose compares ar
 revisions read, whose success branch writes, and whose failure branch reads the keys of every
 job the step loaded: a lost race (``conflict``) costs no extra read, since those reads answer
 the retry's loads (the core hands the retry its predecessor: ``follow``). Guesses the
-compares verify (``guessed``), made in ``load_for``:
+compares verify (``guessed``), made in ``load``:
 
 - a job not known to exist is new (submit; a claim with a pooled etcd lease at hand), so a
   claim of a new job is one transaction;
@@ -14,10 +14,10 @@ compares verify (``guessed``), made in ``load_for``:
   fail needs more than the lease says (the job's attempts and limit): it guesses only when
   this process made the claim and kept what it wrote (``Parts.claimed``), else it reads.
 
-A change's writes depend on its operation, which the step's history event for the job names
-(``_plan``): a fail or requeue rewrites the job value, a release only writes its outcome.
+A change's writes depend on its operation, which the step saves with the record (``_plan``):
+a fail or requeue rewrites the job value, a release only writes its outcome.
 
-claim_next's candidate (``next_claimable``) is read, never guessed. A claim's token is the
+claim_next's candidate (``next_claimables``) is read, never guessed. A claim's token is the
 revision of its commit (``stored``). The etcd leases the keys hang on are ``leases``'s.
 
 Requests it waits for, written once as generators (``client.EtcdIo``) for both flavours: a job's
@@ -169,7 +169,7 @@ class Context:
 class EtcdTransaction(Transaction):
     # What the attempt before left this one, when it asked for a ``resend`` (``follow``): its
     # claim_next candidate, or the records a renewal wrote before its key moves again.
-    _next: Read | None = None  # the candidate ``next_claimable`` took
+    _next: Read | None = None  # the candidate ``next_claimables`` took
     _written: dict[str, JobRecord] | None = None
     _relet = False  # follows a resend after an etcd lease was gone: another is an error
 
@@ -187,7 +187,7 @@ class EtcdTransaction(Transaction):
         self._reads: dict[str, Read] = {}  # every job loaded, in order: the failure branch reads them
         self._loaded: dict[str, JobRecord | None] = {}  # what each load answered
         self._compares: list[Any] = []
-        self._saved: dict[str, JobRecord] = {}
+        self._saved: dict[str, tuple[JobRecord, Op]] = {}  # what each job's change writes, by which operation
         self._events: list[HistoryEvent] = []
         self._rejections: list[Rejection] = []
         self._stored: dict[str, JobRecord] = {}
@@ -254,19 +254,20 @@ class EtcdTransaction(Transaction):
         left = entry.left()
         return dataclasses.replace(rec, lease_until=self.now + left, ended_early=True) if left > 0 else rec
 
-    def load(self, job_id: str) -> JobRecord | None:
+    def read_record(self, job_id: str) -> JobRecord | None:
+        """The job's record as read (or saved) in this transaction, never guessed."""
         if job_id in self._saved:
-            return self._saved[job_id]
+            return self._saved[job_id][0]
         read = self._reads.get(job_id) or self._use(job_id, self._fetch(job_id))
         rec = self._loaded[job_id] = self._judged(job_id, read)
         return rec
 
-    def load_for(self, job_id: str, op: Op, lease: Lease | None = None) -> JobRecord | None:
+    def load(self, job_id: str, op: Op, lease: Lease | None = None) -> JobRecord | None:
         """A first attempt guesses: a submitted job is new, and so is a claimed one when a pooled
         etcd lease is at hand (one transaction; otherwise the grant goes beside the read); a
         holder's lease implies its record. A retry, or a job already read, reads."""
         if self._fresh or job_id in self._reads or job_id in self._saved or job_id in self._carried:
-            return self._held_fresh(lease) if lease is not None else self.load(job_id)
+            return self._held_fresh(lease) if lease is not None else self.read_record(job_id)
         if lease is not None:
             claimed = self._p.claimed.get((job_id, lease.token, lease.owner)) if op is Op.FAIL else None
             if op is Op.FAIL and claimed is None:  # a fail needs the job's attempts and limit: read
@@ -277,7 +278,7 @@ class EtcdTransaction(Transaction):
             self._use(job_id, Read(job_id, None, self.now))  # compared as absent
             self._loaded[job_id] = None
             return None
-        return self.load(job_id)
+        return self.read_record(job_id)
 
     def _held_fresh(self, lease: Lease) -> JobRecord | None:
         job_id = lease.job_id
@@ -313,17 +314,18 @@ class EtcdTransaction(Transaction):
         self._loaded[job_id] = rec
         return rec
 
-    def next_claimable(self) -> str | None:
-        """Index candidates (``claimable``), each read here and passed over unless claimable
-        at ``now``; the one returned is claimed from that read, so a claim someone made since
-        is a conflict of the commit, which the core retries from a fresh index read (a resend
-        takes the same candidate again)."""
+    def next_claimables(self, n: int) -> list[str]:
+        """One job (claim_next_many goes its own way: ``claims``): index candidates
+        (``claimable``), each read here and passed over unless claimable at ``now``; the one
+        returned is claimed from that read, so a claim someone made since is a conflict of the
+        commit, which the core retries from a fresh index read (a resend takes the same
+        candidate again)."""
         found = self._next or self.answer(("claimable",), self._finding)
         if found is None:
-            return None
+            return []
         self._next = found
         self._use(found.job_id, found)
-        return found.job_id
+        return [found.job_id]
 
     def _finding(self) -> EtcdIo[Read | None]:
         return (yield from claimable.first_claimable(self._k, self._leases, self._p.queue, self._take, self.now))
@@ -338,11 +340,10 @@ class EtcdTransaction(Transaction):
         return read if transitions.is_next(rec, self.now) else None
 
     # -- writes --------------------------------------------------------------------------
-    def save(self, record: JobRecord) -> None:
-        self._saved[record.job_id] = record
-
-    def add_event(self, event: HistoryEvent) -> None:
-        self._events.append(event)
+    def save(self, record: JobRecord, op: Op, event: HistoryEvent | None) -> None:
+        self._saved[record.job_id] = record, op
+        if event is not None:
+            self._events.append(event)
 
     def add_rejection(self, rejection: Rejection) -> None:
         self._rejections.append(rejection)
@@ -350,14 +351,13 @@ class EtcdTransaction(Transaction):
     def stored(self, record: JobRecord) -> JobRecord:
         return self._stored.get(record.job_id, record)
 
-    def _plan(self, new: JobRecord, op: Op | None, submits: int) -> EtcdIo[tuple[_Plan, list[Any]]]:
-        """The change from what was loaded to ``new``, and the writes that make it; ``op``: the
-        operation, as the step's history event for the job names it."""
+    def _plan(self, new: JobRecord, op: Op, submits: int) -> EtcdIo[tuple[_Plan, list[Any]]]:
+        """The change ``op`` from what was loaded to ``new``, and the writes that make it."""
         job_id, k, now = new.job_id, self._k, self.now
         old = self._loaded.get(job_id)
         owner = new.owner or (old.owner if old is not None else None) or ""
-        plan = _Plan(Op.SUBMIT, new, (job_id, new.token, owner))
-        if new.state is JobState.PENDING and (old is None or old.state is JobState.COMPLETED):
+        plan = _Plan(op, new, (job_id, new.token, owner))
+        if op is Op.SUBMIT:  # a new job, or a new run of a completed one
             shift = submits * 1e-5  # the queue keeps the order given (1 µs apart could round together)
             at, due = now + shift, None if new.claimable_at is None else new.claimable_at + shift
             plan.new = dataclasses.replace(new, submitted_at=at, claimable_at=due)
@@ -369,21 +369,20 @@ class EtcdTransaction(Transaction):
             delay = [] if due is None else [(yield from self._delay_write(new))]
             return plan, [ec.put(k.job(job_id), job_value(job_id, value)), ec.delete(k.end(job_id)),
                           ec.put(queued, b""), *delay]
-        if new.state is JobState.LEASED and (old is None or old.state is not JobState.LEASED or old.token != new.token):
+        if op is Op.CLAIM:
             return (yield from self._claim_writes(plan, self._reads[job_id]))
-        if op in (Op.FAIL, Op.REQUEUE) or new.state is JobState.PARKED:
-            plan.op = Op.REQUEUE if op is Op.REQUEUE else Op.FAIL
+        if op is Op.FAIL or op is Op.REQUEUE:
             return plan, [*self._rerun_writes(new, self._reads[job_id]), (yield from self._delay_write(new))]
         assert old is not None
-        if new.state is JobState.LEASED and new.lease_until is not None and new.lease_until > now:
+        if op is Op.RENEW:
             return (yield from self._renew_writes(plan, old, self._reads[job_id]))
-        if new.state is JobState.LEASED:  # an operator ended it (force_expire)
+        if op is Op.EXPIRE:  # an operator ended the lease
             assert new.lease_until is not None
-            plan.op = Op.EXPIRE
             return plan, [ec.delete(k.lease(job_id), prev_kv=True),
                           ec.put(k.end(job_id), end_value("expired", new.token, new.lease_until, None))]
-        how, plan.op = ("completed", Op.COMPLETE) if new.state is JobState.COMPLETED else ("released", Op.RELEASE)
-        requeue = [ec.put(k.queue(job_id, now), b"")] if plan.op is Op.RELEASE else []
+        assert op is Op.COMPLETE or op is Op.RELEASE, op
+        how = "completed" if op is Op.COMPLETE else "released"
+        requeue = [ec.put(k.queue(job_id, now), b"")] if op is Op.RELEASE else []
         keys = k.of(job_id)
         return plan, [ec.put(keys.end, end_value(how, new.token, now, new.result)),
                       ec.delete(keys.lease, prev_kv=True), ec.delete(keys.held), ec.delete(keys.last), *requeue]
@@ -421,7 +420,7 @@ class EtcdTransaction(Transaction):
         k = self._k.of(job_id)
         assert self._claiming is not None, "claims go through EtcdBackend.claim and claim_next"
         assert new.owner is not None and new.ttl is not None
-        plan.op, plan.lease = Op.CLAIM, (yield from self._claiming.resolving())
+        plan.lease = yield from self._claiming.resolving()
         plan.sent = boot_clock()
         if not plan.lease.fresh(plan.sent):
             plan.keepalive = yield ec.StartKeepalive(plan.lease.id)  # answered alongside the txn
@@ -442,7 +441,7 @@ class EtcdTransaction(Transaction):
     def _renew_writes(self, plan: _Plan, old: JobRecord, read: Read) -> EtcdIo[tuple[_Plan, list[Any]]]:
         k, new, job_id = self._k, plan.new, plan.new.job_id
         assert new.owner is not None and new.ttl is not None and old.ttl is not None
-        plan.op, ttl = Op.RENEW, etcd_ttl(new.ttl)
+        ttl = etcd_ttl(new.ttl)
         revive = read.ended_by_etcd()
         cached = self._leases.of_claim(plan.key)
         plan.sent = boot_clock()
@@ -544,12 +543,9 @@ class EtcdTransaction(Transaction):
         plans: dict[str, _Plan] = {}
         writes: list[Any] = []
         self._delays = {}
-        said: dict[str, Op] = {}  # every change the core saves, it records
-        for event in self._events:
-            said[event.job_id] = event.op
         submits = 0  # new jobs planned so far
-        for new in self._saved.values():
-            plan, ops = yield from self._plan(new, said.get(new.job_id), submits)
+        for new, op in self._saved.values():
+            plan, ops = yield from self._plan(new, op, submits)
             submits += plan.op is Op.SUBMIT
             plans[new.job_id] = plan
             writes += ops

@@ -56,6 +56,8 @@ class Listen:
 
 
 Step = Effect | Listen | Change
+# Sent a query's rows, a Listen's payloads (list[str]) or nothing after a Change: one send type
+# per generator cannot follow which step it answers (io_drivers), so it is Any.
 Follow = Generator[Step, Any, None]
 
 

@@ -1,6 +1,6 @@
 """``zk://`` for tenure.aio (docs/asyncio.md): the protocol's steps (``AsyncRecordBackend``)
 over ``ZkTransaction``, whose reads (``answer``) here answer from what was fetched or raise
-``steps.NotFetched``, and whose commit is the same ``Io``, awaited (``calls.run_async``): the
+``steps.NotFetched``, and whose commit is the same ``ZkIo``, awaited (``calls.run_async``): the
 same requests, guesses and round trips as the sync backend, no thread per call. Queries and
 closing go to the sync backend in one worker thread per store (``ThreadedBackend``), for now.
 """
@@ -15,7 +15,7 @@ from typing import TypeVar
 from tenure.aio.record_backend import AsyncRecordBackend, Fetched
 from tenure.backends.zookeeper import calls
 from tenure.backends.zookeeper.backend import ZooKeeperBackend
-from tenure.backends.zookeeper.calls import Io
+from tenure.backends.zookeeper.calls import ZkIo
 from tenure.backends.zookeeper.transaction import Parts, ZkTransaction
 from tenure.core.clock import Clock
 from tenure.core.options import Options, StoreURL
@@ -30,7 +30,7 @@ class AsyncZkTransaction(ZkTransaction):
         self._timeout = parts.session.config.timeout
         self._fetched = Fetched(functools.partial(calls.run_async, timeout=self._timeout))
 
-    def answer(self, what: Hashable, io: Callable[[], Io[T]]) -> T:
+    def answer(self, what: Hashable, io: Callable[[], ZkIo[T]]) -> T:
         return self._fetched.answer(what, io, self.forget)
 
     async def commit_async(self) -> None:

@@ -25,7 +25,7 @@ from kazoo.protocol.serialization import CheckVersion, Create, Delete
 
 from tenure.backends.zookeeper import layout as zl
 from tenure.backends.zookeeper import multi
-from tenure.backends.zookeeper.calls import Io
+from tenure.backends.zookeeper.calls import Multi, ZkIo
 from tenure.backends.zookeeper.errors import mapped_errors
 from tenure.backends.zookeeper.multiread import read_many
 from tenure.backends.zookeeper.session import Session
@@ -65,7 +65,7 @@ class Log:
             self.segment = session.run(self._newest())
 
     # -- segments --------------------------------------------------------------------------------
-    def ranking(self, watch: Callable[[Any], None] | None = None) -> Io[list[int]]:
+    def ranking(self, watch: Callable[[Any], None] | None = None) -> ZkIo[list[int]]:
         """The segments' ranks, oldest first; ``_LEGACY`` first if records predate segments."""
         with mapped_errors("listing the audit"):
             names = yield self._b.client.get_children_async(self.directory, watch=watch)
@@ -76,7 +76,7 @@ class Log:
     def _path(self, rank: int) -> str:
         return self.directory if rank == _LEGACY else f"{self.directory}/{zl.segment_name(rank)}"
 
-    def _newest(self) -> Io[str]:
+    def _newest(self) -> ZkIo[str]:
         ranks = [r for r in (yield from self.ranking()) if r != _LEGACY]
         if ranks:
             return self._path(ranks[-1])
@@ -87,12 +87,12 @@ class Log:
             yield self._b.client.create_async(first, b"")
         return first
 
-    def refresh(self) -> Io[None]:
+    def refresh(self) -> ZkIo[None]:
         newest = yield from self._newest()
         with self._lock:
             self.segment = newest
 
-    def rotate(self, segment: str) -> Io[None]:
+    def rotate(self, segment: str) -> ZkIo[None]:
         """Open the segment after ``segment`` and close ``segment``, in one multi."""
         rank = zl.segment_rank(segment.rsplit("/", 1)[1])
         if rank is None:
@@ -105,7 +105,7 @@ class Log:
         yield from self.refresh()
 
     # -- writing -----------------------------------------------------------------------------------
-    def add(self, tx: Any, data: bytes, checked: set[str]) -> None:
+    def add(self, tx: Multi, data: bytes, checked: set[str]) -> None:
         """A record created in ``tx``, whose multi checks the segments in ``checked`` (a set the
         caller keeps per multi: looking through a batch's thousands of operations for the check
         made adding records quadratic)."""
@@ -120,7 +120,7 @@ class Log:
         """The number of the record a commit created at ``path``, in one of this log's segments."""
         return zl.sequence(path.rpartition("/")[2], self._prefix)
 
-    def learn(self, operations: list[Any], results: list[Any]) -> Io[None]:
+    def learn(self, operations: list[Any], results: list[Any]) -> ZkIo[None]:
         """After a failed multi: a closed (or vanished) segment means take the newest."""
         for op, result in zip(operations, results, strict=False):
             path = getattr(op, "path", "")
@@ -131,7 +131,7 @@ class Log:
                 return
 
     # -- reading -----------------------------------------------------------------------------------
-    def listing(self, rank: int, watch: Callable[[Any], None] | None = None) -> Io[list[tuple[Key, str]]]:
+    def listing(self, rank: int, watch: Callable[[Any], None] | None = None) -> ZkIo[list[tuple[Key, str]]]:
         """The records of one segment, oldest first, as (key, path)."""
         directory = self._path(rank)
         with mapped_errors("listing the audit"):
@@ -155,7 +155,7 @@ class Log:
         return [(key, path) for rank in ranks for key, path in self._b.run(self.listing(rank, watch))
                 if last is None or key > last]
 
-    def trim(self, retention: int) -> Io[None]:
+    def trim(self, retention: int) -> ZkIo[None]:
         paths = []
         for rank in (yield from self.ranking()):
             paths += [path for _, path in (yield from self.listing(rank))]
@@ -195,7 +195,7 @@ class Audit:
         self._logs = {log.directory: log for log in (self.event_log, self.rejection_log)}
         self._renewals: Bounded[tuple[str, int], str] = Bounded(_RENEWALS)
 
-    def add_event(self, tx: Any, event: HistoryEvent, checked: set[str], renewals: dict[int, tuple[str, int]],
+    def add_event(self, tx: Multi, event: HistoryEvent, checked: set[str], renewals: dict[int, tuple[str, int]],
                   replace: bool = True) -> None:
         """``renewals``: the caller's, per multi: the renewal events it creates, for ``committed``.
         ``replace``: delete the claim's earlier renewal event (not in a multi sent again after
@@ -217,11 +217,11 @@ class Audit:
         return (isinstance(op, Delete) and isinstance(error, NoNodeError)
                 and str(op.path).startswith(self.event_log.directory + "/"))
 
-    def add_rejection(self, tx: Any, rejection: Rejection, checked: set[str]) -> None:
+    def add_rejection(self, tx: Multi, rejection: Rejection, checked: set[str]) -> None:
         self.rejection_log.add(tx, zl.dump_rejection(rejection), checked)
 
     def committed(self, results: list[Any], operations: list[Any],
-                  renewals: dict[int, tuple[str, int]]) -> Io[None] | None:
+                  renewals: dict[int, tuple[str, int]]) -> ZkIo[None] | None:
         """After a commit: remember the renewal events it created (``add_event``); return the
         tidying its records call for, None for none (most commits). A record numbered past
         ``SEGMENT_LIMIT`` opens the next segment; one whose number is a multiple of the trim
@@ -241,7 +241,7 @@ class Audit:
                 due.append((log, path, number))
         return self._tidying(due) if due else None
 
-    def _tidying(self, due: list[tuple[Log, str, int]]) -> Io[None]:
+    def _tidying(self, due: list[tuple[Log, str, int]]) -> ZkIo[None]:
         """Tidying only: a failure here must not report the committed change as failed (the
         next record past the limit rotates, the next period trims). A trim runs in the
         background (``Session.tidy``): the commit's answer, a renewal's, never waits for it."""
@@ -254,7 +254,7 @@ class Audit:
                     trimmed.append(log)
                     self._b.tidy(log.directory, functools.partial(log.trim, self._b.config.retention))
 
-    def failed(self, operations: list[Any], results: list[Any]) -> Io[None]:
+    def failed(self, operations: list[Any], results: list[Any]) -> ZkIo[None]:
         for log in (self.event_log, self.rejection_log):
             yield from log.learn(operations, results)
 

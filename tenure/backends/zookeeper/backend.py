@@ -17,10 +17,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from kazoo.exceptions import NoAuthError, NodeExistsError
+from kazoo.protocol.states import ZnodeStat
 
 from tenure.backends.zookeeper import query as zookeeper_query
 from tenure.backends.zookeeper.acl import Guard
 from tenure.backends.zookeeper.audit import Audit
+from tenure.backends.zookeeper.calls import Answer
 from tenure.backends.zookeeper.config import Config
 from tenure.backends.zookeeper.errors import mapped_errors
 from tenure.backends.zookeeper.index import Index
@@ -122,7 +124,7 @@ class ZooKeeperBackend(RecordBackend):
         self.session.run(self.session.clock_creating())
         return indexed
 
-    def _exists(self, result: Any) -> Any:
+    def _exists(self, result: Answer[ZnodeStat | None]) -> Any:
         """An ``exists`` answer: its stat, None, or UNREADABLE for a znode these credentials may
         not read. ZooKeeper 3.9 checks READ on ``exists`` (3.8 did not); the znode is there, and
         what the credentials may do is for each operation to find out, as on 3.8."""
@@ -162,7 +164,7 @@ class ZooKeeperBackend(RecordBackend):
     def get(self, job_id: str) -> JobStatus | None:
         with self.transaction(fresh=True) as tx:
             try:
-                rec = tx.load(job_id)
+                rec = tx.read_record(job_id)
             except CorruptRecord as exc:
                 return corrupt_status(job_id, exc.key, exc)
         return None if rec is None else transitions.status(rec, tx.now)

@@ -32,12 +32,12 @@ from kazoo.protocol.serialization import Create, Delete
 from kazoo.protocol.states import ZnodeStat
 
 from tenure.backends.zookeeper import layout as zl
-from tenure.backends.zookeeper.calls import Io
+from tenure.backends.zookeeper.calls import Answer, ZkIo
 from tenure.backends.zookeeper.errors import mapped_errors
 from tenure.backends.zookeeper.multiread import reading_many
 from tenure.backends.zookeeper.session import Session
 from tenure.core import order, transitions
-from tenure.core.records import JobRecord, JobState
+from tenure.core.records import JobRecord, JobState, Op
 
 PENDING_READS = 8  # pending entries whose records one request reads
 BESIDE = 2  # buckets of the other kind (pending, scheduled) whose entries one bucket's are merged with
@@ -120,7 +120,7 @@ class Index:
         self._listed_later: list[str] = []  # scheduled/'s buckets as claim_next last listed them
 
     # -- writing ---------------------------------------------------------------------------------
-    def probe(self) -> Io[tuple[str | None, Any]]:
+    def probe(self) -> ZkIo[tuple[str | None, Answer[ZnodeStat | None] | None]]:
         """Pipelined with the read of a change that may queue a job: the bucket being filled,
         and the request that reads it (its answer is for ``placer``)."""
         if not self.enabled:
@@ -151,12 +151,14 @@ class Index:
             for bucket, count in placer.later.items():
                 self._later[bucket] = max(count, self._later.get(bucket, 0))
 
-    def change(self, old: JobRecord | None, old_slot: str | None, new: JobRecord,
+    def change(self, op: Op, old: JobRecord | None, old_slot: str | None, new: JobRecord,
                placer: Placer | None) -> tuple[str | None, list[tuple[str, str]]]:
-        """The index updates of ``old`` -> ``new``, as (``"create"`` or ``"delete"``, path) for
-        the multi after the record's write, and the slot of the entry the new record names."""
+        """The index updates of ``old`` -> ``new`` by ``op``, as (``"create"`` or ``"delete"``,
+        path) for the multi after the record's write, and the slot of the entry the new record
+        names. Where each entry goes is the records' (``home``): the same operation moves a job
+        from different places (a claim from pending, scheduled or an expired lease)."""
         ops: list[tuple[str, str]] = []
-        if not self.enabled:
+        if not self.enabled or op is Op.RENEW:  # a lease's end moved: its entry (leased, last) stays
             return None, ops
         before, after = (None if old is None else home(old)), home(new)
         if before in ONE_EACH and before != after:
@@ -200,7 +202,7 @@ class Index:
             tx.commit_async()
 
     # -- reading: claim_next's candidates ------------------------------------------------------
-    def claimable(self, at: Callable[[float, int], None], take: Take, n: int = 1) -> Io[list[str]]:
+    def claimable(self, at: Callable[[float, int], None], take: Take, n: int = 1) -> ZkIo[list[str]]:
         """The first ``n`` jobs ``take`` accepts, of (job id, record, version) proposed in order:
         expired leases first (earliest expiry first), then queued jobs by when they became
         claimable (pending and due scheduled buckets in the order of their names), records
@@ -243,7 +245,7 @@ class Index:
                     return taken
         return taken + (yield from self._queued(now, early, due, take, n - len(taken)))
 
-    def _expired(self, names: list[str], now: float) -> Io[list[tuple[str, bytes, int]]]:
+    def _expired(self, names: list[str], now: float) -> ZkIo[list[tuple[str, bytes, int]]]:
         found: dict[str, tuple[bytes, int]] = {}
         ends: list[order.Expired] = []
         with mapped_errors("reading leased jobs"):
@@ -257,8 +259,8 @@ class Index:
         # An entry without a job znode (deleted by hand) is skipped, never tidied here.
         return [(job_id, *found[job_id]) for job_id in order.job_ids(order.ordered(sorted(ends)))]
 
-    def _queued(self, now: float, early: dict[tuple[str, str], Any], due: list[str], take: Take,
-                n: int) -> Io[list[str]]:
+    def _queued(self, now: float, early: dict[tuple[str, str], Answer[list[str]]], due: list[str], take: Take,
+                n: int) -> ZkIo[list[str]]:
         """Queued entries by when they became claimable: the oldest bucket (by name, of the
         cached pending buckets and the due scheduled ones), with up to BESIDE of the other
         kind opened before its newest entry (their entries interleave with its own), merged
@@ -294,7 +296,7 @@ class Index:
         return taken
 
     def _entries(self, buckets: list[tuple[str, str]], now: float,
-                 early: dict[tuple[str, str], Any]) -> Io[list[tuple[str, str]]]:
+                 early: dict[tuple[str, str], Answer[list[str]]]) -> ZkIo[list[tuple[str, str]]]:
         """(bucket's path below the root, entry name) of the entries of ``buckets`` that are
         due (all of a pending bucket's), read together; an empty bucket is ``_forget``-ten."""
         client = self._session.client
@@ -319,7 +321,7 @@ class Index:
                 found += [(f"{kind}/{bucket}", n) for n in children]
         return found
 
-    def _take_first(self, found: list[tuple[str, str]], take: Take, n: int) -> Io[list[str]]:
+    def _take_first(self, found: list[tuple[str, str]], take: Take, n: int) -> ZkIo[list[str]]:
         """The first ``n`` of the entries ``found`` whose jobs ``take`` accepts, in claim_next's
         order (``order.ordered``: by name, which sorts by time, then by place in its multi),
         each claimer starting a few places in at random (``spread``)."""
@@ -345,7 +347,7 @@ class Index:
                     taken.append(job_id)
         return taken
 
-    def _forget(self, kind: str, bucket: str, path: str, now: float, *, gone: bool) -> Io[None]:
+    def _forget(self, kind: str, bucket: str, path: str, now: float, *, gone: bool) -> ZkIo[None]:
         """An empty bucket: delete it once nobody fills it any more (opened more than
         BUCKET_SPAN before the last time anyone may put an entry in it)."""
         opened = zl.bucket_opened(bucket) or 0.0

@@ -9,26 +9,26 @@ requests to the multi's ``operations``, which kazoo sends as they are.
 
 from __future__ import annotations
 
-from typing import Any
-
 from kazoo.protocol.serialization import CheckVersion, Create, Delete, SetData
 from kazoo.security import OPEN_ACL_UNSAFE
+
+from tenure.backends.zookeeper.calls import Multi
 
 _SEQUENCE = 2  # ZooKeeper's create flag for a sequential znode
 
 
-def create(tx: Any, path: str, data: bytes, *, sequence: bool = False) -> None:
+def create(tx: Multi, path: str, data: bytes, *, sequence: bool = False) -> None:
     """As ``tx.create``, with the client's default ACL."""
     tx.operations.append(Create(path, data, tx.client.default_acl or OPEN_ACL_UNSAFE, _SEQUENCE if sequence else 0))
 
 
-def set_data(tx: Any, path: str, data: bytes, version: int) -> None:
+def set_data(tx: Multi, path: str, data: bytes, version: int) -> None:
     tx.operations.append(SetData(path, data, version))
 
 
-def check(tx: Any, path: str, version: int) -> None:
+def check(tx: Multi, path: str, version: int) -> None:
     tx.operations.append(CheckVersion(path, version))
 
 
-def delete(tx: Any, path: str) -> None:
+def delete(tx: Multi, path: str) -> None:
     tx.operations.append(Delete(path, -1))

@@ -20,7 +20,7 @@ from kazoo.protocol.paths import _prefix_root
 from kazoo.protocol.serialization import GetData, int_struct, multiheader_struct, stat_struct
 from kazoo.protocol.states import ZnodeStat
 
-from tenure.backends.zookeeper.calls import Io
+from tenure.backends.zookeeper.calls import Answer, Client, ZkIo
 
 BATCH = 1000  # getData per request: about 300 KB of tenure records in the answer
 IN_FLIGHT = 3  # requests sent ahead of the one being decoded
@@ -82,15 +82,15 @@ class MultiRead:
         return f"MultiRead({len(self.paths)} reads)"
 
 
-def _send(client: Any, paths: list[str], stats: bool = False) -> Any:
+def _send(client: Client, paths: list[str], stats: bool = False) -> Answer[list[Any]]:
     """A multiRead of ``paths``, queued as kazoo's own ``Transaction`` is; its answer to wait for."""
-    result = client.handler.async_result()
+    result: Answer[list[Any]] = client.handler.async_result()
     chroot = client.chroot
     client._call(MultiRead([_prefix_root(chroot, p) for p in paths] if chroot else paths, stats), result)
     return result
 
 
-def read_many(client: Any, paths: list[str], timeout: float,
+def read_many(client: Client, paths: list[str], timeout: float,
               batch: int = BATCH) -> Iterator[tuple[str, bytes, int]]:
     """(path, data, version) for each znode in ``paths`` that exists, in order; ``IN_FLIGHT``
     requests of ``batch`` reads each are kept in flight while answers are decoded, and each
@@ -112,31 +112,31 @@ def read_many(client: Any, paths: list[str], timeout: float,
         yield from ready
 
 
-def reading_many(client: Any, paths: list[str], batch: int = BATCH) -> Io[list[tuple[str, bytes, int]]]:
-    """``read_many`` as one ``Io`` (``calls``), for a step's reads: the same requests, as many
+def reading_many(client: Client, paths: list[str], batch: int = BATCH) -> ZkIo[list[tuple[str, bytes, int]]]:
+    """``read_many`` as one ``ZkIo`` (``calls``), for a step's reads: the same requests, as many
     in flight (the first sent now, with whatever the step sends next), gathered in a list."""
     got: list[tuple[str, bytes, int]] = []
     return _gathered(_reading(client, paths, batch, got.extend), got)
 
 
-def _gathered(io: Io[None], got: list[tuple[str, bytes, int]]) -> Io[list[tuple[str, bytes, int]]]:
+def _gathered(io: ZkIo[None], got: list[tuple[str, bytes, int]]) -> ZkIo[list[tuple[str, bytes, int]]]:
     yield from io
     return got
 
 
-def _reading(client: Any, paths: list[str], batch: int,
-             found: Callable[[Iterable[tuple[str, bytes, int]]], None]) -> Io[None]:
+def _reading(client: Client, paths: list[str], batch: int,
+             found: Callable[[Iterable[tuple[str, bytes, int]]], None]) -> ZkIo[None]:
     """The reads of ``read_many`` and ``reading_many``: ``IN_FLIGHT`` requests sent at once,
     the rest as answers come in, each chunk's answers given to ``found``."""
-    sent: deque[tuple[list[str], Any]] = deque()
+    sent: deque[tuple[list[str], Answer[list[Any]]]] = deque()
     pending = iter([paths[i:i + batch] for i in range(0, len(paths), batch)])
     for _ in range(IN_FLIGHT):
         _send_next(client, pending, sent)
     return _answers(client, pending, sent, found)
 
 
-def _answers(client: Any, pending: Iterator[list[str]], sent: deque[tuple[list[str], Any]],
-             found: Callable[[Iterable[tuple[str, bytes, int]]], None]) -> Io[None]:
+def _answers(client: Client, pending: Iterator[list[str]], sent: deque[tuple[list[str], Answer[list[Any]]]],
+             found: Callable[[Iterable[tuple[str, bytes, int]]], None]) -> ZkIo[None]:
     while sent:
         chunk, result = sent.popleft()
         _send_next(client, pending, sent)
@@ -150,7 +150,7 @@ def _answers(client: Any, pending: Iterator[list[str]], sent: deque[tuple[list[s
         found(_found(chunk, answers))
 
 
-def _send_next(client: Any, pending: Iterator[list[str]], sent: deque[tuple[list[str], Any]]) -> None:
+def _send_next(client: Client, pending: Iterator[list[str]], sent: deque[tuple[list[str], Answer[list[Any]]]]) -> None:
     chunk = next(pending, None)
     if chunk is not None:
         sent.append((chunk, _send(client, chunk)))
@@ -170,7 +170,7 @@ def _existing(answers: list[Any]) -> list[Any]:
     return [None if isinstance(a, NoNodeError) else a for a in answers]
 
 
-def _getting(client: Any, paths: list[str]) -> Io[list[tuple[str, bytes, int]]]:
+def _getting(client: Client, paths: list[str]) -> ZkIo[list[tuple[str, bytes, int]]]:
     """One pipelined ``get`` per znode (servers before 3.6)."""
     results = [client.get_async(p) for p in paths]
     got: list[tuple[str, bytes, int]] = []
@@ -183,7 +183,7 @@ def _getting(client: Any, paths: list[str]) -> Io[list[tuple[str, bytes, int]]]:
     return got
 
 
-def read_together(client: Any, paths: list[str], timeout: float) -> list[tuple[bytes, ZnodeStat] | None]:
+def read_together(client: Client, paths: list[str], timeout: float) -> list[tuple[bytes, ZnodeStat] | None]:
     """Data and stat of every znode in ``paths`` (None where there is none), read by ONE
     request: a server answers a multiRead as one request, with no write applied in between,
     so the answers are one moment of that server's state. Needs ZooKeeper 3.6 or later."""

@@ -16,11 +16,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 
-from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
 from tenure.backends.zookeeper import layout as zl
+from tenure.backends.zookeeper.calls import Client
 from tenure.backends.zookeeper.errors import mapped_errors
 from tenure.backends.zookeeper.multiread import read_many, read_together
 from tenure.core import codec, transitions
@@ -57,7 +57,7 @@ def status(layout: zl.Layout, name: str, data: bytes, now: float) -> JobStatus:
     return transitions.status(item, now) if isinstance(item, JobRecord) else item
 
 
-def listing(client: KazooClient, layout: zl.Layout, names: list[str], now: float, timeout: float,
+def listing(client: Client, layout: zl.Layout, names: list[str], now: float, timeout: float,
             what: str = "listing jobs") -> Iterator[JobStatus]:
     """The statuses at ``now`` of the job znodes ``names`` that exist, in order, streamed."""
     start = len(layout.jobs) + 1
@@ -91,7 +91,7 @@ def _scheduled(buckets: list[str], stats: list[ZnodeStat | None], names: dict[st
 class ZooKeeperIndex:
     """``tenure.views.paging.IndexedJobs`` on ZooKeeper's claimable index."""
 
-    def __init__(self, client: KazooClient, layout: zl.Layout, timeout: float) -> None:
+    def __init__(self, client: Client, layout: zl.Layout, timeout: float) -> None:
         self._client = client
         self._layout = layout
         self._timeout = timeout

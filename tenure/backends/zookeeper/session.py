@@ -10,7 +10,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError
@@ -19,7 +19,7 @@ from kazoo.protocol.states import ZnodeStat
 
 from tenure.backends.zookeeper import calls
 from tenure.backends.zookeeper import layout as zl
-from tenure.backends.zookeeper.calls import Io
+from tenure.backends.zookeeper.calls import Answer, Client, ZkIo
 from tenure.backends.zookeeper.config import Config
 from tenure.backends.zookeeper.errors import mapped_errors
 from tenure.core import io_drivers
@@ -47,7 +47,7 @@ class Session:
         # Tidying running in the background (``tidy``), by what it tidies: whether it is due again.
         self._tidying: dict[str, bool] = {}
         self._tidied = threading.Condition()
-        self.client = KazooClient(**config.client_kwargs())
+        self.client: Client = KazooClient(**config.client_kwargs())
         self.client.add_listener(self._on_state)
         with mapped_errors("connecting"):
             try:
@@ -72,8 +72,8 @@ class Session:
         with self._lock:
             return self._link
 
-    def wait(self, result: Any) -> Any:
-        return result.get(timeout=self.config.timeout)
+    def wait(self, answer: Answer[T]) -> T:
+        return answer.get(timeout=self.config.timeout)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):  # closing is best effort and idempotent
@@ -81,7 +81,7 @@ class Session:
             self.client.close()
 
     # -- tidying ------------------------------------------------------------------------------
-    def tidy(self, what: str, io: Callable[[], Io[None]]) -> None:
+    def tidy(self, what: str, io: Callable[[], ZkIo[None]]) -> None:
         """Run ``io()`` in the background (``calls.detached``): tidying that the request it
         follows must not wait for. An audit trim inline held a renewal's answer for 18 s on a
         loaded machine, and the leases it renewed were lost meanwhile. One per ``what`` at a
@@ -93,7 +93,7 @@ class Session:
             self._tidying[what] = False
         self._start_tidying(what, io)
 
-    def _start_tidying(self, what: str, io: Callable[[], Io[None]]) -> None:
+    def _start_tidying(self, what: str, io: Callable[[], ZkIo[None]]) -> None:
         def ended(error: BaseException | None) -> None:
             if error is not None:  # tidying only: the next one does it
                 log.info("tidying %s failed: %s", what, error)
@@ -114,16 +114,16 @@ class Session:
             return self._tidied.wait_for(lambda: not self._tidying, timeout)
 
     # -- the leader's clock ------------------------------------------------------------------
-    def run(self, io: Io[T]) -> T:
+    def run(self, io: ZkIo[T]) -> T:
         """``io`` (``calls``), waited for in this thread with the session's timeout (``calls.run``
         without its frame and a lambda per wait)."""
         return io_drivers.run(io, self.wait)
 
-    def clock_creating(self) -> Io[None]:
+    def clock_creating(self) -> ZkIo[None]:
         with mapped_errors("creating the clock znode"), contextlib.suppress(NodeExistsError):
             yield self.client.create_async(self.clock_path, b"", ephemeral=True)
 
-    def with_clock(self, attempt: Callable[[bool], Io[T | None]]) -> Io[T]:
+    def with_clock(self, attempt: Callable[[bool], ZkIo[T | None]]) -> ZkIo[T]:
         """``attempt(first)``, which writes our clock znode and answers None when it found it
         gone (with an expired session); once more after creating it again."""
         for first in (True, False):
@@ -157,8 +157,8 @@ class Session:
         elapsed = boot_clock() - sent
         return None if elapsed > FRESH else (at + elapsed * RATE, epoch, elapsed > FRESH / 2)
 
-    def stamping(self) -> Io[tuple[float, int]]:
-        def attempt(_: bool) -> Io[tuple[float, int] | None]:
+    def stamping(self) -> ZkIo[tuple[float, int]]:
+        def attempt(_: bool) -> ZkIo[tuple[float, int] | None]:
             sent = boot_clock()
             with mapped_errors("reading the store's clock"):
                 try:

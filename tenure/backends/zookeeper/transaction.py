@@ -8,7 +8,7 @@ ZooKeeper answers a session in order, so the data is at least as new as the cloc
 the generation znode with the token (its version IS the token) or checks it there, keeps the
 index (``index``) and adds the audit (``audit``); a job read and not written is checked at its
 version. A multi that fails on a version is a conflict: nothing was written.
-**Guesses** (``load_for``), one round trip, never judging expiry: a claim takes its job to be
+**Guesses** (``load``), one round trip, never judging expiry: a claim takes its job to be
 new (once claims here find jobs existing, a read goes out behind the multi: ``follow``); the
 holder's renew and complete answer from the record this process wrote (``Written``) while its
 deadline runs. Both stamp with an upper bound of the leader's clock (``Session.bound_now``).
@@ -29,7 +29,7 @@ from kazoo.protocol.serialization import CheckVersion, SetData
 from tenure.backends.zookeeper import layout as zl
 from tenure.backends.zookeeper import multi
 from tenure.backends.zookeeper.audit import Audit
-from tenure.backends.zookeeper.calls import Io
+from tenure.backends.zookeeper.calls import Answer, Multi, MultiResults, ZkIo
 from tenure.backends.zookeeper.errors import mapped_errors
 from tenure.backends.zookeeper.index import Index, Placer
 from tenure.backends.zookeeper.multiread import reading_many
@@ -110,13 +110,13 @@ class ZkTransaction(Transaction):
     # per claim+complete, each setting every attribute was a tenth of the transaction's cost).
     _now: float | None = None
     epoch = 0
-    _multi: Any = None
+    _multi: Multi | None = None
     _placer: Placer | None = None
     _placer_read: Placer | None = None  # as the read made it, for ``forget``
     _stamp_due = False  # a guess's stamp is half used: the multi writes our clock znode first
     _stamp_sent: float | None = None
     _guessed_claim: str | None = None
-    _behind: tuple[str, Callable[[], Io[Found]], tuple[float, int]] | None = None
+    _behind: tuple[str, Callable[[], ZkIo[Found]], tuple[float, int]] | None = None
     _proposed: list[str] | None = None  # what next_claimables found
     _skip: frozenset[str] = frozenset()  # index entries a resend leaves out (``_resending``)
     _unreplaced = False  # a resend leaves out the deletes of earlier renewal events
@@ -152,13 +152,14 @@ class ZkTransaction(Transaction):
             self._now, self.epoch = now, epoch
 
     # -- reading -------------------------------------------------------------------------------------
-    def load(self, job_id: str) -> JobRecord | None:
+    def read_record(self, job_id: str) -> JobRecord | None:
+        """The job's record, read (an operator's ``get``: no guess, no facts)."""
         got = self._found.get(job_id) or self._read([job_id])[0]
         if got.error:
             raise got.error
         return got.rec
 
-    def load_for(self, job_id: str, op: Op, lease: Lease | None = None) -> read_facts.Loaded:
+    def load(self, job_id: str, op: Op, lease: Lease | None = None) -> read_facts.Loaded:
         got = self._found.get(job_id) or self._guess(job_id, op, lease) or self._followed(job_id) \
             or self._read([job_id], queue=op in _QUEUING)[0]
         self._found[job_id] = got
@@ -230,17 +231,17 @@ class ZkTransaction(Transaction):
         self._at(*behind[2])
         return got
 
-    def _send_read(self, job_id: str) -> Callable[[], Io[Found]]:
-        """The job's znodes read now; the answer's ``Io`` waits for them."""
+    def _send_read(self, job_id: str) -> Callable[[], ZkIo[Found]]:
+        """The job's znodes read now; the answer's ``ZkIo`` waits for them."""
         key = self._layout.job(job_id)
         job = self._client.get_async(key)
         gen = self._client.exists_async(self._layout.gen(job_id))
 
-        def answer() -> Io[Found]:
+        def answer() -> ZkIo[Found]:
             with mapped_errors(f"reading job {job_id!r}"):
                 try:
                     data, stat = yield job
-                    version = stat.version
+                    data, version = data or b"", stat.version  # none, in a znode made by hand: corrupt
                 except NoNodeError:
                     data, version = None, -1
                 g = yield gen
@@ -251,7 +252,7 @@ class ZkTransaction(Transaction):
     def _read(self, job_ids: list[str], queue: bool = False) -> list[Found]:
         return self.answer(("read", tuple(job_ids), queue), lambda: self._reading(job_ids, queue)) if job_ids else []
 
-    def _reading(self, job_ids: list[str], queue: bool) -> Io[list[Found]]:
+    def _reading(self, job_ids: list[str], queue: bool) -> ZkIo[list[Found]]:
         """Our clock znode written, then the jobs' znodes: one round trip. What it found is
         kept as it arrives, so a step run again after this fetch (tenure.aio) loads it rather
         than deciding anew whether to guess. A clock znode found gone (an expired session) is
@@ -284,28 +285,25 @@ class ZkTransaction(Transaction):
             yield from s.clock_creating()
         raise BackendUnavailable("ZooKeeper keeps losing this client's clock znode")
 
-    def _reading_many(self, job_ids: list[str]) -> Io[list[Found]]:
+    def _reading_many(self, job_ids: list[str]) -> ZkIo[list[Found]]:
         """Several jobs' znodes in one read-only multi, sent at once."""
         keys = [self._layout.job(j) for j in job_ids]
         gens = [self._layout.gen(j) for j in job_ids]
         reading = reading_many(self._client, keys + gens)  # the requests go out now
 
-        def answer() -> Io[list[Found]]:
+        def answer() -> ZkIo[list[Found]]:
             read = {p: (d, v) for p, d, v in (yield from reading)}
             return [found(j, k, read[k][0] if k in read else None, read[k][1] if k in read else -1,
                           read[g][1] if g in read else None) for j, k, g in zip(job_ids, keys, gens, strict=True)]
 
         return answer()
 
-    def next_claimable(self) -> str | None:
-        return next(iter(self.next_claimables(1)), None)
-
     def next_claimables(self, n: int) -> list[str]:
         if self._proposed is None:
             self._proposed = self.answer(("claimable", n), lambda: self._finding(n))
         return self._proposed
 
-    def _finding(self, n: int) -> Io[list[str]]:
+    def _finding(self, n: int) -> ZkIo[list[str]]:
         if self._p.index.enabled:
             return (yield from self._p.index.claimable(self._at, self._take, n))
         taken: list[str] = []
@@ -332,7 +330,7 @@ class ZkTransaction(Transaction):
             self._passed.append(fact)
         return False
 
-    def _scanned(self) -> Io[list[tuple[str, bytes, int]]]:
+    def _scanned(self) -> ZkIo[list[tuple[str, bytes, int]]]:
         """A store without the index: every job read, expired leases first, then pending jobs
         oldest first."""
         listed: list[tuple[int, float, str, bytes, int]] = []
@@ -347,7 +345,7 @@ class ZkTransaction(Transaction):
         return [(job_id, data, version) for *_, job_id, data, version in sorted(listed)]
 
     # -- how I/O is waited for -----------------------------------------------------------------------
-    def answer(self, what: Hashable, io: Callable[[], Io[T]]) -> T:
+    def answer(self, what: Hashable, io: Callable[[], ZkIo[T]]) -> T:
         """What ``io()`` returns: run now, waiting in this thread. The asyncio transaction
         (``tenure.backends.zookeeper.aio``) answers from what it fetched, or raises
         ``steps.NotFetched`` naming ``what``; a step asks again for the same ``what`` when it
@@ -365,7 +363,7 @@ class ZkTransaction(Transaction):
             self._placer = self._placer_read.copy()
 
     # -- writing -------------------------------------------------------------------------------------
-    def _tx(self) -> Any:
+    def _tx(self) -> Multi:
         if self._multi is None:
             self._multi = self._client.transaction()
             if self._stamp_due:  # first in the multi: ``_committed`` reads its answer
@@ -373,11 +371,11 @@ class ZkTransaction(Transaction):
                 multi.set_data(self._multi, self._p.session.clock_path, b"", -1)
         return self._multi
 
-    def save(self, record: JobRecord) -> None:
+    def save(self, record: JobRecord, op: Op, event: HistoryEvent | None) -> None:
         job_id = record.job_id
         got = self._found[job_id]
         tx = self._tx()
-        slot, index_ops = self._p.index.change(got.rec, got.slot, record, self._placer)
+        slot, index_ops = self._p.index.change(op, got.rec, got.slot, record, self._placer)
         key, gen = self._layout.job(job_id), self._layout.gen(job_id)
         if got.version < 0:
             multi.create(tx, key, zl.dump_record(record, self.epoch, slot))
@@ -401,9 +399,8 @@ class ZkTransaction(Transaction):
             else:
                 multi.delete(tx, path)
         self._saved[job_id] = (record, got)
-
-    def add_event(self, event: HistoryEvent) -> None:
-        self._p.audit.add_event(self._tx(), event, self._checked, self._renewals, replace=not self._unreplaced)
+        if event is not None:  # after the index: the audit's writes come last
+            self._p.audit.add_event(tx, event, self._checked, self._renewals, replace=not self._unreplaced)
 
     def add_rejection(self, rejection: Rejection) -> None:
         self._p.audit.add_rejection(self._tx(), rejection, self._checked)
@@ -421,7 +418,7 @@ class ZkTransaction(Transaction):
     def commit(self) -> None:
         """``committing``, written out for this thread: the multi's answer waited for here,
         without the generator and its driver (the tidying or learning after it, if any, is
-        run as ``Io``)."""
+        run as ``ZkIo``)."""
         tx = self._multi
         if tx is None:
             return  # nothing to write
@@ -430,7 +427,7 @@ class ZkTransaction(Transaction):
         if after is not None:
             self._p.session.run(after)
 
-    def committing(self) -> Io[None]:
+    def committing(self) -> ZkIo[None]:
         """The multi, sent once: what a failed one means is judged here, whether and when to
         try again is the core's (``steps.Attempts``: ``conflict``, ``resend``)."""
         tx = self._multi
@@ -446,7 +443,7 @@ class ZkTransaction(Transaction):
             return mapped_errors("writing job", write=True, job=next(iter(self._loaded)))
         return mapped_errors("recording a rejection", write=True)
 
-    def _sent(self, tx: Any) -> Any:
+    def _sent(self, tx: Multi) -> Answer[MultiResults]:
         """The multi sent, with a check of each job read and not written; its pending answer.
         A guessed claim where claims lately found their jobs existing sends a read behind it."""
         for job_id in self._loaded:
@@ -457,7 +454,7 @@ class ZkTransaction(Transaction):
             self._behind = (self._guessed_claim, self._send_read(self._guessed_claim), (self.now, self.epoch))
         return pending
 
-    def _judged(self, results: list[Any], operations: list[Any]) -> Io[None] | None:
+    def _judged(self, results: list[Any], operations: list[Any]) -> ZkIo[None] | None:
         """What the multi's answer means; the I/O that follows, if any. The op that failed it
         is a lost race (any other error is raised) or a write already done (``_resending``).
         Does no I/O itself: a loop, not a generator (every commit looks)."""
@@ -489,7 +486,7 @@ class ZkTransaction(Transaction):
         self._unreplaced = self._unreplaced or unreplaced
         self.conflict = self.resend = True
 
-    def _committed(self, results: list[Any], operations: list[Any]) -> Io[None] | None:
+    def _committed(self, results: list[Any], operations: list[Any]) -> ZkIo[None] | None:
         """What this process keeps of a commit; the audit's tidying it calls for, if any."""
         if self._stamp_sent is not None:
             self._p.session.stamp(results[0], self._stamp_sent)  # the clock znode, written first
@@ -502,7 +499,7 @@ class ZkTransaction(Transaction):
         self._behind = None
         return self._p.audit.committed(results, operations, self._renewals)
 
-    def _lost(self, op: Any, operations: list[Any], results: list[Any]) -> Io[None]:
+    def _lost(self, op: Any, operations: list[Any], results: list[Any]) -> ZkIo[None]:
         """Nothing was written: a conflict, unless the generation znode disagrees with a
         record that is still as read, twice: that record tenure did not write."""
         path = getattr(op, "path", "")

@@ -57,7 +57,7 @@ def watch(session: Session, log: Log, stop: threading.Event, interval: float) ->
                 records.pop(name, None)
                 gone = shown.pop(name, None)
                 return None if gone is None else Change(removed=gone.job_id)
-        item = zl.decoded(layout.jobs, name, data)
+        item = zl.decoded(layout.jobs, name, data or b"")  # a znode made by hand may hold none
         if isinstance(item, JobRecord):
             records[name] = item
             item = status(item, session.estimated_now())
