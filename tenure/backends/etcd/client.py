@@ -183,17 +183,6 @@ def size(op: OpSpec) -> int:
     return int(rpc_pb2.RequestOp(**op).ByteSize())
 
 
-def relet(ops: list[OpSpec], old: int, new: int) -> None:
-    """Point the puts in ``ops`` (nested ones too) that name etcd lease ``old`` at ``new`` instead."""
-    for op in ops:
-        put_request, nested = op.get("request_put"), op.get("request_txn")
-        if put_request is not None and put_request.get("lease", 0) == old:
-            put_request["lease"] = new
-        elif nested is not None:
-            relet(nested["success"], old, new)
-            relet(nested["failure"], old, new)
-
-
 class TxnResult:
     """A ``TxnResponse`` as the backend reads it: each part decoded when first asked for (a
     commit that succeeded reads its revision, and at most the previous values)."""

@@ -234,15 +234,13 @@ class EtcdLeases:
 
         return (yield from steps.attempted(attempt, "(retention)", gave_up=_no_retention))
 
-    def retention_lost(self) -> EtcdIo[tuple[int, int] | None]:
-        """After a write found an etcd lease missing: (old, new) retention lease ids if the
-        retention lease was the one (revoked behind our back), else None."""
+    def retention_lost(self) -> EtcdIo[None]:
+        """After a write found an etcd lease missing: the retention lease in use looked up again
+        (it may be the one, revoked behind our back), so that the write sent again names a live one."""
         with self._lock:
             old, self._retention_lease = self._retention_lease, None
-        if old is None:
-            return None
-        new = yield from self.retention()
-        return None if new == old[0] else (old[0], new)
+        if old is not None:
+            yield from self.retention()
 
     # -- a claim's etcd lease, for all its attempts ----------------------------------------
     def claiming(self, ttl: int) -> Claiming:
