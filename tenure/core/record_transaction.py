@@ -100,11 +100,14 @@ class Transaction(abc.ABC):
     # Set by an optimistic commit: it lost a race, nothing was written (the core runs the step
     # again on fresh reads).
     conflict: bool = False
-    # Set by the commit with ``conflict`` when nothing collided: the store refused a write it
-    # found already done (ZooKeeper: an index entry already as the multi would leave it). The
-    # core attempts again at once, uncounted; ``follow`` hands the next transaction this one's
-    # reads and what to leave out, so it sends the rest without reading. Each resend must
-    # leave out more than the one before (so they end).
+    # Set by the commit when the step must go again at once, uncounted (``steps.Tries``). With
+    # ``conflict``, nothing was written and nothing collided: the store refused a write it found
+    # already done (ZooKeeper: an index entry already as the multi would leave it), or one that
+    # named what no longer exists (etcd: an etcd lease gone); ``follow`` hands the next
+    # transaction this one's reads and what to change, so it sends again without reading.
+    # Without ``conflict``, the commit wrote and asks for the step once more on what it wrote
+    # (etcd: a renewal that found its key moved by another connection moves it again). The
+    # store makes its resends end (ZooKeeper's each leave out more; etcd's go once).
     resend: bool = False
 
     def stored(self, record: JobRecord) -> JobRecord:
@@ -120,4 +123,5 @@ class Transaction(abc.ABC):
         """Called on a retry's transaction with the attempt before it (its commit conflicted or
         its guess was refuted), before the step runs: a store whose failed commit brought back
         what it now holds (etcd's failure branch, a read ZooKeeper sent behind its multi) may
-        answer ``load`` from that; after a ``resend``, from the reads the failed commit vouched for."""
+        answer ``load`` from that; after a ``resend``, from the reads the failed commit vouched for
+        (or what the commit wrote). A resend is opened as fresh as the attempt it repeats."""

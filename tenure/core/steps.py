@@ -6,7 +6,9 @@ decides with ``transitions`` and buffers its writes (``save``: a record, its ope
 history event; ``add_rejection``)
 for the commit. An ``Operation`` is a step with the job it concerns (``Outraced`` names it) and
 what its caller gets back. ``Attempts`` holds the rules for running an operation's step until it
-sticks. A driver only opens transactions, waits (a pause, a read) and calls these:
+sticks, by the one attempt policy (``Tries``: counts, pauses, ``Outraced``, resends), which
+``attempted`` also runs for a store whose attempt is one request (PostgreSQL's statements). A
+driver only opens transactions, waits (a pause, a read) and calls these:
 
     attempts = steps.Attempts(operation)
     while True:
@@ -14,7 +16,7 @@ sticks. A driver only opens transactions, waits (a pause, a read) and calls thes
         pause contention.pause(attempt.retry) if attempt.retry
         with transaction(fresh=attempt.fresh) as tx:  # commits on leaving
             found = attempts.step(tx)                 # Reread / LeaseError: attempts.retry_after
-        if attempts.stuck(tx):
+        if attempts.stuck(tx):                        # not after a conflict or a resend
             return attempts.result(tx, found)
 
 Reads in an event loop: the steps do no I/O of their own and know nothing of asyncio; every
@@ -27,12 +29,20 @@ plain functions serve both drivers and the sync flavour pays nothing for the asy
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, Literal, TypeVar
 
 from tenure.core import batches, contention, read_facts, transitions
-from tenure.core.errors import BackendUnavailable, CorruptRecord, JobNotFound, LeaseError, StaleLease, TokenChanged
+from tenure.core.errors import (
+    BackendUnavailable,
+    CorruptRecord,
+    JobNotFound,
+    LeaseError,
+    Outraced,
+    StaleLease,
+    TokenChanged,
+)
 from tenure.core.lifecycle import Retry
 from tenure.core.record_transaction import Transaction
 from tenure.core.records import JobRecord, JobState, Lease, Op, Rejection, lease_over
@@ -80,31 +90,64 @@ class Attempt:
     retry: int  # pause ``contention.pause(retry)`` before it; 0 for no pause
 
 
-class Attempts(Generic[S, R]):
-    """An operation's attempt rules: the first reads as the store likes (it may guess); a retry
-    reads fresh and follows the attempt before it; a retry after a refuted guess goes at once,
-    one after a conflict of fresh reads pauses (so colliders fall out of step); a refusal decided
-    on a guess is decided again; ``Outraced`` after ``operation.attempts`` (``contention``). A
-    ``resend`` (a write the store found already done, left out) goes at once and is not counted."""
+# How an attempt that did not stick ended (``Tries.lost``), which decides the next:
+COLLIDED: Final = "collided"  # lost a race on what it read: counted, and paused (colliders fall out of step)
+REFUTED: Final = "refuted"  # decided on a guess the store refuted: counted, again at once on fresh reads
+RESEND: Final = "resend"  # the store asks for the same attempt once more: at once, uncounted
+Ending = Literal["collided", "refuted", "resend"]
+FIRST = Attempt(fresh=False, retry=0)  # reads as the store likes (it may guess)
+AT_ONCE = Attempt(fresh=True, retry=0)
+
+
+class Tries:
+    """The one attempt policy of an operation (issue 27: retries decided in core, once): a
+    record transaction's (``Attempts``), a one-request store's (``attempted``: PostgreSQL's
+    statements, etcd's requests of many claims or renewals) and a claim_next_many's requests
+    (``Claims``). The first attempt reads as the store likes; after one that did not stick
+    (``lost``) a retry reads fresh: at once after a refuted guess, after a pause
+    (``contention.pause(retry)``, growing with each collision) after a collision; a resend is
+    the same attempt again, at once and uncounted (a store that asks for one makes sure its
+    resends end). ``Outraced`` once ``count`` attempts were made. The counters start as class
+    attributes: nothing to set per operation but what it is."""
+
+    lost: Ending | None = None  # how the last attempt ended; None before the first
+    _made = 0  # attempts made, resends not counted
+    _retries = 0  # collisions so far: the pause's number
+    _fresh = False  # whether the last attempt read fresh (a resend reads as it did)
+
+    def __init__(self, job_id: str, count: int = contention.ATTEMPTS) -> None:
+        self.job_id, self.count = job_id, count
+
+    def next(self) -> Attempt:
+        """The next attempt, as ``lost`` says; ``Outraced`` when none is left."""
+        lost = self.lost
+        if lost == RESEND:
+            return Attempt(fresh=self._fresh, retry=0)
+        if self._made == self.count:
+            raise contention.outraced(self.job_id, self.count)
+        self._made += 1
+        if lost is None:
+            return FIRST
+        self._fresh = True
+        if lost == REFUTED:
+            return AT_ONCE  # a wrong guess is no collision
+        self._retries += 1
+        return Attempt(fresh=True, retry=self._retries)
+
+
+class Attempts(Tries, Generic[S, R]):
+    """An operation's attempts in record transactions (``Tries``' rules): each follows the one
+    before; a conflict of fresh reads collided, one of a guess (or a refusal decided on a
+    guess, decided again) refuted it; a transaction that sets ``resend`` goes again at once,
+    uncounted: with ``conflict`` nothing was written (ZooKeeper: a write found already done,
+    left out; etcd: an etcd lease named was gone), without it the commit wrote and the step
+    goes once more on what it wrote (etcd: a renewal that found its key moved by another
+    connection moves it again)."""
 
     def __init__(self, operation: Operation[S, R]) -> None:
         self.operation = operation
+        self.job_id, self.count = operation.job_id, operation.attempts  # (Tries' own, set here: a call less)
         self._previous: Transaction | None = None
-        self._count = 0
-        self._retries = 0
-
-    def next(self) -> Attempt:
-        if self._previous is not None and self._previous.resend:
-            return Attempt(fresh=True, retry=0)  # no collision: the same step, less to write
-        if self._count == self.operation.attempts:
-            raise contention.outraced(self.operation.job_id, self.operation.attempts)
-        self._count += 1
-        if self._previous is None:
-            return Attempt(fresh=False, retry=0)
-        if self._previous.guessed:
-            return Attempt(fresh=True, retry=0)  # a wrong guess is no collision
-        self._retries += 1
-        return Attempt(fresh=True, retry=self._retries)
 
     def step(self, tx: Transaction) -> S | AfterCommit:
         """The operation's step in ``tx``, which first follows the attempt before it; a refusal
@@ -121,13 +164,17 @@ class Attempts(Generic[S, R]):
         (it was decided on a guess) rather than raise it."""
         if tx is None or not tx.guessed or isinstance(exc, BackendUnavailable):
             return False
-        self._previous = tx
+        self._previous, self.lost = tx, REFUTED
         return True
 
     def stuck(self, tx: Transaction) -> bool:
-        """After the commit: whether it wrote (else it lost a race, and the step runs again)."""
+        """After the commit: whether the operation is done (else the step runs again: it lost
+        a race, or the store asked for a resend)."""
+        if tx.resend:
+            self._previous, self.lost = tx, RESEND
+            return False
         if tx.conflict:
-            self._previous = tx
+            self._previous, self.lost = tx, REFUTED if tx.guessed else COLLIDED
             return False
         return True
 
@@ -135,6 +182,43 @@ class Attempts(Generic[S, R]):
         if isinstance(found, AfterCommit):
             raise found.error
         return self.operation.finish(_stored(tx, found))
+
+
+E = TypeVar("E")  # what an attempt yields for its driver to carry out (a request)
+A = TypeVar("A")  # what the driver sends back (the request's answer)
+T = TypeVar("T")
+
+
+def attempted(attempt: Callable[[], Generator[E, A, T]], job_id: str, count: int = contention.ATTEMPTS,
+              gave_up: Callable[[], T] | None = None) -> Generator[E | contention.Pause, A, T]:
+    """``attempt()`` until it returns, under ``Tries``' rules, for a store whose attempt is one
+    request written as a sans-I/O generator (PostgreSQL's statements; etcd's Txn of many
+    claims or changes): again after a ``contention.Pause`` (yielded for its driver to sleep)
+    when it raises ``contention.Collided``, at once when it raises ``contention.Resend``; after
+    ``count`` attempts ``gave_up()`` answers (a batch whose items each say what became of
+    them), else ``Outraced``: nothing was written."""
+    tries: Tries | None = None  # made once an attempt is lost: the first is always made
+    lost: Ending
+    why: Exception
+    while True:
+        try:
+            return (yield from attempt())
+        except contention.Collided as exc:
+            lost, why = COLLIDED, exc
+        except contention.Resend as exc:
+            lost, why = RESEND, exc
+        if tries is None:
+            tries = Tries(job_id, count)
+            tries.next()  # the first, made above
+        tries.lost = lost
+        try:
+            retry = tries.next().retry
+        except Outraced as exc:
+            if gave_up is None:
+                raise exc from why
+            return gave_up()
+        if retry:
+            yield contention.Pause(contention.pause(retry))
 
 
 def _stored(tx: Transaction, found: Any) -> Any:
@@ -323,7 +407,6 @@ Renewal = tuple[Lease, float]  # a lease and the TTL to renew it for
 Completion = tuple[Lease, bytes | None]  # a lease and the result to complete it with
 RENEW_MANY_ATTEMPTS = 3  # a batch that loses this many races is split (one busy job holds no other back)
 Held = Callable[[Transaction], JobRecord | Rejection]  # one lease's holder step
-T = TypeVar("T")
 
 
 def _holders(each: Sequence[Held], job_ids: Sequence[str],
@@ -417,7 +500,8 @@ class Lost:
 class Claims:
     """A ``claim_next_many``'s requests, free of I/O (both flavours, batched or one lease per
     request): how many the next asks for (None: done), after what pause (``retry``: the requests
-    lost in a row, ``contention.pause(retry)`` before the next), and what an answer or error means."""
+    lost in a row, ``contention.pause(retry)`` before the next: ``Tries``' rules, a request that
+    won some starting them over), and what an answer or error means."""
 
     def __init__(self, n: int, per_request: int) -> None:
         self.n = n
@@ -427,6 +511,7 @@ class Claims:
         self._done = False
         self.retry = 0
         self.carried: object = None  # what the last request handed on (``Lost``), for the next
+        self._tries = _requests()
 
     def next(self) -> int | None:
         return None if self._done or self._taken >= self.n else min(self.n - self._taken, self.per_request)
@@ -435,12 +520,11 @@ class Claims:
         """A request's answer: its leases and whether more may be claimable (``took``), or
         ``Lost``: asked again, ``Outraced`` after claim_next's attempts lost in a row."""
         if not isinstance(found, Lost):
-            self.retry, self.carried = 0, None
+            self.retry, self.carried, self._tries = 0, None, _requests()
             self.took(*found)
             return
-        self.retry += 1
-        if self.retry == contention.CLAIM_NEXT_ATTEMPTS:
-            raise contention.outraced("(claim_next)", contention.CLAIM_NEXT_ATTEMPTS)
+        self._tries.lost = COLLIDED
+        self.retry = self._tries.next().retry
         self.carried = found.carried
 
     def took(self, leases: list[Lease], more: bool) -> None:
@@ -458,6 +542,13 @@ class Claims:
         if not self.found:
             raise error
         self._done = True
+
+
+def _requests() -> Tries:
+    """The attempts of claim_next_many's requests from now on, the next one counted."""
+    tries = Tries("(claim_next)", contention.CLAIM_NEXT_ATTEMPTS)
+    tries.next()
+    return tries
 
 
 Item = TypeVar("Item", bound=tuple[Lease, Any])

@@ -7,8 +7,7 @@ runs a read's generator there and then (``answer``), this one awaits the same ge
 loop, the step suspended meanwhile (``tenure.aio.bridge``). The commit is the same generator
 (``committing``), awaited. So every request, guess and retry is
 the sync backend's: a claim, renew or complete costs the same round trips, each awaited. A
-claim's etcd lease and a renewal's second move are the same ``Context`` and ``EtcdLeases``
-code, awaited.
+claim's etcd lease is the same ``Context`` and ``EtcdLeases`` code, awaited.
 
 Queries (get, jobs, rejections, history, summary, page, watch, health) and closing go to the
 sync backend in one worker thread per store (``ThreadedBackend``), for now; ``now`` is this
@@ -112,13 +111,6 @@ class AsyncEtcdBackend(AsyncRecordBackend):
     async def claim_next(self, owner: str, ttl: float) -> Lease | None:
         async with self._claiming(ttl) as context:
             return await self._run(steps.claim_next(owner, ttl), self._within(context))
-
-    async def renew(self, lease: Lease, ttl: float) -> Lease:
-        context = Context()
-        renewed = await self._run(steps.renew(lease, ttl), self._within(context))
-        if context.moved:  # another connection had moved its key: move it again
-            renewed = await self._run(steps.renew(renewed, ttl), self._within(Context()))
-        return renewed
 
     async def renew_many(self, renewals: Sequence[steps.Renewal]) -> list[Lease | LeaseError]:
         """The sync backend's ``renew_many``, awaited: the same ``holders`` code."""

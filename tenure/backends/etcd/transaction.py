@@ -27,7 +27,10 @@ answers of the grant and keep-alive started beside). Every read goes through ``a
 sync transaction runs the generator there and then (``Connection.run``); tenure.aio's
 (``tenure.backends.etcd.aio``) awaits it with the step suspended (``tenure.aio.bridge``), and
 awaits the same commit. What one operation's transactions share (the claim's etcd lease,
-whether a renewal found its key moved) is its ``Context``, passed in, never thread-local.
+a renewal batch's shared etcd leases) is its ``Context``, passed in, never thread-local. What to
+do after a commit that did not stick is the core's (``steps.Attempts``): a lost race sets
+``conflict``; an etcd lease gone (``_lease_gone``) or a renewal's key found moved sets
+``resend``, and the core sends the step again at once.
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ class Read:
     def __init__(self, job_id: str, kvs: list[list[KV]] | None, now: float) -> None:
         job, lease, end, held, delay = [r[0] if r else None for r in kvs] if kvs else (None,) * KEYS_READ
         self.job_id = job_id
+        self.guessed = kvs is None  # a guess the commit's compares verify, not a read
         self.job, self.lease, self.end, self.held, self.delay = job, lease, end, held, delay
         # The lease's incarnation (the held key's mod revision): what a claim's wait was for.
         self.incarnation = held.mod_revision if held is not None else 0
@@ -156,13 +160,18 @@ class Context:
     """What the transactions of one operation share."""
 
     claiming: Claiming | None = None  # a claim's etcd lease (claim, claim_next), for all its attempts
-    moved: bool = False  # a renewal found its key moved by another connection: it moves it again
     # A renewal in a batch (``renewals``): onto the batch's shared etcd lease of its TTL, taken
     # once per batch (fresh for every renewal in it: none was sent before the batch), no keep-alive.
     shared: dict[int, EtcdLease] | None = None
 
 
 class EtcdTransaction(Transaction):
+    # What the attempt before left this one, when it asked for a ``resend`` (``follow``): its
+    # claim_next candidate, or the records a renewal wrote before its key moves again.
+    _next: Read | None = None  # the candidate ``next_claimables`` took
+    _written: dict[str, JobRecord] | None = None
+    _relet = False  # follows a resend after an etcd lease was gone: another is an error
+
     def __init__(self, parts: Parts, now: float, fresh: bool, context: Context | None = None,
                  boot: float | None = None) -> None:
         self._p, self._conn, self._k, self._leases = parts, parts.conn, parts.keys, parts.leases
@@ -187,7 +196,14 @@ class EtcdTransaction(Transaction):
 
     # -- reads ---------------------------------------------------------------------------
     def follow(self, previous: Transaction) -> None:
-        if isinstance(previous, EtcdTransaction):
+        if not isinstance(previous, EtcdTransaction):
+            return
+        if previous.resend and previous.conflict:  # an etcd lease was gone: again, on the same reads
+            self._carried = {job_id: read for job_id, read in previous._reads.items() if not read.guessed}
+            self._next, self._relet = previous._next, True
+        elif previous.resend:  # a renewal found its key moved: it moves it again, from what it wrote
+            self._written = previous._stored
+        else:
             self._carried = {job_id: Read(job_id, kvs, self.now) for job_id, kvs in previous.carry.items()}
 
     def answer(self, io: EtcdIo[T]) -> T:
@@ -237,7 +253,7 @@ class EtcdTransaction(Transaction):
         """A first attempt guesses: a submitted job is new, and so is a claimed one when a pooled
         etcd lease is at hand (one transaction; otherwise the grant goes beside the read); a
         holder's lease implies its record. A retry, or a job already read, reads."""
-        if self._fresh or job_id in self._reads or job_id in self._saved:
+        if self._fresh or job_id in self._reads or job_id in self._saved or job_id in self._carried:
             return self._held_fresh(lease) if lease is not None else self.read_record(job_id)
         if lease is not None:
             claimed = self._p.claimed.get((job_id, lease.token, lease.owner)) if op is Op.FAIL else None
@@ -274,20 +290,27 @@ class EtcdTransaction(Transaction):
                            ec.compare(k.lease, "value", ">", mine),  # starts with the owner
                            ec.compare(k.lease, "value", "<", mine + b"\x7f"),
                            ec.compare(k.job, "mod", "==", lease.token)]  # no claim since
-        # Attempts do not change while a lease is held: the claim's count (a renewal's lease keeps it).
-        rec = self._loaded[job_id] = JobRecord(job_id, JobState.LEASED, lease.owner, lease.token,
-                                               lease.expires_at, lease.ttl, attempts=lease.attempt) \
-            if claimed is None else dataclasses.replace(claimed, lease_until=lease.expires_at, ttl=lease.ttl)
+        written = None if self._written is None else self._written.get(job_id)
+        if written is not None:  # its key moves again: the record as the renewal before wrote it
+            rec = written
+        elif claimed is None:  # attempts do not change while a lease is held: the claim's count
+            rec = JobRecord(job_id, JobState.LEASED, lease.owner, lease.token, lease.expires_at, lease.ttl,
+                            attempts=lease.attempt)
+        else:
+            rec = dataclasses.replace(claimed, lease_until=lease.expires_at, ttl=lease.ttl)
+        self._loaded[job_id] = rec
         return rec
 
     def next_claimables(self, n: int) -> list[str]:
         """One job (claim_next_many goes its own way: ``claims``): index candidates
         (``claimable``), each read here and passed over unless claimable at ``now``; the one
         returned is claimed from that read, so a claim someone made since is a conflict of the
-        commit, which the core retries from a fresh index read."""
-        found = self.answer(self._finding())
+        commit, which the core retries from a fresh index read (a resend takes the same
+        candidate again)."""
+        found = self._next or self.answer(self._finding())
         if found is None:
             return []
+        self._next = found
         self._use(found.job_id, found)
         return [found.job_id]
 
@@ -467,12 +490,15 @@ class EtcdTransaction(Transaction):
         if self._claiming is not None:
             self._claiming.maybe_written = True
         try:
-            res = yield from self._send(writes, failure, plans)
-        except BaseException:
+            res = yield ec.Txn(self._compares, writes, failure)
+        except BaseException as exc:
             for plan in plans.values():
                 if plan.keepalive is not None:
                     plan.keepalive.cancel()
-            raise  # a renewal's new etcd lease may carry the key now: it runs out by itself
+            if self._relet or not isinstance(exc, ec.LeaseNotFound):
+                raise  # a renewal's new etcd lease may carry the key now: it runs out by itself
+            yield from self._lease_gone(plans)
+            return
         yield from self._settling(res, plans)
 
     def nested(self) -> EtcdIo[Any | None]:
@@ -540,33 +566,24 @@ class EtcdTransaction(Transaction):
         for lease_id in self._delays.values():
             self._leases.revoke_later(lease_id)  # nor to these
 
-    def _send(self, writes: list[Any], failure: list[Any], plans: dict[str, _Plan]) -> EtcdIo[TxnResult]:
-        try:
-            return (yield ec.Txn(self._compares, writes, failure))  # type: ignore[no-any-return]
-        except ec.LeaseNotFound:
-            # An etcd lease named by a put is gone (revoked behind our back, a pooled lease etcd
-            # ended, a renewal's cached lease another connection revoked): nothing was written,
-            # so the same transaction goes once more on leases that exist.
-            retention = yield from self._leases.retention_lost()
-            if retention is not None:
-                ec.relet(writes, *retention)
-            for ttl, old_id in self._delays.items():  # a delay's lease etcd ended at once: a new one
-                self._delays[ttl], _ = yield ec.Grant(ttl)
-                ec.relet(writes, old_id, self._delays[ttl])
-            for plan in plans.values():
-                if plan.lease is not None and plan.op in (Op.CLAIM, Op.RENEW):
-                    old = plan.lease
-                    old.alive = False
-                    if plan.keepalive is not None:
-                        plan.keepalive.cancel()
-                    plan.keepalive, plan.sent = None, boot_clock()
-                    plan.lease = yield from self._leases.granting(old.ttl, SLACK if plan.op is Op.CLAIM else 0)
-                    plan.granted_here = plan.op is Op.RENEW
-                    if plan.op is Op.CLAIM and self._claiming is not None:
-                        self._claiming.lease = plan.lease
-                    self._leases.forget(plan.key)
-                    ec.relet(writes, old.id, plan.lease.id)
-            return (yield ec.Txn(self._compares, writes, failure))  # type: ignore[no-any-return]
+    def _lease_gone(self, plans: dict[str, _Plan]) -> EtcdIo[None]:
+        """The Txn named an etcd lease that is gone (revoked behind our back, a pooled one etcd
+        ended, a renewal's cached one another connection revoked), and etcd applied nothing: the
+        audit's retention lease is looked up again (it may be the one), a claim's or renewal's is
+        never used again, and the core sends the step again at once (``resend``; once, as
+        ``follow`` says) on leases that exist: a claim's is granted here, so that it guesses as it
+        did, a renewal's and a delay's are granted by the resend as they are on any commit."""
+        yield from self._leases.retention_lost()
+        for plan in plans.values():
+            lease = plan.lease
+            if lease is not None and plan.op in (Op.CLAIM, Op.RENEW):
+                lease.alive = False
+                self._leases.forget(plan.key)
+                if plan.op is Op.CLAIM and self._claiming is not None:
+                    self._claiming.lease = yield from self._leases.granting(lease.ttl, SLACK)
+        if self._claiming is not None:
+            self._claiming.maybe_written = False
+        self.conflict = self.resend = True
 
     def _after(self, plan: _Plan, res: TxnResult) -> EtcdIo[None]:
         """etcd lease bookkeeping once the commit applied ``plan``."""
@@ -607,11 +624,12 @@ class EtcdTransaction(Transaction):
                     lease.alive = False
                 if lease.alive and any(kv.lease != lease.id for kv in prev):
                     # Another connection had moved the key to its own etcd lease and may be revoking
-                    # ours right now: that revoke must not land on the key, so it moves again.
+                    # ours right now: that revoke must not land on the key, so the core renews once
+                    # more at once (``resend``: what was written stands), onto a new etcd lease.
                     self._leases.forget(plan.key)
                     for kv in prev:
                         self._let_go(kv)
-                    self.context.moved = True
+                    self.resend = True
                     return
             for kv in prev:
                 if kv.lease != lease.id:
