@@ -19,20 +19,17 @@ driver only opens transactions, waits (a pause, a read) and calls these:
         if attempts.stuck(tx):                        # not after a conflict or a resend
             return attempts.result(tx, found)
 
-Reads in an event loop: a transaction whose reads must await I/O raises ``NotFetched`` from a
-read it cannot answer yet, naming what it needs and carrying the coroutine that fetches it; the
-async driver awaits that and runs the step again from the start in the same transaction. A rerun
-is safe because a step does no I/O and writes nothing until the commit; the transaction forgets
-what the interrupted run buffered when it raises ``NotFetched``. The rerun must decide as the
-first run did, so the transaction answers it from what it kept: what the fetch brought, and
-any choice made before it (ZooKeeper's read is kept as the job's record, so the rerun does not
-choose to guess instead, its clock stamp being fresh now). So the steps stay plain functions,
-the same for both drivers, and a sync transaction, which reads as it is asked, never raises it.
+Reads in an event loop: the steps do no I/O of their own and know nothing of asyncio; every
+read goes through the transaction, which answers it as its flavour waits. A sync transaction
+blocks there and then; an async one (``tenure.aio``) suspends the step, which its driver runs
+in a greenlet, while the read is awaited in the loop, and resumes it with the answer
+(``tenure.aio.bridge``). Either way a step runs once per transaction, start to end, so the same
+plain functions serve both drivers and the sync flavour pays nothing for the async one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Generic, Literal, TypeVar
 
@@ -66,16 +63,6 @@ class AfterCommit(Exception):
     def __init__(self, error: LeaseError) -> None:
         super().__init__(str(error))
         self.error = error
-
-
-class NotFetched(Exception):
-    """Raised by an async transaction's read it cannot answer yet: await ``fetch()``, then run
-    the step again in the same transaction (which forgot what the interrupted run wrote)."""
-
-    def __init__(self, what: str, fetch: Callable[[], Awaitable[None]]) -> None:
-        super().__init__(f"not fetched yet: {what}")
-        self.what = what
-        self.fetch = fetch
 
 
 @dataclass(frozen=True)
@@ -161,16 +148,12 @@ class Attempts(Tries, Generic[S, R]):
         self.operation = operation
         self.job_id, self.count = operation.job_id, operation.attempts  # (Tries' own, set here: a call less)
         self._previous: Transaction | None = None
-        self._began: Transaction | None = None  # the transaction ``step`` last followed into
 
     def step(self, tx: Transaction) -> S | AfterCommit:
-        """The operation's step in ``tx``, which first follows the attempt before it (once per
-        transaction, not per rerun after ``NotFetched``); a refusal to raise after the commit
-        (``AfterCommit``) as a value, for ``result``."""
-        if tx is not self._began:
-            self._began = tx
-            if self._previous is not None:
-                tx.follow(self._previous)
+        """The operation's step in ``tx``, which first follows the attempt before it; a refusal
+        to raise after the commit (``AfterCommit``) as a value, for ``result``."""
+        if self._previous is not None:
+            tx.follow(self._previous)
         try:
             return self.operation.step(tx)
         except AfterCommit as refused:

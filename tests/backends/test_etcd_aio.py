@@ -72,11 +72,11 @@ def test_the_protocol_awaits_grpc_aio_in_the_loop_without_the_sync_transaction(
     assert {"Txn", "LeaseGrant", "LeaseKeepAlive", "AioPending"} <= set(awaited), awaited
 
 
-def test_a_step_run_again_after_a_fetch_decides_as_it_did_before(etcd_harness: EtcdHarness,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """A claim with no pooled etcd lease reads the job (granting one beside the read); the step
-    run again must load what was read, not guess now that the claim has a lease at hand (a
-    wrong guess would cost a second transaction): one transaction, as in sync, one grant."""
+def test_a_claim_that_reads_is_one_transaction_as_in_sync(etcd_harness: EtcdHarness,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claim with no pooled etcd lease reads the job (granting one beside the read), and
+    decides on what it read, though the claim has a lease at hand once the read is answered
+    (a guess then would cost a second transaction): one transaction, as in sync, one grant."""
     opened: list[bool] = []
     transaction = AsyncEtcdBackend.transaction
     sent: list[str] = []

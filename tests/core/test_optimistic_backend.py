@@ -69,13 +69,6 @@ class CasTransaction(Transaction):
             return sorted((r.submitted_at or 0.0, r.job_id, v) for r, v in self._b.records.values()
                           if transitions.is_claimable(r, self.now))
 
-    def forget(self) -> None:
-        """Drop what the step buffered (an async step interrupted to fetch a read)."""
-        self._writes.clear()
-        self._ops.clear()
-        self._events.clear()
-        self._rejections.clear()
-
     def save(self, record: JobRecord, op: tenure.Op, event: HistoryEvent | None) -> None:
         self._writes[record.job_id] = record
         self._ops[record.job_id] = op

@@ -25,8 +25,8 @@ keys (``_reading``), claim_next's candidates (``_finding``: the indexes, then ea
 keys) and the commit (``committing``: the Txn; the grant a renewal's move waits for, the
 answers of the grant and keep-alive started beside). Every read goes through ``answer``: the
 sync transaction runs the generator there and then (``Connection.run``); tenure.aio's
-(``tenure.backends.etcd.aio``) answers from what it fetched or raises ``steps.NotFetched``,
-and awaits the same commit. What one operation's transactions share (the claim's etcd lease,
+(``tenure.backends.etcd.aio``) awaits it with the step suspended (``tenure.aio.bridge``), and
+awaits the same commit. What one operation's transactions share (the claim's etcd lease,
 a renewal batch's shared etcd leases) is its ``Context``, passed in, never thread-local. What to
 do after a commit that did not stick is the core's (``steps.Attempts``): a lost race sets
 ``conflict``; an etcd lease gone (``_lease_gone``) or a renewal's key found moved sets
@@ -38,7 +38,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
 from tenure.backends.etcd import claimable
@@ -207,26 +206,14 @@ class EtcdTransaction(Transaction):
         else:
             self._carried = {job_id: Read(job_id, kvs, self.now) for job_id, kvs in previous.carry.items()}
 
-    def answer(self, what: Hashable, io: Callable[[], EtcdIo[T]]) -> T:
-        """What ``io`` returns, run now (the sync flavour). tenure.aio's transaction answers
-        from what it fetched, or raises ``steps.NotFetched``, and asks again for the same
-        ``what`` when the step runs again."""
-        return self._conn.run(io())
-
-    def forget(self) -> None:
-        """Drop what this run of the step decided and buffered (before a rerun of the step in
-        the same transaction: ``steps.NotFetched``). What was read stays: it is the point."""
-        self._reads.clear()
-        self._loaded.clear()
-        self._compares.clear()
-        self._saved.clear()
-        self._events.clear()
-        self._rejections.clear()
-        self.guessed = False
+    def answer(self, io: EtcdIo[T]) -> T:
+        """What ``io`` returns, run now (the sync flavour); tenure.aio's transaction awaits it,
+        the step suspended meanwhile."""
+        return self._conn.run(io)
 
     def _fetch(self, job_id: str) -> Read:
         """The job's keys: from the last failure branch, or read (reads only: safe to retry)."""
-        return self._carried.get(job_id) or self.answer(("read", job_id), lambda: self._reading(job_id))
+        return self._carried.get(job_id) or self.answer(self._reading(job_id))
 
     def _reading(self, job_id: str) -> EtcdIo[Read]:
         if self._claiming is not None:
@@ -320,7 +307,7 @@ class EtcdTransaction(Transaction):
         returned is claimed from that read, so a claim someone made since is a conflict of the
         commit, which the core retries from a fresh index read (a resend takes the same
         candidate again)."""
-        found = self._next or self.answer(("claimable",), self._finding)
+        found = self._next or self.answer(self._finding())
         if found is None:
             return []
         self._next = found

@@ -19,7 +19,7 @@ writes it), a job znode deleted by hand as its generation znode's version (``Van
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -112,7 +112,7 @@ class ZkTransaction(Transaction):
     epoch = 0
     _multi: Multi | None = None
     _placer: Placer | None = None
-    _placer_read: Placer | None = None  # as the read made it, for ``forget``
+    _placer_read: Placer | None = None  # as the read made it, for a resend (``follow``)
     _stamp_due = False  # a guess's stamp is half used: the multi writes our clock znode first
     _stamp_sent: float | None = None
     _guessed_claim: str | None = None
@@ -139,7 +139,7 @@ class ZkTransaction(Transaction):
     @property
     def now(self) -> float:
         if self._now is None:
-            self._at(*self.answer(("now",), self._p.session.stamping))
+            self._at(*self.answer(self._p.session.stamping()))
         assert self._now is not None
         return self._now
 
@@ -204,7 +204,7 @@ class ZkTransaction(Transaction):
             # The stamp is too old to bound the leader's clock: write our clock znode (one round
             # trip, as reading the job would be) and guess, rather than read the job and, in a
             # batch of renewals, every job after it.
-            self.answer(("stamp",), session.stamping)
+            self.answer(session.stamping())
             bound = session.bound_now()
         if got is None or bound is None:
             return None
@@ -220,12 +220,10 @@ class ZkTransaction(Transaction):
 
     def _followed(self, job_id: str) -> Found | None:
         """The read sent behind the last attempt's new-job multi, unless the job is leased."""
-        behind = self._behind
+        behind, self._behind = self._behind, None  # answers one attempt: the next one reads
         if behind is None or behind[0] != job_id:
-            self._behind = None  # answers one attempt: the next one reads
             return None
-        got = self.answer(("behind", job_id), behind[1])
-        self._behind = None  # only once answered: an async step comes back here for it
+        got = self.answer(behind[1]())
         if got.rec is not None and got.rec.state is JobState.LEASED:
             return None
         self._at(*behind[2])
@@ -250,14 +248,13 @@ class ZkTransaction(Transaction):
         return answer
 
     def _read(self, job_ids: list[str], queue: bool = False) -> list[Found]:
-        return self.answer(("read", tuple(job_ids), queue), lambda: self._reading(job_ids, queue)) if job_ids else []
+        return self.answer(self._reading(job_ids, queue)) if job_ids else []
 
     def _reading(self, job_ids: list[str], queue: bool) -> ZkIo[list[Found]]:
         """Our clock znode written, then the jobs' znodes: one round trip. What it found is
-        kept as it arrives, so a step run again after this fetch (tenure.aio) loads it rather
-        than deciding anew whether to guess. A clock znode found gone (an expired session) is
-        created again, then all sent once more (``Session.with_clock``, written out here: one
-        generator per read, not three)."""
+        kept (``preload``'s reads answer the step's loads). A clock znode found gone (an expired
+        session) is created again, then all sent once more (``Session.with_clock``, written out
+        here: one generator per read, not three)."""
         s, index = self._p.session, self._p.index
         for _ in range(2):
             with mapped_errors(f"reading job {job_ids[0]!r}" if len(job_ids) == 1 else "reading jobs"):
@@ -300,7 +297,7 @@ class ZkTransaction(Transaction):
 
     def next_claimables(self, n: int) -> list[str]:
         if self._proposed is None:
-            self._proposed = self.answer(("claimable", n), lambda: self._finding(n))
+            self._proposed = self.answer(self._finding(n))
         return self._proposed
 
     def _finding(self, n: int) -> ZkIo[list[str]]:
@@ -345,22 +342,10 @@ class ZkTransaction(Transaction):
         return [(job_id, data, version) for *_, job_id, data, version in sorted(listed)]
 
     # -- how I/O is waited for -----------------------------------------------------------------------
-    def answer(self, what: Hashable, io: Callable[[], ZkIo[T]]) -> T:
-        """What ``io()`` returns: run now, waiting in this thread. The asyncio transaction
-        (``tenure.backends.zookeeper.aio``) answers from what it fetched, or raises
-        ``steps.NotFetched`` naming ``what``; a step asks again for the same ``what`` when it
-        runs again."""
-        return self._p.session.run(io())
-
-    def forget(self) -> None:
-        """Drop what this run of the step buffered for the commit (before a rerun of the step
-        in the same transaction: ``steps.NotFetched``). Reads stay: they are the point."""
-        self._multi = None
-        self._checked = set()
-        self._renewals = {}
-        self._saved.clear()
-        if self._placer_read is not None:
-            self._placer = self._placer_read.copy()
+    def answer(self, io: ZkIo[T]) -> T:
+        """What ``io`` returns: run now, waiting in this thread. The asyncio transaction
+        (``tenure.backends.zookeeper.aio``) awaits it, the step suspended meanwhile."""
+        return self._p.session.run(io)
 
     # -- writing -------------------------------------------------------------------------------------
     def _tx(self) -> Multi:
