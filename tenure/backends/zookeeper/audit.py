@@ -24,7 +24,6 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.serialization import CheckVersion, Create, Delete
 
 from tenure.backends.zookeeper import layout as zl
-from tenure.backends.zookeeper import multi
 from tenure.backends.zookeeper.calls import Multi, ZkIo
 from tenure.backends.zookeeper.errors import mapped_errors
 from tenure.backends.zookeeper.multiread import read_many
@@ -42,6 +41,7 @@ _BATCH = 200
 # each): under jute.maxbuffer as submit_many's and renew_many's multis are.
 _TRIM_MULTI = 5000
 _TRIM_BYTES = 512 * 1024
+_SEQUENCE = 2  # ZooKeeper's create flag for a sequential znode
 _LEGACY = -1  # the rank of records written straight into the directory, before segments
 # Claims whose latest renewal event this process wrote, with its path: the next renewal's multi
 # deletes it (``transitions.replaced``). A claim renewed by another process, or forgotten here,
@@ -112,9 +112,10 @@ class Log:
         with self._lock:
             segment = self.segment
         if segment not in checked:
-            multi.check(tx, segment, 0)  # still open: a closed segment takes no more records
+            tx.operations.append(CheckVersion(segment, 0))  # still open: a closed segment takes no more records
             checked.add(segment)
-        multi.create(tx, f"{segment}/{self._prefix}", data, sequence=True)
+        # Appended as ``ZkTransaction.save`` appends its requests; ``_SEQUENCE``: ZooKeeper's flag.
+        tx.operations.append(Create(f"{segment}/{self._prefix}", data, self._b.acl, _SEQUENCE))
 
     def number(self, path: str) -> int | None:
         """The number of the record a commit created at ``path``, in one of this log's segments."""
@@ -166,7 +167,7 @@ class Log:
                 # One multi per batch: one transaction (and fsync) instead of one per znode.
                 tx = client.transaction()
                 for path in chunk:
-                    multi.delete(tx, path)
+                    tx.operations.append(Delete(path, -1))
                 if not any(isinstance(r, NoNodeError) for r in (yield tx.commit_async())):
                     continue
                 # Another client trimmed some first: the multi did nothing; delete one by one.
@@ -204,7 +205,7 @@ class Audit:
         if claim is None:
             self._renewals.pop((event.job_id, event.token))  # the claim ended (or never renewed here)
         elif replace and (earlier := self._renewals.get(claim)) is not None:
-            multi.delete(tx, earlier)  # in the same multi: no read, no request of its own
+            tx.operations.append(Delete(earlier, -1))  # in the same multi: no read, no request of its own
         self.event_log.add(tx, zl.dump_event(event), checked)
         if claim is not None:
             renewals[id(tx.operations[-1])] = claim
