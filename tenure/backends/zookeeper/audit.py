@@ -60,7 +60,7 @@ class Log:
         self._lock = threading.Lock()
         self.segment = self._path(0)
         # Credentials that may not read here fail at their first operation, as before; a
-        # wrong guess of the segment is corrected by the first multi (``learn``).
+        # wrong guess of the segment is corrected by the first multi (``Audit.failed``).
         with contextlib.suppress(AuthenticationFailed):
             self.segment = session.run(self._newest())
 
@@ -120,16 +120,6 @@ class Log:
     def number(self, path: str) -> int | None:
         """The number of the record a commit created at ``path``, in one of this log's segments."""
         return zl.sequence(path.rpartition("/")[2], self._prefix)
-
-    def learn(self, operations: list[Any], results: list[Any]) -> ZkIo[None]:
-        """After a failed multi: a closed (or vanished) segment means take the newest."""
-        for op, result in zip(operations, results, strict=False):
-            path = getattr(op, "path", "")
-            if path.startswith(self.directory + "/") and (
-                    (isinstance(op, CheckVersion) and isinstance(result, BadVersionError))
-                    or (isinstance(op, Create) and isinstance(result, NoNodeError))):
-                yield from self.refresh()
-                return
 
     # -- reading -----------------------------------------------------------------------------------
     def listing(self, rank: int, watch: Callable[[Any], None] | None = None) -> ZkIo[list[tuple[Key, str]]]:
@@ -255,9 +245,22 @@ class Audit:
                     trimmed.append(log)
                     self._b.tidy(log.directory, functools.partial(log.trim, self._b.config.retention))
 
-    def failed(self, operations: list[Any], results: list[Any]) -> ZkIo[None]:
-        for log in (self.event_log, self.rejection_log):
-            yield from log.learn(operations, results)
+    def failed(self, operations: list[Any], results: list[Any]) -> ZkIo[None] | None:
+        """After a failed multi: the refresh of each log whose segment it found closed (or
+        vanished), None for none (most failures: a lost race). A loop, not a generator: every
+        failed multi looks."""
+        stale: list[Log] = []
+        for op, result in zip(operations, results, strict=False):
+            if ((isinstance(op, CheckVersion) and isinstance(result, BadVersionError))
+                    or (isinstance(op, Create) and isinstance(result, NoNodeError))):
+                stale += [log for log in (self.event_log, self.rejection_log)
+                          if log not in stale and op.path.startswith(log.directory + "/")]
+        return self._refreshing(stale) if stale else None
+
+    @staticmethod
+    def _refreshing(logs: list[Log]) -> ZkIo[None]:
+        for log in logs:
+            yield from log.refresh()
 
     def _newest_first(self, log: Log) -> Iterator[tuple[str, bytes]]:
         """(path, data) of the log's records, newest first (one request per ``_BATCH``; a

@@ -81,6 +81,11 @@ class Layout:
     def job(self, job_id: str) -> str:
         return f"{self.jobs}/{encode(job_id)}"
 
+    def znodes(self, job_id: str) -> tuple[str, str]:
+        """The job's znode and its generation znode (one call where a step needs both)."""
+        name = encode(job_id)
+        return f"{self.jobs}/{name}", f"{self.gens}/{name}"
+
     def gen(self, job_id: str) -> str:
         return f"{self.gens}/{encode(job_id)}"
 

@@ -230,9 +230,9 @@ class ZkTransaction(Transaction):
 
     def _send_read(self, job_id: str) -> Callable[[], ZkIo[Found]]:
         """The job's znodes read now; the answer's ``ZkIo`` waits for them."""
-        key = self._layout.job(job_id)
+        key, gen_key = self._layout.znodes(job_id)
         job = self._client.get_async(key)
-        gen = self._client.exists_async(self._layout.gen(job_id))
+        gen = self._client.exists_async(gen_key)
 
         def answer() -> ZkIo[Found]:
             try:
@@ -368,7 +368,7 @@ class ZkTransaction(Transaction):
         # line: in multis of thousands (renewals, an audit trim) about a sixth of the client's CPU.
         ops, acl = tx.operations, self._p.session.acl
         slot, index_ops = self._p.index.change(op, got.rec, got.slot, record, self._placer)
-        key, gen = self._layout.job(job_id), self._layout.gen(job_id)
+        key, gen = self._layout.znodes(job_id)
         if got.version < 0:
             ops.append(Create(key, zl.dump_record(record, self.epoch, slot), acl, 0))
             base = got.gen  # a job znode deleted by hand: the token goes on from its generation znode
@@ -411,7 +411,7 @@ class ZkTransaction(Transaction):
         if tx is None:
             return  # nothing to write
         try:
-            after = self._judged(self._p.session.wait(self._sent(tx)), tx.operations)
+            after = self._judged(self._sent(tx).get(timeout=self._p.session.config.timeout), tx.operations)
         except MAPPED as exc:
             raise self._write_failed(exc) from exc
         if after is not None:
@@ -490,9 +490,10 @@ class ZkTransaction(Transaction):
         self._behind = None
         return self._p.audit.committed(results, operations, self._renewals)
 
-    def _lost(self, op: Any, operations: list[Any], results: list[Any]) -> ZkIo[None]:
+    def _lost(self, op: Any, operations: list[Any], results: list[Any]) -> ZkIo[None] | None:
         """Nothing was written: a conflict, unless the generation znode disagrees with a
-        record that is still as read, twice: that record tenure did not write."""
+        record that is still as read, twice: that record tenure did not write. Returns the
+        audit's I/O the failure calls for, if any (``Audit.failed``)."""
         path = getattr(op, "path", "")
         if not self.guessed and path.startswith(self._layout.gens + "/") and isinstance(op, (SetData, CheckVersion)):
             job_id = zl.decode(path.rsplit("/", 1)[1])
@@ -502,9 +503,9 @@ class ZkTransaction(Transaction):
                 raise CorruptRecord(path, "generation znode version does not match the record's token "
                                     f"{rec.token if rec else 0}")
             self._odd.add(seen)
-        yield from self._p.audit.failed(operations, results)
         if self._guessed_claim is not None:
             self._p.written.claims_existing = True
         for lease in self._guessed_leases:
             self._p.written.forget(lease.job_id, lease.token, lease.owner)
         self.conflict = True
+        return self._p.audit.failed(operations, results)
