@@ -56,7 +56,7 @@ class Log:
     def __init__(self, session: Session, directory: str, prefix: str) -> None:
         self._b = session
         self.directory = directory
-        self._prefix = prefix  # "e-" or "r-", as ZooKeeper's sequential names start
+        self.prefix = prefix  # "e-" or "r-", as ZooKeeper's sequential names start
         self._lock = threading.Lock()
         self.segment = self._path(0)
         # Credentials that may not read here fail at their first operation, as before; a
@@ -70,7 +70,7 @@ class Log:
         with mapped_errors("listing the audit"):
             names = yield self._b.client.get_children_async(self.directory, watch=watch)
         ranks = sorted(rank for n in names if (rank := zl.segment_rank(n)) is not None)
-        legacy = any(zl.sequence(n, self._prefix) is not None for n in names)
+        legacy = any(zl.sequence(n, self.prefix) is not None for n in names)
         return [_LEGACY, *ranks] if legacy else ranks
 
     def _path(self, rank: int) -> str:
@@ -115,11 +115,7 @@ class Log:
             tx.operations.append(CheckVersion(segment, 0))  # still open: a closed segment takes no more records
             checked.add(segment)
         # Appended as ``ZkTransaction.save`` appends its requests; ``_SEQUENCE``: ZooKeeper's flag.
-        tx.operations.append(Create(f"{segment}/{self._prefix}", data, self._b.acl, _SEQUENCE))
-
-    def number(self, path: str) -> int | None:
-        """The number of the record a commit created at ``path``, in one of this log's segments."""
-        return zl.sequence(path.rpartition("/")[2], self._prefix)
+        tx.operations.append(Create(f"{segment}/{self.prefix}", data, self._b.acl, _SEQUENCE))
 
     # -- reading -----------------------------------------------------------------------------------
     def listing(self, rank: int, watch: Callable[[Any], None] | None = None) -> ZkIo[list[tuple[Key, str]]]:
@@ -131,7 +127,7 @@ class Log:
             except NoNodeError:
                 return []
         found = [((rank, n), f"{directory}/{name}") for name in names
-                 if (n := zl.sequence(name, self._prefix)) is not None]
+                 if (n := zl.sequence(name, self.prefix)) is not None]
         return sorted(found)
 
     def newest_first(self) -> Iterator[str]:
@@ -227,7 +223,7 @@ class Audit:
             # A record's path is <log>/<segment>/<name>: one look-up passes over the multi's
             # other created znodes (the job's, its generation's, index entries).
             log = self._logs.get(path.rsplit("/", 2)[0]) if isinstance(path, str) else None
-            number = None if log is None else log.number(path)
+            number = None if log is None else zl.sequence(path.rpartition("/")[2], log.prefix)
             if log is not None and number is not None and (number >= SEGMENT_LIMIT or number % self._every == 0):
                 due.append((log, path, number))
         return self._tidying(due) if due else None

@@ -76,6 +76,7 @@ class Layout:
         self.last = f"{root}/last"
         self.parked = f"{root}/parked"
         self.dirs = (root, self.jobs, self.gens, self.events, self.rejections, self.clocks)
+        self.record_dirs = (f"{self.jobs}/", f"{self.gens}/")  # prefixes of a record's two znodes
         self.index_dirs = (self.pending, self.leased, self.scheduled, self.last, self.parked)
 
     def job(self, job_id: str) -> str:
@@ -266,6 +267,7 @@ def _load(data: bytes, key: str) -> dict[str, Any]:
 
 
 def _fields(d: dict[str, Any], key: str, job_id: str) -> JobRecord:
+    # The life cycle's fields by zip and map: no comprehension's frame on every read.
     named_job = d.get("job_id")
     if not isinstance(named_job, str):
         raise CorruptRecord(key, "names no job")
@@ -274,7 +276,7 @@ def _fields(d: dict[str, Any], key: str, job_id: str) -> JobRecord:
     return codec.job_record(key, named_job, d.get("state"), d.get("owner"), d.get("token"), d.get("lease_until"),
                             d.get("ttl"), d.get("submitted_at"), d.get("claimed_at"), d.get("renewed_at"),
                             d.get("completed_at"), d.get("runs"), codec.result_bytes(key, d.get("result")),
-                            **{name: d.get(name) for name in codec.LIFE_FIELDS})
+                            **dict(zip(codec.LIFE_FIELDS, map(d.get, codec.LIFE_FIELDS), strict=True)))
 
 
 def load_record(data: bytes, key: str, job_id: str) -> JobRecord:

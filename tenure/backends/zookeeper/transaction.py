@@ -458,6 +458,8 @@ class ZkTransaction(Transaction):
                 break
         if culprit is None:
             return self._committed(results, operations)
+        if culprit[0].path.startswith(self._layout.record_dirs):
+            return self._lost(culprit[0], operations, results)  # a record's own race: no index entry, no event
         if self._p.index.redundant(*culprit):
             self._resending(skip=culprit[0].path)
         elif self._p.audit.unreplaced(*culprit):
