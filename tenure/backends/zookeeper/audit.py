@@ -241,22 +241,17 @@ class Audit:
                     trimmed.append(log)
                     self._b.tidy(log.directory, functools.partial(log.trim, self._b.config.retention))
 
-    def failed(self, operations: list[Any], results: list[Any]) -> ZkIo[None] | None:
-        """After a failed multi: the refresh of each log whose segment it found closed (or
-        vanished), None for none (most failures: a lost race). A loop, not a generator: every
-        failed multi looks."""
-        stale: list[Log] = []
-        for op, result in zip(operations, results, strict=False):
-            if ((isinstance(op, CheckVersion) and isinstance(result, BadVersionError))
-                    or (isinstance(op, Create) and isinstance(result, NoNodeError))):
-                stale += [log for log in (self.event_log, self.rejection_log)
-                          if log not in stale and op.path.startswith(log.directory + "/")]
-        return self._refreshing(stale) if stale else None
-
-    @staticmethod
-    def _refreshing(logs: list[Log]) -> ZkIo[None]:
-        for log in logs:
-            yield from log.refresh()
+    def failed(self, op: Any, error: Exception) -> ZkIo[None] | None:
+        """After a multi that ``op`` failed: the refresh of the log whose segment it found
+        closed (or vanished), None for none (most failures: a lost race). Not a generator:
+        every failed multi asks."""
+        if not ((isinstance(op, CheckVersion) and isinstance(error, BadVersionError))
+                or (isinstance(op, Create) and isinstance(error, NoNodeError))):
+            return None
+        for log in (self.event_log, self.rejection_log):
+            if op.path.startswith(log.directory + "/"):
+                return log.refresh()
+        return None
 
     def _newest_first(self, log: Log) -> Iterator[tuple[str, bytes]]:
         """(path, data) of the log's records, newest first (one request per ``_BATCH``; a

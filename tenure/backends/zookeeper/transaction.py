@@ -459,13 +459,13 @@ class ZkTransaction(Transaction):
         if culprit is None:
             return self._committed(results, operations)
         if culprit[0].path.startswith(self._layout.record_dirs):
-            return self._lost(culprit[0], operations, results)  # a record's own race: no index entry, no event
+            return self._lost(*culprit)  # a record's own race: not an index entry's, not an event's
         if self._p.index.redundant(*culprit):
             self._resending(skip=culprit[0].path)
         elif self._p.audit.unreplaced(*culprit):
             self._resending(unreplaced=True)
         else:
-            return self._lost(culprit[0], operations, results)
+            return self._lost(*culprit)
         return None
 
     def _resending(self, skip: str | None = None, unreplaced: bool = False) -> None:
@@ -492,10 +492,11 @@ class ZkTransaction(Transaction):
         self._behind = None
         return self._p.audit.committed(results, operations, self._renewals)
 
-    def _lost(self, op: Any, operations: list[Any], results: list[Any]) -> ZkIo[None] | None:
+    def _lost(self, op: Any, error: Exception) -> ZkIo[None] | None:
         """Nothing was written: a conflict, unless the generation znode disagrees with a
-        record that is still as read, twice: that record tenure did not write. Returns the
-        audit's I/O the failure calls for, if any (``Audit.failed``)."""
+        record that is still as read, twice: that record tenure did not write. ``op`` failed
+        the multi (the others were rolled back or not tried); returns the audit's I/O that
+        calls for, if any (``Audit.failed``)."""
         path = getattr(op, "path", "")
         if not self.guessed and path.startswith(self._layout.gens + "/") and isinstance(op, (SetData, CheckVersion)):
             job_id = zl.decode(path.rsplit("/", 1)[1])
@@ -510,4 +511,6 @@ class ZkTransaction(Transaction):
         for lease in self._guessed_leases:
             self._p.written.forget(lease.job_id, lease.token, lease.owner)
         self.conflict = True
-        return self._p.audit.failed(operations, results)
+        if path.startswith(self._layout.record_dirs):
+            return None  # a record's own race: the audit's segments are as they were
+        return self._p.audit.failed(op, error)
