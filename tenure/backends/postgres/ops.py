@@ -126,8 +126,7 @@ def decode_row(schema: str, row: tuple[Any, ...] | list[Any]) -> JobRecord:
     tenure did not write (the rule of ``q.valid``)."""
     job_id, state, owner, token, lease_until, ttl, sub, cla, ren, com, runs, result, *life = row
     return codec.job_record(codec.key_of(f"{schema}.jobs", job_id), job_id, state, owner, token, lease_until, ttl,
-                            sub, cla, ren, com, runs, None if result is None else bytes(result),
-                            **dict(zip(codec.LIFE_FIELDS, life, strict=True)))
+                            sub, cla, ren, com, runs, None if result is None else bytes(result), *life)
 
 
 def listed_row(schema: str, row: tuple[Any, ...] | list[Any], now: float) -> JobStatus:
