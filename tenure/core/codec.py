@@ -67,7 +67,7 @@ def job_id_problem(value: Any) -> str | None:
         return f"the job id is a {type(value).__name__}, not text"
     if not 1 <= len(value) <= validation.MAX_JOB_ID:
         return f"the job id has {len(value)} characters, not 1 to {validation.MAX_JOB_ID}"
-    if validation.find_refused(value) is None:
+    if (value.isascii() and value.isprintable()) or validation.find_refused(value) is None:  # (as validation's)
         return None
     refused = validation.refused_character(value)
     if any("\ud800" <= c <= "\udfff" for c in value):  # how Python reads stored text that is not UTF-8
