@@ -1,4 +1,5 @@
-"""``python -m benchmarks.before_after [--baseline REV] [--backends S] [--n N] [--runs N] [--claimers N] [--no-renew]``
+"""``python -m benchmarks.before_after [--baseline REV] [--backends S] [--n N] [--runs N] [--claimers N]
+[--no-renew] [--aio]``
 
 Did a refactor make the protocol's hot path slower? This runs the client of ``--baseline`` (a
 git revision; default: the commit before etcd and ZooKeeper became record backends of the
@@ -9,7 +10,8 @@ process's CPU time (every thread of it, gRPC's and kazoo's included): CPU time m
 less with the load of a shared machine than wall time does. With ``--claimers N``, each slice
 is instead N threads of one process taking ``--n`` / 10 queued jobs with ``claim_next`` and
 completing them (jobs per second). ``--no-renew`` times claim + complete cycles (issue 27's
-measure); ``--backends`` takes memory, sqlite, postgres, etcd and zk (default: etcd,zk). Round
+measure); ``--aio`` times tenure.aio's ``AsyncStore`` in one event loop instead (claimers are
+tasks); ``--backends`` takes memory, sqlite, postgres, etcd and zk (default: etcd,zk). Round
 trips per operation are ``benchmarks/round_trips.py``'s.
 """
 
@@ -59,6 +61,37 @@ WORKER = textwrap.dedent("""
         print(time.process_time() - cpu, time.perf_counter() - wall, flush=True)
 """)
 
+# The same, awaited: one event loop, claimers as tasks; stdin is read off the loop, between slices.
+AIO_WORKER = textwrap.dedent("""
+    import asyncio, sys, time
+    import tenure.aio
+
+    async def main():
+        store, claimers, renew = await tenure.aio.connect(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "renew"
+        done = 0
+        print("ready", flush=True)
+
+        async def drain():
+            while (lease := await store.claim_next(owner="bench", ttl=30.0)) is not None:
+                await store.complete(lease)
+
+        while line := await asyncio.to_thread(sys.stdin.readline):
+            n = int(line)
+            if claimers:
+                await store.submit_many([f"q-{i}" for i in range(done, done + n)])
+            cpu, wall = time.process_time(), time.perf_counter()
+            if claimers:
+                await asyncio.gather(*(drain() for _ in range(claimers)))
+            for i in range(done, done + n) if not claimers else ():
+                lease = await store.claim(f"c-{i}", owner="bench", ttl=30.0)
+                await store.complete(await store.renew(lease) if renew else lease, result=b"done")
+            done += n
+            print(time.process_time() - cpu, time.perf_counter() - wall, flush=True)
+        await store.close()
+
+    asyncio.run(main())
+""")
+
 
 @contextlib.contextmanager
 def served(backend: str, tmp: Path) -> Iterator[str]:
@@ -73,9 +106,9 @@ def served(backend: str, tmp: Path) -> Iterator[str]:
 class Worker(LineProcess):
     """A tenure client from ``tree`` in a process of its own."""
 
-    def __init__(self, tree: Path, url: str, claimers: int, renew: bool) -> None:
-        super().__init__(str(tree), [sys.executable, "-c", WORKER, url, str(claimers), "renew" if renew else "-"],
-                         dict(os.environ, PYTHONPATH=str(tree)), cwd=tree)
+    def __init__(self, tree: Path, url: str, claimers: int, renew: bool, aio: bool = False) -> None:
+        super().__init__(str(tree), [sys.executable, "-c", AIO_WORKER if aio else WORKER, url, str(claimers),
+                                     "renew" if renew else "-"], dict(os.environ, PYTHONPATH=str(tree)), cwd=tree)
 
     def cycles(self, n: int) -> tuple[float, float]:
         """CPU and wall seconds of ``n`` cycles (or jobs claimed and completed)."""
@@ -84,10 +117,10 @@ class Worker(LineProcess):
 
 
 def compare(backend: str, baseline: Path, url: str, n: int, runs: int, label: str, claimers: int,
-            renew: bool) -> None:
+            renew: bool, aio: bool = False) -> None:
     # "_": a suffix every backend takes in a prefix (a PostgreSQL schema name has no "-")
-    before = Worker(baseline, url + "_before", claimers, renew)
-    after = Worker(ROOT, url + "_after", claimers, renew)
+    before = Worker(baseline, url + "_before", claimers, renew, aio)
+    after = Worker(ROOT, url + "_after", claimers, renew, aio)
     for worker in (before, after):
         worker.cycles(max(10, n // 10))  # warm up connections and pools
     totals: dict[str, list[tuple[float, float]]] = {"before": [], "after": []}
@@ -107,13 +140,15 @@ def compare(backend: str, baseline: Path, url: str, n: int, runs: int, label: st
         """The median of each run's after / before: a run's two sides shared its load."""
         return statistics.median(y[i] / x[i] for x, y in zip(totals["before"], totals["after"], strict=True))
 
+    subject = f"{backend} (tenure.aio)" if aio else backend
     if claimers:  # jobs a second: the inverse of ms a job
         pairs = ", ".join(f"{1e3 / x[1]:.1f}/{1e3 / y[1]:.1f}"
                           for x, y in zip(totals["before"], totals["after"], strict=True))
-        print(f"{backend}: {claimers} threads taking {n} jobs with claim_next + complete, {runs} runs, "
+        print(f"{subject}: {claimers} {'tasks' if aio else 'threads'} taking {n} jobs with claim_next + complete, "
+              f"{runs} runs, "
               f"before = {label}: after / before {1 / ratio(1):.2f} x in jobs/s (runs before/after: {pairs})")
         return
-    print(f"{backend}: claim+{'renew+' if renew else ''}complete, {runs} runs of {n} cycles, before = {label}")
+    print(f"{subject}: claim+{'renew+' if renew else ''}complete, {runs} runs of {n} cycles, before = {label}")
     for i, what in ((0, "client CPU"), (1, "wall")):
         runs_text = ", ".join(f"{x[i]:.3f}/{y[i]:.3f}" for x, y in zip(totals["before"], totals["after"], strict=True))
         print(f"  {what} per cycle: after / before {ratio(i):.2f} x (runs before/after, ms: {runs_text})")
@@ -127,12 +162,14 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--claimers", type=int, default=0, help="threads taking queued jobs (0: cycles)")
     parser.add_argument("--no-renew", dest="renew", action="store_false", help="claim + complete cycles")
+    parser.add_argument("--aio", action="store_true", help="tenure.aio in one event loop (claimers: tasks)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tenure-before-after-") as tmp:
         baseline = archived(args.baseline, Path(tmp) / "baseline")
         for backend in args.backends.split(","):
             with served(backend, Path(tmp)) as url:
-                compare(backend, baseline, url, args.n, args.runs, args.baseline, args.claimers, args.renew)
+                compare(backend, baseline, url, args.n, args.runs, args.baseline, args.claimers, args.renew,
+                        args.aio)
     return 0
 
 

@@ -20,7 +20,7 @@ from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.options import Options, StoreURL
 from tenure.core.order import Expired, Queued
 from tenure.core.record_transaction import Transaction
-from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Rejection
+from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Lease, Op, Rejection
 from tenure.core.transitions import candidate_at, replaced, status
 
 T = TypeVar("T")
@@ -123,23 +123,19 @@ class _MemoryTransaction(Transaction):
         self._rejections: list[Rejection] = []
         self._events: list[HistoryEvent] = []
 
-    def load(self, job_id: str) -> JobRecord | None:
+    def load(self, job_id: str, op: Op, lease: Lease | None = None) -> JobRecord | None:
         return self._writes.get(job_id) or self._s.records.get(job_id)
 
-    def save(self, record: JobRecord) -> None:
+    def save(self, record: JobRecord, op: Op, event: HistoryEvent | None) -> None:
         self._writes[record.job_id] = record
-
-    def next_claimable(self) -> str | None:
-        return next(iter(self.next_claimables(1)), None)
+        if event is not None:
+            self._events.append(event)
 
     def next_claimables(self, n: int) -> list[str]:
         return list(itertools.islice(self._s.candidates(self.now), n))
 
     def add_rejection(self, rejection: Rejection) -> None:
         self._rejections.append(rejection)
-
-    def add_event(self, event: HistoryEvent) -> None:
-        self._events.append(event)
 
     def commit(self) -> None:
         for job_id, rec in self._writes.items():

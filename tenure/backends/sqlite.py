@@ -47,6 +47,7 @@ from tenure.core.records import (
     JobRecord,
     JobState,
     JobStatus,
+    Lease,
     Op,
     Rejection,
     RejectionKind,
@@ -191,22 +192,29 @@ class _SQLiteTransaction(Transaction):
         self._db = backend._db
         self.now = backend.now()
 
-    def load(self, job_id: str) -> JobRecord | None:
+    def load(self, job_id: str, op: Op, lease: Lease | None = None) -> JobRecord | None:
         row = self._db.execute(_LOAD_SQL, (job_id,)).fetchone()
         return None if row is None else _decode(row, f"tenure_jobs/{job_id}")
 
-    def save(self, r: JobRecord) -> None:
+    def save(self, r: JobRecord, op: Op, e: HistoryEvent | None) -> None:
         # A pending job queues when it becomes claimable: now, or at its claimable_at if it is
         # scheduled (as memory's queue: a requeue queues the job again).
         queued = None if r.state is not JobState.PENDING else self.now if r.claimable_at is None else r.claimable_at
+        db = self._db
         values = (r.job_id, r.state.value, r.owner, r.token, r.lease_until, r.ttl, r.submitted_at, r.claimed_at,
                   r.renewed_at, r.completed_at, r.runs, r.result, r.attempts, r.max_attempts, r.last_error,
                   r.claimable_at, r.failed_at, queued)
         present = tuple(map(_is_not, values, _NONES))  # None is written as NULL (_Inserts)
-        self._db.execute(_INSERTS[_SAVE_SQL, present], tuple(itertools.compress(values, present)))
-
-    def next_claimable(self) -> str | None:
-        return next(iter(self.next_claimables(1)), None)
+        db.execute(_INSERTS[_SAVE_SQL, present], tuple(itertools.compress(values, present)))
+        if e is None:
+            return
+        claim = replaced(e)
+        if claim is not None:  # its claim's earlier renewal event goes (tenure_events_job)
+            db.execute("DELETE FROM tenure_events WHERE job_id = ? AND token = ? AND op = ?", (*claim, e.op.value))
+        values = (e.job_id, e.op.value, e.owner, e.token, e.at, e.expires_at)
+        present = tuple(map(_is_not, values, _NONES))
+        cur = db.execute(_INSERTS[_EVENT_SQL, present], tuple(itertools.compress(values, present)))
+        self._b._trim("tenure_events", cur.lastrowid)
 
     def next_claimables(self, n: int) -> list[str]:
         # One statement of three index probes (_QUEUE), n of each one's best, merged by the
@@ -222,16 +230,6 @@ class _SQLiteTransaction(Transaction):
         present = tuple(map(_is_not, values, _NONES))  # None is written as NULL (_Inserts)
         cur = self._db.execute(_INSERTS[_REJECTION_SQL, present], tuple(itertools.compress(values, present)))
         self._b._trim("tenure_rejections", cur.lastrowid)
-
-    def add_event(self, e: HistoryEvent) -> None:
-        claim = replaced(e)
-        if claim is not None:  # its claim's earlier renewal event goes (tenure_events_job)
-            self._db.execute("DELETE FROM tenure_events WHERE job_id = ? AND token = ? AND op = ?",
-                             (*claim, e.op.value))
-        values = (e.job_id, e.op.value, e.owner, e.token, e.at, e.expires_at)
-        present = tuple(map(_is_not, values, _NONES))  # None is written as NULL (_Inserts)
-        cur = self._db.execute(_INSERTS[_EVENT_SQL, present], tuple(itertools.compress(values, present)))
-        self._b._trim("tenure_events", cur.lastrowid)
 
 
 def file_of(url: StoreURL) -> Path | None:

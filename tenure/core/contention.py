@@ -6,30 +6,21 @@ first, the write fails as a whole and the operation reads again: after a short r
 so two writers that collided do not collide again in step, growing while they keep colliding.
 After ``ATTEMPTS`` it gives up with ``Outraced``: nothing was written.
 
-    for _ in contention.attempts():
-        read = ...
-        if conditional_write(...):
-            return
-    raise contention.outraced(job_id)
-
-A store whose attempt is one request that judges and writes at once (PostgreSQL's statements)
-writes the attempt as a sans-I/O generator that raises ``Collided`` when it lost; ``attempted``
-runs it under the same policy, yielding a ``Pause`` for its driver to sleep.
+This module holds the numbers (``ATTEMPTS``, the pauses) and the one error; when an operation
+attempts again, after what pause, and when it gives up is decided once, by ``steps.Tries``, for
+record transactions and for a store whose attempt is one request (``steps.attempted``: an
+attempt tells it what happened by raising ``Collided`` or ``Resend``, and it yields a ``Pause``
+for its driver to sleep).
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
 
 from tenure.core.errors import Outraced
-
-E = TypeVar("E")  # what an attempt yields for its driver to carry out (a request)
-A = TypeVar("A")  # what the driver sends back (the request's answer)
-T = TypeVar("T")  # what the operation returns
 
 ATTEMPTS = 20  # reads of one operation before it gives up
 # claim_next's: a race it lost is another claimer's win, so the queue moved on. With N
@@ -50,14 +41,6 @@ def pause(retry: int, rand: Callable[[], float] = random.random) -> float:
     return rand() * min(LONGEST_PAUSE, FIRST_PAUSE * 2.0 ** (retry - 1))
 
 
-def attempts(count: int = ATTEMPTS, sleep: Callable[[float], None] | None = None) -> Iterator[int]:
-    """Attempt numbers from 0, with a pause (``time.sleep`` unless given) before each retry."""
-    for attempt in range(count):
-        if attempt:
-            (sleep or time.sleep)(pause(attempt))
-        yield attempt
-
-
 def wait(retry: int) -> None:
     """Sleep the pause before retry number ``retry`` (1 for the first)."""
     time.sleep(pause(retry))
@@ -70,29 +53,17 @@ def outraced(job_id: str, count: int = ATTEMPTS) -> Outraced:
 
 class Collided(Exception):
     """Raised by one attempt that lost a race and wrote nothing (another writer changed what it
-    judged, or the store rolled it back): ``attempted`` runs it again."""
+    judged, or the store rolled it back): ``steps.attempted`` runs it again after a pause."""
+
+
+class Resend(Exception):
+    """Raised by one attempt that wrote nothing and collided with no one (etcd: an etcd lease it
+    named was gone): ``steps.attempted`` makes it again at once, uncounted. The store makes
+    sure its resends end (etcd's: once)."""
 
 
 @dataclass(frozen=True)
 class Pause:
-    """Yielded by ``attempted`` before a retry: the driver sleeps ``seconds`` (its own way)."""
+    """Yielded by ``steps.attempted`` before a retry: the driver sleeps ``seconds`` (its own way)."""
 
     seconds: float
-
-
-def attempted(attempt: Callable[[], Generator[E, A, T]], job_id: str, count: int = ATTEMPTS,
-              gave_up: Callable[[], T] | None = None) -> Generator[E | Pause, A, T]:
-    """``attempt()`` until it returns, again after each ``Collided`` it raises, a ``Pause`` of
-    ``pause(retry)`` before each retry; after ``count`` attempts ``gave_up()`` answers (a batch
-    whose items each say what became of them), else ``Outraced``: nothing was written."""
-    lost: Collided | None = None
-    for retry in range(count):
-        if retry:
-            yield Pause(pause(retry))
-        try:
-            return (yield from attempt())
-        except Collided as exc:
-            lost = exc
-    if gave_up is not None:
-        return gave_up()
-    raise outraced(job_id, count) from lost

@@ -42,6 +42,9 @@ class OtherClock:
 
 
 Loaded = JobRecord | Vanished | OtherClock | None  # what a store's read reports of one job
+# The operation a re-stamp (``restamped``) is saved as: a renewal's write (the lease's end moves
+# on, its holder and token stay), with no history event, since nobody renewed it.
+RESTAMP = Op.RENEW
 
 
 def seen(loaded: Loaded, op: Op, now: float) -> JobRecord | None:

@@ -1,11 +1,14 @@
 """The protocol on a record store, free of I/O: what ``RecordBackend`` (sync) and ``tenure.aio``'s
 ``AsyncRecordBackend`` both carry out, so the logic exists once (issue 17's sans-I/O core).
 
-A *step* is a function of one ``Transaction``: it reads (``load_for``, ``next_claimable``),
-decides with ``transitions`` and buffers its writes (``save``, ``add_event``, ``add_rejection``)
+A *step* is a function of one ``Transaction``: it reads (``load``, ``next_claimables``),
+decides with ``transitions`` and buffers its writes (``save``: a record, its operation and its
+history event; ``add_rejection``)
 for the commit. An ``Operation`` is a step with the job it concerns (``Outraced`` names it) and
 what its caller gets back. ``Attempts`` holds the rules for running an operation's step until it
-sticks. A driver only opens transactions, waits (a pause, a read) and calls these:
+sticks, by the one attempt policy (``Tries``: counts, pauses, ``Outraced``, resends), which
+``attempted`` also runs for a store whose attempt is one request (PostgreSQL's statements). A
+driver only opens transactions, waits (a pause, a read) and calls these:
 
     attempts = steps.Attempts(operation)
     while True:
@@ -13,28 +16,33 @@ sticks. A driver only opens transactions, waits (a pause, a read) and calls thes
         pause contention.pause(attempt.retry) if attempt.retry
         with transaction(fresh=attempt.fresh) as tx:  # commits on leaving
             found = attempts.step(tx)                 # Reread / LeaseError: attempts.retry_after
-        if attempts.stuck(tx):
+        if attempts.stuck(tx):                        # not after a conflict or a resend
             return attempts.result(tx, found)
 
-Reads in an event loop: a transaction whose reads must await I/O raises ``NotFetched`` from a
-read it cannot answer yet, naming what it needs and carrying the coroutine that fetches it; the
-async driver awaits that and runs the step again from the start in the same transaction. A rerun
-is safe because a step does no I/O and writes nothing until the commit; the transaction forgets
-what the interrupted run buffered when it raises ``NotFetched``. The rerun must decide as the
-first run did, so the transaction answers it from what it kept: what the fetch brought, and
-any choice made before it (ZooKeeper's read is kept as the job's record, so the rerun does not
-choose to guess instead, its clock stamp being fresh now). So the steps stay plain functions,
-the same for both drivers, and a sync transaction, which reads as it is asked, never raises it.
+Reads in an event loop: the steps do no I/O of their own and know nothing of asyncio; every
+read goes through the transaction, which answers it as its flavour waits. A sync transaction
+blocks there and then; an async one (``tenure.aio``) suspends the step, which its driver runs
+in a greenlet, while the read is awaited in the loop, and resumes it with the answer
+(``tenure.aio.bridge``). Either way a step runs once per transaction, start to end, so the same
+plain functions serve both drivers and the sync flavour pays nothing for the async one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, Literal, TypeVar
 
 from tenure.core import batches, contention, read_facts, transitions
-from tenure.core.errors import BackendUnavailable, CorruptRecord, JobNotFound, LeaseError, StaleLease, TokenChanged
+from tenure.core.errors import (
+    BackendUnavailable,
+    CorruptRecord,
+    JobNotFound,
+    LeaseError,
+    Outraced,
+    StaleLease,
+    TokenChanged,
+)
 from tenure.core.lifecycle import Retry
 from tenure.core.record_transaction import Transaction
 from tenure.core.records import JobRecord, JobState, Lease, Op, Rejection, lease_over
@@ -55,16 +63,6 @@ class AfterCommit(Exception):
     def __init__(self, error: LeaseError) -> None:
         super().__init__(str(error))
         self.error = error
-
-
-class NotFetched(Exception):
-    """Raised by an async transaction's read it cannot answer yet: await ``fetch()``, then run
-    the step again in the same transaction (which forgot what the interrupted run wrote)."""
-
-    def __init__(self, what: str, fetch: Callable[[], Awaitable[None]]) -> None:
-        super().__init__(f"not fetched yet: {what}")
-        self.what = what
-        self.fetch = fetch
 
 
 @dataclass(frozen=True)
@@ -92,41 +90,70 @@ class Attempt:
     retry: int  # pause ``contention.pause(retry)`` before it; 0 for no pause
 
 
-class Attempts(Generic[S, R]):
-    """An operation's attempt rules: the first reads as the store likes (it may guess); a retry
-    reads fresh and follows the attempt before it; a retry after a refuted guess goes at once,
-    one after a conflict of fresh reads pauses (so colliders fall out of step); a refusal decided
-    on a guess is decided again; ``Outraced`` after ``operation.attempts`` (``contention``). A
-    ``resend`` (a write the store found already done, left out) goes at once and is not counted."""
+# How an attempt that did not stick ended (``Tries.lost``), which decides the next:
+COLLIDED: Final = "collided"  # lost a race on what it read: counted, and paused (colliders fall out of step)
+REFUTED: Final = "refuted"  # decided on a guess the store refuted: counted, again at once on fresh reads
+RESEND: Final = "resend"  # the store asks for the same attempt once more: at once, uncounted
+Ending = Literal["collided", "refuted", "resend"]
+FIRST = Attempt(fresh=False, retry=0)  # reads as the store likes (it may guess)
+AT_ONCE = Attempt(fresh=True, retry=0)
 
-    def __init__(self, operation: Operation[S, R]) -> None:
-        self.operation = operation
-        self._previous: Transaction | None = None
-        self._began: Transaction | None = None  # the transaction ``step`` last followed into
-        self._count = 0
-        self._retries = 0
+
+class Tries:
+    """The one attempt policy of an operation (issue 27: retries decided in core, once): a
+    record transaction's (``Attempts``), a one-request store's (``attempted``: PostgreSQL's
+    statements, etcd's requests of many claims or renewals) and a claim_next_many's requests
+    (``Claims``). The first attempt reads as the store likes; after one that did not stick
+    (``lost``) a retry reads fresh: at once after a refuted guess, after a pause
+    (``contention.pause(retry)``, growing with each collision) after a collision; a resend is
+    the same attempt again, at once and uncounted (a store that asks for one makes sure its
+    resends end). ``Outraced`` once ``count`` attempts were made. The counters start as class
+    attributes: nothing to set per operation but what it is."""
+
+    lost: Ending | None = None  # how the last attempt ended; None before the first
+    _made = 0  # attempts made, resends not counted
+    _retries = 0  # collisions so far: the pause's number
+    _fresh = False  # whether the last attempt read fresh (a resend reads as it did)
+
+    def __init__(self, job_id: str, count: int = contention.ATTEMPTS) -> None:
+        self.job_id, self.count = job_id, count
 
     def next(self) -> Attempt:
-        if self._previous is not None and self._previous.resend:
-            return Attempt(fresh=True, retry=0)  # no collision: the same step, less to write
-        if self._count == self.operation.attempts:
-            raise contention.outraced(self.operation.job_id, self.operation.attempts)
-        self._count += 1
-        if self._previous is None:
-            return Attempt(fresh=False, retry=0)
-        if self._previous.guessed:
-            return Attempt(fresh=True, retry=0)  # a wrong guess is no collision
+        """The next attempt, as ``lost`` says; ``Outraced`` when none is left."""
+        lost = self.lost
+        if lost == RESEND:
+            return Attempt(fresh=self._fresh, retry=0)
+        if self._made == self.count:
+            raise contention.outraced(self.job_id, self.count)
+        self._made += 1
+        if lost is None:
+            return FIRST
+        self._fresh = True
+        if lost == REFUTED:
+            return AT_ONCE  # a wrong guess is no collision
         self._retries += 1
         return Attempt(fresh=True, retry=self._retries)
 
+
+class Attempts(Tries, Generic[S, R]):
+    """An operation's attempts in record transactions (``Tries``' rules): each follows the one
+    before; a conflict of fresh reads collided, one of a guess (or a refusal decided on a
+    guess, decided again) refuted it; a transaction that sets ``resend`` goes again at once,
+    uncounted: with ``conflict`` nothing was written (ZooKeeper: a write found already done,
+    left out; etcd: an etcd lease named was gone), without it the commit wrote and the step
+    goes once more on what it wrote (etcd: a renewal that found its key moved by another
+    connection moves it again)."""
+
+    def __init__(self, operation: Operation[S, R]) -> None:
+        self.operation = operation
+        self.job_id, self.count = operation.job_id, operation.attempts  # (Tries' own, set here: a call less)
+        self._previous: Transaction | None = None
+
     def step(self, tx: Transaction) -> S | AfterCommit:
-        """The operation's step in ``tx``, which first follows the attempt before it (once per
-        transaction, not per rerun after ``NotFetched``); a refusal to raise after the commit
-        (``AfterCommit``) as a value, for ``result``."""
-        if tx is not self._began:
-            self._began = tx
-            if self._previous is not None:
-                tx.follow(self._previous)
+        """The operation's step in ``tx``, which first follows the attempt before it; a refusal
+        to raise after the commit (``AfterCommit``) as a value, for ``result``."""
+        if self._previous is not None:
+            tx.follow(self._previous)
         try:
             return self.operation.step(tx)
         except AfterCommit as refused:
@@ -137,13 +164,17 @@ class Attempts(Generic[S, R]):
         (it was decided on a guess) rather than raise it."""
         if tx is None or not tx.guessed or isinstance(exc, BackendUnavailable):
             return False
-        self._previous = tx
+        self._previous, self.lost = tx, REFUTED
         return True
 
     def stuck(self, tx: Transaction) -> bool:
-        """After the commit: whether it wrote (else it lost a race, and the step runs again)."""
+        """After the commit: whether the operation is done (else the step runs again: it lost
+        a race, or the store asked for a resend)."""
+        if tx.resend:
+            self._previous, self.lost = tx, RESEND
+            return False
         if tx.conflict:
-            self._previous = tx
+            self._previous, self.lost = tx, REFUTED if tx.guessed else COLLIDED
             return False
         return True
 
@@ -151,6 +182,43 @@ class Attempts(Generic[S, R]):
         if isinstance(found, AfterCommit):
             raise found.error
         return self.operation.finish(_stored(tx, found))
+
+
+E = TypeVar("E")  # what an attempt yields for its driver to carry out (a request)
+A = TypeVar("A")  # what the driver sends back (the request's answer)
+T = TypeVar("T")
+
+
+def attempted(attempt: Callable[[], Generator[E, A, T]], job_id: str, count: int = contention.ATTEMPTS,
+              gave_up: Callable[[], T] | None = None) -> Generator[E | contention.Pause, A, T]:
+    """``attempt()`` until it returns, under ``Tries``' rules, for a store whose attempt is one
+    request written as a sans-I/O generator (PostgreSQL's statements; etcd's Txn of many
+    claims or changes): again after a ``contention.Pause`` (yielded for its driver to sleep)
+    when it raises ``contention.Collided``, at once when it raises ``contention.Resend``; after
+    ``count`` attempts ``gave_up()`` answers (a batch whose items each say what became of
+    them), else ``Outraced``: nothing was written."""
+    tries: Tries | None = None  # made once an attempt is lost: the first is always made
+    lost: Ending
+    why: Exception
+    while True:
+        try:
+            return (yield from attempt())
+        except contention.Collided as exc:
+            lost, why = COLLIDED, exc
+        except contention.Resend as exc:
+            lost, why = RESEND, exc
+        if tries is None:
+            tries = Tries(job_id, count)
+            tries.next()  # the first, made above
+        tries.lost = lost
+        try:
+            retry = tries.next().retry
+        except Outraced as exc:
+            if gave_up is None:
+                raise exc from why
+            return gave_up()
+        if retry:
+            yield contention.Pause(contention.pause(retry))
 
 
 def _stored(tx: Transaction, found: Any) -> Any:
@@ -167,18 +235,18 @@ def _nothing(found: None) -> None:
 
 
 def _read(tx: Transaction, job_id: str, op: Op, lease: Lease | None = None) -> tuple[JobRecord | None, bool]:
-    """The record the step decides on, from what ``tx.load_for`` found (``read_facts``), and
+    """The record the step decides on, from what ``tx.load`` found (``read_facts``), and
     whether a write that finding calls for was saved for the commit; its CorruptRecord naming
     the job the caller named (a key may hold it encoded: etcd's and ZooKeeper's base64url)."""
     try:
-        loaded = tx.load_for(job_id, op, lease)
+        loaded = tx.load(job_id, op, lease)
     except CorruptRecord as exc:
         raise exc.naming(job_id) from exc.__cause__
     if loaded is None or isinstance(loaded, JobRecord):
         return loaded, False  # a record as read: nothing to decide (the common case, kept short)
     write = read_facts.restamped(loaded, op, tx.now)
     if write is not None:
-        tx.save(write)
+        tx.save(write, read_facts.RESTAMP, None)
     return read_facts.seen(loaded, op, tx.now), write is not None
 
 
@@ -191,7 +259,7 @@ def _save_passed_over(tx: Transaction) -> None:
     for loaded in tx.passed_over():
         write = read_facts.restamped(loaded, Op.CLAIM, tx.now)
         if write is not None:
-            tx.save(write)
+            tx.save(write, read_facts.RESTAMP, None)
 
 
 def submit(job_ids: list[str], actor: str | None, max_attempts: int | None = None,
@@ -201,8 +269,7 @@ def submit(job_ids: list[str], actor: str | None, max_attempts: int | None = Non
         for job_id in job_ids:
             new = transitions.submit(_load(tx, job_id, Op.SUBMIT), job_id, tx.now, max_attempts, delay)
             if new is not None:
-                tx.save(new)
-                tx.add_event(transitions.history_event(new, Op.SUBMIT, tx.now, actor))
+                tx.save(new, Op.SUBMIT, transitions.history_event(new, Op.SUBMIT, tx.now, actor))
 
     return Operation(job_ids[0] if job_ids else "", step, _nothing)
 
@@ -224,8 +291,7 @@ def submit_many(job_ids: list[str], actor: str | None, size: int,
 def _claimed(tx: Transaction, rec: JobRecord | None, job_id: str, owner: str, ttl: float,
              max_attempts: int | None) -> JobRecord:
     new = transitions.claim(rec, job_id, owner, ttl, tx.now, max_attempts)
-    tx.save(new)
-    tx.add_event(transitions.history_event(new, Op.CLAIM, tx.now))
+    tx.save(new, Op.CLAIM, transitions.history_event(new, Op.CLAIM, tx.now))
     return new
 
 
@@ -249,9 +315,9 @@ def claim(job_id: str, owner: str, ttl: float, max_attempts: int | None = None) 
 
 def claim_next(owner: str, ttl: float) -> Operation[JobRecord | None, Lease | None]:
     def step(tx: Transaction) -> JobRecord | None:
-        job_id = tx.next_claimable()
+        found = tx.next_claimables(1)
         _save_passed_over(tx)
-        return None if job_id is None else _claim_in(tx, job_id, owner, ttl, None)
+        return _claim_in(tx, found[0], owner, ttl, None) if found else None
 
     return Operation("(claim_next)", step, lambda found: None if found is None else transitions.lease_of(found),
                      contention.CLAIM_NEXT_ATTEMPTS)
@@ -264,8 +330,8 @@ def holder(op: Op, lease: Lease, change: transitions.Change) -> Operation[JobRec
     def step(tx: Transaction) -> JobRecord | Rejection:
         found = transitions.holder_step(_load(tx, lease.job_id, op, lease), op, lease, change, tx.now)
         if isinstance(found, JobRecord):
-            tx.save(found)  # the history names the holder, also when the step gave the job back
-            tx.add_event(transitions.history_event(found, op, tx.now, lease.owner))
+            # The history names the holder, also when the step gave the job back.
+            tx.save(found, op, transitions.history_event(found, op, tx.now, lease.owner))
         elif tx.guessed:
             raise Reread  # never audit a refusal of what may be an old copy
         else:
@@ -305,8 +371,7 @@ def requeue(job_id: str, actor: str | None, delay: float, token: int | None) -> 
         if rec is not None and token is not None and rec.token != token:
             raise TokenChanged(job_id, token, rec.token)
         new = transitions.requeue(rec, job_id, delay, tx.now)
-        tx.save(new)
-        tx.add_event(transitions.history_event(new, Op.REQUEUE, tx.now, actor))
+        tx.save(new, Op.REQUEUE, transitions.history_event(new, Op.REQUEUE, tx.now, actor))
 
     return Operation(job_id, step, _nothing)
 
@@ -320,8 +385,7 @@ def force_expire(job_id: str, actor: str | None, token: int | None) -> Operation
             raise TokenChanged(job_id, token, rec.token)
         if rec.state is JobState.LEASED and rec.lease_until is not None and not lease_over(rec.lease_until, tx.now):
             new = transitions.force_expire(rec, tx.now)
-            tx.save(new)
-            tx.add_event(transitions.history_event(new, Op.EXPIRE, tx.now, actor))
+            tx.save(new, Op.EXPIRE, transitions.history_event(new, Op.EXPIRE, tx.now, actor))
 
     return Operation(job_id, step, _nothing)
 
@@ -343,7 +407,6 @@ Renewal = tuple[Lease, float]  # a lease and the TTL to renew it for
 Completion = tuple[Lease, bytes | None]  # a lease and the result to complete it with
 RENEW_MANY_ATTEMPTS = 3  # a batch that loses this many races is split (one busy job holds no other back)
 Held = Callable[[Transaction], JobRecord | Rejection]  # one lease's holder step
-T = TypeVar("T")
 
 
 def _holders(each: Sequence[Held], job_ids: Sequence[str],
@@ -437,7 +500,8 @@ class Lost:
 class Claims:
     """A ``claim_next_many``'s requests, free of I/O (both flavours, batched or one lease per
     request): how many the next asks for (None: done), after what pause (``retry``: the requests
-    lost in a row, ``contention.pause(retry)`` before the next), and what an answer or error means."""
+    lost in a row, ``contention.pause(retry)`` before the next: ``Tries``' rules, a request that
+    won some starting them over), and what an answer or error means."""
 
     def __init__(self, n: int, per_request: int) -> None:
         self.n = n
@@ -447,6 +511,7 @@ class Claims:
         self._done = False
         self.retry = 0
         self.carried: object = None  # what the last request handed on (``Lost``), for the next
+        self._tries = _requests()
 
     def next(self) -> int | None:
         return None if self._done or self._taken >= self.n else min(self.n - self._taken, self.per_request)
@@ -455,12 +520,11 @@ class Claims:
         """A request's answer: its leases and whether more may be claimable (``took``), or
         ``Lost``: asked again, ``Outraced`` after claim_next's attempts lost in a row."""
         if not isinstance(found, Lost):
-            self.retry, self.carried = 0, None
+            self.retry, self.carried, self._tries = 0, None, _requests()
             self.took(*found)
             return
-        self.retry += 1
-        if self.retry == contention.CLAIM_NEXT_ATTEMPTS:
-            raise contention.outraced("(claim_next)", contention.CLAIM_NEXT_ATTEMPTS)
+        self._tries.lost = COLLIDED
+        self.retry = self._tries.next().retry
         self.carried = found.carried
 
     def took(self, leases: list[Lease], more: bool) -> None:
@@ -478,6 +542,13 @@ class Claims:
         if not self.found:
             raise error
         self._done = True
+
+
+def _requests() -> Tries:
+    """The attempts of claim_next_many's requests from now on, the next one counted."""
+    tries = Tries("(claim_next)", contention.CLAIM_NEXT_ATTEMPTS)
+    tries.next()
+    return tries
 
 
 Item = TypeVar("Item", bound=tuple[Lease, Any])

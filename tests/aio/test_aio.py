@@ -29,7 +29,9 @@ from devservers.postgres import PostgresServer, admin
 from devservers.zookeeper import ZooKeeperServer
 from tenure.aio import AsyncStore, ThreadedBackend
 from tenure.backends.memory import MemoryBackend
+from tenure.backends.zookeeper import session as zk_session
 from tenure.testing.suite_hold import RENEWED_TTL
+from tests.aio.test_bridge import suspended_calls
 from tests.conftest import BACKENDS
 from tests.harness import Harness
 
@@ -172,6 +174,45 @@ def test_a_claim_cancelled_on_a_stopped_etcd_server_is_released_once_it_lands(et
     it answers, the Txn lands on an etcd lease of the TTL (plus its slack), and the store releases
     it: were the release lost too, etcd would delete the key with that lease, held by nobody."""
     released_once_it_lands(f"etcd://{etcd_private.endpoints}/aio-cancel", etcd_private.nodes[0])
+
+
+def cancelled_in_its_read(url: str, server: ZooKeeperServer | ServerProcess) -> None:
+    """The backend's claim (no AsyncStore to carry it on in the background) cancelled while its
+    step waits for its read: the step unwinds from the read, nothing is written, no greenlet is
+    left in it, and the job's next claim is its first."""
+    async def scenario() -> None:
+        async with tenure.aio.connect(url) as store:
+            await store.submit("j")
+            server.pause()  # the read reaches the server's socket, its answer waits
+            try:
+                claiming = asyncio.ensure_future(store.backend.claim("j", owner="a", ttl=60.0))
+                await asyncio.sleep(0.3)  # real time: the read is sent
+                assert suspended_calls() == 1  # the step, in its read
+                claiming.cancel()
+            finally:
+                server.resume()
+            with pytest.raises(asyncio.CancelledError):
+                await claiming
+            assert suspended_calls() == 0
+            assert [e.op for e in await store.history("j")] == [tenure.Op.SUBMIT]
+            status = await store.get("j")
+            assert status is not None and status.state is tenure.JobState.PENDING
+            assert (await store.claim("j", owner="b", ttl=5.0)).attempt == 1
+            assert [e.op for e in await store.history("j")] == [tenure.Op.SUBMIT, tenure.Op.CLAIM]
+
+    run(scenario)
+
+
+def test_a_claim_cancelled_in_its_read_on_zookeeper_writes_nothing_and_leaves_no_greenlet(
+        zk_private: ZooKeeperServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(zk_session, "FRESH", 0.0)  # no guess: the claim reads the job
+    cancelled_in_its_read(f"zk://{zk_private.hosts}/aio-cancel-read", zk_private)
+
+
+def test_a_claim_cancelled_in_its_read_on_etcd_writes_nothing_and_leaves_no_greenlet(
+        etcd_private: EtcdCluster) -> None:
+    """No pooled etcd lease yet: the claim reads the job, its grant sent beside the read."""
+    cancelled_in_its_read(f"etcd://{etcd_private.endpoints}/aio-cancel-read", etcd_private.nodes[0])
 
 
 def test_a_claim_cancelled_while_it_waits_for_a_holder_holds_nothing(

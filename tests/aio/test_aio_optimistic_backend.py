@@ -1,60 +1,50 @@
 """tenure.aio's AsyncRecordBackend runs the protocol's steps (tenure.core.steps) as the sync
 RecordBackend does: the twin of tests/core/test_optimistic_backend.py on the same small optimistic
-store, whose transaction here answers reads only from what an awaited fetch brought
-(``steps.NotFetched``), as a networked store's would. Pauses are recorded, never slept."""
+store, whose transaction here awaits every read in the loop (``tenure.aio.bridge``), as a
+networked store's does. Pauses are recorded, never slept."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any, TypeVar
 
 import pytest
 
 import tenure
-from tenure.aio import AsyncRecordBackend, AsyncStore
-from tenure.core import contention, steps, transitions
+from tenure.aio import AsyncRecordBackend, AsyncStore, bridge
+from tenure.core import contention, read_facts, transitions
 from tenure.core.record_transaction import Transaction
 from tenure.core.records import JobRecord, JobState
 from tests.core.test_optimistic_backend import CasBackend, CasTransaction
 
+T = TypeVar("T")
+
 
 class FetchingTransaction(CasTransaction):
-    """Reads only what was fetched; a read not fetched yet raises NotFetched (and the buffered
-    writes of the interrupted run are forgotten), its fetch awaits a turn of the loop."""
+    """Awaits every read in the loop (a turn of it, as a round trip lets others run); counts
+    the fetches and the step's loads."""
 
-    def __init__(self, b: CasBackend, fresh: bool, fetches: list[str]) -> None:
+    def __init__(self, b: CasBackend, fresh: bool, fetches: list[str], loads: list[str]) -> None:
         super().__init__(b, fresh)
-        self._fetches = fetches
-        self._records: dict[str, tuple[JobRecord | None, int]] = {}
-        self._claimable: list[tuple[float, str, int]] | None = None
+        self._fetches, self._loads = fetches, loads
+
+    def load(self, job_id: str, op: tenure.Op, lease: tenure.Lease | None = None) -> read_facts.Loaded:
+        self._loads.append(job_id)
+        return super().load(job_id, op, lease)
 
     def read(self, job_id: str) -> tuple[JobRecord | None, int]:
-        if job_id not in self._records:
-            self._missing(job_id, self._fetch_record)
-        return self._records[job_id]
+        return bridge.await_only(self._fetched(job_id, lambda: super(FetchingTransaction, self).read(job_id)))
 
     def claimable(self) -> list[tuple[float, str, int]]:
-        if self._claimable is None:
-            self._missing("(claimable)", self._fetch_claimable)
-        assert self._claimable is not None
-        return self._claimable
+        return bridge.await_only(self._fetched("(claimable)", super().claimable))
 
-    def _missing(self, what: str, fetch: Callable[[str], Awaitable[None]]) -> None:
-        self.forget()
-        raise steps.NotFetched(what, lambda: fetch(what))
-
-    async def _fetch_record(self, job_id: str) -> None:
+    async def _fetched(self, what: str, read: Callable[[], T]) -> T:
         await asyncio.sleep(0)  # a round trip lets the loop run others
-        self._fetches.append(job_id)
-        self._records[job_id] = super().read(job_id)
-
-    async def _fetch_claimable(self, what: str) -> None:
-        await asyncio.sleep(0)
         self._fetches.append(what)
-        self._claimable = super().claimable()
+        return read()
 
 
 class AsyncCasBackend(AsyncRecordBackend):
@@ -65,10 +55,11 @@ class AsyncCasBackend(AsyncRecordBackend):
         super().__init__(cas, inline=True, sleep=pause)
         self.cas = cas
         self.fetches: list[str] = []
+        self.loads: list[str] = []
 
     @contextlib.asynccontextmanager
     async def transaction(self, fresh: bool = False) -> AsyncIterator[Transaction]:
-        tx = FetchingTransaction(self.cas, fresh, self.fetches)
+        tx = FetchingTransaction(self.cas, fresh, self.fetches, self.loads)
         yield tx
         tx.commit()
 
@@ -97,15 +88,16 @@ def run(scenario: Coroutine[Any, Any, None]) -> None:
     asyncio.run(asyncio.wait_for(scenario, 30))  # bounded: a driver that loops fails, not hangs
 
 
-def test_a_step_runs_again_once_its_read_is_fetched(aio: AsyncCasBackend, backend: CasBackend,
-                                                    store: AsyncStore) -> None:
+def test_a_step_runs_once_its_reads_awaited_where_it_made_them(aio: AsyncCasBackend, backend: CasBackend,
+                                                                store: AsyncStore) -> None:
     async def scenario() -> None:
         await store.submit_many(["a", "b", "c"])
-        assert aio.fetches == ["a", "b", "c"]  # one fetch per job, the step rerun after each
-        assert [e.job_id for e in backend.events] == ["a", "b", "c"]  # the reruns wrote once
+        assert aio.fetches == ["a", "b", "c"] and aio.loads == ["a", "b", "c"]  # each load once: no rerun
+        assert [e.job_id for e in backend.events] == ["a", "b", "c"]
         backend.cache.clear()
         lease = await store.claim_next(owner="w", ttl=10)
         assert lease is not None and lease.job_id == "a" and aio.fetches[3:] == ["(claimable)", "a"]
+        assert aio.loads[3:] == ["a"]
 
     run(scenario())
 

@@ -72,11 +72,11 @@ def test_the_protocol_awaits_grpc_aio_in_the_loop_without_the_sync_transaction(
     assert {"Txn", "LeaseGrant", "LeaseKeepAlive", "AioPending"} <= set(awaited), awaited
 
 
-def test_a_step_run_again_after_a_fetch_decides_as_it_did_before(etcd_harness: EtcdHarness,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """A claim with no pooled etcd lease reads the job (granting one beside the read); the step
-    run again must load what was read, not guess now that the claim has a lease at hand (a
-    wrong guess would cost a second transaction): one transaction, as in sync, one grant."""
+def test_a_claim_that_reads_is_one_transaction_as_in_sync(etcd_harness: EtcdHarness,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claim with no pooled etcd lease reads the job (granting one beside the read), and
+    decides on what it read, though the claim has a lease at hand once the read is answered
+    (a guess then would cost a second transaction): one transaction, as in sync, one grant."""
     opened: list[bool] = []
     transaction = AsyncEtcdBackend.transaction
     sent: list[str] = []
@@ -229,6 +229,75 @@ def test_a_renewal_whose_etcd_lease_another_connection_revoked_moves_to_a_new_on
             assert [e.op for e in await store.history("j")] == [tenure.Op.CLAIM, tenure.Op.RENEW, tenure.Op.COMPLETE]
 
     asyncio.run(scenario())
+
+
+def _sync_rpcs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """``sent_rpcs`` for the blocking connection."""
+    sent: list[str] = []
+    answer = ec.Connection._answer
+
+    def sending(self: ec.Connection, step: Any) -> Any:
+        if isinstance(step, ec.Rpc):
+            sent.append(step.method.name)
+        return answer(self, step)
+
+    monkeypatch.setattr(ec.Connection, "_answer", sending)
+    return sent
+
+
+@pytest.mark.parametrize("flavour", ["sync", "aio"])
+def test_a_renewal_whose_key_another_connection_moved_moves_it_again_at_once(
+        etcd_harness: EtcdHarness, monkeypatch: pytest.MonkeyPatch, flavour: str) -> None:
+    """Another connection renewed the lease, moving its key onto an etcd lease of its own, and its
+    revoke of this store's has not landed: this store's renewal applies (its keep-alive finds its
+    etcd lease alive) and learns the key was elsewhere. That revoke may land on the key, so the
+    core renews once more at once (the transaction's ``resend``): a grant and a Txn, as before
+    the core made that decision, the key on a third etcd lease and both earlier ones revoked."""
+    node = etcd_harness.cluster.nodes[0]
+    url = _url(etcd_harness)
+
+    def etcd_lease(key: str) -> int:
+        return int(node.api("/v3/kv/range", {"key": key})["kvs"][0]["lease"])
+
+    def ttl_of(lease_id: int) -> int:
+        return int(node.api("/v3/lease/timetolive", {"ID": lease_id}).get("TTL", -1))
+
+    async def scenario() -> tuple[list[str], list[int], list[tenure.Op]]:
+        sync = flavour == "sync"
+        async with tenure.aio.connect(url) as astore:
+            store = tenure.connect(url) if sync else None
+            try:
+                backend: Any = store.backend if store is not None else astore.backend.sync
+                key = base64.b64encode(backend.keys.lease("j")).decode()
+                lease = store.claim("j", owner="a", ttl=5.0) if store is not None \
+                    else await astore.claim("j", owner="a", ttl=5.0)
+                first = etcd_lease(key)
+                with tenure.connect(url) as other:
+                    monkeypatch.setattr(other.backend._leases, "revoke_later", lambda lease_id: None)
+                    lease = other.renew(lease)  # onto an etcd lease of its own; ours not revoked
+                second = etcd_lease(key)
+                sent = _sync_rpcs(monkeypatch) if sync else sent_rpcs(monkeypatch)
+                lease = store.renew(lease) if store is not None else await astore.renew(lease)
+                monkeypatch.undo()
+                third = etcd_lease(key)
+                assert len({first, second, third}) == 3 and 4 <= ttl_of(third) <= 5
+                time.sleep(0.5)  # real time: a revoke is sent without waiting for its answer
+                if store is not None:
+                    store.complete(lease)
+                    history = [e.op for e in store.history("j")]
+                else:
+                    await astore.complete(lease)
+                    history = [e.op for e in await astore.history("j")]
+                return sent, [ttl_of(first), ttl_of(second)], history
+            finally:
+                if store is not None:
+                    store.close()
+
+    sent, ended, history = asyncio.run(scenario())
+    # The renewal on our etcd lease (its keep-alive beside), then a new etcd lease and the Txn again.
+    assert [name for name in sent if name != "LeaseKeepAlive"] == ["Txn", "LeaseGrant", "Txn"], sent
+    assert ended == [-1, -1]  # both revoked: neither can take the key with it
+    assert history == [tenure.Op.CLAIM, tenure.Op.RENEW, tenure.Op.COMPLETE]  # one renewal event per claim
 
 
 def test_claim_next_passes_over_a_queued_job_whose_keys_are_corrupt_in_both_flavours(

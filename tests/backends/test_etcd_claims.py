@@ -16,7 +16,8 @@ import tenure
 import tenure.aio
 from tenure.backends.etcd import claims
 from tenure.backends.etcd import client as ec
-from tenure.core import contention, steps
+from tenure.core import contention
+from tenure.core.clock import boot_clock
 from tests.aio_sync import outside
 from tests.backends.test_etcd_aio import sent_rpcs
 from tests.backends.test_etcd_renewals import _counting, _lease_keys
@@ -129,22 +130,15 @@ def test_a_batch_of_250_fits_one_commit(store: tenure.Store) -> None:
     assert sent.count("txn") == 3, sent  # the queue's further pages are ranges
 
 
-def test_tenure_aio_claims_a_batch_in_three_requests_without_running_a_step_again(
-        etcd_harness: EtcdHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tenure_aio_claims_a_batch_in_three_requests(etcd_harness: EtcdHarness,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     loop = threading.current_thread()
     awaited: list[list[str]] = []
-    replays: list[str] = []
-    not_fetched = steps.NotFetched.__init__
-
-    def counted(self: steps.NotFetched, what: str, fetch: Any) -> None:
-        replays.append(what)
-        not_fetched(self, what, fetch)
 
     async def scenario() -> None:
         async with tenure.aio.connect(f"{etcd_harness.url()}-aio") as store:
             await store.submit_many([f"j{i}" for i in range(12)])
             monkeypatch.setattr(ec.Connection, "run", outside(loop, ec.Connection.run))  # every blocking request
-            monkeypatch.setattr(steps.NotFetched, "__init__", counted)
             awaited.append(sent_rpcs(monkeypatch))
             leases = await store.claim_next_many("b", 5.0, 8)
             assert len(leases) == 8 and len({lease.token for lease in leases}) == 1
@@ -159,7 +153,6 @@ def test_tenure_aio_claims_a_batch_in_three_requests_without_running_a_step_agai
     # stream for the four pooled etcd leases beside the read.
     assert awaited[0].count("Txn") == 3 + 1 + 3 and awaited[0].count("LeaseKeepAlive") == 1, awaited
     assert awaited[0].count("LeaseGrant") == 8, awaited  # the first batch's, none for the second
-    assert replays == []
 
 
 def test_batch_claimers_racing_for_one_queue_claim_each_job_once(etcd_harness: EtcdHarness) -> None:
@@ -208,6 +201,31 @@ def test_stale_pooled_etcd_leases_are_kept_alive_on_one_stream_beside_the_read(
     assert sent.count("grant_started") == 1 and sent.count("txn") == 3, sent
     keys = _lease_keys(etcd_harness, store)
     assert len({etcd_id for etcd_id, _ in keys.values()}) == 8 and gone.id not in {i for i, _ in keys.values()}
+    for lease in leases:
+        store.renew(lease)
+
+
+def test_a_request_that_named_an_etcd_lease_gone_is_sent_once_more_on_new_grants(
+        etcd_harness: EtcdHarness, store: tenure.Store) -> None:
+    """A fresh pooled etcd lease revoked behind our back: the claims' Txn is refused whole (etcd
+    applied nothing), and the core sends it again at once, each claim decided again on a grant
+    of its own beside the retention lease's lookup: one more Txn, no read again."""
+    store.submit_many([f"j{i}" for i in range(20)])
+    store.complete_many(store.claim_next_many("b", 5.0, 8))  # eight etcd leases back in the pool
+    pool: Any = store.backend._leases._pool  # type: ignore[attr-defined]
+    pooled = [lease for leases in pool.values() for lease in leases]
+    for lease in pooled:
+        lease.confirmed = boot_clock()  # fresh: a claim uses it without a keep-alive
+    gone = pooled[-1]
+    etcd_harness.cluster.nodes[0].api("/v3/lease/revoke", {"ID": gone.id})
+    sent = _counting(store)
+    leases = store.claim_next_many("b", 5.0, 8)
+    assert len(leases) == 8
+    assert sent.count("txn") == 3 + 1 and sent.count("grant_started") == 8, sent
+    assert sent.count("range") == sent.count("time_to_live") == 1, sent  # the retention lease, looked up again
+    keys = _lease_keys(etcd_harness, store)
+    assert len({etcd_id for etcd_id, _ in keys.values()}) == 8 and gone.id not in {i for i, _ in keys.values()}
+    assert not {lease.id for lease in pooled} & {i for i, _ in keys.values()}  # none pooled again
     for lease in leases:
         store.renew(lease)
 

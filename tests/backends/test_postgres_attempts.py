@@ -1,4 +1,4 @@
-"""PostgreSQL's statements run again under the core's retry policy (``contention.attempted``): as
+"""PostgreSQL's statements run again under the core's retry policy (``steps.attempted``): as
 many attempts as every store's step, the same pauses, ``Outraced`` at the end.
 
 The plans are free of I/O, so they are driven here by the core's driver (``io_drivers.run``)

@@ -100,11 +100,11 @@ def test_calls_types_kazoos_requests_as_kazoo_takes_them() -> None:
             assert named == list(inspect.signature(getattr(owner, name)).parameters)[:len(named)], name
 
 
-def test_a_step_run_again_after_a_fetch_decides_as_it_did_before(zk_server: ZooKeeperServer,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """A claim whose first run found the leader's clock stamp too old to guess reads the job;
-    the fetch stamps the clock anew, and the step run again must load what was read rather than
-    guess now (a wrong guess would cost a second transaction): one transaction, as in sync."""
+def test_a_claim_that_reads_is_one_transaction_as_in_sync(zk_server: ZooKeeperServer,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claim that found the leader's clock stamp too old to guess reads the job, which
+    stamps the clock anew, and decides on what it read (a guess then would cost a second
+    transaction): one transaction, as in sync."""
     monkeypatch.setattr(zk_session, "FRESH", 0.2)
     opened: list[bool] = []
     transaction = AsyncZooKeeperBackend.transaction

@@ -30,11 +30,12 @@ class CasTransaction(Transaction):
         self.now = b.clock.time()
         self._read: dict[str, int] = {}
         self._writes: dict[str, JobRecord] = {}
+        self._ops: dict[str, tenure.Op] = {}
         self._events: list[HistoryEvent] = []
         self._rejections: list[Rejection] = []
         self._passed: list[read_facts.Loaded] = []
 
-    def load(self, job_id: str) -> JobRecord | None:
+    def record(self, job_id: str) -> JobRecord | None:
         if not self._fresh and job_id in self._b.cache:  # what this process last wrote
             rec, version = self._b.cache[job_id]
             self.guessed = True
@@ -43,8 +44,8 @@ class CasTransaction(Transaction):
         self._read[job_id] = version
         return rec
 
-    def load_for(self, job_id: str, op: tenure.Op, lease: tenure.Lease | None = None) -> read_facts.Loaded:
-        return self._fact(job_id, self.load(job_id))
+    def load(self, job_id: str, op: tenure.Op, lease: tenure.Lease | None = None) -> read_facts.Loaded:
+        return self._fact(job_id, self.record(job_id))
 
     def _fact(self, job_id: str, rec: JobRecord | None) -> read_facts.Loaded:
         """A record, one an earlier clock stamped, or the generation a deleted record left."""
@@ -68,29 +69,23 @@ class CasTransaction(Transaction):
             return sorted((r.submitted_at or 0.0, r.job_id, v) for r, v in self._b.records.values()
                           if transitions.is_claimable(r, self.now))
 
-    def forget(self) -> None:
-        """Drop what the step buffered (an async step interrupted to fetch a read)."""
-        self._writes.clear()
-        self._events.clear()
-        self._rejections.clear()
-
-    def save(self, record: JobRecord) -> None:
+    def save(self, record: JobRecord, op: tenure.Op, event: HistoryEvent | None) -> None:
         self._writes[record.job_id] = record
+        self._ops[record.job_id] = op
+        if event is not None:
+            self._events.append(event)
 
-    def next_claimable(self) -> str | None:
+    def next_claimables(self, n: int) -> list[str]:  # one at a time
         for _, job_id, version in self.claimable():
             self._read[job_id] = version  # the claim's load reads it again; this pins what was seen
             fact = self._fact(job_id, self._b.records[job_id][0])
             if transitions.is_claimable(read_facts.seen(fact, tenure.Op.CLAIM, self.now), self.now):
-                return job_id
+                return [job_id]
             self._passed.append(fact)
-        return None
+        return []
 
     def add_rejection(self, rejection: Rejection) -> None:
         self._rejections.append(rejection)
-
-    def add_event(self, event: HistoryEvent) -> None:
-        self._events.append(event)
 
     def commit(self) -> None:
         b = self._b
@@ -113,6 +108,7 @@ class CasTransaction(Transaction):
                 b.records[job_id] = (rec, version)
                 b.cache[job_id] = (rec, version)
                 b.stamps[job_id], b.generations[job_id] = b.epoch, rec.token
+            b.saves += self._ops.items()
             b.events += self._events
             b.audit += self._rejections
 
@@ -127,6 +123,7 @@ class CasBackend(RecordBackend):
         self.records: dict[str, tuple[JobRecord, int]] = {}
         self.cache: dict[str, tuple[JobRecord, int]] = {}
         self.events: list[HistoryEvent] = []
+        self.saves: list[tuple[str, tenure.Op]] = []  # each write committed, with its operation
         self.audit: list[Rejection] = []
         self.interfere = 0
         self.resends = 0
@@ -286,6 +283,7 @@ def test_a_claim_that_meets_a_lease_an_earlier_clock_stamped_re_stamps_it_in_its
     rec = backend.records["j"][0]
     assert (rec.owner, rec.token, rec.lease_until) == ("a", held.token, backend.now() + 10)
     assert backend.stamps["j"] == backend.epoch and len(backend.events) == events  # a write, no history
+    assert backend.saves[-1] == ("j", read_facts.RESTAMP)
     assert store.claim_next(owner="b", ttl=10) is None  # judged on this clock now: held
     store.renew(held)  # the holder carries on
 
@@ -301,3 +299,18 @@ def test_claim_next_passes_over_a_lease_an_earlier_clock_stamped_and_re_stamps_i
     rec = backend.records["j"][0]
     assert (rec.owner, rec.lease_until, backend.stamps["j"]) == ("a", backend.now() + 10, backend.epoch)
     store.renew(held)
+
+
+def test_each_write_carries_the_operation_its_step_performed(backend: CasBackend, store: tenure.Store) -> None:
+    store.submit("j")
+    lease = store.renew(store.claim("j", owner="a", ttl=10))
+    store.release(lease)
+    store.fail(store.claim("j", owner="a", ttl=10), "no luck")
+    store.requeue("j")
+    store.claim("j", owner="a", ttl=10)
+    store.force_expire("j")
+    store.complete(store.claim("j", owner="b", ttl=10))
+    Op = tenure.Op
+    done = [Op.SUBMIT, Op.CLAIM, Op.RENEW, Op.RELEASE, Op.CLAIM, Op.FAIL, Op.REQUEUE, Op.CLAIM, Op.EXPIRE, Op.CLAIM,
+            Op.COMPLETE]
+    assert [op for _, op in backend.saves] == [e.op for e in backend.events] == done

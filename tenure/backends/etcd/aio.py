@@ -3,12 +3,11 @@ transaction, its requests awaited in the event loop on ``grpc.aio`` channels
 (``client.AioConnection``), no thread per call.
 
 ``AsyncEtcdTransaction`` is ``EtcdTransaction`` with one difference: where the sync transaction
-runs a read's generator there and then (``answer``), this one answers from what it fetched or
-raises ``steps.NotFetched``; the driver awaits the same generator and runs the step again. The
-commit is the same generator (``committing``), awaited. So every request, guess and retry is
+runs a read's generator there and then (``answer``), this one awaits the same generator in the
+loop, the step suspended meanwhile (``tenure.aio.bridge``). The commit is the same generator
+(``committing``), awaited. So every request, guess and retry is
 the sync backend's: a claim, renew or complete costs the same round trips, each awaited. A
-claim's etcd lease and a renewal's second move are the same ``Context`` and ``EtcdLeases``
-code, awaited.
+claim's etcd lease is the same ``Context`` and ``EtcdLeases`` code, awaited.
 
 Queries (get, jobs, rejections, history, summary, page, watch, health) and closing go to the
 sync backend in one worker thread per store (``ThreadedBackend``), for now; ``now`` is this
@@ -19,11 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TypeVar
 
+from tenure.aio import bridge
 from tenure.aio.backend import AsyncBackend
-from tenure.aio.record_backend import AsyncRecordBackend, Fetched
+from tenure.aio.record_backend import AsyncRecordBackend
 from tenure.backends.etcd import claims as etcd_claims
 from tenure.backends.etcd import holders as etcd_holders
 from tenure.backends.etcd.backend import EtcdBackend
@@ -45,10 +45,9 @@ class AsyncEtcdTransaction(EtcdTransaction):
                  aio: AioConnection) -> None:
         super().__init__(parts, now, fresh, context)
         self._aio = aio
-        self._fetched = Fetched(aio.run)
 
-    def answer(self, what: Hashable, io: Callable[[], EtcdIo[T]]) -> T:
-        return self._fetched.answer(what, io, self.forget)
+    def answer(self, io: EtcdIo[T]) -> T:
+        return bridge.await_only(self._aio.run(io))
 
     async def commit_async(self) -> None:
         await self._aio.run(self.committing())
@@ -113,13 +112,6 @@ class AsyncEtcdBackend(AsyncRecordBackend):
         async with self._claiming(ttl) as context:
             return await self._run(steps.claim_next(owner, ttl), self._within(context))
 
-    async def renew(self, lease: Lease, ttl: float) -> Lease:
-        context = Context()
-        renewed = await self._run(steps.renew(lease, ttl), self._within(context))
-        if context.moved:  # another connection had moved its key: move it again
-            renewed = await self._run(steps.renew(renewed, ttl), self._within(Context()))
-        return renewed
-
     async def renew_many(self, renewals: Sequence[steps.Renewal]) -> list[Lease | LeaseError]:
         """The sync backend's ``renew_many``, awaited: the same ``holders`` code."""
         found = await self.aio.run(etcd_holders.changing(self.sync.parts, self.sync.now(),
@@ -128,8 +120,8 @@ class AsyncEtcdBackend(AsyncRecordBackend):
         return etcd_holders.merged(found, await AsyncBackend.renew_many(self, alone))
 
     async def claim_batch(self, owner: str, ttl: float, n: int, carried: object = None) -> steps.Claimed | steps.Lost:
-        """The sync backend's ``claim_batch``, awaited: the same ``claims`` code (no step is
-        run again for a read: every read is the request's own)."""
+        """The sync backend's ``claim_batch``, awaited: the same ``claims`` code (a request's
+        own generator, no step)."""
         self._check_open()
         aio = self.aio  # the connection even if closed meanwhile
         request = etcd_claims.Request(self.sync.parts, self.sync.now(), owner, ttl, etcd_claims.carried_index(carried))

@@ -186,13 +186,6 @@ class EtcdBackend(RecordBackend):
         with self._claiming(ttl) as context:
             return self._run(steps.claim_next(owner, ttl), self._within(context))
 
-    def renew(self, lease: Lease, ttl: float) -> Lease:
-        context = Context()
-        renewed = self._run(steps.renew(lease, ttl), self._within(context))
-        if context.moved:  # another connection had moved its key: move it again
-            renewed = self._run(steps.renew(renewed, ttl), self._within(Context()))
-        return renewed
-
     RENEWS_IN_BATCHES = True
 
     def renew_many(self, renewals: Sequence[steps.Renewal]) -> list[Lease | LeaseError]:

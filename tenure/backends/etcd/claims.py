@@ -35,7 +35,7 @@ from tenure.backends.etcd import client as ec
 from tenure.backends.etcd.client import EtcdIo, TxnResult
 from tenure.backends.etcd.leases import Claiming, etcd_ttl
 from tenure.backends.etcd.transaction import KEYS_READ, Context, EtcdTransaction, Parts, Read, reads
-from tenure.core import steps, transitions
+from tenure.core import contention, steps, transitions
 from tenure.core.clock import boot_clock
 from tenure.core.errors import BackendUnavailable, CorruptRecord, LeaseError
 from tenure.core.records import JobRecord, Lease
@@ -60,9 +60,9 @@ class _One:
         self.op: Any = None
 
     def claimable(self) -> bool:
-        """Whether claim_next would claim it, on its read (``EtcdTransaction.next_claimable``)."""
+        """Whether claim_next would claim it, on its read (``EtcdTransaction.next_claimables``)."""
         try:
-            return transitions.is_next(self.tx.load(self.read.job_id), self.tx.now)
+            return transitions.is_next(self.tx.read_record(self.read.job_id), self.tx.now)
         except LeaseError:  # corrupt
             return False
 
@@ -198,13 +198,28 @@ class Request:
         return taken
 
     def _sending(self, decided: list[_One], reads: list[Any]) -> EtcdIo[TxnResult]:
-        """The claims' Txn. An etcd lease one names that is gone (a pooled one etcd ended or
-        someone revoked, the audit's retention lease): nothing was written, so once more, each
-        decided again on a new grant, as a single claim does (``EtcdTransaction._send``)."""
-        try:
-            return (yield ec.Txn([], [*nesting.grouped([one.op for one in decided]), *reads], []))  # type: ignore[no-any-return]
-        except ec.LeaseNotFound:
-            yield from self._p.leases.retention_lost()
+        """The claims' Txn. One that named an etcd lease that is gone (a pooled one etcd ended or
+        someone revoked, the audit's retention lease) wrote nothing: the core sends it again at
+        once, each claim decided again on a new grant, as a single claim's is (``_relet``)."""
+        relet = False
+
+        def attempt() -> EtcdIo[TxnResult]:
+            nonlocal relet
+            try:
+                return (yield ec.Txn([], [*nesting.grouped([one.op for one in decided]), *reads], []))  # type: ignore[no-any-return]
+            except ec.LeaseNotFound as exc:
+                if relet:
+                    raise
+                relet = True
+                yield from self._relet(decided)
+                raise contention.Resend from exc
+
+        return (yield from steps.attempted(attempt, "(claim_next)"))
+
+    def _relet(self, decided: list[_One]) -> EtcdIo[None]:
+        """After a Txn that named an etcd lease gone: the retention lease looked up again, and each
+        claim decided again on the same read, on a new grant (its pooled lease never pooled again)."""
+        yield from self._p.leases.retention_lost()
         for place, one in enumerate(decided):
             one.tx.dropped()
             if one.claiming.lease is not None:
@@ -216,7 +231,6 @@ class Request:
             yield from again.deciding()
             again.claiming.maybe_written = True
         decided[:] = [one for one in decided if one.op is not None]  # (decided as before, on the same read)
-        return (yield ec.Txn([], [*nesting.grouped([one.op for one in decided]), *reads], []))  # type: ignore[no-any-return]
 
     def finish(self, failed: BaseException | None) -> EtcdIo[None]:
         """After ``claiming`` (``failed``: what it raised): each etcd lease asked for, as a single

@@ -15,9 +15,10 @@ Written once for both flavours: a request's endpoint rotation, login, retry and 
 calls it always made; ``AioConnection`` (tenure.aio) sends them on ``grpc.aio`` channels to the
 same endpoints, awaited in the event loop. The protocol's own I/O (``transaction``, ``leases``,
 ``claimable``) is written as generators too (``EtcdIo``, checked by mypy), yielding
-``Connection``'s requests as typed effects (``Txn``, ``Range``, ``Grant``...) and the ``Pending``
-answers of requests started beside others; ``Connection.run`` and ``AioConnection.run`` carry
-them out with the core's drivers (``tenure.core.io_drivers``).
+``Connection``'s requests as typed effects (``Txn``, ``Range``, ``Grant``...), the ``Pending``
+answers of requests started beside others and the core's pause before an attempt again
+(``contention.Pause``, from ``steps.attempted``); ``Connection.run`` and ``AioConnection.run``
+carry them out with the core's drivers (``tenure.core.io_drivers``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 import grpc
 from google.protobuf.runtime_version import VersionError
 
-from tenure.core import io_drivers
+from tenure.core import contention, io_drivers
 from tenure.core.errors import AuthenticationFailed, BackendUnavailable, LeaseError, OutcomeUnknown
 
 try:
@@ -180,17 +181,6 @@ def compare(key: bytes, target: str, op: str, value: int | bytes) -> CompareSpec
 def size(op: OpSpec) -> int:
     """The bytes ``op`` takes in a request (a batch's budget: built here once more to count)."""
     return int(rpc_pb2.RequestOp(**op).ByteSize())
-
-
-def relet(ops: list[OpSpec], old: int, new: int) -> None:
-    """Point the puts in ``ops`` (nested ones too) that name etcd lease ``old`` at ``new`` instead."""
-    for op in ops:
-        put_request, nested = op.get("request_put"), op.get("request_txn")
-        if put_request is not None and put_request.get("lease", 0) == old:
-            put_request["lease"] = new
-        elif nested is not None:
-            relet(nested["success"], old, new)
-            relet(nested["failure"], old, new)
 
 
 class TxnResult:
@@ -501,6 +491,9 @@ class Connection:
             return self.grant_started(step.ttl)
         if isinstance(step, StartKeepalives):
             return self.keepalives_started(step.lease_ids)
+        if isinstance(step, contention.Pause):  # the core's, before an attempt again
+            time.sleep(step.seconds)
+            return None
         return step.result()  # a Pending
 
     def _rotate(self, failed: _Endpoint) -> None:
@@ -744,6 +737,9 @@ class AioConnection:
             return await self.grant_started(step.ttl)
         if isinstance(step, StartKeepalives):
             return await self.keepalives_started(step.lease_ids)
+        if isinstance(step, contention.Pause):
+            await asyncio.sleep(step.seconds)
+            return None
         return await step.result()  # an AioPending
 
     def _start(self, io: EtcdIo[T]) -> AioPending[T]:
@@ -811,7 +807,7 @@ class AioPending(Generic[T]):
 
 
 Effect = (Rpc | Txn | Range | Grant | TimeToLive | StartGrant | StartKeepalive | StartKeepalives
-          | Pending[Any] | AioPending[Any])
+          | Pending[Any] | AioPending[Any] | contention.Pause)
 EtcdIo = io_drivers.IoOf[Effect, T]  # etcd's I/O: what it yields is one of these (``_answer``)
 
 

@@ -22,7 +22,7 @@ from tenure.backends.etcd import nesting
 from tenure.backends.etcd.client import EtcdIo, TxnResult
 from tenure.backends.etcd.leases import EtcdLease
 from tenure.backends.etcd.transaction import Context, EtcdTransaction, Parts
-from tenure.core import steps
+from tenure.core import contention, steps
 from tenure.core.clock import boot_clock
 from tenure.core.errors import BackendUnavailable, LeaseError
 from tenure.core.records import JobRecord, Rejection
@@ -92,19 +92,30 @@ def changing(parts: Parts, now: float, operations: Sequence[Change[T]],
 
 def _sending(parts: Parts, at: Moment, shared: Shared | None, operations: Sequence[Change[T]],
              chunk: list[tuple[int, _One[T]]], found: dict[int, Outcome[T]]) -> EtcdIo[None]:
-    """One request of nested Txns, and each change's outcome from its answer."""
-    try:
+    """One request of nested Txns (sent again as the core says: ``_relet``), and each change's
+    outcome from its answer."""
+    relet = False
+
+    def attempt() -> EtcdIo[TxnResult]:
+        nonlocal chunk, relet
         try:
-            res = yield ec.Txn([], nesting.grouped([one.op for _, one in chunk]), [])
-        except ec.LeaseNotFound:
-            # A shared etcd lease (ended early, revoked) or the audit's retention lease is
-            # gone, and nothing was written: once more on fresh ones, each decided again.
+            return (yield ec.Txn([], nesting.grouped([one.op for _, one in chunk]), []))  # type: ignore[no-any-return]
+        except ec.LeaseNotFound as exc:
+            if relet:
+                raise
+            relet = True
+            # A shared etcd lease (ended early, revoked) or the audit's retention lease is gone,
+            # and nothing was written: the core sends it again at once, on fresh ones, each
+            # change decided again.
             yield from parts.leases.retention_lost()
             if shared is not None:
                 parts.leases.shared_lost()
                 shared.clear()
             chunk = yield from _decided(parts, at, shared, operations, [n for n, _ in chunk], found)
-            res = yield ec.Txn([], nesting.grouped([one.op for _, one in chunk]), [])
+            raise contention.Resend from exc
+
+    try:
+        res = yield from steps.attempted(attempt, "(a batch)")  # resent, never Outraced
     except BackendUnavailable as exc:  # these leases' only: earlier requests' stand
         found.update((n, exc) for n, _ in chunk)
         return

@@ -35,7 +35,7 @@ import threading
 from tenure.backends.etcd import client as ec
 from tenure.backends.etcd.client import AioPending, Connection, EtcdIo, Pending
 from tenure.backends.etcd.layout import Keys, parse
-from tenure.core import contention
+from tenure.core import contention, steps
 from tenure.core.bounded import Bounded
 from tenure.core.clock import boot_clock
 from tenure.core.errors import (
@@ -214,7 +214,8 @@ class EtcdLeases:
             if self._retention_lease and boot_clock() < self._retention_lease[1]:
                 return self._retention_lease[0]
         key = self._keys.retention
-        for _ in contention.attempts():
+
+        def attempt() -> EtcdIo[int]:
             kvs, _, _ = yield ec.Range(key)
             named = parse(kvs[0].value).get("lease") if kvs else None
             if isinstance(named, int) and not isinstance(named, bool):
@@ -229,17 +230,17 @@ class EtcdLeases:
             if not (yield ec.Txn([ec.compare(key, "mod", "==", mod)],
                                   [ec.put(key, f'{{"lease":{lease_id}}}'.encode())], [])).succeeded:
                 self.revoke_later(lease_id)  # another process named one first: use theirs
-        raise BackendUnavailable("could not agree on a retention lease (too much contention)")
+            raise contention.Collided  # read again what is named now, ours or theirs (the core's pause first)
 
-    def retention_lost(self) -> EtcdIo[tuple[int, int] | None]:
-        """After a write found an etcd lease missing: (old, new) retention lease ids if the
-        retention lease was the one (revoked behind our back), else None."""
+        return (yield from steps.attempted(attempt, "(retention)", gave_up=_no_retention))
+
+    def retention_lost(self) -> EtcdIo[None]:
+        """After a write found an etcd lease missing: the retention lease in use looked up again
+        (it may be the one, revoked behind our back), so that the write sent again names a live one."""
         with self._lock:
             old, self._retention_lease = self._retention_lease, None
-        if old is None:
-            return None
-        new = yield from self.retention()
-        return None if new == old[0] else (old[0], new)
+        if old is not None:
+            yield from self.retention()
 
     # -- a claim's etcd lease, for all its attempts ----------------------------------------
     def claiming(self, ttl: int) -> Claiming:
@@ -263,6 +264,10 @@ class EtcdLeases:
                 yield from claiming.resolving()
         if claiming.lease is not None:  # not used by the claim that was written
             self.give_back(claiming.lease)
+
+
+def _no_retention() -> int:
+    raise BackendUnavailable("could not agree on a retention lease (too much contention)")
 
 
 @dataclasses.dataclass

@@ -5,7 +5,7 @@ its records into etcd keys (``layout``). Its commit is one Txn whose compares ar
 revisions read, whose success branch writes, and whose failure branch reads the keys of every
 job the step loaded: a lost race (``conflict``) costs no extra read, since those reads answer
 the retry's loads (the core hands the retry its predecessor: ``follow``). Guesses the
-compares verify (``guessed``), made in ``load_for``:
+compares verify (``guessed``), made in ``load``:
 
 - a job not known to exist is new (submit; a claim with a pooled etcd lease at hand), so a
   claim of a new job is one transaction;
@@ -14,10 +14,10 @@ compares verify (``guessed``), made in ``load_for``:
   fail needs more than the lease says (the job's attempts and limit): it guesses only when
   this process made the claim and kept what it wrote (``Parts.claimed``), else it reads.
 
-A change's writes depend on its operation, which the step's history event for the job names
-(``_plan``): a fail or requeue rewrites the job value, a release only writes its outcome.
+A change's writes depend on its operation, which the step saves with the record (``_plan``):
+a fail or requeue rewrites the job value, a release only writes its outcome.
 
-claim_next's candidate (``next_claimable``) is read, never guessed. A claim's token is the
+claim_next's candidate (``next_claimables``) is read, never guessed. A claim's token is the
 revision of its commit (``stored``). The etcd leases the keys hang on are ``leases``'s.
 
 Requests it waits for, written once as generators (``client.EtcdIo``) for both flavours: a job's
@@ -25,9 +25,12 @@ keys (``_reading``), claim_next's candidates (``_finding``: the indexes, then ea
 keys) and the commit (``committing``: the Txn; the grant a renewal's move waits for, the
 answers of the grant and keep-alive started beside). Every read goes through ``answer``: the
 sync transaction runs the generator there and then (``Connection.run``); tenure.aio's
-(``tenure.backends.etcd.aio``) answers from what it fetched or raises ``steps.NotFetched``,
-and awaits the same commit. What one operation's transactions share (the claim's etcd lease,
-whether a renewal found its key moved) is its ``Context``, passed in, never thread-local.
+(``tenure.backends.etcd.aio``) awaits it with the step suspended (``tenure.aio.bridge``), and
+awaits the same commit. What one operation's transactions share (the claim's etcd lease,
+a renewal batch's shared etcd leases) is its ``Context``, passed in, never thread-local. What to
+do after a commit that did not stick is the core's (``steps.Attempts``): a lost race sets
+``conflict``; an etcd lease gone (``_lease_gone``) or a renewal's key found moved sets
+``resend``, and the core sends the step again at once.
 """
 
 from __future__ import annotations
@@ -35,7 +38,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
 from tenure.backends.etcd import claimable
@@ -80,6 +82,7 @@ class Read:
     def __init__(self, job_id: str, kvs: list[list[KV]] | None, now: float) -> None:
         job, lease, end, held, delay = [r[0] if r else None for r in kvs] if kvs else (None,) * KEYS_READ
         self.job_id = job_id
+        self.guessed = kvs is None  # a guess the commit's compares verify, not a read
         self.job, self.lease, self.end, self.held, self.delay = job, lease, end, held, delay
         # The lease's incarnation (the held key's mod revision): what a claim's wait was for.
         self.incarnation = held.mod_revision if held is not None else 0
@@ -157,13 +160,18 @@ class Context:
     """What the transactions of one operation share."""
 
     claiming: Claiming | None = None  # a claim's etcd lease (claim, claim_next), for all its attempts
-    moved: bool = False  # a renewal found its key moved by another connection: it moves it again
     # A renewal in a batch (``renewals``): onto the batch's shared etcd lease of its TTL, taken
     # once per batch (fresh for every renewal in it: none was sent before the batch), no keep-alive.
     shared: dict[int, EtcdLease] | None = None
 
 
 class EtcdTransaction(Transaction):
+    # What the attempt before left this one, when it asked for a ``resend`` (``follow``): its
+    # claim_next candidate, or the records a renewal wrote before its key moves again.
+    _next: Read | None = None  # the candidate ``next_claimables`` took
+    _written: dict[str, JobRecord] | None = None
+    _relet = False  # follows a resend after an etcd lease was gone: another is an error
+
     def __init__(self, parts: Parts, now: float, fresh: bool, context: Context | None = None,
                  boot: float | None = None) -> None:
         self._p, self._conn, self._k, self._leases = parts, parts.conn, parts.keys, parts.leases
@@ -178,7 +186,7 @@ class EtcdTransaction(Transaction):
         self._reads: dict[str, Read] = {}  # every job loaded, in order: the failure branch reads them
         self._loaded: dict[str, JobRecord | None] = {}  # what each load answered
         self._compares: list[Any] = []
-        self._saved: dict[str, JobRecord] = {}
+        self._saved: dict[str, tuple[JobRecord, Op]] = {}  # what each job's change writes, by which operation
         self._events: list[HistoryEvent] = []
         self._rejections: list[Rejection] = []
         self._stored: dict[str, JobRecord] = {}
@@ -188,29 +196,24 @@ class EtcdTransaction(Transaction):
 
     # -- reads ---------------------------------------------------------------------------
     def follow(self, previous: Transaction) -> None:
-        if isinstance(previous, EtcdTransaction):
+        if not isinstance(previous, EtcdTransaction):
+            return
+        if previous.resend and previous.conflict:  # an etcd lease was gone: again, on the same reads
+            self._carried = {job_id: read for job_id, read in previous._reads.items() if not read.guessed}
+            self._next, self._relet = previous._next, True
+        elif previous.resend:  # a renewal found its key moved: it moves it again, from what it wrote
+            self._written = previous._stored
+        else:
             self._carried = {job_id: Read(job_id, kvs, self.now) for job_id, kvs in previous.carry.items()}
 
-    def answer(self, what: Hashable, io: Callable[[], EtcdIo[T]]) -> T:
-        """What ``io`` returns, run now (the sync flavour). tenure.aio's transaction answers
-        from what it fetched, or raises ``steps.NotFetched``, and asks again for the same
-        ``what`` when the step runs again."""
-        return self._conn.run(io())
-
-    def forget(self) -> None:
-        """Drop what this run of the step decided and buffered (before a rerun of the step in
-        the same transaction: ``steps.NotFetched``). What was read stays: it is the point."""
-        self._reads.clear()
-        self._loaded.clear()
-        self._compares.clear()
-        self._saved.clear()
-        self._events.clear()
-        self._rejections.clear()
-        self.guessed = False
+    def answer(self, io: EtcdIo[T]) -> T:
+        """What ``io`` returns, run now (the sync flavour); tenure.aio's transaction awaits it,
+        the step suspended meanwhile."""
+        return self._conn.run(io)
 
     def _fetch(self, job_id: str) -> Read:
         """The job's keys: from the last failure branch, or read (reads only: safe to retry)."""
-        return self._carried.get(job_id) or self.answer(("read", job_id), lambda: self._reading(job_id))
+        return self._carried.get(job_id) or self.answer(self._reading(job_id))
 
     def _reading(self, job_id: str) -> EtcdIo[Read]:
         if self._claiming is not None:
@@ -238,19 +241,20 @@ class EtcdTransaction(Transaction):
         left = entry.left()
         return dataclasses.replace(rec, lease_until=self.now + left, ended_early=True) if left > 0 else rec
 
-    def load(self, job_id: str) -> JobRecord | None:
+    def read_record(self, job_id: str) -> JobRecord | None:
+        """The job's record as read (or saved) in this transaction, never guessed."""
         if job_id in self._saved:
-            return self._saved[job_id]
+            return self._saved[job_id][0]
         read = self._reads.get(job_id) or self._use(job_id, self._fetch(job_id))
         rec = self._loaded[job_id] = self._judged(job_id, read)
         return rec
 
-    def load_for(self, job_id: str, op: Op, lease: Lease | None = None) -> JobRecord | None:
+    def load(self, job_id: str, op: Op, lease: Lease | None = None) -> JobRecord | None:
         """A first attempt guesses: a submitted job is new, and so is a claimed one when a pooled
         etcd lease is at hand (one transaction; otherwise the grant goes beside the read); a
         holder's lease implies its record. A retry, or a job already read, reads."""
-        if self._fresh or job_id in self._reads or job_id in self._saved:
-            return self._held_fresh(lease) if lease is not None else self.load(job_id)
+        if self._fresh or job_id in self._reads or job_id in self._saved or job_id in self._carried:
+            return self._held_fresh(lease) if lease is not None else self.read_record(job_id)
         if lease is not None:
             claimed = self._p.claimed.get((job_id, lease.token, lease.owner)) if op is Op.FAIL else None
             if op is Op.FAIL and claimed is None:  # a fail needs the job's attempts and limit: read
@@ -261,7 +265,7 @@ class EtcdTransaction(Transaction):
             self._use(job_id, Read(job_id, None, self.now))  # compared as absent
             self._loaded[job_id] = None
             return None
-        return self.load(job_id)
+        return self.read_record(job_id)
 
     def _held_fresh(self, lease: Lease) -> JobRecord | None:
         job_id = lease.job_id
@@ -286,21 +290,29 @@ class EtcdTransaction(Transaction):
                            ec.compare(k.lease, "value", ">", mine),  # starts with the owner
                            ec.compare(k.lease, "value", "<", mine + b"\x7f"),
                            ec.compare(k.job, "mod", "==", lease.token)]  # no claim since
-        # Attempts do not change while a lease is held: the claim's count (a renewal's lease keeps it).
-        rec = self._loaded[job_id] = JobRecord(job_id, JobState.LEASED, lease.owner, lease.token,
-                                               lease.expires_at, lease.ttl, attempts=lease.attempt) \
-            if claimed is None else dataclasses.replace(claimed, lease_until=lease.expires_at, ttl=lease.ttl)
+        written = None if self._written is None else self._written.get(job_id)
+        if written is not None:  # its key moves again: the record as the renewal before wrote it
+            rec = written
+        elif claimed is None:  # attempts do not change while a lease is held: the claim's count
+            rec = JobRecord(job_id, JobState.LEASED, lease.owner, lease.token, lease.expires_at, lease.ttl,
+                            attempts=lease.attempt)
+        else:
+            rec = dataclasses.replace(claimed, lease_until=lease.expires_at, ttl=lease.ttl)
+        self._loaded[job_id] = rec
         return rec
 
-    def next_claimable(self) -> str | None:
-        """Index candidates (``claimable``), each read here and passed over unless claimable
-        at ``now``; the one returned is claimed from that read, so a claim someone made since
-        is a conflict of the commit, which the core retries from a fresh index read."""
-        found = self.answer(("claimable",), self._finding)
+    def next_claimables(self, n: int) -> list[str]:
+        """One job (claim_next_many goes its own way: ``claims``): index candidates
+        (``claimable``), each read here and passed over unless claimable at ``now``; the one
+        returned is claimed from that read, so a claim someone made since is a conflict of the
+        commit, which the core retries from a fresh index read (a resend takes the same
+        candidate again)."""
+        found = self._next or self.answer(self._finding())
         if found is None:
-            return None
+            return []
+        self._next = found
         self._use(found.job_id, found)
-        return found.job_id
+        return [found.job_id]
 
     def _finding(self) -> EtcdIo[Read | None]:
         return (yield from claimable.first_claimable(self._k, self._leases, self._p.queue, self._take, self.now))
@@ -315,11 +327,10 @@ class EtcdTransaction(Transaction):
         return read if transitions.is_next(rec, self.now) else None
 
     # -- writes --------------------------------------------------------------------------
-    def save(self, record: JobRecord) -> None:
-        self._saved[record.job_id] = record
-
-    def add_event(self, event: HistoryEvent) -> None:
-        self._events.append(event)
+    def save(self, record: JobRecord, op: Op, event: HistoryEvent | None) -> None:
+        self._saved[record.job_id] = record, op
+        if event is not None:
+            self._events.append(event)
 
     def add_rejection(self, rejection: Rejection) -> None:
         self._rejections.append(rejection)
@@ -327,14 +338,13 @@ class EtcdTransaction(Transaction):
     def stored(self, record: JobRecord) -> JobRecord:
         return self._stored.get(record.job_id, record)
 
-    def _plan(self, new: JobRecord, op: Op | None, submits: int) -> EtcdIo[tuple[_Plan, list[Any]]]:
-        """The change from what was loaded to ``new``, and the writes that make it; ``op``: the
-        operation, as the step's history event for the job names it."""
+    def _plan(self, new: JobRecord, op: Op, submits: int) -> EtcdIo[tuple[_Plan, list[Any]]]:
+        """The change ``op`` from what was loaded to ``new``, and the writes that make it."""
         job_id, k, now = new.job_id, self._k, self.now
         old = self._loaded.get(job_id)
         owner = new.owner or (old.owner if old is not None else None) or ""
-        plan = _Plan(Op.SUBMIT, new, (job_id, new.token, owner))
-        if new.state is JobState.PENDING and (old is None or old.state is JobState.COMPLETED):
+        plan = _Plan(op, new, (job_id, new.token, owner))
+        if op is Op.SUBMIT:  # a new job, or a new run of a completed one
             shift = submits * 1e-5  # the queue keeps the order given (1 µs apart could round together)
             at, due = now + shift, None if new.claimable_at is None else new.claimable_at + shift
             plan.new = dataclasses.replace(new, submitted_at=at, claimable_at=due)
@@ -346,21 +356,20 @@ class EtcdTransaction(Transaction):
             delay = [] if due is None else [(yield from self._delay_write(new))]
             return plan, [ec.put(k.job(job_id), job_value(job_id, value)), ec.delete(k.end(job_id)),
                           ec.put(queued, b""), *delay]
-        if new.state is JobState.LEASED and (old is None or old.state is not JobState.LEASED or old.token != new.token):
+        if op is Op.CLAIM:
             return (yield from self._claim_writes(plan, self._reads[job_id]))
-        if op in (Op.FAIL, Op.REQUEUE) or new.state is JobState.PARKED:
-            plan.op = Op.REQUEUE if op is Op.REQUEUE else Op.FAIL
+        if op is Op.FAIL or op is Op.REQUEUE:
             return plan, [*self._rerun_writes(new, self._reads[job_id]), (yield from self._delay_write(new))]
         assert old is not None
-        if new.state is JobState.LEASED and new.lease_until is not None and new.lease_until > now:
+        if op is Op.RENEW:
             return (yield from self._renew_writes(plan, old, self._reads[job_id]))
-        if new.state is JobState.LEASED:  # an operator ended it (force_expire)
+        if op is Op.EXPIRE:  # an operator ended the lease
             assert new.lease_until is not None
-            plan.op = Op.EXPIRE
             return plan, [ec.delete(k.lease(job_id), prev_kv=True),
                           ec.put(k.end(job_id), end_value("expired", new.token, new.lease_until, None))]
-        how, plan.op = ("completed", Op.COMPLETE) if new.state is JobState.COMPLETED else ("released", Op.RELEASE)
-        requeue = [ec.put(k.queue(job_id, now), b"")] if plan.op is Op.RELEASE else []
+        assert op is Op.COMPLETE or op is Op.RELEASE, op
+        how = "completed" if op is Op.COMPLETE else "released"
+        requeue = [ec.put(k.queue(job_id, now), b"")] if op is Op.RELEASE else []
         keys = k.of(job_id)
         return plan, [ec.put(keys.end, end_value(how, new.token, now, new.result)),
                       ec.delete(keys.lease, prev_kv=True), ec.delete(keys.held), ec.delete(keys.last), *requeue]
@@ -398,7 +407,7 @@ class EtcdTransaction(Transaction):
         k = self._k.of(job_id)
         assert self._claiming is not None, "claims go through EtcdBackend.claim and claim_next"
         assert new.owner is not None and new.ttl is not None
-        plan.op, plan.lease = Op.CLAIM, (yield from self._claiming.resolving())
+        plan.lease = yield from self._claiming.resolving()
         plan.sent = boot_clock()
         if not plan.lease.fresh(plan.sent):
             plan.keepalive = yield ec.StartKeepalive(plan.lease.id)  # answered alongside the txn
@@ -419,7 +428,7 @@ class EtcdTransaction(Transaction):
     def _renew_writes(self, plan: _Plan, old: JobRecord, read: Read) -> EtcdIo[tuple[_Plan, list[Any]]]:
         k, new, job_id = self._k, plan.new, plan.new.job_id
         assert new.owner is not None and new.ttl is not None and old.ttl is not None
-        plan.op, ttl = Op.RENEW, etcd_ttl(new.ttl)
+        ttl = etcd_ttl(new.ttl)
         revive = read.ended_by_etcd()
         cached = self._leases.of_claim(plan.key)
         plan.sent = boot_clock()
@@ -481,12 +490,15 @@ class EtcdTransaction(Transaction):
         if self._claiming is not None:
             self._claiming.maybe_written = True
         try:
-            res = yield from self._send(writes, failure, plans)
-        except BaseException:
+            res = yield ec.Txn(self._compares, writes, failure)
+        except BaseException as exc:
             for plan in plans.values():
                 if plan.keepalive is not None:
                     plan.keepalive.cancel()
-            raise  # a renewal's new etcd lease may carry the key now: it runs out by itself
+            if self._relet or not isinstance(exc, ec.LeaseNotFound):
+                raise  # a renewal's new etcd lease may carry the key now: it runs out by itself
+            yield from self._lease_gone(plans)
+            return
         yield from self._settling(res, plans)
 
     def nested(self) -> EtcdIo[Any | None]:
@@ -518,12 +530,9 @@ class EtcdTransaction(Transaction):
         plans: dict[str, _Plan] = {}
         writes: list[Any] = []
         self._delays = {}
-        said: dict[str, Op] = {}  # every change the core saves, it records
-        for event in self._events:
-            said[event.job_id] = event.op
         submits = 0  # new jobs planned so far
-        for new in self._saved.values():
-            plan, ops = yield from self._plan(new, said.get(new.job_id), submits)
+        for new, op in self._saved.values():
+            plan, ops = yield from self._plan(new, op, submits)
             submits += plan.op is Op.SUBMIT
             plans[new.job_id] = plan
             writes += ops
@@ -557,33 +566,24 @@ class EtcdTransaction(Transaction):
         for lease_id in self._delays.values():
             self._leases.revoke_later(lease_id)  # nor to these
 
-    def _send(self, writes: list[Any], failure: list[Any], plans: dict[str, _Plan]) -> EtcdIo[TxnResult]:
-        try:
-            return (yield ec.Txn(self._compares, writes, failure))  # type: ignore[no-any-return]
-        except ec.LeaseNotFound:
-            # An etcd lease named by a put is gone (revoked behind our back, a pooled lease etcd
-            # ended, a renewal's cached lease another connection revoked): nothing was written,
-            # so the same transaction goes once more on leases that exist.
-            retention = yield from self._leases.retention_lost()
-            if retention is not None:
-                ec.relet(writes, *retention)
-            for ttl, old_id in self._delays.items():  # a delay's lease etcd ended at once: a new one
-                self._delays[ttl], _ = yield ec.Grant(ttl)
-                ec.relet(writes, old_id, self._delays[ttl])
-            for plan in plans.values():
-                if plan.lease is not None and plan.op in (Op.CLAIM, Op.RENEW):
-                    old = plan.lease
-                    old.alive = False
-                    if plan.keepalive is not None:
-                        plan.keepalive.cancel()
-                    plan.keepalive, plan.sent = None, boot_clock()
-                    plan.lease = yield from self._leases.granting(old.ttl, SLACK if plan.op is Op.CLAIM else 0)
-                    plan.granted_here = plan.op is Op.RENEW
-                    if plan.op is Op.CLAIM and self._claiming is not None:
-                        self._claiming.lease = plan.lease
-                    self._leases.forget(plan.key)
-                    ec.relet(writes, old.id, plan.lease.id)
-            return (yield ec.Txn(self._compares, writes, failure))  # type: ignore[no-any-return]
+    def _lease_gone(self, plans: dict[str, _Plan]) -> EtcdIo[None]:
+        """The Txn named an etcd lease that is gone (revoked behind our back, a pooled one etcd
+        ended, a renewal's cached one another connection revoked), and etcd applied nothing: the
+        audit's retention lease is looked up again (it may be the one), a claim's or renewal's is
+        never used again, and the core sends the step again at once (``resend``; once, as
+        ``follow`` says) on leases that exist: a claim's is granted here, so that it guesses as it
+        did, a renewal's and a delay's are granted by the resend as they are on any commit."""
+        yield from self._leases.retention_lost()
+        for plan in plans.values():
+            lease = plan.lease
+            if lease is not None and plan.op in (Op.CLAIM, Op.RENEW):
+                lease.alive = False
+                self._leases.forget(plan.key)
+                if plan.op is Op.CLAIM and self._claiming is not None:
+                    self._claiming.lease = yield from self._leases.granting(lease.ttl, SLACK)
+        if self._claiming is not None:
+            self._claiming.maybe_written = False
+        self.conflict = self.resend = True
 
     def _after(self, plan: _Plan, res: TxnResult) -> EtcdIo[None]:
         """etcd lease bookkeeping once the commit applied ``plan``."""
@@ -624,11 +624,12 @@ class EtcdTransaction(Transaction):
                     lease.alive = False
                 if lease.alive and any(kv.lease != lease.id for kv in prev):
                     # Another connection had moved the key to its own etcd lease and may be revoking
-                    # ours right now: that revoke must not land on the key, so it moves again.
+                    # ours right now: that revoke must not land on the key, so the core renews once
+                    # more at once (``resend``: what was written stands), onto a new etcd lease.
                     self._leases.forget(plan.key)
                     for kv in prev:
                         self._let_go(kv)
-                    self.context.moved = True
+                    self.resend = True
                     return
             for kv in prev:
                 if kv.lease != lease.id:

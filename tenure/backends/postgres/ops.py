@@ -7,7 +7,7 @@ sync backend (``backend``) runs the queries on a ``ConnectionPool``, the asyncio
 nothing else differs, so a statement, its parameters and the decoding of its rows are written
 once. A statement that lost a race (the server rolled it back, or its answer says the row
 changed between its judgement and its write) raises ``contention.Collided``; how often it runs
-again, the pauses and ``Outraced`` are the core's (``contention.attempted``), as on every store.
+again, the pauses and ``Outraced`` are the core's (``steps.attempted``), as on every store.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from tenure.core.records import (
     RejectionKind,
     Summary,
 )
-from tenure.core.steps import Completion, Renewal
+from tenure.core.steps import Completion, Renewal, attempted
 from tenure.core.transitions import status
 
 T = TypeVar("T")
@@ -103,7 +103,7 @@ class Query:
 
 Effect = Query | contention.Pause  # what a plan asks its driver for: a query's rows, or a pause
 Attempt = Generator[Query, Rows, T]  # one try of an operation: its statements, no retry
-Plan = Generator[Effect, Rows, T]  # an operation, its tries run by ``contention.attempted``
+Plan = Generator[Effect, Rows, T]  # an operation, its tries run by ``steps.attempted``
 # What Outraced names for a statement about no one job: claim_next's, as the core's step names it.
 CLAIM_NEXT = "(claim_next)"
 READ = "(a read)"
@@ -206,7 +206,7 @@ class Plans:
             # Claimable after all: the row changed between the statement's judgement and its read.
             raise contention.Collided
 
-        return contention.attempted(attempt, job_id)
+        return attempted(attempt, job_id)
 
     def claim_next(self, owner: str, ttl: float) -> Plan[Lease | None]:
         rows = yield from self.rows(CLAIM_NEXT, "CLAIM_NEXT", {"owner": owner, "ttl": ttl}, write=True,
@@ -232,7 +232,7 @@ class Plans:
                 raise contention.Collided
             raise self._refusal(op, lease, outcome, record, now)
 
-        return contention.attempted(attempt, lease.job_id)
+        return attempted(attempt, lease.job_id)
 
     def _refusal(self, op: Op, lease: Lease, outcome: str, record: list[Any], now: float) -> StaleLease:
         """The refusal a holder statement's row reports; raises CorruptRecord for 'corrupt'."""
@@ -291,7 +291,7 @@ class Plans:
             found.update((i, contention.outraced(asked[i][0].job_id)) for i in left)
             return answers()
 
-        return (yield from contention.attempted(attempt, asked[0][0].job_id if asked else READ, gave_up=gave_up))
+        return (yield from attempted(attempt, asked[0][0].job_id if asked else READ, gave_up=gave_up))
 
     def complete(self, lease: Lease, result: bytes | None) -> Plan[None]:
         yield from self._holder_op("COMPLETE", Op.COMPLETE, lease, result=result)
@@ -402,12 +402,12 @@ class Plans:
 
 def retried(job: str, query: Query, attempts: int = contention.ATTEMPTS) -> Plan[Rows]:
     """``query``'s rows; run again while the server rolls it back (a serialization failure, a
-    deadlock: certainly not applied), as the core's policy says (``contention.attempted``;
+    deadlock: certainly not applied), as the core's policy says (``steps.attempted``;
     claim_next's statements as often as the core's claim_next)."""
     def attempt() -> Attempt[Rows]:
         return (yield query)
 
-    return contention.attempted(attempt, job, attempts)
+    return attempted(attempt, job, attempts)
 
 
 # transitions.judged, state by state, at the page's now.

@@ -1,18 +1,19 @@
 """``zk://`` for tenure.aio (docs/asyncio.md): the protocol's steps (``AsyncRecordBackend``)
-over ``ZkTransaction``, whose reads (``answer``) here answer from what was fetched or raise
-``steps.NotFetched``, and whose commit is the same ``ZkIo``, awaited (``calls.run_async``): the
-same requests, guesses and round trips as the sync backend, no thread per call. Queries and
-closing go to the sync backend in one worker thread per store (``ThreadedBackend``), for now.
+over ``ZkTransaction``, whose reads (``answer``) here are awaited in the loop, the step
+suspended meanwhile (``tenure.aio.bridge``), and whose commit is the same ``ZkIo``, awaited
+(``calls.run_async``): the same requests, guesses and round trips as the sync backend, no
+thread per call. Queries and closing go to the sync backend in one worker thread per store
+(``ThreadedBackend``), for now.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-from collections.abc import AsyncIterator, Callable, Hashable
+from collections.abc import AsyncIterator
 from typing import TypeVar
 
-from tenure.aio.record_backend import AsyncRecordBackend, Fetched
+from tenure.aio import bridge
+from tenure.aio.record_backend import AsyncRecordBackend
 from tenure.backends.zookeeper import calls
 from tenure.backends.zookeeper.backend import ZooKeeperBackend
 from tenure.backends.zookeeper.calls import ZkIo
@@ -28,10 +29,9 @@ class AsyncZkTransaction(ZkTransaction):
     def __init__(self, parts: Parts, fresh: bool) -> None:
         super().__init__(parts, fresh)
         self._timeout = parts.session.config.timeout
-        self._fetched = Fetched(functools.partial(calls.run_async, timeout=self._timeout))
 
-    def answer(self, what: Hashable, io: Callable[[], ZkIo[T]]) -> T:
-        return self._fetched.answer(what, io, self.forget)
+    def answer(self, io: ZkIo[T]) -> T:
+        return bridge.await_only(calls.run_async(io, self._timeout))
 
     async def commit_async(self) -> None:
         await calls.run_async(self.committing(), self._timeout)

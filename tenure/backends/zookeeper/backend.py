@@ -164,7 +164,7 @@ class ZooKeeperBackend(RecordBackend):
     def get(self, job_id: str) -> JobStatus | None:
         with self.transaction(fresh=True) as tx:
             try:
-                rec = tx.load(job_id)
+                rec = tx.read_record(job_id)
             except CorruptRecord as exc:
                 return corrupt_status(job_id, exc.key, exc)
         return None if rec is None else transitions.status(rec, tx.now)

@@ -37,7 +37,7 @@ from tenure.backends.zookeeper.errors import mapped_errors
 from tenure.backends.zookeeper.multiread import reading_many
 from tenure.backends.zookeeper.session import Session
 from tenure.core import order, transitions
-from tenure.core.records import JobRecord, JobState
+from tenure.core.records import JobRecord, JobState, Op
 
 PENDING_READS = 8  # pending entries whose records one request reads
 BESIDE = 2  # buckets of the other kind (pending, scheduled) whose entries one bucket's are merged with
@@ -151,12 +151,14 @@ class Index:
             for bucket, count in placer.later.items():
                 self._later[bucket] = max(count, self._later.get(bucket, 0))
 
-    def change(self, old: JobRecord | None, old_slot: str | None, new: JobRecord,
+    def change(self, op: Op, old: JobRecord | None, old_slot: str | None, new: JobRecord,
                placer: Placer | None) -> tuple[str | None, list[tuple[str, str]]]:
-        """The index updates of ``old`` -> ``new``, as (``"create"`` or ``"delete"``, path) for
-        the multi after the record's write, and the slot of the entry the new record names."""
+        """The index updates of ``old`` -> ``new`` by ``op``, as (``"create"`` or ``"delete"``,
+        path) for the multi after the record's write, and the slot of the entry the new record
+        names. Where each entry goes is the records' (``home``): the same operation moves a job
+        from different places (a claim from pending, scheduled or an expired lease)."""
         ops: list[tuple[str, str]] = []
-        if not self.enabled:
+        if not self.enabled or op is Op.RENEW:  # a lease's end moved: its entry (leased, last) stays
             return None, ops
         before, after = (None if old is None else home(old)), home(new)
         if before in ONE_EACH and before != after:

@@ -8,7 +8,7 @@ ZooKeeper answers a session in order, so the data is at least as new as the cloc
 the generation znode with the token (its version IS the token) or checks it there, keeps the
 index (``index``) and adds the audit (``audit``); a job read and not written is checked at its
 version. A multi that fails on a version is a conflict: nothing was written.
-**Guesses** (``load_for``), one round trip, never judging expiry: a claim takes its job to be
+**Guesses** (``load``), one round trip, never judging expiry: a claim takes its job to be
 new (once claims here find jobs existing, a read goes out behind the multi: ``follow``); the
 holder's renew and complete answer from the record this process wrote (``Written``) while its
 deadline runs. Both stamp with an upper bound of the leader's clock (``Session.bound_now``).
@@ -19,7 +19,7 @@ writes it), a job znode deleted by hand as its generation znode's version (``Van
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -112,7 +112,7 @@ class ZkTransaction(Transaction):
     epoch = 0
     _multi: Multi | None = None
     _placer: Placer | None = None
-    _placer_read: Placer | None = None  # as the read made it, for ``forget``
+    _placer_read: Placer | None = None  # as the read made it, for a resend (``follow``)
     _stamp_due = False  # a guess's stamp is half used: the multi writes our clock znode first
     _stamp_sent: float | None = None
     _guessed_claim: str | None = None
@@ -139,7 +139,7 @@ class ZkTransaction(Transaction):
     @property
     def now(self) -> float:
         if self._now is None:
-            self._at(*self.answer(("now",), self._p.session.stamping))
+            self._at(*self.answer(self._p.session.stamping()))
         assert self._now is not None
         return self._now
 
@@ -152,13 +152,14 @@ class ZkTransaction(Transaction):
             self._now, self.epoch = now, epoch
 
     # -- reading -------------------------------------------------------------------------------------
-    def load(self, job_id: str) -> JobRecord | None:
+    def read_record(self, job_id: str) -> JobRecord | None:
+        """The job's record, read (an operator's ``get``: no guess, no facts)."""
         got = self._found.get(job_id) or self._read([job_id])[0]
         if got.error:
             raise got.error
         return got.rec
 
-    def load_for(self, job_id: str, op: Op, lease: Lease | None = None) -> read_facts.Loaded:
+    def load(self, job_id: str, op: Op, lease: Lease | None = None) -> read_facts.Loaded:
         got = self._found.get(job_id) or self._guess(job_id, op, lease) or self._followed(job_id) \
             or self._read([job_id], queue=op in _QUEUING)[0]
         self._found[job_id] = got
@@ -203,7 +204,7 @@ class ZkTransaction(Transaction):
             # The stamp is too old to bound the leader's clock: write our clock znode (one round
             # trip, as reading the job would be) and guess, rather than read the job and, in a
             # batch of renewals, every job after it.
-            self.answer(("stamp",), session.stamping)
+            self.answer(session.stamping())
             bound = session.bound_now()
         if got is None or bound is None:
             return None
@@ -219,12 +220,10 @@ class ZkTransaction(Transaction):
 
     def _followed(self, job_id: str) -> Found | None:
         """The read sent behind the last attempt's new-job multi, unless the job is leased."""
-        behind = self._behind
+        behind, self._behind = self._behind, None  # answers one attempt: the next one reads
         if behind is None or behind[0] != job_id:
-            self._behind = None  # answers one attempt: the next one reads
             return None
-        got = self.answer(("behind", job_id), behind[1])
-        self._behind = None  # only once answered: an async step comes back here for it
+        got = self.answer(behind[1]())
         if got.rec is not None and got.rec.state is JobState.LEASED:
             return None
         self._at(*behind[2])
@@ -249,14 +248,13 @@ class ZkTransaction(Transaction):
         return answer
 
     def _read(self, job_ids: list[str], queue: bool = False) -> list[Found]:
-        return self.answer(("read", tuple(job_ids), queue), lambda: self._reading(job_ids, queue)) if job_ids else []
+        return self.answer(self._reading(job_ids, queue)) if job_ids else []
 
     def _reading(self, job_ids: list[str], queue: bool) -> ZkIo[list[Found]]:
         """Our clock znode written, then the jobs' znodes: one round trip. What it found is
-        kept as it arrives, so a step run again after this fetch (tenure.aio) loads it rather
-        than deciding anew whether to guess. A clock znode found gone (an expired session) is
-        created again, then all sent once more (``Session.with_clock``, written out here: one
-        generator per read, not three)."""
+        kept (``preload``'s reads answer the step's loads). A clock znode found gone (an expired
+        session) is created again, then all sent once more (``Session.with_clock``, written out
+        here: one generator per read, not three)."""
         s, index = self._p.session, self._p.index
         for _ in range(2):
             with mapped_errors(f"reading job {job_ids[0]!r}" if len(job_ids) == 1 else "reading jobs"):
@@ -297,12 +295,9 @@ class ZkTransaction(Transaction):
 
         return answer()
 
-    def next_claimable(self) -> str | None:
-        return next(iter(self.next_claimables(1)), None)
-
     def next_claimables(self, n: int) -> list[str]:
         if self._proposed is None:
-            self._proposed = self.answer(("claimable", n), lambda: self._finding(n))
+            self._proposed = self.answer(self._finding(n))
         return self._proposed
 
     def _finding(self, n: int) -> ZkIo[list[str]]:
@@ -347,22 +342,10 @@ class ZkTransaction(Transaction):
         return [(job_id, data, version) for *_, job_id, data, version in sorted(listed)]
 
     # -- how I/O is waited for -----------------------------------------------------------------------
-    def answer(self, what: Hashable, io: Callable[[], ZkIo[T]]) -> T:
-        """What ``io()`` returns: run now, waiting in this thread. The asyncio transaction
-        (``tenure.backends.zookeeper.aio``) answers from what it fetched, or raises
-        ``steps.NotFetched`` naming ``what``; a step asks again for the same ``what`` when it
-        runs again."""
-        return self._p.session.run(io())
-
-    def forget(self) -> None:
-        """Drop what this run of the step buffered for the commit (before a rerun of the step
-        in the same transaction: ``steps.NotFetched``). Reads stay: they are the point."""
-        self._multi = None
-        self._checked = set()
-        self._renewals = {}
-        self._saved.clear()
-        if self._placer_read is not None:
-            self._placer = self._placer_read.copy()
+    def answer(self, io: ZkIo[T]) -> T:
+        """What ``io`` returns: run now, waiting in this thread. The asyncio transaction
+        (``tenure.backends.zookeeper.aio``) awaits it, the step suspended meanwhile."""
+        return self._p.session.run(io)
 
     # -- writing -------------------------------------------------------------------------------------
     def _tx(self) -> Multi:
@@ -373,11 +356,11 @@ class ZkTransaction(Transaction):
                 multi.set_data(self._multi, self._p.session.clock_path, b"", -1)
         return self._multi
 
-    def save(self, record: JobRecord) -> None:
+    def save(self, record: JobRecord, op: Op, event: HistoryEvent | None) -> None:
         job_id = record.job_id
         got = self._found[job_id]
         tx = self._tx()
-        slot, index_ops = self._p.index.change(got.rec, got.slot, record, self._placer)
+        slot, index_ops = self._p.index.change(op, got.rec, got.slot, record, self._placer)
         key, gen = self._layout.job(job_id), self._layout.gen(job_id)
         if got.version < 0:
             multi.create(tx, key, zl.dump_record(record, self.epoch, slot))
@@ -401,9 +384,8 @@ class ZkTransaction(Transaction):
             else:
                 multi.delete(tx, path)
         self._saved[job_id] = (record, got)
-
-    def add_event(self, event: HistoryEvent) -> None:
-        self._p.audit.add_event(self._tx(), event, self._checked, self._renewals, replace=not self._unreplaced)
+        if event is not None:  # after the index: the audit's writes come last
+            self._p.audit.add_event(tx, event, self._checked, self._renewals, replace=not self._unreplaced)
 
     def add_rejection(self, rejection: Rejection) -> None:
         self._p.audit.add_rejection(self._tx(), rejection, self._checked)
