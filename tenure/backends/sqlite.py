@@ -211,9 +211,9 @@ class _SQLiteTransaction(Transaction):
         claim = replaced(e)
         if claim is not None:  # its claim's earlier renewal event goes (tenure_events_job)
             db.execute("DELETE FROM tenure_events WHERE job_id = ? AND token = ? AND op = ?", (*claim, e.op.value))
-        values = (e.job_id, e.op.value, e.owner, e.token, e.at, e.expires_at)
-        present = tuple(map(_is_not, values, _NONES))
-        cur = db.execute(_INSERTS[_EVENT_SQL, present], tuple(itertools.compress(values, present)))
+        fields = (e.job_id, e.op.value, e.owner, e.token, e.at, e.expires_at)
+        present = tuple(map(_is_not, fields, _NONES))
+        cur = db.execute(_INSERTS[_EVENT_SQL, present], tuple(itertools.compress(fields, present)))
         self._b._trim("tenure_events", cur.lastrowid)
 
     def next_claimables(self, n: int) -> list[str]:
