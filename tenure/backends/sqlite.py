@@ -124,8 +124,8 @@ class _Inserts(dict[tuple[str, tuple[bool, ...]], str]):
     """An INSERT (``_SAVE_SQL``...) with ``NULL`` written in for each value that is None, by
     the statement and which of its values are present. sqlite3 binds an int,
     float or str as it is, but looks for an adapter for any other value, None and bytes
-    included, at the cost of a failed attribute lookup and its AttributeError each (about
-    3,000 instructions: 17 a claim + complete, a tenth of SQLite's cycle). At most one
+    included, at the cost of a failed attribute lookup and its AttributeError each (17 a
+    claim + complete: 56 k instructions of its 790 k; docs/performance.md). At most one
     statement per pattern of missing values (a few dozen in use; the connection's statement
     cache, ``_STATEMENTS``, keeps them prepared)."""
 
