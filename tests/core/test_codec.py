@@ -12,7 +12,7 @@ import unicodedata
 import pytest
 
 from tenure.core import codec, transitions, validation
-from tenure.core.errors import CorruptRecord, TokensExhausted
+from tenure.core.errors import CorruptRecord, InvalidArgument, TokensExhausted
 from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Op, Rejection, RejectionKind
 
 
@@ -154,6 +154,20 @@ def test_the_refused_ranges_are_unicode_14s_refused_categories() -> None:
                       if (kind := unicodedata.category(chr(code))) in words}
 
 
+def test_an_ascii_id_is_refused_by_its_quick_check_exactly_as_by_the_ranges() -> None:
+    # validation and the codec pass ASCII text that isprintable() without the ranges' scan.
+    for code in range(128):
+        text = f"a{chr(code)}b"
+        refused = any(low <= code <= high for low, high, _ in validation.REFUSED_RANGES)
+        assert (text.isascii() and text.isprintable()) is not refused
+        assert (codec.job_id_problem(text) is None) is not refused
+        if refused:
+            with pytest.raises(InvalidArgument):
+                validation.job_id(text)
+        else:
+            assert validation.job_id(text) == text
+
+
 @pytest.mark.parametrize(("job_id", "token", "runs"), [
     ("a\nb", 1, 1), ("a\u2028b", 1, 1), ("", 1, 1), ("x" * 257, 1, 1), (b"j", 1, 1),
     ("j", validation.LAST_TOKEN + 1, 1), ("j", 1, -1),
@@ -183,3 +197,8 @@ def test_a_claim_of_a_job_at_the_last_token_is_refused_and_claim_next_passes_it_
     assert not transitions.is_next(last, 1.0) and transitions.is_claimable(last, 1.0)
     below = transitions.claim(JobRecord("j", JobState.PENDING, token=validation.LAST_TOKEN - 1), "j", "w", 5.0, 1.0)
     assert below.token == validation.LAST_TOKEN and codec.stored_token("k", below.token) == validation.LAST_TOKEN
+
+
+def test_job_record_takes_the_life_cycles_fields_last_in_their_order() -> None:
+    # SQLite and PostgreSQL hand a row's values to job_record in LIFE_FIELDS' order, by position.
+    assert tuple(inspect.signature(codec.job_record).parameters)[-len(codec.LIFE_FIELDS):] == codec.LIFE_FIELDS
