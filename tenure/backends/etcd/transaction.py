@@ -81,7 +81,11 @@ class Read:
     """A job's keys read at one revision (none: guessed absent), and the record they make."""
 
     def __init__(self, job_id: str, kvs: list[list[KV]] | None, now: float) -> None:
-        job, lease, end, held, delay = [r[0] if r else None for r in kvs] if kvs else (None,) * KEYS_READ
+        first: list[KV | None] = [None] * KEYS_READ  # each key's value (a loop: a comprehension is a call more)
+        for i, kv in enumerate(kvs or ()):
+            if kv:
+                first[i] = kv[0]
+        job, lease, end, held, delay = first
         self.job_id = job_id
         self.guessed = kvs is None  # a guess the commit's compares verify, not a read
         self.job, self.lease, self.end, self.held, self.delay = job, lease, end, held, delay
