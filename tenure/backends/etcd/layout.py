@@ -270,11 +270,12 @@ def read_job(kv: KV, job_id: str) -> JobValue:
     state = _STATES.get(v.get("state"))  # type: ignore[arg-type]
     if state is None:
         raise CorruptRecord(key, f"unknown state {v.get('state')!r}")
-    owner, runs = v.get("owner"), v.get("runs")
+    owner = v.get("owner")
+    runs: Any = v.get("runs")
     if type(owner) is not str:
         owner = codec.text(key, "owner", owner, optional=state is not JobState.LEASED)
     if type(runs) is not int:
-        runs = codec.integer(key, "runs", runs)  # raises CorruptRecord
+        codec.integer(key, "runs", runs)  # not an int: raises CorruptRecord
     ttl, submitted_at, claimed_at, expires_at, queued = codec.stored_numbers(key, v, _JOB_NUMBERS)
     # A record written before the life cycle's fields, or with all of them at their defaults, has none.
     life = {} if _LIFE_FIELDS.isdisjoint(v) else codec.life(

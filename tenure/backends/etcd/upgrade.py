@@ -35,14 +35,14 @@ def _addition(keys: Keys, job: KV, lease: KV | None, end: KV | None, held: KV | 
     """The compares and the put that index one job, or None if it needs nothing."""
     try:
         job_id = keys.job_id(job.key, "job")
-        value = read_job(job, job_id)
-        rec = record(job_id, job, lease, end, now, value=value)
+        decoded = read_job(job, job_id)
+        rec = record(job_id, job, lease, end, now, value=decoded)
     except CorruptRecord:
         return None  # listed as corrupt; never indexed
     if rec is None:
         return None
     if rec.state is JobState.PENDING:
-        found = index_key(keys, job_id, value, end)
+        found = index_key(keys, job_id, decoded, end)
         if found is None or found in queued:
             return None
         key, value = found, b""
