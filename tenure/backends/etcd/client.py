@@ -507,9 +507,9 @@ class Connection:
     # -- KV --------------------------------------------------------------------------------
     def txn(self, compares: list[CompareSpec], success: list[OpSpec], failure: list[OpSpec], *,
             retry: bool = False) -> TxnResult:
-        # txn_io's request, written out: every Txn of the sync flavour comes this way (``_answer``)
+        # txn_io and run written out: every Txn of the sync flavour comes this way (``_answer``)
         request = rpc_pb2.TxnRequest(compare=compares, success=success, failure=failure)
-        return self.run(self._request(Method.Txn, request, TxnResult, retry=retry))
+        return io_drivers.run(self._request(Method.Txn, request, TxnResult, retry=retry), self._answer)
 
     def txn_io(self, compares: list[CompareSpec], success: list[OpSpec], failure: list[OpSpec], *,
                retry: bool = False) -> EtcdIo[TxnResult]:
@@ -543,7 +543,7 @@ class Connection:
         """Send a request now and collect its answer later, without a thread of our own."""
         if self._closed:
             raise BackendUnavailable("this etcd store is closed")
-        ep = self.endpoint
+        ep = self._endpoints[self._current]  # self.endpoint, a call less (a claim's grant comes this way)
         try:
             if self.user is not None and ep.metadata is None:
                 self._authenticate(ep)

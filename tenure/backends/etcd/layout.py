@@ -118,7 +118,7 @@ class Keys:
         return self._key("end", job_id)
 
     def queue(self, job_id: str, since: float) -> bytes:
-        return self.section("queue") + b"%020d/" % round(since * 1e6) + _encoded(job_id)
+        return self._sections["queue"] + b"%020d/" % round(since * 1e6) + _encoded(job_id)
 
     def held(self, job_id: str) -> bytes:
         return self._key("held", job_id)
@@ -130,7 +130,7 @@ class Keys:
         return self._key("delay", job_id)
 
     def scheduled(self, job_id: str, at: float) -> bytes:
-        return self.section("sched") + b"%020d/" % round(at * 1e6) + _encoded(job_id)
+        return self._sections["sched"] + b"%020d/" % round(at * 1e6) + _encoded(job_id)
 
     def sched_cut(self, at: float) -> bytes:
         """Where the ``sched/`` keys of jobs not yet claimable at ``at`` start."""
@@ -141,7 +141,7 @@ class Keys:
         return self.job_id(self.section(section) + key[len(self.section(section)) + 21:], section)
 
     def history(self, job_id: str, uid: str) -> bytes:
-        return self._key("history", job_id) + b"/" + uid.encode()
+        return self._sections["history"] + _encoded(job_id) + b"/" + uid.encode()
 
     def history_span(self, job_id: str | None) -> tuple[bytes, bytes]:
         if job_id is None:
