@@ -80,7 +80,7 @@ SHORTER_OK = 0.05  # seconds a renewal onto a shared etcd lease may end before t
 class Read:
     """A job's keys read at one revision (none: guessed absent), and the record they make."""
 
-    def __init__(self, job_id: str, kvs: list[list[KV]] | None, now: float) -> None:
+    def __init__(self, job_id: str, kvs: list[list[KV]] | None, now: float, ops: list[Any] | None = None) -> None:
         first: list[KV | None] = [None] * KEYS_READ  # each key's value (a loop: a comprehension is a call more)
         for i, kv in enumerate(kvs or ()):
             if kv:
@@ -88,6 +88,7 @@ class Read:
         job, lease, end, held, delay = first
         self.job_id = job_id
         self.guessed = kvs is None  # a guess the commit's compares verify, not a read
+        self.ops = ops  # the reads that made it (``reads``), if this process sent them: the failure branch's
         self.job, self.lease, self.end, self.held, self.delay = job, lease, end, held, delay
         # The lease's incarnation (the held key's mod revision): what a claim's wait was for.
         self.incarnation = held.mod_revision if held is not None else 0
@@ -234,8 +235,9 @@ class EtcdTransaction(Transaction):
     def _reading(self, job_id: str) -> EtcdIo[Read]:
         if self._claiming is not None:
             yield from self._claiming.granting_beside()
-        res = yield ec.Txn([], reads(self._k, job_id), [], retry=True)
-        return Read(job_id, res.ranges, self.now)
+        ops = reads(self._k, job_id)
+        res = yield ec.Txn([], ops, [], retry=True)
+        return Read(job_id, res.ranges, self.now, ops)
 
     def _use(self, job_id: str, read: Read) -> Read:
         """``read`` is what the step decides on: the commit compares its revisions."""
@@ -506,8 +508,8 @@ class EtcdTransaction(Transaction):
             return  # decided on fresh reads and changes nothing: nothing to verify
         writes, plans = planned
         failure: list[Any] = []
-        for job_id in self._reads:
-            failure += reads(self._k, job_id)
+        for job_id, read in self._reads.items():
+            failure += read.ops or reads(self._k, job_id)
         if self._claiming is not None:
             self._claiming.maybe_written = True
         try:
