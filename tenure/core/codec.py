@@ -140,6 +140,19 @@ def number(key: str, name: str, value: Any, optional: bool = True) -> float | No
     return float(value)
 
 
+def stored_numbers(key: str, value: dict[str, Any], names: tuple[str, ...]) -> list[Any]:
+    """The optional number fields ``names`` of a stored JSON object, each as stored (an int stays
+    an int; None if absent); CorruptRecord for one that is not a finite number. One call for all
+    of a record's numbers, where ``number`` is a call each."""
+    found: list[Any] = []
+    for name in names:
+        item = value.get(name)
+        if item is not None and type(item) is not int and not (type(item) is float and math.isfinite(item)):
+            raise CorruptRecord(key, f"field {name!r} is {item!r}")  # a bool, a string, NaN...
+        found.append(item)
+    return found
+
+
 def text(key: str, name: str, value: Any, optional: bool = True) -> str | None:
     if value is None and optional:
         return None

@@ -67,6 +67,16 @@ def test_a_stored_value_reads_as_a_json_object() -> None:
     assert codec.json_object("k", '{"a": [1, "ü"]}'.encode()) == {"a": [1, "ü"]}
 
 
+def test_stored_numbers_are_read_as_stored_and_a_bad_one_is_corrupt() -> None:
+    stored = {"a": 1, "b": 2.5, "c": None}
+    assert codec.stored_numbers("k", stored, ("a", "b", "c", "absent")) == [1, 2.5, None, None]
+    assert type(codec.stored_numbers("k", stored, ("a",))[0]) is int  # as stored, not made a float
+    for bad in (True, "1", math.nan, math.inf, [1]):
+        with pytest.raises(CorruptRecord) as caught:
+            codec.stored_numbers("k", {"a": 1, "b": bad}, ("a", "b"))
+        assert caught.value.problem == f"field 'b' is {bad!r}"  # as ``number`` says it
+
+
 SECRET = "hunter2-hunter2-hunter2"
 
 
