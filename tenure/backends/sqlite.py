@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+import operator
 import os
 import sqlite3
 import threading
@@ -108,13 +109,38 @@ DROP INDEX IF EXISTS tenure_jobs_pending;
 DROP INDEX IF EXISTS tenure_jobs_expiring;
 DROP INDEX IF EXISTS tenure_jobs_queued;
 """
+# In the order codec.job_record takes them.
 _JOB_COLUMNS = ("job_id, state, owner, token, lease_until, ttl, submitted_at, claimed_at, "
                 "renewed_at, completed_at, runs, result, " + ", ".join(codec.LIFE_FIELDS))
-_BASE_COLUMNS = 12  # those codec.job_record takes by position; the life cycle's follow, by name
 # Built once, not per statement: each claim and complete loads and saves a row.
 _LOAD_SQL = f"SELECT {_JOB_COLUMNS} FROM tenure_jobs WHERE job_id = ?"
-_SAVE_SQL = (f"INSERT OR REPLACE INTO tenure_jobs ({_JOB_COLUMNS}, queued_at)"
-             f" VALUES ({', '.join('?' * (len(_JOB_COLUMNS.split(',')) + 1))})")
+_SAVE_SQL = f"INSERT OR REPLACE INTO tenure_jobs ({_JOB_COLUMNS}, queued_at) VALUES ({{}})"
+_EVENT_SQL = "INSERT INTO tenure_events (job_id, op, owner, token, at, expires_at) VALUES ({})"
+_REJECTION_SQL = ("INSERT INTO tenure_rejections (job_id, op, owner, token, current_owner, current_token,"
+                  " at, reason, kind, resource) VALUES ({})")
+
+
+class _Inserts(dict[tuple[str, tuple[bool, ...]], str]):
+    """An INSERT (``_SAVE_SQL``...) with ``NULL`` written in for each value that is None, by
+    the statement and which of its values are present. sqlite3 binds an int,
+    float or str as it is, but looks for an adapter for any other value, None and bytes
+    included, at the cost of a failed attribute lookup and its AttributeError each (17 a
+    claim + complete: 56 k instructions of its 790 k; docs/performance.md). At most one
+    statement per pattern of missing values (a few dozen in use; the connection's statement
+    cache, ``_STATEMENTS``, keeps them prepared)."""
+
+    def __missing__(self, key: tuple[str, tuple[bool, ...]]) -> str:
+        insert, present = key
+        self[key] = sql = insert.format(", ".join("?" if value else "NULL" for value in present))
+        return sql
+
+
+_INSERTS = _Inserts()
+# Which of a row's values are present: ``tuple(map(_is_not, values, _NONES))``, in C (written
+# out where a row is inserted rather than a function: a Python call each).
+_is_not = operator.is_not
+_NONES = (None,) * 32  # more than any table has columns
+_STATEMENTS = 512  # prepared statements a connection keeps (sqlite3's default, 128, fits fewer patterns)
 _TRIM_EVERY = 256  # trim audit tables once per this many inserts, not on every write
 _NO_BOOT_ID = "clock_offset:no-boot-id"  # value: "<offset> <highest boot clock reading seen>"
 
@@ -157,8 +183,7 @@ def _after(job_id: Any) -> tuple[str, Any]:
 def _decode(row: tuple[Any, ...], key: str | None = None) -> JobRecord:
     """``key``: the row's key for a CorruptRecord, when the caller knows it (a row read by a
     caller's job id, already checked); else worked out from the stored id."""
-    return codec.job_record(key or codec.key_of("tenure_jobs", row[0]), *row[:_BASE_COLUMNS],
-                            **dict(zip(codec.LIFE_FIELDS, row[_BASE_COLUMNS:], strict=True)))
+    return codec.job_record(key or codec.key_of("tenure_jobs", row[0]), *row)
 
 
 class _SQLiteTransaction(Transaction):
@@ -176,17 +201,19 @@ class _SQLiteTransaction(Transaction):
         # scheduled (as memory's queue: a requeue queues the job again).
         queued = None if r.state is not JobState.PENDING else self.now if r.claimable_at is None else r.claimable_at
         db = self._db
-        db.execute(_SAVE_SQL, (
-            r.job_id, r.state.value, r.owner, r.token, r.lease_until, r.ttl, r.submitted_at, r.claimed_at,
-            r.renewed_at, r.completed_at, r.runs, r.result, r.attempts, r.max_attempts, r.last_error,
-            r.claimable_at, r.failed_at, queued))
+        values = (r.job_id, r.state.value, r.owner, r.token, r.lease_until, r.ttl, r.submitted_at, r.claimed_at,
+                  r.renewed_at, r.completed_at, r.runs, r.result, r.attempts, r.max_attempts, r.last_error,
+                  r.claimable_at, r.failed_at, queued)
+        present = tuple(map(_is_not, values, _NONES))  # None is written as NULL (_Inserts)
+        db.execute(_INSERTS[_SAVE_SQL, present], tuple(itertools.compress(values, present)))
         if e is None:
             return
         claim = replaced(e)
         if claim is not None:  # its claim's earlier renewal event goes (tenure_events_job)
             db.execute("DELETE FROM tenure_events WHERE job_id = ? AND token = ? AND op = ?", (*claim, e.op.value))
-        cur = db.execute("INSERT INTO tenure_events (job_id, op, owner, token, at, expires_at) VALUES (?,?,?,?,?,?)",
-                         (e.job_id, e.op.value, e.owner, e.token, e.at, e.expires_at))
+        fields = (e.job_id, e.op.value, e.owner, e.token, e.at, e.expires_at)
+        present = tuple(map(_is_not, fields, _NONES))
+        cur = db.execute(_INSERTS[_EVENT_SQL, present], tuple(itertools.compress(fields, present)))
         self._b._trim("tenure_events", cur.lastrowid)
 
     def next_claimables(self, n: int) -> list[str]:
@@ -198,11 +225,10 @@ class _SQLiteTransaction(Transaction):
         return claimable(self._db.execute(CLAIM_NEXT_SQL, {"now": self.now, "n": n}), n)
 
     def add_rejection(self, r: Rejection) -> None:
-        cur = self._db.execute(
-            "INSERT INTO tenure_rejections (job_id, op, owner, token, current_owner, current_token,"
-            " at, reason, kind, resource) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (r.job_id, r.op.value, r.owner, r.token, r.current_owner, r.current_token, r.at,
-             r.reason, r.kind.value, r.resource))
+        values = (r.job_id, r.op.value, r.owner, r.token, r.current_owner, r.current_token, r.at, r.reason,
+                  r.kind.value, r.resource)
+        present = tuple(map(_is_not, values, _NONES))  # None is written as NULL (_Inserts)
+        cur = self._db.execute(_INSERTS[_REJECTION_SQL, present], tuple(itertools.compress(values, present)))
         self._b._trim("tenure_rejections", cur.lastrowid)
 
 
@@ -218,10 +244,11 @@ def _connect(path: str, timeout: float, create: bool) -> sqlite3.Connection:
     """A connection to ``path``; with ``create`` false, only to a file that holds a tenure
     store already: opened read-write without creating it, and checked before anything is written."""
     if create or path == ":memory:":  # a store in memory is new whatever create says: nothing outlives it
-        return sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
+        return sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False,
+                               cached_statements=_STATEMENTS)
     try:
         db = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=rw", timeout=timeout, isolation_level=None,
-                             check_same_thread=False, uri=True)
+                             check_same_thread=False, uri=True, cached_statements=_STATEMENTS)
     except sqlite3.OperationalError:
         db = None  # raised below, outside this block: "no such store" needs no sqlite3 cause
     if db is None:

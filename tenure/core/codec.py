@@ -67,7 +67,7 @@ def job_id_problem(value: Any) -> str | None:
         return f"the job id is a {type(value).__name__}, not text"
     if not 1 <= len(value) <= validation.MAX_JOB_ID:
         return f"the job id has {len(value)} characters, not 1 to {validation.MAX_JOB_ID}"
-    if validation.find_refused(value) is None:
+    if (value.isascii() and value.isprintable()) or validation.find_refused(value) is None:  # (as validation's)
         return None
     refused = validation.refused_character(value)
     if any("\ud800" <= c <= "\udfff" for c in value):  # how Python reads stored text that is not UTF-8
@@ -138,6 +138,19 @@ def number(key: str, name: str, value: Any, optional: bool = True) -> float | No
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise CorruptRecord(key, f"field {name!r} is {value!r}")
     return float(value)
+
+
+def stored_numbers(key: str, value: dict[str, Any], names: tuple[str, ...]) -> list[Any]:
+    """The optional number fields ``names`` of a stored JSON object, each as stored (an int stays
+    an int; None if absent); CorruptRecord for one that is not a finite number. One call for all
+    of a record's numbers, where ``number`` is a call each."""
+    found: list[Any] = []
+    for name in names:
+        item = value.get(name)
+        if item is not None and type(item) is not int and not (type(item) is float and math.isfinite(item)):
+            raise CorruptRecord(key, f"field {name!r} is {item!r}")  # a bool, a string, NaN...
+        found.append(item)
+    return found
 
 
 def text(key: str, name: str, value: Any, optional: bool = True) -> str | None:
@@ -222,10 +235,13 @@ def life(key: str, attempts: Any = 0, max_attempts: Any = None, last_error: Any 
 
 def job_record(key: str, job_id: Any, state_value: Any, owner: Any, token: Any, lease_until: Any,
                ttl: Any, submitted_at: Any, claimed_at: Any, renewed_at: Any, completed_at: Any,
-               runs: Any, result: Any, **life_values: Any) -> JobRecord:
+               runs: Any, result: Any, attempts: Any = 0, max_attempts: Any = None, last_error: Any = None,
+               claimable_at: Any = None, failed_at: Any = None) -> JobRecord:
     """A JobRecord from stored values, checked: the invariants every backend's records keep
     (a job id a caller could name, a token a claim can have issued, runs never below 0).
-    ``life_values``: the stored ``LIFE_FIELDS`` (``life``), by name."""
+    The last five: the stored ``LIFE_FIELDS`` (``life``), by name or in that order. (Named
+    here rather than taken as ``**`` keywords: Python matches a keyword that is no parameter
+    by comparing it with each parameter's name, 65 string comparisons a record.)"""
     job_id = stored_job_id(key, job_id)
     found = state(key, state_value)
     token = stored_token(key, token)
@@ -239,7 +255,8 @@ def job_record(key: str, job_id: Any, state_value: Any, owner: Any, token: Any, 
         raise CorruptRecord(key, "result is not bytes")
     return JobRecord(job_id, found, owner, token, until, span, number(key, "submitted_at", submitted_at),
                      number(key, "claimed_at", claimed_at), number(key, "renewed_at", renewed_at),
-                     number(key, "completed_at", completed_at), runs, result, **life(key, **life_values))
+                     number(key, "completed_at", completed_at), runs, result,
+                     **life(key, attempts, max_attempts, last_error, claimable_at, failed_at))
 
 
 _LAST_TOKEN, _MAX_JOB_ID, _refused = validation.LAST_TOKEN, validation.MAX_JOB_ID, validation.find_refused

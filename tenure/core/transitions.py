@@ -65,12 +65,13 @@ class RecordChanges(TypedDict, total=False):
     ended_early: bool
 
 
-def _replaced(rec: JobRecord, **changes: Unpack[RecordChanges]) -> JobRecord:
+def _replaced(rec: JobRecord, /, **changes: Unpack[RecordChanges]) -> JobRecord:
     """``dataclasses.replace(rec, **changes)`` without its loop over the fields and the frozen
     ``__init__``'s setattr per field (a third of a transition's cost, two per claim+complete):
     the copy's attributes are the record's, then ``changes`` (their names and types checked by
     mypy through ``RecordChanges``). JobRecord has no ``__post_init__`` and no field kept out
-    of ``__init__``."""
+    of ``__init__``. ``rec`` is positional only: Python compares each keyword collected into
+    ``changes`` with the name of every other parameter first."""
     new = object.__new__(JobRecord)
     vars(new).update(vars(rec), **changes)
     return new

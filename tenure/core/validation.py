@@ -39,7 +39,10 @@ REFUSED_RANGES = (
 )
 _STARTS = [low for low, _, _ in REFUSED_RANGES]
 # The first refused character in a text, or None: a scan in C, so a good id (every one, nearly)
-# costs no Python call; ``refused_character`` then says which character it is.
+# costs no Python call; ``refused_character`` then says which character it is. Its class of
+# 26 ranges is slow to match (1.5 us for a 5-character id); an ASCII text is checked first by
+# ``isascii() and isprintable()``, the same answer (ASCII's refused characters are C0 and DEL,
+# its unprintable ones) in a tenth of the time.
 find_refused = re.compile("[" + "".join(f"\\U{low:08x}-\\U{high:08x}" for low, high, _ in REFUSED_RANGES) + "]").search
 
 
@@ -69,7 +72,7 @@ def _text(kind: str, value: object, limit: int) -> str:
         raise InvalidArgument(f"{kind} must be a str, not {type(value).__name__}")
     if not 1 <= len(value) <= limit:
         raise InvalidArgument(f"{kind} must be 1 to {limit} characters, got {len(value)}")
-    if find_refused(value) is not None:
+    if not (value.isascii() and value.isprintable()) and find_refused(value) is not None:  # (see find_refused)
         raise InvalidArgument(f"{kind} {quoted(value)} contains {refused_character(value)}")
     return value
 

@@ -88,6 +88,31 @@ def test_ops_naming_only_their_set_fields_are_the_bytes_of_ops_naming_all() -> N
         assert r.TxnRequest.FromString(sent).compare[0].WhichOneof("target_union") == field  # sent, even as 0
 
 
+def test_a_claims_ops_written_out_are_the_builders() -> None:
+    """The claim's reads and compares are written out as dicts (``transaction.reads``,
+    ``Read.compares``): the same as ``get`` and ``compare`` build, so the same bytes."""
+    from tenure.backends.etcd import client as ec
+    from tenure.backends.etcd.api import kv_pb2
+    from tenure.backends.etcd.layout import Keys
+    from tenure.backends.etcd.transaction import Read, reads
+
+    k = Keys("/t")
+    keys = k.of("j")
+    assert reads(k, "j") == [ec.get(key) for key in keys[:5]]
+    kv = kv_pb2.KeyValue
+    job = kv(key=keys.job, value=json.dumps({"tenure": 1, "job": "j", "state": "pending", "token": 0, "runs": 0,
+                                             "submitted_at": 1.0}).encode(), mod_revision=7, create_revision=7)
+    for kvs in (None, [[job], [], [], [], []], [[job], [], [], [kv(key=keys.held, mod_revision=9)],
+                                                [kv(key=keys.delay, mod_revision=8)]]):
+        read = Read("j", kvs, 5.0)
+        found = {key: r[0].mod_revision for key, r in zip(keys[:5], kvs, strict=True) if r} if kvs else {}
+        mod = {key: found.get(key, 0) for key in keys}
+        assert read.compares(k, "j") == [
+            ec.compare(keys.job, "mod", "==", mod[keys.job]), ec.compare(keys.lease, "create", "==", 0),
+            ec.compare(keys.end, "mod", "==", 0), ec.compare(keys.held, "mod", "==", mod[keys.held]),
+            ec.compare(keys.delay, "mod", "==", mod[keys.delay])]
+
+
 UPB_FIRST = textwrap.dedent("""
     import json, os, sys, threading
     from google.protobuf import descriptor_pb2, timestamp_pb2  # another protobuf user, loaded first

@@ -12,7 +12,7 @@ import unicodedata
 import pytest
 
 from tenure.core import codec, transitions, validation
-from tenure.core.errors import CorruptRecord, TokensExhausted
+from tenure.core.errors import CorruptRecord, InvalidArgument, TokensExhausted
 from tenure.core.records import HistoryEvent, JobRecord, JobState, JobStatus, Op, Rejection, RejectionKind
 
 
@@ -65,6 +65,16 @@ def test_broken_records_are_corrupt_with_one_message(index: int, value: object, 
 
 def test_a_stored_value_reads_as_a_json_object() -> None:
     assert codec.json_object("k", '{"a": [1, "ü"]}'.encode()) == {"a": [1, "ü"]}
+
+
+def test_stored_numbers_are_read_as_stored_and_a_bad_one_is_corrupt() -> None:
+    stored = {"a": 1, "b": 2.5, "c": None}
+    assert codec.stored_numbers("k", stored, ("a", "b", "c", "absent")) == [1, 2.5, None, None]
+    assert type(codec.stored_numbers("k", stored, ("a",))[0]) is int  # as stored, not made a float
+    for bad in (True, "1", math.nan, math.inf, [1]):
+        with pytest.raises(CorruptRecord) as caught:
+            codec.stored_numbers("k", {"a": 1, "b": bad}, ("a", "b"))
+        assert caught.value.problem == f"field 'b' is {bad!r}"  # as ``number`` says it
 
 
 SECRET = "hunter2-hunter2-hunter2"
@@ -154,6 +164,20 @@ def test_the_refused_ranges_are_unicode_14s_refused_categories() -> None:
                       if (kind := unicodedata.category(chr(code))) in words}
 
 
+def test_an_ascii_id_is_refused_by_its_quick_check_exactly_as_by_the_ranges() -> None:
+    # validation and the codec pass ASCII text that isprintable() without the ranges' scan.
+    for code in range(128):
+        text = f"a{chr(code)}b"
+        refused = any(low <= code <= high for low, high, _ in validation.REFUSED_RANGES)
+        assert (text.isascii() and text.isprintable()) is not refused
+        assert (codec.job_id_problem(text) is None) is not refused
+        if refused:
+            with pytest.raises(InvalidArgument):
+                validation.job_id(text)
+        else:
+            assert validation.job_id(text) == text
+
+
 @pytest.mark.parametrize(("job_id", "token", "runs"), [
     ("a\nb", 1, 1), ("a\u2028b", 1, 1), ("", 1, 1), ("x" * 257, 1, 1), (b"j", 1, 1),
     ("j", validation.LAST_TOKEN + 1, 1), ("j", 1, -1),
@@ -183,3 +207,8 @@ def test_a_claim_of_a_job_at_the_last_token_is_refused_and_claim_next_passes_it_
     assert not transitions.is_next(last, 1.0) and transitions.is_claimable(last, 1.0)
     below = transitions.claim(JobRecord("j", JobState.PENDING, token=validation.LAST_TOKEN - 1), "j", "w", 5.0, 1.0)
     assert below.token == validation.LAST_TOKEN and codec.stored_token("k", below.token) == validation.LAST_TOKEN
+
+
+def test_job_record_takes_the_life_cycles_fields_last_in_their_order() -> None:
+    # SQLite and PostgreSQL hand a row's values to job_record in LIFE_FIELDS' order, by position.
+    assert tuple(inspect.signature(codec.job_record).parameters)[-len(codec.LIFE_FIELDS):] == codec.LIFE_FIELDS

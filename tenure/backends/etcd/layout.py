@@ -118,7 +118,7 @@ class Keys:
         return self._key("end", job_id)
 
     def queue(self, job_id: str, since: float) -> bytes:
-        return self.section("queue") + b"%020d/" % round(since * 1e6) + _encoded(job_id)
+        return self._sections["queue"] + b"%020d/" % round(since * 1e6) + _encoded(job_id)
 
     def held(self, job_id: str) -> bytes:
         return self._key("held", job_id)
@@ -130,7 +130,7 @@ class Keys:
         return self._key("delay", job_id)
 
     def scheduled(self, job_id: str, at: float) -> bytes:
-        return self.section("sched") + b"%020d/" % round(at * 1e6) + _encoded(job_id)
+        return self._sections["sched"] + b"%020d/" % round(at * 1e6) + _encoded(job_id)
 
     def sched_cut(self, at: float) -> bytes:
         """Where the ``sched/`` keys of jobs not yet claimable at ``at`` start."""
@@ -141,7 +141,7 @@ class Keys:
         return self.job_id(self.section(section) + key[len(self.section(section)) + 21:], section)
 
     def history(self, job_id: str, uid: str) -> bytes:
-        return self._key("history", job_id) + b"/" + uid.encode()
+        return self._sections["history"] + _encoded(job_id) + b"/" + uid.encode()
 
     def history_span(self, job_id: str | None) -> tuple[bytes, bytes]:
         if job_id is None:
@@ -257,20 +257,31 @@ def job_value(job_id: str, v: JobValue) -> bytes:
 _STATES = {"pending": JobState.PENDING, "leased": JobState.LEASED, "parked": JobState.PARKED}
 
 
+_JOB_NUMBERS = ("ttl", "submitted_at", "claimed_at", "expires_at", "queued")
+_LIFE_FIELDS = frozenset(codec.LIFE_FIELDS)
+
+
 def read_job(kv: KV, job_id: str) -> JobValue:
-    v = _load(kv)
+    """The job key's value, checked (CorruptRecord): the common case's fields without a call each."""
     key = kv.key.decode(errors="replace")
+    v = codec.json_object(key, kv.value)
     if v.get("tenure") != VERSION or v.get("job") != job_id:
         raise CorruptRecord(key, "not a tenure job record for this key")
     state = _STATES.get(v.get("state"))  # type: ignore[arg-type]
     if state is None:
         raise CorruptRecord(key, f"unknown state {v.get('state')!r}")
-    owner = _field(kv, v, "owner", str, optional=state is not JobState.LEASED)
-    life = codec.life(key, **{name: v.get(name) for name in codec.LIFE_FIELDS})
-    return JobValue(state, owner, codec.stored_token(key, v.get("token")), _field(kv, v, "ttl", _NUM),
-                    _field(kv, v, "submitted_at", _NUM), _field(kv, v, "claimed_at", _NUM),
-                    _field(kv, v, "expires_at", _NUM), _field(kv, v, "runs", int, False), life,
-                    _field(kv, v, "queued", _NUM), v.get("timed") is True)
+    owner = v.get("owner")
+    runs: Any = v.get("runs")
+    if type(owner) is not str:
+        owner = codec.text(key, "owner", owner, optional=state is not JobState.LEASED)
+    if type(runs) is not int:
+        codec.integer(key, "runs", runs)  # not an int: raises CorruptRecord
+    ttl, submitted_at, claimed_at, expires_at, queued = codec.stored_numbers(key, v, _JOB_NUMBERS)
+    # A record written before the life cycle's fields, or with all of them at their defaults, has none.
+    life = {} if _LIFE_FIELDS.isdisjoint(v) else codec.life(
+        key, v.get("attempts"), v.get("max_attempts"), v.get("last_error"), v.get("claimable_at"), v.get("failed_at"))
+    return JobValue(state, owner, codec.stored_token(key, v.get("token")), ttl, submitted_at, claimed_at,
+                    expires_at, runs, life, queued, v.get("timed") is True)
 
 
 def listed_pending(kv: KV, encoded: bytes, now: float) -> JobStatus | None:
@@ -307,16 +318,16 @@ def end_value(how: str, token: int, at: float, result: bytes | None) -> bytes:
                  "result": codec.result_text(result)})
 
 
-def index_key(k: Keys, job_id: str, job: KV | None, end: KV | None) -> bytes | None:
+def index_key(k: Keys, job_id: str, job: JobValue | None, end: KV | None) -> bytes | None:
     """The job's ``queue/`` or ``sched/`` key, or None if it has none (it is not pending).
 
-    Call after ``record`` accepted the keys: they are known to decode and agree.
+    ``job``: its job key's value (``read_job``), None without one. Call after ``record``
+    accepted the keys: they are known to decode and agree.
     """
     if job is None:
         return None
-    v = read_job(job, job_id)
-    if v.state is not JobState.LEASED:
-        return v.index_key(k, job_id)
+    if job.state is not JobState.LEASED:
+        return job.index_key(k, job_id)
     if end is not None:
         o = _load(end)
         if o.get("how") == "released":
@@ -342,15 +353,16 @@ def _delayed(v: JobValue, delay_kept: bool | None, now: float) -> dict[str, Any]
 
 
 def record(job_id: str, job: KV | None, lease: KV | None, end: KV | None, now: float,
-           delay_kept: bool | None = None) -> JobRecord | None:
+           delay_kept: bool | None = None, value: JobValue | None = None) -> JobRecord | None:
     """The job's record as the core's state machine sees it; CorruptRecord if keys disagree.
-    ``delay_kept``: whether etcd keeps the job's ``delay/`` key (None: not read)."""
+    ``delay_kept``: whether etcd keeps the job's ``delay/`` key (None: not read); ``value``: the
+    job key's, if the caller decoded it already (``read_job``)."""
     if job is None:
         orphan = lease or end
         if orphan is not None:
             raise CorruptRecord(orphan.key.decode(errors="replace"), "a lease or outcome without its job")
         return None
-    v = read_job(job, job_id)
+    v = read_job(job, job_id) if value is None else value
     key = job.key.decode(errors="replace")
     if v.state is not JobState.LEASED:
         if lease is not None or end is not None:

@@ -130,18 +130,6 @@ class EtcdLeases:
     def forget(self, key: ClaimKey) -> EtcdLease | None:
         return self._claims.pop(key)
 
-    def take(self, ttl: int) -> EtcdLease | None:
-        """An idle etcd lease for a claim sent now, or None to grant a new one."""
-        now = boot_clock()
-        with self._lock:
-            pool = self._pool.get(ttl)
-            while pool:
-                lease = pool.pop()  # the most recently given back first
-                self._pooled -= 1
-                if lease.confirmed + lease.granted - now >= _MIN_LEFT:
-                    return lease
-        return None  # the ones dropped run out by themselves: nothing is attached to them
-
     def granting(self, ttl: int, slack: int = 0) -> EtcdIo[EtcdLease]:
         sent = boot_clock()
         lease_id, granted = yield ec.Grant(ttl + slack)
@@ -244,8 +232,17 @@ class EtcdLeases:
 
     # -- a claim's etcd lease, for all its attempts ----------------------------------------
     def claiming(self, ttl: int) -> Claiming:
-        """The etcd lease for a claim sent now: a pooled one, or None to grant one beside a read."""
-        return Claiming(ttl, self.take(ttl))
+        """The etcd lease for a claim sent now: an idle one from the pool, or None to grant one
+        beside a read."""
+        now = boot_clock()
+        with self._lock:
+            pool = self._pool.get(ttl)
+            while pool:
+                lease = pool.pop()  # the most recently given back first
+                self._pooled -= 1
+                if lease.confirmed + lease.granted - now >= _MIN_LEFT:
+                    return Claiming(ttl, lease)
+        return Claiming(ttl, None)  # the ones dropped run out by themselves: nothing is attached to them
 
     def claimed(self, claiming: Claiming, failed: BaseException | None) -> EtcdIo[None]:
         """After the claim (``failed``: what it raised): a lease it did not write with goes back to

@@ -55,6 +55,7 @@ from tenure.backends.etcd.layout import (
     lease_value,
     on_shared_lease,
     owner_prefix,
+    read_job,
     record,
     rejection_value,
 )
@@ -79,16 +80,22 @@ SHORTER_OK = 0.05  # seconds a renewal onto a shared etcd lease may end before t
 class Read:
     """A job's keys read at one revision (none: guessed absent), and the record they make."""
 
-    def __init__(self, job_id: str, kvs: list[list[KV]] | None, now: float) -> None:
-        job, lease, end, held, delay = [r[0] if r else None for r in kvs] if kvs else (None,) * KEYS_READ
+    def __init__(self, job_id: str, kvs: list[list[KV]] | None, now: float, ops: list[Any] | None = None) -> None:
+        first: list[KV | None] = [None] * KEYS_READ  # each key's value (a loop: a comprehension is a call more)
+        for i, kv in enumerate(kvs or ()):
+            if kv:
+                first[i] = kv[0]
+        job, lease, end, held, delay = first
         self.job_id = job_id
         self.guessed = kvs is None  # a guess the commit's compares verify, not a read
+        self.ops = ops  # the reads that made it (``reads``), if this process sent them: the failure branch's
         self.job, self.lease, self.end, self.held, self.delay = job, lease, end, held, delay
         # The lease's incarnation (the held key's mod revision): what a claim's wait was for.
         self.incarnation = held.mod_revision if held is not None else 0
         self.seen = boot_clock()  # no earlier than etcd's answer (the quarantine's start)
         try:
-            self.record = record(job_id, job, lease, end, now, delay_kept=delay is not None)
+            self.value = None if job is None else read_job(job, job_id)  # decoded once: the commit indexes by it
+            self.record = record(job_id, job, lease, end, now, delay_kept=delay is not None, value=self.value)
         except CorruptRecord as exc:  # keys show the id in base64url: name it
             raise exc.naming(job_id) from exc.__cause__
 
@@ -97,13 +104,16 @@ class Read:
         return rec is not None and rec.state is JobState.LEASED and self.lease is None and self.end is None
 
     def compares(self, k: Keys, job_id: str) -> list[Any]:
+        """Each key's revision as read (0: absent), as ``ec.compare(key, "mod"/"create", "==", n)``
+        builds them (EQUAL is proto3's default, left out)."""
         job, lease, end, held, delay, _ = k.of(job_id)
-        return [ec.compare(job, "mod", "==", self.job.mod_revision if self.job else 0),
-                ec.compare(lease, "create", "==", self.lease.create_revision if self.lease else 0),
-                ec.compare(end, "mod", "==", self.end.mod_revision if self.end else 0),
-                ec.compare(held, "mod", "==", self.held.mod_revision if self.held else 0),
+        return [{"target": ec.MOD, "key": job, "mod_revision": self.job.mod_revision if self.job else 0},
+                {"target": ec.CREATE, "key": lease,
+                 "create_revision": self.lease.create_revision if self.lease else 0},
+                {"target": ec.MOD, "key": end, "mod_revision": self.end.mod_revision if self.end else 0},
+                {"target": ec.MOD, "key": held, "mod_revision": self.held.mod_revision if self.held else 0},
                 # A claim decided on a timed job's delay key gone commits only while it is (0).
-                ec.compare(delay, "mod", "==", self.delay.mod_revision if self.delay else 0)]
+                {"target": ec.MOD, "key": delay, "mod_revision": self.delay.mod_revision if self.delay else 0}]
 
 
 KEYS_READ = 5  # a job's keys: job, lease, end, held, delay
@@ -118,10 +128,11 @@ def _uuid4_hex() -> str:
     return b.hex()
 
 
-def reads(k: Keys, job_id: str, revision: int = 0) -> list[Any]:
-    job, lease, end, held, delay, _ = k.of(job_id)  # (written out: a comprehension is a call more)
-    return [ec.get(job, revision=revision), ec.get(lease, revision=revision), ec.get(end, revision=revision),
-            ec.get(held, revision=revision), ec.get(delay, revision=revision)]
+def reads(k: Keys, job_id: str) -> list[Any]:
+    """The reads of a job's keys, as ``ec.get(key)`` builds them (written out: a call each less)."""
+    job, lease, end, held, delay, _ = k.of(job_id)
+    return [{"request_range": {"key": job}}, {"request_range": {"key": lease}}, {"request_range": {"key": end}},
+            {"request_range": {"key": held}}, {"request_range": {"key": delay}}]
 
 
 @dataclasses.dataclass
@@ -211,15 +222,22 @@ class EtcdTransaction(Transaction):
         the step suspended meanwhile."""
         return self._conn.run(io)
 
-    def _fetch(self, job_id: str) -> Read:
-        """The job's keys: from the last failure branch, or read (reads only: safe to retry)."""
-        return self._carried.get(job_id) or self.answer(self._reading(job_id))
+    def _read(self, job_id: str) -> Read:
+        """The job's keys the step decides on: read already in this transaction, else from the last
+        failure branch or read now (reads only: safe to retry), and compared by the commit."""
+        read = self._reads.get(job_id)
+        if read is None:
+            read = self._carried.get(job_id) or self.answer(self._reading(job_id))
+            self._reads[job_id] = read  # as ``_use`` (written out: a call less on every load)
+            self._compares += read.compares(self._k, job_id)
+        return read
 
     def _reading(self, job_id: str) -> EtcdIo[Read]:
         if self._claiming is not None:
             yield from self._claiming.granting_beside()
-        res = yield ec.Txn([], reads(self._k, job_id), [], retry=True)
-        return Read(job_id, res.ranges, self.now)
+        ops = reads(self._k, job_id)
+        res = yield ec.Txn([], ops, [], retry=True)
+        return Read(job_id, res.ranges, self.now, ops)
 
     def _use(self, job_id: str, read: Read) -> Read:
         """``read`` is what the step decides on: the commit compares its revisions."""
@@ -245,8 +263,7 @@ class EtcdTransaction(Transaction):
         """The job's record as read (or saved) in this transaction, never guessed."""
         if job_id in self._saved:
             return self._saved[job_id][0]
-        read = self._reads.get(job_id) or self._use(job_id, self._fetch(job_id))
-        rec = self._loaded[job_id] = self._judged(job_id, read)
+        rec = self._loaded[job_id] = self._judged(job_id, self._read(job_id))
         return rec
 
     def load(self, job_id: str, op: Op, lease: Lease | None = None) -> JobRecord | None:
@@ -269,7 +286,7 @@ class EtcdTransaction(Transaction):
 
     def _held_fresh(self, lease: Lease) -> JobRecord | None:
         job_id = lease.job_id
-        read = self._reads.get(job_id) or self._use(job_id, self._fetch(job_id))
+        read = self._read(job_id)
         rec = read.record
         if (rec is not None and read.ended_by_etcd() and read.held is not None and rec.token == lease.token
                 and rec.owner == lease.owner and deadline_runs(lease.deadline, self._p.clock)):
@@ -382,7 +399,7 @@ class EtcdTransaction(Transaction):
         since = now if pending and new.claimable_at is None else None
         value = JobValue(new.state, None, new.token, None, new.submitted_at, new.claimed_at, None, new.runs,
                          codec.life_fields(new), since, timed=pending and new.claimable_at is not None)
-        was, queued = index_key(k, job_id, read.job, read.end), value.index_key(k, job_id)
+        was, queued = index_key(k, job_id, read.value, read.end), value.index_key(k, job_id)
         writes = [ec.put(k.job(job_id), job_value(job_id, value)), ec.delete(k.end(job_id)),
                   ec.delete(k.lease(job_id), prev_kv=True), ec.delete(k.held(job_id)),
                   *([] if was is None or was == queued else [ec.delete(was)])]  # (a Txn names a key once)
@@ -417,13 +434,19 @@ class EtcdTransaction(Transaction):
         # The job key keeps the nominal end, shown once etcd has ended the lease.
         value = JobValue(JobState.LEASED, new.owner, 0, new.ttl, new.submitted_at, now, now + plan.lease.granted,
                          new.runs, codec.life_fields(new))
-        queued = index_key(self._k, job_id, read.job, read.end)
+        queued = index_key(self._k, job_id, read.value, read.end)
         # On its last attempt the job is indexed so: parked, not a candidate, once the lease ends.
-        last = ec.put(k.last, b"") if new.out_of_attempts else ec.delete(k.last)
-        return plan, [ec.put(k.job, job_value(job_id, value)),
-                      ec.put(k.lease, lease_value(new.owner, new.ttl, None, plan.expires_at), lease=plan.lease.id),
-                      ec.put(k.held, held_value(new.owner, new.ttl)), ec.delete(k.end), last,
-                      *([] if queued is None else [ec.delete(queued)])]
+        last = {"request_put": {"key": k.last, "value": b""}} if new.out_of_attempts else \
+            {"request_delete_range": {"key": k.last}}
+        # As ``ec.put`` and ``ec.delete`` build them (written out: a call each less on every claim).
+        writes = [{"request_put": {"key": k.job, "value": job_value(job_id, value)}},
+                  {"request_put": {"key": k.lease, "value": lease_value(new.owner, new.ttl, None, plan.expires_at),
+                                   "lease": plan.lease.id}},
+                  {"request_put": {"key": k.held, "value": held_value(new.owner, new.ttl)}},
+                  {"request_delete_range": {"key": k.end}}, last]
+        if queued is not None:
+            writes.append({"request_delete_range": {"key": queued}})
+        return plan, writes
 
     def _renew_writes(self, plan: _Plan, old: JobRecord, read: Read) -> EtcdIo[tuple[_Plan, list[Any]]]:
         k, new, job_id = self._k, plan.new, plan.new.job_id
@@ -473,7 +496,7 @@ class EtcdTransaction(Transaction):
         # (``transitions.replaced``): etcd keeps one live key per claim, not one per renewal.
         renewed = transitions.replaced(event)
         uid = _uuid4_hex() if renewed is None else f"{event.op}-{renewed[1]}"
-        return ec.put(self._k.history(event.job_id, uid), value, lease=retention)
+        return {"request_put": {"key": self._k.history(event.job_id, uid), "value": value, "lease": retention}}
 
     # -- the commit ----------------------------------------------------------------------
     def commit(self) -> None:
@@ -485,8 +508,8 @@ class EtcdTransaction(Transaction):
             return  # decided on fresh reads and changes nothing: nothing to verify
         writes, plans = planned
         failure: list[Any] = []
-        for job_id in self._reads:
-            failure += reads(self._k, job_id)
+        for job_id, read in self._reads.items():
+            failure += read.ops or reads(self._k, job_id)
         if self._claiming is not None:
             self._claiming.maybe_written = True
         try:

@@ -14,7 +14,7 @@ from typing import Any
 
 from tenure.backends.etcd import client as ec
 from tenure.backends.etcd.client import KV, Connection
-from tenure.backends.etcd.layout import Keys, held_value, index_key, parse, record
+from tenure.backends.etcd.layout import Keys, held_value, index_key, parse, read_job, record
 from tenure.core.errors import CorruptRecord
 from tenure.core.records import JobState
 
@@ -35,13 +35,14 @@ def _addition(keys: Keys, job: KV, lease: KV | None, end: KV | None, held: KV | 
     """The compares and the put that index one job, or None if it needs nothing."""
     try:
         job_id = keys.job_id(job.key, "job")
-        rec = record(job_id, job, lease, end, now)
+        decoded = read_job(job, job_id)
+        rec = record(job_id, job, lease, end, now, value=decoded)
     except CorruptRecord:
         return None  # listed as corrupt; never indexed
     if rec is None:
         return None
     if rec.state is JobState.PENDING:
-        found = index_key(keys, job_id, job, end)
+        found = index_key(keys, job_id, decoded, end)
         if found is None or found in queued:
             return None
         key, value = found, b""

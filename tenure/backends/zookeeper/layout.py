@@ -267,7 +267,7 @@ def _load(data: bytes, key: str) -> dict[str, Any]:
 
 
 def _fields(d: dict[str, Any], key: str, job_id: str) -> JobRecord:
-    # The life cycle's fields by zip and map: no comprehension's frame on every read.
+    # The life cycle's fields in ``LIFE_FIELDS``'s order, by map: no comprehension's frame.
     named_job = d.get("job_id")
     if not isinstance(named_job, str):
         raise CorruptRecord(key, "names no job")
@@ -276,7 +276,7 @@ def _fields(d: dict[str, Any], key: str, job_id: str) -> JobRecord:
     return codec.job_record(key, named_job, d.get("state"), d.get("owner"), d.get("token"), d.get("lease_until"),
                             d.get("ttl"), d.get("submitted_at"), d.get("claimed_at"), d.get("renewed_at"),
                             d.get("completed_at"), d.get("runs"), codec.result_bytes(key, d.get("result")),
-                            **dict(zip(codec.LIFE_FIELDS, map(d.get, codec.LIFE_FIELDS), strict=True)))
+                            *map(d.get, codec.LIFE_FIELDS))
 
 
 def load_record(data: bytes, key: str, job_id: str) -> JobRecord:
