@@ -209,6 +209,22 @@ def test_a_claim_of_a_job_at_the_last_token_is_refused_and_claim_next_passes_it_
     assert below.token == validation.LAST_TOKEN and codec.stored_token("k", below.token) == validation.LAST_TOKEN
 
 
+def test_a_str_subclass_cannot_talk_the_quick_check_into_passing_a_refused_id() -> None:
+    # The ASCII check asks str's own methods: an override saying "printable" changes nothing.
+    class Printable(str):
+        def isascii(self) -> bool:
+            return True
+
+        def isprintable(self) -> bool:
+            return True
+
+    for text in ("a\nb", "a\x7fb", "a\u200bb"):
+        with pytest.raises(InvalidArgument):
+            validation.job_id(Printable(text))
+        with pytest.raises(InvalidArgument):
+            validation.owner(Printable(text))
+
+
 def test_job_record_takes_the_life_cycles_fields_last_in_their_order() -> None:
     # SQLite and PostgreSQL hand a row's values to job_record in LIFE_FIELDS' order, by position.
     assert tuple(inspect.signature(codec.job_record).parameters)[-len(codec.LIFE_FIELDS):] == codec.LIFE_FIELDS
