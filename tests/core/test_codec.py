@@ -71,10 +71,22 @@ def test_stored_numbers_are_read_as_stored_and_a_bad_one_is_corrupt() -> None:
     stored = {"a": 1, "b": 2.5, "c": None}
     assert codec.stored_numbers("k", stored, ("a", "b", "c", "absent")) == [1, 2.5, None, None]
     assert type(codec.stored_numbers("k", stored, ("a",))[0]) is int  # as stored, not made a float
-    for bad in (True, "1", math.nan, math.inf, [1]):
+    for bad in (True, "1", math.nan, math.inf, -math.inf, [1], 10**400):
         with pytest.raises(CorruptRecord) as caught:
             codec.stored_numbers("k", {"a": 1, "b": bad}, ("a", "b"))
         assert caught.value.problem == f"field 'b' is {bad!r}"  # as ``number`` says it
+        with pytest.raises(CorruptRecord):
+            codec.number("k", "b", bad)
+
+
+def test_a_whole_number_too_large_for_a_float_is_corrupt_not_an_overflow() -> None:
+    # JSON reads 1e400 as inf but 10**400 written out as an int: float() of it overflows.
+    value = codec.json_object("k", b'{"ttl": 1' + b"0" * 400 + b"}")
+    with pytest.raises(CorruptRecord):
+        codec.stored_numbers("k", value, ("ttl",))
+    with pytest.raises(CorruptRecord):
+        codec.number("k", "ttl", value["ttl"])
+    assert codec.number("k", "ttl", 2**60) == float(2**60)  # large but a float: as before
 
 
 SECRET = "hunter2-hunter2-hunter2"
