@@ -15,6 +15,7 @@ import binascii
 import json
 import math
 import re
+import sys
 from typing import Any
 
 from tenure.core import validation
@@ -130,12 +131,14 @@ def json_object(key: str, data: bytes) -> dict[str, Any]:
 
 
 # -- fields ------------------------------------------------------------------------------------
+_FLOAT_MAX = sys.float_info.max  # NaN and the infinities fail a comparison with it too
 def number(key: str, name: str, value: Any, optional: bool = True) -> float | None:
     if value is None and optional:
         return None
     if type(value) is float and math.isfinite(value):  # the common case first (listings)
         return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    # A range check, not math.isfinite: an int too large for a float would raise OverflowError.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not -_FLOAT_MAX <= value <= _FLOAT_MAX:
         raise CorruptRecord(key, f"field {name!r} is {value!r}")
     return float(value)
 
@@ -147,8 +150,8 @@ def stored_numbers(key: str, value: dict[str, Any], names: tuple[str, ...]) -> l
     found: list[Any] = []
     for name in names:
         item = value.get(name)
-        if item is not None and type(item) is not int and not (type(item) is float and math.isfinite(item)):
-            raise CorruptRecord(key, f"field {name!r} is {item!r}")  # a bool, a string, NaN...
+        if item is not None and not (type(item) in (int, float) and -_FLOAT_MAX <= item <= _FLOAT_MAX):
+            raise CorruptRecord(key, f"field {name!r} is {item!r}")  # a bool, a string, NaN, 1e400...
         found.append(item)
     return found
 

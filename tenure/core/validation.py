@@ -72,7 +72,8 @@ def _text(kind: str, value: object, limit: int) -> str:
         raise InvalidArgument(f"{kind} must be a str, not {type(value).__name__}")
     if not 1 <= len(value) <= limit:
         raise InvalidArgument(f"{kind} must be 1 to {limit} characters, got {len(value)}")
-    if not (value.isascii() and value.isprintable()) and find_refused(value) is not None:  # (see find_refused)
+    # str's own methods: a str subclass's overrides must not skip the scan (it refused them before).
+    if not (str.isascii(value) and str.isprintable(value)) and find_refused(value) is not None:
         raise InvalidArgument(f"{kind} {quoted(value)} contains {refused_character(value)}")
     return value
 

@@ -93,8 +93,10 @@ def test_a_claims_ops_written_out_are_the_builders() -> None:
     ``Read.compares``): the same as ``get`` and ``compare`` build, so the same bytes."""
     from tenure.backends.etcd import client as ec
     from tenure.backends.etcd.api import kv_pb2
-    from tenure.backends.etcd.layout import Keys
+    from tenure.backends.etcd.layout import JobValue, Keys, end_value, job_value, lease_value
     from tenure.backends.etcd.transaction import Read, reads
+    from tenure.core import codec
+    from tenure.core.records import JobRecord, JobState
 
     k = Keys("/t")
     keys = k.of("j")
@@ -102,14 +104,26 @@ def test_a_claims_ops_written_out_are_the_builders() -> None:
     kv = kv_pb2.KeyValue
     job = kv(key=keys.job, value=json.dumps({"tenure": 1, "job": "j", "state": "pending", "token": 0, "runs": 0,
                                              "submitted_at": 1.0}).encode(), mod_revision=7, create_revision=7)
+    # Keys present, each with create and mod revisions apart: a compare of the wrong revision,
+    # or of an absent key's 0 for a present one, shows. A leased job, live or completed.
+    leased = kv(key=keys.job, mod_revision=7, create_revision=3, value=job_value("j", JobValue(
+        JobState.LEASED, "a", 0, 5.0, 1.0, 2.0, 7.0, 0, codec.life_fields(JobRecord("j", JobState.LEASED)))))
+    side = [[kv(key=keys.held, create_revision=15, mod_revision=16)],
+            [kv(key=keys.delay, create_revision=17, mod_revision=18)]]
+    live = [[leased], [kv(key=keys.lease, value=lease_value("a", 5.0, None, 7.0), create_revision=11,
+                          mod_revision=12)], [], *side]
+    completed = [[leased], [], [kv(key=keys.end, value=end_value("completed", 7, 3.0, None), create_revision=13,
+                                   mod_revision=14)], *side]
     for kvs in (None, [[job], [], [], [], []], [[job], [], [], [kv(key=keys.held, mod_revision=9)],
-                                                [kv(key=keys.delay, mod_revision=8)]]):
+                                                [kv(key=keys.delay, mod_revision=8)]], live, completed):
         read = Read("j", kvs, 5.0)
-        found = {key: r[0].mod_revision for key, r in zip(keys[:5], kvs, strict=True) if r} if kvs else {}
-        mod = {key: found.get(key, 0) for key in keys}
+        got = {key: r[0] for key, r in zip(keys[:5], kvs, strict=True) if r} if kvs else {}
+
+        mod = {key: got[key].mod_revision if key in got else 0 for key in keys}
+        created = got[keys.lease].create_revision if keys.lease in got else 0
         assert read.compares(k, "j") == [
-            ec.compare(keys.job, "mod", "==", mod[keys.job]), ec.compare(keys.lease, "create", "==", 0),
-            ec.compare(keys.end, "mod", "==", 0), ec.compare(keys.held, "mod", "==", mod[keys.held]),
+            ec.compare(keys.job, "mod", "==", mod[keys.job]), ec.compare(keys.lease, "create", "==", created),
+            ec.compare(keys.end, "mod", "==", mod[keys.end]), ec.compare(keys.held, "mod", "==", mod[keys.held]),
             ec.compare(keys.delay, "mod", "==", mod[keys.delay])]
 
 

@@ -71,10 +71,22 @@ def test_stored_numbers_are_read_as_stored_and_a_bad_one_is_corrupt() -> None:
     stored = {"a": 1, "b": 2.5, "c": None}
     assert codec.stored_numbers("k", stored, ("a", "b", "c", "absent")) == [1, 2.5, None, None]
     assert type(codec.stored_numbers("k", stored, ("a",))[0]) is int  # as stored, not made a float
-    for bad in (True, "1", math.nan, math.inf, [1]):
+    for bad in (True, "1", math.nan, math.inf, -math.inf, [1], 10**400):
         with pytest.raises(CorruptRecord) as caught:
             codec.stored_numbers("k", {"a": 1, "b": bad}, ("a", "b"))
         assert caught.value.problem == f"field 'b' is {bad!r}"  # as ``number`` says it
+        with pytest.raises(CorruptRecord):
+            codec.number("k", "b", bad)
+
+
+def test_a_whole_number_too_large_for_a_float_is_corrupt_not_an_overflow() -> None:
+    # JSON reads 1e400 as inf but 10**400 written out as an int: float() of it overflows.
+    value = codec.json_object("k", b'{"ttl": 1' + b"0" * 400 + b"}")
+    with pytest.raises(CorruptRecord):
+        codec.stored_numbers("k", value, ("ttl",))
+    with pytest.raises(CorruptRecord):
+        codec.number("k", "ttl", value["ttl"])
+    assert codec.number("k", "ttl", 2**60) == float(2**60)  # large but a float: as before
 
 
 SECRET = "hunter2-hunter2-hunter2"
@@ -207,6 +219,22 @@ def test_a_claim_of_a_job_at_the_last_token_is_refused_and_claim_next_passes_it_
     assert not transitions.is_next(last, 1.0) and transitions.is_claimable(last, 1.0)
     below = transitions.claim(JobRecord("j", JobState.PENDING, token=validation.LAST_TOKEN - 1), "j", "w", 5.0, 1.0)
     assert below.token == validation.LAST_TOKEN and codec.stored_token("k", below.token) == validation.LAST_TOKEN
+
+
+def test_a_str_subclass_cannot_talk_the_quick_check_into_passing_a_refused_id() -> None:
+    # The ASCII check asks str's own methods: an override saying "printable" changes nothing.
+    class Printable(str):
+        def isascii(self) -> bool:
+            return True
+
+        def isprintable(self) -> bool:
+            return True
+
+    for text in ("a\nb", "a\x7fb", "a\u200bb"):
+        with pytest.raises(InvalidArgument):
+            validation.job_id(Printable(text))
+        with pytest.raises(InvalidArgument):
+            validation.owner(Printable(text))
 
 
 def test_job_record_takes_the_life_cycles_fields_last_in_their_order() -> None:
