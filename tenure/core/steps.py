@@ -290,8 +290,9 @@ def submit_many(job_ids: list[str], actor: str | None, size: int,
 
 def _claimed(tx: Transaction, rec: JobRecord | None, job_id: str, owner: str, ttl: float,
              max_attempts: int | None) -> JobRecord:
-    new = transitions.claim(rec, job_id, owner, ttl, tx.now, max_attempts)
-    tx.save(new, Op.CLAIM, transitions.history_event(new, Op.CLAIM, tx.now))
+    now = tx.now  # once: a store may read it lazily (ZooKeeper's property)
+    new = transitions.claim(rec, job_id, owner, ttl, now, max_attempts)
+    tx.save(new, Op.CLAIM, transitions.history_event(new, Op.CLAIM, now))
     return new
 
 

@@ -24,7 +24,6 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.serialization import CheckVersion, Create, Delete
 
 from tenure.backends.zookeeper import layout as zl
-from tenure.backends.zookeeper import multi
 from tenure.backends.zookeeper.calls import Multi, ZkIo
 from tenure.backends.zookeeper.errors import mapped_errors
 from tenure.backends.zookeeper.multiread import read_many
@@ -42,6 +41,7 @@ _BATCH = 200
 # each): under jute.maxbuffer as submit_many's and renew_many's multis are.
 _TRIM_MULTI = 5000
 _TRIM_BYTES = 512 * 1024
+_SEQUENCE = 2  # ZooKeeper's create flag for a sequential znode
 _LEGACY = -1  # the rank of records written straight into the directory, before segments
 # Claims whose latest renewal event this process wrote, with its path: the next renewal's multi
 # deletes it (``transitions.replaced``). A claim renewed by another process, or forgotten here,
@@ -56,11 +56,11 @@ class Log:
     def __init__(self, session: Session, directory: str, prefix: str) -> None:
         self._b = session
         self.directory = directory
-        self._prefix = prefix  # "e-" or "r-", as ZooKeeper's sequential names start
+        self.prefix = prefix  # "e-" or "r-", as ZooKeeper's sequential names start
         self._lock = threading.Lock()
         self.segment = self._path(0)
         # Credentials that may not read here fail at their first operation, as before; a
-        # wrong guess of the segment is corrected by the first multi (``learn``).
+        # wrong guess of the segment is corrected by the first multi (``Audit.failed``).
         with contextlib.suppress(AuthenticationFailed):
             self.segment = session.run(self._newest())
 
@@ -70,7 +70,7 @@ class Log:
         with mapped_errors("listing the audit"):
             names = yield self._b.client.get_children_async(self.directory, watch=watch)
         ranks = sorted(rank for n in names if (rank := zl.segment_rank(n)) is not None)
-        legacy = any(zl.sequence(n, self._prefix) is not None for n in names)
+        legacy = any(zl.sequence(n, self.prefix) is not None for n in names)
         return [_LEGACY, *ranks] if legacy else ranks
 
     def _path(self, rank: int) -> str:
@@ -112,23 +112,10 @@ class Log:
         with self._lock:
             segment = self.segment
         if segment not in checked:
-            multi.check(tx, segment, 0)  # still open: a closed segment takes no more records
+            tx.operations.append(CheckVersion(segment, 0))  # still open: a closed segment takes no more records
             checked.add(segment)
-        multi.create(tx, f"{segment}/{self._prefix}", data, sequence=True)
-
-    def number(self, path: str) -> int | None:
-        """The number of the record a commit created at ``path``, in one of this log's segments."""
-        return zl.sequence(path.rpartition("/")[2], self._prefix)
-
-    def learn(self, operations: list[Any], results: list[Any]) -> ZkIo[None]:
-        """After a failed multi: a closed (or vanished) segment means take the newest."""
-        for op, result in zip(operations, results, strict=False):
-            path = getattr(op, "path", "")
-            if path.startswith(self.directory + "/") and (
-                    (isinstance(op, CheckVersion) and isinstance(result, BadVersionError))
-                    or (isinstance(op, Create) and isinstance(result, NoNodeError))):
-                yield from self.refresh()
-                return
+        # Appended as ``ZkTransaction.save`` appends its requests; ``_SEQUENCE``: ZooKeeper's flag.
+        tx.operations.append(Create(f"{segment}/{self.prefix}", data, self._b.acl, _SEQUENCE))
 
     # -- reading -----------------------------------------------------------------------------------
     def listing(self, rank: int, watch: Callable[[Any], None] | None = None) -> ZkIo[list[tuple[Key, str]]]:
@@ -140,7 +127,7 @@ class Log:
             except NoNodeError:
                 return []
         found = [((rank, n), f"{directory}/{name}") for name in names
-                 if (n := zl.sequence(name, self._prefix)) is not None]
+                 if (n := zl.sequence(name, self.prefix)) is not None]
         return sorted(found)
 
     def newest_first(self) -> Iterator[str]:
@@ -166,7 +153,7 @@ class Log:
                 # One multi per batch: one transaction (and fsync) instead of one per znode.
                 tx = client.transaction()
                 for path in chunk:
-                    multi.delete(tx, path)
+                    tx.operations.append(Delete(path, -1))
                 if not any(isinstance(r, NoNodeError) for r in (yield tx.commit_async())):
                     continue
                 # Another client trimmed some first: the multi did nothing; delete one by one.
@@ -204,7 +191,7 @@ class Audit:
         if claim is None:
             self._renewals.pop((event.job_id, event.token))  # the claim ended (or never renewed here)
         elif replace and (earlier := self._renewals.get(claim)) is not None:
-            multi.delete(tx, earlier)  # in the same multi: no read, no request of its own
+            tx.operations.append(Delete(earlier, -1))  # in the same multi: no read, no request of its own
         self.event_log.add(tx, zl.dump_event(event), checked)
         if claim is not None:
             renewals[id(tx.operations[-1])] = claim
@@ -236,7 +223,7 @@ class Audit:
             # A record's path is <log>/<segment>/<name>: one look-up passes over the multi's
             # other created znodes (the job's, its generation's, index entries).
             log = self._logs.get(path.rsplit("/", 2)[0]) if isinstance(path, str) else None
-            number = None if log is None else log.number(path)
+            number = None if log is None else zl.sequence(path.rpartition("/")[2], log.prefix)
             if log is not None and number is not None and (number >= SEGMENT_LIMIT or number % self._every == 0):
                 due.append((log, path, number))
         return self._tidying(due) if due else None
@@ -254,9 +241,17 @@ class Audit:
                     trimmed.append(log)
                     self._b.tidy(log.directory, functools.partial(log.trim, self._b.config.retention))
 
-    def failed(self, operations: list[Any], results: list[Any]) -> ZkIo[None]:
+    def failed(self, op: Any, error: Exception) -> ZkIo[None] | None:
+        """After a multi that ``op`` failed: the refresh of the log whose segment it found
+        closed (or vanished), None for none (most failures: a lost race). Not a generator:
+        every failed multi asks."""
+        if not ((isinstance(op, CheckVersion) and isinstance(error, BadVersionError))
+                or (isinstance(op, Create) and isinstance(error, NoNodeError))):
+            return None
         for log in (self.event_log, self.rejection_log):
-            yield from log.learn(operations, results)
+            if op.path.startswith(log.directory + "/"):
+                return log.refresh()
+        return None
 
     def _newest_first(self, log: Log) -> Iterator[tuple[str, bytes]]:
         """(path, data) of the log's records, newest first (one request per ``_BATCH``; a

@@ -76,10 +76,16 @@ class Layout:
         self.last = f"{root}/last"
         self.parked = f"{root}/parked"
         self.dirs = (root, self.jobs, self.gens, self.events, self.rejections, self.clocks)
+        self.record_dirs = (f"{self.jobs}/", f"{self.gens}/")  # prefixes of a record's two znodes
         self.index_dirs = (self.pending, self.leased, self.scheduled, self.last, self.parked)
 
     def job(self, job_id: str) -> str:
         return f"{self.jobs}/{encode(job_id)}"
+
+    def znodes(self, job_id: str) -> tuple[str, str]:
+        """The job's znode and its generation znode (one call where a step needs both)."""
+        name = encode(job_id)
+        return f"{self.jobs}/{name}", f"{self.gens}/{name}"
 
     def gen(self, job_id: str) -> str:
         return f"{self.gens}/{encode(job_id)}"
@@ -261,6 +267,7 @@ def _load(data: bytes, key: str) -> dict[str, Any]:
 
 
 def _fields(d: dict[str, Any], key: str, job_id: str) -> JobRecord:
+    # The life cycle's fields in ``LIFE_FIELDS``'s order, by map: no comprehension's frame.
     named_job = d.get("job_id")
     if not isinstance(named_job, str):
         raise CorruptRecord(key, "names no job")
@@ -269,7 +276,7 @@ def _fields(d: dict[str, Any], key: str, job_id: str) -> JobRecord:
     return codec.job_record(key, named_job, d.get("state"), d.get("owner"), d.get("token"), d.get("lease_until"),
                             d.get("ttl"), d.get("submitted_at"), d.get("claimed_at"), d.get("renewed_at"),
                             d.get("completed_at"), d.get("runs"), codec.result_bytes(key, d.get("result")),
-                            **{name: d.get(name) for name in codec.LIFE_FIELDS})
+                            *map(d.get, codec.LIFE_FIELDS))
 
 
 def load_record(data: bytes, key: str, job_id: str) -> JobRecord:

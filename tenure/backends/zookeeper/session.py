@@ -16,6 +16,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
+from kazoo.security import OPEN_ACL_UNSAFE
 
 from tenure.backends.zookeeper import calls
 from tenure.backends.zookeeper import layout as zl
@@ -48,6 +49,7 @@ class Session:
         self._tidying: dict[str, bool] = {}
         self._tidied = threading.Condition()
         self.client: Client = KazooClient(**config.client_kwargs())
+        self.acl = self.client.default_acl or OPEN_ACL_UNSAFE  # of the znodes a multi creates
         self.client.add_listener(self._on_state)
         with mapped_errors("connecting"):
             try:

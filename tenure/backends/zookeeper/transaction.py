@@ -24,13 +24,12 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError, RuntimeInconsistency
-from kazoo.protocol.serialization import CheckVersion, SetData
+from kazoo.protocol.serialization import CheckVersion, Create, Delete, SetData
 
 from tenure.backends.zookeeper import layout as zl
-from tenure.backends.zookeeper import multi
 from tenure.backends.zookeeper.audit import Audit
 from tenure.backends.zookeeper.calls import Answer, Multi, MultiResults, ZkIo
-from tenure.backends.zookeeper.errors import mapped_errors
+from tenure.backends.zookeeper.errors import MAPPED, mapped, mapped_errors
 from tenure.backends.zookeeper.index import Index, Placer
 from tenure.backends.zookeeper.multiread import reading_many
 from tenure.backends.zookeeper.session import Session
@@ -231,18 +230,20 @@ class ZkTransaction(Transaction):
 
     def _send_read(self, job_id: str) -> Callable[[], ZkIo[Found]]:
         """The job's znodes read now; the answer's ``ZkIo`` waits for them."""
-        key = self._layout.job(job_id)
+        key, gen_key = self._layout.znodes(job_id)
         job = self._client.get_async(key)
-        gen = self._client.exists_async(self._layout.gen(job_id))
+        gen = self._client.exists_async(gen_key)
 
         def answer() -> ZkIo[Found]:
-            with mapped_errors(f"reading job {job_id!r}"):
+            try:
                 try:
                     data, stat = yield job
                     data, version = data or b"", stat.version  # none, in a znode made by hand: corrupt
                 except NoNodeError:
                     data, version = None, -1
                 g = yield gen
+            except MAPPED as exc:
+                raise mapped(exc, f"reading job {job_id!r}") from exc
             return found(job_id, key, data, version, None if g is None else g.version)
 
         return answer
@@ -257,7 +258,7 @@ class ZkTransaction(Transaction):
         here: one generator per read, not three)."""
         s, index = self._p.session, self._p.index
         for _ in range(2):
-            with mapped_errors(f"reading job {job_ids[0]!r}" if len(job_ids) == 1 else "reading jobs"):
+            try:
                 bucket, probe = (yield from index.probe()) if queue else (None, None)
                 sent = boot_clock()
                 clock = self._client.set_async(s.clock_path, b"")
@@ -279,6 +280,8 @@ class ZkTransaction(Transaction):
                         got = yield from many
                     self._found.update(zip(job_ids, got, strict=True))
                     return got
+            except MAPPED as exc:
+                raise mapped(exc, f"reading job {job_ids[0]!r}" if len(job_ids) == 1 else "reading jobs") from exc
             yield from s.clock_creating()
         raise BackendUnavailable("ZooKeeper keeps losing this client's clock znode")
 
@@ -353,36 +356,36 @@ class ZkTransaction(Transaction):
             self._multi = self._client.transaction()
             if self._stamp_due:  # first in the multi: ``_committed`` reads its answer
                 self._stamp_sent = boot_clock()
-                multi.set_data(self._multi, self._p.session.clock_path, b"", -1)
+                self._multi.operations.append(SetData(self._p.session.clock_path, b"", -1))
         return self._multi
 
     def save(self, record: JobRecord, op: Op, event: HistoryEvent | None) -> None:
         job_id = record.job_id
         got = self._found[job_id]
         tx = self._tx()
+        # kazoo's requests appended as they are sent, without ``tx.create``'s and the others'
+        # checks of each argument, chroot (the root is in every path ``Layout`` builds) and log
+        # line: in multis of thousands (renewals, an audit trim) about a sixth of the client's CPU.
+        ops, acl = tx.operations, self._p.session.acl
         slot, index_ops = self._p.index.change(op, got.rec, got.slot, record, self._placer)
-        key, gen = self._layout.job(job_id), self._layout.gen(job_id)
+        key, gen = self._layout.znodes(job_id)
         if got.version < 0:
-            multi.create(tx, key, zl.dump_record(record, self.epoch, slot))
+            ops.append(Create(key, zl.dump_record(record, self.epoch, slot), acl, 0))
             base = got.gen  # a job znode deleted by hand: the token goes on from its generation znode
             if base is None:
-                multi.create(tx, gen, b"")
+                ops.append(Create(gen, b"", acl, 0))
                 base = 0
         else:
-            multi.set_data(tx, key, zl.dump_record(record, self.epoch, slot), got.version)
+            ops.append(SetData(key, zl.dump_record(record, self.epoch, slot), got.version))
             assert got.rec is not None
             base = got.rec.token
         if record.token != base:  # a claim, or a re-created job's first run: the counter moves
-            multi.set_data(tx, gen, b"", base)
+            ops.append(SetData(gen, b"", base))
         elif got.version >= 0:
-            multi.check(tx, gen, base)
+            ops.append(CheckVersion(gen, base))
         for kind, path in index_ops:  # after the record's write: it fails first on a lost race
-            if path in self._skip:
-                continue
-            if kind == "create":
-                multi.create(tx, path, b"")
-            else:
-                multi.delete(tx, path)
+            if path not in self._skip:
+                ops.append(Create(path, b"", acl, 0) if kind == "create" else Delete(path, -1))
         self._saved[job_id] = (record, got)
         if event is not None:  # after the index: the audit's writes come last
             self._p.audit.add_event(tx, event, self._checked, self._renewals, replace=not self._unreplaced)
@@ -407,8 +410,10 @@ class ZkTransaction(Transaction):
         tx = self._multi
         if tx is None:
             return  # nothing to write
-        with self._writing():
-            after = self._judged(self._p.session.wait(self._sent(tx)), tx.operations)
+        try:
+            after = self._judged(self._sent(tx).get(timeout=self._p.session.config.timeout), tx.operations)
+        except MAPPED as exc:
+            raise self._write_failed(exc) from exc
         if after is not None:
             self._p.session.run(after)
 
@@ -418,22 +423,23 @@ class ZkTransaction(Transaction):
         tx = self._multi
         if tx is None:
             return  # nothing to write
-        with self._writing():
+        try:
             after = self._judged((yield self._sent(tx)), tx.operations)
+        except MAPPED as exc:
+            raise self._write_failed(exc) from exc
         if after is not None:
             yield from after
 
-    def _writing(self) -> mapped_errors:
-        if self._loaded:
-            return mapped_errors("writing job", write=True, job=next(iter(self._loaded)))
-        return mapped_errors("recording a rejection", write=True)
+    def _write_failed(self, exc: Exception) -> BackendUnavailable:
+        what = f"writing job {next(iter(self._loaded))!r}" if self._loaded else "recording a rejection"
+        return mapped(exc, what, write=True)
 
     def _sent(self, tx: Multi) -> Answer[MultiResults]:
         """The multi sent, with a check of each job read and not written; its pending answer.
         A guessed claim where claims lately found their jobs existing sends a read behind it."""
         for job_id in self._loaded:
             if job_id not in self._saved and self._found[job_id].version >= 0:
-                multi.check(tx, self._layout.job(job_id), self._found[job_id].version)
+                tx.operations.append(CheckVersion(self._layout.job(job_id), self._found[job_id].version))
         pending = tx.commit_async()
         if self._guessed_claim is not None and self._p.written.claims_existing:
             self._behind = (self._guessed_claim, self._send_read(self._guessed_claim), (self.now, self.epoch))
@@ -452,12 +458,14 @@ class ZkTransaction(Transaction):
                 break
         if culprit is None:
             return self._committed(results, operations)
+        if culprit[0].path.startswith(self._layout.record_dirs):
+            return self._lost(*culprit)  # a record's own race: not an index entry's, not an event's
         if self._p.index.redundant(*culprit):
             self._resending(skip=culprit[0].path)
         elif self._p.audit.unreplaced(*culprit):
             self._resending(unreplaced=True)
         else:
-            return self._lost(culprit[0], operations, results)
+            return self._lost(*culprit)
         return None
 
     def _resending(self, skip: str | None = None, unreplaced: bool = False) -> None:
@@ -484,9 +492,11 @@ class ZkTransaction(Transaction):
         self._behind = None
         return self._p.audit.committed(results, operations, self._renewals)
 
-    def _lost(self, op: Any, operations: list[Any], results: list[Any]) -> ZkIo[None]:
+    def _lost(self, op: Any, error: Exception) -> ZkIo[None] | None:
         """Nothing was written: a conflict, unless the generation znode disagrees with a
-        record that is still as read, twice: that record tenure did not write."""
+        record that is still as read, twice: that record tenure did not write. ``op`` failed
+        the multi (the others were rolled back or not tried); returns the audit's I/O that
+        calls for, if any (``Audit.failed``)."""
         path = getattr(op, "path", "")
         if not self.guessed and path.startswith(self._layout.gens + "/") and isinstance(op, (SetData, CheckVersion)):
             job_id = zl.decode(path.rsplit("/", 1)[1])
@@ -496,9 +506,11 @@ class ZkTransaction(Transaction):
                 raise CorruptRecord(path, "generation znode version does not match the record's token "
                                     f"{rec.token if rec else 0}")
             self._odd.add(seen)
-        yield from self._p.audit.failed(operations, results)
         if self._guessed_claim is not None:
             self._p.written.claims_existing = True
         for lease in self._guessed_leases:
             self._p.written.forget(lease.job_id, lease.token, lease.owner)
         self.conflict = True
+        if path.startswith(self._layout.record_dirs):
+            return None  # a record's own race: the audit's segments are as they were
+        return self._p.audit.failed(op, error)
