@@ -224,7 +224,8 @@ def _etcd_index_wanted(etcd_harness: Any, store: tenure.Store) -> tuple[set[byte
     for job in store.jobs():
         job_kv, end_kv = _raw(node, keys.job(job.job_id)), _raw(node, keys.end(job.job_id))
         if job.state is JobState.PENDING:
-            queue.add(etcd_layout.index_key(keys, job.job_id, job_kv, end_kv))
+            value = None if job_kv is None else etcd_layout.read_job(job_kv, job.job_id)
+            queue.add(etcd_layout.index_key(keys, job.job_id, value, end_kv))
         elif job.state in (JobState.LEASED, JobState.EXPIRED):
             held.add(keys.held(job.job_id))
     return queue, held
