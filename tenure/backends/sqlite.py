@@ -136,10 +136,14 @@ class _Inserts(dict[tuple[str, tuple[bool, ...]], str]):
 
 
 _INSERTS = _Inserts()
-# Which of a row's values are present: ``tuple(map(_is_not, values, _NONES))``, in C (written
-# out where a row is inserted rather than a function: a Python call each).
 _is_not = operator.is_not
 _NONES = (None,) * 32  # more than any table has columns
+
+
+def _insert(db: sqlite3.Connection, insert: str, values: tuple[Any, ...]) -> sqlite3.Cursor:
+    """``insert`` (``_SAVE_SQL``...) of ``values``, each None written as NULL (``_Inserts``)."""
+    present = tuple(map(_is_not, values, _NONES))  # in C: which of them are present
+    return db.execute(_INSERTS[insert, present], tuple(itertools.compress(values, present)))
 _STATEMENTS = 512  # prepared statements a connection keeps (sqlite3's default, 128, fits fewer patterns)
 _TRIM_EVERY = 256  # trim audit tables once per this many inserts, not on every write
 _NO_BOOT_ID = "clock_offset:no-boot-id"  # value: "<offset> <highest boot clock reading seen>"
@@ -204,16 +208,14 @@ class _SQLiteTransaction(Transaction):
         values = (r.job_id, r.state.value, r.owner, r.token, r.lease_until, r.ttl, r.submitted_at, r.claimed_at,
                   r.renewed_at, r.completed_at, r.runs, r.result, r.attempts, r.max_attempts, r.last_error,
                   r.claimable_at, r.failed_at, queued)
-        present = tuple(map(_is_not, values, _NONES))  # None is written as NULL (_Inserts)
-        db.execute(_INSERTS[_SAVE_SQL, present], tuple(itertools.compress(values, present)))
+        _insert(db, _SAVE_SQL, values)
         if e is None:
             return
         claim = replaced(e)
         if claim is not None:  # its claim's earlier renewal event goes (tenure_events_job)
             db.execute("DELETE FROM tenure_events WHERE job_id = ? AND token = ? AND op = ?", (*claim, e.op.value))
         fields = (e.job_id, e.op.value, e.owner, e.token, e.at, e.expires_at)
-        present = tuple(map(_is_not, fields, _NONES))
-        cur = db.execute(_INSERTS[_EVENT_SQL, present], tuple(itertools.compress(fields, present)))
+        cur = _insert(db, _EVENT_SQL, fields)
         self._b._trim("tenure_events", cur.lastrowid)
 
     def next_claimables(self, n: int) -> list[str]:
@@ -227,8 +229,7 @@ class _SQLiteTransaction(Transaction):
     def add_rejection(self, r: Rejection) -> None:
         values = (r.job_id, r.op.value, r.owner, r.token, r.current_owner, r.current_token, r.at, r.reason,
                   r.kind.value, r.resource)
-        present = tuple(map(_is_not, values, _NONES))  # None is written as NULL (_Inserts)
-        cur = self._db.execute(_INSERTS[_REJECTION_SQL, present], tuple(itertools.compress(values, present)))
+        cur = _insert(self._db, _REJECTION_SQL, values)
         self._b._trim("tenure_rejections", cur.lastrowid)
 
 
