@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-CACHE = Path(os.environ.get("TENURE_SERVERS_DIR", Path(__file__).resolve().parents[2] / ".servers"))
+ROOT = Path(__file__).resolve().parents[1]  # the checkout: scripts/servers.sh unpacks into its .servers/
+CACHE = Path(os.environ.get("TENURE_SERVERS_DIR", ROOT / ".servers"))
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ that docs/tested-with.md and the README say what it does. The matrix itself is n
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 from pathlib import Path
@@ -64,3 +65,21 @@ def test_the_readme_documents_the_matrix_after_its_first_two_commands() -> None:
     blocks = re.findall(r"```sh\n(.*?)```", section, re.S)
     assert blocks[0].strip() == "./scripts/servers.sh && .venv/bin/python -m tests.matrix"
     assert readme.index("```sh") < readme.index("## Development")  # the opening two come first
+
+
+def test_the_harness_looks_for_newer_servers_where_the_servers_script_unpacks_them(monkeypatch: Any) -> None:
+    # scripts/servers.sh unpacks into the checkout's .servers/ (its CACHE, relative to the root);
+    # the harness moved from tests/ to devservers/ once and kept looking one directory higher.
+    from devservers import versions
+
+    script = (versions.ROOT / "scripts" / "servers.sh").read_text()
+    assert 'CACHE=$(realpath -m "${TENURE_SERVERS_DIR:-.servers}")' in script
+    assert 'cd "$(dirname "$0")/.."' in script
+    assert Path(__file__).resolve().parents[2] == versions.ROOT
+    assert (versions.ROOT / "pyproject.toml").is_file()
+    monkeypatch.delenv("TENURE_SERVERS_DIR", raising=False)
+    try:
+        assert importlib.reload(versions).CACHE == versions.ROOT / ".servers"
+    finally:
+        monkeypatch.undo()
+        importlib.reload(versions)
