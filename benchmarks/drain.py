@@ -4,8 +4,11 @@ Claims in batches (issue 29): ``--workers`` worker processes drain ``--jobs`` su
 each claiming and completing ``n`` at a time, for each ``n`` side by side in one run on the same
 server; jobs per second and each ``n``'s ratio to the first. ``n`` = 1 is today's worker loop
 (``claim_next``, ``complete``); a larger ``n`` is ``claim_next_many`` and ``complete_many``.
-Each store runs on a private server started like the tests start theirs (fsync on). A run
-checks that every job was completed once.
+Each store runs on a private server started like the tests start theirs (fsync on); etcd's
+with the auto-compaction docs/backends/etcd.md tells operators to run it with (periodic, an
+hour: ``benchmarks.servers.AS_OPERATED``), which compacts nothing in a run shorter than an hour,
+as a user's etcd keeps an hour or two of deleted keys (etcd walks them in a range until then:
+``benchmarks.studies.etcd_drain_cost``). A run checks that every job was completed once.
 
 Not a timed test: figures for docs/performance.md ("Claims in batches").
 """

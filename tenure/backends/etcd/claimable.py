@@ -29,21 +29,27 @@ from tenure.core.errors import CorruptRecord
 T = TypeVar("T")
 
 
+# Candidates claim_next reads the keys of in one request: with 16 claimers after the same few
+# oldest jobs, the first one or two proposed are most often claimed by the time their keys are
+# read (7.5 reads a claimed job one at a time, 16 workers draining 10,000: docs/performance.md).
+# 8 candidates are 40 reads of one key each, within etcd's 128 operations a Txn.
+AHEAD = 8
+
+
 def first_claimable(k: Keys, leases: EtcdLeases, queue: QueueCursor,
-                    take: Callable[[str], EtcdIo[T | None]], now: float) -> EtcdIo[T | None]:
+                    take: Callable[[list[str]], EtcdIo[T | None]], now: float) -> EtcdIo[T | None]:
     """What ``take`` makes of the first candidate it takes (not None), best first: one read of
     the indexes, then further pages while every one is passed over (all taken meanwhile: read
-    on). Its reads, and ``take``'s, are yielded (``client.EtcdIo``)."""
-    found = yield from claimables(k, leases, queue, lambda job_ids: _each(take, job_ids), now, 1)
+    on). ``take`` is handed up to ``AHEAD`` candidates at a time, in order, and gives back what
+    it makes of the first it takes (it reads their keys in one request). Its reads, and
+    ``take``'s, are yielded (``client.EtcdIo``)."""
+    found = yield from claimables(k, leases, queue, lambda job_ids: _first(take, job_ids), now, 1, ahead=AHEAD - 1)
     return found[0] if found else None
 
 
-def _each(take: Callable[[str], EtcdIo[T | None]], job_ids: list[str]) -> EtcdIo[list[T]]:
-    found = []
-    for job_id in job_ids:
-        if (taken := (yield from take(job_id))) is not None:
-            found.append(taken)
-    return found
+def _first(take: Callable[[list[str]], EtcdIo[T | None]], job_ids: list[str]) -> EtcdIo[list[T]]:
+    taken = yield from take(job_ids)
+    return [] if taken is None else [taken]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,11 +76,12 @@ Read = tuple[Index, list[list[KV]]]  # an index read, and its answer
 
 
 def claimables(k: Keys, leases: EtcdLeases, queue: QueueCursor, take: Callable[[list[str]], EtcdIo[list[T]]],
-               now: float, n: int, read: Read | None = None) -> EtcdIo[list[T]]:
+               now: float, n: int, read: Read | None = None, ahead: int = 0) -> EtcdIo[list[T]]:
     """What ``take`` makes of up to ``n`` different candidates, best first: ``take`` is handed
-    the candidates ``n`` at most at a time (as many as are still wanted) and gives back those
-    it takes (claim_next_many reads a handful's keys in one request). One read of the indexes
-    (or ``read``, one already made), then further pages while too few were taken."""
+    the candidates ``n + ahead`` at most at a time (as many as are still wanted, and ``ahead``
+    more in case some were taken meanwhile) and gives back those it takes (claim_next_many
+    reads a handful's keys in one request), at most as many as are still wanted. One read of
+    the indexes (or ``read``, one already made), then further pages while too few were taken."""
     taken: list[T] = []
     offered: set[str] = set()
     chunk: list[str] = []
@@ -84,7 +91,7 @@ def claimables(k: Keys, leases: EtcdLeases, queue: QueueCursor, take: Callable[[
         if job_id not in offered:
             offered.add(job_id)
             chunk.append(job_id)
-            if len(taken) + len(chunk) >= n:
+            if len(taken) + len(chunk) >= n + ahead:
                 taken.extend((yield from take(chunk[:])))
                 chunk.clear()
         return len(taken) >= n

@@ -21,9 +21,9 @@ claim_next's candidate (``next_claimables``) is read, never guessed. A claim's t
 revision of its commit (``stored``). The etcd leases the keys hang on are ``leases``'s.
 
 Requests it waits for, written once as generators (``client.EtcdIo``) for both flavours: a job's
-keys (``_reading``), claim_next's candidates (``_finding``: the indexes, then each candidate's
-keys) and the commit (``committing``: the Txn; the grant a renewal's move waits for, the
-answers of the grant and keep-alive started beside). Every read goes through ``answer``: the
+keys (``_reading``), claim_next's candidates (``_finding``: the indexes, then the candidates'
+keys, ``claimable.AHEAD`` a request) and the commit (``committing``: the Txn; the grant a
+renewal's move waits for, the answers of the grant and keep-alive started beside). Every read goes through ``answer``: the
 sync transaction runs the generator there and then (``Connection.run``); tenure.aio's
 (``tenure.backends.etcd.aio``) awaits it with the step suspended (``tenure.aio.bridge``), and
 awaits the same commit. What one operation's transactions share (the claim's etcd lease,
@@ -320,10 +320,10 @@ class EtcdTransaction(Transaction):
 
     def next_claimables(self, n: int) -> list[str]:
         """One job (claim_next_many goes its own way: ``claims``): index candidates
-        (``claimable``), each read here and passed over unless claimable at ``now``; the one
-        returned is claimed from that read, so a claim someone made since is a conflict of the
-        commit, which the core retries from a fresh index read (a resend takes the same
-        candidate again)."""
+        (``claimable``), read here (``claimable.AHEAD`` in one request) and passed over unless
+        claimable at ``now``; the one returned is claimed from that read, so a claim someone
+        made since is a conflict of the commit, which the core retries from a fresh index read
+        (a resend takes the same candidate again)."""
         found = self._next or self.answer(self._finding())
         if found is None:
             return []
@@ -334,14 +334,30 @@ class EtcdTransaction(Transaction):
     def _finding(self) -> EtcdIo[Read | None]:
         return (yield from claimable.first_claimable(self._k, self._leases, self._p.queue, self._take, self.now))
 
-    def _take(self, job_id: str) -> EtcdIo[Read | None]:
-        """The candidate's keys if it is claimable at ``now``, else None."""
-        try:
-            read = self._carried.get(job_id) or (yield from self._reading(job_id))
-            rec = self._judged(job_id, read)
-        except CorruptRecord:
-            return None  # listed as corrupt by jobs(), never claimed through claim_next
-        return read if transitions.is_next(rec, self.now) else None
+    def _take(self, job_ids: list[str]) -> EtcdIo[Read | None]:
+        """The keys of the first of the candidates ``job_ids`` claimable at ``now``, else None:
+        those not carried from the attempt before read in one request."""
+        k = self._k
+        unread = [job_id for job_id in job_ids if job_id not in self._carried]
+        found: dict[str, tuple[list[list[KV]], list[Any]]] = {}
+        if unread:
+            if self._claiming is not None:
+                yield from self._claiming.granting_beside()
+            ops = [reads(k, job_id) for job_id in unread]
+            res = yield ec.Txn([], [op for each in ops for op in each], [], retry=True)
+            ranges = res.ranges
+            for i, job_id in enumerate(unread):
+                found[job_id] = ranges[KEYS_READ * i:KEYS_READ * (i + 1)], ops[i]
+        for job_id in job_ids:
+            try:
+                carried = self._carried.get(job_id)
+                read = carried or Read(job_id, found[job_id][0], self.now, found[job_id][1])
+                rec = self._judged(job_id, read)
+            except CorruptRecord:
+                continue  # listed as corrupt by jobs(), never claimed through claim_next
+            if transitions.is_next(rec, self.now):
+                return read
+        return None
 
     # -- writes --------------------------------------------------------------------------
     def save(self, record: JobRecord, op: Op, event: HistoryEvent | None) -> None:
