@@ -99,8 +99,8 @@ class Counted:
         return label, kinds
 
     def wrap(self, store: tenure.Store) -> None:
-        conn = store.backend._conn  # noqa: SLF001 - the study watches the wire
-        for ep in conn._endpoints:  # noqa: SLF001
+        conn = store.backend._conn
+        for ep in conn._endpoints:
             methods = list(ep.methods)
             for i, name in enumerate(("Txn", "Range")):
                 methods[i] = self._timed(name, methods[i])

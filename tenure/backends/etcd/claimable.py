@@ -36,15 +36,43 @@ T = TypeVar("T")
 AHEAD = 8
 
 
-def first_claimable(k: Keys, leases: EtcdLeases, queue: QueueCursor,
-                    take: Callable[[list[str]], EtcdIo[T | None]], now: float) -> EtcdIo[T | None]:
-    """What ``take`` makes of the first candidate it takes (not None), best first: one read of
-    the indexes, then further pages while every one is passed over (all taken meanwhile: read
-    on). ``take`` is handed up to ``AHEAD`` candidates at a time, in order, and gives back what
-    it makes of the first it takes (it reads their keys in one request). Its reads, and
-    ``take``'s, are yielded (``client.EtcdIo``)."""
-    found = yield from claimables(k, leases, queue, lambda job_ids: _first(take, job_ids), now, 1, ahead=AHEAD - 1)
-    return found[0] if found else None
+# How long claim_next's attempts after a lost race take the leases from its first attempt's
+# read (``Leased``) instead of reading them again. etcd walks every key of a section to answer a
+# range of it, deleted ones too until a compaction (an hour of them, as operators run it):
+# held/ and lease/ hold a deleted key for every lease ended, so their read grows with every job
+# done, 2.4 times a claimed job at 16 claimers (docs/performance.md). A lease etcd ends
+# meanwhile is no later than etcd's own sighting is: it deletes a lease key up to a second after
+# its TTL (``transaction.EXPIRY_GRACE``).
+LEASED_REUSED_FOR = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class Leased:
+    """A read of the ``held/``, ``lease/`` and ``last/`` sections, and when it was answered (the
+    boot clock: the sighting of a lease etcd ended)."""
+
+    held: list[KV]
+    live: list[KV]
+    last: list[KV]
+    seen: float
+
+    def fresh(self) -> bool:
+        """Whether an attempt after a lost race may take the leases from it."""
+        return boot_clock() - self.seen < LEASED_REUSED_FOR
+
+
+def first_claimable(k: Keys, leases: EtcdLeases, queue: QueueCursor, take: Callable[[list[str]], EtcdIo[T | None]],
+                    now: float, leased: Leased | None = None) -> EtcdIo[tuple[T | None, Leased]]:
+    """What ``take`` makes of the first candidate it takes (not None), best first, and the read
+    of the leases it was chosen on: one read of the indexes (the leases from ``leased`` if
+    given: an attempt after a lost race), then further pages while every one is passed over
+    (all taken meanwhile: read on). ``take`` is handed up to ``AHEAD`` candidates at a time, in
+    order, and gives back what it makes of the first it takes (it reads their keys in one
+    request). Its reads, and ``take``'s, are yielded (``client.EtcdIo``)."""
+    first = index(k, queue, now, leased)
+    read = first, (yield ec.Txn([], first.reads, [], retry=True)).ranges
+    found = yield from claimables(k, leases, queue, lambda job_ids: _first(take, job_ids), now, 1, read, AHEAD - 1)
+    return (found[0] if found else None), first.leased or _leased(read[1], boot_clock())
 
 
 def _first(take: Callable[[list[str]], EtcdIo[T | None]], job_ids: list[str]) -> EtcdIo[list[T]]:
@@ -54,22 +82,32 @@ def _first(take: Callable[[list[str]], EtcdIo[T | None]], job_ids: list[str]) ->
 
 @dataclasses.dataclass(frozen=True)
 class Index:
-    """A read of the indexes: its ranges (``reads``), and the spans of the queue and of the
-    scheduled jobs due that it reads."""
+    """A read of the indexes: its ranges (``reads``), the spans of the queue and of the
+    scheduled jobs due that it reads, and ``leased``: the leases, if read before (``reads``
+    leaves them out), else None."""
 
     window: tuple[bytes, bytes]
     due: tuple[bytes, bytes]
     reads: list[Any]
+    leased: Leased | None = None
 
 
-def index(k: Keys, queue: QueueCursor, now: float) -> Index:
-    """The read of the indexes claim_next starts from (a Txn of ranges, or a part of one)."""
+def index(k: Keys, queue: QueueCursor, now: float, leased: Leased | None = None) -> Index:
+    """The read of the indexes claim_next starts from (a Txn of ranges, or a part of one);
+    with ``leased``, the pending jobs only."""
     window = queue.window()
     due = (k.section("sched"), k.sched_cut(now))  # claimable by now: nothing later is read
+    pending = [ec.get(*window, keys_only=True, limit=QueueCursor.PAGE),
+               ec.get(*due, keys_only=True, limit=QueueCursor.PAGE)]
+    if leased is not None:
+        return Index(window, due, pending, leased)
     return Index(window, due, [ec.get(*k.span("held"), keys_only=True), ec.get(*k.span("lease"), keys_only=True),
-                               ec.get(*k.span("last"), keys_only=True),
-                               ec.get(*window, keys_only=True, limit=QueueCursor.PAGE),
-                               ec.get(*due, keys_only=True, limit=QueueCursor.PAGE)])
+                               ec.get(*k.span("last"), keys_only=True), *pending])
+
+
+def _leased(answer: list[list[KV]], seen: float) -> Leased:
+    held, live, last = answer[:3]
+    return Leased(held, live, last, seen)
 
 
 Read = tuple[Index, list[list[KV]]]  # an index read, and its answer
@@ -99,9 +137,11 @@ def claimables(k: Keys, leases: EtcdLeases, queue: QueueCursor, take: Callable[[
     if read is None:
         first = index(k, queue, now)
         read = first, (yield ec.Txn([], first.reads, [], retry=True)).ranges
-    seen = boot_clock()  # after the answer that showed these leases ended
+    # (seen: after the answer that showed these leases ended)
+    leased = read[0].leased or _leased(read[1], boot_clock())
     window, due = read[0].window, read[0].due
-    held, live, last, queued, scheduled = read[1]
+    held, live, last, seen = leased.held, leased.live, leased.last, leased.seen
+    queued, scheduled = read[1][-2:]
     passed = {kv.key[len(k.section("lease")):] for kv in live} | {kv.key[len(k.section("last")):] for kv in last}
     # The oldest claims first: the held key's revision, not the lease's end, which etcd does
     # not say without reading every held job's value (order.Tolerance.expired_by_claim).

@@ -23,10 +23,10 @@ revision of its commit (``stored``). The etcd leases the keys hang on are ``leas
 Requests it waits for, written once as generators (``client.EtcdIo``) for both flavours: a job's
 keys (``_reading``), claim_next's candidates (``_finding``: the indexes, then the candidates'
 keys, ``claimable.AHEAD`` a request) and the commit (``committing``: the Txn; the grant a
-renewal's move waits for, the answers of the grant and keep-alive started beside). Every read goes through ``answer``: the
-sync transaction runs the generator there and then (``Connection.run``); tenure.aio's
-(``tenure.backends.etcd.aio``) awaits it with the step suspended (``tenure.aio.bridge``), and
-awaits the same commit. What one operation's transactions share (the claim's etcd lease,
+renewal's move waits for, the answers of the grant and keep-alive started beside). Every read
+goes through ``answer``: the sync transaction runs the generator there and then
+(``Connection.run``); tenure.aio's (``tenure.backends.etcd.aio``) awaits it with the step
+suspended (``tenure.aio.bridge``), and awaits the same commit. What one operation's transactions share (the claim's etcd lease,
 a renewal batch's shared etcd leases) is its ``Context``, passed in, never thread-local. What to
 do after a commit that did not stick is the core's (``steps.Attempts``): a lost race sets
 ``conflict``; an etcd lease gone (``_lease_gone``) or a renewal's key found moved sets
@@ -182,6 +182,7 @@ class EtcdTransaction(Transaction):
     _next: Read | None = None  # the candidate ``next_claimables`` took
     _written: dict[str, JobRecord] | None = None
     _relet = False  # follows a resend after an etcd lease was gone: another is an error
+    _leased: claimable.Leased | None = None  # claim_next's read of the leases (``claimable.first_claimable``)
 
     def __init__(self, parts: Parts, now: float, fresh: bool, context: Context | None = None,
                  boot: float | None = None) -> None:
@@ -216,6 +217,10 @@ class EtcdTransaction(Transaction):
             self._written = previous._stored
         else:
             self._carried = {job_id: Read(job_id, kvs, self.now) for job_id, kvs in previous.carry.items()}
+            # claim_next again after a lost race: the leases as it read them a moment ago
+            # (``claimable.LEASED_REUSED_FOR``), the pending jobs read again.
+            if previous._leased is not None and previous._leased.fresh():
+                self._leased = previous._leased
 
     def answer(self, io: EtcdIo[T]) -> T:
         """What ``io`` returns, run now (the sync flavour); tenure.aio's transaction awaits it,
@@ -332,7 +337,9 @@ class EtcdTransaction(Transaction):
         return [found.job_id]
 
     def _finding(self) -> EtcdIo[Read | None]:
-        return (yield from claimable.first_claimable(self._k, self._leases, self._p.queue, self._take, self.now))
+        found, self._leased = yield from claimable.first_claimable(self._k, self._leases, self._p.queue, self._take,
+                                                                   self.now, self._leased)
+        return found
 
     def _take(self, job_ids: list[str]) -> EtcdIo[Read | None]:
         """The keys of the first of the candidates ``job_ids`` claimable at ``now``, else None:
