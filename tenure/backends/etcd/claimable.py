@@ -130,8 +130,14 @@ def claimables(k: Keys, leases: EtcdLeases, queue: QueueCursor, take: Callable[[
             offered.add(job_id)
             chunk.append(job_id)
             if len(taken) + len(chunk) >= n + ahead:
-                taken.extend((yield from take(chunk[:])))
-                chunk.clear()
+                yield from flush()
+        return len(taken) >= n
+
+    def flush() -> EtcdIo[bool]:
+        """Whether ``n`` are taken, with the candidates offered so far handed to ``take``."""
+        if chunk:
+            taken.extend((yield from take(chunk[:])))
+            chunk.clear()
         return len(taken) >= n
 
     if read is None:
@@ -154,6 +160,10 @@ def claimables(k: Keys, leases: EtcdLeases, queue: QueueCursor, take: Callable[[
             leases.ended(job_id, kv.mod_revision, seen)  # a sighting starts the quarantine
             if not leases.waiting_out(job_id, kv.mod_revision) and (yield from offer(job_id)):
                 return taken
+    # With ``ahead``, the candidates offered are read before the indexes are read on (for
+    # claim_next: a round trip no more than one by one, when the first is claimable).
+    if ahead and not queued and (yield from flush()):  # the window was empty: read on for more
+        return taken
     queued = yield from queue.oldest(first=(window, queued))
     # Pending jobs and scheduled ones whose time came, a page of each merged by when they
     # became claimable, oldest first.
@@ -161,6 +171,8 @@ def claimables(k: Keys, leases: EtcdLeases, queue: QueueCursor, take: Callable[[
         for job_id in _queued_ids(k, queued, scheduled):
             if (yield from offer(job_id)):
                 return taken
+        if ahead and (yield from flush()):  # before the next pages
+            return taken
         if len(scheduled) == QueueCursor.PAGE:
             scheduled, _, _ = yield ec.Range(scheduled[-1].key + b"\0", due[1], limit=QueueCursor.PAGE)
         else:

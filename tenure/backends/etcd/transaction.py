@@ -26,11 +26,12 @@ keys, ``claimable.AHEAD`` a request) and the commit (``committing``: the Txn; th
 renewal's move waits for, the answers of the grant and keep-alive started beside). Every read
 goes through ``answer``: the sync transaction runs the generator there and then
 (``Connection.run``); tenure.aio's (``tenure.backends.etcd.aio``) awaits it with the step
-suspended (``tenure.aio.bridge``), and awaits the same commit. What one operation's transactions share (the claim's etcd lease,
-a renewal batch's shared etcd leases) is its ``Context``, passed in, never thread-local. What to
-do after a commit that did not stick is the core's (``steps.Attempts``): a lost race sets
-``conflict``; an etcd lease gone (``_lease_gone``) or a renewal's key found moved sets
-``resend``, and the core sends the step again at once.
+suspended (``tenure.aio.bridge``), and awaits the same commit. What one operation's
+transactions share (the claim's etcd lease, a renewal batch's shared etcd leases) is its
+``Context``, passed in, never thread-local. What to do after a commit that did not stick is
+the core's (``steps.Attempts``): a lost race sets ``conflict``; an etcd lease gone
+(``_lease_gone``) or a renewal's key found moved sets ``resend``, and the core sends the step
+again at once.
 """
 
 from __future__ import annotations
