@@ -6,8 +6,12 @@ The ``held/`` keys without a ``lease/`` key are leases etcd ended, but for those
 ``last/`` key (the last attempt: parked, never a candidate, ``transitions.candidate_at``); the
 ``sched/`` keys up to the store's ``now`` are scheduled jobs whose time came (later ones are
 never read); the ``queue/`` keys are pending jobs in the order they became so (read through
-``queue_cursor.QueueCursor``). These are proposals: the transaction reads each candidate's keys and
-passes over one that is no longer claimable.
+``queue_cursor.QueueCursor``). These are proposals: the transaction reads the candidates' keys
+(``AHEAD`` in one request) and passes over one that is no longer claimable.
+
+etcd walks every key of a range to answer it, a deleted one too until a compaction, and
+``held/`` and ``lease/`` are read whole: every lease ended leaves a deleted key in each, so
+their read grows with the jobs done since the last compaction (``LEASED_REUSED_FOR``).
 """
 
 from __future__ import annotations
