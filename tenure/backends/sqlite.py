@@ -192,7 +192,7 @@ def _decode(row: tuple[Any, ...], key: str | None = None) -> JobRecord:
 
 class _SQLiteTransaction(Transaction):
     def __init__(self, backend: SQLiteBackend) -> None:
-        self._b = backend
+        self._backend = backend
         self._db = backend._db
         self.now = backend.now()
 
@@ -216,7 +216,7 @@ class _SQLiteTransaction(Transaction):
             db.execute("DELETE FROM tenure_events WHERE job_id = ? AND token = ? AND op = ?", (*claim, e.op.value))
         fields = (e.job_id, e.op.value, e.owner, e.token, e.at, e.expires_at)
         cur = _insert(db, _EVENT_SQL, fields)
-        self._b._trim("tenure_events", cur.lastrowid)
+        self._backend._trim("tenure_events", cur.lastrowid)
 
     def next_claimables(self, n: int) -> list[str]:
         # One statement of three index probes (_QUEUE), n of each one's best, merged by the
@@ -230,7 +230,7 @@ class _SQLiteTransaction(Transaction):
         values = (r.job_id, r.op.value, r.owner, r.token, r.current_owner, r.current_token, r.at, r.reason,
                   r.kind.value, r.resource)
         cur = _insert(self._db, _REJECTION_SQL, values)
-        self._b._trim("tenure_rejections", cur.lastrowid)
+        self._backend._trim("tenure_rejections", cur.lastrowid)
 
 
 def file_of(url: StoreURL) -> Path | None:

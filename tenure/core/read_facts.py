@@ -12,18 +12,32 @@ module for the record it decides on and for any write its commit must carry.
   judge a lease expired by the new clock: it reads as renewed now for its TTL (up to one TTL
   of extra delay before a claim), and a claim that meets it writes that (``restamped``) in its
   commit, so that readers after it judge the lease on this clock.
+- ``EndedEarly``: a lease the store ended, perhaps before its holder must have stopped (etcd
+  can: etcd-io/etcd#15247, a paused leader revoking leases the new one renewed), with how long
+  by this process's watch its holder may still act (``left``). Its holder, while its safe
+  deadline runs (``clock.deadline_runs``: its TTL cannot have run out), finds it live, and its
+  commit restores it (a line on the ``tenure.early_end`` logger each time: the fault runs count
+  them); anyone else finds it ended early (``JobRecord.ended_early``), running ``left`` more
+  (``transitions.refuse_claim``: ``NotYetClaimable`` until then; claim_next passes it over),
+  then expired; a holder whose deadline passed finds it as stored (expired: refused).
 
-etcd meets neither: its tokens are revisions of the whole store (a key deleted by hand leaves
-no per-job generation to go on from, and the next revision is higher anyway) and its lease
-times come from its own TTLs.
+etcd meets neither of the first two: its tokens are revisions of the whole store (a key deleted
+by hand leaves no per-job generation to go on from, and the next revision is higher anyway)
+and its lease times come from its own TTLs; it reports ``EndedEarly``. ZooKeeper ends no lease
+(it judges expiry by its leader's clock) and never reports it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 
-from tenure.core.records import JobRecord, JobState, Op
+from tenure.core.clock import Clock, deadline_runs
+from tenure.core.records import JobRecord, JobState, Lease, Op
+
+# A line per lease a store ended early that its holder restored: the fault runs count them.
+early_end_log = logging.getLogger("tenure.early_end")
 
 
 @dataclass(frozen=True)
@@ -41,14 +55,30 @@ class OtherClock:
     record: JobRecord
 
 
-Loaded = JobRecord | Vanished | OtherClock | None  # what a store's read reports of one job
+@dataclass(frozen=True)
+class EndedEarly:
+    """``record`` as stored (a lease whose end the store shows passed), which the store ended,
+    perhaps before its holder must have stopped; ``left``: seconds its holder may still act by
+    this process's watch (etcd: one TTL from when this process first saw it gone), 0 or less
+    once it may not."""
+
+    record: JobRecord
+    left: float
+
+
+Loaded = JobRecord | Vanished | OtherClock | EndedEarly | None  # what a store's read reports of one job
 # The operation a re-stamp (``restamped``) is saved as: a renewal's write (the lease's end moves
 # on, its holder and token stay), with no history event, since nobody renewed it.
 RESTAMP = Op.RENEW
 
 
-def seen(loaded: Loaded, op: Op, now: float) -> JobRecord | None:
-    """The record a step that will ``op`` the job decides on at ``now``."""
+def seen(loaded: Loaded, op: Op, now: float, lease: Lease | None = None,
+         injected: Clock | None = None) -> JobRecord | None:
+    """The record a step that will ``op`` the job decides on at ``now``; ``lease``: the
+    caller's (renew, complete, release, fail); ``injected``: the clock its deadline is on, if a
+    caller gave one to ``connect`` (``Transaction.injected``)."""
+    if isinstance(loaded, EndedEarly):
+        return _ended_early(loaded, now, lease, injected)
     if isinstance(loaded, Vanished):
         if not loaded.generation:
             return None  # never claimed: nothing to go on from
@@ -64,6 +94,20 @@ def seen(loaded: Loaded, op: Op, now: float) -> JobRecord | None:
         assert rec.ttl is not None
         return dataclasses.replace(rec, lease_until=now + rec.ttl)
     return loaded
+
+
+def _ended_early(loaded: EndedEarly, now: float, lease: Lease | None, injected: Clock | None) -> JobRecord:
+    rec = loaded.record
+    if lease is not None:
+        if rec.token == lease.token and rec.owner == lease.owner and deadline_runs(lease.deadline, injected):
+            # Its TTL cannot have run out while its deadline runs: live, and the commit restores it.
+            early_end_log.info("the store ended the lease of %r (token %d) early; restoring it", rec.job_id,
+                               lease.token)
+            return dataclasses.replace(rec, lease_until=max(rec.lease_until or 0.0, now + 1e-3))
+        return rec
+    if loaded.left > 0:
+        return dataclasses.replace(rec, lease_until=now + loaded.left, ended_early=True)
+    return rec
 
 
 def restamped(loaded: Loaded, op: Op, now: float) -> JobRecord | None:

@@ -12,16 +12,20 @@ It is the one typed interface a record backend supplies. Its members, by what th
   history event) and ``add_rejection`` (a refusal's audit), written together when the step
   ends; an optimistic commit reports ``conflict`` or ``resend``, and ``stored`` gives back a
   saved record as the store wrote it;
-- an optional cache of this process's writes (guesses): ``guessed`` and ``follow``.
+- an optional cache of this process's writes (guesses): ``guessed`` and ``follow``;
+- the clock holders' deadlines are on: ``injected``, set by a store that reports a lease it
+  ended early (``read_facts.EndedEarly``).
 
 Only ``load``, ``save``, ``add_rejection`` and ``next_claimables`` must be written (and ``now``
-set); the rest have defaults that serve a store that locks (memory, SQLite).
+set); the rest have defaults that serve a store that locks (memory, SQLite), but for
+``injected``, which has none: a store that needs it says it.
 """
 
 from __future__ import annotations
 
 import abc
 
+from tenure.core.clock import Clock
 from tenure.core.read_facts import Loaded
 from tenure.core.records import HistoryEvent, JobRecord, Lease, Op, Rejection
 
@@ -55,9 +59,10 @@ class Transaction(abc.ABC):
         answers a holder from the record this process wrote while the lease's safe deadline
         runs (``clock.deadline_runs``), etcd from the lease itself (its commit compares the
         keys the lease implies). A backend outside tenure returns a ``JobRecord`` or None;
-        tenure's ZooKeeper store may also report a fact (no record but a generation, a record an
-        earlier clock stamped: ``tenure.core.read_facts``, not part of the backend contract), and
-        the step decides what record that is, and what its commit writes."""
+        tenure's own stores may also report a fact (no record but a generation, a record an
+        earlier clock stamped, a lease the store ended early: ``tenure.core.read_facts``, not
+        part of the backend contract), and the step decides what record that is, and what its
+        commit writes."""
 
     def preload(self, job_ids: list[str]) -> None:  # noqa: B027 - nothing to do is the default
         """The step will load all of ``job_ids`` (submit_many, a batch of leases): a store may
@@ -117,6 +122,15 @@ class Transaction(abc.ABC):
         it: a store that numbers claims itself (etcd: the commit's revision is the token) or
         estimates a lease's end its own way says so here. This default: as saved."""
         return record
+
+    # -- the clock holders' deadlines are on -------------------------------------------------
+    # The clock a caller gave ``connect`` (tests), None for the machine's own: a holder's safe
+    # deadline (``Lease.deadline``) vouches that its lease cannot have ended by the store's clock
+    # only on the machine's own (``clock.deadline_runs``). The core asks it of a store that
+    # reports a lease it ended early (``read_facts.EndedEarly``: its holder finds it live while
+    # its deadline runs), and only then. No default: the core cannot know which clock a store
+    # was given, and a store that reports that fact must say it (etcd: its ``Parts.clock``).
+    injected: Clock | None
 
     # -- an optional cache of this process's writes ------------------------------------------
     guessed: bool = False  # set by load: answered from what this process wrote, not a fresh read

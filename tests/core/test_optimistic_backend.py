@@ -5,7 +5,8 @@ again what it decided on a cached guess, and gives up with Outraced.
 The store here is a dict behind a lock standing in for a server; ``interfere`` makes the next
 commits lose their race as if another client had written first. Like ZooKeeper, it keeps a
 job's generation when its record is deleted by hand, and the epoch of the clock that stamped
-each record (``read_facts``: what the core makes of both)."""
+each record; like etcd, it can end a lease early (``ended``) (``read_facts``: what the core
+makes of each)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ class CasTransaction(Transaction):
     def __init__(self, b: CasBackend, fresh: bool) -> None:
         self._b, self._fresh = b, fresh
         self.now = b.clock.time()
+        self.injected = b.injected
         self._read: dict[str, int] = {}
         self._writes: dict[str, JobRecord] = {}
         self._ops: dict[str, tenure.Op] = {}
@@ -48,10 +50,14 @@ class CasTransaction(Transaction):
         return self._fact(job_id, self.record(job_id))
 
     def _fact(self, job_id: str, rec: JobRecord | None) -> read_facts.Loaded:
-        """A record, one an earlier clock stamped, or the generation a deleted record left."""
+        """A record, one an earlier clock stamped, a lease the store ended early, or the
+        generation a deleted record left."""
         b = self._b
         if rec is None:
             return None if job_id not in b.generations else read_facts.Vanished(job_id, b.generations[job_id])
+        if job_id in b.ended and rec.state is JobState.LEASED:  # shown ended, as etcd shows it
+            shown = dataclasses.replace(rec, lease_until=min(rec.lease_until or self.now, self.now))
+            return read_facts.EndedEarly(shown, b.ended[job_id])
         return rec if b.stamps.get(job_id, b.epoch) == b.epoch else read_facts.OtherClock(rec)
 
     def passed_over(self) -> list[read_facts.Loaded]:
@@ -108,6 +114,7 @@ class CasTransaction(Transaction):
                 b.records[job_id] = (rec, version)
                 b.cache[job_id] = (rec, version)
                 b.stamps[job_id], b.generations[job_id] = b.epoch, rec.token
+                b.ended.pop(job_id, None)  # a lease ended early and written since is restored (or gone)
             b.saves += self._ops.items()
             b.events += self._events
             b.audit += self._rejections
@@ -131,6 +138,10 @@ class CasBackend(RecordBackend):
         self.epoch = 0  # of the clock that stamps what is written now
         self.stamps: dict[str, int] = {}  # the epoch each record was written in
         self.generations: dict[str, int] = {}  # each job's last token: kept when its record is deleted
+        # Leases the store ended early (etcd-io/etcd#15247), each with how long its holder may
+        # still act by this process's watch; and the clock holders' deadlines are on (the tests').
+        self.ended: dict[str, float] = {}
+        self.injected: tenure.Clock | None = clock
 
     @classmethod
     def from_url(cls, url: Any, options: Any, clock: Any) -> CasBackend:
@@ -314,3 +325,43 @@ def test_each_write_carries_the_operation_its_step_performed(backend: CasBackend
     done = [Op.SUBMIT, Op.CLAIM, Op.RENEW, Op.RELEASE, Op.CLAIM, Op.FAIL, Op.REQUEUE, Op.CLAIM, Op.EXPIRE, Op.CLAIM,
             Op.COMPLETE]
     assert [op for _, op in backend.saves] == [e.op for e in backend.events] == done
+
+
+def _end_early(backend: CasBackend, job_id: str, left: float) -> None:
+    """The store ends the job's lease now, its holder free to act ``left`` more."""
+    rec, version = backend.records[job_id]
+    backend.records[job_id] = (dataclasses.replace(rec, lease_until=backend.now()), version)
+    backend.ended[job_id] = left
+
+
+def test_a_lease_the_store_ended_early_is_waited_out_and_its_holder_is_judged_on_its_clock(
+        backend: CasBackend, store: tenure.Store) -> None:
+    """A store reports a lease it ended (``read_facts.EndedEarly``); the steps judge it: a claim
+    waits ``left`` out, claim_next passes it over, and its holder, whose deadline is on the
+    test's clock (``Transaction.injected``), which vouches for nothing, is refused."""
+    held = store.claim("j", owner="a", ttl=10)
+    store.submit("k")
+    _end_early(backend, "j", 4.0)
+    with pytest.raises(tenure.NotYetClaimable) as waited:
+        backend.claim("j", "b", 10)
+    assert waited.value.retry_after == 4.0
+    lease = store.claim_next(owner="b", ttl=10)
+    assert lease is not None and lease.job_id == "k"  # "j", expired in the store, passed over
+    with pytest.raises(tenure.StaleLease) as refused:
+        store.renew(held)
+    assert refused.value.rejection.reason == str(tenure.Reason.EXPIRED)
+    backend.ended["j"] = 0.0  # its holder must have stopped by now
+    assert store.claim("j", owner="b", ttl=10).token == held.token + 1
+
+
+def test_the_holder_of_a_lease_the_store_ended_early_restores_it_while_its_deadline_runs(
+        backend: CasBackend) -> None:
+    backend.injected = None  # no clock given to connect: the holder's deadline is on the machine's
+    store = tenure.Store(backend)
+    held = store.claim("j", owner="a", ttl=10)
+    _end_early(backend, "j", 4.0)
+    renewed = store.renew(held, ttl=20)
+    assert renewed.token == held.token and backend.records["j"][0].lease_until == backend.now() + 20
+    assert "j" not in backend.ended and store.rejections() == []
+    store.complete(renewed)
+

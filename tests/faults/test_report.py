@@ -55,7 +55,7 @@ ROW = {"seed": 1, "seconds": 1.0, "counts": {}, "violations": [], "violation_cou
 
 
 def test_a_run_counts_the_early_ends_its_workers_logged(tmp_path: Path) -> None:
-    line = "etcd ended the lease of 'job-00001' (token 7) early; restoring it\n"
+    line = "the store ended the lease of 'job-00001' (token 7) early; restoring it\n"
     (tmp_path / "w1.log").write_text(line + "something else\n" + line)
     (tmp_path / "w2.log").write_text(line)
     (tmp_path / "w1.jsonl").write_text(line)  # the history itself is not a log

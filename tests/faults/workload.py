@@ -35,7 +35,7 @@ IDLE = 0.05  # seconds between looks for work when there is none
 # How a lease ends, by share: fail with retry_in, fail with the store's backoff, release; else complete.
 FAIL_RETRY_IN, FAIL_BACKOFF, RELEASE = 0.15, 0.10, 0.05
 RETRY_IN = (0.0, 0.3)  # seconds of the store's clock a fail with retry_in asks for
-EARLY_END_LOGGER = "tenure.etcd.early_end"  # a line per lease etcd ended that its holder restored
+EARLY_END_LOGGER = "tenure.early_end"  # a line per lease a store (etcd) ended early that its holder restored
 
 
 class Worker:

@@ -20,6 +20,13 @@ a fail or requeue rewrites the job value, a release only writes its outcome.
 claim_next's candidate (``next_claimables``) is read, never guessed. A claim's token is the
 revision of its commit (``stored``). The etcd leases the keys hang on are ``leases``'s.
 
+**Facts for the core** (``core/read_facts``): a lease whose key etcd deleted (by its TTL, or
+early: etcd-io/etcd#15247) is reported as such (``EndedEarly``, with what is left of the wait
+from this process's first sighting, ``leases.ended``: ``_reported``); the core decides what the
+step sees (its holder's live lease while its deadline runs, on the clock ``injected`` names,
+which the commit revives; a lease ended early for anyone else), and claim_next's candidates are
+judged by the same call.
+
 Requests it waits for, written once as generators (``client.EtcdIo``) for both flavours: a job's
 keys (``_reading``), claim_next's candidates (``_finding``: the indexes, then each candidate's
 keys) and the commit (``committing``: the Txn; the grant a renewal's move waits for, the
@@ -36,7 +43,6 @@ do after a commit that did not stick is the core's (``steps.Attempts``): a lost 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 from typing import Any, TypeVar
 
@@ -61,16 +67,14 @@ from tenure.backends.etcd.layout import (
 )
 from tenure.backends.etcd.leases import SLACK, Claiming, ClaimKey, EtcdLease, EtcdLeases, etcd_ttl
 from tenure.backends.etcd.queue_cursor import QueueCursor
-from tenure.core import codec, transitions
+from tenure.core import codec, read_facts, transitions
 from tenure.core.bounded import Bounded
-from tenure.core.clock import Clock, boot_clock, deadline_runs
+from tenure.core.clock import Clock, boot_clock
 from tenure.core.errors import BackendUnavailable, CorruptRecord
 from tenure.core.record_transaction import Transaction
 from tenure.core.records import HistoryEvent, JobRecord, JobState, Lease, Op, Rejection
 
 EXPIRY_GRACE = 1.0  # etcd checks for expired leases every 500 ms, then deletes through raft
-# A line per lease etcd ended while its holder's deadline ran: the fault runs count them.
-early_end_log = logging.getLogger("tenure.etcd.early_end")
 T = TypeVar("T")
 
 
@@ -187,6 +191,7 @@ class EtcdTransaction(Transaction):
                  boot: float | None = None) -> None:
         self._p, self._conn, self._k, self._leases = parts, parts.conn, parts.keys, parts.leases
         self.now, self._fresh = now, fresh
+        self.injected = parts.clock  # the clock holders' deadlines are on (``Transaction.injected``)
         # The boot clock when ``now`` was read (at once, when not given): a lease estimate
         # turns boot time into store time through this pair, never through a later reading,
         # so that two estimates of one etcd lease agree however long each step took.
@@ -245,10 +250,11 @@ class EtcdTransaction(Transaction):
         self._compares += read.compares(self._k, job_id)
         return read
 
-    def _judged(self, job_id: str, read: Read) -> JobRecord | None:
-        """The record ``read`` makes; for a lease etcd ended, the fact the core judges it by
-        (``JobRecord.ended_early``): its holder may act until one TTL after this process saw
-        it gone, so until then the record says it ended early, running to that time."""
+    def _reported(self, job_id: str, read: Read) -> JobRecord | read_facts.EndedEarly | None:
+        """What ``read`` found, for the core to judge (``read_facts``): a lease etcd ended (perhaps
+        early: etcd-io/etcd#15247) as ``EndedEarly``, its holder free to act until one TTL after
+        this process first saw it gone (the longest of the claim's and its renewals': the job's
+        and the held key's); a sighting starts that wait."""
         rec = read.record
         if rec is None or not read.ended_by_etcd():
             return rec
@@ -256,46 +262,37 @@ class EtcdTransaction(Transaction):
         if entry.ttl is None:
             named = held_ttl(read.held) if read.held is not None else None
             entry.ttl = max(rec.ttl or 0.0, named or 0.0)
-        left = entry.left()
-        return dataclasses.replace(rec, lease_until=self.now + left, ended_early=True) if left > 0 else rec
+        return read_facts.EndedEarly(rec, entry.left())
 
-    def read_record(self, job_id: str) -> JobRecord | None:
-        """The job's record as read (or saved) in this transaction, never guessed."""
+    def _found(self, job_id: str) -> read_facts.Loaded:
+        """The job as read (or saved) in this transaction, never guessed."""
         if job_id in self._saved:
             return self._saved[job_id][0]
-        rec = self._loaded[job_id] = self._judged(job_id, self._read(job_id))
-        return rec
+        found = self._reported(job_id, self._read(job_id))
+        self._loaded[job_id] = found.record if isinstance(found, read_facts.EndedEarly) else found
+        return found
 
-    def load(self, job_id: str, op: Op, lease: Lease | None = None) -> JobRecord | None:
+    def read_record(self, job_id: str) -> JobRecord | None:
+        """The job's record as a claim decides on it (claim_next_many's candidates, ``claims``)."""
+        return read_facts.seen(self._found(job_id), Op.CLAIM, self.now)
+
+    def load(self, job_id: str, op: Op, lease: Lease | None = None) -> read_facts.Loaded:
         """A first attempt guesses: a submitted job is new, and so is a claimed one when a pooled
         etcd lease is at hand (one transaction; otherwise the grant goes beside the read); a
         holder's lease implies its record. A retry, or a job already read, reads."""
         if self._fresh or job_id in self._reads or job_id in self._saved or job_id in self._carried:
-            return self._held_fresh(lease) if lease is not None else self.read_record(job_id)
+            return self._found(job_id)
         if lease is not None:
             claimed = self._p.claimed.get((job_id, lease.token, lease.owner)) if op is Op.FAIL else None
             if op is Op.FAIL and claimed is None:  # a fail needs the job's attempts and limit: read
-                return self._held_fresh(lease)
+                return self._found(job_id)
             return self._held_guess(lease, claimed)
         if op is Op.SUBMIT or (op is Op.CLAIM and self._claiming is not None and self._claiming.lease is not None):
             self.guessed = True
             self._use(job_id, Read(job_id, None, self.now))  # compared as absent
             self._loaded[job_id] = None
             return None
-        return self.read_record(job_id)
-
-    def _held_fresh(self, lease: Lease) -> JobRecord | None:
-        job_id = lease.job_id
-        read = self._read(job_id)
-        rec = read.record
-        if (rec is not None and read.ended_by_etcd() and read.held is not None and rec.token == lease.token
-                and rec.owner == lease.owner and deadline_runs(lease.deadline, self._p.clock)):
-            # etcd ended it early (etcd-io/etcd#15247): while the holder's deadline runs its TTL
-            # cannot have run out, so it is live, and the commit restores it.
-            early_end_log.info("etcd ended the lease of %r (token %d) early; restoring it", job_id, lease.token)
-            rec = dataclasses.replace(rec, lease_until=max(rec.lease_until or 0.0, self.now + 1e-3))
-        self._loaded[job_id] = rec
-        return rec
+        return self._found(job_id)
 
     def _held_guess(self, lease: Lease, claimed: JobRecord | None = None) -> JobRecord:
         """The record ``lease`` implies; ``claimed``: what its claim wrote, if made here."""
@@ -338,7 +335,7 @@ class EtcdTransaction(Transaction):
         """The candidate's keys if it is claimable at ``now``, else None."""
         try:
             read = self._carried.get(job_id) or (yield from self._reading(job_id))
-            rec = self._judged(job_id, read)
+            rec = read_facts.seen(self._reported(job_id, read), Op.CLAIM, self.now)  # as the claim will
         except CorruptRecord:
             return None  # listed as corrupt by jobs(), never claimed through claim_next
         return read if transitions.is_next(rec, self.now) else None

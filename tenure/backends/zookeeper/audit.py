@@ -54,7 +54,7 @@ class Log:
     """One audit directory: its segments, the one records go into now, and their order."""
 
     def __init__(self, session: Session, directory: str, prefix: str) -> None:
-        self._b = session
+        self._session = session
         self.directory = directory
         self.prefix = prefix  # "e-" or "r-", as ZooKeeper's sequential names start
         self._lock = threading.Lock()
@@ -68,7 +68,7 @@ class Log:
     def ranking(self, watch: Callable[[Any], None] | None = None) -> ZkIo[list[int]]:
         """The segments' ranks, oldest first; ``_LEGACY`` first if records predate segments."""
         with mapped_errors("listing the audit"):
-            names = yield self._b.client.get_children_async(self.directory, watch=watch)
+            names = yield self._session.client.get_children_async(self.directory, watch=watch)
         ranks = sorted(rank for n in names if (rank := zl.segment_rank(n)) is not None)
         legacy = any(zl.sequence(n, self.prefix) is not None for n in names)
         return [_LEGACY, *ranks] if legacy else ranks
@@ -84,7 +84,7 @@ class Log:
         # A read-only identity may not create it, and never writes records into it.
         with contextlib.suppress(AuthenticationFailed), mapped_errors("opening the audit"), \
                 contextlib.suppress(NodeExistsError):
-            yield self._b.client.create_async(first, b"")
+            yield self._session.client.create_async(first, b"")
         return first
 
     def refresh(self) -> ZkIo[None]:
@@ -97,7 +97,7 @@ class Log:
         rank = zl.segment_rank(segment.rsplit("/", 1)[1])
         if rank is None:
             return
-        tx = self._b.client.transaction()
+        tx = self._session.client.transaction()
         tx.create(self._path(rank + 1), b"")
         tx.set_data(segment, b"closed", version=0)
         with mapped_errors("opening the next audit segment"):
@@ -115,7 +115,7 @@ class Log:
             tx.operations.append(CheckVersion(segment, 0))  # still open: a closed segment takes no more records
             checked.add(segment)
         # Appended as ``ZkTransaction.save`` appends its requests; ``_SEQUENCE``: ZooKeeper's flag.
-        tx.operations.append(Create(f"{segment}/{self.prefix}", data, self._b.acl, _SEQUENCE))
+        tx.operations.append(Create(f"{segment}/{self.prefix}", data, self._session.acl, _SEQUENCE))
 
     # -- reading -----------------------------------------------------------------------------------
     def listing(self, rank: int, watch: Callable[[Any], None] | None = None) -> ZkIo[list[tuple[Key, str]]]:
@@ -123,7 +123,7 @@ class Log:
         directory = self._path(rank)
         with mapped_errors("listing the audit"):
             try:
-                names = yield self._b.client.get_children_async(directory, watch=watch)
+                names = yield self._session.client.get_children_async(directory, watch=watch)
             except NoNodeError:
                 return []
         found = [((rank, n), f"{directory}/{name}") for name in names
@@ -131,15 +131,15 @@ class Log:
         return sorted(found)
 
     def newest_first(self) -> Iterator[str]:
-        for rank in reversed(self._b.run(self.ranking())):
-            for _, path in reversed(self._b.run(self.listing(rank))):
+        for rank in reversed(self._session.run(self.ranking())):
+            for _, path in reversed(self._session.run(self.listing(rank))):
                 yield path
 
     def after(self, last: Key | None, watch: Callable[[Any], None]) -> list[tuple[Key, str]]:
         """Records written after ``last`` (all with None), oldest first, arming ``watch`` on
         the directory and on each segment listed."""
-        ranks = [r for r in self._b.run(self.ranking(watch)) if last is None or r >= last[0]]
-        return [(key, path) for rank in ranks for key, path in self._b.run(self.listing(rank, watch))
+        ranks = [r for r in self._session.run(self.ranking(watch)) if last is None or r >= last[0]]
+        return [(key, path) for rank in ranks for key, path in self._session.run(self.listing(rank, watch))
                 if last is None or key > last]
 
     def trim(self, retention: int) -> ZkIo[None]:
@@ -147,7 +147,7 @@ class Log:
         for rank in (yield from self.ranking()):
             paths += [path for _, path in (yield from self.listing(rank))]
         doomed = paths[:max(0, len(paths) - retention)]
-        client = self._b.client
+        client = self._session.client
         with mapped_errors("trimming the audit"):
             for chunk in batches(doomed, _TRIM_MULTI, lambda path: len(path) + 16, _TRIM_BYTES):
                 # One multi per batch: one transaction (and fsync) instead of one per znode.
@@ -175,7 +175,7 @@ def trim_period(retention: int) -> int:
 
 class Audit:
     def __init__(self, session: Session) -> None:
-        self._b = session
+        self._session = session
         self.event_log = Log(session, session.layout.events, "e-")
         self.rejection_log = Log(session, session.layout.rejections, "r-")
         self._every = trim_period(session.config.retention)
@@ -239,7 +239,7 @@ class Audit:
                     yield from log.rotate(path.rpartition("/")[0])
                 if number % self._every == 0 and log not in trimmed:
                     trimmed.append(log)
-                    self._b.tidy(log.directory, functools.partial(log.trim, self._b.config.retention))
+                    self._session.tidy(log.directory, functools.partial(log.trim, self._session.config.retention))
 
     def failed(self, op: Any, error: Exception) -> ZkIo[None] | None:
         """After a multi that ``op`` failed: the refresh of the log whose segment it found
@@ -259,7 +259,8 @@ class Audit:
         paths = log.newest_first()
         while chunk := list(itertools.islice(paths, _BATCH)):
             with mapped_errors("reading the audit"):
-                loaded = [(path, data) for path, data, _ in read_many(self._b.client, chunk, self._b.config.timeout)]
+                s = self._session
+                loaded = [(path, data) for path, data, _ in read_many(s.client, chunk, s.config.timeout)]
             yield from loaded
 
     def rejections(self, since: float | None, limit: int | None) -> list[Rejection]:
