@@ -123,12 +123,13 @@ SUBJECTS: dict[str, Callable[[Route], contextlib.AbstractContextManager[Subject]
 @contextlib.contextmanager
 def bare(name: str) -> Iterator[Subject]:
     """The store alone on a private server, reached directly: etcd's without the peers the
-    comparisons install (their virtualenvs), the others as ``SUBJECTS`` starts them."""
+    comparisons install (their virtualenvs) and with the auto-compaction operators are told to
+    run it with (``servers.AS_OPERATED``), the others as ``SUBJECTS`` starts them."""
     if name != "etcd":
         with SUBJECTS[name](DIRECT) as subject:
             yield subject
         return
-    from benchmarks.servers import private_etcd
+    from benchmarks.servers import AS_OPERATED, private_etcd
 
-    with private_etcd("tenure-bench-etcd-") as cluster:
+    with private_etcd("tenure-bench-etcd-", AS_OPERATED) as cluster:
         yield Subject("etcd", f"etcd://{cluster.endpoints}/bench-{uuid.uuid4().hex[:8]}")

@@ -17,6 +17,7 @@ import pytest
 import tenure
 from devservers.etcd import EtcdCluster, make_certificates, start_or_fail
 from devservers.ports import free_port
+from tenure.backends.etcd import claimable
 from tenure.backends.etcd.transaction import KEYS_READ, Read, reads
 from tests.faults.workload import EARLY_END_LOGGER
 from tests.servers.etcd import EtcdHarness
@@ -227,7 +228,8 @@ def test_claim_next_retries_a_candidate_claimed_between_its_read_and_the_txn(
         def txn(compares: Any, success: Any, failure: Any, **kwargs: Any) -> Any:
             res = real(compares, success, failure, **kwargs)
             key = success[0]["request_range"]["key"] if success and "request_range" in success[0] else b""
-            if not compares and not taken and key.startswith(jobs) and len(success) == KEYS_READ:  # a candidate's keys
+            if not compares and not taken and key.startswith(jobs) and len(success) % KEYS_READ == 0:
+                # the candidates' keys, the one claim_next takes first
                 taken.append(other.claim(backend.keys.job_id(key, "job"), owner="other", ttl=ttl))
             return res
 
@@ -238,6 +240,72 @@ def test_claim_next_retries_a_candidate_claimed_between_its_read_and_the_txn(
         other.renew(taken[0])  # the other writer's claim stands
     assert [e.op for e in store.history(taken[0].job_id)] == [tenure.Op.SUBMIT, tenure.Op.CLAIM, tenure.Op.RENEW]
     assert [e.owner for e in store.history(lease.job_id)][-1] == "w"
+
+
+@pytest.mark.parametrize("reused_for", [claimable.LEASED_REUSED_FOR, 0.0])
+def test_claim_next_after_a_lost_race_reads_the_leases_again_only_if_older_than_a_moment(
+        etcd_harness: EtcdHarness, store: tenure.Store, monkeypatch: pytest.MonkeyPatch, reused_for: float) -> None:
+    """etcd walks every key of held/ and lease/ to answer a range of them, deleted ones until a
+    compaction: an attempt of claim_next after a lost race takes the leases from the attempt
+    before if they were read under ``claimable.LEASED_REUSED_FOR`` ago, and reads only the
+    pending jobs again. Here the first attempt takes an expired lease, which another claimer
+    takes first; the second passes it over on its keys (leased again) and takes a pending job."""
+    monkeypatch.setattr(claimable, "LEASED_REUSED_FOR", reused_for)
+    ttl = etcd_harness.ttl
+    store.submit_many(["a", "b", "c"])
+    store.claim("x", owner="gone", ttl=ttl)
+    store.force_expire("x", actor="test")  # an expired lease: claim_next's first candidate
+    backend: Any = store.backend
+    conn, real = backend._conn, backend._conn.txn
+    held, queue = backend.keys.span("held"), backend.keys.section("queue")
+    indexes: list[bool] = []  # each read of the indexes: whether it read the leases
+    raced: list[tenure.Lease] = []
+    with etcd_harness.connect(_url_of(store)) as other:
+        def txn(compares: Any, success: Any, failure: Any, **kwargs: Any) -> Any:
+            spans = [(op["request_range"]["key"], op["request_range"].get("range_end"))
+                     for op in success if "request_range" in op]
+            if not compares and any(key.startswith(queue) and end for key, end in spans):
+                indexes.append(held in spans)
+            if compares and not raced:  # the first claim's commit: another claimer gets there first
+                raced.append(other.claim("x", owner="other", ttl=ttl))
+            return real(compares, success, failure, **kwargs)
+
+        conn.txn = txn
+        lease = store.claim_next(owner="w", ttl=ttl)
+        conn.txn = real
+    assert indexes == [True, reused_for == 0.0]
+    assert lease is not None and lease.job_id in ("a", "b", "c")
+    assert store.get("x").owner == "other"  # type: ignore[union-attr]
+
+
+def test_claim_next_reads_the_keys_of_several_candidates_in_one_request(
+        etcd_harness: EtcdHarness, store: tenure.Store) -> None:
+    """Between claim_next's read of the indexes and its read of the candidates' keys, another
+    writer claims the 5 oldest jobs (16 claimers after the same head do): claim_next reads
+    ``claimable.AHEAD`` candidates' keys in one request and takes the oldest still claimable,
+    not a request per candidate passed over."""
+    ttl = etcd_harness.ttl
+    store.submit_many(f"old-{i:02d}" for i in range(20))
+    backend: Any = store.backend
+    conn, real, held = backend._conn, backend._conn.txn, backend.keys.span("held")
+    keys_reads: list[int] = []
+    with etcd_harness.connect(_url_of(store)) as other:
+        def txn(compares: Any, success: Any, failure: Any, **kwargs: Any) -> Any:
+            res = real(compares, success, failure, **kwargs)
+            spans = [(op["request_range"]["key"], op["request_range"].get("range_end"))
+                     for op in success if "request_range" in op]
+            if not compares and held in spans and not keys_reads:  # the indexes: the others claim now
+                for i in range(5):
+                    other.claim(f"old-{i:02d}", owner="other", ttl=ttl)
+            elif not compares and spans and all(not end for _, end in spans):  # candidates' keys
+                keys_reads.append(len(success) // KEYS_READ)
+            return res
+
+        conn.txn = txn
+        lease = store.claim_next(owner="w", ttl=ttl)
+        conn.txn = real
+    assert lease is not None and lease.job_id == "old-05"
+    assert keys_reads == [claimable.AHEAD]  # one request, however many were passed over
 
 
 class _HourBehind:

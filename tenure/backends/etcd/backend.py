@@ -14,7 +14,7 @@ when this process made the claim with the same TTL, else 2 (a grant first); comp
 release 1; renew_many (held leases) and complete_many 1 per 1,300 leases or so, and for
 renewals a grant of the shared etcd lease (``holders``); fail 1 when this process made the
 claim, else 2 (the job's attempts are read first); submit 1 (the job guessed new); claim_next
-3 (the indexes, the candidate's keys, the Txn), and claim_next_many 3 for up to 250 claims
+3 (the indexes, 8 candidates' keys, the Txn), and claim_next_many 3 for up to 250 claims
 (the indexes, every candidate's keys in one Txn, the claims in one: ``claims``), more while
 candidates are taken meanwhile. A write that delays a job (submit or requeue with a delay, a fail with a wait) grants
 its delay's etcd lease first: one more. A wrong guess costs nothing extra: the Txn's

@@ -6,8 +6,12 @@ The ``held/`` keys without a ``lease/`` key are leases etcd ended, but for those
 ``last/`` key (the last attempt: parked, never a candidate, ``transitions.candidate_at``); the
 ``sched/`` keys up to the store's ``now`` are scheduled jobs whose time came (later ones are
 never read); the ``queue/`` keys are pending jobs in the order they became so (read through
-``queue_cursor.QueueCursor``). These are proposals: the transaction reads each candidate's keys and
-passes over one that is no longer claimable.
+``queue_cursor.QueueCursor``). These are proposals: the transaction reads the candidates' keys
+(``AHEAD`` in one request) and passes over one that is no longer claimable.
+
+etcd walks every key of a range to answer it, a deleted one too until a compaction, and
+``held/`` and ``lease/`` are read whole: every lease ended leaves a deleted key in each, so
+their read grows with the jobs done since the last compaction (``LEASED_REUSED_FOR``).
 """
 
 from __future__ import annotations
@@ -29,52 +33,97 @@ from tenure.core.errors import CorruptRecord
 T = TypeVar("T")
 
 
-def first_claimable(k: Keys, leases: EtcdLeases, queue: QueueCursor,
-                    take: Callable[[str], EtcdIo[T | None]], now: float) -> EtcdIo[T | None]:
-    """What ``take`` makes of the first candidate it takes (not None), best first: one read of
-    the indexes, then further pages while every one is passed over (all taken meanwhile: read
-    on). Its reads, and ``take``'s, are yielded (``client.EtcdIo``)."""
-    found = yield from claimables(k, leases, queue, lambda job_ids: _each(take, job_ids), now, 1)
-    return found[0] if found else None
+# Candidates claim_next reads the keys of in one request: with 16 claimers after the same few
+# oldest jobs, the first one or two proposed are most often claimed by the time their keys are
+# read (7.5 reads a claimed job one at a time, 16 workers draining 10,000: docs/performance.md).
+# 8 candidates are 40 reads of one key each, within etcd's 128 operations a Txn.
+AHEAD = 8
 
 
-def _each(take: Callable[[str], EtcdIo[T | None]], job_ids: list[str]) -> EtcdIo[list[T]]:
-    found = []
-    for job_id in job_ids:
-        if (taken := (yield from take(job_id))) is not None:
-            found.append(taken)
-    return found
+# How long claim_next's attempts after a lost race take the leases from its first attempt's
+# read (``Leased``) instead of reading them again. etcd walks every key of a section to answer a
+# range of it, deleted ones too until a compaction (an hour of them, as operators run it):
+# held/ and lease/ hold a deleted key for every lease ended, so their read grows with every job
+# done, 2.4 times a claimed job at 16 claimers (docs/performance.md). A lease etcd ends
+# meanwhile is no later than etcd's own sighting is: it deletes a lease key up to a second after
+# its TTL (``transaction.EXPIRY_GRACE``).
+LEASED_REUSED_FOR = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class Leased:
+    """A read of the ``held/``, ``lease/`` and ``last/`` sections, and when it was answered (the
+    boot clock: the sighting of a lease etcd ended)."""
+
+    held: list[KV]
+    live: list[KV]
+    last: list[KV]
+    seen: float
+
+    def fresh(self) -> bool:
+        """Whether an attempt after a lost race may take the leases from it."""
+        return boot_clock() - self.seen < LEASED_REUSED_FOR
+
+
+def first_claimable(k: Keys, leases: EtcdLeases, queue: QueueCursor, take: Callable[[list[str]], EtcdIo[T | None]],
+                    now: float, leased: Leased | None = None) -> EtcdIo[tuple[T | None, Leased]]:
+    """What ``take`` makes of the first candidate it takes (not None), best first, and the read
+    of the leases it was chosen on: one read of the indexes (the leases from ``leased`` if
+    given: an attempt after a lost race), then further pages while every one is passed over
+    (all taken meanwhile: read on). ``take`` is handed up to ``AHEAD`` candidates at a time, in
+    order, and gives back what it makes of the first it takes (it reads their keys in one
+    request). Its reads, and ``take``'s, are yielded (``client.EtcdIo``)."""
+    first = index(k, queue, now, leased)
+    read = first, (yield ec.Txn([], first.reads, [], retry=True)).ranges
+    found = yield from claimables(k, leases, queue, lambda job_ids: _first(take, job_ids), now, 1, read, AHEAD - 1)
+    return (found[0] if found else None), first.leased or _leased(read[1], boot_clock())
+
+
+def _first(take: Callable[[list[str]], EtcdIo[T | None]], job_ids: list[str]) -> EtcdIo[list[T]]:
+    taken = yield from take(job_ids)
+    return [] if taken is None else [taken]
 
 
 @dataclasses.dataclass(frozen=True)
 class Index:
-    """A read of the indexes: its ranges (``reads``), and the spans of the queue and of the
-    scheduled jobs due that it reads."""
+    """A read of the indexes: its ranges (``reads``), the spans of the queue and of the
+    scheduled jobs due that it reads, and ``leased``: the leases, if read before (``reads``
+    leaves them out), else None."""
 
     window: tuple[bytes, bytes]
     due: tuple[bytes, bytes]
     reads: list[Any]
+    leased: Leased | None = None
 
 
-def index(k: Keys, queue: QueueCursor, now: float) -> Index:
-    """The read of the indexes claim_next starts from (a Txn of ranges, or a part of one)."""
+def index(k: Keys, queue: QueueCursor, now: float, leased: Leased | None = None) -> Index:
+    """The read of the indexes claim_next starts from (a Txn of ranges, or a part of one);
+    with ``leased``, the pending jobs only."""
     window = queue.window()
     due = (k.section("sched"), k.sched_cut(now))  # claimable by now: nothing later is read
+    pending = [ec.get(*window, keys_only=True, limit=QueueCursor.PAGE),
+               ec.get(*due, keys_only=True, limit=QueueCursor.PAGE)]
+    if leased is not None:
+        return Index(window, due, pending, leased)
     return Index(window, due, [ec.get(*k.span("held"), keys_only=True), ec.get(*k.span("lease"), keys_only=True),
-                               ec.get(*k.span("last"), keys_only=True),
-                               ec.get(*window, keys_only=True, limit=QueueCursor.PAGE),
-                               ec.get(*due, keys_only=True, limit=QueueCursor.PAGE)])
+                               ec.get(*k.span("last"), keys_only=True), *pending])
+
+
+def _leased(answer: list[list[KV]], seen: float) -> Leased:
+    held, live, last = answer[:3]
+    return Leased(held, live, last, seen)
 
 
 Read = tuple[Index, list[list[KV]]]  # an index read, and its answer
 
 
 def claimables(k: Keys, leases: EtcdLeases, queue: QueueCursor, take: Callable[[list[str]], EtcdIo[list[T]]],
-               now: float, n: int, read: Read | None = None) -> EtcdIo[list[T]]:
+               now: float, n: int, read: Read | None = None, ahead: int = 0) -> EtcdIo[list[T]]:
     """What ``take`` makes of up to ``n`` different candidates, best first: ``take`` is handed
-    the candidates ``n`` at most at a time (as many as are still wanted) and gives back those
-    it takes (claim_next_many reads a handful's keys in one request). One read of the indexes
-    (or ``read``, one already made), then further pages while too few were taken."""
+    the candidates ``n + ahead`` at most at a time (as many as are still wanted, and ``ahead``
+    more in case some were taken meanwhile) and gives back those it takes (claim_next_many
+    reads a handful's keys in one request), at most as many as are still wanted. One read of
+    the indexes (or ``read``, one already made), then further pages while too few were taken."""
     taken: list[T] = []
     offered: set[str] = set()
     chunk: list[str] = []
@@ -84,17 +133,25 @@ def claimables(k: Keys, leases: EtcdLeases, queue: QueueCursor, take: Callable[[
         if job_id not in offered:
             offered.add(job_id)
             chunk.append(job_id)
-            if len(taken) + len(chunk) >= n:
-                taken.extend((yield from take(chunk[:])))
-                chunk.clear()
+            if len(taken) + len(chunk) >= n + ahead:
+                yield from flush()
+        return len(taken) >= n
+
+    def flush() -> EtcdIo[bool]:
+        """Whether ``n`` are taken, with the candidates offered so far handed to ``take``."""
+        if chunk:
+            taken.extend((yield from take(chunk[:])))
+            chunk.clear()
         return len(taken) >= n
 
     if read is None:
         first = index(k, queue, now)
         read = first, (yield ec.Txn([], first.reads, [], retry=True)).ranges
-    seen = boot_clock()  # after the answer that showed these leases ended
+    # (seen: after the answer that showed these leases ended)
+    leased = read[0].leased or _leased(read[1], boot_clock())
     window, due = read[0].window, read[0].due
-    held, live, last, queued, scheduled = read[1]
+    held, live, last, seen = leased.held, leased.live, leased.last, leased.seen
+    queued, scheduled = read[1][-2:]
     passed = {kv.key[len(k.section("lease")):] for kv in live} | {kv.key[len(k.section("last")):] for kv in last}
     # The oldest claims first: the held key's revision, not the lease's end, which etcd does
     # not say without reading every held job's value (order.Tolerance.expired_by_claim).
@@ -107,6 +164,10 @@ def claimables(k: Keys, leases: EtcdLeases, queue: QueueCursor, take: Callable[[
             leases.ended(job_id, kv.mod_revision, seen)  # a sighting starts the quarantine
             if not leases.waiting_out(job_id, kv.mod_revision) and (yield from offer(job_id)):
                 return taken
+    # With ``ahead``, the candidates offered are read before the indexes are read on (for
+    # claim_next: a round trip no more than one by one, when the first is claimable).
+    if ahead and not queued and (yield from flush()):  # the window was empty: read on for more
+        return taken
     queued = yield from queue.oldest(first=(window, queued))
     # Pending jobs and scheduled ones whose time came, a page of each merged by when they
     # became claimable, oldest first.
@@ -114,6 +175,8 @@ def claimables(k: Keys, leases: EtcdLeases, queue: QueueCursor, take: Callable[[
         for job_id in _queued_ids(k, queued, scheduled):
             if (yield from offer(job_id)):
                 return taken
+        if ahead and (yield from flush()):  # before the next pages
+            return taken
         if len(scheduled) == QueueCursor.PAGE:
             scheduled, _, _ = yield ec.Range(scheduled[-1].key + b"\0", due[1], limit=QueueCursor.PAGE)
         else:

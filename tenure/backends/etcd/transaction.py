@@ -28,16 +28,17 @@ which the commit revives; a lease ended early for anyone else), and claim_next's
 judged by the same call.
 
 Requests it waits for, written once as generators (``client.EtcdIo``) for both flavours: a job's
-keys (``_reading``), claim_next's candidates (``_finding``: the indexes, then each candidate's
-keys) and the commit (``committing``: the Txn; the grant a renewal's move waits for, the
-answers of the grant and keep-alive started beside). Every read goes through ``answer``: the
-sync transaction runs the generator there and then (``Connection.run``); tenure.aio's
-(``tenure.backends.etcd.aio``) awaits it with the step suspended (``tenure.aio.bridge``), and
-awaits the same commit. What one operation's transactions share (the claim's etcd lease,
-a renewal batch's shared etcd leases) is its ``Context``, passed in, never thread-local. What to
-do after a commit that did not stick is the core's (``steps.Attempts``): a lost race sets
-``conflict``; an etcd lease gone (``_lease_gone``) or a renewal's key found moved sets
-``resend``, and the core sends the step again at once.
+keys (``_reading``), claim_next's candidates (``_finding``: the indexes, then the candidates'
+keys, ``claimable.AHEAD`` a request) and the commit (``committing``: the Txn; the grant a
+renewal's move waits for, the answers of the grant and keep-alive started beside). Every read
+goes through ``answer``: the sync transaction runs the generator there and then
+(``Connection.run``); tenure.aio's (``tenure.backends.etcd.aio``) awaits it with the step
+suspended (``tenure.aio.bridge``), and awaits the same commit. What one operation's
+transactions share (the claim's etcd lease, a renewal batch's shared etcd leases) is its
+``Context``, passed in, never thread-local. What to do after a commit that did not stick is
+the core's (``steps.Attempts``): a lost race sets ``conflict``; an etcd lease gone
+(``_lease_gone``) or a renewal's key found moved sets ``resend``, and the core sends the step
+again at once.
 """
 
 from __future__ import annotations
@@ -186,6 +187,7 @@ class EtcdTransaction(Transaction):
     _next: Read | None = None  # the candidate ``next_claimables`` took
     _written: dict[str, JobRecord] | None = None
     _relet = False  # follows a resend after an etcd lease was gone: another is an error
+    _leased: claimable.Leased | None = None  # claim_next's read of the leases (``claimable.first_claimable``)
 
     def __init__(self, parts: Parts, now: float, fresh: bool, context: Context | None = None,
                  boot: float | None = None) -> None:
@@ -221,6 +223,10 @@ class EtcdTransaction(Transaction):
             self._written = previous._stored
         else:
             self._carried = {job_id: Read(job_id, kvs, self.now) for job_id, kvs in previous.carry.items()}
+            # claim_next again after a lost race: the leases as it read them a moment ago
+            # (``claimable.LEASED_REUSED_FOR``), the pending jobs read again.
+            if previous._leased is not None and previous._leased.fresh():
+                self._leased = previous._leased
 
     def answer(self, io: EtcdIo[T]) -> T:
         """What ``io`` returns, run now (the sync flavour); tenure.aio's transaction awaits it,
@@ -317,10 +323,10 @@ class EtcdTransaction(Transaction):
 
     def next_claimables(self, n: int) -> list[str]:
         """One job (claim_next_many goes its own way: ``claims``): index candidates
-        (``claimable``), each read here and passed over unless claimable at ``now``; the one
-        returned is claimed from that read, so a claim someone made since is a conflict of the
-        commit, which the core retries from a fresh index read (a resend takes the same
-        candidate again)."""
+        (``claimable``), read here (``claimable.AHEAD`` in one request) and passed over unless
+        claimable at ``now``; the one returned is claimed from that read, so a claim someone
+        made since is a conflict of the commit, which the core retries from a fresh index read
+        (a resend takes the same candidate again)."""
         found = self._next or self.answer(self._finding())
         if found is None:
             return []
@@ -329,16 +335,34 @@ class EtcdTransaction(Transaction):
         return [found.job_id]
 
     def _finding(self) -> EtcdIo[Read | None]:
-        return (yield from claimable.first_claimable(self._k, self._leases, self._p.queue, self._take, self.now))
+        found, self._leased = yield from claimable.first_claimable(self._k, self._leases, self._p.queue, self._take,
+                                                                   self.now, self._leased)
+        return found
 
-    def _take(self, job_id: str) -> EtcdIo[Read | None]:
-        """The candidate's keys if it is claimable at ``now``, else None."""
-        try:
-            read = self._carried.get(job_id) or (yield from self._reading(job_id))
-            rec = read_facts.seen(self._reported(job_id, read), Op.CLAIM, self.now)  # as the claim will
-        except CorruptRecord:
-            return None  # listed as corrupt by jobs(), never claimed through claim_next
-        return read if transitions.is_next(rec, self.now) else None
+    def _take(self, job_ids: list[str]) -> EtcdIo[Read | None]:
+        """The keys of the first of the candidates ``job_ids`` claimable at ``now``, else None:
+        those not carried from the attempt before read in one request."""
+        k = self._k
+        unread = [job_id for job_id in job_ids if job_id not in self._carried]
+        found: dict[str, tuple[list[list[KV]], list[Any]]] = {}
+        if unread:
+            if self._claiming is not None:
+                yield from self._claiming.granting_beside()
+            ops = [reads(k, job_id) for job_id in unread]
+            res = yield ec.Txn([], [op for each in ops for op in each], [], retry=True)
+            ranges = res.ranges
+            for i, job_id in enumerate(unread):
+                found[job_id] = ranges[KEYS_READ * i:KEYS_READ * (i + 1)], ops[i]
+        for job_id in job_ids:
+            try:
+                carried = self._carried.get(job_id)
+                read = carried or Read(job_id, found[job_id][0], self.now, found[job_id][1])
+                rec = read_facts.seen(self._reported(job_id, read), Op.CLAIM, self.now)  # as the claim will
+            except CorruptRecord:
+                continue  # listed as corrupt by jobs(), never claimed through claim_next
+            if transitions.is_next(rec, self.now):
+                return read
+        return None
 
     # -- writes --------------------------------------------------------------------------
     def save(self, record: JobRecord, op: Op, event: HistoryEvent | None) -> None:
