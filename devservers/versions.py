@@ -20,7 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: scripts/servers.sh unpacks into its .servers/
-CACHE = Path(os.environ.get("TENURE_SERVERS_DIR", ROOT / ".servers"))
+
+
+def cache_dir(env: Mapping[str, str] = os.environ) -> Path:
+    """Where scripts/servers.sh unpacks newer servers: ``TENURE_SERVERS_DIR`` (a relative one
+    from the checkout, as the script, which runs there, reads it), else the checkout's ``.servers``."""
+    return ROOT / env.get("TENURE_SERVERS_DIR", ".servers")
+
+
+CACHE = cache_dir()
 
 
 @dataclass(frozen=True)

@@ -285,8 +285,11 @@ class Backend(abc.ABC):
 
 
 class RecordBackend(Backend):
-    """The protocol for stores with a per-job record and transactions: ``tenure.core.steps``,
-    each operation's step run by ``_run`` under ``steps.Attempts``' rules."""
+    """The protocol for stores with a per-job record and transactions: the core runs every
+    operation as a step over ``transaction()`` (retrying an optimistic store's conflicts), so a
+    backend writes its ``Transaction``, its reads (``get``, ``jobs``, ``rejections``,
+    ``history``), ``from_url`` and ``now``, and declares its ``characteristics``
+    (docs/backends/writing-a-backend.md)."""
 
     @abc.abstractmethod
     def transaction(self, fresh: bool = False) -> contextlib.AbstractContextManager[Transaction]:

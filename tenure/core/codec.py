@@ -101,7 +101,9 @@ def key_of(table: str, job_id: Any) -> str:
 
 
 def corrupt_status(job_id: Any, key: str, exc: CorruptRecord) -> JobStatus:
-    """How a job whose record cannot be read is listed, on every backend."""
+    """How a job whose record cannot be read is listed, on every backend. ``job_id``: the id as
+    stored, whatever it is (bytes, text no caller could give, an undecodable key's raw bytes):
+    listings show it escaped and cut short; ``key``: where the store keeps the record (``key_of``)."""
     return JobStatus(job_id=shown_job_id(job_id), state=JobState.CORRUPT, problem=exc.problem, key=key)
 
 
@@ -308,6 +310,8 @@ def result_text(result: bytes | None) -> str | None:
 
 
 def result_bytes(key: str, value: Any) -> bytes | None:
+    """A job result as ``result_text`` wrote it (base64 text, or None); CorruptRecord naming
+    ``key`` for anything else."""
     encoded = text(key, "result", value)
     if encoded is None:
         return None
@@ -320,14 +324,19 @@ def result_bytes(key: str, value: Any) -> bytes | None:
 # -- audit records: the same JSON field names on every store that writes JSON ----------------
 # Each pair has one shape: ``x_fields(value)`` is the JSON object, ``x(key, fields)`` reads it
 # back (CorruptRecord naming ``key`` for anything else), and ``x(key, x_fields(v)) == v``.
+
+
 def rejection_fields(r: Rejection) -> dict[str, Any]:
+    """The rejection as a JSON object, the same field names on every store that writes JSON;
+    ``rejection(key, rejection_fields(r)) == r``."""
     return {"job_id": r.job_id, "op": r.op.value, "owner": r.owner, "token": r.token,
             "current_owner": r.current_owner, "current_token": r.current_token, "at": r.at,
             "reason": r.reason, "kind": r.kind.value, "resource": r.resource}
 
 
 def rejection(key: str, d: dict[str, Any]) -> Rejection:
-    """The rejection in ``d``. Also reads etcd's earlier shape ("job" for "job_id", and stubs
+    """The rejection in ``d`` (``rejection_fields``'s object); CorruptRecord naming ``key`` for
+    anything else. Also reads etcd's earlier shape ("job" for "job_id", and stubs
     whose reason was to follow: ``UNKNOWN_REASON``)."""
     try:
         op, kind = Op(d.get("op")), RejectionKind(d.get("kind", RejectionKind.STORE.value))
@@ -343,15 +352,17 @@ def rejection(key: str, d: dict[str, Any]) -> Rejection:
 
 
 def event_fields(e: HistoryEvent) -> dict[str, Any]:
-    """A store that keeps the job id or the token elsewhere (etcd: in the key, and a claim's
-    token is its write's revision) drops or replaces those fields, and puts them back before
-    ``event`` reads them."""
+    """The history event as a JSON object, the same field names on every store that writes
+    JSON; ``event(key, event_fields(e)) == e``. A store that keeps the job id or the token
+    elsewhere (etcd: in the key, and a claim's token is its write's revision) drops or replaces
+    those fields, and puts them back before ``event`` reads them."""
     return {"job_id": e.job_id, "op": e.op.value, "owner": e.owner, "token": e.token, "at": e.at,
             "expires_at": e.expires_at}
 
 
 def event(key: str, d: dict[str, Any]) -> HistoryEvent:
-    """The history event in ``d``."""
+    """The history event in ``d`` (``event_fields``'s object); CorruptRecord naming ``key`` for
+    anything else."""
     try:
         op = Op(d.get("op"))
     except ValueError:

@@ -74,7 +74,17 @@ class Queued(NamedTuple):
 
 @dataclass(frozen=True)
 class Tolerance:
-    """How a store's claim_next may depart from the rule (this module's docstring)."""
+    """How a store's claim_next may depart from its rule (expired leases first, soonest end
+    first, then pending jobs in the order they became claimable: ``Transaction.next_claimables``),
+    declared as ``Characteristics.claim_order``; the conformance suite checks exactly what is
+    declared. ``EXACT`` (the default) departs in nothing.
+
+    - ``spread``: claimers start at one of the first 4 queued jobs at random, the places passed
+      over taken last, so concurrent callers do not all race for one job (an optimistic store;
+      ``ordered(..., spread=True)`` does it; ``OPTIMISTIC`` declares it). Expired leases are not
+      spread.
+    - ``expired_by_claim``: expired leases are taken in the order of their claims, not of their
+      ends, for a store that sees a lease ended but not when (etcd)."""
 
     spread: bool = False
     expired_by_claim: bool = False

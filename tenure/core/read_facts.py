@@ -72,13 +72,11 @@ Loaded = JobRecord | Vanished | OtherClock | EndedEarly | None  # what a store's
 RESTAMP = Op.RENEW
 
 
-def seen(loaded: Loaded, op: Op, now: float, lease: Lease | None = None,
-         injected: Clock | None = None) -> JobRecord | None:
-    """The record a step that will ``op`` the job decides on at ``now``; ``lease``: the
-    caller's (renew, complete, release, fail); ``injected``: the clock its deadline is on, if a
-    caller gave one to ``connect`` (``Transaction.injected``)."""
+def seen(loaded: Loaded, op: Op, now: float) -> JobRecord | None:
+    """The record a step that will ``op`` the job decides on at ``now``, when the step holds no
+    lease of it (a holder's step asks ``ended_early`` of an ``EndedEarly``)."""
     if isinstance(loaded, EndedEarly):
-        return _ended_early(loaded, now, lease, injected)
+        return ended_early(loaded, now, None, None)
     if isinstance(loaded, Vanished):
         if not loaded.generation:
             return None  # never claimed: nothing to go on from
@@ -96,7 +94,12 @@ def seen(loaded: Loaded, op: Op, now: float, lease: Lease | None = None,
     return loaded
 
 
-def _ended_early(loaded: EndedEarly, now: float, lease: Lease | None, injected: Clock | None) -> JobRecord:
+def ended_early(loaded: EndedEarly, now: float, lease: Lease | None, injected: Clock | None) -> JobRecord:
+    """The record a step decides on at ``now`` of a lease the store ended: ``lease``, the step's
+    own (renew, complete, release, fail) or None; ``injected``, the clock its deadline is on if a
+    caller gave one to ``connect`` (``Transaction.injected``; None: the machine's own, whose
+    deadlines vouch). No defaults: a holder's step that left ``injected`` out would trust a test
+    clock's deadline."""
     rec = loaded.record
     if lease is not None:
         if rec.token == lease.token and rec.owner == lease.owner and deadline_runs(lease.deadline, injected):

@@ -58,10 +58,11 @@ class Transaction(abc.ABC):
         to be new (etcd too with a pooled etcd lease at hand, and a submitted one), ZooKeeper
         answers a holder from the record this process wrote while the lease's safe deadline
         runs (``clock.deadline_runs``), etcd from the lease itself (its commit compares the
-        keys the lease implies). A store reports what else it found as a fact
-        (``read_facts``: no record but a generation, a record an earlier clock stamped, a lease
-        the store ended early); the step decides what record that is, and what its commit
-        writes."""
+        keys the lease implies). A backend outside tenure returns a ``JobRecord`` or None;
+        tenure's own stores may also report a fact (no record but a generation, a record an
+        earlier clock stamped, a lease the store ended early: ``tenure.core.read_facts``, not
+        part of the backend contract), and the step decides what record that is, and what its
+        commit writes."""
 
     def preload(self, job_ids: list[str]) -> None:  # noqa: B027 - nothing to do is the default
         """The step will load all of ``job_ids`` (submit_many, a batch of leases): a store may
@@ -71,32 +72,33 @@ class Transaction(abc.ABC):
     @abc.abstractmethod
     def next_claimables(self, n: int) -> list[str]:
         """Up to ``n`` different jobs ``claim_next`` should take at ``now``, best first, by
-        ``tenure.core.order``'s rule (written there once): an expired lease first (soonest end
-        first, then job id), then the pending job that became claimable first (a delayed or
-        failed job queues at its ``claimable_at``, a released one from its release; at one
-        time, in the order queued); [] if nothing. Never a completed, parked, scheduled or
-        corrupt record, nor one ``transitions.is_next`` refuses; ``transitions.candidate_at``
-        is what an index of candidates keeps. A store reads its index as keys
-        (``order.Expired``, ``order.Queued``) and takes its candidates from ``order.ordered``,
-        which also spreads an optimistic store's claimers; where it cannot keep the rule it
-        declares how (``Characteristics.claim_order``). A store may give one at a time; one
-        whose backend declares ``CLAIMS_IN_BATCHES`` gives up to ``n``."""
+        claim_next's rule (written once, in ``tenure.core.order``): an expired lease first
+        (soonest end first, then job id), then the pending job that became claimable first (a
+        delayed or failed job queues at its ``claimable_at``, a released one from its release;
+        at one time, in the order queued); [] if nothing. Never a completed, parked, scheduled
+        or corrupt record, nor one ``is_next`` refuses; ``candidate_at`` is what an index of
+        candidates keeps. A store reads its index as keys (``Expired``, ``Queued``) and takes
+        its candidates from ``ordered``, which also spreads an optimistic store's claimers;
+        where it cannot keep the rule it declares how (``Characteristics.claim_order``). (Those
+        four are ``tenure.backend``'s.) A store may give one at a time; one whose backend
+        declares ``CLAIMS_IN_BATCHES`` gives up to ``n``."""
 
     def passed_over(self) -> list[Loaded]:
-        """What finding claimable jobs (``next_claimables``) read and passed over as
-        ``read_facts`` judges it, for a write it calls for (a lease an earlier clock stamped:
-        the step's commit re-stamps it). This default: nothing."""
+        """What finding claimable jobs (``next_claimables``) read and passed over that calls
+        for a write (tenure's ZooKeeper store: a lease an earlier leader's clock stamped, which
+        the step's commit re-stamps; ``tenure.core.read_facts``). This default, nothing, is
+        right for any store whose ``load`` returns only records: leave it."""
         return []
 
     # -- one commit, carrying the operation --------------------------------------------------
     @abc.abstractmethod
     def save(self, record: JobRecord, op: Op, event: HistoryEvent | None) -> None:
         """Write ``record``, the change ``op`` made (seen by later ``load``s of this
-        transaction), and ``event``, its history entry (None for a re-stamp:
-        ``read_facts.RESTAMP``, which nobody asked for), in the step's commit. A store whose
-        writes differ by operation (etcd: a release writes its outcome, a fail rewrites the
-        job) takes them from ``op``, never from comparing records. A renewal's event
-        (``transitions.replaced`` names its claim) replaces the claim's earlier renewal event."""
+        transaction), and ``event``, its history entry (None only for a re-stamp, which nobody
+        asked for: see ``passed_over``), in the step's commit. A store whose writes differ by
+        operation (etcd: a release writes its outcome, a fail rewrites the job) takes them from
+        ``op``, never from comparing records. A renewal's event (``replaced`` names its claim)
+        replaces the claim's earlier renewal event."""
 
     @abc.abstractmethod
     def add_rejection(self, rejection: Rejection) -> None:

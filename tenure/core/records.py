@@ -141,8 +141,12 @@ STORED_STATES = (JobState.PENDING, JobState.LEASED, JobState.COMPLETED, JobState
 
 @dataclass(frozen=True)
 class JobRecord:
-    """A job as a store keeps it; ``transitions`` moves it from state to state. "Expired" is
-    never stored: it is a leased record whose ``lease_until`` has passed by store time."""
+    """A job as a store keeps it (the core's steps move it from state to state; a backend
+    stores and reads it back, with ``job_record``). "Expired" is never stored: it is a leased
+    record whose ``lease_until`` has passed by store time; nor is "scheduled" (a pending record
+    whose ``claimable_at`` is still to come). ``ended_early``: a lease the store ended
+    before its holder must have stopped (``Transaction.load``); a store that cannot end leases
+    (a locking store) never sets it."""
 
     job_id: str
     state: JobState  # one of STORED_STATES

@@ -245,7 +245,7 @@ def _read(tx: Transaction, job_id: str, op: Op, lease: Lease | None = None) -> t
     if loaded is None or isinstance(loaded, JobRecord):
         return loaded, False  # a record as read: nothing to decide (the common case, kept short)
     if isinstance(loaded, read_facts.EndedEarly):  # the holder's deadline decides: on which clock
-        return read_facts.seen(loaded, op, tx.now, lease, tx.injected), False
+        return read_facts.ended_early(loaded, tx.now, lease, tx.injected), False
     write = read_facts.restamped(loaded, op, tx.now)
     if write is not None:
         tx.save(write, read_facts.RESTAMP, None)

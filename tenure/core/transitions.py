@@ -138,6 +138,8 @@ def shown_times(stored: JobState, state: JobState, lease_until: float | None, cl
 
 
 def status(rec: JobRecord, now: float) -> JobStatus:
+    """The record as callers see it at the store's ``now``: a lease that ran out shows as
+    expired, a job delayed past ``now`` as scheduled, one out of attempts as parked."""
     state = judged(rec, now)
     claimable_at, parked_at = shown_times(rec.state, state, rec.lease_until, rec.claimable_at, rec.failed_at)
     return JobStatus(

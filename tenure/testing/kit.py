@@ -27,7 +27,22 @@ CorruptHook = Callable[[tenure.Store, str], None]
 
 class Tampering(str, enum.Enum):
     """How a record written by something else (a migration, a bad restore, a person) differs
-    from one tenure writes: what ``plant_raw_record`` plants."""
+    from one tenure writes: what ``plant_raw_record`` plants.
+
+    - ``UNREADABLE``: the stored value is no record at all (not JSON, a JSON array ...).
+    - ``BINARY_ID``: the job id is stored as bytes, not text (a store whose keys are text
+      cannot hold it: the hook returns False).
+    - ``UNDECODABLE_ID``: the job id is stored as text, but its bytes are not UTF-8 (a store
+      that names jobs with ``encode_job_id``: a name whose base64 decodes to bytes that are not
+      UTF-8).
+    - ``NEWLINE_ID``: the job id is text no caller may give: ``job_id``, a newline, "x".
+    - ``TOP_TOKEN``: the token is 2**63 - 1, above any a claim issues.
+    - ``LAST_TOKEN``: the token is 2**63 - 2, the last a claim issues: readable, but no claim
+      can follow.
+
+    For the id kinds the planted job is the only one besides the test's own, and its listing
+    must show the id escaped (``corrupt_status`` does that with the id as stored).
+    """
 
     UNREADABLE = "unreadable"  # the stored value is no record at all
     BINARY_ID = "binary-id"  # the job id is stored as bytes, not text

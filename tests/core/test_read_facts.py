@@ -49,22 +49,21 @@ def test_a_lease_the_store_ended_early_is_live_for_its_holder_while_its_deadline
     runs = boot_clock() + 60.0  # a deadline a minute ahead on the machine's clock: no sleep
     holder = Lease("j", "a", 3, expires_at=104.0, ttl=5.0, deadline=runs)
 
-    live = read_facts.seen(ended, Op.RENEW, 100.0, holder, None)
+    live = read_facts.ended_early(ended, 100.0, holder, None)
     assert live == dataclasses.replace(stored, lease_until=100.0 + 1e-3) and not live.ended_early
     assert transitions.check(live, holder, 100.0) is None  # renewed, and so restored
     assert [r.getMessage() for r in caplog.records] == [
         "the store ended the lease of 'j' (token 3) early; restoring it"]
 
     manual = ManualClock()  # the deadline is on the clock a test gave connect: it vouches for nothing
-    for op in (Op.RENEW, Op.COMPLETE, Op.RELEASE, Op.FAIL):
-        assert read_facts.seen(ended, op, 100.0, holder, manual) is stored
+    assert read_facts.ended_early(ended, 100.0, holder, manual) is stored  # any holder's step alike
     assert transitions.check(stored, holder, 100.0) is transitions.Reason.EXPIRED
     passed = dataclasses.replace(holder, deadline=boot_clock() - 1.0)
     unbounded = dataclasses.replace(holder, deadline=float("inf"))
     other = Lease("j", "b", 3, expires_at=104.0, ttl=5.0, deadline=runs)
     earlier = Lease("j", "a", 2, expires_at=104.0, ttl=5.0, deadline=runs)
     for lease in (passed, unbounded, other, earlier):
-        assert read_facts.seen(ended, Op.RENEW, 100.0, lease, None) is stored
+        assert read_facts.ended_early(ended, 100.0, lease, None) is stored
     assert len(caplog.records) == 1  # only the restore is logged
 
     waiting = read_facts.seen(ended, Op.CLAIM, 100.0)  # a claim (or force_expire, submit) waits it out

@@ -3,7 +3,6 @@ that docs/tested-with.md and the README say what it does. The matrix itself is n
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
 from pathlib import Path
@@ -67,7 +66,7 @@ def test_the_readme_documents_the_matrix_after_its_first_two_commands() -> None:
     assert readme.index("```sh") < readme.index("## Development")  # the opening two come first
 
 
-def test_the_harness_looks_for_newer_servers_where_the_servers_script_unpacks_them(monkeypatch: Any) -> None:
+def test_the_harness_looks_for_newer_servers_where_the_servers_script_unpacks_them() -> None:
     # scripts/servers.sh unpacks into the checkout's .servers/ (its CACHE, relative to the root);
     # the harness moved from tests/ to devservers/ once and kept looking one directory higher.
     from devservers import versions
@@ -77,9 +76,6 @@ def test_the_harness_looks_for_newer_servers_where_the_servers_script_unpacks_th
     assert 'cd "$(dirname "$0")/.."' in script
     assert Path(__file__).resolve().parents[2] == versions.ROOT
     assert (versions.ROOT / "pyproject.toml").is_file()
-    monkeypatch.delenv("TENURE_SERVERS_DIR", raising=False)
-    try:
-        assert importlib.reload(versions).CACHE == versions.ROOT / ".servers"
-    finally:
-        monkeypatch.undo()
-        importlib.reload(versions)
+    assert versions.cache_dir({}) == versions.ROOT / ".servers"
+    assert versions.cache_dir({"TENURE_SERVERS_DIR": "elsewhere"}) == versions.ROOT / "elsewhere"  # as the script
+    assert versions.cache_dir({"TENURE_SERVERS_DIR": "/abs"}) == Path("/abs")

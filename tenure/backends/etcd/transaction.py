@@ -202,7 +202,7 @@ class EtcdTransaction(Transaction):
         self._claiming = self.context.claiming
         self._carried: dict[str, Read] = {}  # a retry's reads: the last failure branch's
         self._reads: dict[str, Read] = {}  # every job loaded, in order: the failure branch reads them
-        self._loaded: dict[str, JobRecord | None] = {}  # what each load answered
+        self._loaded: dict[str, JobRecord | None] = {}  # each job's record as read (a fact's record unwrapped)
         self._compares: list[Any] = []
         self._saved: dict[str, tuple[JobRecord, Op]] = {}  # what each job's change writes, by which operation
         self._events: list[HistoryEvent] = []
