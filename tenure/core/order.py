@@ -34,6 +34,11 @@ suite checks exactly that:
   queued up to 10 s later through another client, and orders separate writes in one
   millisecond by entry name; etcd orders its queue by the queuing client's clock (a client
   whose clock is behind queues that much earlier), and separate writes in one µs by key.
+- Not declared, as no caller can tell it from a lease that ended a moment later: etcd's
+  claim_next, on an attempt after a lost race, takes the leases from its attempt before when
+  read under ``claimable.LEASED_REUSED_FOR`` (0.5 s) ago, so a lease that ended in between
+  (etcd deleted its key, or ``force_expire`` did) waits for the next call, as one that ends
+  just after any read does.
 """
 
 from __future__ import annotations

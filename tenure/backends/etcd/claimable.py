@@ -44,9 +44,10 @@ AHEAD = 8
 # read (``Leased``) instead of reading them again. etcd walks every key of a section to answer a
 # range of it, deleted ones too until a compaction (an hour of them, as operators run it):
 # held/ and lease/ hold a deleted key for every lease ended, so their read grows with every job
-# done, 2.4 times a claimed job at 16 claimers (docs/performance.md). A lease etcd ends
-# meanwhile is no later than etcd's own sighting is: it deletes a lease key up to a second after
-# its TTL (``transaction.EXPIRY_GRACE``).
+# done, 2.4 times a claimed job at 16 claimers (docs/performance.md). A departure from claim_next's
+# order, declared as one (``order``, docs/protocol.md): a lease that ended in those 0.5 s (etcd
+# deleted its key, or ``force_expire`` did) is not seen by the retry, which may take a pending
+# job first; the next claim_next reads the leases afresh.
 LEASED_REUSED_FOR = 0.5
 
 
@@ -74,9 +75,11 @@ def first_claimable(k: Keys, leases: EtcdLeases, queue: QueueCursor, take: Calla
     order, and gives back what it makes of the first it takes (it reads their keys in one
     request). Its reads, and ``take``'s, are yielded (``client.EtcdIo``)."""
     first = index(k, queue, now, leased)
-    read = first, (yield ec.Txn([], first.reads, [], retry=True)).ranges
+    read = answered(first, (yield ec.Txn([], first.reads, [], retry=True)).ranges)
     found = yield from claimables(k, leases, queue, lambda job_ids: _first(take, job_ids), now, 1, read, AHEAD - 1)
-    return (found[0] if found else None), first.leased or _leased(read[1], boot_clock())
+    leased = read[0].leased
+    assert leased is not None  # ``answered`` sets it
+    return (found[0] if found else None), leased
 
 
 def _first(take: Callable[[list[str]], EtcdIo[T | None]], job_ids: list[str]) -> EtcdIo[list[T]]:
@@ -109,12 +112,18 @@ def index(k: Keys, queue: QueueCursor, now: float, leased: Leased | None = None)
                                ec.get(*k.span("last"), keys_only=True), *pending])
 
 
-def _leased(answer: list[list[KV]], seen: float) -> Leased:
-    held, live, last = answer[:3]
-    return Leased(held, live, last, seen)
+Read = tuple[Index, list[list[KV]]]  # an index read with its leases (``Index.leased``), and its pending pages
 
 
-Read = tuple[Index, list[list[KV]]]  # an index read, and its answer
+def answered(first: Index, ranges: list[list[KV]]) -> Read:
+    """``first``'s read with the answer ``ranges``, called as the answer comes: the leases read
+    (or those ``first`` carried) are seen now (a sighting of a lease etcd ended starts its
+    holder's quarantine, and ``LEASED_REUSED_FOR`` counts from it), then the pending pages."""
+    if first.leased is not None:
+        queued, scheduled = ranges
+        return first, [queued, scheduled]
+    held, live, last, queued, scheduled = ranges
+    return dataclasses.replace(first, leased=Leased(held, live, last, boot_clock())), [queued, scheduled]
 
 
 def claimables(k: Keys, leases: EtcdLeases, queue: QueueCursor, take: Callable[[list[str]], EtcdIo[list[T]]],
@@ -146,12 +155,12 @@ def claimables(k: Keys, leases: EtcdLeases, queue: QueueCursor, take: Callable[[
 
     if read is None:
         first = index(k, queue, now)
-        read = first, (yield ec.Txn([], first.reads, [], retry=True)).ranges
-    # (seen: after the answer that showed these leases ended)
-    leased = read[0].leased or _leased(read[1], boot_clock())
+        read = answered(first, (yield ec.Txn([], first.reads, [], retry=True)).ranges)
+    leased = read[0].leased
+    assert leased is not None  # ``answered`` sets it
     window, due = read[0].window, read[0].due
     held, live, last, seen = leased.held, leased.live, leased.last, leased.seen
-    queued, scheduled = read[1][-2:]
+    queued, scheduled = read[1]
     passed = {kv.key[len(k.section("lease")):] for kv in live} | {kv.key[len(k.section("last")):] for kv in last}
     # The oldest claims first: the held key's revision, not the lease's end, which etcd does
     # not say without reading every held job's value (order.Tolerance.expired_by_claim).

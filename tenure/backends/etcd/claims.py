@@ -162,7 +162,7 @@ class Request:
                 leases.append(lease)
         if error is not None and not leases and not raced:
             raise error
-        return Round(leases, more or raced, raced, (index, res.ranges))
+        return Round(leases, more or raced, raced, claimable.answered(index, res.ranges))
 
     def _taking(self, job_ids: list[str]) -> EtcdIo[list[_One]]:
         """Those of the candidates ``job_ids`` claim_next would claim now, their keys read in
