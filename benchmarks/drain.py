@@ -76,22 +76,26 @@ def _done(one: tenure.LeaseError | None) -> bool:
     return one is None or (isinstance(one, tenure.StaleLease) and one.rejection.reason == tenure.Reason.COMPLETED)
 
 
-def _worker(url: str, options: dict[str, Any], n: int, barrier: Any, out: Any) -> None:
-    owner = f"drain-{os.getpid()}"
+def drain_loop(store: tenure.Store, owner: str, n: int) -> int:
+    """A worker's loop: claim ``n`` at a time (n = 1: today's ``claim_next``, else
+    ``claim_next_many``) and complete them, until none is left; the jobs it completed."""
     done = 0
+    while True:
+        if n == 1:  # today's worker loop
+            lease = _retried(lambda: store.claim_next(owner, TTL))
+            leases = [] if lease is None else [lease]
+        else:
+            leases = _retried(lambda: store.claim_next_many(owner, TTL, n))
+        if not leases:
+            return done
+        _complete_all(store, leases)
+        done += len(leases)
+
+
+def _worker(url: str, options: dict[str, Any], n: int, barrier: Any, out: Any) -> None:
     with tenure.connect(url, **options) as store:
         barrier.wait()
-        while True:
-            if n == 1:  # today's worker loop
-                lease = _retried(lambda: store.claim_next(owner, TTL))
-                leases = [] if lease is None else [lease]
-            else:
-                leases = _retried(lambda: store.claim_next_many(owner, TTL, n))
-            if not leases:
-                break
-            _complete_all(store, leases)
-            done += len(leases)
-    out.put(done)
+        out.put(drain_loop(store, f"drain-{os.getpid()}", n))
 
 
 def drain(url: str, options: dict[str, Any], jobs: int, workers: int, n: int) -> float:

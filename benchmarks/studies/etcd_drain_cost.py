@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import tenure
-from benchmarks.drain import SUBMIT_BATCH, TTL, _complete_all, _retried
+from benchmarks.drain import SUBMIT_BATCH, drain_loop
 from tenure.backends.etcd.api import rpc_pb2 as rpc
 
 SECTIONS = ("job", "lease", "end", "queue", "sched", "held", "last", "delay", "history", "rejection")
@@ -131,22 +131,11 @@ class Counted:
 
 
 def _worker(url: str, root: bytes, n: int, barrier: Any, out: Any) -> None:
-    owner = f"drain-{os.getpid()}"
-    done = 0
     counted = Counted(root)
     with tenure.connect(url) as store:
         counted.wrap(store)
         barrier.wait()
-        while True:
-            if n == 1:
-                lease = _retried(lambda: store.claim_next(owner, TTL))
-                leases = [] if lease is None else [lease]
-            else:
-                leases = _retried(lambda: store.claim_next_many(owner, TTL, n))
-            if not leases:
-                break
-            _complete_all(store, leases)
-            done += len(leases)
+        done = drain_loop(store, f"drain-{os.getpid()}", n)
     out.put((done, dict(counted.ranges), dict(counted.rpcs), dict(counted.seconds)))
 
 
