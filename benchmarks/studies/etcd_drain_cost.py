@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import multiprocessing
 import os
 import tempfile
 import threading
@@ -26,6 +25,7 @@ from typing import Any
 
 import tenure
 from benchmarks.drain import SUBMIT_BATCH, drain_loop
+from benchmarks.workloads import in_processes
 from tenure.backends.etcd.api import rpc_pb2 as rpc
 
 SECTIONS = ("job", "lease", "end", "queue", "sched", "held", "last", "delay", "history", "rejection")
@@ -217,19 +217,11 @@ def main() -> int:
                 probe = threading.Thread(target=_probe, args=(endpoint, root, pid, stop, args.every,
                                                               time.perf_counter()))
                 probe.start()
-                ctx = multiprocessing.get_context("spawn")
-                barrier, out = ctx.Barrier(args.workers + 1), ctx.Queue()
-                procs = [ctx.Process(target=_worker, args=(url, root, n, barrier, out)) for _ in range(args.workers)]
-                for p in procs:
-                    p.start()
-                barrier.wait()
-                t0 = time.perf_counter()
-                found = [out.get(timeout=7200) for _ in procs]
-                elapsed = time.perf_counter() - t0
-                for p in procs:
-                    p.join()
-                stop.set()
-                probe.join()
+                try:  # the probe ends with the run, a failed one too
+                    elapsed, found = in_processes(_worker, (url, root, n), args.workers, timeout=7200)
+                finally:
+                    stop.set()
+                    probe.join()
                 cpu = _cpu_seconds(pid) - cpu0
                 done = sum(f[0] for f in found)
                 ranges: collections.Counter[str] = collections.Counter()
