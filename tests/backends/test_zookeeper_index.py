@@ -16,6 +16,7 @@ import tenure
 from tenure.backends.zookeeper import layout as zl
 from tenure.core import contention
 from tenure.core.backend import Backend
+from tenure.core.records import JobRecord, JobState
 from tests.servers.zookeeper import ZooKeeperHarness
 
 
@@ -124,6 +125,45 @@ def test_claim_next_takes_expired_leases_first(zk_harness: ZooKeeperHarness) -> 
         assert [store.claim_next(owner="w", ttl=zk_harness.ttl).job_id for _ in range(2)] == ["p1", "p2"]  # type: ignore[union-attr]
         assert store.claim_next(owner="w", ttl=zk_harness.ttl) is None  # "alive" is held
         _assert_consistent(store)
+
+
+def test_claim_next_reads_a_leased_record_again_once_its_bytes_change(zk_harness: ZooKeeperHarness) -> None:
+    """claim_next keeps the leased jobs' records it decoded (``layout.KnownRecords``): a lease
+    ended since (force_expire), or the job claimed again for a shorter time, is seen at once."""
+    with zk_harness.connect() as store:
+        store.submit("p1")
+        store.claim("forced", owner="a", ttl=zk_harness.ttl)
+        store.complete(store.claim("again", owner="a", ttl=zk_harness.ttl))
+        store.submit("again")
+        long = store.claim("again", owner="a", ttl=zk_harness.ttl)
+        assert store.claim_next(owner="w", ttl=zk_harness.ttl).job_id == "p1"  # type: ignore[union-attr]
+        assert store.claim_next(owner="w", ttl=zk_harness.ttl) is None  # both held: records now known
+        store.force_expire("forced")
+        got = store.claim_next(owner="w", ttl=zk_harness.ttl)
+        assert got is not None and got.job_id == "forced"
+        store.complete(long)
+        store.submit("again")
+        short = store.claim("again", owner="a", ttl=zk_harness.short_ttl)
+        time.sleep(zk_harness.short_ttl + 0.2)  # the store's clock must pass the short lease's end
+        got = store.claim_next(owner="w", ttl=zk_harness.ttl)
+        assert got is not None and got.job_id == "again" and got.token == short.token + 1
+        _assert_consistent(store)
+
+
+def test_known_records_answer_only_for_the_bytes_they_were_read_from() -> None:
+    layout = zl.Layout("/t")
+    known = zl.KnownRecords(limit=2)
+    record = JobRecord(job_id="j", state=JobState.PENDING, submitted_at=1.0)
+    path = f"{layout.jobs}/{zl.encode('j')}"
+    first = zl.dump_record(record, epoch=1)
+    [(job_id, rec, _, _)] = known.readable(layout.jobs, [(path, first, 0)])
+    assert job_id == "j" and rec == record
+    again = next(known.readable(layout.jobs, [(path, first, 1)]))[1]
+    assert again is rec  # the same bytes: the record decoded before
+    later = dataclasses.replace(record, submitted_at=2.0)
+    changed = next(known.readable(layout.jobs, [(path, zl.dump_record(later, epoch=1), 2)]))[1]
+    assert changed == later
+    assert list(known.readable(layout.jobs, [(path, b"{", 3)])) == []  # corrupt: skipped, as readable does
 
 
 def test_buckets_roll_over_and_empty_ones_are_removed(zk_harness: ZooKeeperHarness,

@@ -161,18 +161,22 @@ def claimables(k: Keys, leases: EtcdLeases, queue: QueueCursor, take: Callable[[
     window, due = read[0].window, read[0].due
     held, live, last, seen = leased.held, leased.live, leased.last, leased.seen
     queued, scheduled = read[1]
-    passed = {kv.key[len(k.section("lease")):] for kv in live} | {kv.key[len(k.section("last")):] for kv in last}
+    # Job parts of the keys (each section's length taken once: a read holds every lease).
+    at_lease, at_last, at_held = len(k.section("lease")), len(k.section("last")), len(k.section("held"))
+    passed = {kv.key[at_lease:] for kv in live}
+    passed.update(kv.key[at_last:] for kv in last)
     # The oldest claims first: the held key's revision, not the lease's end, which etcd does
     # not say without reading every held job's value (order.Tolerance.expired_by_claim).
-    for kv in sorted(held, key=lambda kv: kv.mod_revision):
-        if kv.key[len(k.section("held")):] not in passed:
-            try:
-                job_id = k.job_id(kv.key, "held")
-            except CorruptRecord:  # listed as corrupt by jobs(), skipped here
-                continue
-            leases.ended(job_id, kv.mod_revision, seen)  # a sighting starts the quarantine
-            if not leases.waiting_out(job_id, kv.mod_revision) and (yield from offer(job_id)):
-                return taken
+    ended = [kv for kv in held if kv.key[at_held:] not in passed]  # sorted after: few, where held are many
+    ended.sort(key=_claimed_at)
+    for kv in ended:
+        try:
+            job_id = k.job_id(kv.key, "held")
+        except CorruptRecord:  # listed as corrupt by jobs(), skipped here
+            continue
+        leases.ended(job_id, kv.mod_revision, seen)  # a sighting starts the quarantine
+        if not leases.waiting_out(job_id, kv.mod_revision) and (yield from offer(job_id)):
+            return taken
     # With ``ahead``, the candidates offered are read before the indexes are read on (for
     # claim_next: a round trip no more than one by one, when the first is claimable).
     if ahead and not queued and (yield from flush()):  # the window was empty: read on for more
@@ -194,6 +198,10 @@ def claimables(k: Keys, leases: EtcdLeases, queue: QueueCursor, take: Callable[[
     if chunk:
         taken.extend((yield from take(chunk)))
     return taken
+
+
+def _claimed_at(kv: KV) -> int:
+    return kv.mod_revision
 
 
 def _queued_ids(k: Keys, queued: list[KV], scheduled: list[KV]) -> list[str]:

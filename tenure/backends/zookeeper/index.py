@@ -118,6 +118,7 @@ class Index:
         self._front: list[str] = []  # claim_next's buckets, oldest first, possibly stale
         self._later: dict[str, int] = {}  # this client's scheduled buckets (committed): entries put
         self._listed_later: list[str] = []  # scheduled/'s buckets as claim_next last listed them
+        self._leased = zl.KnownRecords()  # the leased jobs' records claim_next read, decoded
 
     # -- writing ---------------------------------------------------------------------------------
     def probe(self) -> ZkIo[tuple[str | None, Answer[ZnodeStat | None] | None]]:
@@ -250,7 +251,7 @@ class Index:
         ends: list[order.Expired] = []
         with mapped_errors("reading leased jobs"):
             read = yield from reading_many(self._session.client, [f"{self.layout.jobs}/{n}" for n in names])
-            for job_id, rec, data, version in zl.readable(self.layout.jobs, read):  # never proposes the rest
+            for job_id, rec, data, version in self._leased.readable(self.layout.jobs, read):  # never proposes the rest
                 if home(rec) != "leased":
                     self.tidy(self.layout.leased_entry(job_id), self.layout.job(job_id), version)
                 elif transitions.is_claimable(rec, now):
