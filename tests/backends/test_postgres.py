@@ -380,6 +380,35 @@ def test_a_jobs_history_reads_its_index_under_a_generic_plan(pg: PostgresHarness
         assert [e.job_id for e in store.history("h00042")] == ["h00042"]
 
 
+def test_claim_next_planned_on_a_small_table_reads_indexes_as_it_grows(pg: PostgresHarness) -> None:
+    # A generic plan made while the table was small (130 rows here; a plan made at a few rows
+    # scans them, as it should) stays while it grows, until an ANALYZE:
+    # claim_next's must reach overdue leases through jobs_leased's bound on the store's time
+    # (a plan that read the whole index took 10 ms at 10,000 held leases) and update the row
+    # it picked through the primary key (a plan that scanned the table took 1.4 ms more).
+    with pg.connect() as store:
+        store.submit_many([f"held{i:03d}" for i in range(100)])
+        store.claim_next_many(owner="w", ttl=600.0, n=100)
+        store.submit_many([f"pending{i:02d}" for i in range(30)])
+        backend: Any = store.backend
+        found = statement(backend.statements["CLAIM_NEXT"])
+        text = found.text.decode() if isinstance(found.text, bytes) else found.text
+        types = {"owner": "text", "ttl": "float8", "channel": "text"}
+        with backend.pool.connection() as conn:
+            conn.execute(f"PREPARE claim_next_small({', '.join(types[n] for n in found.names)}) AS {text}")
+            conn.execute("SET plan_cache_mode = force_generic_plan")
+            try:
+                args = ", ".join({"owner": "'w'", "ttl": "30", "channel": "''"}[n] for n in found.names)
+                plan = "\n".join(row[0] for row in conn.execute(f"EXPLAIN EXECUTE claim_next_small({args})"))
+            finally:
+                conn.execute("DEALLOCATE claim_next_small")
+                conn.execute("RESET plan_cache_mode")
+                conn.rollback()
+        leased = plan.split("jobs_leased", 1)[1].split("->", 1)[0]
+        assert "Index Cond: (lease_until <=" in leased, plan
+        assert "jobs_pkey" in plan and "Seq Scan on jobs" not in plan, plan
+
+
 def test_statements_in_postgresqls_form_answer_as_psycopgs_own_conversion(pg: PostgresHarness) -> None:
     # The backend runs its statements through raw cursors, converted once (ops.statement): a
     # name used twice is one parameter, %% is a %, and the answer is psycopg's for the same text.

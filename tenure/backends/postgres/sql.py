@@ -154,13 +154,18 @@ SELECT 'refused', c.*, NULL FROM (
 # them (as many as the overdue left room for), each its own claim: its own token, attempt and
 # history event; the rows come back in that order. claim_next keeps LIMIT 1 and NOT EXISTS:
 # a plan for one row, whatever the table's size.
+# The store's time is compared as a scalar subquery and claim_next's pick is LIMIT 1, so that
+# a plan cached while the table was small (psycopg prepares; PostgreSQL may keep one generic
+# plan until the next ANALYZE) still reads jobs_leased from that bound and updates the row
+# through the primary key: with ``clock`` joined, a plan made at 130 rows read all of
+# jobs_leased and scanned the table, 10 ms a claim_next at 10,000 held leases.
 def _claim_next(many: bool) -> str:
     n, room = ("%(n)s", "%(n)s - (SELECT count(*) FROM overdue)") if many else ("1", "1")
     return f"""
 WITH {_CLOCK},
 overdue AS MATERIALIZED (
-  SELECT j.job_id, j.lease_until FROM {{s}}.jobs j, clock
-  WHERE j.state = 'leased' AND {attempt_left('j')} AND j.lease_until <= clock.now AND {_next('j')}
+  SELECT j.job_id, j.lease_until FROM {{s}}.jobs j
+  WHERE j.state = 'leased' AND {attempt_left('j')} AND j.lease_until <= (SELECT now FROM clock) AND {_next('j')}
   ORDER BY j.lease_until, j.job_id LIMIT {n} FOR UPDATE OF j SKIP LOCKED),
 waiting AS MATERIALIZED (
   SELECT j.job_id, j.queued_at, j.queued FROM {{s}}.jobs j
@@ -169,7 +174,7 @@ waiting AS MATERIALIZED (
     {"" if many else "AND NOT EXISTS (SELECT 1 FROM overdue)"}
   ORDER BY j.queued_at, j.queued LIMIT {room} FOR UPDATE OF j SKIP LOCKED),
 pick AS (SELECT job_id, 0 AS part, lease_until AS at, 0::bigint AS queued FROM overdue
-         UNION ALL SELECT job_id, 1, queued_at, queued FROM waiting),
+         UNION ALL SELECT job_id, 1, queued_at, queued FROM waiting{"" if many else " LIMIT 1"}),
 won AS (
   UPDATE {{s}}.jobs j SET state = 'leased', owner = %(owner)s, token = j.token + 1,
     lease_until = clock.now + %(ttl)s, ttl = %(ttl)s, claimed_at = clock.now, renewed_at = NULL,
