@@ -156,14 +156,14 @@ def test_known_records_answer_only_for_the_bytes_they_were_read_from() -> None:
     record = JobRecord(job_id="j", state=JobState.PENDING, submitted_at=1.0)
     path = f"{layout.jobs}/{zl.encode('j')}"
     first = zl.dump_record(record, epoch=1)
-    [(job_id, rec, _, _)] = known.readable(layout.jobs, [(path, first, 0)])
+    [(job_id, rec, _, _)] = zl.readable(layout.jobs, [(path, first, 0)], known)
     assert job_id == "j" and rec == record
-    again = next(known.readable(layout.jobs, [(path, first, 1)]))[1]
+    again = next(zl.readable(layout.jobs, [(path, first, 1)], known))[1]
     assert again is rec  # the same bytes: the record decoded before
     later = dataclasses.replace(record, submitted_at=2.0)
-    changed = next(known.readable(layout.jobs, [(path, zl.dump_record(later, epoch=1), 2)]))[1]
+    changed = next(zl.readable(layout.jobs, [(path, zl.dump_record(later, epoch=1), 2)], known))[1]
     assert changed == later
-    assert list(known.readable(layout.jobs, [(path, b"{", 3)])) == []  # corrupt: skipped, as readable does
+    assert list(zl.readable(layout.jobs, [(path, b"{", 3)], known)) == []  # corrupt: skipped, as readable does
 
 
 def test_buckets_roll_over_and_empty_ones_are_removed(zk_harness: ZooKeeperHarness,

@@ -251,7 +251,8 @@ class Index:
         ends: list[order.Expired] = []
         with mapped_errors("reading leased jobs"):
             read = yield from reading_many(self._session.client, [f"{self.layout.jobs}/{n}" for n in names])
-            for job_id, rec, data, version in self._leased.readable(self.layout.jobs, read):  # never proposes the rest
+            # Never proposes what it cannot read.
+            for job_id, rec, data, version in zl.readable(self.layout.jobs, read, self._leased):
                 if home(rec) != "leased":
                     self.tidy(self.layout.leased_entry(job_id), self.layout.job(job_id), version)
                 elif transitions.is_claimable(rec, now):

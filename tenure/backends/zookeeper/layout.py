@@ -288,17 +288,18 @@ def load_record(data: bytes, key: str, job_id: str) -> JobRecord:
 Readable = tuple[str, JobRecord, bytes, int]  # (job id, record, data, version)
 
 
-def readable(jobs: str, found: Iterable[tuple[str, bytes, int]]) -> Iterator[Readable]:
+def readable(jobs: str, found: Iterable[tuple[str, bytes, int]],
+             known: KnownRecords | None = None) -> Iterator[Readable]:
     """(job id, record, data, version) of each (path, data, version) read under ``jobs`` that
-    tenure wrote; the rest is skipped here (a listing shows it as corrupt)."""
+    tenure wrote; the rest is skipped here (a listing shows it as corrupt). ``known``: records
+    decoded before, answered from where their bytes are unchanged."""
     prefix = len(jobs) + 1
     for path, data, version in found:
         try:
-            job_id = decode(path[prefix:])
-            rec = load_record(data, path, job_id)
+            rec = load_record(data, path, decode(path[prefix:])) if known is None else known.record(path, data, prefix)
         except (CorruptRecord, ValueError):
             continue
-        yield job_id, rec, data, version
+        yield rec.job_id, rec, data, version  # the record's job id is its znode's (``_fields``)
 
 
 KNOWN_RECORDS = 16_384  # leased jobs' records claim_next keeps decoded (``KnownRecords``)
@@ -317,20 +318,15 @@ class KnownRecords:
     def __init__(self, limit: int = KNOWN_RECORDS) -> None:
         self._known: Bounded[str, tuple[bytes, JobRecord]] = Bounded(limit)
 
-    def readable(self, jobs: str, found: Iterable[tuple[str, bytes, int]]) -> Iterator[Readable]:
-        """``readable``'s answer, from the records known where their bytes are unchanged."""
-        prefix = len(jobs) + 1
-        for path, data, version in found:
-            known = self._known.get(path, refresh=True)
-            if known is not None and known[0] == data:
-                rec = known[1]
-            else:
-                try:
-                    rec = load_record(data, path, decode(path[prefix:]))
-                except (CorruptRecord, ValueError):
-                    continue  # not kept: a listing shows it as corrupt
-                self._known.put(path, (data, rec), refresh=True)
-            yield rec.job_id, rec, data, version
+    def record(self, path: str, data: bytes, prefix: int) -> JobRecord:
+        """The record in ``data``, read at ``path`` (its job id from ``prefix`` on); CorruptRecord
+        or ValueError as ``load_record`` and ``decode`` raise them (a corrupt one is not kept)."""
+        known = self._known.get(path, refresh=True)
+        if known is not None and known[0] == data:
+            return known[1]
+        rec = load_record(data, path, decode(path[prefix:]))
+        self._known.put(path, (data, rec), refresh=True)
+        return rec
 
 
 def read_job(data: bytes, key: str, job_id: str) -> tuple[JobRecord, int | None, str | None]:
