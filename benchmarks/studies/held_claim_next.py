@@ -5,12 +5,13 @@
 
 Issue 29 asks for ten thousand leases held by one process; a worker that holds them and still
 claims more (long jobs, partition ownership) asks claim_next to find an expired lease among
-them. etcd and ZooKeeper find which leases ended by reading every held one (etcd the ``held/``
-and ``lease/`` keys, ZooKeeper every leased job's record), so a claim_next grows with the
+them. etcd and ZooKeeper find which leases ended by reading every held one (etcd the ``held/``,
+``lease/`` and ``last/`` keys, ZooKeeper every leased job's record), so a claim_next grows with the
 leases held; PostgreSQL and SQLite read an index by expiry. One process holds ``--held`` leases
 (TTL 600 s, claimed with claim_next_many, cumulatively: 100, then 900 more, ...), then times
 ``--cycles`` claim_next + complete of pending jobs: the median wall time and the calling
-thread's CPU per cycle. Private servers, as ``benchmarks.call_trace`` starts them.
+thread's CPU per cycle. Servers as ``benchmarks.call_trace`` starts them: private etcd and
+ZooKeeper nodes, a fresh schema on the machine's PostgreSQL, a file for SQLite.
 """
 
 from __future__ import annotations

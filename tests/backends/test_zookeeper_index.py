@@ -152,18 +152,26 @@ def test_claim_next_reads_a_leased_record_again_once_its_bytes_change(zk_harness
 
 def test_known_records_answer_only_for_the_bytes_they_were_read_from() -> None:
     layout = zl.Layout("/t")
-    known = zl.KnownRecords(limit=2)
+    known = zl.KnownRecords()
     record = JobRecord(job_id="j", state=JobState.PENDING, submitted_at=1.0)
-    path = f"{layout.jobs}/{zl.encode('j')}"
-    first = zl.dump_record(record, epoch=1)
-    [(job_id, rec, _, _)] = zl.readable(layout.jobs, [(path, first, 0)], known)
-    assert job_id == "j" and rec == record
-    again = next(zl.readable(layout.jobs, [(path, first, 1)], known))[1]
-    assert again is rec  # the same bytes: the record decoded before
     later = dataclasses.replace(record, submitted_at=2.0)
-    changed = next(zl.readable(layout.jobs, [(path, zl.dump_record(later, epoch=1), 2)], known))[1]
-    assert changed == later
-    assert list(zl.readable(layout.jobs, [(path, b"{", 3)], known)) == []  # corrupt: skipped, as readable does
+    path, other = f"{layout.jobs}/{zl.encode('j')}", f"{layout.jobs}/{zl.encode('k')}"
+    first, second = zl.dump_record(record, epoch=1), zl.dump_record(later, epoch=1)
+
+    def read(*found: tuple[str, bytes, int]) -> list[JobRecord]:
+        records = [rec for _, rec, _, _ in zl.readable(layout.jobs, list(found), known)]
+        known.settle()  # as claim_next does after each read of the leased jobs
+        return records
+
+    [rec] = read((path, first, 0))
+    assert rec == record
+    assert read((path, first, 1))[0] is rec  # the same bytes: the record decoded before
+    [changed] = read((path, second, 2))
+    assert changed == later  # other bytes: decoded
+    assert read((path, second, 3))[0] is changed
+    assert read((other, zl.dump_record(dataclasses.replace(record, job_id="k"), epoch=1), 0))[0].job_id == "k"
+    assert read((path, second, 4))[0] is not changed  # not read by the call before: forgotten
+    assert read((path, b"{", 5)) == []  # corrupt: skipped, as readable does
 
 
 def test_buckets_roll_over_and_empty_ones_are_removed(zk_harness: ZooKeeperHarness,

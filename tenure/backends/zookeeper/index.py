@@ -258,6 +258,7 @@ class Index:
                 elif transitions.is_claimable(rec, now):
                     found[job_id] = data, version
                     ends.append(order.Expired(rec.lease_until or 0.0, job_id))
+            self._leased.settle()
         # An entry without a job znode (deleted by hand) is skipped, never tidied here.
         return [(job_id, *found[job_id]) for job_id in order.job_ids(order.ordered(sorted(ends)))]
 

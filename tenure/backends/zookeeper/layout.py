@@ -27,7 +27,6 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from tenure.core import codec
-from tenure.core.bounded import Bounded
 from tenure.core.codec import corrupt_status
 from tenure.core.errors import CorruptRecord, InvalidArgument
 from tenure.core.records import (
@@ -302,31 +301,34 @@ def readable(jobs: str, found: Iterable[tuple[str, bytes, int]],
         yield rec.job_id, rec, data, version  # the record's job id is its znode's (``_fields``)
 
 
-KNOWN_RECORDS = 16_384  # leased jobs' records claim_next keeps decoded (``KnownRecords``)
-
-
 class KnownRecords:
-    """Job records decoded before, by znode path, with the bytes they were decoded from.
+    """The leased jobs' records claim_next read on its last call, by znode path, with the bytes
+    they were decoded from.
 
     claim_next reads the record of every leased job (``index``: which leases ended is in the
     records, judged on the store's clock), and most are as they were at the last call: at
     10,000 held leases, decoding them was some 70 % of a claim_next's client CPU. The same bytes
-    make the same record, so a hit is exact, never a guess; past ``limit`` paths the least used
-    go first (a listing of more than that decodes as before).
+    make the same record, so a hit is exact, never a guess. What is kept is what the last call
+    read (``settle``), so it holds no more than the leases held.
     """
 
-    def __init__(self, limit: int = KNOWN_RECORDS) -> None:
-        self._known: Bounded[str, tuple[bytes, JobRecord]] = Bounded(limit)
+    def __init__(self) -> None:
+        self._known: dict[str, tuple[bytes, JobRecord]] = {}
+        self._read: dict[str, tuple[bytes, JobRecord]] = {}  # this call's, kept at ``settle``
 
     def record(self, path: str, data: bytes, prefix: int) -> JobRecord:
         """The record in ``data``, read at ``path`` (its job id from ``prefix`` on); CorruptRecord
         or ValueError as ``load_record`` and ``decode`` raise them (a corrupt one is not kept)."""
-        known = self._known.get(path, refresh=True)
-        if known is not None and known[0] == data:
-            return known[1]
-        rec = load_record(data, path, decode(path[prefix:]))
-        self._known.put(path, (data, rec), refresh=True)
+        known = self._known.get(path)
+        rec = known[1] if known is not None and known[0] == data else load_record(data, path, decode(path[prefix:]))
+        self._read[path] = (data, rec)
         return rec
+
+    def settle(self) -> None:
+        """The records read since the last call are the ones kept (a job no longer leased is
+        forgotten). Claimers in threads of one process share it: a record of another's read
+        kept is still exact."""
+        self._known, self._read = self._read, {}
 
 
 def read_job(data: bytes, key: str, job_id: str) -> tuple[JobRecord, int | None, str | None]:
