@@ -44,12 +44,12 @@ class Tampering(str, enum.Enum):
     must show the id escaped (``corrupt_status`` does that with the id as stored).
     """
 
-    UNREADABLE = "unreadable"  # the stored value is no record at all
-    BINARY_ID = "binary-id"  # the job id is stored as bytes, not text
-    UNDECODABLE_ID = "undecodable-id"  # the job id is stored as text, but its bytes are not UTF-8
-    NEWLINE_ID = "newline-id"  # the job id is text no caller may give: the job's id, a newline, "x"
-    TOP_TOKEN = "top-token"  # the token is 2**63 - 1: above any a claim issues
-    LAST_TOKEN = "last-token"  # the token is the last a claim issues: readable, but no claim can follow
+    UNREADABLE = "unreadable"
+    BINARY_ID = "binary-id"
+    UNDECODABLE_ID = "undecodable-id"
+    NEWLINE_ID = "newline-id"
+    TOP_TOKEN = "top-token"
+    LAST_TOKEN = "last-token"
 
     def __str__(self) -> str:
         return self.value
